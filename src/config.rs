@@ -1,0 +1,733 @@
+//! Configuration (SPEC §10): built-in defaults, then one TOML file, then `RED_AFK_*`
+//! variables, then command-line flags. Every error names where the bad value came from
+//! (`FILE:LINE:COL: …` for the file, the variable's name for the environment) and is fatal
+//! with exit 78, because a supervisor running on a half-understood config is worse than
+//! one that refuses to start.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::layout::Layout;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrackerKind {
+    Auto,
+    Gh,
+    Local,
+}
+
+impl std::str::FromStr for TrackerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(TrackerKind::Auto),
+            "gh" => Ok(TrackerKind::Gh),
+            "local" => Ok(TrackerKind::Local),
+            other => Err(format!(
+                "unknown tracker kind {other:?} (expected auto, gh or local)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for TrackerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrackerKind::Auto => "auto",
+            TrackerKind::Gh => "gh",
+            TrackerKind::Local => "local",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    pub workers: usize,
+    pub base: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    /// `None` means the built-in worker, where one exists.
+    pub command: Option<Vec<String>>,
+    pub runner: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agent {
+    pub command: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackerCfg {
+    pub kind: TrackerKind,
+    /// `OWNER/NAME`; `None` means "from origin".
+    pub repo: Option<String>,
+    pub timeout_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timing {
+    pub tick_s: u64,
+    pub fast_death_s: u64,
+    pub circuit_k: u32,
+    pub circuit_window_s: u64,
+    pub half_open_base_s: u64,
+    pub half_open_cap_s: u64,
+    pub stop_grace_s: u64,
+    pub stall_s: u64,
+    pub stall_kill_s: u64,
+    pub unblock_interval_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweeps {
+    pub attempt_max_age_days: u64,
+    pub attempt_max_count: usize,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file it was read from; `None` for built-in defaults.
+    pub file: Option<PathBuf>,
+    pub fleet: Fleet,
+    pub worker: Worker,
+    pub agent: Agent,
+    pub tracker: TrackerCfg,
+    pub timing: Timing,
+    pub sweeps: Sweeps,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            file: None,
+            fleet: Fleet {
+                workers: 2,
+                base: "main".into(),
+            },
+            worker: Worker {
+                command: None,
+                runner: "claude".into(),
+            },
+            agent: Agent { command: None },
+            tracker: TrackerCfg {
+                kind: TrackerKind::Auto,
+                repo: None,
+                timeout_s: 30,
+            },
+            timing: Timing {
+                tick_s: 15,
+                fast_death_s: 30,
+                circuit_k: 5,
+                circuit_window_s: 90,
+                half_open_base_s: 60,
+                half_open_cap_s: 3600,
+                stop_grace_s: 10,
+                stall_s: 600,
+                stall_kill_s: 1800,
+                unblock_interval_s: 60,
+            },
+            sweeps: Sweeps {
+                attempt_max_age_days: 14,
+                attempt_max_count: 5,
+            },
+        }
+    }
+}
+
+/// A configuration error: always exit 78.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Command-line flags that override file and environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub workers: Option<usize>,
+    pub base: Option<String>,
+    pub tracker: Option<TrackerKind>,
+    pub runner: Option<String>,
+}
+
+// ---- the file, as written ----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDoc {
+    #[serde(default)]
+    fleet: FileFleet,
+    #[serde(default)]
+    worker: FileWorker,
+    #[serde(default)]
+    agent: FileAgent,
+    #[serde(default)]
+    tracker: FileTracker,
+    #[serde(default)]
+    timing: FileTiming,
+    #[serde(default)]
+    sweeps: FileSweeps,
+}
+
+type S<T> = Option<Spanned<T>>;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFleet {
+    workers: S<u64>,
+    base: S<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWorker {
+    command: S<Vec<String>>,
+    runner: S<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAgent {
+    command: S<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTracker {
+    kind: S<TrackerKind>,
+    repo: S<String>,
+    timeout_s: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTiming {
+    tick_s: S<u64>,
+    fast_death_s: S<u64>,
+    circuit_k: S<u64>,
+    circuit_window_s: S<u64>,
+    half_open_base_s: S<u64>,
+    half_open_cap_s: S<u64>,
+    stop_grace_s: S<u64>,
+    stall_s: S<u64>,
+    stall_kill_s: S<u64>,
+    unblock_interval_s: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSweeps {
+    attempt_max_age_days: S<u64>,
+    attempt_max_count: S<u64>,
+}
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone)]
+enum Origin {
+    Default(&'static str),
+    File {
+        path: PathBuf,
+        line: usize,
+        col: usize,
+    },
+    Env(&'static str),
+    Flag(&'static str),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default(key) => write!(f, "<defaults>: {key}"),
+            Origin::File { path, line, col } => write!(f, "{}:{line}:{col}", path.display()),
+            Origin::Env(var) => write!(f, "{var}"),
+            Origin::Flag(flag) => write!(f, "{flag}"),
+        }
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.chars().count(), |i| before[i + 1..].chars().count())
+        + 1;
+    (line, col)
+}
+
+/// Finds the config file: `--config FILE`, then `<repo>/.red/afk-supervisor.toml`.
+pub fn find_file(explicit: Option<&Path>, layout: &Layout) -> Result<Option<PathBuf>, ConfigError> {
+    if let Some(p) = explicit {
+        if !p.is_file() {
+            return Err(ConfigError(format!(
+                "{}: config file not found",
+                p.display()
+            )));
+        }
+        return Ok(Some(p.to_path_buf()));
+    }
+    let p = layout.repo_config();
+    Ok(p.is_file().then_some(p))
+}
+
+/// Loads the full configuration with the SPEC §10 precedence.
+pub fn load(
+    explicit: Option<&Path>,
+    layout: &Layout,
+    env: &HashMap<String, String>,
+    flags: &Overrides,
+) -> Result<Config, ConfigError> {
+    let file = find_file(explicit, layout)?;
+    let text = match &file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| ConfigError(format!("{}: cannot read config: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    resolve(file.as_deref().zip(text.as_deref()), env, flags)
+}
+
+/// Resolves from an optional `(path, text)` file, an environment and flags. Pure, for tests.
+pub fn resolve(
+    file: Option<(&Path, &str)>,
+    env: &HashMap<String, String>,
+    flags: &Overrides,
+) -> Result<Config, ConfigError> {
+    let mut b = Builder {
+        cfg: Config::default(),
+        origins: HashMap::new(),
+        file: None,
+    };
+    if let Some((path, text)) = file {
+        b.cfg.file = Some(path.to_path_buf());
+        b.file = Some((path.to_path_buf(), text.to_string()));
+        let doc: FileDoc = toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+            ConfigError(format!("{}:{line}:{col}: {}", path.display(), e.message()))
+        })?;
+        b.apply_file(doc)?;
+    }
+    b.apply_env(env)?;
+    b.apply_flags(flags);
+    b.validate()?;
+    Ok(b.cfg)
+}
+
+struct Builder {
+    cfg: Config,
+    origins: HashMap<&'static str, Origin>,
+    file: Option<(PathBuf, String)>,
+}
+
+impl Builder {
+    fn origin_of(&self, key: &'static str) -> Origin {
+        self.origins
+            .get(key)
+            .cloned()
+            .unwrap_or(Origin::Default(key))
+    }
+
+    fn file_origin<T>(&self, v: &Spanned<T>) -> Origin {
+        let (path, text) = self
+            .file
+            .as_ref()
+            .map(|(p, t)| (p.clone(), t.as_str()))
+            .unwrap_or_default();
+        let (line, col) = line_col(text, v.span().start);
+        Origin::File { path, line, col }
+    }
+
+    fn take<T>(&mut self, key: &'static str, v: S<T>) -> Option<T> {
+        let v = v?;
+        let origin = self.file_origin(&v);
+        self.origins.insert(key, origin);
+        Some(v.into_inner())
+    }
+
+    fn take_u64(
+        &mut self,
+        key: &'static str,
+        v: S<u64>,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<u64>, ConfigError> {
+        let Some(x) = self.take(key, v) else {
+            return Ok(None);
+        };
+        if x < min || x > max {
+            return Err(ConfigError(format!(
+                "{}: {key} = {x} is out of range ({min}..={max})",
+                self.origin_of(key)
+            )));
+        }
+        Ok(Some(x))
+    }
+
+    fn apply_file(&mut self, d: FileDoc) -> Result<(), ConfigError> {
+        const BIG: u64 = 10 * 365 * 24 * 3600;
+        if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers, 0, 1024)? {
+            self.cfg.fleet.workers = x as usize;
+        }
+        if let Some(x) = self.take("fleet.base", d.fleet.base) {
+            self.cfg.fleet.base = x;
+        }
+        if let Some(x) = self.take("worker.command", d.worker.command) {
+            self.cfg.worker.command = Some(x);
+        }
+        if let Some(x) = self.take("worker.runner", d.worker.runner) {
+            self.cfg.worker.runner = x;
+        }
+        if let Some(x) = self.take("agent.command", d.agent.command) {
+            self.cfg.agent.command = Some(x);
+        }
+        if let Some(x) = self.take("tracker.kind", d.tracker.kind) {
+            self.cfg.tracker.kind = x;
+        }
+        if let Some(x) = self.take("tracker.repo", d.tracker.repo) {
+            self.cfg.tracker.repo = Some(x);
+        }
+        let t = d.timing;
+        let fields: [(&'static str, S<u64>, u64); 10] = [
+            ("tracker.timeout_s", d.tracker.timeout_s, 1),
+            ("timing.tick_s", t.tick_s, 1),
+            ("timing.fast_death_s", t.fast_death_s, 0),
+            ("timing.circuit_k", t.circuit_k, 0),
+            ("timing.circuit_window_s", t.circuit_window_s, 0),
+            ("timing.half_open_base_s", t.half_open_base_s, 0),
+            ("timing.half_open_cap_s", t.half_open_cap_s, 0),
+            ("timing.stop_grace_s", t.stop_grace_s, 0),
+            ("timing.stall_s", t.stall_s, 0),
+            ("timing.stall_kill_s", t.stall_kill_s, 0),
+        ];
+        for (key, v, min) in fields {
+            if let Some(x) = self.take_u64(key, v, min, BIG)? {
+                self.set_u64(key, x);
+            }
+        }
+        if let Some(x) = self.take_u64("timing.unblock_interval_s", t.unblock_interval_s, 1, BIG)? {
+            self.cfg.timing.unblock_interval_s = x;
+        }
+        if let Some(x) = self.take_u64(
+            "sweeps.attempt_max_age_days",
+            d.sweeps.attempt_max_age_days,
+            0,
+            36500,
+        )? {
+            self.cfg.sweeps.attempt_max_age_days = x;
+        }
+        if let Some(x) = self.take_u64(
+            "sweeps.attempt_max_count",
+            d.sweeps.attempt_max_count,
+            1,
+            1_000_000,
+        )? {
+            self.cfg.sweeps.attempt_max_count = x as usize;
+        }
+        Ok(())
+    }
+
+    fn set_u64(&mut self, key: &str, x: u64) {
+        let t = &mut self.cfg.timing;
+        match key {
+            "tracker.timeout_s" => self.cfg.tracker.timeout_s = x,
+            "timing.tick_s" => t.tick_s = x,
+            "timing.fast_death_s" => t.fast_death_s = x,
+            "timing.circuit_k" => t.circuit_k = u32::try_from(x).unwrap_or(u32::MAX),
+            "timing.circuit_window_s" => t.circuit_window_s = x,
+            "timing.half_open_base_s" => t.half_open_base_s = x,
+            "timing.half_open_cap_s" => t.half_open_cap_s = x,
+            "timing.stop_grace_s" => t.stop_grace_s = x,
+            "timing.stall_s" => t.stall_s = x,
+            "timing.stall_kill_s" => t.stall_kill_s = x,
+            "timing.unblock_interval_s" => t.unblock_interval_s = x,
+            "fleet.workers" => self.cfg.fleet.workers = x as usize,
+            _ => {}
+        }
+    }
+
+    fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
+        const NUMERIC: [(&str, &str); 11] = [
+            ("RED_AFK_TARGET", "fleet.workers"),
+            ("RED_AFK_POLL_S", "timing.tick_s"),
+            ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
+            ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
+            ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
+            ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
+            ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
+            ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
+            ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
+            ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
+            (
+                "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
+                "timing.unblock_interval_s",
+            ),
+        ];
+        for (var, key) in NUMERIC {
+            let Some(raw) = env.get(var) else { continue };
+            let x: u64 = raw.trim().parse().map_err(|_| {
+                ConfigError(format!(
+                    "{var}: expected a non-negative integer, got {raw:?}"
+                ))
+            })?;
+            let min = if key == "timing.tick_s" || key == "timing.unblock_interval_s" {
+                1
+            } else {
+                0
+            };
+            if x < min || (key == "fleet.workers" && x > 1024) {
+                return Err(ConfigError(format!("{var}: {x} is out of range for {key}")));
+            }
+            self.set_u64(key, x);
+            self.origins.insert(static_key(key), Origin::Env(var));
+        }
+        if let Some(v) = env.get("RED_AFK_TRUNK").filter(|v| !v.trim().is_empty()) {
+            self.cfg.fleet.base = v.trim().to_string();
+            self.origins
+                .insert("fleet.base", Origin::Env("RED_AFK_TRUNK"));
+        }
+        if let Some(v) = env.get("RED_AFK_RUNNER").filter(|v| !v.trim().is_empty()) {
+            self.cfg.worker.runner = v.trim().to_string();
+            self.origins
+                .insert("worker.runner", Origin::Env("RED_AFK_RUNNER"));
+        }
+        Ok(())
+    }
+
+    fn apply_flags(&mut self, f: &Overrides) {
+        if let Some(w) = f.workers {
+            self.cfg.fleet.workers = w;
+            self.origins
+                .insert("fleet.workers", Origin::Flag("--workers"));
+        }
+        if let Some(b) = &f.base {
+            self.cfg.fleet.base = b.clone();
+        }
+        if let Some(k) = f.tracker {
+            self.cfg.tracker.kind = k;
+        }
+        if let Some(r) = &f.runner {
+            self.cfg.worker.runner = r.clone();
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.cfg.timing;
+        if t.circuit_k == 0 {
+            return Err(ConfigError(format!(
+                "{}: timing.circuit_k must be at least 1 (0 would trip the circuit before any death)",
+                self.origin_of("timing.circuit_k")
+            )));
+        }
+        if t.stall_kill_s <= t.stall_s {
+            return Err(ConfigError(format!(
+                "{}: timing.stall_kill_s ({}) must be greater than timing.stall_s ({})",
+                self.origin_of("timing.stall_kill_s"),
+                t.stall_kill_s,
+                t.stall_s
+            )));
+        }
+        if t.half_open_cap_s < t.half_open_base_s {
+            return Err(ConfigError(format!(
+                "{}: timing.half_open_cap_s ({}) must not be below timing.half_open_base_s ({})",
+                self.origin_of("timing.half_open_cap_s"),
+                t.half_open_cap_s,
+                t.half_open_base_s
+            )));
+        }
+        if self.cfg.fleet.base.trim().is_empty() {
+            return Err(ConfigError(format!(
+                "{}: fleet.base must not be empty",
+                self.origin_of("fleet.base")
+            )));
+        }
+        for key in ["worker.command", "agent.command"] {
+            let cmd = if key == "worker.command" {
+                &self.cfg.worker.command
+            } else {
+                &self.cfg.agent.command
+            };
+            if cmd
+                .as_ref()
+                .is_some_and(|c| c.is_empty() || c[0].is_empty())
+            {
+                return Err(ConfigError(format!(
+                    "{}: {key} must name a program",
+                    self.origin_of(key)
+                )));
+            }
+        }
+        if let Some(r) = &self.cfg.tracker.repo {
+            let ok = r
+                .split_once('/')
+                .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
+            if !ok {
+                return Err(ConfigError(format!(
+                    "{}: tracker.repo must be OWNER/NAME, got {r:?}",
+                    self.origin_of("tracker.repo")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn static_key(key: &str) -> &'static str {
+    const KEYS: [&str; 11] = [
+        "fleet.workers",
+        "timing.tick_s",
+        "timing.fast_death_s",
+        "timing.circuit_k",
+        "timing.circuit_window_s",
+        "timing.half_open_base_s",
+        "timing.half_open_cap_s",
+        "timing.stop_grace_s",
+        "timing.stall_s",
+        "timing.stall_kill_s",
+        "timing.unblock_interval_s",
+    ];
+    KEYS.iter()
+        .find(|k| **k == key)
+        .copied()
+        .unwrap_or("unknown")
+}
+
+impl Timing {
+    /// Half-open backoff for a step: `min(base·2^step, cap)` seconds.
+    pub fn half_open_backoff_s(&self, step: u32) -> u64 {
+        let factor = 1u64.checked_shl(step.min(63)).unwrap_or(u64::MAX);
+        self.half_open_base_s
+            .saturating_mul(factor)
+            .min(self.half_open_cap_s)
+    }
+}
+
+/// The process environment as a map, for [`load`].
+pub fn process_env() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn from_file(text: &str) -> Result<Config, ConfigError> {
+        resolve(
+            Some((Path::new("cfg.toml"), text)),
+            &HashMap::new(),
+            &Overrides::default(),
+        )
+    }
+
+    #[test]
+    fn defaults() {
+        let c = resolve(None, &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c, Config::default());
+        assert_eq!(c.timing.half_open_backoff_s(0), 60);
+        assert_eq!(c.timing.half_open_backoff_s(3), 480);
+        assert_eq!(c.timing.half_open_backoff_s(10), 3600);
+        assert_eq!(c.timing.half_open_backoff_s(200), 3600);
+    }
+
+    #[test]
+    fn documented_config_file_equals_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/afk-supervisor.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut c = resolve(Some((&path, &text)), &HashMap::new(), &Overrides::default()).unwrap();
+        c.file = None;
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn precedence_flag_env_file_default() {
+        let text = "[fleet]\nworkers = 3\nbase = \"trunk\"\n[timing]\ntick_s = 7\n";
+        let p = Path::new("c.toml");
+        let c = resolve(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(
+            (c.fleet.workers, c.fleet.base.as_str(), c.timing.tick_s),
+            (3, "trunk", 7)
+        );
+        let e = env(&[
+            ("RED_AFK_TARGET", "5"),
+            ("RED_AFK_POLL_S", "2"),
+            ("RED_AFK_TRUNK", "dev"),
+        ]);
+        let c = resolve(Some((p, text)), &e, &Overrides::default()).unwrap();
+        assert_eq!(
+            (c.fleet.workers, c.fleet.base.as_str(), c.timing.tick_s),
+            (5, "dev", 2)
+        );
+        let f = Overrides {
+            workers: Some(9),
+            ..Default::default()
+        };
+        let c = resolve(Some((p, text)), &e, &f).unwrap();
+        assert_eq!(c.fleet.workers, 9);
+    }
+
+    #[test]
+    fn malformed_file_names_line_and_column() {
+        let err = from_file("[timing]\ntick_s = \"fast\"\n").unwrap_err().0;
+        assert!(err.starts_with("cfg.toml:2:"), "{err}");
+        let err = from_file("[fleet]\nworkerz = 2\n").unwrap_err().0;
+        assert!(err.starts_with("cfg.toml:2:1:"), "{err}");
+        assert!(err.contains("workerz"), "{err}");
+        let err = from_file("[fleet\n").unwrap_err().0;
+        assert!(err.starts_with("cfg.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn impossible_combinations() {
+        let err = from_file("[timing]\nstall_s = 100\nstall_kill_s = 100\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "cfg.toml:3:16: timing.stall_kill_s (100) must be greater than timing.stall_s (100)"
+        );
+        let err = from_file("[timing]\ncircuit_k = 0\n").unwrap_err().0;
+        assert!(
+            err.starts_with("cfg.toml:2:13: timing.circuit_k must be at least 1"),
+            "{err}"
+        );
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_CIRCUIT_K", "0")]),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .0;
+        assert!(err.starts_with("RED_AFK_CIRCUIT_K: "), "{err}");
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_TARGET", "two")]),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .0;
+        assert_eq!(
+            err,
+            "RED_AFK_TARGET: expected a non-negative integer, got \"two\""
+        );
+        let err = from_file("[worker]\ncommand = []\n").unwrap_err().0;
+        assert!(err.contains("worker.command must name a program"), "{err}");
+        let err = from_file("[tracker]\nrepo = \"nope\"\n").unwrap_err().0;
+        assert!(err.contains("OWNER/NAME"), "{err}");
+    }
+}

@@ -1,0 +1,40 @@
+//! Exit codes (SPEC §9) and the one error type that reaches the edge of the program.
+
+pub const OK: i32 = 0;
+pub const FAILED: i32 = 1;
+pub const USAGE: i32 = 2;
+pub const NOT_RUNNING: i32 = 3;
+pub const BOOT_HALTED: i32 = 4;
+pub const CONFIG: i32 = 78;
+pub const SIGHUP: i32 = 129;
+pub const SIGINT: i32 = 130;
+pub const SIGTERM: i32 = 143;
+
+/// A failure reported once, at the edge, as one line on stderr with its exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Failure::new(FAILED, message)
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure::new(USAGE, message)
+    }
+
+    pub fn config(message: impl Into<String>) -> Self {
+        Failure::new(CONFIG, message)
+    }
+}

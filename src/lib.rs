@@ -1,0 +1,15 @@
+//! `afk-supervisor`: a process supervisor for fleets of unattended coding-agent workers.
+//!
+//! The binary is a thin shell over this library so that tests drive the same code paths
+//! an operator does.
+
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod exit;
+pub mod fsutil;
+pub mod layout;
+pub mod pidfile;
+pub mod timeutil;
+pub mod toonl;
+pub mod tracker;

@@ -1,0 +1,6 @@
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let code = afk_supervisor::cli::main(std::env::args_os());
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}

@@ -1,0 +1,332 @@
+//! Pid files and process identity (SPEC §2).
+//!
+//! A pid alone is not an identity: pids are reused. Where this tool writes a pid file it
+//! also writes `<file>.start` with the process start time (field 22 of `/proc/<pid>/stat`),
+//! and a pid only counts as live when that start time still matches.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::fsutil::{atomic_write, remove_file_if_exists};
+use crate::layout::start_file;
+
+/// What a pid file holds, before any liveness judgement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PidContent {
+    Missing,
+    /// Empty, non-numeric, zero, negative or out of range: reported, never acted on as a pid.
+    Corrupt(String),
+    Pid(i32),
+}
+
+/// How to treat a pid file that has no `<file>.start` beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingStart {
+    /// Files written by other tools (worker.pid, afk.pid, claims): existence alone decides.
+    ExistenceDecides,
+    /// `afk-supervisor.pid`: this tool always writes `.start`, so without it the pid is dead.
+    Dead,
+}
+
+/// The judgement on one pid file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    Live { pid: i32, start: Option<u64> },
+    Dead { reason: DeadReason },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadReason {
+    Missing,
+    Corrupt(String),
+    /// The process does not exist (or is a zombie).
+    Gone(i32),
+    /// A process with this pid exists but started at another time: the pid was reused.
+    Reused(i32),
+    /// Supervisor pid file without its `.start`.
+    NoStartToken(i32),
+}
+
+impl Liveness {
+    pub fn is_live(&self) -> bool {
+        matches!(self, Liveness::Live { .. })
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        match self {
+            Liveness::Live { pid, .. } => Some(*pid),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DeadReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadReason::Missing => write!(f, "pid file missing"),
+            DeadReason::Corrupt(why) => write!(f, "pid file corrupt ({why})"),
+            DeadReason::Gone(pid) => write!(f, "pid {pid} is not running"),
+            DeadReason::Reused(pid) => write!(f, "pid {pid} was reused by another process"),
+            DeadReason::NoStartToken(pid) => write!(f, "pid {pid} has no start token"),
+        }
+    }
+}
+
+/// Parses pid file text the way other readers do (`Number(text.trim())`), but strictly:
+/// only a positive decimal that fits a pid is a pid.
+pub fn parse_pid(text: &str) -> Result<i32, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("empty".into());
+    }
+    if !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("not a number: {:?}", truncate(t, 32)));
+    }
+    match t.parse::<i32>() {
+        Ok(0) => Err("zero".into()),
+        Ok(pid) if pid > 0 && i64::from(pid) <= max_pid() => Ok(pid),
+        _ => Err(format!("out of range: {}", truncate(t, 32))),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// The kernel's pid ceiling; 2^22 when it cannot be read.
+fn max_pid() -> i64 {
+    fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 22)
+}
+
+pub fn read_pid_file(path: &Path) -> io::Result<PidContent> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            Ok(match parse_pid(&text) {
+                Ok(pid) => PidContent::Pid(pid),
+                Err(why) => PidContent::Corrupt(why),
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(PidContent::Missing),
+        Err(e) => Err(e),
+    }
+}
+
+/// State of a process as `/proc/<pid>/stat` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub state: char,
+    /// Field 22: start time in clock ticks since boot.
+    pub start_time: u64,
+    /// Field 5: process group id.
+    pub pgid: i32,
+    /// Field 4: parent pid.
+    pub ppid: i32,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when the process does not exist.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// The comm field (2) may hold spaces and parens, so fields are counted after the last `)`.
+fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): field k is fields[k - 3].
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgid: fields.get(2)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The start time of a running, non-zombie process.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    proc_stat(pid)
+        .filter(|s| s.state != 'Z' && s.state != 'X')
+        .map(|s| s.start_time)
+}
+
+/// Is `pid` live, and (when `start` is given) is it the same process that was recorded?
+pub fn judge_pid(pid: i32, start: Option<u64>) -> Liveness {
+    match process_start_time(pid) {
+        None => Liveness::Dead {
+            reason: DeadReason::Gone(pid),
+        },
+        Some(actual) => match start {
+            Some(expected) if expected != actual => Liveness::Dead {
+                reason: DeadReason::Reused(pid),
+            },
+            _ => Liveness::Live {
+                pid,
+                start: Some(actual),
+            },
+        },
+    }
+}
+
+/// Reads `<file>.start`: `Ok(None)` when absent, `Err` text when corrupt.
+fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
+    match fs::read_to_string(start_file(pid_file)) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| format!("start token not a number: {:?}", truncate(text.trim(), 32))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("start token unreadable: {e}")),
+    }
+}
+
+/// Judges a pid file, with its `.start` where one exists (SPEC §2). An unreadable file is
+/// reported as corrupt: callers keep what they cannot judge.
+pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {
+    let pid = match read_pid_file(pid_file) {
+        Ok(PidContent::Pid(pid)) => pid,
+        Ok(PidContent::Missing) => {
+            return Liveness::Dead {
+                reason: DeadReason::Missing,
+            };
+        }
+        Ok(PidContent::Corrupt(why)) => {
+            return Liveness::Dead {
+                reason: DeadReason::Corrupt(why),
+            };
+        }
+        Err(e) => {
+            return Liveness::Dead {
+                reason: DeadReason::Corrupt(format!("unreadable: {e}")),
+            };
+        }
+    };
+    match read_start_file(pid_file) {
+        Ok(Some(start)) => judge_pid(pid, Some(start)),
+        Ok(None) => match missing_start {
+            MissingStart::ExistenceDecides => judge_pid(pid, None),
+            MissingStart::Dead => Liveness::Dead {
+                reason: DeadReason::NoStartToken(pid),
+            },
+        },
+        // A corrupt start token cannot prove identity; treat like a disagreeing one.
+        Err(_) => Liveness::Dead {
+            reason: DeadReason::Reused(pid),
+        },
+    }
+}
+
+/// Writes `pid` and its start token atomically. Fails when the process does not exist.
+pub fn write_pid_file(pid_file: &Path, pid: i32) -> io::Result<u64> {
+    let start = process_start_time(pid).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("process {pid} does not exist"),
+        )
+    })?;
+    atomic_write(&start_file(pid_file), format!("{start}\n").as_bytes())?;
+    atomic_write(pid_file, format!("{pid}\n").as_bytes())?;
+    Ok(start)
+}
+
+/// Removes a pid file and its start token.
+pub fn remove_pid_file(pid_file: &Path) -> io::Result<()> {
+    remove_file_if_exists(pid_file)?;
+    remove_file_if_exists(&start_file(pid_file))
+}
+
+/// The pid files of one pid file's family, for deletion accounting.
+pub fn pid_file_family(pid_file: &Path) -> [PathBuf; 2] {
+    [pid_file.to_path_buf(), start_file(pid_file)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_pid_rules() {
+        assert_eq!(parse_pid("123"), Ok(123));
+        assert_eq!(parse_pid(" 123\n"), Ok(123));
+        for bad in [
+            "",
+            "  \n",
+            "abc",
+            "-5",
+            "0",
+            "12x",
+            "99999999999999999999",
+            "1.5",
+            "+4",
+        ] {
+            assert!(parse_pid(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn stat_with_spaces_in_comm() {
+        let line = "42 (a b) c)) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1 1";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.pgid, 42);
+        assert_eq!(s.start_time, 777);
+    }
+
+    #[test]
+    fn own_process_is_live_and_reuse_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.pid");
+        let me = std::process::id() as i32;
+        let start = write_pid_file(&f, me).unwrap();
+        assert_eq!(
+            liveness(&f, MissingStart::Dead),
+            Liveness::Live {
+                pid: me,
+                start: Some(start)
+            }
+        );
+        fs::write(start_file(&f), format!("{}", start + 1)).unwrap();
+        assert_eq!(
+            liveness(&f, MissingStart::ExistenceDecides),
+            Liveness::Dead {
+                reason: DeadReason::Reused(me)
+            }
+        );
+        remove_file_if_exists(&start_file(&f)).unwrap();
+        assert!(liveness(&f, MissingStart::ExistenceDecides).is_live());
+        assert_eq!(
+            liveness(&f, MissingStart::Dead),
+            Liveness::Dead {
+                reason: DeadReason::NoStartToken(me)
+            }
+        );
+        fs::write(&f, "garbage").unwrap();
+        assert!(matches!(
+            liveness(&f, MissingStart::ExistenceDecides),
+            Liveness::Dead {
+                reason: DeadReason::Corrupt(_)
+            }
+        ));
+        remove_pid_file(&f).unwrap();
+        assert_eq!(
+            liveness(&f, MissingStart::ExistenceDecides),
+            Liveness::Dead {
+                reason: DeadReason::Missing
+            }
+        );
+    }
+
+    #[test]
+    fn exited_child_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(!judge_pid(pid, None).is_live());
+    }
+}

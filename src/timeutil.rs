@@ -1,0 +1,71 @@
+//! Timestamps in the formats the shared files use.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use time::macros::format_description;
+
+/// RFC 3339 UTC with milliseconds, e.g. `2026-11-30T07:40:35.123Z` (SPEC §5 `ts`).
+pub fn now_rfc3339_millis() -> String {
+    rfc3339_millis(SystemTime::now())
+}
+
+pub fn rfc3339_millis(t: SystemTime) -> String {
+    let dt = OffsetDateTime::from(t);
+    let fmt =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    dt.format(&fmt)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00.000Z".into())
+}
+
+/// RFC 3339 UTC to the second, for `started_at`-style fields.
+pub fn rfc3339(t: SystemTime) -> String {
+    OffsetDateTime::from(t)
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|d| d.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
+}
+
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    OffsetDateTime::parse(s, &Rfc3339)
+        .ok()
+        .map(SystemTime::from)
+}
+
+/// `yyyy-mm-dd` in UTC, the slot-log directory name.
+pub fn date_utc(t: SystemTime) -> String {
+    let fmt = format_description!("[year]-[month]-[day]");
+    OffsetDateTime::from(t)
+        .format(&fmt)
+        .unwrap_or_else(|_| "1970-01-01".into())
+}
+
+pub fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs()
+}
+
+pub fn now_epoch() -> u64 {
+    epoch_secs(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_764_488_435_123);
+        assert_eq!(rfc3339_millis(t), "2025-11-30T07:40:35.123Z");
+        assert_eq!(rfc3339(t), "2025-11-30T07:40:35Z");
+        assert_eq!(date_utc(t), "2025-11-30");
+        assert_eq!(
+            parse_rfc3339("2025-11-30T07:40:35Z"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_764_488_435))
+        );
+        assert_eq!(parse_rfc3339("nope"), None);
+    }
+}

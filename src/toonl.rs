@@ -1,0 +1,253 @@
+//! The TOONL event log `supervisor.log.toonl` (SPEC §5).
+//!
+//! Cells are encoded by `reddb-io-toon` so quoting follows TOON exactly. Each record is
+//! written with one `write` call of a whole line, so a crash leaves at most a truncated
+//! last line, which the reader skips.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use reddb_io_toon::{ToonlEncoder, ToonlRowReader, Value};
+use serde::{Deserialize, Serialize};
+
+/// Header fields, in order.
+pub const FIELDS: [&str; 6] = ["ts", "kind", "slot", "pid", "issue", "msg"];
+
+/// One event-log record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub ts: String,
+    pub kind: String,
+    pub slot: Option<u64>,
+    pub pid: Option<i64>,
+    pub issue: Option<u64>,
+    pub msg: String,
+}
+
+impl Event {
+    /// An event stamped now.
+    pub fn now(kind: &str, msg: impl Into<String>) -> Self {
+        Event {
+            ts: crate::timeutil::now_rfc3339_millis(),
+            kind: kind.to_string(),
+            slot: None,
+            pid: None,
+            issue: None,
+            msg: msg.into(),
+        }
+    }
+
+    pub fn slot(mut self, slot: usize) -> Self {
+        self.slot = Some(slot as u64);
+        self
+    }
+
+    pub fn pid(mut self, pid: i32) -> Self {
+        self.pid = Some(i64::from(pid));
+        self
+    }
+
+    pub fn issue(mut self, issue: u64) -> Self {
+        self.issue = Some(issue);
+        self
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot encode event: {msg}")]
+    Encode { path: PathBuf, msg: String },
+    #[error("{path}:{line}: {msg}")]
+    Decode {
+        path: PathBuf,
+        line: usize,
+        msg: String,
+    },
+}
+
+/// Appends events to one log file. There is one writer per file (the supervisor holds the
+/// lane lock), so no cross-process locking is needed here.
+#[derive(Debug)]
+pub struct EventLog {
+    path: PathBuf,
+    file: File,
+}
+
+impl EventLog {
+    /// Opens for appending and writes the header line, as every opening must.
+    pub fn open(path: &Path) -> Result<Self, LogError> {
+        let io_err = |source| LogError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io_err)?;
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io_err)?;
+        // A previous writer may have died mid-line; start the header on a fresh line.
+        let len = file.metadata().map_err(io_err)?.len();
+        let mut header = String::new();
+        if len > 0 && !ends_with_newline(path).map_err(io_err)? {
+            header.push('\n');
+        }
+        header.push_str(&format!("[]{{{}}}:\n", FIELDS.join(",")));
+        file.write_all(header.as_bytes()).map_err(io_err)?;
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn append(&mut self, event: &Event) -> Result<(), LogError> {
+        let line = encode_row(event).map_err(|msg| LogError::Encode {
+            path: self.path.clone(),
+            msg,
+        })?;
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|source| LogError::Io {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+fn ends_with_newline(path: &Path) -> io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::End(-1))?;
+    let mut b = [0u8; 1];
+    f.read_exact(&mut b)?;
+    Ok(b[0] == b'\n')
+}
+
+/// Encodes one record as a row line (with its newline), without header or trailer.
+pub fn encode_row(event: &Event) -> Result<String, String> {
+    let json = serde_json::to_value(event).map_err(|e| e.to_string())?;
+    let value = Value::from_json_value(json);
+    let mut enc = ToonlEncoder::new(',', &FIELDS).map_err(|e| e.to_string())?;
+    enc.push_value_row(&value).map_err(|e| e.to_string())?;
+    let text = enc.finish();
+    // finish() yields "header\nrow\n[=1]\n"; the log keeps the header per opening and
+    // never closes a segment, so only the row line is taken.
+    let row = text.lines().nth(1).ok_or("encoder produced no row")?;
+    if row.contains('\n') || row.is_empty() {
+        return Err("encoder produced a malformed row".into());
+    }
+    Ok(format!("{row}\n"))
+}
+
+/// Reads every complete record. A line torn by a crash mid-write (the last line without
+/// its newline, or a bad row directly followed by the header a new writer wrote on
+/// reopening) is skipped; any other malformed line is an error naming its line.
+pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
+    let bytes = fs::read(path).map_err(|source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..i],
+        None => "",
+    };
+    let lines: Vec<&str> = if complete.is_empty() {
+        Vec::new()
+    } else {
+        complete.split('\n').collect()
+    };
+    let mut header: Option<&str> = None;
+    let mut events = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with("[]{") && line.ends_with("}:") {
+            header = Some(line);
+            continue;
+        }
+        let decode = |msg: String| LogError::Decode {
+            path: path.to_path_buf(),
+            line: i + 1,
+            msg,
+        };
+        let torn = lines.get(i + 1).is_some_and(|next| next.starts_with("[]{"));
+        let parsed = match header {
+            Some(h) => decode_row(h, line),
+            None => Err("record before any header".to_string()),
+        };
+        match parsed {
+            Ok(ev) => events.push(ev),
+            Err(_) if torn => {}
+            Err(msg) => return Err(decode(msg)),
+        }
+    }
+    Ok(events)
+}
+
+fn decode_row(header: &str, line: &str) -> Result<Event, String> {
+    let doc = format!("{header}\n{line}\n");
+    let mut reader = ToonlRowReader::new(io::Cursor::new(doc.into_bytes()));
+    let value = reader
+        .next()
+        .ok_or("no record")?
+        .map_err(|e| e.to_string())?;
+    serde_json::from_value(value.to_json_value())
+        .map_err(|e| format!("record does not match the header: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_with_reopen_and_truncated_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lane/supervisor.log.toonl");
+        let tricky = Event::now(
+            "supervisor.boot-sweep",
+            "boot sweeps complete: orphans removed=1 restored=0 kept=2 | x, \"q\" | docs-sweep clean files=0",
+        );
+        let num_like = Event::now("slot.exit", "123").slot(3).pid(4242).issue(17);
+        {
+            let mut log = EventLog::open(&p).unwrap();
+            log.append(&tricky).unwrap();
+        }
+        {
+            let mut log = EventLog::open(&p).unwrap();
+            log.append(&num_like).unwrap();
+        }
+        // A crash mid-write leaves a partial line.
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"\"2026-01-01T00:00:00.000Z\",slot.sp")
+            .unwrap();
+        let events = read_events(&p).unwrap();
+        assert_eq!(events, vec![tricky, num_like]);
+        // Reopening after the torn line still yields a readable log.
+        let mut log = EventLog::open(&p).unwrap();
+        let after = Event::now("supervisor.tick", "tick: slots=1");
+        log.append(&after).unwrap();
+        assert_eq!(read_events(&p).unwrap().last(), Some(&after));
+        let text = fs::read_to_string(&p).unwrap();
+        assert!(
+            text.starts_with("[]{ts,kind,slot,pid,issue,msg}:\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn malformed_line_is_reported_with_its_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log.toonl");
+        fs::write(&p, "[]{ts,kind,slot,pid,issue,msg}:\n\"unterminated,x\n").unwrap();
+        let err = read_events(&p).unwrap_err().to_string();
+        assert!(err.contains("log.toonl:"), "{err}");
+    }
+}

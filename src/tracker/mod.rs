@@ -1,0 +1,151 @@
+//! The issue tracker behind one interface (SPEC §7): the `gh` CLI or the embedded `local`
+//! store. Sweeps and the supervisor only ever see [`Tracker`], so every behaviour can be
+//! exercised against the real local backend and against `gh` with a fake on `PATH`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub mod labels {
+    pub const READY_FOR_AGENT: &str = "ready-for-agent";
+    pub const RUNNING: &str = "running";
+    pub const READY_FOR_HUMAN: &str = "ready-for-human";
+    pub const BLOCKED_DEPENDENCY: &str = "blocked:dependency";
+    pub const NEEDS_TRIAGE: &str = "needs-triage";
+    pub const NEEDS_INFO: &str = "needs-info";
+    /// `req:<N>`: issue N blocks the labelled issue.
+    pub const REQ_PREFIX: &str = "req:";
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum IssueState {
+    Open,
+    Closed,
+}
+
+impl fmt::Display for IssueState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IssueState::Open => "OPEN",
+            IssueState::Closed => "CLOSED",
+        })
+    }
+}
+
+/// One row of the batch listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueSummary {
+    pub number: u64,
+    pub state: IssueState,
+    pub labels: Vec<String>,
+    /// RFC 3339, when closed.
+    pub closed_at: Option<String>,
+}
+
+/// One issue as a single `view` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssueView {
+    pub state: IssueState,
+    pub labels: Vec<String>,
+}
+
+/// An open issue listed by label, with its body (the unblock sweep reads `## Blocked by`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabeledIssue {
+    pub number: u64,
+    pub body: String,
+    pub labels: Vec<String>,
+}
+
+impl IssueSummary {
+    pub fn has_label(&self, label: &str) -> bool {
+        self.labels.iter().any(|l| l == label)
+    }
+}
+
+impl IssueView {
+    pub fn has_label(&self, label: &str) -> bool {
+        self.labels.iter().any(|l| l == label)
+    }
+}
+
+/// How a failed tracker call failed. Only `NotFound` and `Failed` may ever lead to an
+/// action; a `Transient` failure never leads to a deletion, label change or comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    NotFound,
+    Transient,
+    Failed,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Transient => "transient",
+            ErrorKind::Failed => "failed",
+        })
+    }
+}
+
+/// A failed tracker call: the kind, the command (argv for `gh`, operation for `local`) and
+/// what the backend said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{command}: {kind}: {detail}")]
+pub struct TrackerError {
+    pub kind: ErrorKind,
+    pub command: String,
+    pub detail: String,
+}
+
+impl TrackerError {
+    pub fn new(kind: ErrorKind, command: impl Into<String>, detail: impl Into<String>) -> Self {
+        TrackerError {
+            kind,
+            command: command.into(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Transient
+    }
+}
+
+pub type TrackerResult<T> = Result<T, TrackerError>;
+
+/// Default `--limit` of the batch listing.
+pub const DEFAULT_LIST_LIMIT: usize = 5000;
+
+/// The operations sweeps, the supervisor and the worker need. Implementations are
+/// blocking and safe to share between threads.
+pub trait Tracker: Send + Sync {
+    /// `gh` or `local`.
+    fn kind(&self) -> &'static str;
+
+    /// A stable identity of the tracked project across checkouts: `github:OWNER/NAME` or
+    /// `local:<canonical store path>`. Keys the unblock belt's host-wide lock.
+    fn identity(&self) -> String;
+
+    /// Every issue, open and closed, in one call.
+    fn list_all(&self, limit: usize) -> TrackerResult<Vec<IssueSummary>>;
+
+    /// One issue; `NotFound` when it does not exist.
+    fn view(&self, number: u64) -> TrackerResult<IssueView>;
+
+    /// Adds and removes labels in one call. Either list may be empty, not both.
+    fn edit_labels(&self, number: u64, add: &[&str], remove: &[&str]) -> TrackerResult<()>;
+
+    fn comment(&self, number: u64, body: &str) -> TrackerResult<()>;
+
+    /// Open issues carrying `label`, with their bodies.
+    fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>>;
+
+    /// Opens a pull request from `head` into `base`; returns its URL or local id.
+    fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String>;
+
+    /// Merges the pull request whose head is `head` and deletes the branch.
+    fn pr_merge(&self, head: &str) -> TrackerResult<()>;
+}
