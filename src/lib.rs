@@ -3,13 +3,16 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does.
 
+pub mod boot;
 pub mod cli;
 pub mod cmd;
 pub mod config;
 pub mod exit;
 pub mod fsutil;
+pub mod git;
 pub mod layout;
 pub mod pidfile;
+pub mod sweeps;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;

@@ -1,0 +1,157 @@
+//! The boot sweep suite: every sweep once, in order, with one summary line (SPEC §5).
+//!
+//! The supervisor calls [`run_suite`] exactly once per lifetime before spawning workers;
+//! `afk-supervisor sweep` calls it for a solo run. A halt (docs sweep or probe) means no
+//! worker may start; a failure is logged and the fleet starts anyway.
+
+use crate::sweeps::{SweepCtx, SweepName};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OrphanCounts {
+    pub removed: usize,
+    pub restored: usize,
+    pub kept: usize,
+    pub legacy_removed: usize,
+    pub claims_released: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BranchCounts {
+    pub remote: usize,
+    pub local: usize,
+    pub spared: usize,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocsOutcome {
+    #[default]
+    Clean,
+    Land,
+    Halt,
+}
+
+impl DocsOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocsOutcome::Clean => "clean",
+            DocsOutcome::Land => "land",
+            DocsOutcome::Halt => "halt",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DocsCounts {
+    pub outcome: DocsOutcome,
+    pub files: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StragglerCounts {
+    pub unlabeled: usize,
+    pub triage: usize,
+    pub info: usize,
+}
+
+/// Counters of one suite run; a sweep that did not run leaves zeros.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BootReport {
+    pub orphans: OrphanCounts,
+    pub attempt_cap_reclaimed: usize,
+    pub branches: BranchCounts,
+    pub docs: DocsCounts,
+    pub unblocked: usize,
+    pub stragglers: StragglerCounts,
+}
+
+impl BootReport {
+    /// The fixed SPEC §5 summary line.
+    pub fn summary(&self) -> String {
+        let o = &self.orphans;
+        let b = &self.branches;
+        let s = &self.stragglers;
+        format!(
+            "boot sweeps complete: orphans removed={} restored={} kept={} | attempt-cap reclaimed={} | branches remote={} local={} spared={} | docs-sweep {} files={} | unblocked={} | stragglers unlabeled={} triage={} info={}",
+            o.removed,
+            o.restored,
+            o.kept,
+            self.attempt_cap_reclaimed,
+            b.remote,
+            b.local,
+            b.spared,
+            self.docs.outcome.as_str(),
+            self.docs.files,
+            self.unblocked,
+            s.unlabeled,
+            s.triage,
+            s.info
+        )
+    }
+}
+
+/// Why the suite did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BootError {
+    /// No worker may start (exit 4). The text is the halt message, e.g.
+    /// `Docs Sweep halted (zero-precedent): .red/adr/0001.md`.
+    #[error("{0}")]
+    Halted(String),
+    /// A sweep failed; workers start anyway and run their own checks.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl BootError {
+    /// The event-log text for this outcome (SPEC §5).
+    pub fn log_message(&self) -> String {
+        match self {
+            BootError::Halted(msg) => format!("boot sweeps halted: {msg}"),
+            BootError::Failed(msg) => {
+                format!("boot sweeps failed: {msg} — spawning workers anyway")
+            }
+        }
+    }
+}
+
+/// Runs the selected sweeps in suite order. A halt stops the suite at once.
+pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, BootError> {
+    let report = BootReport::default();
+    let _ = ctx;
+    for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
+        match name {
+            // Each sweep's module plugs in here as it lands.
+            SweepName::Orphans
+            | SweepName::AttemptCap
+            | SweepName::Branches
+            | SweepName::DocsSweep
+            | SweepName::Unblock
+            | SweepName::Stragglers => {}
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_is_exact() {
+        let mut r = BootReport::default();
+        r.orphans.removed = 3;
+        r.docs = DocsCounts {
+            outcome: DocsOutcome::Land,
+            files: 2,
+        };
+        r.stragglers.info = 1;
+        assert_eq!(
+            r.summary(),
+            "boot sweeps complete: orphans removed=3 restored=0 kept=0 | attempt-cap reclaimed=0 | branches remote=0 local=0 spared=0 | docs-sweep land files=2 | unblocked=0 | stragglers unlabeled=0 triage=0 info=1"
+        );
+        assert_eq!(
+            BootError::Failed("x".into()).log_message(),
+            "boot sweeps failed: x — spawning workers anyway"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! The boot sweeps (SPEC §1, seed BOOT-SWEEPS.md). One module per sweep; each takes a
+//! [`SweepCtx`] and returns its own report. Safety first: sweeps delete only inside the
+//! registered lanes of `.red/tmp/`, never follow symlinks, and never act on a transient
+//! tracker failure.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::config::Config;
+use crate::git::Git;
+use crate::layout::Layout;
+use crate::tracker::Tracker;
+
+/// What every sweep gets.
+pub struct SweepCtx<'a> {
+    pub layout: &'a Layout,
+    pub config: &'a Config,
+    pub tracker: &'a dyn Tracker,
+    pub git: &'a Git,
+    /// Decide and report, change nothing.
+    pub dry_run: bool,
+}
+
+/// The sweeps, in boot-suite order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SweepName {
+    Orphans,
+    AttemptCap,
+    Branches,
+    DocsSweep,
+    Unblock,
+    Stragglers,
+}
+
+impl SweepName {
+    pub const ALL: [SweepName; 6] = [
+        SweepName::Orphans,
+        SweepName::AttemptCap,
+        SweepName::Branches,
+        SweepName::DocsSweep,
+        SweepName::Unblock,
+        SweepName::Stragglers,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepName::Orphans => "orphans",
+            SweepName::AttemptCap => "attempt-cap",
+            SweepName::Branches => "branches",
+            SweepName::DocsSweep => "docs-sweep",
+            SweepName::Unblock => "unblock",
+            SweepName::Stragglers => "stragglers",
+        }
+    }
+
+    /// Parses `--only a,b`: names separated by commas, in any order; result in suite order.
+    pub fn parse_list(s: &str) -> Result<Vec<SweepName>, String> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let n: SweepName = part.parse()?;
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        if out.is_empty() {
+            return Err("no sweep named".into());
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+impl FromStr for SweepName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        SweepName::ALL
+            .into_iter()
+            .find(|n| n.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = SweepName::ALL.iter().map(|n| n.as_str()).collect();
+                format!(
+                    "unknown sweep {s:?} (expected one of: {})",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for SweepName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_list_orders_and_rejects() {
+        assert_eq!(
+            SweepName::parse_list("attempt-cap, orphans,orphans").unwrap(),
+            vec![SweepName::Orphans, SweepName::AttemptCap]
+        );
+        assert!(
+            SweepName::parse_list("orphan")
+                .unwrap_err()
+                .contains("unknown sweep \"orphan\"")
+        );
+        assert!(SweepName::parse_list(" , ").is_err());
+    }
+}

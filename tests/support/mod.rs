@@ -1,0 +1,149 @@
+//! Shared test scaffolding: an isolated environment (HOME, git identity and config) and
+//! real git repositories with a local bare `origin`. Include with `mod support;`.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A temp dir with its own HOME and git config, so no test depends on the machine.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub gitconfig: PathBuf,
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        let gitconfig = home.join(".gitconfig");
+        std::fs::write(
+            &gitconfig,
+            "[user]\n\tname = AFK Test\n\temail = afk-test@example.invalid\n\
+             [init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n\
+             [commit]\n\tgpgsign = false\n[protocol \"file\"]\n\tallow = always\n",
+        )
+        .expect("gitconfig");
+        TestEnv {
+            dir,
+            home,
+            gitconfig,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The variables every child process of a test gets.
+    pub fn vars(&self) -> Vec<(OsString, OsString)> {
+        vec![
+            ("HOME".into(), self.home.clone().into()),
+            ("GIT_CONFIG_GLOBAL".into(), self.gitconfig.clone().into()),
+            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+            ("GH_PROMPT_DISABLED".into(), "1".into()),
+            ("NO_COLOR".into(), "1".into()),
+        ]
+    }
+
+    /// A command with the isolated environment applied and every inherited `RED_AFK_*`
+    /// variable removed.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("RED_AFK_")
+                || k.to_string_lossy().starts_with("GIT_")
+            {
+                c.env_remove(k);
+            }
+        }
+        c.envs(self.vars());
+        c
+    }
+
+    /// Runs git in `dir` and panics with its stderr on failure.
+    pub fn git(&self, dir: &Path, args: &[&str]) -> String {
+        let out = self.git_output(dir, args);
+        assert!(
+            out.status.success(),
+            "git {args:?} in {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn git_output(&self, dir: &Path, args: &[&str]) -> Output {
+        self.command("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .expect("run git")
+    }
+
+    /// A work repo at `<tmp>/repo` with one commit on `main`, cloned from a bare
+    /// `<tmp>/origin.git`, so `origin/main` exists.
+    pub fn repo_with_origin(&self) -> Repo {
+        let origin = self.path().join("origin.git");
+        let seed = self.path().join("seed");
+        let repo = self.path().join("repo");
+        self.git(
+            self.path(),
+            &[
+                "init",
+                "-q",
+                "--bare",
+                "-b",
+                "main",
+                origin.to_str().unwrap(),
+            ],
+        );
+        self.git(
+            self.path(),
+            &["init", "-q", "-b", "main", seed.to_str().unwrap()],
+        );
+        std::fs::write(seed.join("README.md"), "seed\n").unwrap();
+        self.git(&seed, &["add", "README.md"]);
+        self.git(&seed, &["commit", "-q", "-m", "seed"]);
+        self.git(&seed, &["push", "-q", origin.to_str().unwrap(), "main"]);
+        self.git(
+            self.path(),
+            &[
+                "clone",
+                "-q",
+                origin.to_str().unwrap(),
+                repo.to_str().unwrap(),
+            ],
+        );
+        Repo { path: repo, origin }
+    }
+
+    /// The built binary under test, run with the isolated environment.
+    pub fn bin(&self) -> Command {
+        self.command(env!("CARGO_BIN_EXE_afk-supervisor"))
+    }
+}
+
+pub struct Repo {
+    pub path: PathBuf,
+    pub origin: PathBuf,
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
