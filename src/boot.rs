@@ -4,7 +4,7 @@
 //! `afk-supervisor sweep` calls it for a solo run. A halt (docs sweep or probe) means no
 //! worker may start; a failure is logged and the fleet starts anyway.
 
-use crate::sweeps::{SweepCtx, SweepName};
+use crate::sweeps::{Decision, SweepCtx, SweepName};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct OrphanCounts {
@@ -63,6 +63,8 @@ pub struct BootReport {
     pub docs: DocsCounts,
     pub unblocked: usize,
     pub stragglers: StragglerCounts,
+    /// Every decision, in the order made.
+    pub decisions: Vec<Decision>,
 }
 
 impl BootReport {

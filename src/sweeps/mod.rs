@@ -21,8 +21,24 @@ pub struct SweepCtx<'a> {
     pub dry_run: bool,
 }
 
+/// One decision a sweep made about one subject (a path, a branch, an issue), for
+/// `--dry-run` listings and `--json`. Real runs record the same decisions they acted on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Decision {
+    pub sweep: SweepName,
+    /// What was judged: a path relative to the repo, a branch name, or `#N`.
+    pub subject: String,
+    pub issue: Option<u64>,
+    /// The tracker state or label the verdict rests on, when there is one.
+    pub state: Option<String>,
+    /// e.g. `remove`, `keep`, `restore`, `reap`, `spare`, `promote`.
+    pub verdict: String,
+    pub reason: String,
+}
+
 /// The sweeps, in boot-suite order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum SweepName {
     Orphans,
     AttemptCap,
