@@ -10,13 +10,18 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod run;
+mod scale;
 mod show_config;
+mod status;
+mod stop;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "afk-supervisor",
     version,
-    about = "Supervise a fleet of AFK coding-agent workers"
+    about = "Supervise a fleet of AFK coding-agent workers",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -28,6 +33,9 @@ pub struct Cli {
     /// Issue tracker backend: auto, gh or local.
     #[arg(long, global = true, value_name = "KIND")]
     pub tracker: Option<TrackerKind>,
+    /// With no subcommand, `afk-supervisor --workers N` runs the fleet (same as `run`).
+    #[command(flatten)]
+    pub run: run::RunArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -36,6 +44,14 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Run the fleet in the foreground (the default when no subcommand is given).
+    Run(run::RunArgs),
+    /// Show the running fleet: one row per slot, then the fleet totals.
+    Status(status::StatusArgs),
+    /// Change the running fleet's target size.
+    Scale(scale::ScaleArgs),
+    /// Stop the running fleet and wait until every worker is gone.
+    Stop(stop::StopArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -97,7 +113,11 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     };
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
-        None => Err(Failure::usage("no subcommand given; see --help")),
+        Some(Command::Run(args)) => run::run(&ctx, &args),
+        Some(Command::Status(args)) => status::run(&ctx, &args),
+        Some(Command::Scale(args)) => scale::run(&ctx, &args),
+        Some(Command::Stop(args)) => stop::run(&ctx, &args),
+        None => run::run(&ctx, &cli.run),
     }
 }
 
