@@ -20,8 +20,7 @@ mod stop;
 #[command(
     name = "afk-supervisor",
     version,
-    about = "Supervise a fleet of AFK coding-agent workers",
-    args_conflicts_with_subcommands = true
+    about = "Supervise a fleet of AFK coding-agent workers"
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -111,7 +110,14 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         config_file: cli.config,
         tracker: cli.tracker,
     };
+    let top_run_args = cli.run.workers.is_some();
     match cli.command {
+        Some(Command::Run(args)) if top_run_args && args.workers.is_none() => {
+            run::run(&ctx, &cli.run)
+        }
+        Some(_) if top_run_args => Err(Failure::usage(
+            "--workers belongs to `run` (or to no subcommand at all)",
+        )),
         Some(Command::Config) => show_config::run(&ctx),
         Some(Command::Run(args)) => run::run(&ctx, &args),
         Some(Command::Status(args)) => status::run(&ctx, &args),

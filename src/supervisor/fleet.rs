@@ -86,6 +86,8 @@ pub struct Fleet {
     /// Own workers whose watcher thread could not start: checked every tick instead.
     unwatched: Vec<(i32, u64)>,
     next_tick: Instant,
+    /// Something was logged (every transition is) since the last heartbeat.
+    dirty: bool,
 }
 
 impl Fleet {
@@ -127,11 +129,22 @@ impl Fleet {
             last_progress_epoch: now_epoch(),
             stopping: None,
             unwatched: Vec::new(),
+            dirty: true,
         }
     }
 
     pub fn log(&mut self, ev: Event) {
+        if ev.kind != kind::TICK {
+            self.dirty = true;
+        }
         self.journal.write(ev);
+    }
+
+    /// Writes the heartbeat if a transition happened since the last one.
+    pub fn heartbeat_if_changed(&mut self, now: Instant) {
+        if self.dirty {
+            self.heartbeat(now);
+        }
     }
 
     pub fn stopping(&self) -> Option<Stopping> {
@@ -426,6 +439,7 @@ impl Fleet {
                         format!("ready-for-agent check works again: {n} open"),
                     ));
                 }
+                self.dirty |= self.ready != Some(n);
                 self.ready = Some(n);
                 let idle: Vec<usize> = self
                     .slots
@@ -610,6 +624,7 @@ impl Fleet {
         self.reap_orphans();
         let snap = self.snapshot(now);
         self.write_state(&snap);
+        self.dirty = false;
         let counts = TickCounts {
             slots: snap.slots.total,
             respawned: self.tick_respawns,
@@ -885,6 +900,7 @@ impl Fleet {
 
     /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
     pub fn heartbeat(&mut self, now: Instant) {
+        self.dirty = false;
         let snap = self.snapshot(now);
         self.write_state(&snap);
     }

@@ -164,12 +164,12 @@ fn event_loop(fleet: &mut Fleet, rx: &Receiver<Msg>) -> i32 {
                     handle(fleet, msg);
                 }
                 fleet.service(Instant::now());
-                fleet.heartbeat(Instant::now());
             }
             Err(RecvTimeoutError::Timeout) => fleet.service(Instant::now()),
             // Every sender lives in this process; all gone cannot happen while we loop.
             Err(RecvTimeoutError::Disconnected) => return exit::FAILED,
         }
+        fleet.heartbeat_if_changed(Instant::now());
         if let Some(stop) = fleet.stopping() {
             if fleet.stop_complete() {
                 return stop.code;
