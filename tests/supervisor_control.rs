@@ -30,7 +30,9 @@ fn stop_command_leaves_nothing_alive_and_no_zombie() {
     let sup = f.start(&["--workers", "2"]);
     f.wait_workers(2);
     let orphan_file = f.file("orphan-0");
-    assert!(wait_until(WAIT, || !fleet::read(&orphan_file).trim().is_empty()));
+    assert!(wait_until(WAIT, || !fleet::read(&orphan_file)
+        .trim()
+        .is_empty()));
     let orphan: i32 = fleet::read(&orphan_file).trim().parse().unwrap();
     // The supervisor is a subreaper: the orphan is its child now.
     assert!(wait_until(WAIT, || {
@@ -63,11 +65,20 @@ fn stop_command_leaves_nothing_alive_and_no_zombie() {
     assert!(!afk_supervisor::layout::start_file(&f.layout.supervisor_pid()).exists());
     assert!(!f.layout.supervisor_stop().exists());
     let stops = f.events_of("supervisor.stop");
-    assert!(stops.last().unwrap().msg.contains("fleet stopped (exit 143)"));
+    assert!(
+        stops
+            .last()
+            .unwrap()
+            .msg
+            .contains("fleet stopped (exit 143)")
+    );
     // Nothing is running now.
     let out = f.run_cmd(&["stop"]);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no fleet running");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "no fleet running"
+    );
     let out = f.run_cmd(&["status"]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no supervisor running"));
@@ -81,7 +92,11 @@ fn sigint_and_sighup_stop_the_fleet_with_their_exit_codes() {
         f.wait_workers(1);
         kill(sup, sig);
         assert_eq!(f.wait_exit().code(), Some(code));
-        assert!(f.tagged().is_empty(), "{sig}: still alive: {:?}", f.tagged());
+        assert!(
+            f.tagged().is_empty(),
+            "{sig}: still alive: {:?}",
+            f.tagged()
+        );
         assert!(!f.layout.supervisor_pid().exists());
     }
 }
@@ -113,7 +128,10 @@ fn status_shows_every_slot_and_the_fleet() {
     let out = f.run_cmd(&["status"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with(&format!("supervisor pid={sup} heartbeat ")), "{text}");
+    assert!(
+        text.starts_with(&format!("supervisor pid={sup} heartbeat ")),
+        "{text}"
+    );
     assert!(text.contains("fleet: target=2 live=2 parked=0"), "{text}");
     for (i, p) in pids.iter().enumerate() {
         assert!(
@@ -145,7 +163,9 @@ fn scale_up_then_drain_down_then_hard_kill_down() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        format!("directive applied (supervisor pid={sup}, target=3, shrink-mode=drain-then-retire)")
+        format!(
+            "directive applied (supervisor pid={sup}, target=3, shrink-mode=drain-then-retire)"
+        )
     );
     let three = f.wait_workers(3);
 
@@ -250,20 +270,26 @@ fn corrupt_pid_state_and_resize_files_are_reported_and_survived() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pid file corrupt"));
     let out = f.run_cmd(&["stop"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no fleet running");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "no fleet running"
+    );
 
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
     let errors = f.events_of("supervisor.error");
     assert!(
-        errors.iter().any(|e| e.msg.contains("previous pid file corrupt")),
+        errors
+            .iter()
+            .any(|e| e.msg.contains("previous pid file corrupt")),
         "{}",
         f.dump()
     );
     assert!(
         errors
             .iter()
-            .any(|e| e.msg.contains("state.toon: not a valid state file") && e.msg.contains("no worker adopted")),
+            .any(|e| e.msg.contains("state.toon: not a valid state file")
+                && e.msg.contains("no worker adopted")),
         "{}",
         f.dump()
     );
@@ -272,7 +298,11 @@ fn corrupt_pid_state_and_resize_files_are_reported_and_survived() {
     // A corrupt directive is reported once and ignored; a valid one then applies.
     fs::write(f.layout.resize_file(), "target: lots\n").unwrap();
     let err = f.wait_events("supervisor.error", errors.len() + 1);
-    assert!(err.last().unwrap().msg.contains("resize.toon"), "{}", f.dump());
+    assert!(
+        err.last().unwrap().msg.contains("resize.toon"),
+        "{}",
+        f.dump()
+    );
     assert!(err.last().unwrap().msg.contains("target stays 1"));
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 2);

@@ -119,7 +119,9 @@ wait
     );
     let reparked = f.wait_events("circuit.re-parked", 1);
     assert!(
-        reparked[0].msg.starts_with("circuit re-parked: slot 0 probe died after 0s, next probe in 2s (step=1)"),
+        reparked[0].msg.starts_with(
+            "circuit re-parked: slot 0 probe died after 0s, next probe in 2s (step=1)"
+        ),
         "{}",
         reparked[0].msg
     );
@@ -183,7 +185,11 @@ fn a_worker_without_progress_is_flagged_then_killed_and_respawned() {
     f.start(&["--workers", "1"]);
     let first = f.wait_workers(1)[0];
     let stalled = f.wait_events("slot.stalled", 1);
-    assert!(stalled[0].msg.contains("stalled: no progress for"), "{}", stalled[0].msg);
+    assert!(
+        stalled[0].msg.contains("stalled: no progress for"),
+        "{}",
+        stalled[0].msg
+    );
     let killed = f.wait_events("slot.stall-kill", 1);
     assert_eq!(killed[0].pid, Some(i64::from(first)));
     assert!(wait_until(WAIT, || {

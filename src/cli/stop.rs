@@ -23,9 +23,7 @@ pub struct StopArgs {
 pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
     let t = &config.timing;
-    let timeout = args
-        .timeout
-        .unwrap_or(t.stop_grace_s + t.tick_s + 15);
+    let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);
     let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)
         .map_err(|e| Failure::failed(e.to_string()))?;
     match outcome {

@@ -188,8 +188,16 @@ pub fn render_status(r: &StatusReport) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScaleOutcome {
-    Applied { pid: i32, target: usize, mode: ShrinkMode },
-    Pending { pid: i32, target: usize, mode: ShrinkMode },
+    Applied {
+        pid: i32,
+        target: usize,
+        mode: ShrinkMode,
+    },
+    Pending {
+        pid: i32,
+        target: usize,
+        mode: ShrinkMode,
+    },
 }
 
 impl std::fmt::Display for ScaleOutcome {
@@ -250,8 +258,12 @@ pub enum StopOutcome {
     },
     NothingRunning,
     /// No supervisor, but workers recorded in `state.toon` are still live.
-    OrphanWorkers { live: usize },
-    TimedOut { pid: i32 },
+    OrphanWorkers {
+        live: usize,
+    },
+    TimedOut {
+        pid: i32,
+    },
 }
 
 /// Stops the fleet: the stop file and SIGTERM, then waits; `force` SIGKILLs the supervisor

@@ -33,11 +33,11 @@ impl Journal {
             }
             eprintln!("{line}: {}", ev.msg);
         }
-        if let Err(e) = self.log.append(&ev) {
-            if !self.failed {
-                eprintln!("afk-supervisor: event log: {e}");
-                self.failed = true;
-            }
+        if let Err(e) = self.log.append(&ev)
+            && !self.failed
+        {
+            eprintln!("afk-supervisor: event log: {e}");
+            self.failed = true;
         }
     }
 }

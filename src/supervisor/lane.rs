@@ -34,8 +34,7 @@ impl Lane {
     pub fn acquire(layout: &Layout) -> Result<(Lane, Vec<String>), LaneError> {
         let lock_path = layout.supervisor_lock();
         let io_err = |path: PathBuf| move |source| LaneError::Io { path, source };
-        fs::create_dir_all(layout.supervisor_lane())
-            .map_err(io_err(layout.supervisor_lane()))?;
+        fs::create_dir_all(layout.supervisor_lane()).map_err(io_err(layout.supervisor_lane()))?;
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -119,7 +118,11 @@ mod tests {
         fs::write(layout.supervisor_pid(), "garbage").unwrap();
         fs::write(layout.resize_file(), "target: 3\n").unwrap();
         let (lane, notes) = Lane::acquire(&layout).unwrap();
-        assert!(notes.iter().any(|n| n.contains("previous pid file corrupt")));
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("previous pid file corrupt"))
+        );
         assert!(!layout.resize_file().exists());
         let me = std::process::id() as i32;
         assert_eq!(running_supervisor(&layout), Ok((me, lane.start)));

@@ -91,7 +91,10 @@ mod tests {
     fn parses_session_and_group() {
         let line = "42 (a b) c)) S 1 40 39 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1 1";
         let p = parse_stat(42, line).unwrap();
-        assert_eq!((p.state, p.ppid, p.pgid, p.sid, p.start), ('S', 1, 40, 39, 777));
+        assert_eq!(
+            (p.state, p.ppid, p.pgid, p.sid, p.start),
+            ('S', 1, 40, 39, 777)
+        );
         assert!(parse_stat(1, "garbage").is_none());
     }
 
@@ -106,7 +109,10 @@ mod tests {
 
     #[test]
     fn pidfd_of_a_running_child() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         assert!(pidfd_open(child.id() as i32).is_some());
         child.kill().unwrap();
         child.wait().unwrap();

@@ -193,7 +193,11 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         watch_child(s.pid, move |k| tx.send(k).unwrap()).unwrap();
         rx.recv_timeout(Duration::from_secs(20)).unwrap();
-        let gc: i32 = std::fs::read_to_string(&gc).unwrap().trim().parse().unwrap();
+        let gc: i32 = std::fs::read_to_string(&gc)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         assert!(procs::read(gc).is_some_and(|p| !p.is_zombie()));
         let mut r = Reaper::new(Duration::from_secs(30));
         r.terminate(s.pid, true, true, Instant::now());

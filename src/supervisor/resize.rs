@@ -129,6 +129,9 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(matches!(read(&p), Found::Directive(Resize { target: 4, .. })));
+        assert!(matches!(
+            read(&p),
+            Found::Directive(Resize { target: 4, .. })
+        ));
     }
 }

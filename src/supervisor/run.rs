@@ -61,7 +61,9 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         let file = config
             .file
             .as_ref()
-            .map_or("<repo>/.red/afk-supervisor.toml".into(), |p| p.display().to_string());
+            .map_or("<repo>/.red/afk-supervisor.toml".into(), |p| {
+                p.display().to_string()
+            });
         Failure::config(format!(
             "{file}: worker.command is not set; there is no built-in worker yet, so set \
              worker.command (an argv array) under [worker]"
@@ -77,8 +79,8 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         LaneError::Busy { .. } => Failure::failed(e.to_string()),
         LaneError::Io { .. } => Failure::failed(e.to_string()),
     })?;
-    let mut journal = Journal::open(&layout.event_log(), true)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let mut journal =
+        Journal::open(&layout.event_log(), true).map_err(|e| Failure::failed(e.to_string()))?;
     if let Err(e) = spawn::become_subreaper() {
         journal.write(Event::now(
             kind::ERROR,
@@ -101,7 +103,10 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
 
     let tracker = open_tracker(&config, layout);
     if let Err(e) = &tracker {
-        journal.write(Event::now(kind::TRACKER_ERROR, format!("tracker unavailable: {e}")));
+        journal.write(Event::now(
+            kind::TRACKER_ERROR,
+            format!("tracker unavailable: {e}"),
+        ));
     }
 
     // Boot suite: exactly once in this supervisor's life, before anything is spawned.
@@ -109,7 +114,10 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
     let boot = match boot {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
-            journal.write(Event::now(kind::STOP, "stopped by signal during the boot sweeps"));
+            journal.write(Event::now(
+                kind::STOP,
+                "stopped by signal during the boot sweeps",
+            ));
             let _ = lane.release();
             return Ok(code);
         }
@@ -123,7 +131,11 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         return Ok(exit::BOOT_HALTED);
     }
 
-    let queue_tx = start_queue_thread(tracker.as_ref().ok().cloned(), tx.clone(), tracker.as_ref().err().cloned());
+    let queue_tx = start_queue_thread(
+        tracker.as_ref().ok().cloned(),
+        tx.clone(),
+        tracker.as_ref().err().cloned(),
+    );
     let (adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
     let mut fleet = Fleet::new(
         layout.clone(),
@@ -254,7 +266,9 @@ fn run_boot(
         let _ = tx2.send(Msg::Boot(boot::run_suite(&ctx, &SweepName::ALL)));
     });
     if let Err(e) = spawned {
-        return BootWait::Done(Err(BootError::Failed(format!("cannot start the boot thread: {e}"))));
+        return BootWait::Done(Err(BootError::Failed(format!(
+            "cannot start the boot thread: {e}"
+        ))));
     }
     loop {
         match rx.recv() {
@@ -334,10 +348,7 @@ fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>,
         Ok(Some(s)) => s,
         Ok(None) => return (Vec::new(), 0, false),
         Err(e) => {
-            journal.write(Event::now(
-                kind::ERROR,
-                format!("{e}; no worker adopted"),
-            ));
+            journal.write(Event::now(kind::ERROR, format!("{e}; no worker adopted")));
             return (Vec::new(), 0, false);
         }
     };
@@ -346,11 +357,18 @@ fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>,
     let mut dead = 0;
     for sp in &state.slot_pids {
         let live = sp.pid != me && pidfile::judge_pid(sp.pid, Some(sp.start)).is_live();
-        if !live || adoptees.iter().any(|a| a.slot == sp.slot || a.pid == sp.pid) {
+        if !live
+            || adoptees
+                .iter()
+                .any(|a| a.slot == sp.slot || a.pid == sp.pid)
+        {
             dead += 1;
             continue;
         }
-        let detail = state.slot_detail.iter().find(|d| d.slot == sp.slot && d.pid == Some(sp.pid));
+        let detail = state
+            .slot_detail
+            .iter()
+            .find(|d| d.slot == sp.slot && d.pid == Some(sp.pid));
         adoptees.push(Adoptee {
             slot: sp.slot,
             pid: sp.pid,

@@ -39,7 +39,9 @@ pub enum Phase {
     Running(Worker),
     /// Exited 0; waits until the tracker shows work. `confirmed` once a queue check saw it
     /// empty (until then the idling is provisional and not logged).
-    Idle { confirmed: bool },
+    Idle {
+        confirmed: bool,
+    },
     /// Exit 78: never retried.
     Fatal,
     /// The circuit is open: waits for its half-open probe.
@@ -98,7 +100,9 @@ impl Slot {
         match &self.phase {
             Phase::Running(_) if self.retiring => "retiring",
             Phase::Running(w) if w.stalled => "stalled",
-            Phase::Running(_) if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) => {
+            Phase::Running(_)
+                if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) =>
+            {
                 "half-open"
             }
             Phase::Running(_) => "running",

@@ -121,7 +121,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
             cmd.env_remove(k);
         }
     }
-    cmd.envs(spec.env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+    cmd.envs(
+        spec.env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));

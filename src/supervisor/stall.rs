@@ -173,12 +173,21 @@ mod tests {
         .unwrap();
         let t = liveness_time(&a.dir).unwrap();
         assert_eq!(epoch_secs(t), 1_893_456_010);
-        assert_eq!(progress_epoch(5, &dir.path().join("nolog"), Some(&a)), 1_893_456_010);
+        assert_eq!(
+            progress_epoch(5, &dir.path().join("nolog"), Some(&a)),
+            1_893_456_010
+        );
         // A log written after the record wins; the start wins over both when newer.
-        assert_eq!(progress_epoch(2_000_000_000, &dir.path().join("nolog"), Some(&a)), 2_000_000_000);
+        assert_eq!(
+            progress_epoch(2_000_000_000, &dir.path().join("nolog"), Some(&a)),
+            2_000_000_000
+        );
         // Garbage records fall back to the file's mtime.
         fs::write(a.dir.join("liveness.toonl"), "junk\n").unwrap();
-        let mt = fs::metadata(a.dir.join("liveness.toonl")).unwrap().modified().unwrap();
+        let mt = fs::metadata(a.dir.join("liveness.toonl"))
+            .unwrap()
+            .modified()
+            .unwrap();
         assert_eq!(liveness_time(&a.dir), Some(mt));
     }
 }

@@ -142,7 +142,10 @@ impl Fleet {
     }
 
     pub fn events_of(&self, kind: &str) -> Vec<Event> {
-        self.events().into_iter().filter(|e| e.kind == kind).collect()
+        self.events()
+            .into_iter()
+            .filter(|e| e.kind == kind)
+            .collect()
     }
 
     pub fn count(&self, kind: &str) -> usize {

@@ -30,7 +30,11 @@ use crate::toonl::Event;
 /// What the helper threads tell the loop.
 #[derive(Debug)]
 pub enum Msg {
-    Exited { pid: i32, start: u64, kind: ExitKind },
+    Exited {
+        pid: i32,
+        start: u64,
+        kind: ExitKind,
+    },
     Signal(i32),
     /// Open `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<u64, String>),
@@ -89,6 +93,10 @@ pub struct Fleet {
     /// Something was logged (every transition is) since the last heartbeat.
     dirty: bool,
 }
+
+mod scaling;
+mod stop;
+mod tick;
 
 impl Fleet {
     #[allow(clippy::too_many_arguments)]
@@ -370,7 +378,8 @@ impl Fleet {
         let Some(slot) = self.slots.get_mut(&idx) else {
             return;
         };
-        let Phase::Running(w) = std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false })
+        let Phase::Running(w) =
+            std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false })
         else {
             return;
         };
@@ -380,11 +389,7 @@ impl Fleet {
         self.log(
             Event::now(
                 kind::EXIT,
-                format!(
-                    "worker {} {exit} after {:.1}s",
-                    w.id,
-                    lived.as_secs_f64()
-                ),
+                format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
             )
             .slot(idx)
             .pid(pid),
@@ -450,8 +455,11 @@ impl Fleet {
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
                 for &idx in &idle[..wake] {
                     self.log(
-                        Event::now(kind::UNIDLE, format!("slot {idx} un-idled: ready-for-agent={n}"))
-                            .slot(idx),
+                        Event::now(
+                            kind::UNIDLE,
+                            format!("slot {idx} un-idled: ready-for-agent={n}"),
+                        )
+                        .slot(idx),
                     );
                     self.spawn_in(idx, now);
                 }
@@ -503,409 +511,5 @@ impl Fleet {
             .chain(self.unwatched.iter().map(|(p, _)| *p))
             .collect();
         self.reaper.reap_orphans(&keep);
-    }
-
-    // ---- stopping ----
-
-    /// Starts stopping the fleet; a second request kills what is left at once.
-    pub fn begin_stop(&mut self, code: i32, why: &str, now: Instant) {
-        if self.stopping.is_some() {
-            self.log(Event::now(
-                kind::STOP,
-                format!("{why} again: killing every remaining worker group now"),
-            ));
-            self.reaper.kill_all_now(now);
-            return;
-        }
-        let grace = Duration::from_secs(self.timing.stop_grace_s);
-        self.stopping = Some(Stopping {
-            code,
-            give_up_at: now + grace + Duration::from_secs(10),
-        });
-        let live: Vec<(i32, bool)> = self
-            .slots
-            .values_mut()
-            .filter_map(|s| s.worker_mut())
-            .map(|w| {
-                w.kill = Some(KillReason::Stop);
-                (w.pid, w.own_child)
-            })
-            .collect();
-        self.log(Event::now(
-            kind::STOP,
-            format!("stopping fleet ({why}): {} workers", live.len()),
-        ));
-        for (pid, own) in live {
-            self.reaper.terminate(pid, own, false, now);
-        }
-    }
-
-    /// Every worker ended and every group is empty.
-    pub fn stop_complete(&self) -> bool {
-        self.slots.values().all(|s| s.worker().is_none()) && self.reaper.is_empty()
-    }
-
-    /// What is still alive when giving up on a stop.
-    pub fn leftovers(&self) -> Vec<i32> {
-        self.slots
-            .values()
-            .filter_map(|s| s.worker().map(|w| w.pid))
-            .chain(self.reaper.leaders())
-            .collect()
-    }
-
-    // ---- timers ----
-
-    pub fn next_deadline(&self, now: Instant) -> Instant {
-        let mut d = self.next_tick;
-        for s in self.slots.values() {
-            if let Some(c) = s.circuit.next_deadline() {
-                d = d.min(c);
-            }
-        }
-        if let Some(r) = self.reaper.next_deadline(now) {
-            d = d.min(r);
-        }
-        if let Some(s) = self.stopping {
-            d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
-        }
-        d.max(now)
-    }
-
-    /// Runs whatever is due: group cleanup, circuit probes, the tick.
-    pub fn service(&mut self, now: Instant) {
-        self.reaper.poll(now);
-        if self.stopping.is_some() {
-            return;
-        }
-        self.circuits(now);
-        if now >= self.next_tick {
-            self.next_tick = now + Duration::from_secs(self.timing.tick_s);
-            self.tick(now);
-        }
-    }
-
-    fn circuits(&mut self, now: Instant) {
-        let idxs: Vec<usize> = self.slots.keys().copied().collect();
-        for idx in idxs {
-            let Some(slot) = self.slots.get_mut(&idx) else {
-                continue;
-            };
-            match slot.phase {
-                Phase::CircuitOpen if slot.circuit.probe_due(now) => {
-                    if let Some((backoff, step)) = slot.circuit.start_probe(now) {
-                        slot.phase = Phase::Idle { confirmed: true };
-                        let msg = texts::half_open(idx, backoff.as_secs(), step);
-                        self.log(Event::now(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
-                        self.spawn_in(idx, now);
-                    }
-                }
-                Phase::Running(_) => {
-                    if let Some(lived) = slot.circuit.check_probe(now) {
-                        let msg = texts::closed(idx, lived.as_secs());
-                        self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The tick: stop file, resize, queue, stalls, orphans, heartbeat and the tick line.
-    pub fn tick(&mut self, now: Instant) {
-        if self.layout.supervisor_stop().exists() {
-            self.begin_stop(0, "stop file", now);
-            return;
-        }
-        self.apply_resize(now);
-        self.request_queue();
-        self.check_stalls(now);
-        self.check_unwatched();
-        self.reap_orphans();
-        let snap = self.snapshot(now);
-        self.write_state(&snap);
-        self.dirty = false;
-        let counts = TickCounts {
-            slots: snap.slots.total,
-            respawned: self.tick_respawns,
-            deaths: self.tick_deaths,
-            parked: snap.slots.parked,
-            idle_parked: self.slots.values().filter(|s| s.is_idle()).count(),
-            ready: self.ready.unwrap_or(0),
-            busy: snap.slots.busy,
-            free: snap.slots.free,
-        };
-        self.tick_deaths = 0;
-        self.tick_respawns = 0;
-        self.log(Event::now(kind::TICK, texts::tick(&counts)));
-    }
-
-    fn check_unwatched(&mut self) {
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let mut ended = Vec::new();
-        self.unwatched.retain(|&(pid, start)| {
-            let kind = match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
-                Ok(WaitStatus::Exited(_, c)) => ExitKind::Code(c),
-                Ok(WaitStatus::Signaled(_, s, _)) => ExitKind::Signal(s as i32),
-                Ok(_) => return true,
-                Err(_) => ExitKind::Unknown,
-            };
-            ended.push((pid, start, kind));
-            false
-        });
-        let now = Instant::now();
-        for (pid, start, kind) in ended {
-            self.on_exit(pid, start, kind, now);
-        }
-    }
-
-    // ---- resize ----
-
-    /// Reads `resize.toon` and converges the slots on it. A corrupt directive is reported
-    /// once per distinct content and otherwise ignored.
-    pub fn apply_resize(&mut self, now: Instant) {
-        match resize::read(&self.layout.resize_file()) {
-            Found::None => self.resize_reported = None,
-            Found::Corrupt { raw, why } => {
-                if self.resize_reported.as_deref() != Some(raw.as_str()) {
-                    let msg = format!(
-                        "{}: {why}; directive ignored, target stays {}",
-                        self.layout.resize_file().display(),
-                        self.target
-                    );
-                    self.log(Event::now(kind::ERROR, msg));
-                    self.resize_reported = Some(raw);
-                }
-            }
-            Found::Directive(Resize {
-                target,
-                shrink_mode,
-                runner,
-            }) => {
-                self.resize_reported = None;
-                if let Some(r) = runner
-                    && r != self.runner
-                {
-                    self.log(Event::now(
-                        kind::RESIZE,
-                        format!("runner {} -> {r} for workers spawned from now on", self.runner),
-                    ));
-                    self.runner = r;
-                }
-                if (target, shrink_mode) != (self.target, self.shrink_mode) {
-                    self.log(Event::now(
-                        kind::RESIZE,
-                        format!(
-                            "resize: target {} -> {target} (shrink-mode={shrink_mode})",
-                            self.target
-                        ),
-                    ));
-                }
-                self.reconcile(target, shrink_mode, now);
-            }
-        }
-    }
-
-    /// Converges on `target`: slots below it exist (a retiring one is kept instead of a new
-    /// spawn), slots at or above it drain or are killed.
-    fn reconcile(&mut self, target: usize, mode: ShrinkMode, now: Instant) {
-        self.target = target;
-        self.shrink_mode = mode;
-        for idx in self.slots.keys().copied().filter(|i| *i >= target).collect::<Vec<_>>() {
-            self.shrink_slot(idx, mode, now);
-        }
-        for idx in 0..target {
-            match self.slots.get_mut(&idx) {
-                Some(s) if s.retiring && s.worker().is_some_and(|w| w.kill.is_none()) => {
-                    s.retiring = false;
-                    let _ = remove_file_if_exists(&self.layout.retire_file(idx));
-                    self.log(
-                        Event::now(kind::UNRETIRE, format!("slot {idx} kept: within the target again"))
-                            .slot(idx),
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    self.slots.insert(idx, Slot::new(idx, self.params));
-                    self.spawn_in(idx, now);
-                }
-            }
-        }
-    }
-
-    fn shrink_slot(&mut self, idx: usize, mode: ShrinkMode, now: Instant) {
-        let retire_file = self.layout.retire_file(idx);
-        let Some(slot) = self.slots.get_mut(&idx) else {
-            return;
-        };
-        let was_retiring = slot.retiring;
-        slot.retiring = true;
-        let Some(w) = slot.worker_mut() else {
-            self.retire_slot(idx);
-            return;
-        };
-        if w.kill.is_some() {
-            return;
-        }
-        match mode {
-            ShrinkMode::HardKill => {
-                w.kill = Some(KillReason::Shrink);
-                let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                self.reaper.terminate(pid, own, false, now);
-                self.log(
-                    Event::now(kind::HARD_KILL, format!("slot {idx} surplus: stopping worker {id}"))
-                        .slot(idx)
-                        .pid(pid),
-                );
-            }
-            ShrinkMode::DrainThenRetire if !was_retiring => {
-                let (pid, id) = (w.pid, w.id.clone());
-                if let Err(e) = atomic_write(&retire_file, b"") {
-                    self.log(Event::now(kind::ERROR, format!("{}: {e}", retire_file.display())));
-                }
-                self.log(
-                    Event::now(
-                        kind::RETIRE,
-                        format!("slot {idx} surplus: worker {id} finishes its issue, then the slot retires"),
-                    )
-                    .slot(idx)
-                    .pid(pid),
-                );
-            }
-            ShrinkMode::DrainThenRetire => {}
-        }
-    }
-
-    fn retire_slot(&mut self, idx: usize) {
-        if self.slots.remove(&idx).is_some() {
-            let _ = remove_file_if_exists(&self.layout.retire_file(idx));
-            self.log(Event::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
-        }
-    }
-
-    // ---- stalls ----
-
-    fn check_stalls(&mut self, now: Instant) {
-        let now_e = now_epoch();
-        let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
-        let idxs: Vec<usize> = self.slots.keys().copied().collect();
-        for idx in idxs {
-            let Some(w) = self.slots.get_mut(&idx).and_then(Slot::worker_mut) else {
-                continue;
-            };
-            let attempt = stall::current_attempt(&self.layout, &w.id);
-            w.issue = attempt.as_ref().map(|a| a.issue);
-            w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref());
-            self.last_progress_epoch = self.last_progress_epoch.max(w.progress_epoch);
-            if w.kill.is_some() {
-                continue;
-            }
-            let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-            let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
-                stall::Verdict::Kill { idle_s } => {
-                    w.kill = Some(KillReason::Stall);
-                    self.reaper.terminate(pid, own, false, now);
-                    Event::now(
-                        kind::STALL_KILL,
-                        format!("worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group"),
-                    )
-                }
-                stall::Verdict::Stalled { idle_s } if !w.stalled => {
-                    w.stalled = true;
-                    Event::now(
-                        kind::STALLED,
-                        format!("worker {id} stalled: no progress for {idle_s}s"),
-                    )
-                }
-                stall::Verdict::Progressing if w.stalled => {
-                    w.stalled = false;
-                    Event::now(kind::PROGRESS, format!("worker {id} progressing again"))
-                }
-                _ => continue,
-            };
-            self.log(ev.slot(idx).pid(pid));
-        }
-    }
-
-    // ---- the heartbeat ----
-
-    pub fn snapshot(&mut self, now: Instant) -> StateFile {
-        let window = Duration::from_secs(self.timing.circuit_window_s);
-        for q in [&mut self.churn_deaths, &mut self.churn_respawns] {
-            while q
-                .front()
-                .is_some_and(|t| now.saturating_duration_since(*t) > window)
-            {
-                q.pop_front();
-            }
-        }
-        let busy = self.slots.values().filter(|s| s.worker().is_some()).count();
-        let parked = self.slots.values().filter(|s| s.is_parked()).count();
-        let total = self.slots.len();
-        let sys_now = SystemTime::now();
-        StateFile {
-            ts: now_rfc3339_millis(),
-            epoch: epoch_secs(sys_now),
-            pid: self.me.0,
-            pid_start_time: self.me.1,
-            target: self.target,
-            runner: self.runner.clone(),
-            shrink_mode: self.shrink_mode,
-            ready_for_agent: self.ready,
-            slots: SlotCounts {
-                busy,
-                free: total - busy - parked,
-                total,
-                parked,
-            },
-            slot_pids: self
-                .slots
-                .values()
-                .filter_map(|s| {
-                    s.worker().map(|w| SlotPid {
-                        slot: s.index,
-                        pid: w.pid,
-                        start: w.start,
-                    })
-                })
-                .collect(),
-            churn: Churn {
-                deaths: self.churn_deaths.len(),
-                respawns: self.churn_respawns.len(),
-                window_s: self.timing.circuit_window_s,
-            },
-            last_progress_epoch: self.last_progress_epoch,
-            slot_detail: self
-                .slots
-                .values()
-                .map(|s| SlotDetail {
-                    slot: s.index,
-                    state: s.state_word().to_string(),
-                    pid: s.worker().map(|w| w.pid),
-                    worker_id: s.worker().map(|w| w.id.clone()),
-                    started_epoch: s.worker().map(|w| w.started_epoch),
-                    restarts: s.restarts,
-                    issue: s.worker().and_then(|w| w.issue),
-                })
-                .collect(),
-        }
-    }
-
-    pub fn write_state(&mut self, snap: &StateFile) {
-        let path = self.layout.state_file();
-        if let Err(e) = state_file::write(&path, snap) {
-            self.log(Event::now(kind::ERROR, e.to_string()));
-        }
-    }
-
-    /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
-    pub fn heartbeat(&mut self, now: Instant) {
-        self.dirty = false;
-        let snap = self.snapshot(now);
-        self.write_state(&snap);
-    }
-
-    pub fn state_path(&self) -> PathBuf {
-        self.layout.state_file()
     }
 }
