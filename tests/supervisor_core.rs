@@ -30,7 +30,9 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
     for pid in &pids {
         let env_file = f.file(&format!("env-{pid}"));
         assert!(wait_until(WAIT, || env_file.exists()));
-        assert!(wait_until(WAIT, || fleet::read(&env_file).contains("TAG")));
+        assert!(wait_until(WAIT, || {
+            fleet::read(&env_file).contains("RED_AFK_WORKER_ID")
+        }));
         let text = fleet::read(&env_file);
         let slot = f
             .state()

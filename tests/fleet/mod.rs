@@ -185,12 +185,13 @@ impl Fleet {
         self.sup.as_ref().map_or(0, |c| c.id() as i32)
     }
 
-    /// Processes (not zombies) running the worker script, as `/proc` shows them now.
+    /// Workers (live group leaders running the worker script) as `/proc` shows them now.
+    /// Only leaders count: a worker's own forks carry its command line until they exec.
     pub fn live_script_processes(&self) -> usize {
         let script = self.script.display().to_string();
         procs::table()
             .into_iter()
-            .filter(|p| !p.is_zombie())
+            .filter(|p| !p.is_zombie() && p.pid == p.pgid)
             .filter(|p| {
                 fs::read(format!("/proc/{}/cmdline", p.pid))
                     .map(|c| String::from_utf8_lossy(&c).contains(&script))
