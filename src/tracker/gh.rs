@@ -96,7 +96,7 @@ impl GhTracker {
             env,
             stdin: None,
         };
-        let command = argv.to_string();
+        let command = render(&argv);
         match cmd::run(&argv, self.timeout, &opts) {
             Ok(out) if out.status.success() => Ok(out.stdout_str()),
             Ok(out) => {
@@ -139,11 +139,16 @@ impl GhTracker {
         serde_json::from_str(&stdout).map_err(|e| {
             TrackerError::new(
                 ErrorKind::Failed,
-                self.argv(args, true).to_string(),
+                render(&self.argv(args, true)),
                 format!("unexpected JSON from gh: {e}"),
             )
         })
     }
+}
+
+/// The argv as shown in errors, on one line (a multi-line `--body` is shown with `\n`).
+fn render(argv: &Argv) -> String {
+    argv.to_string().replace('\n', "\\n")
 }
 
 /// Joins stderr lines so an error stays one line wherever it is reported.
@@ -255,7 +260,7 @@ fn parse_state(argv: &Argv, s: &str) -> TrackerResult<IssueState> {
         "CLOSED" => Ok(IssueState::Closed),
         other => Err(TrackerError::new(
             ErrorKind::Failed,
-            argv.to_string(),
+            render(argv),
             format!("unexpected JSON from gh: unknown issue state {other:?}"),
         )),
     }
