@@ -229,11 +229,7 @@ fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
     fake.respond_next(1, 0, "[]", "");
     let e = t.view(1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Failed);
-    assert!(
-        e.detail
-            .starts_with("unexpected JSON from gh: "),
-        "{e}"
-    );
+    assert!(e.detail.starts_with("unexpected JSON from gh: "), "{e}");
 }
 
 #[test]

@@ -519,7 +519,7 @@ mod tests {
             t.argv(&["issue", "view", "3"], true).to_string(),
             "gh issue view 3"
         );
-        assert_eq!(t.identity().starts_with("github:"), true);
+        assert!(t.identity().starts_with("github:(remotes of "), "{}", t.identity());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //!
 //! `auto` uses GitHub only when both halves hold: `origin` is on github.com and `gh` is
 //! logged in. Anything else gets the embedded store, and the one-line reason says why, so
-//! an operator who expected GitHub sees at once what is missing.
+//! an operator who expected GitHub sees at once what is missing. The one exception: when
+//! `gh auth status` fails transiently (timeout, network), the choice is an error rather
+//! than a silent switch to an empty local store.
 
 use std::time::Duration;
 
@@ -89,6 +91,18 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
                 Ok(()) => Ok((
                     Backend::Gh(t),
                     format!("tracker: gh {repo} (origin is on GitHub and gh is logged in)"),
+                )),
+                // A timeout or network failure says nothing about the login. Falling back
+                // to an empty local store would make every GitHub issue look missing, so
+                // the choice is refused until gh can answer.
+                Err(e) if e.is_transient() => Err(TrackerError::new(
+                    e.kind,
+                    e.command,
+                    format!(
+                        "origin is on GitHub but gh could not say whether it is logged in \
+                         (retry, or pass --tracker gh|local): {}",
+                        e.detail
+                    ),
                 )),
                 Err(e) => {
                     let why = if e.detail.contains("cannot run") {
