@@ -310,6 +310,10 @@ impl Tracker for GhTracker {
     }
 
     fn list_all(&self, limit: usize) -> TrackerResult<Vec<IssueSummary>> {
+        if limit == 0 {
+            // gh refuses `--limit 0`; nothing asked for is nothing returned, as on `local`.
+            return Ok(Vec::new());
+        }
         let limit = limit.to_string();
         let args = [
             "issue",
@@ -374,6 +378,9 @@ impl Tracker for GhTracker {
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let limit = limit.to_string();
         let args = [
             "issue",
@@ -519,7 +526,11 @@ mod tests {
             t.argv(&["issue", "view", "3"], true).to_string(),
             "gh issue view 3"
         );
-        assert!(t.identity().starts_with("github:(remotes of "), "{}", t.identity());
+        assert!(
+            t.identity().starts_with("github:(remotes of "),
+            "{}",
+            t.identity()
+        );
     }
 
     #[test]

@@ -126,7 +126,10 @@ impl FakeGh {
         fs::create_dir_all(&bin).expect("fake-gh dir");
         let python = python3();
         let program = bin.join("gh");
-        fs::write(&program, format!("#!{}\n{SCRIPT}", python.display())).expect("write fake gh");
+        // `-SE`: no site packages, no PYTHON* variables: faster start, and the fake behaves
+        // the same on every machine.
+        fs::write(&program, format!("#!{} -SE\n{SCRIPT}", python.display()))
+            .expect("write fake gh");
         fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).expect("chmod fake gh");
         let fake = FakeGh { dir };
         for f in ["state.json", "calls.jsonl", "pids"] {
@@ -296,6 +299,11 @@ fn read_state(path: &Path) -> Value {
 
 /// The real interpreter behind `python3` on PATH (not a shim), for the fake's shebang.
 fn python3() -> PathBuf {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND.get_or_init(find_python3).clone()
+}
+
+fn find_python3() -> PathBuf {
     let out = Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
         .output()
