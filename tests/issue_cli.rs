@@ -418,3 +418,23 @@ fn which(program: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{program} not on PATH"))
 }
+
+#[test]
+fn auto_uses_gh_for_a_configured_tracker_repo_even_with_a_local_origin() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let fake = FakeGh::install(&env);
+    std::fs::create_dir_all(repo.path.join(".red")).unwrap();
+    std::fs::write(
+        repo.path.join(".red/afk-supervisor.toml"),
+        "[tracker]\nrepo = \"acme/widgets\"\n",
+    )
+    .unwrap();
+    let out = with_fake(&env, &fake, &repo.path, &["issue", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "tracker: gh acme/widgets (tracker.repo is set and gh is logged in)\n"
+    );
+    assert_eq!(fake.calls()[0], ["auth", "status"]);
+}

@@ -67,6 +67,22 @@ impl GhTracker {
         self.timeout
     }
 
+    /// Whether the program exists: a path is checked as is, a bare name on `PATH`.
+    pub fn program_found(&self) -> bool {
+        if self.program.components().count() > 1 {
+            return self.program.is_file();
+        }
+        let path = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        std::env::split_paths(&path).any(|d| d.join(&self.program).is_file())
+    }
+
     /// `gh auth status`: whether gh is logged in. Never takes `--repo` (gh rejects it there).
     pub fn auth_status(&self) -> TrackerResult<()> {
         self.run(&["auth", "status"], false).map(|_| ())

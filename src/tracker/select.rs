@@ -1,7 +1,7 @@
 //! Choosing the tracker backend (`--tracker auto|gh|local`, `tracker.kind`).
 //!
-//! `auto` uses GitHub only when both halves hold: `origin` is on github.com and `gh` is
-//! logged in. Anything else gets the embedded store, and the one-line reason says why, so
+//! `auto` uses GitHub only when both halves hold: the project is on github.com (`origin`
+//! points there, or `tracker.repo` names it) and `gh` is logged in. Anything else gets the embedded store, and the one-line reason says why, so
 //! an operator who expected GitHub sees at once what is missing. The one exception: when
 //! `gh auth status` fails transiently (timeout, network), the choice is an error rather
 //! than a silent switch to an empty local store.
@@ -78,19 +78,30 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
             Ok((Backend::Gh(gh(repo)), reason))
         }
         TrackerKind::Auto => {
-            if origin.is_none() {
-                return Ok((local(), "tracker: local (no origin remote)".into()));
-            }
             let github = from_origin.filter(|(host, _)| host == "github.com");
-            let Some((_, origin_repo)) = github else {
-                return Ok((local(), "tracker: local (origin is not on GitHub)".into()));
+            let (repo, because) = match (&config.tracker.repo, github) {
+                (Some(r), _) => (r.clone(), "tracker.repo is set"),
+                (None, Some((_, r))) => (r, "origin is on GitHub"),
+                (None, None) => {
+                    let why = if origin.is_none() {
+                        "no origin remote"
+                    } else {
+                        "origin is not on GitHub"
+                    };
+                    return Ok((local(), format!("tracker: local ({why})")));
+                }
             };
-            let repo = config.tracker.repo.clone().unwrap_or(origin_repo);
             let t = gh(Some(repo.clone()));
+            if !t.program_found() {
+                return Ok((
+                    local(),
+                    format!("tracker: local ({because} but gh is not installed)"),
+                ));
+            }
             match t.auth_status() {
                 Ok(()) => Ok((
                     Backend::Gh(t),
-                    format!("tracker: gh {repo} (origin is on GitHub and gh is logged in)"),
+                    format!("tracker: gh {repo} ({because} and gh is logged in)"),
                 )),
                 // A timeout or network failure says nothing about the login. Falling back
                 // to an empty local store would make every GitHub issue look missing, so
@@ -99,22 +110,18 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
                     e.kind,
                     e.command,
                     format!(
-                        "origin is on GitHub but gh could not say whether it is logged in \
+                        "{because} but gh could not say whether it is logged in \
                          (retry, or pass --tracker gh|local): {}",
                         e.detail
                     ),
                 )),
-                Err(e) => {
-                    let why = if e.detail.contains("cannot run") {
-                        "gh is not installed".to_string()
-                    } else {
-                        format!("`gh auth status` failed: {}", e.detail)
-                    };
-                    Ok((
-                        local(),
-                        format!("tracker: local (origin is on GitHub but {why})"),
-                    ))
-                }
+                Err(e) => Ok((
+                    local(),
+                    format!(
+                        "tracker: local ({because} but `gh auth status` failed: {})",
+                        e.detail
+                    ),
+                )),
             }
         }
     }
