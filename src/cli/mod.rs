@@ -10,6 +10,7 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod issue;
 mod run;
 mod scale;
 mod show_config;
@@ -51,6 +52,8 @@ pub enum Command {
     Scale(scale::ScaleArgs),
     /// Stop the running fleet and wait until every worker is gone.
     Stop(stop::StopArgs),
+    /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
+    Issue(issue::IssueArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -123,6 +126,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Status(args)) => status::run(&ctx, &args),
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
+        Some(Command::Issue(args)) => issue::run(&ctx, args),
         None => run::run(&ctx, &cli.run),
     }
 }

@@ -1,11 +1,14 @@
 //! `afk-supervisor run` (and the bare `afk-supervisor --workers N`).
 
+use std::sync::Arc;
+
 use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::Failure;
 use crate::supervisor::run::{self as sup_run, TrackerOpener};
+use crate::tracker::select;
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
@@ -22,6 +25,10 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
     sup_run::run(&ctx.layout, config, tracker_opener())
 }
 
+/// The configured backend (`tracker.kind`, `--tracker`), with the reason it was chosen.
 fn tracker_opener() -> TrackerOpener {
-    Box::new(|_config, _layout| Err("no tracker backend is built in yet".to_string()))
+    Box::new(|config, layout| {
+        let selected = select::open(config, layout).map_err(|e| e.to_string())?;
+        Ok((Arc::from(selected.tracker), selected.reason))
+    })
 }

@@ -38,9 +38,10 @@ pub struct Periodic {
     pub task: Box<dyn FnMut() -> Result<String, String> + Send>,
 }
 
-/// How the supervisor reaches the tracker (injected so tests and the CLI choose).
+/// How the supervisor reaches the tracker (injected so the CLI chooses): the backend and
+/// the one-line reason it was chosen.
 pub type TrackerOpener =
-    Box<dyn FnOnce(&Config, &Layout) -> Result<Arc<dyn Tracker>, String> + Send>;
+    Box<dyn FnOnce(&Config, &Layout) -> Result<(Arc<dyn Tracker>, String), String> + Send>;
 
 /// The hook for periodic work: the unblock belt (`crate::sweeps::unblock`, every
 /// `timing.unblock_interval_s`) plugs in here.
@@ -101,13 +102,19 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         journal.write(Event::now(kind::ERROR, n));
     }
 
-    let tracker = open_tracker(&config, layout);
-    if let Err(e) = &tracker {
-        journal.write(Event::now(
-            kind::TRACKER_ERROR,
-            format!("tracker unavailable: {e}"),
-        ));
-    }
+    let tracker = match open_tracker(&config, layout) {
+        Ok((t, reason)) => {
+            journal.write(Event::now(kind::TRACKER, reason));
+            Ok(t)
+        }
+        Err(e) => {
+            journal.write(Event::now(
+                kind::TRACKER_ERROR,
+                format!("tracker unavailable: {e}"),
+            ));
+            Err(e)
+        }
+    };
 
     // Boot suite: exactly once in this supervisor's life, before anything is spawned.
     let boot = run_boot(layout, &config, tracker.as_ref().ok(), &tx, &rx);

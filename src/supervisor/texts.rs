@@ -10,6 +10,7 @@ pub mod kind {
     pub const STOP: &str = "supervisor.stop";
     pub const ERROR: &str = "supervisor.error";
     pub const PERIODIC: &str = "supervisor.periodic";
+    pub const TRACKER: &str = "supervisor.tracker";
     pub const TRACKER_ERROR: &str = "tracker.error";
     pub const SPAWN: &str = "slot.spawn";
     pub const SPAWN_FAILED: &str = "slot.spawn-failed";
