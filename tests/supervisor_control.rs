@@ -102,6 +102,20 @@ fn sigint_and_sighup_stop_the_fleet_with_their_exit_codes() {
 }
 
 #[test]
+fn a_worker_ignoring_sigterm_is_killed_after_the_grace() {
+    // The ignored SIGTERM is inherited by the grandchild too.
+    let mut f = Fleet::new("trap '' TERM\nsleep 1000 &\nwait\n", FAST_TIMING);
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    let out = f.run_cmd(&["stop"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(f.wait_exit().code(), Some(143));
+    assert!(f.tagged().is_empty(), "still alive: {:?}", f.tagged());
+    let exit = f.events_of("slot.exit");
+    assert!(exit[0].msg.contains("killed by SIGKILL"), "{}", f.dump());
+}
+
+#[test]
 fn stop_force_kills_supervisor_and_recorded_workers() {
     let mut f = Fleet::new(FAMILY_WORKER, FAST_TIMING);
     let sup = f.start(&["--workers", "2"]);
@@ -122,7 +136,11 @@ fn stop_force_kills_supervisor_and_recorded_workers() {
 
 #[test]
 fn status_shows_every_slot_and_the_fleet() {
-    let mut f = Fleet::new(FAMILY_WORKER, FAST_TIMING);
+    // Slot 1's worker has an attempt dir for issue 17: status shows the issue.
+    let script = format!(
+        "if [ \"$RED_AFK_SLOT\" = 1 ]; then mkdir -p \"$PWD/.red/tmp/workers/$RED_AFK_WORKER_ID/17-a1\"; fi\n{FAMILY_WORKER}"
+    );
+    let mut f = Fleet::new(&script, FAST_TIMING);
     let sup = f.start(&["--workers", "2"]);
     let pids = f.wait_workers(2);
     let out = f.run_cmd(&["status"]);
@@ -150,6 +168,18 @@ fn status_shows_every_slot_and_the_fleet() {
     assert_eq!(v["slots"][0]["worker_id"], format!("sup-{sup}-slot-0-1"));
     assert_eq!(v["slots"][0]["restarts"], 0);
     assert!(v["slots"][0]["uptime_s"].is_u64());
+    assert!(v["slots"][0]["issue"].is_null());
+    assert!(wait_until(WAIT, || {
+        let out = f.run_cmd(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["slots"][1]["issue"] == 17
+    }));
+    let text = String::from_utf8_lossy(&f.run_cmd(&["status"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("1 ") && l.ends_with("#17")),
+        "{text}"
+    );
     assert!(v["supervisor"]["heartbeat_age_s"].is_u64());
 }
 

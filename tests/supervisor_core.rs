@@ -15,6 +15,7 @@ use support::wait_until;
 const RECORDING_WORKER: &str = r#"
 env | grep -E '^(RED_AFK_|AFK_TEST_TAG=)' | sort > "$AFK_TEST_DIR/env-$$"
 sleep 1000 &
+echo $! > "$AFK_TEST_DIR/gc-$$"
 wait
 "#;
 
@@ -58,6 +59,12 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
 
     // Kill one worker: it is respawned, and the live count never goes above the target.
     let victim = pids[0];
+    let gc_file = f.file(&format!("gc-{victim}"));
+    assert!(wait_until(WAIT, || !fleet::read(&gc_file)
+        .trim()
+        .is_empty()));
+    let grandchild: i32 = fleet::read(&gc_file).trim().parse().unwrap();
+    assert!(alive(grandchild));
     let before = f.count("slot.spawn");
     kill(victim, Signal::SIGKILL);
     let mut max_live = 0;
@@ -82,7 +89,11 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
     // The boot suite ran exactly once, respawns included.
     assert_eq!(f.count("supervisor.boot-sweep"), 1);
     // The victim's grandchild went with its group.
-    assert!(wait_until(WAIT, || f.live_script_processes() == 2));
+    assert!(
+        wait_until(WAIT, || !alive(grandchild)),
+        "grandchild survived"
+    );
+    assert_eq!(f.live_script_processes(), 2);
 }
 
 #[test]
