@@ -761,3 +761,99 @@ enum RestoreOutcome {
 fn live_claim(layout: &Layout, n: u64) -> Option<i32> {
     liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides).pid()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::{ErrorKind, IssueState, TrackerError};
+
+    fn open(labels: &[&str]) -> IssueFacts {
+        IssueFacts::Known {
+            state: IssueState::Open,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+        }
+    }
+
+    fn posted(p: Option<bool>) -> AttemptState {
+        AttemptState {
+            envelope: p.map(|posted| crate::attempt_state::Envelope {
+                posted: Some(posted),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn removes(f: &Fate) -> bool {
+        matches!(f, Fate::Remove(_))
+    }
+
+    const H: Duration = Duration::from_secs(3600);
+    const NO_CLAIM: fn() -> Option<i32> = || None;
+
+    #[test]
+    fn closed_and_other_states_remove() {
+        let closed = IssueFacts::Known {
+            state: IssueState::Closed,
+            labels: vec!["running".into(), "ready-for-human".into()],
+        };
+        assert!(removes(&fate(&closed, None, H, NO_CLAIM)));
+        assert!(removes(&fate(&open(&["ready-for-agent"]), None, H, NO_CLAIM)));
+        assert!(removes(&fate(&open(&[]), None, H, NO_CLAIM)));
+        assert!(removes(&fate(&IssueFacts::NotFound, None, H, NO_CLAIM)));
+    }
+
+    #[test]
+    fn ready_for_human_splits_on_the_envelope() {
+        let f = open(&["ready-for-human"]);
+        let cases = [
+            (Some(posted(Some(true))), TTL_HUMAN_POSTED),
+            (Some(posted(Some(false))), TTL_HUMAN_UNPOSTED),
+            (Some(posted(None)), TTL_HUMAN_UNPOSTED),
+            (None, TTL_HUMAN_UNPOSTED),
+        ];
+        for (state, ttl) in cases {
+            let s = state.as_ref();
+            assert!(!removes(&fate(&f, s, ttl - H, NO_CLAIM)));
+            assert!(!removes(&fate(&f, s, ttl, NO_CLAIM)));
+            assert!(removes(&fate(&f, s, ttl + H, NO_CLAIM)));
+        }
+    }
+
+    #[test]
+    fn running_restores_unless_the_claim_is_live() {
+        let f = open(&["running"]);
+        assert_eq!(fate(&f, None, H, NO_CLAIM), Fate::Restore);
+        let held = fate(&f, None, H, || Some(42));
+        assert!(removes(&held), "{held:?}");
+        // ready-for-human wins over running.
+        let both = open(&["running", "ready-for-human"]);
+        assert!(matches!(fate(&both, None, H, NO_CLAIM), Fate::Keep(_)));
+    }
+
+    #[test]
+    fn tracker_failure_falls_back_to_mtime() {
+        for kind in [ErrorKind::Transient, ErrorKind::Failed] {
+            let f = IssueFacts::Unavailable(TrackerError::new(kind, "gh issue list", "boom"));
+            let st = posted(Some(true));
+            let with = Some(&st);
+            assert!(!removes(&fate(&f, with, 7 * DAY - H, NO_CLAIM)));
+            assert!(removes(&fate(&f, with, 7 * DAY + H, NO_CLAIM)));
+            assert!(!removes(&fate(&f, None, DAY - H, NO_CLAIM)));
+            assert!(removes(&fate(&f, None, DAY + H, NO_CLAIM)));
+            // Never a restore, whatever the labels would have been.
+            let claim_asked = std::cell::Cell::new(false);
+            let _ = fate(&f, None, H, || {
+                claim_asked.set(true);
+                None
+            });
+            assert!(!claim_asked.get());
+        }
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(fmt_dur(Duration::from_secs(7)), "0h0m7s");
+        assert_eq!(fmt_dur(DAY + 2 * H + Duration::from_secs(61)), "1d2h1m");
+    }
+}
