@@ -798,7 +798,12 @@ mod tests {
             labels: vec!["running".into(), "ready-for-human".into()],
         };
         assert!(removes(&fate(&closed, None, H, NO_CLAIM)));
-        assert!(removes(&fate(&open(&["ready-for-agent"]), None, H, NO_CLAIM)));
+        assert!(removes(&fate(
+            &open(&["ready-for-agent"]),
+            None,
+            H,
+            NO_CLAIM
+        )));
         assert!(removes(&fate(&open(&[]), None, H, NO_CLAIM)));
         assert!(removes(&fate(&IssueFacts::NotFound, None, H, NO_CLAIM)));
     }

@@ -171,3 +171,123 @@ pub fn live_state_json(pid: i32) -> String {
         r#"{{"version":1,"worker_id":"w","pid":{pid},"pid_start_time":{start},"current":null}}"#
     )
 }
+
+/// A file-system node as a snapshot records it: enough to tell whether anything changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    Dir,
+    File(Vec<u8>),
+    Link(PathBuf),
+}
+
+/// Every path below `root` (relative), never following symlinks.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<PathBuf, Node> {
+    let mut out = std::collections::BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<PathBuf, Node>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            let ft = e.file_type().unwrap();
+            if ft.is_symlink() {
+                out.insert(rel, Node::Link(fs::read_link(&p).unwrap()));
+            } else if ft.is_dir() {
+                out.insert(rel, Node::Dir);
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, Node::File(fs::read(&p).unwrap()));
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+/// A decorator that records every tracker call made through it, then delegates to the real
+/// backend: counting calls on the local tracker, not a mock.
+pub struct Counting<'a> {
+    inner: &'a dyn afk_supervisor::tracker::Tracker,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl<'a> Counting<'a> {
+    pub fn new(inner: &'a dyn afk_supervisor::tracker::Tracker) -> Self {
+        Counting {
+            inner,
+            calls: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn count(&self, prefix: &str) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+
+    fn log(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+impl afk_supervisor::tracker::Tracker for Counting<'_> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+    fn list_all(
+        &self,
+        limit: usize,
+    ) -> afk_supervisor::tracker::TrackerResult<Vec<afk_supervisor::tracker::IssueSummary>> {
+        self.log(format!("list {limit}"));
+        self.inner.list_all(limit)
+    }
+    fn view(
+        &self,
+        n: u64,
+    ) -> afk_supervisor::tracker::TrackerResult<afk_supervisor::tracker::IssueView> {
+        self.log(format!("view {n}"));
+        self.inner.view(n)
+    }
+    fn edit_labels(
+        &self,
+        n: u64,
+        add: &[&str],
+        remove: &[&str],
+    ) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("edit {n} +{add:?} -{remove:?}"));
+        self.inner.edit_labels(n, add, remove)
+    }
+    fn comment(&self, n: u64, body: &str) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("comment {n} {body}"));
+        self.inner.comment(n, body)
+    }
+    fn list_open_with_label(
+        &self,
+        label: &str,
+        limit: usize,
+    ) -> afk_supervisor::tracker::TrackerResult<Vec<afk_supervisor::tracker::LabeledIssue>> {
+        self.log(format!("list-label {label}"));
+        self.inner.list_open_with_label(label, limit)
+    }
+    fn pr_create(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+    ) -> afk_supervisor::tracker::TrackerResult<String> {
+        self.log(format!("pr-create {head}"));
+        self.inner.pr_create(base, head, title, body)
+    }
+    fn pr_merge(&self, head: &str) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("pr-merge {head}"));
+        self.inner.pr_merge(head)
+    }
+}
