@@ -82,10 +82,10 @@ fn main() {
         let attempt = k as u64 / (issues + 5) + 1;
         let state = if k % 2 == 0 { &posted } else { &unposted };
         let age = Duration::from_secs((k as u64 * 7_919) % (20 * 86_400));
-        tree.attempt(
+        tree.bare_attempt(
             &worker_dirs[k % workers],
             &format!("{issue}-a{attempt}"),
-            Some(state),
+            state,
             age,
         );
     }

@@ -12,6 +12,7 @@ use crate::layout::Layout;
 
 mod issue;
 mod show_config;
+mod sweep;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,6 +40,8 @@ pub enum Command {
     Config,
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
+    /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
+    Sweep(sweep::SweepArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -101,6 +104,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         None => Err(Failure::usage("no subcommand given; see --help")),
     }
 }

@@ -131,6 +131,15 @@ impl Tree {
         dir
     }
 
+    /// An attempt dir holding only its state file (cheaper, for trees of thousands).
+    pub fn bare_attempt(&self, worker: &Path, name: &str, state: &str, age: Duration) -> PathBuf {
+        let dir = worker.join(name);
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("afk.state.json"), state).unwrap();
+        set_age(&dir, self.now, age);
+        dir
+    }
+
     pub fn claim(&self, n: u64, pid: Pid) -> PathBuf {
         let f = self.layout.claim_pid(n);
         fs::create_dir_all(f.parent().unwrap()).unwrap();
