@@ -198,7 +198,7 @@ fn two_thousand_dirs_of_three_hundred_issues_cost_one_list_plus_the_transitions(
     assert_eq!(count("issue comment"), 10);
     assert_eq!(v.len(), 1 + 2 * 10);
     // ready-for-human dirs (fresh, envelope not posted) stay; everything else went.
-    let is_human = |n: u64| n % 30 != 0 && n % 30 != 15 && n % 30 % 3 == 1;
+    let is_human = |n: u64| matches!(n % 30, k if k != 0 && k != 15 && k % 3 == 1);
     let human_dirs = (0..2000u64).filter(|k| is_human(k % 300 + 1)).count();
     assert_eq!(r.counts.kept, human_dirs);
     assert_eq!(r.counts.removed + r.counts.kept, 2000);
