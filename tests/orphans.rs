@@ -415,6 +415,11 @@ fn symlinks_are_never_walked_and_their_targets_survive() {
         tree.layout.worker_namespace("go-workers").join("wl"),
     )
     .unwrap();
+    // A symlinked claims/ whose target holds a dead claim.
+    let fake_claims = outside.path().join("claims");
+    fs::create_dir_all(fake_claims.join("5")).unwrap();
+    fs::write(fake_claims.join("5/pid"), format!("{}\n", dead_pid())).unwrap();
+    std::os::unix::fs::symlink(&fake_claims, tree.layout.claims()).unwrap();
     let a1 = tree.attempt(&w, &format!("{closed}-a1"), None, MIN);
     std::os::unix::fs::symlink(outside.path(), a1.join("out")).unwrap();
     set_age(&a1, tree.now, MIN);
@@ -438,6 +443,9 @@ fn symlinks_are_never_walked_and_their_targets_survive() {
             .join("wl")
             .is_symlink()
     );
+    assert!(tree.layout.claims().is_symlink());
+    assert!(fake_claims.join("5/pid").exists());
+    assert_eq!(r.counts.claims_released, 0);
 }
 
 #[test]

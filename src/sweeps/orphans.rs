@@ -577,6 +577,16 @@ impl Pass<'_> {
 
     fn claims(&mut self) -> Result<(), OrphanError> {
         let dir = self.layout.claims();
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            self.decide(
+                &dir,
+                None,
+                None,
+                Verdict::Skip,
+                "symlink in place of claims/: not walked",
+            );
+            return Ok(());
+        }
         let list = entries(&dir).map_err(|source| OrphanError::Read { path: dir, source })?;
         for e in list {
             let Some(n) = worker_tree::parse_issue_number(&e.name) else {
