@@ -127,28 +127,19 @@ impl Git {
         partial("local", &wanted, &present, cause)
     }
 
-    /// Deletes branches on `origin` with `git push origin --delete`, one call per
-    /// [`super::ARGV_BUDGET`] of names. Branches already gone count as deleted. When a push
-    /// fails, `origin` is listed once to learn what is left, and the survivors are retried
-    /// once (a remote may refuse a whole batch because one name in it vanished meanwhile);
-    /// whatever still stands is reported in a [`GitError::PartialDelete`].
+    /// Deletes branches on `origin` with one `git push --atomic origin --delete …` per
+    /// [`super::ARGV_BUDGET`] of names: one ref transaction on the remote, where ref-by-ref
+    /// deletion of thousands of packed refs rewrites the packed-refs file once per ref.
+    /// Branches already gone count as deleted. When the remote refuses the batch (a
+    /// protected branch, a hook, no atomic support), `origin` is listed once and the
+    /// survivors are deleted ref by ref, keeping whatever the remote accepts; whatever still
+    /// stands is reported in a [`GitError::PartialDelete`].
     pub fn delete_remote_branches(&self, branches: &[String]) -> GitResult<()> {
         let wanted = checked_unique(branches)?;
         if wanted.is_empty() {
             return Ok(());
         }
-        let push_all = |names: &[String]| -> Option<GitError> {
-            let mut first_err = None;
-            for chunk in chunks(names) {
-                let mut a = args(["push", "--quiet", "--delete", "--", REMOTE]);
-                a.extend(chunk.iter().map(|b| OsString::from(format!("{HEADS}{b}"))));
-                if let Err(e) = self.ok(a) {
-                    first_err.get_or_insert(e);
-                }
-            }
-            first_err
-        };
-        let Some(cause) = push_all(&wanted) else {
+        let Some(_refused) = self.push_deletes(&wanted, true) else {
             return Ok(());
         };
         let present = self.remote_branch_set()?;
@@ -160,15 +151,29 @@ impl Git {
         if left.is_empty() {
             return Ok(());
         }
-        if left.len() == wanted.len() {
-            // Nothing moved: no name was stale, so a retry would fail the same way.
-            return partial("remote", &wanted, &present, cause);
-        }
-        let Some(cause) = push_all(&left) else {
+        let Some(cause) = self.push_deletes(&left, false) else {
             return Ok(());
         };
         let present = self.remote_branch_set()?;
         partial("remote", &wanted, &present, cause)
+    }
+
+    /// Pushes deletions of `names` (full refnames, so a name missing on the remote is not
+    /// refused client-side); the first failure, if any.
+    fn push_deletes(&self, names: &[String], atomic: bool) -> Option<GitError> {
+        let mut first_err = None;
+        for chunk in chunks(names) {
+            let mut a = args(["push", "--quiet", "--delete"]);
+            if atomic {
+                a.push("--atomic".into());
+            }
+            a.extend(args(["--", REMOTE]));
+            a.extend(chunk.iter().map(|b| OsString::from(format!("{HEADS}{b}"))));
+            if let Err(e) = self.ok(a) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err
     }
 
     fn remote_branch_set(&self) -> GitResult<BTreeSet<String>> {

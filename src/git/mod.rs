@@ -29,7 +29,11 @@ pub const REMOTE: &str = "origin";
 /// Upper bound on the bytes of names passed in one git argv. Linux allows far more in total
 /// (`ARG_MAX`, usually 2 MiB shared with the environment), so this only splits lists of
 /// several thousand long names.
-pub const ARGV_BUDGET: usize = 96 * 1024;
+pub const ARGV_BUDGET: usize = 256 * 1024;
+
+/// Bytes counted per name on top of its length: the `refs/heads/` a refspec adds, the
+/// terminating NUL and the pointer in the argv array.
+const ARG_OVERHEAD: usize = 24;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -56,7 +60,7 @@ pub enum GitError {
     #[error(
         "{side} branch deletion left {} of {requested} in place ({}): {cause}",
         remaining.len(),
-        remaining.join(", ")
+        clip(remaining.join(", "), remaining.len(), "branches")
     )]
     PartialDelete {
         side: &'static str,
@@ -94,8 +98,28 @@ fn one_line(s: &str) -> String {
     if lines.is_empty() {
         "(no stderr)".into()
     } else {
-        lines.join(" | ")
+        clip(lines.join(" | "), lines.len(), "lines")
     }
+}
+
+/// Longest rendering of an argv or of stderr put in a message; a batch over thousands of
+/// branches would otherwise make a message of hundreds of kilobytes.
+const MESSAGE_MAX: usize = 600;
+
+/// The command as a message shows it, clipped after [`MESSAGE_MAX`] characters.
+fn short_argv(argv: &Argv) -> String {
+    clip(argv.to_string(), argv.args.len(), "args")
+}
+
+fn clip(s: String, parts: usize, what: &str) -> String {
+    if s.len() <= MESSAGE_MAX {
+        return s;
+    }
+    let mut end = MESSAGE_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} … ({} chars, {parts} {what} in all)", &s[..end], s.len())
 }
 
 pub type GitResult<T> = Result<T, GitError>;
@@ -122,7 +146,7 @@ impl Done {
 
     fn failed(&self) -> GitError {
         GitError::Failed {
-            argv: self.argv.to_string(),
+            argv: short_argv(&self.argv),
             code: self
                 .out
                 .status
@@ -134,7 +158,7 @@ impl Done {
 
     fn parse_err(&self, what: impl Into<String>) -> GitError {
         GitError::Parse {
-            argv: self.argv.to_string(),
+            argv: short_argv(&self.argv),
             what: what.into(),
         }
     }
@@ -326,7 +350,7 @@ fn chunks<T: AsRef<str>>(items: &[T]) -> Vec<&[T]> {
     let mut start = 0;
     let mut size = 0;
     for (i, it) in items.iter().enumerate() {
-        let len = it.as_ref().len() + 16;
+        let len = it.as_ref().len() + ARG_OVERHEAD;
         if i > start && size + len > ARGV_BUDGET {
             out.push(&items[start..i]);
             start = i;
@@ -402,14 +426,19 @@ mod tests {
 
     #[test]
     fn chunks_respect_the_budget() {
-        let names: Vec<String> = (0..10_000).map(|i| format!("afk/{i}-some-slug")).collect();
+        let names: Vec<String> = (0..20_000).map(|i| format!("afk/{i}-some-slug")).collect();
         let parts = chunks(&names);
         assert!(parts.len() > 1);
         assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), names.len());
         for p in &parts {
-            let size: usize = p.iter().map(|n| n.len() + 16).sum();
+            let size: usize = p.iter().map(|n| n.len() + ARG_OVERHEAD).sum();
             assert!(size <= ARGV_BUDGET);
         }
+        // A reap over 2,000 typical AFK branches is one call per side.
+        let reap: Vec<String> = (0..2000)
+            .map(|i| format!("afk/worker-{}/{i}-a-typical-issue-slug", i % 8))
+            .collect();
+        assert_eq!(chunks(&reap).len(), 1);
         let few = ["a", "b"];
         assert_eq!(chunks(&few), vec![&few[..]]);
         assert!(chunks::<&str>(&[]).is_empty());
@@ -432,5 +461,24 @@ mod tests {
              repository | fatal: Could not read"
         );
         assert_eq!(e.stderr().unwrap().lines().count(), 3);
+    }
+
+    #[test]
+    fn huge_argv_and_stderr_are_clipped_in_messages_only() {
+        let names: Vec<String> = (0..2000).map(|i| format!("afk/{i}-x")).collect();
+        let argv = Argv::new("git", names.clone());
+        let shown = short_argv(&argv);
+        assert!(shown.len() < MESSAGE_MAX + 100, "{}", shown.len());
+        assert!(shown.ends_with("2000 args in all)"), "{shown}");
+        let stderr: String = names.iter().map(|n| format!("error: {n}\n")).collect();
+        let e = GitError::Failed {
+            argv: shown,
+            code: "1".into(),
+            stderr: stderr.clone(),
+        };
+        assert!(e.to_string().len() < 2 * MESSAGE_MAX + 200);
+        assert!(e.to_string().contains("2000 lines in all"));
+        assert_eq!(e.stderr(), Some(stderr.as_str()));
+        assert!(clip("é".repeat(MESSAGE_MAX), 1, "x").len() < 2 * MESSAGE_MAX);
     }
 }

@@ -150,9 +150,11 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 impl TestEnv {
     /// The library's git layer pointed at `dir`, running with this environment's HOME and
-    /// git config.
+    /// git config, and git's messages untranslated so tests can match them.
     pub fn lib_git(&self, dir: &Path) -> afk_supervisor::git::Git {
-        afk_supervisor::git::Git::new(dir).with_env(self.vars())
+        afk_supervisor::git::Git::new(dir)
+            .with_env(self.vars())
+            .with_env([("LC_ALL", "C")])
     }
 
     /// Writes `content` to `dir/rel`, creating parent directories.
