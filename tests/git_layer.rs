@@ -272,6 +272,9 @@ fn remote_deletion_reports_what_origin_refused() {
     let err = git
         .delete_remote_branches(&s(&["afk/1-a", "afk/2-protected", "afk/3-c"]))
         .unwrap_err();
+    // The atomic batch is refused as a whole, origin is listed, the survivors go ref by
+    // ref, origin is listed again to see what stands.
+    assert_eq!(git.calls(), 4);
     match &err {
         GitError::PartialDelete {
             side,
@@ -315,6 +318,30 @@ fn add_packed_branches(git_dir: &Path, names: &[String], sha: &str) {
         text.push('\n');
     }
     std::fs::write(file, text).unwrap();
+}
+
+#[test]
+fn remote_deletion_works_without_atomic_push_support() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let r = &repo.path;
+    for b in ["afk/1-a", "afk/2-b"] {
+        env.git(r, &["branch", b]);
+    }
+    env.git(
+        r,
+        &["push", "-q", "origin", "refs/heads/afk/*:refs/heads/afk/*"],
+    );
+    env.git(
+        &repo.origin,
+        &["config", "receive.advertiseAtomic", "false"],
+    );
+    let git = env.lib_git(r);
+    git.delete_remote_branches(&s(&["afk/1-a", "afk/2-b"]))
+        .unwrap();
+    assert_eq!(origin_branches(&env, &repo.origin), s(&["main"]));
+    // Refused atomic push, one listing, one ref-by-ref push.
+    assert_eq!(git.calls(), 3);
 }
 
 fn make_executable(p: &Path) {
@@ -436,6 +463,42 @@ fn worktree_add_commit_push_remove_cycle() {
     git.worktree_prune().unwrap();
     assert_eq!(git.worktrees().unwrap().len(), 1);
     git.delete_local_branches(&s(&["afk/5-gone"])).unwrap();
+}
+
+#[test]
+fn ignored_docs_are_committed_in_a_worktree_only_when_forced() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let r = &repo.path;
+    env.write(r, ".gitignore", ".red/\n");
+    env.commit(r, "ignore .red");
+    env.git(r, &["push", "-q", "origin", "main"]);
+    env.git(r, &["fetch", "-q", "origin"]);
+    let git = env.lib_git(r);
+    let wt = r.join(".red/tmp/docs-sweep/wt");
+    git.worktree_add(&wt, "docs/sweep-2", "origin/main")
+        .unwrap();
+    let in_wt = git.at(&wt);
+    env.write(&wt, ".red/adr/0001 first.md", "adr\n");
+    env.write(&wt, ".red/CONTEXT.md", "ctx\n");
+    // `add -A` skips ignored files: nothing to commit.
+    assert!(in_wt.commit_all("docs: none").unwrap().is_none());
+    let docs = s(&[".red/adr/0001 first.md", ".red/CONTEXT.md"]);
+    assert_eq!(in_wt.ignored_among(&docs).unwrap().len(), 2);
+    in_wt.add_force(&docs).unwrap();
+    let sha = in_wt.commit_all("docs: land").unwrap().unwrap();
+    assert_eq!(
+        git.ls_tree_paths(&sha, ".red").unwrap(),
+        s(&[".red/CONTEXT.md", ".red/adr/0001 first.md"])
+    );
+    // Tracked now, later edits are picked up by `add -A` alone.
+    env.write(&wt, ".red/CONTEXT.md", "ctx 2\n");
+    assert!(in_wt.commit_all("docs: edit").unwrap().is_some());
+    // The primary checkout never saw a commit.
+    assert_eq!(
+        git.rev_parse("HEAD").unwrap(),
+        git.rev_parse("origin/main").unwrap()
+    );
 }
 
 #[test]
