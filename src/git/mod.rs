@@ -124,7 +124,9 @@ fn clip(s: String, parts: usize, what: &str) -> String {
 
 pub type GitResult<T> = Result<T, GitError>;
 
-/// A repository (or linked worktree) that git commands run against.
+/// A repository (or linked worktree) that git commands run against. Relative paths given
+/// to its operations are taken from that directory, as `git -C` does. Needs git 2.36 or
+/// later (`worktree list -z`).
 #[derive(Debug, Clone)]
 pub struct Git {
     repo: PathBuf,
