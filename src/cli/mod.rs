@@ -16,6 +16,7 @@ mod scale;
 mod show_config;
 mod status;
 mod stop;
+mod sweep;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,6 +55,8 @@ pub enum Command {
     Stop(stop::StopArgs),
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
+    /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
+    Sweep(sweep::SweepArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -127,6 +130,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }
