@@ -25,8 +25,25 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
     // A supervisor control variable that must not leak into workers.
     f.extra_env
         .push(("RED_AFK_CIRCUIT_WINDOW_S".into(), "60".into()));
+    // A dead worker's empty shell: the boot sweeps remove it before any worker starts.
+    let shell = f.layout.worker_namespace("workers").join("dead-w");
+    fs::create_dir_all(&shell).unwrap();
+    fs::write(shell.join("worker.pid"), "not-a-pid\n").unwrap();
     f.start(&["--workers", "2"]);
     let pids = f.wait_workers(2);
+    assert!(!shell.exists(), "boot sweeps did not run");
+    let events = f.events();
+    let boot = events
+        .iter()
+        .position(|e| e.kind == "supervisor.boot-sweep")
+        .unwrap();
+    let first_spawn = events.iter().position(|e| e.kind == "slot.spawn").unwrap();
+    assert!(boot < first_spawn);
+    assert!(
+        events[boot]
+            .msg
+            .starts_with("boot sweeps complete: orphans ")
+    );
     let sup = f.sup_pid();
     for pid in &pids {
         let env_file = f.file(&format!("env-{pid}"));
@@ -104,7 +121,9 @@ if [ -f "$AFK_TEST_DIR/fail" ]; then exit 1; fi
 sleep 1000 &
 wait
 "#;
-    let mut f = Fleet::new(script, FAST_TIMING);
+    // A fast-death time well above a shell's start-up, even on a loaded machine.
+    let timing = FAST_TIMING.replace("fast_death_s = 1", "fast_death_s = 3");
+    let mut f = Fleet::new(script, &timing);
     fs::write(f.file("fail"), "").unwrap();
     f.start(&["--workers", "1"]);
     let trip = f.wait_events("circuit.trip", 1);
