@@ -4,7 +4,6 @@
 //! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -85,6 +84,8 @@ pub struct Fleet {
     resize_reported: Option<String>,
     /// The last tracker failure logged, so a tracker that stays down is logged once.
     tracker_error: Option<String>,
+    /// Likewise for a heartbeat that cannot be written (disk full, lane removed).
+    state_error: Option<String>,
     last_progress_epoch: u64,
     stopping: Option<Stopping>,
     /// Own workers whose watcher thread could not start: checked every tick instead.
@@ -134,6 +135,7 @@ impl Fleet {
             tick_respawns: 0,
             resize_reported: None,
             tracker_error: None,
+            state_error: None,
             last_progress_epoch: now_epoch(),
             stopping: None,
             unwatched: Vec::new(),

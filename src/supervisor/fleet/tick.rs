@@ -222,8 +222,15 @@ impl Fleet {
 
     pub fn write_state(&mut self, snap: &StateFile) {
         let path = self.layout.state_file();
-        if let Err(e) = state_file::write(&path, snap) {
-            self.log(Event::now(kind::ERROR, e.to_string()));
+        match state_file::write(&path, snap) {
+            Ok(()) => self.state_error = None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.state_error.as_deref() != Some(e.as_str()) {
+                    self.journal.write(Event::now(kind::ERROR, e.clone()));
+                    self.state_error = Some(e);
+                }
+            }
         }
     }
 
@@ -232,9 +239,5 @@ impl Fleet {
         self.dirty = false;
         let snap = self.snapshot(now);
         self.write_state(&snap);
-    }
-
-    pub fn state_path(&self) -> PathBuf {
-        self.layout.state_file()
     }
 }
