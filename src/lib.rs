@@ -4,6 +4,7 @@
 //! an operator does.
 
 pub mod boot;
+pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -16,3 +17,4 @@ pub mod sweeps;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;
+pub mod worker;

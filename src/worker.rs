@@ -450,9 +450,12 @@ fn append_liveness(path: &Path, issue: u64, stage: &str) {
     }
 }
 
-/// The title of a listed issue: the local and gh listings carry only the body, so the
-/// first line of the body stands in when no title is known.
+/// The title of a listed issue; the gh listing carries only the body, so there the first
+/// line of the body stands in.
 fn issue_title(issue: &LabeledIssue) -> String {
+    if let Some(t) = issue.title.as_ref().filter(|t| !t.trim().is_empty()) {
+        return t.trim().to_string();
+    }
     issue
         .body
         .lines()

@@ -12,6 +12,7 @@ use crate::layout::Layout;
 
 mod issue;
 mod show_config;
+mod worker;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,6 +40,8 @@ pub enum Command {
     Config,
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
+    /// Run the built-in worker (what each supervisor slot runs by default).
+    Worker(worker::WorkerArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -101,6 +104,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Worker(args)) => worker::run(&ctx, args),
         None => Err(Failure::usage("no subcommand given; see --help")),
     }
 }
