@@ -70,6 +70,10 @@ mod tests {
         assert!(Claim::try_take(&layout, 7).unwrap().is_none());
         c.release().unwrap();
         assert!(!layout.claims().join("7").exists());
-        Claim::try_take(&layout, 7).unwrap().unwrap().release().unwrap();
+        Claim::try_take(&layout, 7)
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
     }
 }

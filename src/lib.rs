@@ -3,6 +3,7 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does.
 
+pub mod attempt_state;
 pub mod boot;
 pub mod claim;
 pub mod cli;

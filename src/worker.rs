@@ -18,15 +18,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::json;
 
+use crate::attempt_state::{AttemptState, Current, Envelope};
 use crate::boot::{self, BootError};
 use crate::claim::Claim;
 use crate::config::Config;
 use crate::exit::{self, Failure};
-use crate::fsutil::atomic_write;
 use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
 use crate::pidfile;
-use crate::sweeps::{SweepCtx, SweepName};
+use crate::sweeps::{SweepCtx, SweepName, worker_tree};
 use crate::timeutil;
 use crate::toonl;
 use crate::tracker::{LabeledIssue, Tracker, labels};
@@ -60,7 +60,11 @@ pub struct WorkerEnv {
 
 impl WorkerEnv {
     pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Self {
-        let get = |k: &str| env.get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |k: &str| {
+            env.get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         WorkerEnv {
             sweeps_done: get("RED_AFK_SWEEPS_DONE").as_deref() == Some("1"),
             slot: get("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
@@ -69,7 +73,10 @@ impl WorkerEnv {
                 .unwrap_or_else(|| format!("solo-{}", std::process::id())),
             runner: get("RED_AFK_RUNNER").unwrap_or_else(|| config.worker.runner.clone()),
             retire_file: get("RED_AFK_RETIRE_FILE").map(PathBuf::from),
-            liveness_s: get("RED_AFK_LIVENESS_S").and_then(|s| s.parse().ok()).unwrap_or(30).max(1),
+            liveness_s: get("RED_AFK_LIVENESS_S")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(30)
+                .max(1),
         }
     }
 
@@ -83,7 +90,9 @@ fn valid_worker_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && !id.starts_with(['.', '-'])
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// A branch/dir-safe slug of an issue title.
@@ -106,7 +115,11 @@ pub fn slugify(title: &str) -> String {
 /// Signals that stop the worker; the number is kept so the exit code can say which.
 fn install_signal_flag() -> Result<Arc<AtomicUsize>, Failure> {
     let flag = Arc::new(AtomicUsize::new(0));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT, signal_hook::consts::SIGHUP] {
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register_usize(sig, Arc::clone(&flag), sig as usize)
             .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
     }
@@ -126,30 +139,60 @@ pub fn run(
     let home = Bootstrap::new(layout, &wenv.worker_id)?;
 
     if !wenv.sweeps_done {
-        let ctx = SweepCtx { layout, config, tracker, git: &git, dry_run: false };
+        let ctx = SweepCtx {
+            layout,
+            config,
+            tracker,
+            git: &git,
+            dry_run: false,
+        };
         match boot::run_suite(&ctx, &SweepName::ALL) {
             Ok(report) => println!("{}", report.summary()),
             Err(BootError::Halted(msg)) => {
                 home.finish();
-                return Err(Failure::new(exit::BOOT_HALTED, format!("boot sweeps halted: {msg}")));
+                return Err(Failure::new(
+                    exit::BOOT_HALTED,
+                    format!("boot sweeps halted: {msg}"),
+                ));
             }
-            Err(e @ BootError::Failed(_)) => eprintln!("afk-supervisor worker: {}", e.log_message()),
+            Err(e @ BootError::Failed(_)) => {
+                eprintln!("afk-supervisor worker: {}", e.log_message())
+            }
         }
     }
     if opts.boot_only {
-        println!("{}", if wenv.sweeps_done { BOOT_ONLY_SKIPPED } else { BOOT_ONLY_SWEPT });
+        println!(
+            "{}",
+            if wenv.sweeps_done {
+                BOOT_ONLY_SKIPPED
+            } else {
+                BOOT_ONLY_SWEPT
+            }
+        );
         home.finish();
         return Ok(exit::OK);
     }
     let Some(agent) = config.agent.command.clone() else {
         home.finish();
-        let file = config.file.as_ref().map_or("the config file".into(), |p| p.display().to_string());
+        let file = config
+            .file
+            .as_ref()
+            .map_or("the config file".into(), |p| p.display().to_string());
         return Err(Failure::config(format!(
             "agent.command is not configured: the worker has no agent to run (set [agent] command in {file})"
         )));
     };
 
-    let w = Worker { layout, config, tracker, git, wenv, agent, stop, home: &home };
+    let w = Worker {
+        layout,
+        config,
+        tracker,
+        git,
+        wenv,
+        agent,
+        stop,
+        home: &home,
+    };
     let code = w.work_loop(opts.once);
     home.finish();
     code
@@ -162,9 +205,12 @@ struct Bootstrap {
 
 impl Bootstrap {
     fn new(layout: &Layout, worker_id: &str) -> Result<Self, Failure> {
-        let dir = layout.worker_namespace(WORKER_NAMESPACES[0]).join(worker_id);
-        fs::create_dir_all(&dir)
-            .map_err(|e| Failure::failed(format!("{}: cannot create worker dir: {e}", dir.display())))?;
+        let dir = layout
+            .worker_namespace(WORKER_NAMESPACES[0])
+            .join(worker_id);
+        fs::create_dir_all(&dir).map_err(|e| {
+            Failure::failed(format!("{}: cannot create worker dir: {e}", dir.display()))
+        })?;
         let pid_file = dir.join("worker.pid");
         pidfile::write_pid_file(&pid_file, std::process::id() as i32)
             .map_err(|e| Failure::failed(format!("{}: {e}", pid_file.display())))?;
@@ -211,11 +257,17 @@ impl Worker<'_> {
                 return Ok(code);
             }
             if self.wenv.retire_requested() {
-                eprintln!("worker {}: retire requested; not taking another issue", self.wenv.worker_id);
+                eprintln!(
+                    "worker {}: retire requested; not taking another issue",
+                    self.wenv.worker_id
+                );
                 return Ok(exit::OK);
             }
             let Some((issue, claim)) = self.claim_next()? else {
-                println!("worker {}: no ready-for-agent issue; exiting", self.wenv.worker_id);
+                println!(
+                    "worker {}: no ready-for-agent issue; exiting",
+                    self.wenv.worker_id
+                );
                 return Ok(exit::OK);
             };
             let outcome = self.work_issue(&issue, claim)?;
@@ -235,12 +287,17 @@ impl Worker<'_> {
             .list_open_with_label(labels::READY_FOR_AGENT, 200)
             .map_err(|e| Failure::failed(e.to_string()))?;
         queue.retain(|i| {
-            !i.labels.iter().any(|l| l == labels::RUNNING || l == labels::BLOCKED_DEPENDENCY)
+            !i.labels
+                .iter()
+                .any(|l| l == labels::RUNNING || l == labels::BLOCKED_DEPENDENCY)
         });
         queue.sort_by_key(|i| i.number);
         for issue in queue {
             let claim = Claim::try_take(self.layout, issue.number).map_err(|e| {
-                Failure::failed(format!("{}: cannot claim: {e}", self.layout.claims().display()))
+                Failure::failed(format!(
+                    "{}: cannot claim: {e}",
+                    self.layout.claims().display()
+                ))
             })?;
             let Some(claim) = claim else { continue };
             // The listing may be stale: confirm under the claim before taking it.
@@ -257,9 +314,11 @@ impl Worker<'_> {
                 }
                 continue;
             }
-            if let Err(e) =
-                self.tracker.edit_labels(issue.number, &[labels::RUNNING], &[labels::READY_FOR_AGENT])
-            {
+            if let Err(e) = self.tracker.edit_labels(
+                issue.number,
+                &[labels::RUNNING],
+                &[labels::READY_FOR_AGENT],
+            ) {
                 let _ = claim.release();
                 return Err(Failure::failed(e.to_string()));
             }
@@ -276,33 +335,54 @@ impl Worker<'_> {
         let attempt_dir = self.home.dir.join(format!("{n}-a{attempt}"));
         let worktree = attempt_dir.join("worktree");
         let branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
-        let mut state = AttemptFile::new(&attempt_dir, &self.wenv.worker_id, n, &title, &slug, &worktree);
-        println!("worker {}: claimed #{n} ({title}); attempt {n}-a{attempt}", self.wenv.worker_id);
+        let mut state = AttemptFile::new(
+            &attempt_dir,
+            &self.wenv.worker_id,
+            n,
+            &title,
+            &slug,
+            &worktree,
+        );
+        println!(
+            "worker {}: claimed #{n} ({title}); attempt {n}-a{attempt}",
+            self.wenv.worker_id
+        );
 
         let result = (|| -> Result<Outcome, Failure> {
             fs::create_dir_all(&attempt_dir).map_err(|e| {
-                Failure::failed(format!("{}: cannot create attempt dir: {e}", attempt_dir.display()))
+                Failure::failed(format!(
+                    "{}: cannot create attempt dir: {e}",
+                    attempt_dir.display()
+                ))
             })?;
             state.write("worktree")?;
             let start_point = self.prepare_start_point();
-            self.git.worktree_add(&worktree, &branch, &start_point).map_err(|e| Failure::failed(e.to_string()))?;
+            self.git
+                .worktree_add(&worktree, &branch, &start_point)
+                .map_err(|e| Failure::failed(e.to_string()))?;
             state.write("agent")?;
-            let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir, &mut state)?;
+            let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir)?;
             match status {
                 AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
                 AgentEnd::Exited(0) => {
                     state.write("publish")?;
                     let commits = self.publish(&worktree, &branch, &start_point);
                     let body = match commits {
-                        Ok(0) => format!("🤖 /afk finished attempt {n}-a{attempt}: the agent made no commits; ready for human review."),
-                        Ok(k) => format!("🤖 /afk finished attempt {n}-a{attempt}: {k} commit(s) on branch `{branch}`; ready for human review."),
-                        Err(e) => format!("🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."),
+                        Ok(0) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt}: the agent made no commits; ready for human review."
+                        ),
+                        Ok(k) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt}: {k} commit(s) on branch `{branch}`; ready for human review."
+                        ),
+                        Err(e) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."
+                        ),
                     };
                     self.tracker
                         .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
                         .map_err(|e| Failure::failed(e.to_string()))?;
                     if self.tracker.comment(n, &body).is_ok() {
-                        state.envelope_posted = true;
+                        state.set_envelope_posted();
                     }
                     state.write("done")?;
                     Ok(Outcome::Done)
@@ -323,16 +403,21 @@ impl Worker<'_> {
 
         if let Ok(Outcome::Interrupted(_)) | Err(_) = &result {
             // Never leave the issue eternally `running`: give it back to the queue.
-            let _ = self.tracker.edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+            let _ = self
+                .tracker
+                .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
             let _ = state.write("interrupted");
         }
-        if worktree.exists() {
-            if let Err(e) = self.git.worktree_remove(&worktree, true) {
-                eprintln!("worker {}: {e}", self.wenv.worker_id);
-            }
+        if worktree.exists()
+            && let Err(e) = self.git.worktree_remove(&worktree, true)
+        {
+            eprintln!("worker {}: {e}", self.wenv.worker_id);
         }
         if let Err(e) = claim.release() {
-            eprintln!("worker {}: releasing claim of #{n}: {e}", self.wenv.worker_id);
+            eprintln!(
+                "worker {}: releasing claim of #{n}: {e}",
+                self.wenv.worker_id
+            );
         }
         result
     }
@@ -341,7 +426,10 @@ impl Worker<'_> {
     fn prepare_start_point(&self) -> String {
         let base = &self.config.fleet.base;
         if let Err(e) = self.git.fetch_base(base) {
-            eprintln!("worker {}: fetch of {base} failed, starting from the local ref: {e}", self.wenv.worker_id);
+            eprintln!(
+                "worker {}: fetch of {base} failed, starting from the local ref: {e}",
+                self.wenv.worker_id
+            );
         }
         let remote = format!("origin/{base}");
         match self.git.rev_parse(&remote) {
@@ -356,14 +444,16 @@ impl Worker<'_> {
         let count = wt
             .run(&["rev-list", "--count", &format!("{start_point}..HEAD")])
             .map_err(|e| e.to_string())?;
-        let count: u64 = count.trim().parse().map_err(|_| format!("rev-list said {count:?}"))?;
+        let count: u64 = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("rev-list said {count:?}"))?;
         if count > 0 {
             wt.push_branch(branch).map_err(|e| e.to_string())?;
         }
         Ok(count)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_agent(
         &self,
         issue: &LabeledIssue,
@@ -371,7 +461,6 @@ impl Worker<'_> {
         branch: &str,
         worktree: &Path,
         attempt_dir: &Path,
-        state: &mut AttemptFile,
     ) -> Result<AgentEnd, Failure> {
         let mut cmd = Command::new(&self.agent[0]);
         cmd.args(&self.agent[1..])
@@ -384,9 +473,11 @@ impl Worker<'_> {
             .env("RED_AFK_ATTEMPT_DIR", attempt_dir)
             .env("RED_AFK_RUNNER", &self.wenv.runner);
         let mut child = cmd.spawn().map_err(|e| {
-            Failure::failed(format!("agent.command {:?} could not start: {e}", self.agent[0]))
+            Failure::failed(format!(
+                "agent.command {:?} could not start: {e}",
+                self.agent[0]
+            ))
         })?;
-        state.agent_pid = Some(child.id());
         let liveness = attempt_dir.join("liveness.toonl");
         let every = Duration::from_secs(self.wenv.liveness_s);
         let mut next_beat = Instant::now();
@@ -397,13 +488,25 @@ impl Worker<'_> {
             }
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    return Ok(AgentEnd::Exited(status.code().unwrap_or(128)));
+                    // A group signal reaches the agent and the worker together: the agent's
+                    // end is then an interruption, not a failed attempt.
+                    if let Some(code) = self.stopped() {
+                        return Ok(AgentEnd::Signalled(code));
+                    }
+                    use std::os::unix::process::ExitStatusExt;
+                    let code = status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                    return Ok(AgentEnd::Exited(code));
                 }
                 Ok(None) => {}
                 Err(e) => return Err(Failure::failed(format!("waiting for the agent: {e}"))),
             }
             if let Some(code) = self.stopped() {
-                stop_agent(&mut child, Duration::from_secs(self.config.timing.stop_grace_s));
+                stop_agent(
+                    &mut child,
+                    Duration::from_secs(self.config.timing.stop_grace_s),
+                );
                 return Ok(AgentEnd::Signalled(code));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -442,10 +545,16 @@ fn append_liveness(path: &Path, issue: u64, stage: &str) {
         "issue": issue,
         "stage": stage,
     });
-    let Ok(row) = toonl::encode_record(&LIVENESS_FIELDS, record) else { return };
+    let Ok(row) = toonl::encode_record(&LIVENESS_FIELDS, record) else {
+        return;
+    };
     let fresh = !path.exists();
     if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
-        let text = if fresh { format!("{}{row}", toonl::header_line(&LIVENESS_FIELDS)) } else { row };
+        let text = if fresh {
+            format!("{}{row}", toonl::header_line(&LIVENESS_FIELDS))
+        } else {
+            row
+        };
         let _ = f.write_all(text.as_bytes());
     }
 }
@@ -465,76 +574,90 @@ fn issue_title(issue: &LabeledIssue) -> String {
         .unwrap_or_else(|| format!("issue {}", issue.number))
 }
 
-/// One more than the highest attempt number of `issue` in any worker dir of any namespace.
+/// One more than the highest attempt number of `issue` in any worker dir of any namespace,
+/// so attempt numbers are per issue across the fleet (the attempt cap keeps the newest).
 pub fn next_attempt(layout: &Layout, issue: u64) -> u64 {
-    let mut max = 0;
-    for ns in WORKER_NAMESPACES {
-        let Ok(workers) = fs::read_dir(layout.worker_namespace(ns)) else { continue };
-        for w in workers.flatten() {
-            let Ok(attempts) = fs::read_dir(w.path()) else { continue };
-            for a in attempts.flatten() {
-                if let Some((n, k)) = layout::parse_attempt_dir(&a.file_name().to_string_lossy()) {
-                    if n == issue {
-                        max = max.max(k);
-                    }
-                }
-            }
-        }
-    }
+    let workers = worker_tree::worker_entries(layout).unwrap_or_default();
+    let max = workers
+        .iter()
+        .filter(|w| w.kind == worker_tree::Kind::Dir)
+        .flat_map(|w| worker_tree::entries(&w.path).unwrap_or_default())
+        .filter_map(|a| layout::parse_attempt_dir(&a.name))
+        .filter(|(n, _)| *n == issue)
+        .map(|(_, k)| k)
+        .max()
+        .unwrap_or(0);
     max + 1
 }
 
 /// The attempt's `afk.state.json` (SPEC §3), rewritten atomically at each stage.
 struct AttemptFile {
-    path: PathBuf,
-    worker_id: String,
-    started_at: String,
-    number: u64,
-    title: String,
-    slug: String,
-    worktree: PathBuf,
-    envelope_posted: bool,
-    agent_pid: Option<u32>,
+    dir: PathBuf,
+    state: AttemptState,
 }
 
 impl AttemptFile {
-    fn new(dir: &Path, worker_id: &str, number: u64, title: &str, slug: &str, worktree: &Path) -> Self {
+    fn new(
+        dir: &Path,
+        worker_id: &str,
+        number: u64,
+        title: &str,
+        slug: &str,
+        worktree: &Path,
+    ) -> Self {
+        let pid = std::process::id();
+        let started_at = timeutil::rfc3339(SystemTime::now());
+        let state = AttemptState {
+            version: 1,
+            worker_id: Some(worker_id.into()),
+            pid: Some(i64::from(pid)),
+            pid_start_time: pidfile::process_start_time(pid as i32),
+            started_at: Some(started_at.clone()),
+            current: Some(Current {
+                number: Some(number),
+                title: Some(title.into()),
+                slug: Some(slug.into()),
+                worktree: Some(worktree.display().to_string()),
+                started_at: Some(started_at),
+                stage: None,
+                ..Default::default()
+            }),
+            envelope: Some(Envelope {
+                posted: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         AttemptFile {
-            path: dir.join("afk.state.json"),
-            worker_id: worker_id.into(),
-            started_at: timeutil::rfc3339(SystemTime::now()),
-            number,
-            title: title.into(),
-            slug: slug.into(),
-            worktree: worktree.into(),
-            envelope_posted: false,
-            agent_pid: None,
+            dir: dir.to_path_buf(),
+            state,
         }
     }
 
-    fn write(&self, stage: &str) -> Result<(), Failure> {
-        let pid = std::process::id();
-        let done = matches!(stage, "done" | "failed" | "interrupted");
-        let value = json!({
-            "version": 1,
-            "worker_id": self.worker_id,
-            "pid": pid,
-            "pid_start_time": pidfile::process_start_time(pid as i32),
-            "started_at": self.started_at,
-            "current": if done { serde_json::Value::Null } else { json!({
-                "number": self.number,
-                "title": self.title,
-                "slug": self.slug,
-                "worktree": self.worktree.display().to_string(),
-                "started_at": self.started_at,
-                "stage": stage,
-            })},
-            "last": { "number": self.number, "stage": stage, "agent_pid": self.agent_pid },
-            "envelope": { "posted": self.envelope_posted },
+    fn set_envelope_posted(&mut self) {
+        self.state.envelope = Some(Envelope {
+            posted: Some(true),
+            ..Default::default()
         });
-        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-        atomic_write(&self.path, text.as_bytes())
-            .map_err(|e| Failure::failed(format!("{}: {e}", self.path.display())))
+    }
+
+    /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
+    /// stage under `last` for people reading the dir later.
+    fn write(&mut self, stage: &str) -> Result<(), Failure> {
+        let finished = matches!(stage, "done" | "failed" | "interrupted");
+        if let Some(cur) = self.state.current.as_mut() {
+            cur.stage = Some(stage.into());
+        }
+        let number = self.state.current.as_ref().and_then(|c| c.number);
+        self.state
+            .extra
+            .insert("last".into(), json!({ "number": number, "stage": stage }));
+        let mut out = self.state.clone();
+        if finished {
+            out.current = None;
+        }
+        out.write(&self.dir)
+            .map_err(|e| Failure::failed(e.to_string()))
     }
 }
 

@@ -5,7 +5,8 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -29,11 +30,18 @@ impl Fixture {
             let path = env.path().join("agent.sh");
             fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-            cfg.push_str(&format!("[agent]\ncommand = [{:?}]\n", path.display().to_string()));
+            cfg.push_str(&format!(
+                "[agent]\ncommand = [{:?}]\n",
+                path.display().to_string()
+            ));
         }
         fs::write(red.join("afk-supervisor.toml"), cfg).unwrap();
         // Keep the runtime lanes out of `git status`, as an adopting repo would.
-        fs::write(repo.path.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();
+        fs::write(
+            repo.path.join(".git/info/exclude"),
+            ".red/tmp/\n.red/state/\n",
+        )
+        .unwrap();
         Fixture { env, repo }
     }
 
@@ -55,19 +63,32 @@ impl Fixture {
             args.extend(["--label", l]);
         }
         let out = self.run(&args, &[]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }
 
     fn issue(&self, n: u64) -> Value {
         let out = self.run(&["issue", "show", &n.to_string(), "--json"], &[]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
     fn labels(&self, n: u64) -> Vec<String> {
         let v = self.issue(n);
-        v["labels"].as_array().unwrap().iter().map(|l| l.as_str().unwrap().to_string()).collect()
+        v["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect()
     }
 
     fn comments(&self, n: u64) -> Vec<String> {
@@ -86,7 +107,11 @@ impl Fixture {
 
     fn attempt_dirs(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        for w in fs::read_dir(self.workers_dir()).into_iter().flatten().flatten() {
+        for w in fs::read_dir(self.workers_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             for a in fs::read_dir(w.path()).into_iter().flatten().flatten() {
                 if a.path().is_dir() {
                     out.push(a.path());
@@ -121,7 +146,10 @@ fn boot_only_reports_which_path_it_took() {
     let o = f.run(&["worker", "--boot-only"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("boot sweeps complete: orphans removed="), "{out}");
+    assert!(
+        out.contains("boot sweeps complete: orphans removed="),
+        "{out}"
+    );
     assert_eq!(
         out.lines().last(),
         Some("boot complete (--boot-only): sweeps ran, no issues processed")
@@ -136,7 +164,11 @@ fn without_an_agent_the_host_is_misconfigured() {
     let n = f.new_issue("Needs an agent", &["ready-for-agent"]);
     let o = f.run(&["worker", "--once"], &SUPERVISED);
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    assert!(stderr(&o).contains("agent.command is not configured"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("agent.command is not configured"),
+        "{}",
+        stderr(&o)
+    );
     // Nothing was claimed.
     assert_eq!(f.labels(n), vec!["ready-for-agent"]);
 }
@@ -159,9 +191,15 @@ fn works_one_issue_and_hands_it_to_a_human() {
     assert_eq!(labels, vec!["ready-for-human"]);
     let comments = f.comments(first);
     assert_eq!(comments.len(), 1);
-    assert!(comments[0].contains("1 commit(s) on branch `afk/w1/2-add-the-greeting`"), "{comments:?}");
+    assert!(
+        comments[0].contains("1 commit(s) on branch `afk/w1/2-add-the-greeting`"),
+        "{comments:?}"
+    );
     // The branch landed on origin with the agent's commit.
-    let shown = f.env.git(&f.repo.origin, &["show", "afk/w1/2-add-the-greeting:done.txt"]);
+    let shown = f.env.git(
+        &f.repo.origin,
+        &["show", "afk/w1/2-add-the-greeting:done.txt"],
+    );
     assert_eq!(shown, "2:Add the greeting\n");
     // Only one issue per --once; the blocked one was never touched.
     assert_eq!(f.labels(second), vec!["ready-for-agent"]);
@@ -182,7 +220,12 @@ fn works_one_issue_and_hands_it_to_a_human() {
     assert_eq!(state["envelope"]["posted"], true);
     assert!(attempts[0].join("liveness.toonl").exists());
     // The primary checkout is untouched.
-    assert_eq!(f.env.git(&f.repo.path, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "main");
+    assert_eq!(
+        f.env
+            .git(&f.repo.path, &["rev-parse", "--abbrev-ref", "HEAD"])
+            .trim(),
+        "main"
+    );
     assert!(!f.repo.path.join("done.txt").exists());
 }
 
@@ -195,7 +238,10 @@ fn a_failing_agent_returns_the_issue_and_dies() {
     assert_eq!(f.labels(n), vec!["ready-for-agent"]);
     let comments = f.comments(n);
     assert_eq!(comments.len(), 1);
-    assert!(comments[0].contains("failed (agent exit 3)"), "{comments:?}");
+    assert!(
+        comments[0].contains("failed (agent exit 3)"),
+        "{comments:?}"
+    );
     assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
     // The next attempt of the same issue gets the next number.
     let o = f.run(&["worker", "--once"], &SUPERVISED);
@@ -214,7 +260,11 @@ fn empty_queue_and_retire_file_exit_zero_without_claiming() {
     let f = Fixture::new(Some("exit 0"));
     let o = f.run(&["worker", "--once"], &SUPERVISED);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("no ready-for-agent issue"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("no ready-for-agent issue"),
+        "{}",
+        stdout(&o)
+    );
 
     let n = f.new_issue("Ready", &["ready-for-agent"]);
     let retire = f.env.path().join("slot-0.retire");
@@ -243,7 +293,10 @@ fn sigterm_mid_issue_gives_the_issue_back() {
         .spawn()
         .unwrap();
     let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    assert!(wait_until(Duration::from_secs(30), || started.exists()), "agent never started");
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "agent never started"
+    );
     assert_eq!(f.labels(n), vec!["running"]);
     // As the supervisor does: the whole group gets SIGTERM.
     nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -253,8 +306,3 @@ fn sigterm_mid_issue_gives_the_issue_back() {
     assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
-
-use std::os::unix::process::CommandExt;
-
-#[allow(dead_code)]
-fn _unused(_: &Path) {}

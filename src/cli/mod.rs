@@ -12,6 +12,7 @@ use crate::layout::Layout;
 
 mod issue;
 mod show_config;
+mod sweep;
 mod worker;
 
 #[derive(Debug, Parser)]
@@ -42,6 +43,8 @@ pub enum Command {
     Issue(issue::IssueArgs),
     /// Run the built-in worker (what each supervisor slot runs by default).
     Worker(worker::WorkerArgs),
+    /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
+    Sweep(sweep::SweepArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -105,6 +108,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Config) => show_config::run(&ctx),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
         Some(Command::Worker(args)) => worker::run(&ctx, args),
+        Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         None => Err(Failure::usage("no subcommand given; see --help")),
     }
 }

@@ -20,9 +20,19 @@ pub struct WorkerArgs {
 
 pub fn run(ctx: &Ctx, args: WorkerArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let selected = tracker::open(&config, &ctx.layout).map_err(|e| Failure::failed(e.to_string()))?;
+    let selected =
+        tracker::open(&config, &ctx.layout).map_err(|e| Failure::failed(e.to_string()))?;
     eprintln!("{}", selected.reason);
     let wenv = WorkerEnv::from_env(&config::process_env(), &config);
-    let opts = WorkerOpts { once: args.once, boot_only: args.boot_only };
-    worker::run(&ctx.layout, &config, selected.tracker.as_ref(), &wenv, &opts)
+    let opts = WorkerOpts {
+        once: args.once,
+        boot_only: args.boot_only,
+    };
+    worker::run(
+        &ctx.layout,
+        &config,
+        selected.tracker.as_ref(),
+        &wenv,
+        &opts,
+    )
 }

@@ -402,6 +402,10 @@ impl LocalTracker {
                 ),
             ),
             GitError::Parse { argv, what } => TrackerError::new(ErrorKind::Failed, argv, what),
+            // Raised by the git layer's typed operations, never by `Git::run`.
+            other @ (GitError::BadName { .. } | GitError::PartialDelete { .. }) => {
+                TrackerError::new(ErrorKind::Failed, "git", other.to_string())
+            }
         }
     }
 
