@@ -5,6 +5,7 @@
 
 pub mod attempt_state;
 pub mod boot;
+pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -18,3 +19,4 @@ pub mod sweeps;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;
+pub mod worker;

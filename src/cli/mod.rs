@@ -17,6 +17,7 @@ mod show_config;
 mod status;
 mod stop;
 mod sweep;
+mod worker;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,6 +56,8 @@ pub enum Command {
     Stop(stop::StopArgs),
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
+    /// Run the built-in worker (what each supervisor slot runs by default).
+    Worker(worker::WorkerArgs),
     /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
     Sweep(sweep::SweepArgs),
 }
@@ -130,6 +133,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Worker(args)) => worker::run(&ctx, args),
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }

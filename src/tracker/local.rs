@@ -581,6 +581,7 @@ impl Tracker for LocalTracker {
                 number: i.number,
                 body: i.body,
                 labels: i.labels,
+                title: Some(i.title),
             })
             .collect())
     }
