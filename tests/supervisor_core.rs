@@ -256,18 +256,41 @@ fn a_second_supervisor_is_refused_and_the_first_is_unaffected() {
 }
 
 #[test]
-fn missing_worker_command_is_a_config_error_and_nothing_starts() {
+fn without_worker_command_the_built_in_worker_runs_and_a_missing_agent_parks_the_slot() {
+    let mut f = Fleet::new("exit 0\n", FAST_TIMING);
+    f.write_config(&format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"));
+    f.start(&["--workers", "1"]);
+    // The built-in worker exits 78 without an agent.command: parked, never retried.
+    let parked = f.wait_events("slot.parked", 1);
+    assert_eq!(
+        parked[0].msg,
+        "fatal host configuration: slot 0 parked without retry"
+    );
+    let start = &f.events_of("supervisor.start")[0];
+    assert!(
+        start
+            .msg
+            .contains("\"--tracker\", \"local\", \"worker\", \"--once\"]"),
+        "{}",
+        start.msg
+    );
+    assert!(start.msg.contains(env!("CARGO_BIN_EXE_afk-supervisor")));
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 2);
+    assert_eq!(f.count("slot.spawn"), 1);
+}
+
+#[test]
+fn a_malformed_config_is_exit_78_and_nothing_starts() {
     let f = Fleet::new("exit 0\n", FAST_TIMING);
-    f.write_config(FAST_TIMING);
-    let out = f.run_cmd(&["--workers", "1"]);
-    assert_eq!(out.status.code(), Some(78));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("worker.command is not set"), "{err}");
-    assert!(!f.layout.supervisor_pid().exists());
-    // A malformed file is exit 78 with FILE:LINE:COL.
     f.write_config("[timing]\ntick_s = \"soon\"\n");
     let out = f.run_cmd(&["--workers", "1"]);
     assert_eq!(out.status.code(), Some(78));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("afk-supervisor.toml:2:"), "{err}");
+    assert!(!f.layout.supervisor_pid().exists());
+    f.write_config("[timing]\nstall_s = 10\nstall_kill_s = 10\n");
+    let out = f.run_cmd(&["--workers", "1"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(!f.layout.supervisor_pid().exists());
 }

@@ -53,23 +53,41 @@ pub fn periodic_tasks(
     Vec::new()
 }
 
+/// `worker.command`, else this binary's built-in worker for this repo, config and tracker
+/// (`<exe> --repo R [--config F] --tracker K worker --once`).
+pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, Failure> {
+    if let Some(cmd) = &config.worker.command {
+        return Ok(cmd.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::config(format!(
+            "worker.command is not set and this binary's path is unknown ({e}); set worker.command"
+        ))
+    })?;
+    let mut argv = vec![
+        exe.display().to_string(),
+        "--repo".into(),
+        layout.repo().display().to_string(),
+    ];
+    if let Some(file) = &config.file {
+        argv.push("--config".into());
+        argv.push(file.display().to_string());
+    }
+    argv.extend([
+        "--tracker".into(),
+        config.tracker.kind.to_string(),
+        "worker".into(),
+        "--once".into(),
+    ]);
+    Ok(argv)
+}
+
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;
 
 /// Runs the fleet until it is stopped; returns the exit code.
 pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Result<i32, Failure> {
-    let argv = config.worker.command.clone().ok_or_else(|| {
-        let file = config
-            .file
-            .as_ref()
-            .map_or("<repo>/.red/afk-supervisor.toml".into(), |p| {
-                p.display().to_string()
-            });
-        Failure::config(format!(
-            "{file}: worker.command is not set; there is no built-in worker yet, so set \
-             worker.command (an argv array) under [worker]"
-        ))
-    })?;
+    let argv = worker_argv(&config, layout)?;
 
     // Signals are caught before anything is written, so none can end the process between
     // the pid file and its removal.
