@@ -2,18 +2,22 @@
 //! splits either side of the boundary, running issues with live and dead claims, legacy
 //! dirs, stale claims, dead worker shells, corrupt files, reused pids, and dry runs.
 
+mod support;
 mod sweep_fixtures;
 
 use std::fs;
 use std::path::Path;
 
-use afk_supervisor::git::Git;
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
+use support::TestEnv;
 use sweep_fixtures::*;
 
-fn tracker(repo: &Path) -> LocalTracker {
-    LocalTracker::new(&afk_supervisor::layout::Layout::new(repo), Git::new(repo))
+fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
+    LocalTracker::new(
+        &afk_supervisor::layout::Layout::new(repo),
+        env.lib_git(repo),
+    )
 }
 
 fn sweep(tree: &Tree, t: &dyn Tracker, dry_run: bool) -> OrphanReport {
@@ -45,7 +49,7 @@ fn verdict_of<'r>(r: &'r OrphanReport, suffix: &str) -> &'r str {
 
 /// The fate table, one issue per row, in one dead worker (plus shells around it).
 struct FateTable {
-    _dir: tempfile::TempDir,
+    _env: TestEnv,
     tree: Tree,
     t: LocalTracker,
     live: LiveProc,
@@ -62,9 +66,10 @@ struct FateTable {
 
 impl FateTable {
     fn build() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = Tree::new(dir.path());
-        let t = tracker(dir.path());
+        let env = TestEnv::new();
+        let dir = &env.path().join("repo");
+        let tree = Tree::new(dir);
+        let t = tracker(&env, dir);
         let live = LiveProc::spawn();
         let mk = |title: &str, l: &[&str]| t.create(title, "", l).unwrap();
         let closed = mk("closed", &["running"]);
@@ -133,7 +138,7 @@ impl FateTable {
         tree.attempt(&w3, &format!("{closed}-a4"), Some(&posted), 30 * DAY);
 
         FateTable {
-            _dir: dir,
+            _env: env,
             tree,
             t,
             live,
@@ -312,9 +317,10 @@ fn a_second_pass_is_a_no_op() {
 
 #[test]
 fn legacy_flat_dirs_only_numeric_and_dead() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = Tree::new(dir.path());
-    let t = tracker(dir.path());
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
     let live = LiveProc::spawn();
     let tmp = tree.layout.tmp();
     let mk = |name: &str, pid: Pid| {
@@ -348,9 +354,10 @@ fn legacy_flat_dirs_only_numeric_and_dead() {
 
 #[test]
 fn stale_claims_are_released_and_running_issues_restored() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = Tree::new(dir.path());
-    let t = tracker(dir.path());
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
     let live = LiveProc::spawn();
     let running_dead = t.create("running, dead holder", "", &["running"]).unwrap();
     let running_live = t.create("running, live holder", "", &["running"]).unwrap();
@@ -396,10 +403,11 @@ fn stale_claims_are_released_and_running_issues_restored() {
 
 #[test]
 fn symlinks_are_never_walked_and_their_targets_survive() {
-    let dir = tempfile::tempdir().unwrap();
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
     let outside = tempfile::tempdir().unwrap();
-    let tree = Tree::new(dir.path());
-    let t = tracker(dir.path());
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
     let closed = t.create("closed", "", &[]).unwrap();
     t.close(closed).unwrap();
     let castle = tree.layout.state().join("castle");
@@ -450,14 +458,15 @@ fn symlinks_are_never_walked_and_their_targets_survive() {
 
 #[test]
 fn a_symlinked_tmp_fails_the_sweep_and_deletes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
     let elsewhere = tempfile::tempdir().unwrap();
-    let layout = afk_supervisor::layout::Layout::new(dir.path());
+    let layout = afk_supervisor::layout::Layout::new(dir);
     fs::create_dir_all(layout.red()).unwrap();
     let w = elsewhere.path().join("workers/w1/5-a1");
     fs::create_dir_all(&w).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), layout.tmp()).unwrap();
-    let t = tracker(dir.path());
+    let t = tracker(&env, dir);
     let err = orphans::run(&layout, &t, std::time::SystemTime::now(), false).unwrap_err();
     assert!(err.to_string().contains("symlink"), "{err}");
     assert!(w.exists());

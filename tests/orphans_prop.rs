@@ -3,6 +3,7 @@
 //! and the attempt cap change nothing outside the registered lanes, not a byte of a live
 //! worker's dir, and no symlink target.
 
+mod support;
 mod sweep_fixtures;
 
 use std::collections::{BTreeMap, HashSet};
@@ -11,12 +12,12 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::attempt_cap::{self, Caps};
 use afk_supervisor::sweeps::orphans;
 use afk_supervisor::tracker::LocalTracker;
 use proptest::prelude::*;
+use support::TestEnv;
 use sweep_fixtures::*;
 
 const NS: [&str; 3] = ["workers", "go-workers", "scout-workers"];
@@ -158,7 +159,8 @@ fn is_live(kind: PidKind) -> bool {
 struct World {
     _repo: tempfile::TempDir,
     outside: tempfile::TempDir,
-    _store: tempfile::TempDir,
+    /// Holds the tracker's store, with the isolated HOME and git config its git runs with.
+    _store: TestEnv,
     tree: Tree,
     tracker: LocalTracker,
     /// Paths (relative to the repo) below which a sweep may change things.
@@ -168,10 +170,10 @@ struct World {
 fn build(spec: &Spec, live: &LiveProc) -> World {
     let repo = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    let store = tempfile::tempdir().unwrap();
+    let store = TestEnv::new();
     let tree = Tree::new(repo.path());
     let layout = &tree.layout;
-    let tracker = LocalTracker::new(&Layout::new(store.path()), Git::new(store.path()));
+    let tracker = LocalTracker::new(&Layout::new(store.path()), store.lib_git(store.path()));
     for (i, kind) in spec.issues.iter().enumerate() {
         let l: &[&str] = match kind {
             IssueKind::Closed | IssueKind::Running => &["running"],

@@ -7,7 +7,6 @@ mod sweep_fixtures;
 use std::path::Path;
 use std::process::Output;
 
-use afk_supervisor::git::Git;
 use afk_supervisor::tracker::LocalTracker;
 use support::TestEnv;
 use sweep_fixtures::*;
@@ -37,7 +36,7 @@ fn fixture() -> Fixture {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let tree = Tree::new(&repo.path);
-    let t = LocalTracker::new(&tree.layout, Git::new(&repo.path));
+    let t = LocalTracker::new(&tree.layout, env.lib_git(&repo.path));
     let closed = t.create("closed", "", &[]).unwrap();
     t.close(closed).unwrap();
     let human = t

@@ -4,7 +4,6 @@
 
 mod support;
 
-use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{
@@ -125,7 +124,7 @@ impl LocalFixture {
     fn new() -> Self {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
-        let tracker = LocalTracker::new(&Layout::new(&repo.path), Git::new(&repo.path));
+        let tracker = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
         LocalFixture { env, repo, tracker }
     }
 }

@@ -4,7 +4,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
@@ -17,8 +17,8 @@ const EDITS: usize = 50;
 const CHILD_REPO: &str = "AFK_TEST_TRACKER_CHILD_REPO";
 const CHILD_ID: &str = "AFK_TEST_TRACKER_CHILD_ID";
 
-fn tracker(repo: &Path) -> LocalTracker {
-    LocalTracker::new(&Layout::new(repo), Git::new(repo))
+fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
+    LocalTracker::new(&Layout::new(repo), env.lib_git(repo))
 }
 
 /// Not a test of its own: the body of one contending process, started by
@@ -31,7 +31,9 @@ fn contention_child() {
         return;
     };
     let id = id.to_string_lossy().into_owned();
-    let t = tracker(Path::new(&repo));
+    // The parent started this process with its isolated HOME and git config, which the
+    // library's git layer inherits.
+    let t = LocalTracker::new(&Layout::new(Path::new(&repo)), Git::new(Path::new(&repo)));
     for j in 0..EDITS {
         if j % 2 == 0 {
             t.edit_labels(1, &[&format!("p{id}-{j}")], &[]).unwrap();
@@ -49,7 +51,7 @@ fn label_edits_from_8_processes_are_never_lost() {
     let env = TestEnv::new();
     let repo = env.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    let t = tracker(&repo);
+    let t = tracker(&env, &repo);
     t.create("adds land here", "", &["keep"]).unwrap();
     let seeded: Vec<String> = (0..PROCS)
         .flat_map(|i| (1..EDITS).step_by(2).map(move |j| format!("s{i}-{j}")))
@@ -124,7 +126,7 @@ fn origin_ref(env: &TestEnv, repo: &Repo, r: &str) -> Option<String> {
 fn merging_fast_forwards_base_on_origin_and_deletes_the_head() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&repo.path);
+    let t = tracker(&env, &repo.path);
     let sha = push_branch(&env, &repo, "docs-sweep/a");
     let id = t
         .pr_create("main", "docs-sweep/a", "docs: a", "files: a")
@@ -149,7 +151,7 @@ fn merging_fast_forwards_base_on_origin_and_deletes_the_head() {
 fn a_non_fast_forward_is_refused_with_gits_message_and_nothing_moves() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&repo.path);
+    let t = tracker(&env, &repo.path);
     push_branch(&env, &repo, "docs-sweep/b");
     t.pr_create("main", "docs-sweep/b", "docs: b", "").unwrap();
     // Someone lands another commit on main first.
@@ -173,7 +175,7 @@ fn a_non_fast_forward_is_refused_with_gits_message_and_nothing_moves() {
 fn merging_lands_the_heads_latest_commit_on_origin() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&repo.path);
+    let t = tracker(&env, &repo.path);
     push_branch(&env, &repo, "docs-sweep/c");
     t.pr_create("main", "docs-sweep/c", "docs: c", "").unwrap();
     // The head moves on origin after the PR was opened, from another clone.
@@ -203,7 +205,7 @@ fn merging_lands_the_heads_latest_commit_on_origin() {
 fn a_pr_needs_both_branches_on_origin() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&repo.path);
+    let t = tracker(&env, &repo.path);
     let e = t.pr_create("main", "not-pushed", "t", "").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Failed);
     assert!(
@@ -221,13 +223,14 @@ fn a_store_without_origin_reports_git_failure_for_prs() {
     let env = TestEnv::new();
     let dir = env.path().join("plain");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new("git")
+    let out = env
+        .command("git")
         .args(["init", "-q"])
         .arg(&dir)
         .output()
         .unwrap();
     assert!(out.status.success());
-    let t = tracker(&dir);
+    let t = tracker(&env, &dir);
     let e = t.pr_create("main", "x", "t", "").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Failed);
     assert!(e.command.contains("ls-remote origin"), "{e}");
