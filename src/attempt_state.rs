@@ -5,15 +5,13 @@
 //! corrupt file is an error naming the file (sweeps keep such a dir rather than guess).
 //! Fields this tool does not know are carried through a rewrite untouched.
 
-use std::fs;
-use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::fsutil::atomic_write;
+use crate::fsutil::{SmallFileError, atomic_write, read_small_file};
 use crate::pidfile::{self, Liveness};
 
 /// The file name inside an attempt dir.
@@ -99,42 +97,17 @@ impl AttemptState {
     /// opened without following a symlink: a link in its place is corrupt, not a pointer.
     pub fn read(attempt_dir: &Path) -> Result<Option<AttemptState>, StateError> {
         let path = state_path(attempt_dir);
-        let io_err = |e: io::Error| StateError::Io {
-            path: path.clone(),
-            source: e,
-        };
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path);
-        let file = match file {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+        let bytes = match read_small_file(&path, MAX_BYTES) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(SmallFileError::Io(source)) => return Err(StateError::Io { path, source }),
+            Err(e) => {
                 return Err(StateError::Corrupt {
                     path,
-                    why: "is a symlink".into(),
+                    why: e.to_string(),
                 });
             }
-            Err(e) => return Err(io_err(e)),
         };
-        let meta = file.metadata().map_err(io_err)?;
-        if !meta.is_file() {
-            return Err(StateError::Corrupt {
-                path,
-                why: "not a regular file".into(),
-            });
-        }
-        let mut bytes = Vec::new();
-        file.take(MAX_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io_err)?;
-        if bytes.len() as u64 > MAX_BYTES {
-            return Err(StateError::Corrupt {
-                path,
-                why: format!("larger than {MAX_BYTES} bytes"),
-            });
-        }
         Self::parse(&bytes)
             .map(Some)
             .map_err(|why| StateError::Corrupt { path, why })
@@ -184,6 +157,7 @@ impl AttemptState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn reads_minimal_and_full_files() {

@@ -3,12 +3,17 @@
 //! A pid alone is not an identity: pids are reused. Where this tool writes a pid file it
 //! also writes `<file>.start` with the process start time (field 22 of `/proc/<pid>/stat`),
 //! and a pid only counts as live when that start time still matches.
+//!
+//! Three judgements, not two: a pid file whose *content* is corrupt names no process and
+//! is dead (SPEC §2), but a *file* that cannot be read safely (a directory, a FIFO, a
+//! symlink, an unreadable file) or a start token that cannot be read proves nothing either
+//! way, so it is [`Liveness::Unknown`] and callers keep what it guards and signal nothing.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::fsutil::{atomic_write, remove_file_if_exists};
+use crate::fsutil::{SmallFileError, atomic_write, read_small_file, remove_file_if_exists};
 use crate::layout::start_file;
 
 /// What a pid file holds, before any liveness judgement.
@@ -29,11 +34,41 @@ pub enum MissingStart {
     Dead,
 }
 
+/// A pid file or start token longer than this is not one (a pid has at most 7 digits, a
+/// start time at most 20).
+pub const MAX_PID_FILE_BYTES: u64 = 64;
+
 /// The judgement on one pid file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Liveness {
-    Live { pid: i32, start: Option<u64> },
-    Dead { reason: DeadReason },
+    Live {
+        pid: i32,
+        start: Option<u64>,
+    },
+    Dead {
+        reason: DeadReason,
+    },
+    /// The pid file or its start token cannot be read safely or parsed: nothing may be
+    /// removed or signalled on its account.
+    Unknown {
+        reason: String,
+    },
+}
+
+/// Why a pid file does not name a verified live process: it is dead, or cannot be judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotLive {
+    Dead(DeadReason),
+    Unknown(String),
+}
+
+impl std::fmt::Display for NotLive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotLive::Dead(r) => r.fmt(f),
+            NotLive::Unknown(why) => write!(f, "pid file cannot be judged: {why}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +92,15 @@ impl Liveness {
         match self {
             Liveness::Live { pid, .. } => Some(*pid),
             _ => None,
+        }
+    }
+
+    /// Why this is not a verified live process; `None` when it is live.
+    pub fn not_live(self) -> Option<NotLive> {
+        match self {
+            Liveness::Live { .. } => None,
+            Liveness::Dead { reason } => Some(NotLive::Dead(reason)),
+            Liveness::Unknown { reason } => Some(NotLive::Unknown(reason)),
         }
     }
 }
@@ -102,16 +146,19 @@ fn max_pid() -> i64 {
         .unwrap_or(1 << 22)
 }
 
-pub fn read_pid_file(path: &Path) -> io::Result<PidContent> {
-    match fs::read(path) {
-        Ok(bytes) => {
+/// Reads a pid file safely (see [`read_small_file`]). Content too long to be a pid is
+/// corrupt content; a file that is not a regular file, or cannot be read, is an error.
+pub fn read_pid_file(path: &Path) -> Result<PidContent, SmallFileError> {
+    match read_small_file(path, MAX_PID_FILE_BYTES) {
+        Ok(Some(bytes)) => {
             let text = String::from_utf8_lossy(&bytes);
             Ok(match parse_pid(&text) {
                 Ok(pid) => PidContent::Pid(pid),
                 Err(why) => PidContent::Corrupt(why),
             })
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(PidContent::Missing),
+        Ok(None) => Ok(PidContent::Missing),
+        Err(e @ SmallFileError::TooLarge(_)) => Ok(PidContent::Corrupt(e.to_string())),
         Err(e) => Err(e),
     }
 }
@@ -172,21 +219,28 @@ pub fn judge_pid(pid: i32, start: Option<u64>) -> Liveness {
     }
 }
 
-/// Reads `<file>.start`: `Ok(None)` when absent, `Err` text when corrupt.
+/// Reads `<file>.start`: `Ok(None)` when absent, `Err` text when it cannot be read or is
+/// not a number.
 fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
-    match fs::read_to_string(start_file(pid_file)) {
-        Ok(text) => text
-            .trim()
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| format!("start token not a number: {:?}", truncate(text.trim(), 32))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("start token unreadable: {e}")),
-    }
+    let path = start_file(pid_file);
+    let bytes = match read_small_file(&path, MAX_PID_FILE_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("start token {}: {e}", path.display())),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    text.trim().parse::<u64>().map(Some).map_err(|_| {
+        format!(
+            "start token {} not a number: {:?}",
+            path.display(),
+            truncate(text.trim(), 32)
+        )
+    })
 }
 
-/// Judges a pid file, with its `.start` where one exists (SPEC §2). An unreadable file is
-/// reported as corrupt: callers keep what they cannot judge.
+/// Judges a pid file, with its `.start` where one exists (SPEC §2). Corrupt content is
+/// dead; a file that cannot be read safely, or a start token that cannot be read or parsed
+/// (identity can be neither proven nor disproven), is unknown.
 pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {
     let pid = match read_pid_file(pid_file) {
         Ok(PidContent::Pid(pid)) => pid,
@@ -201,8 +255,8 @@ pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {
             };
         }
         Err(e) => {
-            return Liveness::Dead {
-                reason: DeadReason::Corrupt(format!("unreadable: {e}")),
+            return Liveness::Unknown {
+                reason: format!("{}: {e}", pid_file.display()),
             };
         }
     };
@@ -214,10 +268,7 @@ pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {
                 reason: DeadReason::NoStartToken(pid),
             },
         },
-        // A corrupt start token cannot prove identity; treat like a disagreeing one.
-        Err(_) => Liveness::Dead {
-            reason: DeadReason::Reused(pid),
-        },
+        Err(reason) => Liveness::Unknown { reason },
     }
 }
 
@@ -320,6 +371,60 @@ mod tests {
                 reason: DeadReason::Missing
             }
         );
+    }
+
+    fn unknown(l: Liveness) -> String {
+        match l {
+            Liveness::Unknown { reason } => reason,
+            other => panic!("expected Unknown, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unreadable_files_and_start_tokens_are_unknown_never_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("worker.pid");
+        let me = std::process::id() as i32;
+        // A directory in the pid file's place.
+        fs::create_dir(&f).unwrap();
+        let why = unknown(liveness(&f, MissingStart::ExistenceDecides));
+        assert!(why.contains("not a regular file"), "{why}");
+        fs::remove_dir(&f).unwrap();
+        // A FIFO: judged at once, without waiting for a writer.
+        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        unknown(liveness(&f, MissingStart::ExistenceDecides));
+        fs::remove_file(&f).unwrap();
+        // A symlink, even to a file holding a live pid, or to an endless device.
+        let real = dir.path().join("real.pid");
+        fs::write(&real, me.to_string()).unwrap();
+        std::os::unix::fs::symlink(&real, &f).unwrap();
+        let why = unknown(liveness(&f, MissingStart::ExistenceDecides));
+        assert!(why.contains("symlink"), "{why}");
+        fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &f).unwrap();
+        unknown(liveness(&f, MissingStart::ExistenceDecides));
+        fs::remove_file(&f).unwrap();
+        // A corrupt start token proves nothing about identity.
+        fs::write(&f, me.to_string()).unwrap();
+        fs::write(start_file(&f), "soon").unwrap();
+        let why = unknown(liveness(&f, MissingStart::ExistenceDecides));
+        assert!(why.contains("not a number"), "{why}");
+        fs::remove_file(start_file(&f)).unwrap();
+        fs::create_dir(start_file(&f)).unwrap();
+        unknown(liveness(&f, MissingStart::Dead));
+    }
+
+    #[test]
+    fn corrupt_content_is_dead_whatever_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("worker.pid");
+        fs::write(&f, "1".repeat(1 << 20)).unwrap();
+        assert!(matches!(
+            liveness(&f, MissingStart::ExistenceDecides),
+            Liveness::Dead {
+                reason: DeadReason::Corrupt(_)
+            }
+        ));
     }
 
     #[test]

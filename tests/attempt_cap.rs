@@ -209,3 +209,30 @@ fn paths_an_earlier_dry_run_sweep_removed_are_treated_as_gone() {
     assert_eq!(r.reclaimed, 0);
     assert!(r.decisions.iter().all(|d| !d.subject.ends_with("8-a3")));
 }
+
+#[test]
+fn a_worker_whose_pid_file_cannot_be_judged_is_not_touched() {
+    let d = tempfile::tempdir().unwrap();
+    let tree = Tree::new(d.path());
+    let mut all = Vec::new();
+    for (id, pid) in [
+        ("w-dir", Pid::NotAFile),
+        ("w-start", Pid::BadStart(dead_pid())),
+    ] {
+        let w = tree.worker("workers", id, pid);
+        for n in 1..=7u64 {
+            all.push(tree.attempt(&w, &format!("5-a{n}"), None, 30 * DAY));
+        }
+    }
+    let r = run(&tree, CAPS, false);
+    assert_eq!(r.reclaimed, 0);
+    assert!(all.iter().all(|p| p.exists()));
+    assert_eq!(r.unjudged, 2);
+    assert!(
+        r.decisions
+            .iter()
+            .all(|d| d.verdict == "keep" && d.reason.contains("cannot be judged")),
+        "{:#?}",
+        r.decisions
+    );
+}

@@ -471,3 +471,66 @@ fn a_symlinked_tmp_fails_the_sweep_and_deletes_nothing() {
     assert!(err.to_string().contains("symlink"), "{err}");
     assert!(w.exists());
 }
+
+/// Runs the sweep on another thread so a pid file that blocks its reader (a FIFO) fails the
+/// test instead of hanging it.
+fn sweep_with_watchdog(tree: &Tree, t: &LocalTracker) -> OrphanReport {
+    let (layout, now, t) = (tree.layout.clone(), tree.now, t.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(orphans::run(&layout, &t, now, false));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the sweep blocked on a pid file")
+        .unwrap()
+}
+
+#[test]
+fn pid_files_that_cannot_be_judged_keep_what_they_guard() {
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
+    let closed = t.create("closed", "", &[]).unwrap();
+    t.close(closed).unwrap();
+    let running = t.create("running", "", &["running"]).unwrap();
+    let st = state_json(Some(true));
+    let mut guarded = Vec::new();
+    for (id, pid) in [
+        ("w-dir", Pid::NotAFile),
+        ("w-fifo", Pid::Fifo),
+        ("w-start", Pid::BadStart(dead_pid())),
+    ] {
+        let w = tree.worker("workers", id, pid);
+        guarded.push(tree.attempt(&w, &format!("{closed}-a1"), Some(&st), 30 * DAY));
+    }
+    let legacy = tree.layout.tmp().join(format!("work-{closed}"));
+    write_pid(&legacy.join("afk.pid"), Pid::Fifo);
+    // A dead worker's attempt on a running issue whose claim cannot be judged: the holder
+    // may be alive, so the issue is not restored and neither dir nor claim goes.
+    let dead = tree.worker("workers", "w-dead", Pid::Dead(dead_pid()));
+    let running_attempt = tree.attempt(&dead, &format!("{running}-a1"), Some(&st), MIN);
+    let claim = tree.claim(running, Pid::NotAFile);
+
+    let r = sweep_with_watchdog(&tree, &t);
+    for p in guarded.iter().chain([&legacy, &running_attempt, &claim]) {
+        assert!(p.exists(), "{} was removed", p.display());
+    }
+    for id in ["w-dir", "w-fifo", "w-start"] {
+        let d = r
+            .decisions
+            .iter()
+            .find(|d| d.subject.ends_with(id))
+            .unwrap();
+        assert_eq!(d.verdict, "keep", "{d:?}");
+        assert!(d.reason.contains("cannot be judged"), "{d:?}");
+    }
+    assert_eq!(verdict_of(&r, &format!("work-{closed}")), "keep");
+    assert_eq!(verdict_of(&r, &format!("w-dead/{running}-a1")), "keep");
+    assert_eq!(verdict_of(&r, &format!("claims/{running}")), "keep");
+    assert_eq!(labels(&t, running), vec!["running"]);
+    assert!(comments(&t, running).is_empty());
+    assert_eq!((r.counts.removed, r.counts.restored), (0, 0));
+    assert_eq!(r.counts.claims_released, 0);
+    assert_eq!(r.counts.kept, 6);
+}

@@ -29,6 +29,10 @@ enum PidKind {
     Corrupt,
     Missing,
     Reused,
+    /// A directory in the pid file's place: cannot be judged.
+    NotAFile,
+    /// A `.start` that is not a number: cannot be judged.
+    BadStart,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +93,8 @@ fn pid_kind() -> impl Strategy<Value = PidKind> {
         Just(PidKind::Corrupt),
         Just(PidKind::Missing),
         Just(PidKind::Reused),
+        Just(PidKind::NotAFile),
+        Just(PidKind::BadStart),
     ]
 }
 
@@ -147,11 +153,15 @@ fn pid_of(kind: PidKind, live: &LiveProc) -> Pid {
         PidKind::Corrupt => Pid::Corrupt,
         PidKind::Missing => Pid::Missing,
         PidKind::Reused => Pid::Reused(live.pid()),
+        PidKind::NotAFile => Pid::NotAFile,
+        PidKind::BadStart => Pid::BadStart(shared_dead_pid()),
     }
 }
 
-fn is_live(kind: PidKind) -> bool {
-    matches!(kind, PidKind::Live)
+/// Whether the sweeps must leave everything the pid file guards untouched: it is live, or
+/// it cannot be judged.
+fn guarded(kind: PidKind) -> bool {
+    matches!(kind, PidKind::Live | PidKind::NotAFile | PidKind::BadStart)
 }
 
 /// The world one case runs in: the repo, a dir outside it, and the tracker's own store
@@ -208,7 +218,7 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
     let rel = |p: &Path| p.strip_prefix(repo.path()).unwrap().to_path_buf();
     for (i, w) in spec.workers.iter().enumerate() {
         let dir = tree.worker(NS[w.ns], &format!("w{i}"), pid_of(w.pid, live));
-        if !is_live(w.pid) {
+        if !guarded(w.pid) {
             mutable.push(rel(&dir));
         }
         let mut names = HashSet::new();
@@ -274,7 +284,7 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
     }
     for (n, kind) in &spec.claims {
         let c = tree.claim(*n, pid_of(*kind, live));
-        if !is_live(*kind) {
+        if !guarded(*kind) {
             mutable.push(rel(&c));
         }
     }

@@ -16,14 +16,14 @@ use super::resize::{self, Resize};
 use super::state_file::{self, ShrinkMode, StateFile, StateFileError};
 use crate::fsutil::atomic_write;
 use crate::layout::Layout;
-use crate::pidfile::{self, DeadReason};
+use crate::pidfile::{self, NotLive};
 use crate::timeutil::now_epoch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// No supervisor is running (the reason says why the pid file does not count).
     #[error("no supervisor running for this project ({0})")]
-    NotRunning(DeadReason),
+    NotRunning(NotLive),
     #[error(transparent)]
     State(#[from] StateFileError),
     #[error("{path}: {source}")]
@@ -408,7 +408,9 @@ mod tests {
         let layout = Layout::new(dir.path());
         assert!(matches!(
             status(&layout),
-            Err(ControlError::NotRunning(DeadReason::Missing))
+            Err(ControlError::NotRunning(NotLive::Dead(
+                crate::pidfile::DeadReason::Missing
+            )))
         ));
         std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
         std::fs::write(layout.supervisor_pid(), "nonsense").unwrap();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use crate::fsutil::remove_file_if_exists;
 use crate::layout::Layout;
-use crate::pidfile::{self, DeadReason, Liveness, MissingStart, PidContent};
+use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive, PidContent};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
@@ -65,6 +65,10 @@ impl Lane {
                 "{}: previous pid {pid} is live but does not hold the lock; replaced",
                 pid_path.display()
             )),
+            // The lock, not the pid file, says who runs: this process holds it.
+            Liveness::Unknown { reason } => notes.push(format!(
+                "previous pid file cannot be judged ({reason}); replaced"
+            )),
             _ => {}
         }
         let me = std::process::id() as i32;
@@ -94,15 +98,17 @@ impl Lane {
 }
 
 /// The running supervisor of a repo, identified by pid AND start token, or why there is
-/// none. Control commands signal nothing that fails this check.
-pub fn running_supervisor(layout: &Layout) -> Result<(i32, u64), DeadReason> {
+/// none. Control commands signal nothing that fails this check, an unjudgeable pid file
+/// included.
+pub fn running_supervisor(layout: &Layout) -> Result<(i32, u64), NotLive> {
     match pidfile::liveness(&layout.supervisor_pid(), MissingStart::Dead) {
         Liveness::Live {
             pid,
             start: Some(start),
         } => Ok((pid, start)),
-        Liveness::Live { pid, start: None } => Err(DeadReason::NoStartToken(pid)),
-        Liveness::Dead { reason } => Err(reason),
+        Liveness::Live { pid, start: None } => Err(NotLive::Dead(DeadReason::NoStartToken(pid))),
+        Liveness::Dead { reason } => Err(NotLive::Dead(reason)),
+        Liveness::Unknown { reason } => Err(NotLive::Unknown(reason)),
     }
 }
 
@@ -138,5 +144,16 @@ mod tests {
         assert!(running_supervisor(&layout).is_err());
         let (again, _) = Lane::acquire(&layout).unwrap();
         drop(again);
+    }
+
+    #[test]
+    fn a_pid_file_that_cannot_be_judged_is_no_running_supervisor() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        fs::create_dir_all(layout.supervisor_pid()).unwrap();
+        assert!(matches!(
+            running_supervisor(&layout),
+            Err(NotLive::Unknown(_))
+        ));
     }
 }

@@ -18,7 +18,7 @@ use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::sweeps::lane::{Lane, LaneError};
-use crate::sweeps::orphans::{CREATION_GRACE, fmt_dur};
+use crate::sweeps::orphans::{CREATION_GRACE, fmt_dur, recheck_pid_file};
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, SweepName};
 
@@ -53,7 +53,8 @@ pub enum CapError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CapReport {
     pub reclaimed: usize,
-    /// Attempts kept because they could not be judged (corrupt state file, failed removal).
+    /// Attempts kept because they could not be judged (corrupt state file, failed removal),
+    /// and worker dirs left alone because their `worker.pid` could not be judged.
     pub unjudged: usize,
     pub decisions: Vec<Decision>,
 }
@@ -125,6 +126,16 @@ pub fn run(
                     None,
                     "skip",
                     "no worker.pid yet in a dir created just now",
+                );
+                continue;
+            }
+            Liveness::Unknown { reason } => {
+                pass.report.unjudged += 1;
+                pass.decide(
+                    &w.path,
+                    None,
+                    "keep",
+                    format!("worker.pid cannot be judged: {reason}; its dir is not touched"),
                 );
                 continue;
             }
@@ -274,12 +285,7 @@ impl Pass<'_> {
 }
 
 fn recheck(worker: &Path, attempt: &Path) -> Result<(), String> {
-    if let Liveness::Live { pid, .. } = liveness(
-        &worker_tree::worker_pid(worker),
-        MissingStart::ExistenceDecides,
-    ) {
-        return Err(format!("worker.pid {pid} became live"));
-    }
+    recheck_pid_file(&worker_tree::worker_pid(worker), "worker.pid")?;
     match AttemptState::read(attempt) {
         Ok(Some(s)) if s.owner_is_live() => Err("state file now names a live pid".into()),
         Err(e) => Err(format!("cannot judge: {e}")),

@@ -16,6 +16,9 @@
 //!   the pid;
 //! - a legacy `work-<N>` whose `afk.pid` is corrupt is kept and counted (it names no
 //!   process, so it cannot be proven dead);
+//! - a pid file that cannot be judged ([`Liveness::Unknown`]: not a regular file, a `.start`
+//!   that is not a number) keeps what it guards: the worker dir, the legacy dir, the claim,
+//!   and the restore of a `running` issue whose claim it is;
 //! - a restore whose comment fails after the label edit succeeded keeps the dir; the
 //!   label transition stands and is counted.
 
@@ -139,12 +142,12 @@ pub enum Fate {
 }
 
 /// The fate table. `state` is the attempt's state file (`None`: no file), `age` the dir's
-/// age by mtime, `claim_live` whether issue's claim is held by a live process.
+/// age by mtime, `claim` judges the issue's claim (asked only for a `running` issue).
 pub fn fate(
     facts: &IssueFacts,
     state: Option<&AttemptState>,
     age: Duration,
-    claim_live: impl FnOnce() -> Option<i32>,
+    claim: impl FnOnce() -> Liveness,
 ) -> Fate {
     match facts {
         IssueFacts::Unavailable(e) => {
@@ -170,9 +173,15 @@ pub fn fate(
                 )
             }
         }
-        f if f.has_label(labels::RUNNING) => match claim_live() {
-            Some(pid) => Fate::Remove(format!("running, claim held by live pid {pid}")),
-            None => Fate::Restore,
+        f if f.has_label(labels::RUNNING) => match claim() {
+            Liveness::Live { pid, .. } => {
+                Fate::Remove(format!("running, claim held by live pid {pid}"))
+            }
+            // The holder may be alive: neither restore the issue nor drop the dir.
+            Liveness::Unknown { reason } => {
+                Fate::Keep(format!("running, claim cannot be judged: {reason}"))
+            }
+            Liveness::Dead { .. } => Fate::Restore,
         },
         IssueFacts::NotFound => Fate::Remove("issue does not exist".into()),
         _ => Fate::Remove("issue neither running nor ready-for-human".into()),
@@ -326,11 +335,18 @@ impl Pass<'_> {
                         format!("afk.pid {reason}: cannot prove it dead"),
                     );
                 }
+                Liveness::Unknown { reason } => {
+                    self.report.counts.kept += 1;
+                    self.decide(
+                        &e.path,
+                        Some(n),
+                        None,
+                        Verdict::Keep,
+                        format!("afk.pid cannot be judged: {reason}"),
+                    );
+                }
                 Liveness::Dead { reason } => {
-                    let recheck = || match liveness(&pid_file, MissingStart::ExistenceDecides) {
-                        Liveness::Live { pid, .. } => Err(format!("afk.pid {pid} became live")),
-                        _ => Ok(()),
-                    };
+                    let recheck = || recheck_pid_file(&pid_file, "afk.pid");
                     match self.remove(&e.path, recheck) {
                         Ok(()) => {
                             self.report.counts.legacy_removed += 1;
@@ -394,6 +410,16 @@ impl Pass<'_> {
                         None,
                         Verdict::Skip,
                         "no worker.pid yet in a dir created just now",
+                    );
+                }
+                Liveness::Unknown { reason } => {
+                    self.report.counts.kept += 1;
+                    self.decide(
+                        &w.path,
+                        None,
+                        None,
+                        Verdict::Keep,
+                        format!("worker.pid cannot be judged: {reason}; its dir is kept"),
                     );
                 }
                 Liveness::Dead { reason } => dead.push(self.dead_worker(&w, &reason)),
@@ -472,7 +498,7 @@ impl Pass<'_> {
         let facts = self.book.facts(n);
         let desc = Some(facts.describe());
         let layout = self.layout;
-        let claim = || live_claim(layout, n);
+        let claim = || claim_liveness(layout, n);
         match fate(&facts, state.as_ref(), dir_age, claim) {
             Fate::Keep(why) => keep(self, Some(n), desc, why),
             Fate::Remove(why) => {
@@ -516,10 +542,7 @@ impl Pass<'_> {
     ) -> Option<usize> {
         let pid_file = worker_tree::worker_pid(worker);
         let recheck = || {
-            if let Liveness::Live { pid, .. } = liveness(&pid_file, MissingStart::ExistenceDecides)
-            {
-                return Err(format!("worker.pid {pid} became live"));
-            }
+            recheck_pid_file(&pid_file, "worker.pid")?;
             match AttemptState::read(path) {
                 Ok(Some(s)) if s.owner_is_live() => Err("state file now names a live pid".into()),
                 Err(e) => Err(format!("cannot judge: {e}")),
@@ -549,8 +572,12 @@ impl Pass<'_> {
     /// unless a live process holds the claim by now. Any tracker error stops here: the
     /// caller keeps the dir.
     fn restore(&mut self, n: u64) -> Result<RestoreOutcome, String> {
-        if let Some(pid) = live_claim(self.layout, n) {
-            return Ok(RestoreOutcome::ClaimLive(pid));
+        match claim_liveness(self.layout, n) {
+            Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
+            Liveness::Unknown { reason } => {
+                return Err(format!("claim cannot be judged, not restored: {reason}"));
+            }
+            Liveness::Dead { .. } => {}
         }
         let add = [labels::READY_FOR_AGENT];
         let remove = [labels::RUNNING];
@@ -626,12 +653,20 @@ impl Pass<'_> {
                     );
                     continue;
                 }
+                Liveness::Unknown { reason } => {
+                    self.report.counts.kept += 1;
+                    self.decide(
+                        &e.path,
+                        Some(n),
+                        None,
+                        Verdict::Keep,
+                        format!("claim pid cannot be judged: {reason}"),
+                    );
+                    continue;
+                }
                 Liveness::Dead { reason } => reason,
             };
-            let recheck = || match liveness(&pid_file, MissingStart::ExistenceDecides) {
-                Liveness::Live { pid, .. } => Err(format!("claim pid {pid} became live")),
-                _ => Ok(()),
-            };
+            let recheck = || recheck_pid_file(&pid_file, "claim pid");
             match self.remove(&e.path, recheck) {
                 Ok(()) => {
                     self.report.counts.claims_released += 1;
@@ -724,10 +759,7 @@ impl Pass<'_> {
             return;
         }
         let recheck = || {
-            if let Liveness::Live { pid, .. } = liveness(&pid_file, MissingStart::ExistenceDecides)
-            {
-                return Err(format!("worker.pid {pid} became live"));
-            }
+            recheck_pid_file(&pid_file, "worker.pid")?;
             // A dir that gained content since the listing is not empty any more.
             if !self.dry_run {
                 for e in &remaining {
@@ -740,7 +772,7 @@ impl Pass<'_> {
         };
         let why = match liveness(&pid_file, MissingStart::ExistenceDecides) {
             Liveness::Dead { reason } => format!("dead empty worker shell: worker.pid {reason}"),
-            Liveness::Live { .. } => "dead empty worker shell".to_string(),
+            _ => "dead empty worker shell".to_string(),
         };
         match self.remove(&w.path, recheck) {
             Ok(()) => {
@@ -767,9 +799,19 @@ enum RestoreOutcome {
     ClaimLive(i32),
 }
 
-/// The pid holding issue `n`'s claim, when that process is live.
-fn live_claim(layout: &Layout, n: u64) -> Option<i32> {
-    liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides).pid()
+/// The judgement on issue `n`'s claim.
+fn claim_liveness(layout: &Layout, n: u64) -> Liveness {
+    liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides)
+}
+
+/// Judges `pid_file` again right before a removal: a process that became live, or a file
+/// that can no longer be judged, stops it. `what` names the file in the reason.
+pub(crate) fn recheck_pid_file(pid_file: &Path, what: &str) -> Result<(), String> {
+    match liveness(pid_file, MissingStart::ExistenceDecides) {
+        Liveness::Live { pid, .. } => Err(format!("{what} {pid} became live")),
+        Liveness::Unknown { reason } => Err(format!("{what} cannot be judged: {reason}")),
+        Liveness::Dead { .. } => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -799,7 +841,9 @@ mod tests {
     }
 
     const H: Duration = Duration::from_secs(3600);
-    const NO_CLAIM: fn() -> Option<i32> = || None;
+    const NO_CLAIM: fn() -> Liveness = || Liveness::Dead {
+        reason: DeadReason::Missing,
+    };
 
     #[test]
     fn closed_and_other_states_remove() {
@@ -839,8 +883,15 @@ mod tests {
     fn running_restores_unless_the_claim_is_live() {
         let f = open(&["running"]);
         assert_eq!(fate(&f, None, H, NO_CLAIM), Fate::Restore);
-        let held = fate(&f, None, H, || Some(42));
+        let held = fate(&f, None, H, || Liveness::Live {
+            pid: 42,
+            start: None,
+        });
         assert!(removes(&held), "{held:?}");
+        let unjudged = fate(&f, None, H, || Liveness::Unknown {
+            reason: "claims/7/pid: not a regular file".into(),
+        });
+        assert!(matches!(unjudged, Fate::Keep(_)), "{unjudged:?}");
         // ready-for-human wins over running.
         let both = open(&["running", "ready-for-human"]);
         assert!(matches!(fate(&both, None, H, NO_CLAIM), Fate::Keep(_)));
@@ -860,7 +911,7 @@ mod tests {
             let claim_asked = std::cell::Cell::new(false);
             let _ = fate(&f, None, H, || {
                 claim_asked.set(true);
-                None
+                NO_CLAIM()
             });
             assert!(!claim_asked.get());
         }

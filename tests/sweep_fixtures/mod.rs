@@ -61,10 +61,23 @@ pub enum Pid {
     DeadNoStart(i32),
     Corrupt,
     Missing,
+    /// A directory where the pid file should be: it cannot be judged.
+    NotAFile,
+    /// A FIFO where the pid file should be: reading it must not wait for a writer.
+    Fifo,
+    /// A pid with a `.start` that is not a number: identity cannot be judged.
+    BadStart(i32),
 }
 
 pub fn write_pid(file: &Path, pid: Pid) {
     fs::create_dir_all(file.parent().unwrap()).unwrap();
+    // Whatever an earlier call left in the pid file's place (a dir, a FIFO) goes first.
+    match fs::symlink_metadata(file) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(file).unwrap(),
+        Ok(_) => fs::remove_file(file).unwrap(),
+        Err(_) => {}
+    }
+    let _ = fs::remove_file(start_file(file));
     match pid {
         Pid::Live(p) => {
             pidfile::write_pid_file(file, p).unwrap();
@@ -81,7 +94,17 @@ pub fn write_pid(file: &Path, pid: Pid) {
         Pid::DeadNoStart(p) => fs::write(file, format!("{p}\n")).unwrap(),
         Pid::Corrupt => fs::write(file, "not-a-pid\n").unwrap(),
         Pid::Missing => {}
+        Pid::NotAFile => fs::create_dir(file).unwrap(),
+        Pid::Fifo => mkfifo(file),
+        Pid::BadStart(p) => {
+            fs::write(file, format!("{p}\n")).unwrap();
+            fs::write(start_file(file), "garbage\n").unwrap();
+        }
     }
+}
+
+pub fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
 }
 
 /// Sets the mtime of `path` (file or real dir) to `now - age`.
