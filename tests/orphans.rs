@@ -106,7 +106,11 @@ impl FateTable {
         a(run_dead_claim, 2, None, 3 * DAY);
         a(run_no_claim, 1, Some(&nofield), MIN);
         a(other, 1, Some(&posted), MIN);
-        a(9999, 1, Some(&posted), MIN);
+        // An issue the tracker does not know: the mtime TTL decides, as on a failed call.
+        a(9999, 1, Some(&posted), 7 * DAY - MIN);
+        a(9999, 2, Some(&posted), 7 * DAY + MIN);
+        a(9999, 3, None, DAY - MIN);
+        a(9999, 4, None, DAY + MIN);
         // Cannot be judged: corrupt state file; and an attempt whose own state names a
         // live process although its worker is dead.
         a(closed, 2, Some("{\"pid\": 12, \"envelope\": "), 30 * DAY);
@@ -208,9 +212,23 @@ fn every_row_of_the_fate_table() {
         RESTORE_COMMENT,
         "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent."
     );
-    // Any other state, and an issue that does not exist: removed.
+    // Any other state: removed.
     gone(f.w1(f.other, 1));
-    gone(f.p("workers/w1/9999-a1"));
+    // An issue the tracker does not know: 7 days with a state file, 1 day without.
+    kept(f.p("workers/w1/9999-a1"));
+    gone(f.p("workers/w1/9999-a2"));
+    kept(f.p("workers/w1/9999-a3"));
+    gone(f.p("workers/w1/9999-a4"));
+    assert!(
+        r.decisions
+            .iter()
+            .filter(|d| d.issue == Some(9999))
+            .all(|d| d
+                .reason
+                .contains("issue not found by the tracker, mtime TTL")),
+        "{:#?}",
+        r.decisions
+    );
     // Cannot judge / live owner: kept.
     kept(f.w1(f.closed, 2));
     kept(f.w1(f.other, 2));
@@ -244,7 +262,7 @@ fn every_row_of_the_fate_table() {
             c.claims_released,
             c.legacy_removed
         ),
-        (15, 2, 9, 1, 0),
+        (16, 2, 11, 1, 0),
         "{:#?}",
         r.decisions
     );

@@ -116,13 +116,15 @@ fn a_number_missing_from_the_batch_gets_one_view() {
     // #40 is not in the batch (e.g. past the list limit) and the view fails: TTL only.
     let kept = s.tree.attempt(&w, "40-a1", None, DAY - MIN);
     let kept2 = s.tree.attempt(&w, "40-a2", None, MIN);
-    // #41 does not exist: the view says so, and the dir goes.
+    // #41 does not exist: the view says so, which says nothing of its state: TTL only too.
     let ghost = s.tree.attempt(&w, "41-a1", None, MIN);
+    let old_ghost = s.tree.attempt(&w, "41-a2", None, DAY + MIN);
     s.gh.delay_next(1, 0.0); // the list answers normally
     s.gh.fail_next(1, 1, "HTTP 503: Service Unavailable");
     let r = sweep(&s);
     assert!(kept.exists() && kept2.exists());
-    assert!(!ghost.exists());
+    assert!(ghost.exists());
+    assert!(!old_ghost.exists());
     assert_eq!(verbs(&s.gh), vec!["issue list", "issue view", "issue view"]);
     assert_eq!(r.tracker_reads, 3);
 }

@@ -9,6 +9,7 @@ use std::process::Output;
 
 use afk_supervisor::tracker::LocalTracker;
 use support::TestEnv;
+use support::fake_gh::FakeGh;
 use sweep_fixtures::*;
 
 fn sweep(env: &TestEnv, repo: &Path, extra: &[&str]) -> Output {
@@ -213,10 +214,63 @@ fn a_sweep_failure_is_one_line_and_exit_1() {
     let out = sweep(&env, &repo.path, &["--only", "orphans"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    // The tracker choice, then the failure in one line.
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(lines[0], "tracker: local (requested)");
+    let err = lines[1];
     assert!(
         err.contains("orphan cleanup") && err.contains("is a symlink"),
         "{err}"
     );
     assert!(elsewhere.path().join("workers/w1/5-a1").exists());
+}
+
+/// The reviewer's case: origin is on GitHub but gh is not logged in, so `auto` picks the
+/// empty local store, where no issue exists. The choice is printed, and a dead worker's
+/// dirs fall back to the mtime TTL instead of all being removed.
+#[test]
+fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    env.git(
+        &repo.path,
+        &["remote", "set-url", "origin", "https://github.com/o/r.git"],
+    );
+    let gh = FakeGh::install(&env);
+    gh.set_auth(false);
+    let tree = Tree::new(&repo.path);
+    let w = tree.worker("workers", "w1", Pid::Dead(dead_pid()));
+    let waiting = tree.attempt(&w, "41-a1", Some(&state_json(Some(false))), 2 * DAY);
+    let stale = tree.attempt(&w, "42-a1", Some(&state_json(None)), 7 * DAY + MIN);
+    let bare = tree.attempt(&w, "43-a1", None, 2 * DAY);
+    tree.claim(41, Pid::Dead(dead_pid()));
+    let mut cmd = env.bin();
+    gh.apply(&mut cmd);
+    let out = cmd
+        .arg("--repo")
+        .arg(&repo.path)
+        .args(["--tracker", "auto", "sweep", "--only", "orphans"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let choices: Vec<&str> = err.lines().filter(|l| l.starts_with("tracker: ")).collect();
+    assert_eq!(choices.len(), 1, "{err}");
+    assert!(
+        choices[0].starts_with("tracker: local (origin is on GitHub but `gh auth status` failed"),
+        "{err}"
+    );
+    assert!(waiting.exists(), "a dir inside its 7-day TTL was removed");
+    assert!(!stale.exists());
+    assert!(!bare.exists());
+    let text = stdout(&out);
+    assert!(
+        text.contains("issue not found by the tracker, mtime TTL with state file"),
+        "{text}"
+    );
+    assert!(
+        text.contains("orphans skip #41 [not-found]: the tracker cannot say the issue is running: not restored"),
+        "{text}"
+    );
 }

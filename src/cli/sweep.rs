@@ -36,6 +36,9 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
     let selected = crate::tracker::open(&config, &ctx.layout)
         .map_err(|e| Failure::failed(format!("issue tracker: {e}")))?;
+    // Which store the fates below rest on: an empty local store chosen by `auto` must be
+    // visible at a glance.
+    eprintln!("{}", selected.reason);
     let git = Git::new(ctx.layout.repo());
     let sweep_ctx = SweepCtx {
         layout: &ctx.layout,

@@ -16,7 +16,8 @@ pub enum IssueFacts {
         state: IssueState,
         labels: Vec<String>,
     },
-    /// The tracker says the issue does not exist.
+    /// The tracker says the issue does not exist. Sweeps do not act on it as a state: an
+    /// empty or wrong store says it of every issue.
     NotFound,
     /// The tracker could not answer (transient or failed): act on nothing but time.
     Unavailable(TrackerError),

@@ -9,8 +9,9 @@
 //! Choices where the brief is silent, made on the side of keeping:
 //! - an attempt whose own `afk.state.json` names a live process is kept even when its
 //!   worker's `worker.pid` is dead;
-//! - an issue number the batch listing lacks gets one `view`; `NotFound` from it means the
-//!   issue does not exist and the dir falls under "any other state" (removed);
+//! - an issue number the batch listing lacks gets one `view`; `NotFound` from it cannot be
+//!   judged by state (the store may be empty or the wrong one), so the dir falls back to
+//!   the mtime TTL exactly like a failed call, and a stale claim's issue is not restored;
 //! - a worker dir or claim with *no* pid file that was modified less than
 //!   [`CREATION_GRACE`] ago is left alone: its owner may be between `mkdir` and writing
 //!   the pid;
@@ -149,18 +150,19 @@ pub fn fate(
     age: Duration,
     claim: impl FnOnce() -> Liveness,
 ) -> Fate {
+    let fallback = |why: String| {
+        let (ttl, what) = match state {
+            Some(_) => (TTL_FALLBACK_WITH_STATE, "with state file"),
+            None => (TTL_FALLBACK_NO_STATE, "without state file"),
+        };
+        ttl_fate(age, ttl, &format!("{why}, mtime TTL {what}"))
+    };
     match facts {
-        IssueFacts::Unavailable(e) => {
-            let (ttl, what) = match state {
-                Some(_) => (TTL_FALLBACK_WITH_STATE, "with state file"),
-                None => (TTL_FALLBACK_NO_STATE, "without state file"),
-            };
-            ttl_fate(
-                age,
-                ttl,
-                &format!("tracker {} ({}), mtime TTL {what}", e.kind, e.command),
-            )
-        }
+        IssueFacts::Unavailable(e) => fallback(format!("tracker {} ({})", e.kind, e.command)),
+        // Not a state: a store that is empty or the wrong one (e.g. `auto` fell back to
+        // `local` because gh is missing) says "not found" for every issue, and a dir
+        // waiting for a human must not go on that word.
+        IssueFacts::NotFound => fallback("issue not found by the tracker".into()),
         f if f.is_closed() => Fate::Remove("issue closed".into()),
         f if f.has_label(labels::READY_FOR_HUMAN) => {
             if state.is_some_and(AttemptState::envelope_posted) {
@@ -183,7 +185,6 @@ pub fn fate(
             }
             Liveness::Dead { .. } => Fate::Restore,
         },
-        IssueFacts::NotFound => Fate::Remove("issue does not exist".into()),
         _ => Fate::Remove("issue neither running nor ready-for-human".into()),
     }
 }
@@ -684,11 +685,21 @@ impl Pass<'_> {
                 }
             }
             let facts = self.book.facts(n);
+            let issue_subject = PathBuf::from(format!("#{n}"));
+            let desc = Some(facts.describe());
+            if matches!(facts, IssueFacts::NotFound | IssueFacts::Unavailable(_)) {
+                self.decide(
+                    &issue_subject,
+                    Some(n),
+                    desc,
+                    Verdict::Skip,
+                    "the tracker cannot say the issue is running: not restored",
+                );
+                continue;
+            }
             if facts.is_closed() || !facts.has_label(labels::RUNNING) {
                 continue;
             }
-            let issue_subject = PathBuf::from(format!("#{n}"));
-            let desc = Some(facts.describe());
             match self.restore(n) {
                 Ok(RestoreOutcome::Done) => {
                     self.decide(
@@ -859,7 +870,6 @@ mod tests {
             NO_CLAIM
         )));
         assert!(removes(&fate(&open(&[]), None, H, NO_CLAIM)));
-        assert!(removes(&fate(&IssueFacts::NotFound, None, H, NO_CLAIM)));
     }
 
     #[test]
@@ -898,9 +908,10 @@ mod tests {
     }
 
     #[test]
-    fn tracker_failure_falls_back_to_mtime() {
-        for kind in [ErrorKind::Transient, ErrorKind::Failed] {
-            let f = IssueFacts::Unavailable(TrackerError::new(kind, "gh issue list", "boom"));
+    fn tracker_failure_and_not_found_fall_back_to_mtime() {
+        let failures = [ErrorKind::Transient, ErrorKind::Failed]
+            .map(|kind| IssueFacts::Unavailable(TrackerError::new(kind, "gh issue list", "boom")));
+        for f in failures.into_iter().chain([IssueFacts::NotFound]) {
             let st = posted(Some(true));
             let with = Some(&st);
             assert!(!removes(&fate(&f, with, 7 * DAY - H, NO_CLAIM)));
