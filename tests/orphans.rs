@@ -552,3 +552,75 @@ fn pid_files_that_cannot_be_judged_keep_what_they_guard() {
     assert_eq!(r.counts.claims_released, 0);
     assert_eq!(r.counts.kept, 6);
 }
+
+/// A bind mount, unmounted (lazily if busy) when dropped.
+struct BindMount(std::path::PathBuf);
+
+impl BindMount {
+    fn new(source: &Path, target: &Path) -> Option<BindMount> {
+        let out = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(target)
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return Some(BindMount(target.to_path_buf()));
+        }
+        eprintln!(
+            "skipped: mount --bind not permitted here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        None
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let umount = |lazy: bool| {
+            let mut c = std::process::Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(&self.0).status().is_ok_and(|s| s.success())
+        };
+        if !umount(false) {
+            umount(true);
+        }
+    }
+}
+
+#[test]
+fn a_mount_inside_a_dead_attempt_is_kept_and_the_sweep_goes_on() {
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
+    let closed = t.create("closed", "", &[]).unwrap();
+    t.close(closed).unwrap();
+    let home = env.path().join("someones-home");
+    fs::create_dir_all(&home).unwrap();
+    fs::write(home.join("precious"), "mine").unwrap();
+    let w = tree.worker("workers", "w1", Pid::Dead(dead_pid()));
+    let st = state_json(Some(true));
+    let sandboxed = tree.attempt(&w, &format!("{closed}-a1"), Some(&st), MIN);
+    let plain = tree.attempt(&w, &format!("{closed}-a2"), Some(&st), MIN);
+    let sandbox = sandboxed.join("sandbox");
+    fs::create_dir_all(&sandbox).unwrap();
+    let Some(_mount) = BindMount::new(&home, &sandbox) else {
+        return;
+    };
+    let r = sweep(&tree, &t, false);
+    assert_eq!(fs::read_to_string(home.join("precious")).unwrap(), "mine");
+    assert!(sandbox.join("precious").exists());
+    assert!(!plain.exists());
+    let d = r
+        .decisions
+        .iter()
+        .find(|d| d.subject.ends_with(&format!("{closed}-a1")))
+        .unwrap();
+    assert_eq!(d.verdict, "keep", "{d:?}");
+    assert!(d.reason.contains("another filesystem"), "{d:?}");
+    assert_eq!((r.counts.removed, r.counts.kept), (1, 1));
+    assert_eq!(verdict_of(&r, "workers/w1"), "skip");
+}

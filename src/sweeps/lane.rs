@@ -1,18 +1,30 @@
 //! The one deletion primitive every sweep uses (SPEC §1 safety rules).
 //!
 //! A sweep bug must not be able to reach durable state. So every removal goes through
-//! [`Lane::remove`], which refuses a path unless it lies lexically *and* physically inside a
-//! registered lane of `.red/tmp/`: no `..`, no symlinked parent on the way, and `.red/tmp`
-//! itself not a symlink. The path itself is judged with `symlink_metadata`, so a symlink is
-//! unlinked as a link and never walked; `std::fs::remove_dir_all` does not follow symlinks
-//! below the top either (it opens every directory with `O_NOFOLLOW`).
+//! [`Lane::remove`], which refuses a path unless it lies lexically inside a registered lane
+//! of `.red/tmp/` (no `..`) and is reached physically the same way: `.red`, `.red/tmp` and
+//! every directory on the way are opened one by one with `O_NOFOLLOW` relative to the one
+//! before, so a symlink anywhere on the way is refused, even one swapped in after a check.
+//! The removal itself ([`rmtree`]) works from those descriptors too: a symlink is unlinked
+//! as a link and never walked, and a directory on another mount than `.red/tmp` (an agent
+//! sandbox, a bind mount) is never entered; it is kept and the removal reported as
+//! incomplete.
 
-use std::ffi::OsStr;
+use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::Mode;
+
 use crate::layout::{Layout, WORKER_NAMESPACES, parse_legacy_work_dir};
+use crate::sweeps::rmtree::{
+    self, FileKind, MountId, RmError, c_name, open_dir_at, stat_at, stat_fd,
+};
+
+pub use crate::sweeps::rmtree::RemovedKind;
 
 /// Why a path was refused or could not be removed.
 #[derive(Debug, thiserror::Error)]
@@ -27,19 +39,13 @@ pub enum LaneError {
         #[source]
         source: io::Error,
     },
-}
-
-/// What a removal found at the path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemovedKind {
-    /// A real directory, removed with everything below it.
-    Dir,
-    /// A symlink, unlinked; its target was not touched.
-    Symlink,
-    /// A regular (or special) file.
-    File,
-    /// Nothing was there any more.
-    Absent,
+    /// Part of the tree is on another filesystem and was kept, so `path` still exists.
+    #[error("{path}: not removed entirely: {source}")]
+    Kept {
+        path: PathBuf,
+        #[source]
+        source: RmError,
+    },
 }
 
 /// One removal: the path and what was there.
@@ -49,17 +55,22 @@ pub struct Removed {
     pub kind: RemovedKind,
 }
 
-/// `.red/tmp/` of one repo, resolved once.
+/// `.red/tmp/` of one repo.
 #[derive(Debug, Clone)]
 pub struct Lane {
+    repo: PathBuf,
     /// `.red/tmp` as the layout spells it: paths handed in are checked against this.
     tmp: PathBuf,
-    /// `.red/tmp` resolved: parents of removed paths must resolve below it.
-    tmp_canon: PathBuf,
+}
+
+/// `.red/tmp` opened, and the mount it lives on.
+struct Root {
+    fd: OwnedFd,
+    mount: MountId,
 }
 
 impl Lane {
-    /// Resolves `.red/tmp`. `Ok(None)` when it does not exist (nothing to sweep); an error
+    /// Checks `.red/tmp`. `Ok(None)` when it does not exist (nothing to sweep); an error
     /// when `.red` or `.red/tmp` is a symlink or cannot be resolved, because then "inside
     /// `.red/tmp`" would mean somewhere else entirely.
     pub fn open(layout: &Layout) -> Result<Option<Lane>, LaneError> {
@@ -81,24 +92,45 @@ impl Lane {
                 Err(e) => return Err(root_err(e.to_string())),
             }
         }
-        let repo_canon = fs::canonicalize(layout.repo()).map_err(|e| root_err(e.to_string()))?;
-        let tmp_canon = fs::canonicalize(&tmp).map_err(|e| root_err(e.to_string()))?;
-        if tmp_canon != repo_canon.join(".red").join("tmp") {
-            return Err(root_err(format!(
-                "resolves to {}, outside the repo",
-                tmp_canon.display()
-            )));
-        }
-        Ok(Some(Lane { tmp, tmp_canon }))
+        let lane = Lane {
+            repo: layout.repo().to_path_buf(),
+            tmp,
+        };
+        lane.root()?;
+        Ok(Some(lane))
     }
 
     pub fn tmp(&self) -> &Path {
         &self.tmp
     }
 
-    /// Checks that `path` may be removed, without touching it. Dry runs call this so a
-    /// listing shows the same refusals a real run would hit.
-    pub fn check(&self, path: &Path) -> Result<(), LaneError> {
+    /// Opens `<repo>/.red/tmp` component by component, never through a symlink.
+    fn root(&self) -> Result<Root, LaneError> {
+        let root_err = |why: String| LaneError::Root {
+            path: self.tmp.clone(),
+            why,
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut fd = open(&self.repo, flags, Mode::empty())
+            .map_err(|e| root_err(format!("{}: {e}", self.repo.display())))?;
+        for name in [c".red", c"tmp"] {
+            fd = open_dir_at(fd.as_fd(), name).map_err(|e| {
+                let what = match not_a_dir(fd.as_fd(), name, &e) {
+                    Some(FileKind::Symlink) => "is a symlink".to_string(),
+                    Some(_) => "is not a directory".to_string(),
+                    None => e.to_string(),
+                };
+                root_err(format!("{}: {what}", name.to_string_lossy()))
+            })?;
+        }
+        let mount = stat_fd(fd.as_fd())
+            .map_err(|e| root_err(e.to_string()))?
+            .mount;
+        Ok(Root { fd, mount })
+    }
+
+    /// The names below `.red/tmp` of a path that may be removed, by its spelling alone.
+    fn names<'p>(&self, path: &'p Path) -> Result<Vec<&'p OsStr>, LaneError> {
         let refused = |why: &str| LaneError::Refused {
             path: path.to_path_buf(),
             why: why.to_string(),
@@ -116,64 +148,105 @@ impl Lane {
         if !is_registered(&names) {
             return Err(refused("not in a registered lane of .red/tmp"));
         }
-        let parent = path.parent().ok_or_else(|| refused("no parent"))?;
-        let parent_canon = fs::canonicalize(parent).map_err(|e| LaneError::Io {
-            path: parent.to_path_buf(),
-            source: e,
-        })?;
-        let expected = self.tmp_canon.join(rel.parent().unwrap_or(Path::new("")));
-        if parent_canon != expected {
-            return Err(refused(&format!(
-                "parent resolves to {} (a symlink on the way)",
-                parent_canon.display()
-            )));
-        }
-        Ok(())
+        Ok(names)
     }
 
-    /// Removes `path` after [`Lane::check`]: a symlink as a link, a directory with its
-    /// contents (never following links below it), a file as a file.
+    /// Opens the parent of `path` from the lane root, one real directory at a time on the
+    /// root's own filesystem; returns it with the last name.
+    fn open_parent(
+        &self,
+        root: &Root,
+        path: &Path,
+        names: &[&OsStr],
+    ) -> Result<(OwnedFd, CString), LaneError> {
+        let refused = |why: String| LaneError::Refused {
+            path: path.to_path_buf(),
+            why,
+        };
+        let io_err = |at: &Path, source| LaneError::Io {
+            path: at.to_path_buf(),
+            source,
+        };
+        let (last, parents) = names
+            .split_last()
+            .ok_or_else(|| refused("no parent".into()))?;
+        let mut fd = root.fd.try_clone().map_err(|e| io_err(&self.tmp, e))?;
+        let mut at = self.tmp.clone();
+        for name in parents {
+            at.push(name);
+            let cname = c_name(name).map_err(|e| io_err(&at, e))?;
+            fd = match open_dir_at(fd.as_fd(), &cname) {
+                Ok(next) => next,
+                Err(e) => {
+                    return Err(match not_a_dir(fd.as_fd(), &cname, &e) {
+                        Some(FileKind::Symlink) => refused(format!(
+                            "{} is a symlink (a symlink on the way)",
+                            at.display()
+                        )),
+                        Some(_) => refused(format!("{} is not a directory", at.display())),
+                        None => io_err(&at, e),
+                    });
+                }
+            };
+            let meta = stat_fd(fd.as_fd()).map_err(|e| io_err(&at, e))?;
+            if !meta.mount.same(root.mount) {
+                return Err(refused(format!(
+                    "{} is on another filesystem (a mount point)",
+                    at.display()
+                )));
+            }
+        }
+        let last = c_name(last).map_err(|e| io_err(path, e))?;
+        Ok((fd, last))
+    }
+
+    /// Checks that `path` may be removed, without touching it. Dry runs call this so a
+    /// listing shows the same refusals a real run would hit.
+    pub fn check(&self, path: &Path) -> Result<(), LaneError> {
+        let names = self.names(path)?;
+        let root = self.root()?;
+        self.open_parent(&root, path, &names).map(|_| ())
+    }
+
+    /// Removes `path` after the checks of [`Lane::check`], from the descriptors those
+    /// checks opened: a symlink as a link, a directory with its contents (never following
+    /// links below it, never entering another mount), a file as a file.
     pub fn remove(&self, path: &Path) -> Result<Removed, LaneError> {
-        match self.check(path) {
+        let absent = || Removed {
+            path: path.to_path_buf(),
+            kind: RemovedKind::Absent,
+        };
+        let names = self.names(path)?;
+        let root = self.root()?;
+        let (parent, last) = match self.open_parent(&root, path, &names) {
+            Ok(p) => p,
             // A parent that vanished means the path is gone too.
             Err(LaneError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                return Ok(Removed {
-                    path: path.to_path_buf(),
-                    kind: RemovedKind::Absent,
-                });
+                return Ok(absent());
             }
-            other => other?,
+            Err(e) => return Err(e),
+        };
+        match rmtree::remove_at(parent.as_fd(), &last, path, root.mount) {
+            Ok(kind) => Ok(Removed {
+                path: path.to_path_buf(),
+                kind,
+            }),
+            Err(RmError::Io { path, source }) => Err(LaneError::Io { path, source }),
+            Err(source @ RmError::Kept { .. }) => Err(LaneError::Kept {
+                path: path.to_path_buf(),
+                source,
+            }),
         }
-        let io_err = |e: io::Error| LaneError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        };
-        let meta = match fs::symlink_metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(Removed {
-                    path: path.to_path_buf(),
-                    kind: RemovedKind::Absent,
-                });
-            }
-            Err(e) => return Err(io_err(e)),
-        };
-        let ft = meta.file_type();
-        let kind = if ft.is_symlink() {
-            fs::remove_file(path).map_err(io_err)?;
-            RemovedKind::Symlink
-        } else if ft.is_dir() {
-            fs::remove_dir_all(path).map_err(io_err)?;
-            RemovedKind::Dir
-        } else {
-            fs::remove_file(path).map_err(io_err)?;
-            RemovedKind::File
-        };
-        Ok(Removed {
-            path: path.to_path_buf(),
-            kind,
-        })
     }
+}
+
+/// When opening `name` as a directory failed because it is none (Linux reports a symlink
+/// under `O_DIRECTORY|O_NOFOLLOW` as `ENOTDIR`, not `ELOOP`), what it is instead.
+fn not_a_dir(dir: BorrowedFd<'_>, name: &CStr, e: &io::Error) -> Option<FileKind> {
+    if !matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
+        return None;
+    }
+    Some(stat_at(dir, name).map_or(FileKind::Other, |m| m.kind))
 }
 
 /// The registered lanes (SPEC §1): inside a worker namespace, `claims/`, `logs/` or
@@ -263,6 +336,111 @@ mod tests {
         let err = lane.remove(&through).unwrap_err().to_string();
         assert!(err.contains("symlink on the way"), "{err}");
         assert!(state.join("keep").exists());
+    }
+
+    #[test]
+    fn a_component_swapped_for_a_symlink_after_the_check_is_refused() {
+        let (_d, layout, lane) = setup();
+        let castle = layout.state().join("castle");
+        fs::create_dir_all(castle.join("5-a1")).unwrap();
+        fs::write(castle.join("5-a1/notes"), "durable").unwrap();
+        let ns = layout.worker_namespace("workers");
+        let attempt = ns.join("w1/5-a1");
+        fs::create_dir_all(&attempt).unwrap();
+        lane.check(&attempt).unwrap();
+        // Between the dry-run check and the removal, the worker dir becomes a link.
+        fs::rename(ns.join("w1"), ns.join("w1-real")).unwrap();
+        symlink(&castle, ns.join("w1")).unwrap();
+        let err = lane.remove(&attempt).unwrap_err().to_string();
+        assert!(err.contains("symlink on the way"), "{err}");
+        assert_eq!(
+            fs::read_to_string(castle.join("5-a1/notes")).unwrap(),
+            "durable"
+        );
+        // `.red/tmp` itself swapped for a link after the lane was opened.
+        let elsewhere = tempfile::tempdir().unwrap();
+        fs::create_dir_all(elsewhere.path().join("workers/w2/6-a1")).unwrap();
+        fs::rename(layout.tmp(), layout.red().join("tmp-real")).unwrap();
+        symlink(elsewhere.path(), layout.tmp()).unwrap();
+        let err = lane
+            .remove(&layout.tmp().join("workers/w2/6-a1"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a symlink"), "{err}");
+        assert!(elsewhere.path().join("workers/w2/6-a1").exists());
+    }
+
+    /// A bind mount, unmounted (lazily if busy) when dropped.
+    struct BindMount(PathBuf);
+
+    impl BindMount {
+        fn new(source: &Path, target: &Path) -> Option<BindMount> {
+            let out = std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(source)
+                .arg(target)
+                .output()
+                .ok()?;
+            if out.status.success() {
+                Some(BindMount(target.to_path_buf()))
+            } else {
+                eprintln!(
+                    "skipped: mount --bind not permitted here: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+        }
+    }
+
+    impl Drop for BindMount {
+        fn drop(&mut self) {
+            let ok = std::process::Command::new("umount")
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+    }
+
+    #[test]
+    fn a_mount_inside_a_dir_is_kept_and_never_entered() {
+        let (_d, layout, lane) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(outside.path().join("home/src")).unwrap();
+        fs::write(outside.path().join("home/src/precious"), "mine").unwrap();
+        let attempt = layout.worker_namespace("workers").join("w1/5-a1");
+        let sandbox = attempt.join("worktree/sandbox");
+        fs::create_dir_all(&sandbox).unwrap();
+        fs::write(attempt.join("worktree/file"), "x").unwrap();
+        fs::write(attempt.join("afk.state.json"), "{}").unwrap();
+        // Same filesystem as the lane (a bind mount), so only the mount id tells it apart.
+        let Some(_mount) = BindMount::new(&outside.path().join("home"), &sandbox) else {
+            return;
+        };
+        let err = lane.remove(&attempt).unwrap_err();
+        assert!(matches!(err, LaneError::Kept { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("worktree/sandbox"), "{text}");
+        assert!(text.contains("another filesystem"), "{text}");
+        assert_eq!(
+            fs::read_to_string(outside.path().join("home/src/precious")).unwrap(),
+            "mine"
+        );
+        // Everything else went; the mount point and its parents stay.
+        assert!(!attempt.join("afk.state.json").exists());
+        assert!(!attempt.join("worktree/file").exists());
+        assert!(sandbox.join("src/precious").exists());
+        // A path below the mount is refused outright.
+        let below = sandbox.join("src");
+        let err = lane.remove(&below).unwrap_err().to_string();
+        assert!(err.contains("another filesystem"), "{err}");
+        assert!(below.join("precious").exists());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod attempt_cap;
 pub mod issue_book;
 pub mod lane;
 pub mod orphans;
+pub mod rmtree;
 pub mod worker_tree;
 
 use std::fmt;
