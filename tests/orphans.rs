@@ -127,7 +127,8 @@ impl FateTable {
         let w2 = tree.worker("go-workers", "w2", Pid::Corrupt);
         tree.attempt(&w2, &format!("{closed}-a3"), Some(&posted), MIN);
         let w4 = tree.worker("scout-workers", "w4", Pid::Missing);
-        fs::write(w4.join("worker.log"), "old log").unwrap();
+        // Leftovers of the worker's own atomic writes do not keep a shell.
+        fs::write(w4.join("worker.pid.tmp"), "12").unwrap();
         set_age(&w4, tree.now, DAY);
         let w5 = tree.worker("workers", "w5", Pid::Reused(live.pid()));
         tree.attempt(&w5, &format!("{closed}-a5"), None, MIN);
@@ -453,9 +454,10 @@ fn symlinks_are_never_walked_and_their_targets_survive() {
     let outside_before = snapshot(outside.path());
     let r = sweep(&tree, &t, false);
     assert!(!a1.exists());
-    // The worker dir held only links: it is an empty dead shell, removed as such.
-    assert!(!w.exists());
-    assert_eq!(r.shells_removed, 1);
+    // The worker dir still holds a link nobody judged: the shell is kept, the link with it.
+    assert!(w.join(format!("{closed}-a2")).is_symlink());
+    assert_eq!(r.shells_removed, 0);
+    assert_eq!(verdict_of(&r, "workers/w1"), "keep");
     let mut state_after = snapshot(&tree.layout.state());
     // The tracker's own store is the only thing in .red/state that may change.
     state_after.retain(|p, _| !p.starts_with("tracker"));
@@ -623,4 +625,50 @@ fn a_mount_inside_a_dead_attempt_is_kept_and_the_sweep_goes_on() {
     assert!(d.reason.contains("another filesystem"), "{d:?}");
     assert_eq!((r.counts.removed, r.counts.kept), (1, 1));
     assert_eq!(verdict_of(&r, "workers/w1"), "skip");
+}
+
+#[test]
+fn a_dead_shell_holding_files_nobody_judged_is_kept() {
+    let env = TestEnv::new();
+    let dir = &env.path().join("repo");
+    let tree = Tree::new(dir);
+    let t = tracker(&env, dir);
+    let closed = t.create("closed", "", &[]).unwrap();
+    t.close(closed).unwrap();
+    let st = state_json(Some(true));
+    // A hand-off note beside a finished attempt: the attempt goes, the note and shell stay.
+    let handoff = tree.worker("workers", "w-note", Pid::Dead(dead_pid()));
+    let a = tree.attempt(&handoff, &format!("{closed}-a1"), Some(&st), MIN);
+    fs::write(handoff.join("HANDOFF.md"), "read me").unwrap();
+    // A symlink, even to something inside the lane, is not the shell's to drop.
+    let linked = tree.worker("go-workers", "w-link", Pid::Dead(dead_pid()));
+    std::os::unix::fs::symlink(tree.layout.tmp(), linked.join("elsewhere")).unwrap();
+    // Only what a worker leaves itself, plus an empty dir: the shell goes.
+    let bare = tree.worker("scout-workers", "w-bare", Pid::Dead(dead_pid()));
+    fs::write(bare.join("worker.pid.tmp"), "1").unwrap();
+    fs::write(bare.join("state.json.tmp"), "{").unwrap();
+    fs::create_dir(bare.join("empty")).unwrap();
+
+    let dry = sweep(&tree, &t, true);
+    let r = sweep(&tree, &t, false);
+    assert_eq!(dry.counts, r.counts);
+    assert!(!a.exists());
+    assert_eq!(
+        fs::read_to_string(handoff.join("HANDOFF.md")).unwrap(),
+        "read me"
+    );
+    assert!(linked.join("elsewhere").is_symlink());
+    assert!(!bare.exists());
+    for (suffix, names) in [("w-note", "HANDOFF.md"), ("w-link", "elsewhere (symlink)")] {
+        let d = r
+            .decisions
+            .iter()
+            .find(|d| d.subject.ends_with(suffix))
+            .unwrap();
+        assert_eq!(d.verdict, "keep", "{d:?}");
+        assert!(d.reason.contains(names), "{d:?}");
+    }
+    assert_eq!(r.shells_removed, 1);
+    // The attempt, and the empty dir that went with its shell; the two shells kept.
+    assert_eq!((r.counts.removed, r.counts.kept), (2, 2));
 }

@@ -1,7 +1,8 @@
 //! Property: whatever `.red/` looks like — attempt dirs, stray files, symlinks into
 //! `.red/state/` and out of the repo, live, dead, reused and corrupt pids — orphan cleanup
 //! and the attempt cap change nothing outside the registered lanes, not a byte of a live
-//! worker's dir, and no symlink target.
+//! worker's dir, no file or link in a dead worker's dir that no pass judged, and no
+//! symlink target.
 
 mod support;
 mod sweep_fixtures;
@@ -175,6 +176,9 @@ struct World {
     tracker: LocalTracker,
     /// Paths (relative to the repo) below which a sweep may change things.
     mutable: Vec<PathBuf>,
+    /// Paths inside `mutable` that must survive anyway: files and links in a dead worker's
+    /// dir that no pass judges.
+    pinned: Vec<PathBuf>,
 }
 
 fn build(spec: &Spec, live: &LiveProc) -> World {
@@ -215,6 +219,7 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
     .unwrap();
 
     let mut mutable = Vec::new();
+    let mut pinned = Vec::new();
     let rel = |p: &Path| p.strip_prefix(repo.path()).unwrap().to_path_buf();
     for (i, w) in spec.workers.iter().enumerate() {
         let dir = tree.worker(NS[w.ns], &format!("w{i}"), pid_of(w.pid, live));
@@ -255,16 +260,26 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
                     fs::write(d.join("x/f"), "scratch").unwrap();
                     set_age(&d, tree.now, Duration::from_secs(age_h * 3600));
                 }
-                Child::Stray => fs::write(dir.join(format!("stray-{j}.log")), "log").unwrap(),
-                Child::LinkToState => symlink(&castle, dir.join(format!("{}-a9", j + 1))).unwrap(),
-                Child::LinkOutside => {
-                    symlink(outside.path().join("tree"), dir.join(format!("link-{j}"))).unwrap()
+                Child::Stray => {
+                    let p = dir.join(format!("stray-{j}.log"));
+                    fs::write(&p, "log").unwrap();
+                    pinned.push(rel(&p));
                 }
-                Child::LinkOutsideFile => symlink(
-                    outside.path().join("file"),
-                    dir.join(format!("file-link-{j}")),
-                )
-                .unwrap(),
+                Child::LinkToState => {
+                    let p = dir.join(format!("{}-a9", j + 1));
+                    symlink(&castle, &p).unwrap();
+                    pinned.push(rel(&p));
+                }
+                Child::LinkOutside => {
+                    let p = dir.join(format!("link-{j}"));
+                    symlink(outside.path().join("tree"), &p).unwrap();
+                    pinned.push(rel(&p));
+                }
+                Child::LinkOutsideFile => {
+                    let p = dir.join(format!("file-link-{j}"));
+                    symlink(outside.path().join("file"), &p).unwrap();
+                    pinned.push(rel(&p));
+                }
             }
         }
         if matches!(w.pid, PidKind::Missing) && i % 2 == 0 {
@@ -304,6 +319,7 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
         tree,
         tracker,
         mutable,
+        pinned,
     }
 }
 
@@ -312,8 +328,9 @@ fn changed_outside(
     before: &BTreeMap<PathBuf, Node>,
     after: &BTreeMap<PathBuf, Node>,
     mutable: &[PathBuf],
+    pinned: &[PathBuf],
 ) -> Vec<PathBuf> {
-    let frozen = |p: &PathBuf| !mutable.iter().any(|m| p.starts_with(m));
+    let frozen = |p: &PathBuf| pinned.contains(p) || !mutable.iter().any(|m| p.starts_with(m));
     let mut out: Vec<PathBuf> = before
         .iter()
         .filter(|(p, n)| frozen(p) && after.get(*p) != Some(n))
@@ -335,7 +352,7 @@ fn check(
     what: &str,
 ) {
     let after = snapshot(world.tree.layout.repo());
-    let diff = changed_outside(before, &after, &world.mutable);
+    let diff = changed_outside(before, &after, &world.mutable, &world.pinned);
     assert!(diff.is_empty(), "{what} changed frozen paths: {diff:?}");
     assert_eq!(
         &snapshot(world.outside.path()),

@@ -2,7 +2,8 @@
 //!
 //! Four passes, in this order: legacy flat `work-<N>` dirs of dead processes; attempt dirs
 //! of dead workers, each decided by its issue's tracker state; stale claims of dead
-//! holders; dead worker shells left empty. Everything that is removed goes through
+//! holders; dead worker shells left empty (only pid files, `*.tmp` and empty dirs: any
+//! other file or link in it was judged by no pass and keeps it). Everything that is removed goes through
 //! [`Lane`], liveness is judged again right before each removal, and a dir that cannot be
 //! judged (unreadable, corrupt state file) is kept and counted, never removed on a guess.
 //!
@@ -731,8 +732,8 @@ impl Pass<'_> {
 
     fn shell(&mut self, w: DeadWorker) {
         let pid_file = worker_tree::worker_pid(&w.path);
-        let listing = match entries(&w.path) {
-            Ok(l) => l,
+        let survey = match ShellSurvey::of(&w.path, &w.gone) {
+            Ok(s) => s,
             Err(e) => {
                 self.decide(
                     &w.path,
@@ -744,39 +745,41 @@ impl Pass<'_> {
                 return;
             }
         };
-        let remaining: Vec<&Entry> = listing
-            .iter()
-            .filter(|e| e.kind == Kind::Dir && !w.gone.contains(&e.path))
-            .collect();
-        let mut empty_kept = Vec::new();
-        let mut holding = 0;
-        for e in &remaining {
-            if is_empty_dir(&e.path).unwrap_or(false) {
-                if let Some((_, i)) = w.kept.iter().find(|(p, _)| p == &e.path) {
-                    empty_kept.push(*i);
-                }
-            } else {
-                holding += 1;
+        if !survey.foreign.is_empty() {
+            // Files nobody judged: removing the shell would delete them unseen.
+            self.report.counts.kept += 1;
+            let mut why = format!(
+                "dead worker shell kept: holds {}",
+                survey.foreign.join(", ")
+            );
+            if survey.holding > 0 {
+                why.push_str(&format!(" and {} kept dir(s)", survey.holding));
             }
+            self.decide(&w.path, None, None, Verdict::Keep, why);
+            return;
         }
-        if holding > 0 {
+        if survey.holding > 0 {
             self.decide(
                 &w.path,
                 None,
                 None,
                 Verdict::Skip,
-                format!("dead worker still holds {holding} kept dir(s)"),
+                format!("dead worker still holds {} kept dir(s)", survey.holding),
             );
             return;
         }
+        let empty_kept: Vec<usize> = survey
+            .empty
+            .iter()
+            .filter_map(|p| w.kept.iter().find(|(k, _)| k == p).map(|(_, i)| *i))
+            .collect();
         let recheck = || {
             recheck_pid_file(&pid_file, "worker.pid")?;
-            // A dir that gained content since the listing is not empty any more.
+            // Content that appeared since the survey keeps the shell.
             if !self.dry_run {
-                for e in &remaining {
-                    if !is_empty_dir(&e.path).unwrap_or(false) {
-                        return Err(format!("{} is no longer empty", e.name));
-                    }
+                let now = ShellSurvey::of(&w.path, &w.gone).map_err(|e| e.to_string())?;
+                if !now.foreign.is_empty() || now.holding > 0 {
+                    return Err("the shell gained content since it was judged".into());
                 }
             }
             Ok(())
@@ -803,6 +806,47 @@ impl Pass<'_> {
             }
         }
     }
+}
+
+/// What a dead worker dir holds, for the shells pass.
+struct ShellSurvey {
+    /// Entries that are neither the worker's pid files, a `*.tmp` left by an atomic write,
+    /// nor a dir: nobody judged them, so they keep the shell.
+    foreign: Vec<String>,
+    /// Non-empty subdirs still present (kept by a decision, or new).
+    holding: usize,
+    /// Empty subdirs, which go with the shell.
+    empty: Vec<PathBuf>,
+}
+
+impl ShellSurvey {
+    /// `gone` holds the subdirs removed already (or, in a dry run, that would have been).
+    fn of(worker: &Path, gone: &HashSet<PathBuf>) -> std::io::Result<ShellSurvey> {
+        let mut s = ShellSurvey {
+            foreign: Vec::new(),
+            holding: 0,
+            empty: Vec::new(),
+        };
+        for e in entries(worker)? {
+            match e.kind {
+                Kind::Dir if gone.contains(&e.path) => {}
+                Kind::Dir if is_empty_dir(&e.path).unwrap_or(false) => s.empty.push(e.path),
+                Kind::Dir => s.holding += 1,
+                Kind::File if is_shell_file(&e.name) => {}
+                Kind::File => s.foreign.push(e.name),
+                Kind::Symlink => s.foreign.push(format!("{} (symlink)", e.name)),
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The files a worker leaves in its own dir: its pid file, the start token, and the
+/// staging files of an atomic write.
+fn is_shell_file(name: &str) -> bool {
+    name == worker_tree::WORKER_PID
+        || name == format!("{}.start", worker_tree::WORKER_PID)
+        || name.ends_with(".tmp")
 }
 
 enum RestoreOutcome {
