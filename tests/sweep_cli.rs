@@ -274,3 +274,23 @@ fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
         "{text}"
     );
 }
+
+#[test]
+fn a_dry_run_on_a_repo_without_a_store_writes_nothing_to_state() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let tree = Tree::new(&repo.path);
+    let w = tree.worker("workers", "w1", Pid::Dead(dead_pid()));
+    tree.attempt(&w, "7-a1", Some(&state_json(None)), 30 * DAY);
+    tree.claim(7, Pid::Dead(dead_pid()));
+    let before = snapshot(&repo.path.join(".red"));
+    let out = sweep(&env, &repo.path, &["--dry-run"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains("orphans remove .red/tmp/workers/w1/7-a1 #7"));
+    assert!(!repo.path.join(".red/state").exists());
+    assert_eq!(snapshot(&repo.path.join(".red")), before);
+}

@@ -5,6 +5,8 @@
 //! Several processes (the supervisor, its workers, an operator's `issue` command) write at
 //! once, so every change is a read-modify-write under one exclusive `flock` on the store's
 //! `lock` file, ending in an atomic rename: no update is lost and no reader sees a torn file.
+//! Reads take a shared lock and never create anything, so a store that does not exist yet
+//! reads as empty and a dry run leaves `.red/state/` untouched.
 //! A file that does not parse is reported with its name and position and is never
 //! overwritten, so a bad hand edit cannot cost data.
 //!
@@ -267,31 +269,37 @@ impl LocalTracker {
 
     // ---- storage ----
 
-    fn lock_file(&self, op: &str) -> TrackerResult<File> {
+    fn lock_path(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+
+    /// The store's exclusive lock, held for one read-modify-write; released on drop. The
+    /// store is created on the first write.
+    fn lock(&self, op: &str) -> TrackerResult<File> {
         fs::create_dir_all(&self.dir).map_err(|e| io_failed(op, &self.dir, e))?;
-        let path = self.dir.join("lock");
-        File::options()
+        let path = self.lock_path();
+        let f = File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| io_failed(op, &path, e))
-    }
-
-    /// The store's exclusive lock, held for one read-modify-write; released on drop.
-    fn lock(&self, op: &str) -> TrackerResult<File> {
-        let f = self.lock_file(op)?;
-        f.lock()
-            .map_err(|e| io_failed(op, &self.dir.join("lock"), e))?;
+            .map_err(|e| io_failed(op, &path, e))?;
+        f.lock().map_err(|e| io_failed(op, &path, e))?;
         Ok(f)
     }
 
-    /// A shared lock, so a listing sees every issue as of one moment.
-    fn lock_shared(&self, op: &str) -> TrackerResult<File> {
-        let f = self.lock_file(op)?;
-        f.lock_shared()
-            .map_err(|e| io_failed(op, &self.dir.join("lock"), e))?;
-        Ok(f)
+    /// A shared lock, so a listing sees every issue as of one moment. Reading never
+    /// creates anything (a dry run must leave `.red/state/` as it is): without a lock file
+    /// no writer has ever finished, so there is nothing to wait for and `None` is returned.
+    fn lock_shared(&self, op: &str) -> TrackerResult<Option<File>> {
+        let path = self.lock_path();
+        let f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_failed(op, &path, e)),
+        };
+        f.lock_shared().map_err(|e| io_failed(op, &path, e))?;
+        Ok(Some(f))
     }
 
     /// Numbers of the `<K>.toml` files in `sub` (`issues` or `prs`); anything else there
@@ -775,6 +783,25 @@ mod tests {
         assert_eq!(before, t.identity());
         assert!(before.starts_with("local:/"), "{before}");
         assert!(before.ends_with(".red/state/tracker"), "{before}");
+    }
+
+    #[test]
+    fn reading_a_store_that_does_not_exist_creates_nothing() {
+        let (d, t) = tracker();
+        assert!(t.list_all(10).unwrap().is_empty());
+        assert!(t.list_open_with_label("running", 10).unwrap().is_empty());
+        assert_eq!(t.view(1).unwrap_err().kind, ErrorKind::NotFound);
+        assert!(t.pull_requests().unwrap().is_empty());
+        assert_eq!(
+            t.pr_merge("docs-sweep/x").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        assert!(!d.path().join(".red").exists());
+        // The first write creates the store; reads then take the shared lock.
+        let n = t.create("a", "", &[]).unwrap();
+        assert!(t.lock_path().exists());
+        assert_eq!(t.list_all(10).unwrap().len(), 1);
+        assert_eq!(t.view(n).unwrap().state, IssueState::Open);
     }
 
     #[test]
