@@ -14,10 +14,11 @@
 //! fast-forwarding the base branch on `origin` with a plain `git push`; git itself refuses
 //! anything that is not a fast-forward.
 
-use std::fs::{self, File};
+use std::fs::{self, File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -164,11 +165,15 @@ impl Default for Meta {
     }
 }
 
+/// How long a call waits for the store lock unless told otherwise (`tracker.timeout_s`).
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The embedded tracker over `.red/state/tracker/`.
 #[derive(Debug, Clone)]
 pub struct LocalTracker {
     dir: PathBuf,
     git: Git,
+    lock_timeout: Duration,
 }
 
 impl LocalTracker {
@@ -177,7 +182,16 @@ impl LocalTracker {
         LocalTracker {
             dir: layout.tracker_dir(),
             git,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
+    }
+
+    /// How long one call waits for the store lock before it fails as transient, so a
+    /// stopped holder (a process frozen with SIGSTOP, a hung editor hook) cannot freeze
+    /// every sweep and worker behind it.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
     }
 
     /// The store directory, `.red/state/tracker/`.
@@ -284,7 +298,7 @@ impl LocalTracker {
             .write(true)
             .open(&path)
             .map_err(|e| io_failed(op, &path, e))?;
-        f.lock().map_err(|e| io_failed(op, &path, e))?;
+        self.wait_for_lock(&f, false, &path, op)?;
         Ok(f)
     }
 
@@ -298,8 +312,41 @@ impl LocalTracker {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_failed(op, &path, e)),
         };
-        f.lock_shared().map_err(|e| io_failed(op, &path, e))?;
+        self.wait_for_lock(&f, true, &path, op)?;
         Ok(Some(f))
+    }
+
+    /// Polls for the lock with a short backoff until the timeout, then gives up with a
+    /// transient error: the holder may finish, so nothing must act on it as a verdict.
+    fn wait_for_lock(&self, f: &File, shared: bool, path: &Path, op: &str) -> TrackerResult<()> {
+        let deadline = Instant::now() + self.lock_timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let attempt = if shared {
+                f.try_lock_shared()
+            } else {
+                f.try_lock()
+            };
+            match attempt {
+                Ok(()) => return Ok(()),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(io_failed(op, path, e)),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TrackerError::new(
+                    ErrorKind::Transient,
+                    op,
+                    format!(
+                        "{}: still held by another process after {}s",
+                        path.display(),
+                        self.lock_timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
     }
 
     /// Numbers of the `<K>.toml` files in `sub` (`issues` or `prs`); anything else there
@@ -802,6 +849,41 @@ mod tests {
         assert!(t.lock_path().exists());
         assert_eq!(t.list_all(10).unwrap().len(), 1);
         assert_eq!(t.view(n).unwrap().state, IssueState::Open);
+    }
+
+    /// Runs `f` on another thread; `None` when it has not returned within a minute (a
+    /// call blocked on the lock for good).
+    fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60)).ok()
+    }
+
+    #[test]
+    fn a_lock_held_too_long_is_a_transient_error_naming_the_lock_file() {
+        let (_d, t) = tracker();
+        let n = t.create("a", "", &[]).unwrap();
+        let t = t.with_timeout(Duration::from_millis(200));
+        // Another open file description: flock conflicts with it as with another process.
+        let holder = File::options().write(true).open(t.lock_path()).unwrap();
+        holder.lock().unwrap();
+        let (w, r) = (t.clone(), t.clone());
+        let write = within_a_minute(move || w.edit_labels(n, &["x"], &[]))
+            .expect("the write waited for the lock for good");
+        let read = within_a_minute(move || r.list_all(10)).expect("the read waited for good");
+        for e in [write.unwrap_err(), read.unwrap_err()] {
+            assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+            assert!(
+                e.detail.contains(&t.lock_path().display().to_string()),
+                "{e}"
+            );
+        }
+        assert!(t.show(n).is_err());
+        drop(holder);
+        t.edit_labels(n, &["x"], &[]).unwrap();
+        assert_eq!(t.show(n).unwrap().labels, vec!["x"]);
     }
 
     #[test]

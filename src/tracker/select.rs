@@ -62,7 +62,7 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
     let from_origin = origin.as_deref().and_then(repo_from_url);
     let gh =
         |repo: Option<String>| GhTracker::new(repo, timeout).in_dir(layout.repo().to_path_buf());
-    let local = || Backend::Local(LocalTracker::new(layout, git.clone()));
+    let local = || Backend::Local(LocalTracker::new(layout, git.clone()).with_timeout(timeout));
     match config.tracker.kind {
         TrackerKind::Local => Ok((local(), "tracker: local (requested)".into())),
         TrackerKind::Gh => {
