@@ -259,10 +259,12 @@ fn extra_fields_and_every_closed_at_spelling_are_accepted() {
 fn a_timeout_kills_gh_and_is_transient() {
     let (_env, fake) = fixture();
     fake.delay_next(1, 60.0);
-    let t = fake.tracker_with_timeout(Some("o/r"), Duration::from_millis(1500));
+    // Generous: the Python fake must start and record its pid before it is killed, even
+    // on a loaded machine.
+    let t = fake.tracker_with_timeout(Some("o/r"), Duration::from_secs(5));
     let e = t.view(1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transient, "{e}");
-    assert!(e.detail.contains("timed out after 1.5s"), "{e}");
+    assert!(e.detail.contains("timed out after 5s"), "{e}");
     let pids = fake.pids();
     assert_eq!(pids.len(), 1);
     let proc_dir = PathBuf::from(format!("/proc/{}", pids[0]));
@@ -364,7 +366,7 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
     let env = TestEnv::new();
     let cfg = env.path().join("gh-config");
     std::fs::create_dir_all(&cfg).unwrap();
-    let t = GhTracker::new(Some("gh.invalid/o/r".into()), Duration::from_secs(60))
+    let mut t = GhTracker::new(Some("gh.invalid/o/r".into()), Duration::from_secs(60))
         .with_program(&gh)
         .in_dir(env.path())
         .with_env("HOME", &env.home)
@@ -372,6 +374,12 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
         .with_env("GH_TOKEN", "dummy")
         .with_env("GH_ENTERPRISE_TOKEN", "dummy")
         .with_env("GH_HOST", "gh.invalid");
+    // A proxy would answer for gh.invalid with its own error: connect directly (Go takes an
+    // empty proxy variable as unset, and NO_PROXY=* bypasses any left).
+    for var in ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"] {
+        t = t.with_env(var, "").with_env(var.to_lowercase(), "");
+    }
+    t = t.with_env("NO_PROXY", "*").with_env("no_proxy", "*");
     let restore = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
     let results: Vec<(&str, Result<(), TrackerError>)> = vec![
         ("list all", t.list_all(5000).map(drop)),
