@@ -11,6 +11,8 @@ use crate::git::Git;
 use crate::layout::Layout;
 use crate::tracker::Tracker;
 
+pub mod docs;
+
 /// What every sweep gets.
 pub struct SweepCtx<'a> {
     pub layout: &'a Layout,
