@@ -146,13 +146,44 @@ pub struct Judged {
     pub verdict: Verdict,
     /// The work tree no longer has it: landing means deleting it on the base.
     pub deleted: bool,
+    /// The base has some version of it.
+    pub on_base: bool,
+}
+
+impl Judged {
+    /// What landing it does to the base.
+    pub fn change(&self) -> Change {
+        match (self.deleted, self.on_base) {
+            (true, _) => Change::Delete,
+            (false, true) => Change::Update,
+            (false, false) => Change::Add,
+        }
+    }
+}
+
+/// What landing a path does to the base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Add,
+    Update,
+    Delete,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Add => "add",
+            Change::Update => "update",
+            Change::Delete => "delete",
+        }
+    }
 }
 
 /// One path to land.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LandItem {
     pub path: String,
-    pub delete: bool,
+    pub change: Change,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +222,7 @@ pub fn plan(judged: &[Judged], precedent: Precedent) -> Plan {
         .filter(|j| j.verdict == Verdict::Land)
         .map(|j| LandItem {
             path: j.candidate.path.clone(),
-            delete: j.deleted,
+            change: j.change(),
         })
         .collect();
     if items.is_empty() {
@@ -252,10 +283,10 @@ pub fn decisions(judged: &[Judged], base: &str, ending: Option<Ending<'_>>) -> V
 }
 
 fn land_text(j: &Judged, base: &str) -> String {
-    if j.deleted {
-        format!("deleted here; deleting it on origin/{base}")
-    } else {
-        format!("missing or older on origin/{base}; landing it")
+    match j.change() {
+        Change::Delete => format!("deleted here; deleting it on origin/{base}"),
+        Change::Update => format!("changed here; updating it on origin/{base}"),
+        Change::Add => format!("missing on origin/{base}; adding it"),
     }
 }
 
@@ -351,6 +382,7 @@ mod tests {
             candidate: c.remove(0),
             verdict,
             deleted,
+            on_base: deleted || signals.contains(&Signal::Modified),
         }
     }
 
@@ -397,11 +429,11 @@ mod tests {
             Plan::Land(vec![
                 LandItem {
                     path: ".red/CONTEXT.md".into(),
-                    delete: true
+                    change: Change::Delete,
                 },
                 LandItem {
                     path: ".red/adr/1.md".into(),
-                    delete: false
+                    change: Change::Add,
                 },
             ])
         );

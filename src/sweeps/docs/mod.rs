@@ -2,4 +2,6 @@
 //! must be visible from the freshly fetched base before any worker starts.
 
 pub mod classify;
+pub mod fsops;
 pub mod judge;
+pub mod probe;
