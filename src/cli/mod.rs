@@ -10,6 +10,7 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod issue;
 mod show_config;
 
 #[derive(Debug, Parser)]
@@ -36,6 +37,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
+    Issue(issue::IssueArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -97,6 +100,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     };
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Issue(args)) => issue::run(&ctx, args),
         None => Err(Failure::usage("no subcommand given; see --help")),
     }
 }

@@ -6,6 +6,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod gh;
+pub mod local;
+pub mod select;
+
+pub use gh::GhTracker;
+pub use local::LocalTracker;
+pub use select::{Selected, open};
+
 pub mod labels {
     pub const READY_FOR_AGENT: &str = "ready-for-agent";
     pub const RUNNING: &str = "running";
@@ -20,7 +28,10 @@ pub mod labels {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum IssueState {
+    // Lower-case spellings are accepted because people hand-edit the local store.
+    #[serde(alias = "open")]
     Open,
+    #[serde(alias = "closed")]
     Closed,
 }
 

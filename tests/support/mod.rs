@@ -2,6 +2,8 @@
 //! real git repositories with a local bare `origin`. Include with `mod support;`.
 #![allow(dead_code)]
 
+pub mod fake_gh;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
