@@ -3,7 +3,9 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does.
 
+pub mod attempt_state;
 pub mod boot;
+pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -12,7 +14,9 @@ pub mod fsutil;
 pub mod git;
 pub mod layout;
 pub mod pidfile;
+pub mod supervisor;
 pub mod sweeps;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;
+pub mod worker;

@@ -11,7 +11,13 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod issue;
+mod run;
+mod scale;
 mod show_config;
+mod status;
+mod stop;
+mod sweep;
+mod worker;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +35,9 @@ pub struct Cli {
     /// Issue tracker backend: auto, gh or local.
     #[arg(long, global = true, value_name = "KIND")]
     pub tracker: Option<TrackerKind>,
+    /// With no subcommand, `afk-supervisor --workers N` runs the fleet (same as `run`).
+    #[command(flatten)]
+    pub run: run::RunArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -37,8 +46,20 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Run the fleet in the foreground (the default when no subcommand is given).
+    Run(run::RunArgs),
+    /// Show the running fleet: one row per slot, then the fleet totals.
+    Status(status::StatusArgs),
+    /// Change the running fleet's target size.
+    Scale(scale::ScaleArgs),
+    /// Stop the running fleet and wait until every worker is gone.
+    Stop(stop::StopArgs),
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
+    /// Run the built-in worker (what each supervisor slot runs by default).
+    Worker(worker::WorkerArgs),
+    /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
+    Sweep(sweep::SweepArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -98,10 +119,23 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         config_file: cli.config,
         tracker: cli.tracker,
     };
+    let top_run_args = cli.run.workers.is_some();
     match cli.command {
+        Some(Command::Run(args)) if top_run_args && args.workers.is_none() => {
+            run::run(&ctx, &cli.run)
+        }
+        Some(_) if top_run_args => Err(Failure::usage(
+            "--workers belongs to `run` (or to no subcommand at all)",
+        )),
         Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Run(args)) => run::run(&ctx, &args),
+        Some(Command::Status(args)) => status::run(&ctx, &args),
+        Some(Command::Scale(args)) => scale::run(&ctx, &args),
+        Some(Command::Stop(args)) => stop::run(&ctx, &args),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
-        None => Err(Failure::usage("no subcommand given; see --help")),
+        Some(Command::Worker(args)) => worker::run(&ctx, args),
+        Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
+        None => run::run(&ctx, &cli.run),
     }
 }
 

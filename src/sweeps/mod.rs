@@ -3,6 +3,12 @@
 //! registered lanes of `.red/tmp/`, never follow symlinks, and never act on a transient
 //! tracker failure.
 
+pub mod attempt_cap;
+pub mod issue_book;
+pub mod lane;
+pub mod orphans;
+pub mod worker_tree;
+
 use std::fmt;
 use std::str::FromStr;
 

@@ -417,6 +417,7 @@ impl Tracker for GhTracker {
                 number: r.number,
                 body: r.body.unwrap_or_default(),
                 labels: names(r.labels),
+                title: None,
             })
             .collect())
     }

@@ -402,6 +402,10 @@ impl LocalTracker {
                 ),
             ),
             GitError::Parse { argv, what } => TrackerError::new(ErrorKind::Failed, argv, what),
+            // Raised by the git layer's typed operations, never by `Git::run`.
+            other @ (GitError::BadName { .. } | GitError::PartialDelete { .. }) => {
+                TrackerError::new(ErrorKind::Failed, "git", other.to_string())
+            }
         }
     }
 
@@ -577,6 +581,7 @@ impl Tracker for LocalTracker {
                 number: i.number,
                 body: i.body,
                 labels: i.labels,
+                title: Some(i.title),
             })
             .collect())
     }

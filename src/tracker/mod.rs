@@ -67,6 +67,9 @@ pub struct LabeledIssue {
     pub number: u64,
     pub body: String,
     pub labels: Vec<String>,
+    /// Known on the local backend; the SPEC §7 gh argv does not ask for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 impl IssueSummary {
