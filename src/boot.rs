@@ -138,11 +138,17 @@ pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, B
                 report.attempt_cap_reclaimed = r.reclaimed;
                 report.decisions.extend(r.decisions);
             }
+            SweepName::DocsSweep => {
+                let docs = crate::sweeps::docs::run(ctx)
+                    .map_err(|e| BootError::Failed(format!("docs-sweep: {e}")))?;
+                report.docs = docs.counts;
+                report.decisions.extend(docs.decisions);
+                if let Some(halt) = docs.halt {
+                    return Err(BootError::Halted(halt.message()));
+                }
+            }
             // Each sweep's module plugs in here as it lands.
-            SweepName::Branches
-            | SweepName::DocsSweep
-            | SweepName::Unblock
-            | SweepName::Stragglers => {}
+            SweepName::Branches | SweepName::Unblock | SweepName::Stragglers => {}
         }
     }
     Ok(report)

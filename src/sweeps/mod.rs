@@ -4,6 +4,7 @@
 //! tracker failure.
 
 pub mod attempt_cap;
+pub mod docs;
 pub mod issue_book;
 pub mod lane;
 pub mod orphans;
@@ -16,8 +17,6 @@ use crate::config::Config;
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::tracker::Tracker;
-
-pub mod docs;
 
 /// What every sweep gets.
 pub struct SweepCtx<'a> {
