@@ -3,6 +3,8 @@
 //! `gh` for failures of the PR lane. Every case checks that the primary checkout is
 //! byte-for-byte the same afterwards (see [`Fx::sweep`]).
 
+#[allow(dead_code)]
+mod fleet;
 mod support;
 
 use std::collections::BTreeMap;
@@ -193,9 +195,10 @@ struct Primary {
     index: Vec<u8>,
     stash: Vec<u8>,
     status: Vec<u8>,
-    /// Every file and symlink of the work tree, with content or target; outside `.git`
-    /// and outside the sweep's own lane (a stale lane there is the sweep's to remove, and
-    /// its absence afterwards is checked on its own).
+    /// Every file and symlink of the work tree, with content or target; outside `.git`,
+    /// the sweep's own lane (a stale lane there is the sweep's to remove, and its absence
+    /// afterwards is checked on its own) and the local tracker's store (the binary keeps
+    /// it in the repo, and a PR record there is the tracker's doing).
     files: BTreeMap<PathBuf, Vec<u8>>,
     /// Local `afk-docs/*` branches and their tracking refs: a run adds none for good.
     lane_refs: Vec<u8>,
@@ -205,12 +208,8 @@ impl Primary {
     fn take(fx: &Fx) -> Self {
         let raw = |args: &[&str]| fx.env.git_output(&fx.repo.path, args).stdout;
         let mut files = BTreeMap::new();
-        walk(
-            &fx.repo.path,
-            &fx.repo.path,
-            &fx.layout.docs_sweep(),
-            &mut files,
-        );
+        let skip = [fx.layout.docs_sweep(), fx.layout.tracker_dir()];
+        walk(&fx.repo.path, &fx.repo.path, &skip, &mut files);
         Primary {
             head: raw(&["rev-parse", "HEAD"]),
             branch: raw(&["symbolic-ref", "-q", "HEAD"]),
@@ -228,11 +227,11 @@ impl Primary {
     }
 }
 
-fn walk(root: &Path, dir: &Path, skip: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+fn walk(root: &Path, dir: &Path, skip: &[PathBuf], out: &mut BTreeMap<PathBuf, Vec<u8>>) {
     for e in fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         let rel = p.strip_prefix(root).unwrap().to_path_buf();
-        if rel == Path::new(".git") || p == skip {
+        if rel == Path::new(".git") || skip.contains(&p) {
             continue;
         }
         let m = fs::symlink_metadata(&p).unwrap();
@@ -978,4 +977,128 @@ fn a_concurrent_landing_is_refused() {
     );
     drop(held);
     assert_outcome(&f.sweep(), DocsOutcome::Land, 1);
+}
+
+// ---------------------------------------------------------------- through the binary
+
+impl Fx {
+    /// `afk-supervisor --repo <repo> --tracker local sweep --only docs-sweep <extra>`.
+    fn sweep_bin(&self, extra: &[&str]) -> std::process::Output {
+        let before = Primary::take(self);
+        let out = self
+            .env
+            .bin()
+            .arg("--repo")
+            .arg(&self.repo.path)
+            .args(["--tracker", "local", "sweep", "--only", "docs-sweep"])
+            .args(extra)
+            .output()
+            .unwrap();
+        self.assert_untouched(&before);
+        out
+    }
+
+    /// The binary opens the local tracker in the repo, as in production, and its store
+    /// (`.red/state/tracker/`) gains a PR record on a landing. Ignoring `.red/state/` and
+    /// seeding the store makes `git status` show the same `!! .red/state/` before and
+    /// after; the file walk leaves the store out.
+    fn exclude_tracker_store(&self) {
+        fs::write(self.repo.path.join(".git/info/exclude"), ".red/state/\n").unwrap();
+        LocalTracker::new(&self.layout, self.git.clone())
+            .create("seed", "", &[])
+            .unwrap();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn binary_halt_prints_the_message_and_exits_4() {
+    let f = Fx::new();
+    f.exclude_tracker_store();
+    f.ignore_red();
+    f.write(".red/adr/0001-use-postgres.md", "# Use Postgres\n");
+    f.write(".red/adr/0002-queue.md", "# Queue\n");
+    let head = f.origin_main();
+    let out = f.sweep_bin(&[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "afk-supervisor: Docs Sweep halted (zero-precedent): .red/adr/0001-use-postgres.md, .red/adr/0002-queue.md\n"
+    );
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(f.origin_main(), head);
+}
+
+#[test]
+fn binary_dry_run_lists_then_a_real_run_lands() {
+    let f = Fx::new();
+    f.exclude_tracker_store();
+    f.publish(&[(".red/CONTEXT.md", "v1\n")]);
+    f.write(".red/CONTEXT.md", "v2\n");
+    f.write(".red/adr/1.md", "one\n");
+    let head = f.origin_main();
+
+    let out = f.sweep_bin(&["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "docs-sweep land .red/CONTEXT.md [modified]: changed here; updating it on origin/main (dry run: nothing changed)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "docs-sweep land .red/adr/1.md [untracked]: missing on origin/main; adding it"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| docs-sweep land files=2 |"), "{stdout}");
+    assert_eq!(f.origin_main(), head);
+
+    let out = f.sweep_bin(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("| docs-sweep land files=2 |"));
+    assert_eq!(f.on_origin(".red/CONTEXT.md").as_deref(), Some("v2\n"));
+    assert_eq!(f.on_origin(".red/adr/1.md").as_deref(), Some("one\n"));
+
+    let out = f.sweep_bin(&["--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["report"]["docs"]["outcome"], "clean");
+    assert_eq!(doc["report"]["docs"]["files"], 0);
+}
+
+#[test]
+fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
+    let marker = "spawned";
+    let mut fl = fleet::Fleet::new(
+        &format!("touch \"$AFK_TEST_DIR/{marker}\"\nsleep 30\n"),
+        fleet::FAST_TIMING,
+    );
+    // The config file lives in `.red/`; ignoring `.red/` hides it from git, as intended.
+    let git = |fl: &fleet::Fleet, args: &[&str]| fl.env.git(&fl.repo, args);
+    fs::write(fl.repo.join(".gitignore"), ".red/\n").unwrap();
+    git(&fl, &["add", ".gitignore"]);
+    git(&fl, &["commit", "-q", "-m", "ignore .red"]);
+    git(&fl, &["push", "-q", "origin", "main"]);
+    fs::create_dir_all(fl.repo.join(".red/adr")).unwrap();
+    fs::write(fl.repo.join(".red/adr/0001.md"), "private?\n").unwrap();
+    let head = git(&fl, &["rev-parse", "HEAD"]);
+
+    fl.start(&["--workers", "2"]);
+    let status = fl.wait_exit();
+    assert_eq!(status.code(), Some(4), "log:\n{}", fl.dump());
+    let boot = fl.events_of("supervisor.boot-sweep");
+    assert_eq!(boot.len(), 1, "{}", fl.dump());
+    assert_eq!(
+        boot[0].msg,
+        "boot sweeps halted: Docs Sweep halted (zero-precedent): .red/adr/0001.md"
+    );
+    assert_eq!(fl.count("slot.spawn"), 0, "{}", fl.dump());
+    assert!(!fl.file(marker).exists(), "a worker ran");
+    assert_eq!(git(&fl, &["rev-parse", "HEAD"]), head);
 }
