@@ -3,7 +3,6 @@
 //! `gh` for failures of the PR lane. Every case checks that the primary checkout is
 //! byte-for-byte the same afterwards (see [`Fx::sweep`]).
 
-#[allow(dead_code)]
 mod fleet;
 mod support;
 

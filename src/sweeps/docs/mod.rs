@@ -69,7 +69,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
     // Fetching is needed to judge anything and changes nothing a person works with, so a
     // dry run fetches too.
     if let Err(e) = git.fetch_base(base) {
-        return Ok(unreachable(ctx, &base_ref, &e.to_string()));
+        return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
     }
     let fork = scan::fork_point(git, &base_ref)?;
     let found = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
@@ -132,7 +132,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
 /// The fetch failed: nothing can be judged, so the halt lists what the work tree (and the
 /// last fetched base, if any) flag locally. Best effort: a failing local scan leaves the
 /// list empty rather than hiding the fetch failure behind another error.
-fn unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsReport {
+fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsReport {
     let git = ctx.git;
     let known = git.rev_parse(base_ref).ok().flatten().map(|_| base_ref);
     let fork = known.and_then(|r| scan::fork_point(git, r).ok().flatten());
