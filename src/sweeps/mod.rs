@@ -11,6 +11,10 @@ use crate::git::Git;
 use crate::layout::Layout;
 use crate::tracker::Tracker;
 
+pub mod branches;
+pub mod stragglers;
+pub mod unblock;
+
 /// What every sweep gets.
 pub struct SweepCtx<'a> {
     pub layout: &'a Layout,
