@@ -118,17 +118,14 @@ impl BootError {
 
 /// Runs the selected sweeps in suite order. A halt stops the suite at once.
 pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, BootError> {
-    let report = BootReport::default();
-    let _ = ctx;
+    let mut report = BootReport::default();
     for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
         match name {
+            SweepName::Branches => crate::sweeps::branches::run_boot(ctx, &mut report)?,
+            SweepName::Unblock => crate::sweeps::unblock::run_boot(ctx, &mut report)?,
+            SweepName::Stragglers => crate::sweeps::stragglers::run_boot(ctx, &mut report)?,
             // Each sweep's module plugs in here as it lands.
-            SweepName::Orphans
-            | SweepName::AttemptCap
-            | SweepName::Branches
-            | SweepName::DocsSweep
-            | SweepName::Unblock
-            | SweepName::Stragglers => {}
+            SweepName::Orphans | SweepName::AttemptCap | SweepName::DocsSweep => {}
         }
     }
     Ok(report)

@@ -10,7 +10,9 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod reap;
 mod show_config;
+mod unblock;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +38,10 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Delete afk/* branches of closed issues (and merged ones), locally and on origin.
+    Reap(reap::ReapArgs),
+    /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
+    Unblock(unblock::UnblockArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -97,6 +103,8 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     };
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Reap(args)) => reap::run(&ctx, &args),
+        Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
         None => Err(Failure::usage("no subcommand given; see --help")),
     }
 }

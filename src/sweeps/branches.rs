@@ -23,8 +23,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
-use crate::sweeps::{Decision, SweepName};
-use crate::tracker::{IssueState, IssueSummary, TrackerError, TrackerResult};
+use crate::boot::{BootError, BootReport, BranchCounts};
+use crate::git::{Git, GitError};
+use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::tracker::{
+    DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerError, TrackerResult,
+};
 
 /// The prefix of every AFK branch.
 pub const PREFIX: &str = "afk/";
@@ -128,6 +132,8 @@ impl Side {
 pub enum Action {
     Reap,
     Spare,
+    /// Judged reapable, but the delete failed and the branch is still there.
+    NotReaped,
 }
 
 /// The reaper's verdict on one branch on one side.
@@ -153,6 +159,9 @@ impl BranchDecision {
                 let verb = if dry_run { "would reap" } else { "reaped" };
                 format!("{verb} ({side}): {} #{n} — {}", self.branch, self.reason)
             }
+            (Action::NotReaped, Some(n)) => {
+                format!("not reaped ({side}): {} #{n} — {}", self.branch, self.reason)
+            }
             _ => format!("spared ({side}): {} — {}", self.branch, self.reason),
         }
     }
@@ -171,6 +180,7 @@ impl BranchDecision {
             verdict: match self.action {
                 Action::Reap => "reap",
                 Action::Spare => "spare",
+                Action::NotReaped => "failed",
             }
             .to_string(),
             reason: self.reason.clone(),
@@ -273,6 +283,197 @@ fn decide_one(side: Side, branch: &str, inv: &Inventory, class: &Classification)
             format!("issue #{n} not found, not merged into {}", inv.base_ref),
         ),
         IssueClass::NotFound => spare(Some(n), Some(c), format!("issue #{n} not found")),
+    }
+}
+
+/// What one reaper run saw and did.
+#[derive(Debug)]
+pub struct ReapReport {
+    /// `afk/*` branches on `origin` before the run (`remote-afk=N`).
+    pub remote_afk: usize,
+    /// Local `afk/*` branches before the run (`local-afk=N`).
+    pub local_afk: usize,
+    /// Remote side first, then local, each in name order.
+    pub decisions: Vec<BranchDecision>,
+    /// Why every issue is unclassified, when the tracker listing failed.
+    pub tracker_error: Option<TrackerError>,
+    /// Deletes that failed, per side; the branches still present are `NotReaped`.
+    pub delete_errors: Vec<(Side, GitError)>,
+    /// Tracker calls made (0 or 1).
+    pub tracker_calls: usize,
+}
+
+impl ReapReport {
+    /// `afk branch counts: remote-afk=N local-afk=N` (SPEC §8).
+    pub fn counts_line(&self) -> String {
+        format!(
+            "afk branch counts: remote-afk={} local-afk={}",
+            self.remote_afk, self.local_afk
+        )
+    }
+
+    /// The boot summary's `branches remote=N local=N spared=N`: reaped per side (in a dry
+    /// run, reapable), and spared on both sides.
+    pub fn counts(&self) -> BranchCounts {
+        let n = |side: Side, action: Action| {
+            self.decisions
+                .iter()
+                .filter(|d| d.side == side && d.action == action)
+                .count()
+        };
+        BranchCounts {
+            remote: n(Side::Remote, Action::Reap),
+            local: n(Side::Local, Action::Reap),
+            spared: n(Side::Remote, Action::Spare) + n(Side::Local, Action::Spare),
+        }
+    }
+
+    /// All delete failures in one line, when there were any.
+    pub fn delete_error(&self) -> Option<String> {
+        if self.delete_errors.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .delete_errors
+            .iter()
+            .map(|(side, e)| format!("deleting {} branches failed: {e}", side.as_str()))
+            .collect();
+        Some(format!("branch reaper: {}", parts.join("; ")))
+    }
+}
+
+/// A git call the reaper cannot do without.
+#[derive(Debug, thiserror::Error)]
+#[error("branch reaper: {what}: {source}")]
+pub struct ReapError {
+    pub what: &'static str,
+    #[source]
+    pub source: GitError,
+}
+
+/// Gathers the inventory, classifies from one tracker listing, decides and (unless
+/// `dry_run`) deletes. Git calls: fetch of the base, `ls-remote`, local branch list,
+/// worktree list, one merge check (only when a local branch's fate depends on it), and one
+/// delete per side with anything to reap: at most 7, however many branches there are.
+/// Tracker calls: one `list_all`, skipped when no branch names an issue.
+pub fn run(
+    git: &Git,
+    tracker: &dyn Tracker,
+    base: &str,
+    dry_run: bool,
+) -> Result<ReapReport, ReapError> {
+    let need = |what| move |source| ReapError { what, source };
+    git.fetch_base(base)
+        .map_err(need("fetching the base from origin"))?;
+    let remote = git
+        .remote_afk_branches()
+        .map_err(need("listing afk/* branches on origin"))?;
+    let local = git
+        .local_afk_branches()
+        .map_err(need("listing local afk/* branches"))?;
+    let worktrees = git
+        .worktree_branches()
+        .map_err(need("listing worktrees"))?;
+
+    let names_an_issue = remote.iter().chain(&local).any(|b| parse_branch(b).is_some());
+    let (class, tracker_calls) = if names_an_issue {
+        (Classification::from_batch(tracker.list_all(DEFAULT_LIST_LIMIT)), 1)
+    } else {
+        (Classification::from_batch(Ok(Vec::new())), 0)
+    };
+
+    let base_ref = format!("origin/{base}");
+    let candidates = merge_candidates(&local, &worktrees, &class);
+    let merged = if candidates.is_empty() {
+        BTreeSet::new()
+    } else {
+        git.merged_into(&base_ref, &candidates)
+            .map_err(need("checking which branches are merged"))?
+    };
+    let inv = Inventory {
+        remote,
+        local,
+        worktrees,
+        merged,
+        base_ref,
+    };
+    let mut report = ReapReport {
+        remote_afk: inv.remote.len(),
+        local_afk: inv.local.len(),
+        decisions: decide(&inv, &class),
+        tracker_error: class.error().cloned(),
+        delete_errors: Vec::new(),
+        tracker_calls,
+    };
+    if !dry_run {
+        delete_side(git, &mut report, Side::Remote);
+        delete_side(git, &mut report, Side::Local);
+    }
+    Ok(report)
+}
+
+/// Deletes one side's reaped branches in one call. When that call fails, the side is listed
+/// again so that the branches really gone are reported reaped and the rest `NotReaped`.
+fn delete_side(git: &Git, report: &mut ReapReport, side: Side) {
+    let doomed: Vec<String> = report
+        .decisions
+        .iter()
+        .filter(|d| d.side == side && d.action == Action::Reap)
+        .map(|d| d.branch.clone())
+        .collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let result = match side {
+        Side::Remote => git.delete_remote_branches(&doomed),
+        Side::Local => git.delete_local_branches(&doomed),
+    };
+    let Err(error) = result else {
+        return;
+    };
+    let still: Option<BTreeSet<String>> = match side {
+        Side::Remote => git.remote_afk_branches(),
+        Side::Local => git.local_afk_branches(),
+    }
+    .ok()
+    .map(|v| v.into_iter().collect());
+    for d in report
+        .decisions
+        .iter_mut()
+        .filter(|d| d.side == side && d.action == Action::Reap)
+    {
+        // Unable to re-list: nothing is claimed as reaped.
+        if still.as_ref().is_none_or(|s| s.contains(&d.branch)) {
+            d.action = Action::NotReaped;
+            d.reason = format!("{}; delete failed", d.reason);
+        }
+    }
+    report.delete_errors.push((side, error));
+}
+
+/// The boot suite's arm: `branches remote=N local=N spared=N` and one decision per branch.
+/// A git failure fails the sweep; a tracker failure only spares (every issue unclassified),
+/// recorded as a `warn` decision.
+pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
+    let r = run(ctx.git, ctx.tracker, &ctx.config.fleet.base, ctx.dry_run)
+        .map_err(|e| BootError::Failed(e.to_string()))?;
+    report.branches = r.counts();
+    if let Some(e) = &r.tracker_error {
+        report.decisions.push(Decision {
+            sweep: SweepName::Branches,
+            subject: "afk/*".into(),
+            issue: None,
+            state: Some(IssueClass::Unclassified.as_str().into()),
+            verdict: "warn".into(),
+            reason: format!("tracker failed, every branch spared: {e}"),
+        });
+    }
+    report
+        .decisions
+        .extend(r.decisions.iter().map(BranchDecision::to_decision));
+    match r.delete_error() {
+        Some(e) => Err(BootError::Failed(e)),
+        None => Ok(()),
     }
 }
 

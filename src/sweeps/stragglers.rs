@@ -2,8 +2,8 @@
 //! changes nothing; it makes the backlog a worker will never pick up visible in the boot
 //! summary, with one warning naming the first few.
 
-use crate::boot::StragglerCounts;
-use crate::sweeps::{Decision, SweepName};
+use crate::boot::{BootError, BootReport, StragglerCounts};
+use crate::sweeps::{Decision, SweepCtx, SweepName};
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerResult, labels,
 };
@@ -98,6 +98,14 @@ impl StragglerReport {
             .into_iter()
             .collect()
     }
+}
+
+/// The boot suite's arm: counts into the report, the warning into its decisions.
+pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
+    let r = run(ctx.tracker).map_err(|e| BootError::Failed(format!("straggler check: {e}")))?;
+    report.stragglers = r.counts();
+    report.decisions.extend(r.decisions());
+    Ok(())
 }
 
 /// One batch listing, counted.

@@ -19,7 +19,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 
-use crate::sweeps::{Decision, SweepName};
+use crate::boot::{BootError, BootReport};
+use crate::sweeps::{Decision, SweepCtx, SweepName};
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
 pub mod belt;
@@ -345,6 +346,33 @@ pub fn exclusive_pass(
         lock::Acquired::Busy(holder) => Ok(Exclusive::Busy(holder)),
         lock::Acquired::Held(_held) => pass(tracker, false).map(Exclusive::Done),
     }
+}
+
+/// The boot suite's arm: one exclusive pass; `unblocked=N` and the decisions go into the
+/// report. A listing or write failure fails the sweep; another process mid-pass on the same
+/// tracker is recorded as a skip, not a failure (its pass does this one's work).
+pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
+    let label = ctx.layout.repo().display().to_string();
+    let outcome = exclusive_pass(ctx.tracker, ctx.dry_run, &lock::runtime_dir(), &label)
+        .map_err(|e| BootError::Failed(e.to_string()))?;
+    match outcome {
+        Exclusive::Done(r) => {
+            report.unblocked = r.promoted.len();
+            report.decisions.extend(r.decisions);
+            if let Some(e) = r.write_error {
+                return Err(BootError::Failed(e.to_string()));
+            }
+        }
+        Exclusive::Busy(holder) => report.decisions.push(Decision {
+            sweep: SweepName::Unblock,
+            subject: "blocked issues".into(),
+            issue: None,
+            state: None,
+            verdict: "skip".into(),
+            reason: format!("another unblock pass is running ({holder})"),
+        }),
+    }
+    Ok(())
 }
 
 /// Swaps the labels, then posts the audit comment. A failed comment after a successful
