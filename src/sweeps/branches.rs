@@ -412,8 +412,9 @@ pub fn run(
     Ok(report)
 }
 
-/// Deletes one side's reaped branches in one call. When that call fails, the side is listed
-/// again so that the branches really gone are reported reaped and the rest `NotReaped`.
+/// Deletes one side's reaped branches (one git call for any usual count). When the delete
+/// fails, the branches git reports still present are marked `NotReaped`; when git cannot
+/// say which, none is claimed as reaped.
 fn delete_side(git: &Git, report: &mut ReapReport, side: Side) {
     let doomed: Vec<String> = report
         .decisions
@@ -431,19 +432,16 @@ fn delete_side(git: &Git, report: &mut ReapReport, side: Side) {
     let Err(error) = result else {
         return;
     };
-    let still: Option<BTreeSet<String>> = match side {
-        Side::Remote => git.remote_afk_branches(),
-        Side::Local => git.local_afk_branches(),
-    }
-    .ok()
-    .map(|v| v.into_iter().collect());
+    let remaining: Option<BTreeSet<&String>> = match &error {
+        GitError::PartialDelete { remaining, .. } => Some(remaining.iter().collect()),
+        _ => None,
+    };
     for d in report
         .decisions
         .iter_mut()
         .filter(|d| d.side == side && d.action == Action::Reap)
     {
-        // Unable to re-list: nothing is claimed as reaped.
-        if still.as_ref().is_none_or(|s| s.contains(&d.branch)) {
+        if remaining.as_ref().is_none_or(|r| r.contains(&d.branch)) {
             d.action = Action::NotReaped;
             d.reason = format!("{}; delete failed", d.reason);
         }
