@@ -121,11 +121,28 @@ pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, B
     let mut report = BootReport::default();
     for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
         match name {
+            SweepName::Orphans => {
+                let now = std::time::SystemTime::now();
+                let r = crate::sweeps::orphans::run(ctx.layout, ctx.tracker, now, ctx.dry_run)
+                    .map_err(|e| BootError::Failed(format!("orphan cleanup: {e}")))?;
+                report.orphans = r.counts;
+                report.decisions.extend(r.decisions);
+            }
+            SweepName::AttemptCap => {
+                use crate::sweeps::attempt_cap::{self, Caps};
+                let now = std::time::SystemTime::now();
+                let gone = attempt_cap::gone_in_dry_run(ctx.layout, &report.decisions);
+                let caps = Caps::from_config(&ctx.config.sweeps);
+                let r = attempt_cap::run(ctx.layout, caps, now, ctx.dry_run, &gone)
+                    .map_err(|e| BootError::Failed(format!("attempt cap: {e}")))?;
+                report.attempt_cap_reclaimed = r.reclaimed;
+                report.decisions.extend(r.decisions);
+            }
             SweepName::Branches => crate::sweeps::branches::run_boot(ctx, &mut report)?,
             SweepName::Unblock => crate::sweeps::unblock::run_boot(ctx, &mut report)?,
             SweepName::Stragglers => crate::sweeps::stragglers::run_boot(ctx, &mut report)?,
             // Each sweep's module plugs in here as it lands.
-            SweepName::Orphans | SweepName::AttemptCap | SweepName::DocsSweep => {}
+            SweepName::DocsSweep => {}
         }
     }
     Ok(report)

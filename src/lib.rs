@@ -3,7 +3,9 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does.
 
+pub mod attempt_state;
 pub mod boot;
+pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -16,3 +18,4 @@ pub mod sweeps;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;
+pub mod worker;

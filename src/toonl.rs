@@ -97,7 +97,7 @@ impl EventLog {
         if len > 0 && !ends_with_newline(path).map_err(io_err)? {
             header.push('\n');
         }
-        header.push_str(&format!("[]{{{}}}:\n", FIELDS.join(",")));
+        header.push_str(&header_line(&FIELDS));
         file.write_all(header.as_bytes()).map_err(io_err)?;
         Ok(EventLog {
             path: path.to_path_buf(),
@@ -132,11 +132,22 @@ fn ends_with_newline(path: &Path) -> io::Result<bool> {
     Ok(b[0] == b'\n')
 }
 
-/// Encodes one record as a row line (with its newline), without header or trailer.
+/// Encodes one event as a row line (with its newline), without header or trailer.
 pub fn encode_row(event: &Event) -> Result<String, String> {
     let json = serde_json::to_value(event).map_err(|e| e.to_string())?;
+    encode_record(&FIELDS, json)
+}
+
+/// The header line (with its newline) of a TOONL segment with these fields.
+pub fn header_line(fields: &[&str]) -> String {
+    format!("[]{{{}}}:\n", fields.join(","))
+}
+
+/// Encodes any record whose keys are `fields` as one row line (with its newline), so other
+/// TOONL files (e.g. a worker's `liveness.toonl`) quote cells exactly like the event log.
+pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String, String> {
     let value = Value::from_json_value(json);
-    let mut enc = ToonlEncoder::new(',', &FIELDS).map_err(|e| e.to_string())?;
+    let mut enc = ToonlEncoder::new(',', fields).map_err(|e| e.to_string())?;
     enc.push_value_row(&value).map_err(|e| e.to_string())?;
     let text = enc.finish();
     // finish() yields "header\nrow\n[=1]\n"; the log keeps the header per opening and

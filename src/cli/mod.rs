@@ -10,9 +10,12 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod issue;
 mod reap;
 mod show_config;
+mod sweep;
 mod unblock;
+mod worker;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +41,12 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
+    Issue(issue::IssueArgs),
+    /// Run the built-in worker (what each supervisor slot runs by default).
+    Worker(worker::WorkerArgs),
+    /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
+    Sweep(sweep::SweepArgs),
     /// Delete afk/* branches of closed issues (and merged ones), locally and on origin.
     Reap(reap::ReapArgs),
     /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
@@ -103,6 +112,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     };
     match cli.command {
         Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Worker(args)) => worker::run(&ctx, args),
+        Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
         None => Err(Failure::usage("no subcommand given; see --help")),

@@ -160,7 +160,10 @@ impl BranchDecision {
                 format!("{verb} ({side}): {} #{n} — {}", self.branch, self.reason)
             }
             (Action::NotReaped, Some(n)) => {
-                format!("not reaped ({side}): {} #{n} — {}", self.branch, self.reason)
+                format!(
+                    "not reaped ({side}): {} #{n} — {}",
+                    self.branch, self.reason
+                )
             }
             _ => format!("spared ({side}): {} — {}", self.branch, self.reason),
         }
@@ -371,13 +374,17 @@ pub fn run(
     let local = git
         .local_afk_branches()
         .map_err(need("listing local afk/* branches"))?;
-    let worktrees = git
-        .worktree_branches()
-        .map_err(need("listing worktrees"))?;
+    let worktrees = git.worktree_branches().map_err(need("listing worktrees"))?;
 
-    let names_an_issue = remote.iter().chain(&local).any(|b| parse_branch(b).is_some());
+    let names_an_issue = remote
+        .iter()
+        .chain(&local)
+        .any(|b| parse_branch(b).is_some());
     let (class, tracker_calls) = if names_an_issue {
-        (Classification::from_batch(tracker.list_all(DEFAULT_LIST_LIMIT)), 1)
+        (
+            Classification::from_batch(tracker.list_all(DEFAULT_LIST_LIMIT)),
+            1,
+        )
     } else {
         (Classification::from_batch(Ok(Vec::new())), 0)
     };

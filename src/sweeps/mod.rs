@@ -3,6 +3,15 @@
 //! registered lanes of `.red/tmp/`, never follow symlinks, and never act on a transient
 //! tracker failure.
 
+pub mod attempt_cap;
+pub mod branches;
+pub mod issue_book;
+pub mod lane;
+pub mod orphans;
+pub mod stragglers;
+pub mod unblock;
+pub mod worker_tree;
+
 use std::fmt;
 use std::str::FromStr;
 
@@ -10,10 +19,6 @@ use crate::config::Config;
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::tracker::Tracker;
-
-pub mod branches;
-pub mod stragglers;
-pub mod unblock;
 
 /// What every sweep gets.
 pub struct SweepCtx<'a> {

@@ -128,10 +128,11 @@ fn issue_refs(line: &str) -> Vec<u64> {
         let next_ok = b
             .get(end)
             .is_none_or(|c| !(c.is_ascii_alphanumeric() || *c == b'_'));
-        if prev_ok && next_ok {
-            if let Some(n) = parse_positive(&line[i + 1..end]) {
-                out.push(n);
-            }
+        if prev_ok
+            && next_ok
+            && let Some(n) = parse_positive(&line[i + 1..end])
+        {
+            out.push(n);
         }
     }
     out
@@ -302,15 +303,13 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
                     _ => "",
                 };
                 let reason = format!("all dependencies closed ({}){source}", refs(&blockers));
-                if !dry_run {
-                    if let Err(error) = promote(tracker, issue.number, &blockers) {
-                        report.decisions.push(decision(
-                            "keep",
-                            format!("promotion failed: {}", error.error),
-                        ));
-                        report.write_error = Some(error);
-                        break;
-                    }
+                if !dry_run && let Err(error) = promote(tracker, issue.number, &blockers) {
+                    report.decisions.push(decision(
+                        "keep",
+                        format!("promotion failed: {}", error.error),
+                    ));
+                    report.write_error = Some(error);
+                    break;
                 }
                 report.promoted.push(issue.number);
                 report.decisions.push(decision("promote", reason));
@@ -398,6 +397,7 @@ mod tests {
     fn blocked(number: u64, body: &str, l: &[&str]) -> LabeledIssue {
         LabeledIssue {
             number,
+            title: Some(format!("issue {number}")),
             body: body.into(),
             labels: l.iter().map(|s| s.to_string()).collect(),
         }

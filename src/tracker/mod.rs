@@ -6,6 +6,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod gh;
+pub mod local;
+pub mod select;
+
+pub use gh::GhTracker;
+pub use local::LocalTracker;
+pub use select::{Selected, open};
+
 pub mod labels {
     pub const READY_FOR_AGENT: &str = "ready-for-agent";
     pub const RUNNING: &str = "running";
@@ -20,7 +28,10 @@ pub mod labels {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum IssueState {
+    // Lower-case spellings are accepted because people hand-edit the local store.
+    #[serde(alias = "open")]
     Open,
+    #[serde(alias = "closed")]
     Closed,
 }
 
@@ -56,6 +67,9 @@ pub struct LabeledIssue {
     pub number: u64,
     pub body: String,
     pub labels: Vec<String>,
+    /// Known on the local backend; the SPEC §7 gh argv does not ask for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 impl IssueSummary {

@@ -2,6 +2,8 @@
 //! real git repositories with a local bare `origin`. Include with `mod support;`.
 #![allow(dead_code)]
 
+pub mod fake_gh;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -145,5 +147,31 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+impl TestEnv {
+    /// The library's git layer pointed at `dir`, running with this environment's HOME and
+    /// git config, and git's messages untranslated so tests can match them.
+    pub fn lib_git(&self, dir: &Path) -> afk_supervisor::git::Git {
+        afk_supervisor::git::Git::new(dir)
+            .with_env(self.vars())
+            .with_env([("LC_ALL", "C")])
+    }
+
+    /// Writes `content` to `dir/rel`, creating parent directories.
+    pub fn write(&self, dir: &Path, rel: &str, content: &str) {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(p, content).expect("write");
+    }
+
+    /// Stages everything in `dir` and commits it; returns the new sha.
+    pub fn commit(&self, dir: &Path, msg: &str) -> String {
+        self.git(dir, &["add", "-A"]);
+        self.git(dir, &["commit", "-q", "--allow-empty", "-m", msg]);
+        self.git(dir, &["rev-parse", "HEAD"]).trim().to_string()
     }
 }

@@ -1,0 +1,280 @@
+//! The attempt state file `afk.state.json` (SPEC §3).
+//!
+//! Other tools write this file too, so reading is lenient about what may be missing and
+//! strict about what is there: a field of the wrong type makes the file corrupt, and a
+//! corrupt file is an error naming the file (sweeps keep such a dir rather than guess).
+//! Fields this tool does not know are carried through a rewrite untouched.
+
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::fsutil::atomic_write;
+use crate::pidfile::{self, Liveness};
+
+/// The file name inside an attempt dir.
+pub const FILE_NAME: &str = "afk.state.json";
+
+/// A state file larger than this is not a state file.
+const MAX_BYTES: u64 = 1 << 20;
+
+/// `<attempt dir>/afk.state.json`.
+pub fn state_path(attempt_dir: &Path) -> PathBuf {
+    attempt_dir.join(FILE_NAME)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: corrupt state file: {why}")]
+    Corrupt { path: PathBuf, why: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AttemptState {
+    #[serde(default = "default_version")]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// The process working this attempt. Signed so a stray negative is "no process", not
+    /// a parse failure of the whole file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    /// Field 22 of `/proc/<pid>/stat` when the writer recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_start_time: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Written out as `null` when idle, as the other writers do.
+    #[serde(default)]
+    pub current: Option<Current>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Envelope>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn default_version() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Current {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slug: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The terminal-event envelope: whether the issue thread already carries the record.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Envelope {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub posted: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl AttemptState {
+    /// Reads the state file of `attempt_dir`: `Ok(None)` when there is none. The file is
+    /// opened without following a symlink: a link in its place is corrupt, not a pointer.
+    pub fn read(attempt_dir: &Path) -> Result<Option<AttemptState>, StateError> {
+        let path = state_path(attempt_dir);
+        let io_err = |e: io::Error| StateError::Io {
+            path: path.clone(),
+            source: e,
+        };
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(StateError::Corrupt {
+                    path,
+                    why: "is a symlink".into(),
+                });
+            }
+            Err(e) => return Err(io_err(e)),
+        };
+        let meta = file.metadata().map_err(io_err)?;
+        if !meta.is_file() {
+            return Err(StateError::Corrupt {
+                path,
+                why: "not a regular file".into(),
+            });
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_err)?;
+        if bytes.len() as u64 > MAX_BYTES {
+            return Err(StateError::Corrupt {
+                path,
+                why: format!("larger than {MAX_BYTES} bytes"),
+            });
+        }
+        Self::parse(&bytes)
+            .map(Some)
+            .map_err(|why| StateError::Corrupt { path, why })
+    }
+
+    /// Parses the JSON text of a state file; the error is serde's one-line description.
+    pub fn parse(bytes: &[u8]) -> Result<AttemptState, String> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if !value.is_object() {
+            return Err("not a JSON object".into());
+        }
+        serde_json::from_value(value).map_err(|e| e.to_string())
+    }
+
+    /// Writes the state file of `attempt_dir` atomically, unknown fields included.
+    pub fn write(&self, attempt_dir: &Path) -> Result<(), StateError> {
+        let path = state_path(attempt_dir);
+        let mut text = serde_json::to_vec_pretty(self).map_err(|e| StateError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        text.push(b'\n');
+        atomic_write(&path, &text).map_err(|e| StateError::Io { path, source: e })
+    }
+
+    /// `envelope.posted`; missing means not posted (SPEC §3).
+    pub fn envelope_posted(&self) -> bool {
+        self.envelope
+            .as_ref()
+            .and_then(|e| e.posted)
+            .unwrap_or(false)
+    }
+
+    /// Whether the recorded process still runs: with `pid_start_time` the identity must
+    /// match, without it existence decides. No pid, or one that is not a pid, is `None`.
+    pub fn owner_liveness(&self) -> Option<Liveness> {
+        let pid = i32::try_from(self.pid?).ok().filter(|p| *p > 0)?;
+        Some(pidfile::judge_pid(pid, self.pid_start_time))
+    }
+
+    /// True when the recorded process is live.
+    pub fn owner_is_live(&self) -> bool {
+        self.owner_liveness().is_some_and(|l| l.is_live())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_minimal_and_full_files() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(AttemptState::read(dir.path()).unwrap().is_none());
+        fs::write(state_path(dir.path()), "{}").unwrap();
+        let s = AttemptState::read(dir.path()).unwrap().unwrap();
+        assert_eq!(s.version, 1);
+        assert!(!s.envelope_posted());
+        assert!(s.owner_liveness().is_none());
+
+        fs::write(
+            state_path(dir.path()),
+            r#"{"version":1,"worker_id":"w1","pid":4242,"pid_start_time":9,
+                "started_at":"2025-01-01T00:00:00Z",
+                "current":{"number":7,"title":"t","slug":"s","worktree":"wt","started_at":"x","stage":"code"},
+                "envelope":{"posted":true}}"#,
+        )
+        .unwrap();
+        let s = AttemptState::read(dir.path()).unwrap().unwrap();
+        assert!(s.envelope_posted());
+        assert_eq!(s.current.as_ref().unwrap().number, Some(7));
+        assert_eq!(s.pid, Some(4242));
+    }
+
+    #[test]
+    fn unknown_fields_survive_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            state_path(dir.path()),
+            r#"{"version":1,"pid":5,"heartbeat_pid":77,"notes":["a",{"b":1}],
+                "current":{"number":3,"retries":2},"envelope":{"posted":false,"url":"u"}}"#,
+        )
+        .unwrap();
+        let mut s = AttemptState::read(dir.path()).unwrap().unwrap();
+        s.envelope.as_mut().unwrap().posted = Some(true);
+        s.write(dir.path()).unwrap();
+        let v: Value =
+            serde_json::from_str(&fs::read_to_string(state_path(dir.path())).unwrap()).unwrap();
+        assert_eq!(v["heartbeat_pid"], 77);
+        assert_eq!(v["notes"][1]["b"], 1);
+        assert_eq!(v["current"]["retries"], 2);
+        assert_eq!(v["envelope"]["url"], "u");
+        assert_eq!(v["envelope"]["posted"], true);
+        assert_eq!(v["pid"], 5);
+        let again = AttemptState::read(dir.path()).unwrap().unwrap();
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn corrupt_files_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [
+            "{not json",
+            "[]",
+            "42",
+            r#"{"pid":"abc"}"#,
+            r#"{"envelope":{"posted":"yes"}}"#,
+            "",
+        ] {
+            fs::write(state_path(dir.path()), bad).unwrap();
+            let err = AttemptState::read(dir.path()).unwrap_err();
+            assert!(matches!(err, StateError::Corrupt { .. }), "{bad}");
+            assert!(err.to_string().contains(FILE_NAME), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_symlinked_state_file_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere.json");
+        fs::write(&target, r#"{"envelope":{"posted":true}}"#).unwrap();
+        std::os::unix::fs::symlink(&target, state_path(dir.path())).unwrap();
+        let err = AttemptState::read(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+    }
+
+    #[test]
+    fn owner_liveness_uses_the_start_time() {
+        let me = std::process::id() as i64;
+        let start = pidfile::process_start_time(me as i32).unwrap();
+        let mut s = AttemptState {
+            pid: Some(me),
+            ..Default::default()
+        };
+        assert!(s.owner_is_live());
+        s.pid_start_time = Some(start);
+        assert!(s.owner_is_live());
+        s.pid_start_time = Some(start + 1);
+        assert!(!s.owner_is_live());
+        s.pid = Some(-3);
+        assert!(s.owner_liveness().is_none());
+    }
+}

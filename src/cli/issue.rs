@@ -1,0 +1,305 @@
+//! `afk-supervisor issue …`: the operator's hands on the tracker. Everything works on the
+//! local store; on `gh` only what the tracker interface covers (list, show, label, comment)
+//! is offered, and the rest says so instead of half-working.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::cli::Ctx;
+use crate::config::Overrides;
+use crate::exit::Failure;
+use crate::tracker::local::{Issue, ListFilter, StateFilter};
+use crate::tracker::select::{self, Backend};
+use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, Tracker, TrackerError};
+
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    #[command(subcommand)]
+    pub command: IssueCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IssueCommand {
+    /// Open an issue (local tracker); prints its number.
+    New {
+        #[arg(long)]
+        title: String,
+        #[arg(long, default_value = "")]
+        body: String,
+        /// A label to put on it; repeat for several.
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+    },
+    /// List issues, newest first.
+    List {
+        /// open, closed or all.
+        #[arg(long, default_value = "open")]
+        state: StateFilter,
+        /// Only issues carrying this label; repeat to require several.
+        #[arg(long = "label", value_name = "LABEL")]
+        labels: Vec<String>,
+        /// At most this many issues are read from the tracker.
+        #[arg(long, default_value_t = DEFAULT_LIST_LIMIT)]
+        limit: usize,
+        /// Print a JSON array (see the README for the shape).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one issue.
+    Show {
+        number: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add and remove labels in one change.
+    Label {
+        number: u64,
+        #[arg(long = "add", value_name = "LABEL")]
+        add: Vec<String>,
+        #[arg(long = "remove", value_name = "LABEL")]
+        remove: Vec<String>,
+    },
+    /// Close an issue (local tracker).
+    Close { number: u64 },
+    /// Reopen a closed issue (local tracker).
+    Reopen { number: u64 },
+    /// Add a comment.
+    Comment {
+        number: u64,
+        #[arg(long)]
+        body: String,
+    },
+}
+
+/// One row of `issue list --json`. Fields the backend cannot supply are `null`.
+#[derive(Debug, Serialize)]
+struct ListRow {
+    number: u64,
+    title: Option<String>,
+    state: IssueState,
+    labels: Vec<String>,
+    closed_at: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct CommentJson {
+    at: String,
+    body: String,
+}
+
+/// `issue show --json`. Fields the backend cannot supply are `null`.
+#[derive(Debug, Serialize)]
+struct ShowJson {
+    number: u64,
+    title: Option<String>,
+    state: IssueState,
+    labels: Vec<String>,
+    created_at: Option<String>,
+    closed_at: Option<String>,
+    body: Option<String>,
+    comments: Option<Vec<CommentJson>>,
+}
+
+impl From<Issue> for ShowJson {
+    fn from(i: Issue) -> Self {
+        ShowJson {
+            number: i.number,
+            title: Some(i.title),
+            state: i.state,
+            labels: i.labels,
+            created_at: Some(i.created_at),
+            closed_at: i.closed_at,
+            body: Some(i.body),
+            comments: Some(
+                i.comments
+                    .into_iter()
+                    .map(|c| CommentJson {
+                        at: c.at,
+                        body: c.body,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
+    let config = ctx.config(Overrides::default())?;
+    let (backend, reason) = select::resolve(&config, &ctx.layout).map_err(tracker_failure)?;
+    eprintln!("{reason}");
+    match args.command {
+        IssueCommand::New {
+            title,
+            body,
+            labels,
+        } => {
+            let local = local_only(&backend, "issue new", "gh issue create")?;
+            let n = local
+                .create(&title, &body, &strs(&labels))
+                .map_err(tracker_failure)?;
+            println!("{n}");
+        }
+        IssueCommand::List {
+            state,
+            labels,
+            limit,
+            json,
+        } => list(&backend, ListFilter { state, labels }, limit, json)?,
+        IssueCommand::Show { number, json } => show(&backend, number, json)?,
+        IssueCommand::Label {
+            number,
+            add,
+            remove,
+        } => {
+            if add.is_empty() && remove.is_empty() {
+                return Err(Failure::usage(
+                    "issue label: give at least one --add or --remove",
+                ));
+            }
+            backend
+                .as_tracker()
+                .edit_labels(number, &strs(&add), &strs(&remove))
+                .map_err(tracker_failure)?;
+        }
+        IssueCommand::Close { number } => {
+            local_only(&backend, "issue close", "gh issue close")?
+                .close(number)
+                .map_err(tracker_failure)?;
+        }
+        IssueCommand::Reopen { number } => {
+            local_only(&backend, "issue reopen", "gh issue reopen")?
+                .reopen(number)
+                .map_err(tracker_failure)?;
+        }
+        IssueCommand::Comment { number, body } => {
+            if body.trim().is_empty() {
+                return Err(Failure::usage("issue comment: --body is empty"));
+            }
+            backend
+                .as_tracker()
+                .comment(number, &body)
+                .map_err(tracker_failure)?;
+        }
+    }
+    Ok(0)
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn tracker_failure(e: TrackerError) -> Failure {
+    Failure::failed(e.to_string())
+}
+
+fn local_only<'a>(
+    backend: &'a Backend,
+    what: &str,
+    instead: &str,
+) -> Result<&'a crate::tracker::LocalTracker, Failure> {
+    match backend {
+        Backend::Local(t) => Ok(t),
+        Backend::Gh(_) => Err(Failure::usage(format!(
+            "{what} is not supported on the gh tracker (use `{instead}`, or --tracker local)"
+        ))),
+    }
+}
+
+fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::failed(format!("cannot encode JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+fn list(backend: &Backend, filter: ListFilter, limit: usize, json: bool) -> Result<(), Failure> {
+    let rows: Vec<ListRow> = match backend {
+        Backend::Local(t) => t
+            .list(&filter)
+            .map_err(tracker_failure)?
+            .into_iter()
+            .take(limit)
+            .map(|i| ListRow {
+                number: i.number,
+                title: Some(i.title),
+                state: i.state,
+                labels: i.labels,
+                closed_at: i.closed_at,
+            })
+            .collect(),
+        Backend::Gh(t) => t
+            .list_all(limit)
+            .map_err(tracker_failure)?
+            .into_iter()
+            .filter(|i| filter.matches(i.state, &i.labels))
+            .map(|i| ListRow {
+                number: i.number,
+                title: None,
+                state: i.state,
+                labels: i.labels,
+                closed_at: i.closed_at,
+            })
+            .collect(),
+    };
+    if json {
+        return print_json(&rows);
+    }
+    for r in rows {
+        let mut line = format!("#{} {}", r.number, r.state);
+        if let Some(t) = &r.title {
+            line.push(' ');
+            line.push_str(t);
+        }
+        if !r.labels.is_empty() {
+            line.push_str(&format!(" [{}]", r.labels.join(", ")));
+        }
+        println!("{line}");
+    }
+    Ok(())
+}
+
+fn show(backend: &Backend, number: u64, json: bool) -> Result<(), Failure> {
+    let issue: ShowJson = match backend {
+        Backend::Local(t) => t.show(number).map_err(tracker_failure)?.into(),
+        Backend::Gh(t) => {
+            let v = t.view(number).map_err(tracker_failure)?;
+            ShowJson {
+                number,
+                title: None,
+                state: v.state,
+                labels: v.labels,
+                created_at: None,
+                closed_at: None,
+                body: None,
+                comments: None,
+            }
+        }
+    };
+    if json {
+        return print_json(&issue);
+    }
+    match &issue.title {
+        Some(t) => println!("#{number} {t}"),
+        None => println!("#{number}"),
+    }
+    println!("state: {}", issue.state);
+    println!("labels: {}", issue.labels.join(", "));
+    if let Some(c) = &issue.created_at {
+        println!("created: {c}");
+    }
+    if let Some(c) = &issue.closed_at {
+        println!("closed: {c}");
+    }
+    match (&issue.body, &issue.comments) {
+        (Some(body), Some(comments)) => {
+            if !body.is_empty() {
+                println!("\n{}", body.trim_end());
+            }
+            for c in comments {
+                println!("\n--- comment {}\n{}", c.at, c.body.trim_end());
+            }
+        }
+        _ => println!("(title, body and comments: `gh issue view {number}`)"),
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Linked worktrees and committing inside one (the docs sweep's isolated lane), so nothing
+//! is ever committed, stashed or switched in the primary checkout.
+
+use std::path::Path;
+
+use super::{Git, GitResult, args, check_branch_name, check_rev, chunks, top_literal};
+
+impl Git {
+    /// Creates a worktree at `path` on a new branch `new_branch` starting at `start_point`.
+    /// The branch gets no upstream (`--no-track`): a stray `git push` from it must not
+    /// target the base it started from.
+    pub fn worktree_add(&self, path: &Path, new_branch: &str, start_point: &str) -> GitResult<()> {
+        check_branch_name(new_branch)?;
+        check_rev(start_point)?;
+        let mut a = args([
+            "worktree",
+            "add",
+            "--quiet",
+            "--no-track",
+            "-b",
+            new_branch,
+            "--",
+        ]);
+        a.push(path.as_os_str().to_owned());
+        a.push(start_point.into());
+        self.ok(a)?;
+        Ok(())
+    }
+
+    /// Removes a linked worktree; `force` also discards its uncommitted and untracked files
+    /// (a locked worktree is still refused).
+    pub fn worktree_remove(&self, path: &Path, force: bool) -> GitResult<()> {
+        let mut a = args(["worktree", "remove"]);
+        if force {
+            a.push("--force".into());
+        }
+        a.push("--".into());
+        a.push(path.as_os_str().to_owned());
+        self.ok(a)?;
+        Ok(())
+    }
+
+    /// Forgets worktrees whose directories are gone.
+    pub fn worktree_prune(&self) -> GitResult<()> {
+        self.ok(args(["worktree", "prune"]))?;
+        Ok(())
+    }
+
+    /// Stages every change in this checkout (`add -A`) and commits it. `None` when there was
+    /// nothing to commit, else the new commit's sha. Hooks run as configured.
+    pub fn commit_all(&self, message: &str) -> GitResult<Option<String>> {
+        self.ok(args(["add", "-A"]))?;
+        self.commit_staged(message)
+    }
+
+    /// Commits what is staged; `None` when nothing is.
+    pub fn commit_staged(&self, message: &str) -> GitResult<Option<String>> {
+        let (clean, _) = self.yes_no(args(["diff", "--cached", "--quiet", "--exit-code"]), 0, 1)?;
+        if clean {
+            return Ok(None);
+        }
+        // `-m <message>`: the message is an option value, never parsed as an option itself.
+        self.ok(args(["commit", "--quiet", "-m", message]))?;
+        let sha = self.rev_parse("HEAD")?;
+        match sha {
+            Some(s) => Ok(Some(s)),
+            None => Err(super::GitError::Parse {
+                argv: "git rev-parse HEAD".into(),
+                what: "HEAD does not resolve right after a commit".into(),
+            }),
+        }
+    }
+
+    /// Stages the given paths (relative to the repository root) even when ignore rules
+    /// match them, as a doc under an ignored `.red/` must still be committed. Chunked only
+    /// for very long lists.
+    pub fn add_force(&self, paths: &[String]) -> GitResult<()> {
+        for chunk in chunks(paths) {
+            let mut a = args(["add", "--force", "--"]);
+            a.extend(chunk.iter().map(|p| top_literal(p)));
+            self.ok(a)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,566 @@
+//! The `gh` backend: the GitHub CLI run with exactly the argv of SPEC §7, never through a
+//! shell, each call under a deadline that kills gh's whole process group.
+//!
+//! Every failure is classified (not found / transient / failed) from the exit status and
+//! gh's stderr, because the sweeps must never act on a transient failure: a timeout, a
+//! network error, a rate limit or a 5xx must never look like "the issue is gone".
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::{
+    ErrorKind, IssueState, IssueSummary, IssueView, LabeledIssue, Tracker, TrackerError,
+    TrackerResult,
+};
+use crate::cmd::{self, Argv, RunError, RunOpts};
+
+/// A tracker backed by the GitHub CLI.
+#[derive(Debug, Clone)]
+pub struct GhTracker {
+    program: PathBuf,
+    repo: Option<String>,
+    timeout: Duration,
+    dir: Option<PathBuf>,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl GhTracker {
+    /// `repo` is `OWNER/NAME` (or `HOST/OWNER/NAME`); when set, every issue and PR call gets
+    /// `--repo <repo>` so gh never guesses from the working directory's remotes.
+    pub fn new(repo: Option<String>, timeout: Duration) -> Self {
+        GhTracker {
+            program: PathBuf::from("gh"),
+            repo,
+            timeout,
+            dir: None,
+            env: Vec::new(),
+        }
+    }
+
+    /// Runs this program instead of `gh` from `PATH` (tests point it at a fake).
+    pub fn with_program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = program.into();
+        self
+    }
+
+    /// The directory gh runs in; without `--repo`, gh reads the repository from its remotes.
+    pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Adds one environment variable to every gh call.
+    pub fn with_env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn repo(&self) -> Option<&str> {
+        self.repo.as_deref()
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the program exists: a path is checked as is, a bare name on `PATH`.
+    pub fn program_found(&self) -> bool {
+        if self.program.components().count() > 1 {
+            return self.program.is_file();
+        }
+        let path = self
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        std::env::split_paths(&path).any(|d| d.join(&self.program).is_file())
+    }
+
+    /// `gh auth status`: whether gh is logged in. Never takes `--repo` (gh rejects it there).
+    pub fn auth_status(&self) -> TrackerResult<()> {
+        self.run(&["auth", "status"], false).map(|_| ())
+    }
+
+    fn argv(&self, args: &[&str], with_repo: bool) -> Argv {
+        let mut full: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        if with_repo && let Some(repo) = &self.repo {
+            full.push("--repo".into());
+            full.push(repo.clone());
+        }
+        Argv::new(self.program.clone(), full)
+    }
+
+    /// Runs one gh call; stdout on success, a classified [`TrackerError`] otherwise.
+    fn run(&self, args: &[&str], with_repo: bool) -> TrackerResult<String> {
+        let argv = self.argv(args, with_repo);
+        let mut env: Vec<(OsString, OsString)> = vec![
+            // Never wait on a prompt or print an update notice: nobody is at the keyboard.
+            ("GH_PROMPT_DISABLED".into(), "1".into()),
+            ("GH_NO_UPDATE_NOTIFIER".into(), "1".into()),
+            ("NO_COLOR".into(), "1".into()),
+        ];
+        env.extend(self.env.iter().cloned());
+        let opts = RunOpts {
+            cwd: self.dir.clone(),
+            env,
+            stdin: None,
+        };
+        let command = render(&argv);
+        match cmd::run(&argv, self.timeout, &opts) {
+            Ok(out) if out.status.success() => Ok(out.stdout_str()),
+            Ok(out) => {
+                let stderr = out.stderr_str();
+                let kind = classify(out.status.code(), &stderr);
+                let detail = match out.status.code() {
+                    Some(code) => format!("exit {code}: {}", one_line(&stderr)),
+                    None => format!("killed by a signal: {}", one_line(&stderr)),
+                };
+                Err(TrackerError::new(kind, command, detail))
+            }
+            Err(RunError::Timeout {
+                timeout, stderr, ..
+            }) => Err(TrackerError::new(
+                ErrorKind::Transient,
+                command,
+                format!(
+                    "timed out after {}s and was killed{}",
+                    timeout.as_secs_f64(),
+                    if stderr.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", one_line(&stderr))
+                    }
+                ),
+            )),
+            Err(RunError::Spawn { source, .. }) => Err(TrackerError::new(
+                ErrorKind::Failed,
+                command,
+                format!(
+                    "cannot run {}: {source} (is the GitHub CLI installed and on PATH?)",
+                    self.program.display()
+                ),
+            )),
+        }
+    }
+
+    fn run_json<T: DeserializeOwned>(&self, args: &[&str]) -> TrackerResult<T> {
+        let stdout = self.run(args, true)?;
+        serde_json::from_str(&stdout).map_err(|e| {
+            TrackerError::new(
+                ErrorKind::Failed,
+                render(&self.argv(args, true)),
+                format!("unexpected JSON from gh: {e}"),
+            )
+        })
+    }
+}
+
+/// The argv as shown in errors, on one line (a multi-line `--body` is shown with `\n`).
+fn render(argv: &Argv) -> String {
+    argv.to_string().replace('\n', "\\n")
+}
+
+/// Joins stderr lines so an error stays one line wherever it is reported.
+fn one_line(s: &str) -> String {
+    let joined: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if joined.is_empty() {
+        "(no output on stderr)".into()
+    } else {
+        joined.join(" | ")
+    }
+}
+
+/// Classifies a failed gh call from its exit code (`None`: killed by a signal) and stderr.
+///
+/// *Not found* is only ever the explicit "no such issue / pull request" answer: a missing
+/// repository or a bare HTTP 404 is a configuration problem (`Failed`), never a reason to
+/// treat an issue as gone. Anything that may succeed on a retry is `Transient`.
+pub fn classify(code: Option<i32>, stderr: &str) -> ErrorKind {
+    let s = stderr.to_lowercase();
+    if code.is_none() {
+        return ErrorKind::Transient;
+    }
+    if s.contains("could not resolve to a repository") {
+        return ErrorKind::Failed;
+    }
+    const NOT_FOUND: [&str; 4] = [
+        "could not resolve to an issue",
+        "could not resolve to a pullrequest",
+        "could not resolve to a pull request",
+        "no pull requests found for branch",
+    ];
+    if NOT_FOUND.iter().any(|p| s.contains(p)) {
+        return ErrorKind::NotFound;
+    }
+    const TRANSIENT: [&str; 24] = [
+        "error connecting to",
+        "check your internet connection",
+        "could not resolve host",
+        "no such host",
+        "dial tcp",
+        "connection refused",
+        "connection reset",
+        "broken pipe",
+        "network is unreachable",
+        "i/o timeout",
+        "tls handshake timeout",
+        "timeout awaiting response headers",
+        "context deadline exceeded",
+        "client.timeout exceeded",
+        "unexpected eof",
+        ": eof",
+        "rate limit",
+        "abuse detection",
+        "http 429",
+        "bad gateway",
+        "service unavailable",
+        "gateway timeout",
+        "internal server error",
+        "something went wrong",
+    ];
+    if TRANSIENT.iter().any(|p| s.contains(p)) || has_http_5xx(&s) {
+        return ErrorKind::Transient;
+    }
+    ErrorKind::Failed
+}
+
+/// `HTTP 5xx` anywhere in the (lower-cased) text.
+fn has_http_5xx(s: &str) -> bool {
+    s.match_indices("http 5").any(|(i, _)| {
+        let rest = &s.as_bytes()[i + "http 5".len()..];
+        rest.len() >= 2
+            && rest[0].is_ascii_digit()
+            && rest[1].is_ascii_digit()
+            && rest.get(2).is_none_or(|b| !b.is_ascii_digit())
+    })
+}
+
+#[derive(Deserialize)]
+struct GhLabel {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct GhListRow {
+    number: u64,
+    state: String,
+    labels: Vec<GhLabel>,
+    #[serde(rename = "closedAt", default)]
+    closed_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct GhView {
+    state: String,
+    labels: Vec<GhLabel>,
+}
+
+#[derive(Deserialize)]
+struct GhLabeledRow {
+    number: u64,
+    #[serde(default)]
+    body: Option<String>,
+    labels: Vec<GhLabel>,
+}
+
+fn parse_state(argv: &Argv, s: &str) -> TrackerResult<IssueState> {
+    match s.to_ascii_uppercase().as_str() {
+        "OPEN" => Ok(IssueState::Open),
+        "CLOSED" => Ok(IssueState::Closed),
+        other => Err(TrackerError::new(
+            ErrorKind::Failed,
+            render(argv),
+            format!("unexpected JSON from gh: unknown issue state {other:?}"),
+        )),
+    }
+}
+
+/// gh prints `null`, `""` or Go's zero time for an issue that was never closed.
+fn closed_at(raw: Option<String>) -> Option<String> {
+    raw.filter(|s| !s.is_empty() && !s.starts_with("0001-01-01"))
+}
+
+fn names(labels: Vec<GhLabel>) -> Vec<String> {
+    labels.into_iter().map(|l| l.name).collect()
+}
+
+/// Labels gh takes as one comma-separated flag value; a comma inside a label cannot be sent.
+fn label_csv(argv_hint: &str, labels: &[&str]) -> TrackerResult<String> {
+    for l in labels {
+        if l.trim().is_empty() || l.contains(',') {
+            return Err(TrackerError::new(
+                ErrorKind::Failed,
+                argv_hint.to_string(),
+                format!("invalid label {l:?}: labels must be non-empty and contain no comma"),
+            ));
+        }
+    }
+    Ok(labels.join(","))
+}
+
+impl Tracker for GhTracker {
+    fn kind(&self) -> &'static str {
+        "gh"
+    }
+
+    fn identity(&self) -> String {
+        match &self.repo {
+            Some(r) => format!("github:{r}"),
+            None => {
+                let dir = self
+                    .dir
+                    .clone()
+                    .or_else(|| std::env::current_dir().ok())
+                    .unwrap_or_default();
+                let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+                format!("github:(remotes of {})", dir.display())
+            }
+        }
+    }
+
+    fn list_all(&self, limit: usize) -> TrackerResult<Vec<IssueSummary>> {
+        if limit == 0 {
+            // gh refuses `--limit 0`; nothing asked for is nothing returned, as on `local`.
+            return Ok(Vec::new());
+        }
+        let limit = limit.to_string();
+        let args = [
+            "issue",
+            "list",
+            "--state",
+            "all",
+            "--limit",
+            limit.as_str(),
+            "--json",
+            "number,state,labels,closedAt",
+        ];
+        let rows: Vec<GhListRow> = self.run_json(&args)?;
+        let argv = self.argv(&args, true);
+        rows.into_iter()
+            .map(|r| {
+                Ok(IssueSummary {
+                    number: r.number,
+                    state: parse_state(&argv, &r.state)?,
+                    labels: names(r.labels),
+                    closed_at: closed_at(r.closed_at),
+                })
+            })
+            .collect()
+    }
+
+    fn view(&self, number: u64) -> TrackerResult<IssueView> {
+        let n = number.to_string();
+        let args = ["issue", "view", n.as_str(), "--json", "state,labels"];
+        let v: GhView = self.run_json(&args)?;
+        Ok(IssueView {
+            state: parse_state(&self.argv(&args, true), &v.state)?,
+            labels: names(v.labels),
+        })
+    }
+
+    fn edit_labels(&self, number: u64, add: &[&str], remove: &[&str]) -> TrackerResult<()> {
+        let n = number.to_string();
+        let hint = format!("gh issue edit {n}");
+        if add.is_empty() && remove.is_empty() {
+            return Err(TrackerError::new(
+                ErrorKind::Failed,
+                hint,
+                "no label to add or remove",
+            ));
+        }
+        let add_csv = label_csv(&hint, add)?;
+        let remove_csv = label_csv(&hint, remove)?;
+        let mut args = vec!["issue", "edit", n.as_str()];
+        if !add.is_empty() {
+            args.extend(["--add-label", add_csv.as_str()]);
+        }
+        if !remove.is_empty() {
+            args.extend(["--remove-label", remove_csv.as_str()]);
+        }
+        self.run(&args, true).map(|_| ())
+    }
+
+    fn comment(&self, number: u64, body: &str) -> TrackerResult<()> {
+        let n = number.to_string();
+        self.run(&["issue", "comment", n.as_str(), "--body", body], true)
+            .map(|_| ())
+    }
+
+    fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = limit.to_string();
+        let args = [
+            "issue",
+            "list",
+            "--label",
+            label,
+            "--state",
+            "open",
+            "--limit",
+            limit.as_str(),
+            "--json",
+            "number,body,labels",
+        ];
+        let rows: Vec<GhLabeledRow> = self.run_json(&args)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LabeledIssue {
+                number: r.number,
+                body: r.body.unwrap_or_default(),
+                labels: names(r.labels),
+                title: None,
+            })
+            .collect())
+    }
+
+    fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {
+        let out = self.run(
+            &[
+                "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
+            ],
+            true,
+        )?;
+        // gh prints the new PR's URL as its last line of stdout.
+        Ok(out
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    fn pr_merge(&self, head: &str) -> TrackerResult<()> {
+        self.run(&["pr", "merge", head, "--merge", "--delete-branch"], true)
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_table() {
+        use ErrorKind::*;
+        let cases: &[(Option<i32>, &str, ErrorKind)] = &[
+            (
+                Some(1),
+                "GraphQL: Could not resolve to an issue or pull request with the number of 9. (repository.issue)",
+                NotFound,
+            ),
+            (
+                Some(1),
+                "could not resolve to an Issue with the number of 9",
+                NotFound,
+            ),
+            (Some(1), "no pull requests found for branch \"x\"", NotFound),
+            (
+                Some(1),
+                "GraphQL: Could not resolve to a Repository with the name 'o/r'. (repository)",
+                Failed,
+            ),
+            (
+                Some(1),
+                "HTTP 502: Bad Gateway (https://api.github.com/graphql)",
+                Transient,
+            ),
+            (Some(1), "HTTP 503", Transient),
+            (Some(1), "HTTP 5", Failed),
+            (Some(1), "HTTP 5000 widgets", Failed),
+            (
+                Some(1),
+                "GraphQL: API rate limit exceeded for user ID 1.",
+                Transient,
+            ),
+            (
+                Some(1),
+                "You have exceeded a secondary rate limit",
+                Transient,
+            ),
+            (
+                Some(1),
+                "error connecting to api.github.com\ncheck your internet connection or https://githubstatus.com",
+                Transient,
+            ),
+            (
+                Some(1),
+                "Post \"https://api.github.com/graphql\": dial tcp: lookup api.github.com: no such host",
+                Transient,
+            ),
+            (
+                Some(1),
+                "Post \"https://api.github.com/graphql\": EOF",
+                Transient,
+            ),
+            (Some(1), "HTTP 401: Bad credentials", Failed),
+            (
+                Some(4),
+                "To get started with GitHub CLI, please run:  gh auth login",
+                Failed,
+            ),
+            (Some(1), "HTTP 404: Not Found", Failed),
+            (Some(2), "unknown flag: --frob", Failed),
+            (None, "", Transient),
+        ];
+        for (code, stderr, want) in cases {
+            assert_eq!(classify(*code, stderr), *want, "{code:?} {stderr:?}");
+        }
+    }
+
+    #[test]
+    fn closed_at_normalises_gh_spellings() {
+        assert_eq!(closed_at(None), None);
+        assert_eq!(closed_at(Some(String::new())), None);
+        assert_eq!(closed_at(Some("0001-01-01T00:00:00Z".into())), None);
+        assert_eq!(
+            closed_at(Some("2026-01-02T03:04:05Z".into())).as_deref(),
+            Some("2026-01-02T03:04:05Z")
+        );
+    }
+
+    #[test]
+    fn repo_flag_only_when_set_and_never_for_auth() {
+        let t = GhTracker::new(Some("o/r".into()), Duration::from_secs(1));
+        assert_eq!(
+            t.argv(&["issue", "view", "3"], true).to_string(),
+            "gh issue view 3 --repo o/r"
+        );
+        assert_eq!(
+            t.argv(&["auth", "status"], false).to_string(),
+            "gh auth status"
+        );
+        let t = GhTracker::new(None, Duration::from_secs(1));
+        assert_eq!(
+            t.argv(&["issue", "view", "3"], true).to_string(),
+            "gh issue view 3"
+        );
+        assert!(
+            t.identity().starts_with("github:(remotes of "),
+            "{}",
+            t.identity()
+        );
+    }
+
+    #[test]
+    fn labels_with_commas_are_refused_before_calling_gh() {
+        let t = GhTracker::new(None, Duration::from_secs(1)).with_program("/nonexistent/gh");
+        let e = t.edit_labels(1, &["a,b"], &[]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Failed);
+        assert!(e.detail.contains("comma"), "{e}");
+        let e = t.edit_labels(1, &[], &[]).unwrap_err();
+        assert!(e.detail.contains("no label"), "{e}");
+        // A missing program is a plain failure, never transient.
+        let e = t.view(1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Failed);
+        assert!(e.detail.contains("/nonexistent/gh"), "{e}");
+    }
+}

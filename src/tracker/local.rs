@@ -1,0 +1,799 @@
+//! The `local` backend: an issue tracker embedded in the repo, the default where there is no
+//! GitHub. One TOML file per issue under `.red/state/tracker/issues/`, so a person can read
+//! and fix an issue with an editor and a diff shows what changed.
+//!
+//! Several processes (the supervisor, its workers, an operator's `issue` command) write at
+//! once, so every change is a read-modify-write under one exclusive `flock` on the store's
+//! `lock` file, ending in an atomic rename: no update is lost and no reader sees a torn file.
+//! A file that does not parse is reported with its name and position and is never
+//! overwritten, so a bad hand edit cannot cost data.
+//!
+//! Pull requests (the docs sweep's lane) are recorded beside the issues and landed by
+//! fast-forwarding the base branch on `origin` with a plain `git push`; git itself refuses
+//! anything that is not a fast-forward.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    ErrorKind, IssueState, IssueSummary, IssueView, LabeledIssue, Tracker, TrackerError,
+    TrackerResult,
+};
+use crate::cmd::RunError;
+use crate::fsutil::atomic_write;
+use crate::git::{Git, GitError};
+use crate::layout::Layout;
+use crate::timeutil;
+
+/// One comment on a local issue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comment {
+    /// RFC 3339 UTC.
+    pub at: String,
+    pub body: String,
+}
+
+/// A local issue as stored in `issues/<N>.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Issue {
+    pub number: u64,
+    pub title: String,
+    pub state: IssueState,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// RFC 3339 UTC; absent while open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<String>,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub comments: Vec<Comment>,
+    /// Keys a person or another tool added; kept as they are on every rewrite.
+    #[serde(flatten)]
+    pub extra: toml::Table,
+}
+
+impl Issue {
+    pub fn has_label(&self, label: &str) -> bool {
+        self.labels.iter().any(|l| l == label)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PrState {
+    #[serde(alias = "open")]
+    Open,
+    #[serde(alias = "merged")]
+    Merged,
+}
+
+/// A local pull request as stored in `prs/<K>.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PullRequest {
+    pub id: u64,
+    pub base: String,
+    pub head: String,
+    pub title: String,
+    pub state: PrState,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_at: Option<String>,
+    /// The commit `base` was fast-forwarded to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_sha: Option<String>,
+    #[serde(default)]
+    pub body: String,
+}
+
+impl PullRequest {
+    /// The id `pr_create` returns, `local-pr-<K>`.
+    pub fn local_id(&self) -> String {
+        format!("local-pr-{}", self.id)
+    }
+}
+
+/// Which issues `list` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StateFilter {
+    #[default]
+    Open,
+    Closed,
+    All,
+}
+
+impl std::str::FromStr for StateFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "open" => Ok(StateFilter::Open),
+            "closed" => Ok(StateFilter::Closed),
+            "all" => Ok(StateFilter::All),
+            other => Err(format!(
+                "unknown state {other:?} (expected open, closed or all)"
+            )),
+        }
+    }
+}
+
+/// A listing filter: a state and labels that must all be present.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    pub state: StateFilter,
+    pub labels: Vec<String>,
+}
+
+impl ListFilter {
+    pub fn matches(&self, state: IssueState, labels: &[String]) -> bool {
+        let state_ok = match self.state {
+            StateFilter::Open => state == IssueState::Open,
+            StateFilter::Closed => state == IssueState::Closed,
+            StateFilter::All => true,
+        };
+        state_ok && self.labels.iter().all(|l| labels.contains(l))
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Meta {
+    #[serde(default = "one")]
+    next_issue: u64,
+    #[serde(default = "one")]
+    next_pr: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Meta {
+            next_issue: 1,
+            next_pr: 1,
+        }
+    }
+}
+
+/// The embedded tracker over `.red/state/tracker/`.
+#[derive(Debug, Clone)]
+pub struct LocalTracker {
+    dir: PathBuf,
+    git: Git,
+}
+
+impl LocalTracker {
+    /// `git` is the repository whose `origin` pull requests land on.
+    pub fn new(layout: &Layout, git: Git) -> Self {
+        LocalTracker {
+            dir: layout.tracker_dir(),
+            git,
+        }
+    }
+
+    /// The store directory, `.red/state/tracker/`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn issue_file(&self, number: u64) -> PathBuf {
+        self.dir.join("issues").join(format!("{number}.toml"))
+    }
+
+    pub fn pr_file(&self, id: u64) -> PathBuf {
+        self.dir.join("prs").join(format!("{id}.toml"))
+    }
+
+    fn meta_file(&self) -> PathBuf {
+        self.dir.join("meta.toml")
+    }
+
+    /// Opens a new issue and returns its number.
+    pub fn create(&self, title: &str, body: &str, labels: &[&str]) -> TrackerResult<u64> {
+        let op = "local issue create";
+        if title.trim().is_empty() {
+            return Err(failed(op, "the title is empty"));
+        }
+        check_labels(op, labels)?;
+        let _lock = self.lock(op)?;
+        let mut meta: Meta = read_toml(&self.meta_file(), op)?.unwrap_or_default();
+        let highest = self.numbers("issues", op)?.into_iter().max().unwrap_or(0);
+        let number = meta.next_issue.max(highest + 1).max(1);
+        let mut issue = Issue {
+            number,
+            title: title.to_string(),
+            state: IssueState::Open,
+            labels: Vec::new(),
+            created_at: now(),
+            closed_at: None,
+            body: body.to_string(),
+            comments: Vec::new(),
+            extra: toml::Table::new(),
+        };
+        add_labels(&mut issue.labels, labels);
+        write_toml(&self.issue_file(number), &issue, op)?;
+        meta.next_issue = number + 1;
+        write_toml(&self.meta_file(), &meta, op)?;
+        Ok(number)
+    }
+
+    pub fn close(&self, number: u64) -> TrackerResult<()> {
+        self.update(number, "close", |i| {
+            if i.state == IssueState::Open {
+                i.state = IssueState::Closed;
+                i.closed_at = Some(now());
+            }
+            Ok(())
+        })
+    }
+
+    pub fn reopen(&self, number: u64) -> TrackerResult<()> {
+        self.update(number, "reopen", |i| {
+            i.state = IssueState::Open;
+            i.closed_at = None;
+            Ok(())
+        })
+    }
+
+    /// The whole issue, with its body and comments.
+    pub fn show(&self, number: u64) -> TrackerResult<Issue> {
+        let op = format!("local issue view {number}");
+        let _lock = self.lock_shared(&op)?;
+        self.read_issue(number, &op)
+    }
+
+    /// Issues matching `filter`, newest (highest number) first.
+    pub fn list(&self, filter: &ListFilter) -> TrackerResult<Vec<Issue>> {
+        Ok(self
+            .all_issues("local issue list")?
+            .into_iter()
+            .filter(|i| filter.matches(i.state, &i.labels))
+            .collect())
+    }
+
+    /// Every recorded pull request, oldest first.
+    pub fn pull_requests(&self) -> TrackerResult<Vec<PullRequest>> {
+        let op = "local pr list";
+        let _lock = self.lock_shared(op)?;
+        self.read_prs(op)
+    }
+
+    // ---- storage ----
+
+    fn lock_file(&self, op: &str) -> TrackerResult<File> {
+        fs::create_dir_all(&self.dir).map_err(|e| io_failed(op, &self.dir, e))?;
+        let path = self.dir.join("lock");
+        File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_failed(op, &path, e))
+    }
+
+    /// The store's exclusive lock, held for one read-modify-write; released on drop.
+    fn lock(&self, op: &str) -> TrackerResult<File> {
+        let f = self.lock_file(op)?;
+        f.lock()
+            .map_err(|e| io_failed(op, &self.dir.join("lock"), e))?;
+        Ok(f)
+    }
+
+    /// A shared lock, so a listing sees every issue as of one moment.
+    fn lock_shared(&self, op: &str) -> TrackerResult<File> {
+        let f = self.lock_file(op)?;
+        f.lock_shared()
+            .map_err(|e| io_failed(op, &self.dir.join("lock"), e))?;
+        Ok(f)
+    }
+
+    /// Numbers of the `<K>.toml` files in `sub` (`issues` or `prs`); anything else there
+    /// (a `.tmp` left by a crash, an editor's backup) is ignored.
+    fn numbers(&self, sub: &str, op: &str) -> TrackerResult<Vec<u64>> {
+        let dir = self.dir.join(sub);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_failed(op, &dir, e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_failed(op, &dir, e))?;
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".toml")) else {
+                continue;
+            };
+            let canonical = !stem.starts_with('0') && stem.bytes().all(|b| b.is_ascii_digit());
+            if let (true, Ok(n)) = (canonical, stem.parse::<u64>()) {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_issue(&self, number: u64, op: &str) -> TrackerResult<Issue> {
+        let path = self.issue_file(number);
+        let issue: Issue = read_toml(&path, op)?.ok_or_else(|| {
+            TrackerError::new(
+                ErrorKind::NotFound,
+                op,
+                format!("no issue #{number} in {}", self.dir.display()),
+            )
+        })?;
+        if issue.number != number {
+            return Err(failed(
+                op,
+                format!(
+                    "{}: says number = {} but the file is named for #{number}",
+                    path.display(),
+                    issue.number
+                ),
+            ));
+        }
+        Ok(issue)
+    }
+
+    fn all_issues(&self, op: &str) -> TrackerResult<Vec<Issue>> {
+        let _lock = self.lock_shared(op)?;
+        let mut numbers = self.numbers("issues", op)?;
+        numbers.sort_unstable_by(|a, b| b.cmp(a));
+        let mut out = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            match self.read_issue(n, op) {
+                Ok(i) => out.push(i),
+                // Removed between the listing and the read: it is simply not there.
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_prs(&self, op: &str) -> TrackerResult<Vec<PullRequest>> {
+        let mut ids = self.numbers("prs", op)?;
+        ids.sort_unstable();
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(pr) = read_toml::<PullRequest>(&self.pr_file(id), op)? {
+                out.push(pr);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One locked read-modify-write of issue `number`; nothing is written when `change`
+    /// fails.
+    fn update(
+        &self,
+        number: u64,
+        what: &str,
+        change: impl FnOnce(&mut Issue) -> TrackerResult<()>,
+    ) -> TrackerResult<()> {
+        let op = format!("local issue {what} {number}");
+        let _lock = self.lock(&op)?;
+        let mut issue = self.read_issue(number, &op)?;
+        change(&mut issue)?;
+        write_toml(&self.issue_file(number), &issue, &op)
+    }
+
+    fn git_err(&self, e: GitError) -> TrackerError {
+        match e {
+            GitError::Run(RunError::Timeout { argv, timeout, .. }) => TrackerError::new(
+                ErrorKind::Transient,
+                argv.to_string(),
+                format!("timed out after {}s and was killed", timeout.as_secs_f64()),
+            ),
+            GitError::Run(RunError::Spawn { argv, source }) => {
+                TrackerError::new(ErrorKind::Failed, argv.to_string(), source.to_string())
+            }
+            GitError::Failed { argv, code, stderr } => TrackerError::new(
+                ErrorKind::Failed,
+                argv,
+                format!(
+                    "exit {code}: {}",
+                    stderr.lines().collect::<Vec<_>>().join(" | ")
+                ),
+            ),
+            GitError::Parse { argv, what } => TrackerError::new(ErrorKind::Failed, argv, what),
+            // Raised by the git layer's typed operations, never by `Git::run`.
+            other @ (GitError::BadName { .. } | GitError::PartialDelete { .. }) => {
+                TrackerError::new(ErrorKind::Failed, "git", other.to_string())
+            }
+        }
+    }
+
+    /// Which of `refs` exist on `origin`, by asking `origin` itself rather than trusting a
+    /// possibly stale remote-tracking ref.
+    fn remote_heads(&self, branches: &[&str]) -> TrackerResult<Vec<String>> {
+        let mut args = vec!["ls-remote".to_string(), "origin".to_string()];
+        args.extend(branches.iter().map(|b| format!("refs/heads/{b}")));
+        let out = self.git.run(&args).map_err(|e| self.git_err(e))?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter_map(|r| r.strip_prefix("refs/heads/"))
+            .map(str::to_string)
+            .collect())
+    }
+}
+
+fn now() -> String {
+    timeutil::rfc3339(SystemTime::now())
+}
+
+fn failed(op: impl Into<String>, detail: impl Into<String>) -> TrackerError {
+    TrackerError::new(ErrorKind::Failed, op, detail)
+}
+
+fn io_failed(op: &str, path: &Path, e: io::Error) -> TrackerError {
+    failed(op, format!("{}: {e}", path.display()))
+}
+
+fn check_labels(op: &str, labels: &[&str]) -> TrackerResult<()> {
+    for l in labels {
+        if l.trim().is_empty() || l.contains(',') || l.contains('\n') {
+            return Err(failed(
+                op,
+                format!("invalid label {l:?}: labels must be non-empty and contain no comma"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn add_labels(labels: &mut Vec<String>, add: &[&str]) {
+    for l in add {
+        if !labels.iter().any(|x| x == l) {
+            labels.push(l.to_string());
+        }
+    }
+}
+
+/// Reads a TOML file; `None` when it does not exist. A parse error names the file, line and
+/// column in one line.
+fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option<T>> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_failed(op, path, e)),
+    };
+    toml::from_str(&text).map(Some).map_err(|e| {
+        let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((1, 1));
+        failed(
+            op,
+            format!(
+                "{}:{line}:{col}: {} (fix or remove the file; it was left unchanged)",
+                path.display(),
+                e.message().trim()
+            ),
+        )
+    })
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+fn write_toml<T: Serialize>(path: &Path, value: &T, op: &str) -> TrackerResult<()> {
+    let text = toml::to_string(value)
+        .map_err(|e| failed(op, format!("{}: cannot encode: {e}", path.display())))?;
+    atomic_write(path, text.as_bytes()).map_err(|e| io_failed(op, path, e))
+}
+
+/// The canonical form of `path`, resolving its longest existing ancestor, so the identity is
+/// the same before and after the store is first written.
+fn canonical(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = path.to_path_buf();
+    loop {
+        if let Ok(c) = fs::canonicalize(&cur) {
+            return rest.iter().rev().fold(c, |acc: PathBuf, p| acc.join(p));
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                cur = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+impl Tracker for LocalTracker {
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+
+    fn identity(&self) -> String {
+        format!("local:{}", canonical(&self.dir).display())
+    }
+
+    fn list_all(&self, limit: usize) -> TrackerResult<Vec<IssueSummary>> {
+        Ok(self
+            .all_issues("local issue list")?
+            .into_iter()
+            .take(limit)
+            .map(|i| IssueSummary {
+                number: i.number,
+                state: i.state,
+                labels: i.labels,
+                closed_at: i.closed_at,
+            })
+            .collect())
+    }
+
+    fn view(&self, number: u64) -> TrackerResult<IssueView> {
+        let i = self.show(number)?;
+        Ok(IssueView {
+            state: i.state,
+            labels: i.labels,
+        })
+    }
+
+    fn edit_labels(&self, number: u64, add: &[&str], remove: &[&str]) -> TrackerResult<()> {
+        let op = format!("local issue edit {number}");
+        if add.is_empty() && remove.is_empty() {
+            return Err(failed(op, "no label to add or remove"));
+        }
+        check_labels(&op, add)?;
+        check_labels(&op, remove)?;
+        // As on GitHub, a label both added and removed ends up removed.
+        self.update(number, "edit", |i| {
+            add_labels(&mut i.labels, add);
+            i.labels.retain(|l| !remove.contains(&l.as_str()));
+            Ok(())
+        })
+    }
+
+    fn comment(&self, number: u64, body: &str) -> TrackerResult<()> {
+        if body.trim().is_empty() {
+            return Err(failed(
+                format!("local issue comment {number}"),
+                "the comment body is empty",
+            ));
+        }
+        self.update(number, "comment", |i| {
+            i.comments.push(Comment {
+                at: now(),
+                body: body.to_string(),
+            });
+            Ok(())
+        })
+    }
+
+    fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
+        Ok(self
+            .all_issues("local issue list")?
+            .into_iter()
+            .filter(|i| i.state == IssueState::Open && i.has_label(label))
+            .take(limit)
+            .map(|i| LabeledIssue {
+                number: i.number,
+                body: i.body,
+                labels: i.labels,
+                title: Some(i.title),
+            })
+            .collect())
+    }
+
+    fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {
+        let op = format!("local pr create --base {base} --head {head}");
+        if base == head {
+            return Err(failed(op, "base and head are the same branch"));
+        }
+        let present = self.remote_heads(&[base, head])?;
+        for b in [base, head] {
+            if !present.iter().any(|p| p == b) {
+                return Err(failed(op, format!("branch {b} does not exist on origin")));
+            }
+        }
+        let _lock = self.lock(&op)?;
+        let prs = self.read_prs(&op)?;
+        if let Some(p) = prs
+            .iter()
+            .find(|p| p.state == PrState::Open && p.head == head && p.base == base)
+        {
+            return Err(failed(
+                op,
+                format!(
+                    "a pull request for branch {head} into branch {base} already exists: {}",
+                    p.local_id()
+                ),
+            ));
+        }
+        let mut meta: Meta = read_toml(&self.meta_file(), &op)?.unwrap_or_default();
+        let highest = prs.iter().map(|p| p.id).max().unwrap_or(0);
+        let id = meta.next_pr.max(highest + 1).max(1);
+        let pr = PullRequest {
+            id,
+            base: base.to_string(),
+            head: head.to_string(),
+            title: title.to_string(),
+            state: PrState::Open,
+            created_at: now(),
+            merged_at: None,
+            merged_sha: None,
+            body: body.to_string(),
+        };
+        write_toml(&self.pr_file(id), &pr, &op)?;
+        meta.next_pr = id + 1;
+        write_toml(&self.meta_file(), &meta, &op)?;
+        Ok(pr.local_id())
+    }
+
+    /// Lands the open pull request whose head is `head`: `base` on `origin` is moved to the
+    /// head's commit without force, so git refuses a non-fast-forward and nothing is lost;
+    /// then the head branch is deleted on `origin`. The git work runs outside the store lock
+    /// so a slow remote never blocks issue updates.
+    fn pr_merge(&self, head: &str) -> TrackerResult<()> {
+        let op = format!("local pr merge {head}");
+        let pr = {
+            let _lock = self.lock_shared(&op)?;
+            self.read_prs(&op)?
+                .into_iter()
+                .rfind(|p| p.state == PrState::Open && p.head == head)
+        };
+        let Some(pr) = pr else {
+            return Err(TrackerError::new(
+                ErrorKind::NotFound,
+                op,
+                format!("no open pull request for branch {head:?}"),
+            ));
+        };
+        let tracking = format!("refs/remotes/origin/{head}");
+        self.git
+            .run(&[
+                "fetch",
+                "--quiet",
+                "origin",
+                &format!("+refs/heads/{head}:{tracking}"),
+            ])
+            .map_err(|e| self.git_err(e))?;
+        let sha = self
+            .git
+            .run(&["rev-parse", "--verify", &format!("{tracking}^{{commit}}")])
+            .map_err(|e| self.git_err(e))?
+            .trim()
+            .to_string();
+        self.git
+            .run(&["push", "origin", &format!("{sha}:refs/heads/{}", pr.base)])
+            .map_err(|e| self.git_err(e))?;
+        {
+            let _lock = self.lock(&op)?;
+            let path = self.pr_file(pr.id);
+            let mut current: PullRequest = read_toml(&path, &op)?.unwrap_or(pr);
+            current.state = PrState::Merged;
+            current.merged_at = Some(now());
+            current.merged_sha = Some(sha.clone());
+            write_toml(&path, &current, &op)?;
+        }
+        self.git
+            .run(&["push", "origin", "--delete", head])
+            .map_err(|e| {
+                let mut err = self.git_err(e);
+                err.detail = format!(
+                    "landed {sha}, but deleting the branch failed: {}",
+                    err.detail
+                );
+                err
+            })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker() -> (tempfile::TempDir, LocalTracker) {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let t = LocalTracker::new(&layout, Git::new(dir.path()));
+        (dir, t)
+    }
+
+    #[test]
+    fn round_trip_keeps_hand_added_keys_and_multiline_bodies() {
+        let (_d, t) = tracker();
+        let n = t.create("First", "line one\nline two\n", &["a"]).unwrap();
+        assert_eq!(n, 1);
+        let path = t.issue_file(n);
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains("title = \"First\""), "{text}");
+        let text = text.replace("title = \"First\"", "title = \"First\"\nassignee = \"ann\"");
+        fs::write(&path, text).unwrap();
+        t.edit_labels(n, &["b"], &["a"]).unwrap();
+        t.comment(n, "hello\nthere").unwrap();
+        let i = t.show(n).unwrap();
+        assert_eq!(i.labels, vec!["b"]);
+        assert_eq!(i.body, "line one\nline two\n");
+        assert_eq!(i.comments.len(), 1);
+        assert_eq!(
+            i.extra.get("assignee").and_then(|v| v.as_str()),
+            Some("ann")
+        );
+    }
+
+    #[test]
+    fn a_broken_file_is_named_and_left_alone() {
+        let (_d, t) = tracker();
+        let n = t.create("x", "", &[]).unwrap();
+        let path = t.issue_file(n);
+        fs::write(&path, "number = 1\ntitle = \n").unwrap();
+        let e = t.edit_labels(n, &["a"], &[]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Failed);
+        assert!(e.detail.contains(&format!("{}:2:", path.display())), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "number = 1\ntitle = \n");
+        assert!(t.list_all(10).is_err());
+    }
+
+    #[test]
+    fn lower_case_state_and_renumbered_file_are_handled() {
+        let (_d, t) = tracker();
+        let n = t.create("x", "", &[]).unwrap();
+        let path = t.issue_file(n);
+        let text = fs::read_to_string(&path)
+            .unwrap()
+            .replace("\"OPEN\"", "\"closed\"");
+        fs::write(&path, &text).unwrap();
+        assert_eq!(t.view(n).unwrap().state, IssueState::Closed);
+        fs::write(&path, text.replace("number = 1", "number = 7")).unwrap();
+        let e = t.view(n).unwrap_err();
+        assert!(e.detail.contains("says number = 7"), "{e}");
+    }
+
+    #[test]
+    fn numbers_are_never_reused_and_stray_files_are_ignored() {
+        let (_d, t) = tracker();
+        assert_eq!(t.create("a", "", &[]).unwrap(), 1);
+        assert_eq!(t.create("b", "", &[]).unwrap(), 2);
+        fs::remove_file(t.issue_file(2)).unwrap();
+        assert_eq!(t.create("c", "", &[]).unwrap(), 3);
+        fs::write(t.dir().join("issues/3.toml.tmp"), "garbage").unwrap();
+        fs::write(t.dir().join("issues/03.toml"), "garbage").unwrap();
+        fs::write(t.dir().join("issues/notes.txt"), "garbage").unwrap();
+        let nums: Vec<u64> = t.list_all(10).unwrap().iter().map(|i| i.number).collect();
+        assert_eq!(nums, vec![3, 1]);
+    }
+
+    #[test]
+    fn identity_is_stable_before_and_after_first_write() {
+        let (_d, t) = tracker();
+        let before = t.identity();
+        t.create("a", "", &[]).unwrap();
+        assert_eq!(before, t.identity());
+        assert!(before.starts_with("local:/"), "{before}");
+        assert!(before.ends_with(".red/state/tracker"), "{before}");
+    }
+
+    #[test]
+    fn filters() {
+        let (_d, t) = tracker();
+        let a = t.create("a", "", &["x", "y"]).unwrap();
+        let b = t.create("b", "", &["x"]).unwrap();
+        t.close(b).unwrap();
+        let f = |state, labels: &[&str]| ListFilter {
+            state,
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+        };
+        let nums =
+            |f: ListFilter| -> Vec<u64> { t.list(&f).unwrap().iter().map(|i| i.number).collect() };
+        assert_eq!(nums(f(StateFilter::Open, &[])), vec![a]);
+        assert_eq!(nums(f(StateFilter::Closed, &[])), vec![b]);
+        assert_eq!(nums(f(StateFilter::All, &["x"])), vec![b, a]);
+        assert_eq!(nums(f(StateFilter::All, &["x", "y"])), vec![a]);
+        t.reopen(b).unwrap();
+        assert_eq!(t.show(b).unwrap().closed_at, None);
+    }
+}

@@ -1,0 +1,694 @@
+//! The built-in AFK worker: `afk-supervisor worker [--once] [--boot-only]`.
+//!
+//! One worker process claims `ready-for-agent` issues one at a time and runs the configured
+//! agent on each in an isolated git worktree. Under a supervisor (`RED_AFK_SWEEPS_DONE=1`)
+//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first (SPEC §6).
+//!
+//! Exit codes follow SPEC §6: 0 done (queue empty or `--once` finished), 78 when the host is
+//! misconfigured (no agent command) so the supervisor parks the slot instead of looping,
+//! anything else a death.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+
+use crate::attempt_state::{AttemptState, Current, Envelope};
+use crate::boot::{self, BootError};
+use crate::claim::Claim;
+use crate::config::Config;
+use crate::exit::{self, Failure};
+use crate::git::Git;
+use crate::layout::{self, Layout, WORKER_NAMESPACES};
+use crate::pidfile;
+use crate::sweeps::{SweepCtx, SweepName, worker_tree};
+use crate::timeutil;
+use crate::toonl;
+use crate::tracker::{LabeledIssue, Tracker, labels};
+
+pub const BOOT_ONLY_SWEPT: &str = "boot complete (--boot-only): sweeps ran, no issues processed";
+pub const BOOT_ONLY_SKIPPED: &str =
+    "boot complete (--boot-only): sweeps skipped (supervisor-owned), no issues processed";
+
+/// Fields of a worker's `liveness.toonl`; the supervisor's stall check reads `ts`.
+pub const LIVENESS_FIELDS: [&str; 4] = ["ts", "pid", "issue", "stage"];
+
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOpts {
+    /// Work at most one issue, then exit.
+    pub once: bool,
+    /// Bootstrap (and sweep, when solo), then exit without claiming.
+    pub boot_only: bool,
+}
+
+/// What the supervisor tells a worker through `RED_AFK_*` (SPEC §6).
+#[derive(Debug, Clone)]
+pub struct WorkerEnv {
+    pub sweeps_done: bool,
+    pub slot: Option<usize>,
+    pub worker_id: String,
+    pub runner: String,
+    pub retire_file: Option<PathBuf>,
+    /// Seconds between liveness records while an agent runs (`RED_AFK_LIVENESS_S`, default 30).
+    pub liveness_s: u64,
+}
+
+impl WorkerEnv {
+    pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Self {
+        let get = |k: &str| {
+            env.get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        WorkerEnv {
+            sweeps_done: get("RED_AFK_SWEEPS_DONE").as_deref() == Some("1"),
+            slot: get("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
+            worker_id: get("RED_AFK_WORKER_ID")
+                .filter(|id| valid_worker_id(id))
+                .unwrap_or_else(|| format!("solo-{}", std::process::id())),
+            runner: get("RED_AFK_RUNNER").unwrap_or_else(|| config.worker.runner.clone()),
+            retire_file: get("RED_AFK_RETIRE_FILE").map(PathBuf::from),
+            liveness_s: get("RED_AFK_LIVENESS_S")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(30)
+                .max(1),
+        }
+    }
+
+    fn retire_requested(&self) -> bool {
+        self.retire_file.as_ref().is_some_and(|f| f.exists())
+    }
+}
+
+/// A worker id becomes a directory and a branch component: keep it to a safe alphabet.
+fn valid_worker_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with(['.', '-'])
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// A branch/dir-safe slug of an issue title.
+pub fn slugify(title: &str) -> String {
+    let mut out = String::new();
+    for c in title.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+        if out.len() >= 40 {
+            break;
+        }
+    }
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() { "issue".into() } else { out }
+}
+
+/// Signals that stop the worker; the number is kept so the exit code can say which.
+fn install_signal_flag() -> Result<Arc<AtomicUsize>, Failure> {
+    let flag = Arc::new(AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_usize(sig, Arc::clone(&flag), sig as usize)
+            .map_err(|e| Failure::failed(format!("cannot install signal handler: {e}")))?;
+    }
+    Ok(flag)
+}
+
+/// Runs the worker; returns its exit code.
+pub fn run(
+    layout: &Layout,
+    config: &Config,
+    tracker: &dyn Tracker,
+    wenv: &WorkerEnv,
+    opts: &WorkerOpts,
+) -> Result<i32, Failure> {
+    let stop = install_signal_flag()?;
+    let git = Git::new(layout.repo());
+    let home = Bootstrap::new(layout, &wenv.worker_id)?;
+
+    if !wenv.sweeps_done {
+        let ctx = SweepCtx {
+            layout,
+            config,
+            tracker,
+            git: &git,
+            dry_run: false,
+        };
+        match boot::run_suite(&ctx, &SweepName::ALL) {
+            Ok(report) => println!("{}", report.summary()),
+            Err(BootError::Halted(msg)) => {
+                home.finish();
+                return Err(Failure::new(
+                    exit::BOOT_HALTED,
+                    format!("boot sweeps halted: {msg}"),
+                ));
+            }
+            Err(e @ BootError::Failed(_)) => {
+                eprintln!("afk-supervisor worker: {}", e.log_message())
+            }
+        }
+    }
+    if opts.boot_only {
+        println!(
+            "{}",
+            if wenv.sweeps_done {
+                BOOT_ONLY_SKIPPED
+            } else {
+                BOOT_ONLY_SWEPT
+            }
+        );
+        home.finish();
+        return Ok(exit::OK);
+    }
+    let Some(agent) = config.agent.command.clone() else {
+        home.finish();
+        let file = config
+            .file
+            .as_ref()
+            .map_or("the config file".into(), |p| p.display().to_string());
+        return Err(Failure::config(format!(
+            "agent.command is not configured: the worker has no agent to run (set [agent] command in {file})"
+        )));
+    };
+
+    let w = Worker {
+        layout,
+        config,
+        tracker,
+        git,
+        wenv,
+        agent,
+        stop,
+        home: &home,
+    };
+    let code = w.work_loop(opts.once);
+    home.finish();
+    code
+}
+
+/// The worker's own dir and `worker.pid`; removed again on a clean exit.
+struct Bootstrap {
+    dir: PathBuf,
+}
+
+impl Bootstrap {
+    fn new(layout: &Layout, worker_id: &str) -> Result<Self, Failure> {
+        let dir = layout
+            .worker_namespace(WORKER_NAMESPACES[0])
+            .join(worker_id);
+        fs::create_dir_all(&dir).map_err(|e| {
+            Failure::failed(format!("{}: cannot create worker dir: {e}", dir.display()))
+        })?;
+        let pid_file = dir.join("worker.pid");
+        pidfile::write_pid_file(&pid_file, std::process::id() as i32)
+            .map_err(|e| Failure::failed(format!("{}: {e}", pid_file.display())))?;
+        Ok(Bootstrap { dir })
+    }
+
+    /// Removes `worker.pid` and, when nothing else is in it, the worker dir: attempt dirs
+    /// stay for orphan cleanup to judge by their issue's state.
+    fn finish(&self) {
+        let _ = pidfile::remove_pid_file(&self.dir.join("worker.pid"));
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+struct Worker<'a> {
+    layout: &'a Layout,
+    config: &'a Config,
+    tracker: &'a dyn Tracker,
+    git: Git,
+    wenv: &'a WorkerEnv,
+    agent: Vec<String>,
+    stop: Arc<AtomicUsize>,
+    home: &'a Bootstrap,
+}
+
+/// How one issue ended.
+enum Outcome {
+    Done,
+    AgentFailed,
+    Interrupted(i32),
+}
+
+impl Worker<'_> {
+    fn stopped(&self) -> Option<i32> {
+        match self.stop.load(Ordering::SeqCst) {
+            0 => None,
+            sig => Some(128 + sig as i32),
+        }
+    }
+
+    fn work_loop(&self, once: bool) -> Result<i32, Failure> {
+        loop {
+            if let Some(code) = self.stopped() {
+                return Ok(code);
+            }
+            if self.wenv.retire_requested() {
+                eprintln!(
+                    "worker {}: retire requested; not taking another issue",
+                    self.wenv.worker_id
+                );
+                return Ok(exit::OK);
+            }
+            let Some((issue, claim)) = self.claim_next()? else {
+                println!(
+                    "worker {}: no ready-for-agent issue; exiting",
+                    self.wenv.worker_id
+                );
+                return Ok(exit::OK);
+            };
+            let outcome = self.work_issue(&issue, claim)?;
+            match outcome {
+                Outcome::Done if once => return Ok(exit::OK),
+                Outcome::Done => {}
+                Outcome::AgentFailed => return Ok(exit::FAILED),
+                Outcome::Interrupted(code) => return Ok(code),
+            }
+        }
+    }
+
+    /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins.
+    fn claim_next(&self) -> Result<Option<(LabeledIssue, Claim)>, Failure> {
+        let mut queue = self
+            .tracker
+            .list_open_with_label(labels::READY_FOR_AGENT, 200)
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        queue.retain(|i| {
+            !i.labels
+                .iter()
+                .any(|l| l == labels::RUNNING || l == labels::BLOCKED_DEPENDENCY)
+        });
+        queue.sort_by_key(|i| i.number);
+        for issue in queue {
+            let claim = Claim::try_take(self.layout, issue.number).map_err(|e| {
+                Failure::failed(format!(
+                    "{}: cannot claim: {e}",
+                    self.layout.claims().display()
+                ))
+            })?;
+            let Some(claim) = claim else { continue };
+            // The listing may be stale: confirm under the claim before taking it.
+            let current = self.tracker.view(issue.number);
+            let ready = current.as_ref().is_ok_and(|v| {
+                v.state == crate::tracker::IssueState::Open
+                    && v.has_label(labels::READY_FOR_AGENT)
+                    && !v.has_label(labels::RUNNING)
+            });
+            if !ready {
+                let _ = claim.release();
+                if let Err(e) = current {
+                    return Err(Failure::failed(e.to_string()));
+                }
+                continue;
+            }
+            if let Err(e) = self.tracker.edit_labels(
+                issue.number,
+                &[labels::RUNNING],
+                &[labels::READY_FOR_AGENT],
+            ) {
+                let _ = claim.release();
+                return Err(Failure::failed(e.to_string()));
+            }
+            return Ok(Some((issue, claim)));
+        }
+        Ok(None)
+    }
+
+    fn work_issue(&self, issue: &LabeledIssue, claim: Claim) -> Result<Outcome, Failure> {
+        let n = issue.number;
+        let title = issue_title(issue);
+        let slug = slugify(&title);
+        let attempt = next_attempt(self.layout, n);
+        let attempt_dir = self.home.dir.join(format!("{n}-a{attempt}"));
+        let worktree = attempt_dir.join("worktree");
+        let branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
+        let mut state = AttemptFile::new(
+            &attempt_dir,
+            &self.wenv.worker_id,
+            n,
+            &title,
+            &slug,
+            &worktree,
+        );
+        println!(
+            "worker {}: claimed #{n} ({title}); attempt {n}-a{attempt}",
+            self.wenv.worker_id
+        );
+
+        let result = (|| -> Result<Outcome, Failure> {
+            fs::create_dir_all(&attempt_dir).map_err(|e| {
+                Failure::failed(format!(
+                    "{}: cannot create attempt dir: {e}",
+                    attempt_dir.display()
+                ))
+            })?;
+            state.write("worktree")?;
+            let start_point = self.prepare_start_point();
+            self.git
+                .worktree_add(&worktree, &branch, &start_point)
+                .map_err(|e| Failure::failed(e.to_string()))?;
+            state.write("agent")?;
+            let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir)?;
+            match status {
+                AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
+                AgentEnd::Exited(0) => {
+                    state.write("publish")?;
+                    let commits = self.publish(&worktree, &branch, &start_point);
+                    let body = match commits {
+                        Ok(0) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt}: the agent made no commits; ready for human review."
+                        ),
+                        Ok(k) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt}: {k} commit(s) on branch `{branch}`; ready for human review."
+                        ),
+                        Err(e) => format!(
+                            "🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."
+                        ),
+                    };
+                    self.tracker
+                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
+                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    if self.tracker.comment(n, &body).is_ok() {
+                        state.set_envelope_posted();
+                    }
+                    state.write("done")?;
+                    Ok(Outcome::Done)
+                }
+                AgentEnd::Exited(code) => {
+                    state.write("failed")?;
+                    self.tracker
+                        .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
+                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    let body = format!(
+                        "🤖 /afk attempt {n}-a{attempt} failed (agent exit {code}); returning to ready-for-agent."
+                    );
+                    let _ = self.tracker.comment(n, &body);
+                    Ok(Outcome::AgentFailed)
+                }
+            }
+        })();
+
+        if let Ok(Outcome::Interrupted(_)) | Err(_) = &result {
+            // Never leave the issue eternally `running`: give it back to the queue.
+            let _ = self
+                .tracker
+                .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+            let _ = state.write("interrupted");
+        }
+        if worktree.exists()
+            && let Err(e) = self.git.worktree_remove(&worktree, true)
+        {
+            eprintln!("worker {}: {e}", self.wenv.worker_id);
+        }
+        if let Err(e) = claim.release() {
+            eprintln!(
+                "worker {}: releasing claim of #{n}: {e}",
+                self.wenv.worker_id
+            );
+        }
+        result
+    }
+
+    /// `origin/<base>` freshly fetched when possible, else whatever the checkout has.
+    fn prepare_start_point(&self) -> String {
+        let base = &self.config.fleet.base;
+        if let Err(e) = self.git.fetch_base(base) {
+            eprintln!(
+                "worker {}: fetch of {base} failed, starting from the local ref: {e}",
+                self.wenv.worker_id
+            );
+        }
+        let remote = format!("origin/{base}");
+        match self.git.rev_parse(&remote) {
+            Ok(Some(_)) => remote,
+            _ => "HEAD".into(),
+        }
+    }
+
+    /// Pushes the branch when the agent committed; returns the number of new commits.
+    fn publish(&self, worktree: &Path, branch: &str, start_point: &str) -> Result<u64, String> {
+        let wt = Git::new(worktree);
+        let count = wt
+            .run(&["rev-list", "--count", &format!("{start_point}..HEAD")])
+            .map_err(|e| e.to_string())?;
+        let count: u64 = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("rev-list said {count:?}"))?;
+        if count > 0 {
+            wt.push_branch(branch).map_err(|e| e.to_string())?;
+        }
+        Ok(count)
+    }
+
+    fn run_agent(
+        &self,
+        issue: &LabeledIssue,
+        title: &str,
+        branch: &str,
+        worktree: &Path,
+        attempt_dir: &Path,
+    ) -> Result<AgentEnd, Failure> {
+        let mut cmd = Command::new(&self.agent[0]);
+        cmd.args(&self.agent[1..])
+            .current_dir(worktree)
+            .env("RED_AFK_ISSUE", issue.number.to_string())
+            .env("RED_AFK_ISSUE_TITLE", title)
+            .env("RED_AFK_ISSUE_BODY", &issue.body)
+            .env("RED_AFK_BRANCH", branch)
+            .env("RED_AFK_WORKTREE", worktree)
+            .env("RED_AFK_ATTEMPT_DIR", attempt_dir)
+            .env("RED_AFK_RUNNER", &self.wenv.runner);
+        let mut child = cmd.spawn().map_err(|e| {
+            Failure::failed(format!(
+                "agent.command {:?} could not start: {e}",
+                self.agent[0]
+            ))
+        })?;
+        let liveness = attempt_dir.join("liveness.toonl");
+        let every = Duration::from_secs(self.wenv.liveness_s);
+        let mut next_beat = Instant::now();
+        loop {
+            if Instant::now() >= next_beat {
+                append_liveness(&liveness, issue.number, "agent");
+                next_beat = Instant::now() + every;
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    // A group signal reaches the agent and the worker together: the agent's
+                    // end is then an interruption, not a failed attempt.
+                    if let Some(code) = self.stopped() {
+                        return Ok(AgentEnd::Signalled(code));
+                    }
+                    use std::os::unix::process::ExitStatusExt;
+                    let code = status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                    return Ok(AgentEnd::Exited(code));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Failure::failed(format!("waiting for the agent: {e}"))),
+            }
+            if let Some(code) = self.stopped() {
+                stop_agent(
+                    &mut child,
+                    Duration::from_secs(self.config.timing.stop_grace_s),
+                );
+                return Ok(AgentEnd::Signalled(code));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+enum AgentEnd {
+    Exited(i32),
+    Signalled(i32),
+}
+
+/// The agent shares the worker's process group, so a supervisor's group signal already
+/// reached it; this covers a signal sent to the worker alone.
+fn stop_agent(child: &mut Child, grace: Duration) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn append_liveness(path: &Path, issue: u64, stage: &str) {
+    use std::io::Write;
+    let record = json!({
+        "ts": timeutil::now_rfc3339_millis(),
+        "pid": std::process::id(),
+        "issue": issue,
+        "stage": stage,
+    });
+    let Ok(row) = toonl::encode_record(&LIVENESS_FIELDS, record) else {
+        return;
+    };
+    let fresh = !path.exists();
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+        let text = if fresh {
+            format!("{}{row}", toonl::header_line(&LIVENESS_FIELDS))
+        } else {
+            row
+        };
+        let _ = f.write_all(text.as_bytes());
+    }
+}
+
+/// The title of a listed issue; the gh listing carries only the body, so there the first
+/// line of the body stands in.
+fn issue_title(issue: &LabeledIssue) -> String {
+    if let Some(t) = issue.title.as_ref().filter(|t| !t.trim().is_empty()) {
+        return t.trim().to_string();
+    }
+    issue
+        .body
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.trim_start_matches('#').trim().chars().take(80).collect())
+        .unwrap_or_else(|| format!("issue {}", issue.number))
+}
+
+/// One more than the highest attempt number of `issue` in any worker dir of any namespace,
+/// so attempt numbers are per issue across the fleet (the attempt cap keeps the newest).
+pub fn next_attempt(layout: &Layout, issue: u64) -> u64 {
+    let workers = worker_tree::worker_entries(layout).unwrap_or_default();
+    let max = workers
+        .iter()
+        .filter(|w| w.kind == worker_tree::Kind::Dir)
+        .flat_map(|w| worker_tree::entries(&w.path).unwrap_or_default())
+        .filter_map(|a| layout::parse_attempt_dir(&a.name))
+        .filter(|(n, _)| *n == issue)
+        .map(|(_, k)| k)
+        .max()
+        .unwrap_or(0);
+    max + 1
+}
+
+/// The attempt's `afk.state.json` (SPEC §3), rewritten atomically at each stage.
+struct AttemptFile {
+    dir: PathBuf,
+    state: AttemptState,
+}
+
+impl AttemptFile {
+    fn new(
+        dir: &Path,
+        worker_id: &str,
+        number: u64,
+        title: &str,
+        slug: &str,
+        worktree: &Path,
+    ) -> Self {
+        let pid = std::process::id();
+        let started_at = timeutil::rfc3339(SystemTime::now());
+        let state = AttemptState {
+            version: 1,
+            worker_id: Some(worker_id.into()),
+            pid: Some(i64::from(pid)),
+            pid_start_time: pidfile::process_start_time(pid as i32),
+            started_at: Some(started_at.clone()),
+            current: Some(Current {
+                number: Some(number),
+                title: Some(title.into()),
+                slug: Some(slug.into()),
+                worktree: Some(worktree.display().to_string()),
+                started_at: Some(started_at),
+                stage: None,
+                ..Default::default()
+            }),
+            envelope: Some(Envelope {
+                posted: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        AttemptFile {
+            dir: dir.to_path_buf(),
+            state,
+        }
+    }
+
+    fn set_envelope_posted(&mut self) {
+        self.state.envelope = Some(Envelope {
+            posted: Some(true),
+            ..Default::default()
+        });
+    }
+
+    /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
+    /// stage under `last` for people reading the dir later.
+    fn write(&mut self, stage: &str) -> Result<(), Failure> {
+        let finished = matches!(stage, "done" | "failed" | "interrupted");
+        if let Some(cur) = self.state.current.as_mut() {
+            cur.stage = Some(stage.into());
+        }
+        let number = self.state.current.as_ref().and_then(|c| c.number);
+        self.state
+            .extra
+            .insert("last".into(), json!({ "number": number, "stage": stage }));
+        let mut out = self.state.clone();
+        if finished {
+            out.current = None;
+        }
+        out.write(&self.dir)
+            .map_err(|e| Failure::failed(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slugify("Fix the Login page!"), "fix-the-login-page");
+        assert_eq!(slugify("  ## ?? "), "issue");
+        assert_eq!(slugify("Ünïcode and stuff"), "n-code-and-stuff");
+        assert!(slugify(&"x".repeat(100)).len() <= 40);
+    }
+
+    #[test]
+    fn worker_ids() {
+        assert!(valid_worker_id("sup-12-slot-0-3"));
+        for bad in ["", "../x", "a/b", "-x", ".x", "a b"] {
+            assert!(!valid_worker_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn attempt_numbers_span_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert_eq!(next_attempt(&layout, 5), 1);
+        fs::create_dir_all(layout.worker_namespace("workers").join("w1/5-a2")).unwrap();
+        fs::create_dir_all(layout.worker_namespace("go-workers").join("w2/5-a4")).unwrap();
+        fs::create_dir_all(layout.worker_namespace("workers").join("w1/6-a9")).unwrap();
+        assert_eq!(next_attempt(&layout, 5), 5);
+    }
+}

@@ -1,0 +1,435 @@
+//! The `gh` backend: exact argv, call counts, error classification, timeouts, bad JSON,
+//! and the argv checked against the real GitHub CLI.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use afk_supervisor::tracker::{ErrorKind, GhTracker, IssueState, Tracker, TrackerError};
+use support::fake_gh::{FakeGh, FakeIssue};
+use support::{TestEnv, wait_until};
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+fn fixture() -> (TestEnv, FakeGh) {
+    let env = TestEnv::new();
+    let fake = FakeGh::install(&env);
+    fake.set_issues(&[
+        FakeIssue::open(1, &["running"]),
+        FakeIssue::closed(2, &["ready-for-human"]),
+        FakeIssue::open(3, &["blocked:dependency", "req:2"]).with_body("## Blocked by\n- #2\n"),
+    ]);
+    (env, fake)
+}
+
+#[test]
+fn list_all_is_one_call_with_the_spec_argv() {
+    let (_env, fake) = fixture();
+    let all = fake.tracker(Some("o/r")).list_all(5000).unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(
+        fake.calls(),
+        vec![s(&[
+            "issue",
+            "list",
+            "--state",
+            "all",
+            "--limit",
+            "5000",
+            "--json",
+            "number,state,labels,closedAt",
+            "--repo",
+            "o/r"
+        ])]
+    );
+    fake.clear_calls();
+    fake.tracker(None).list_all(7).unwrap();
+    assert_eq!(
+        fake.calls(),
+        vec![s(&[
+            "issue",
+            "list",
+            "--state",
+            "all",
+            "--limit",
+            "7",
+            "--json",
+            "number,state,labels,closedAt"
+        ])]
+    );
+}
+
+#[test]
+fn every_operation_uses_exactly_one_spec_call() {
+    let (_env, fake) = fixture();
+    let t = fake.tracker(Some("o/r"));
+    t.view(1).unwrap();
+    t.edit_labels(1, &["ready-for-agent", "x"], &["running"])
+        .unwrap();
+    t.edit_labels(1, &["y"], &[]).unwrap();
+    t.edit_labels(1, &[], &["y"]).unwrap();
+    t.comment(1, "hello").unwrap();
+    t.list_open_with_label("blocked:dependency", 200).unwrap();
+    let url = t.pr_create("main", "docs/x", "docs: t", "b").unwrap();
+    t.pr_merge("docs/x").unwrap();
+    t.auth_status().unwrap();
+    let repo = ["--repo", "o/r"];
+    let with = |v: &[&str]| {
+        let mut v = s(v);
+        v.extend(s(&repo));
+        v
+    };
+    assert_eq!(
+        fake.calls(),
+        vec![
+            with(&["issue", "view", "1", "--json", "state,labels"]),
+            with(&[
+                "issue",
+                "edit",
+                "1",
+                "--add-label",
+                "ready-for-agent,x",
+                "--remove-label",
+                "running"
+            ]),
+            with(&["issue", "edit", "1", "--add-label", "y"]),
+            with(&["issue", "edit", "1", "--remove-label", "y"]),
+            with(&["issue", "comment", "1", "--body", "hello"]),
+            with(&[
+                "issue",
+                "list",
+                "--label",
+                "blocked:dependency",
+                "--state",
+                "open",
+                "--limit",
+                "200",
+                "--json",
+                "number,body,labels"
+            ]),
+            with(&[
+                "pr", "create", "--base", "main", "--head", "docs/x", "--title", "docs: t",
+                "--body", "b"
+            ]),
+            with(&["pr", "merge", "docs/x", "--merge", "--delete-branch"]),
+            s(&["auth", "status"]),
+        ]
+    );
+    assert_eq!(url, "https://github.com/o/r/pull/4");
+    assert_eq!(fake.issue(1).unwrap().labels, vec!["ready-for-agent", "x"]);
+}
+
+fn view_err(fake: &FakeGh) -> TrackerError {
+    fake.tracker(Some("o/r")).view(1).unwrap_err()
+}
+
+#[test]
+fn failures_are_classified_and_name_the_command() {
+    let (_env, fake) = fixture();
+    let cases = [
+        (
+            1,
+            "HTTP 502: Bad Gateway (https://api.github.com/graphql)",
+            ErrorKind::Transient,
+        ),
+        (1, "HTTP 503: Service Unavailable", ErrorKind::Transient),
+        (
+            1,
+            "GraphQL: API rate limit exceeded for user ID 1. (repository)",
+            ErrorKind::Transient,
+        ),
+        (
+            1,
+            "error connecting to api.github.com\ncheck your internet connection or https://githubstatus.com",
+            ErrorKind::Transient,
+        ),
+        (
+            1,
+            "could not resolve to an Issue with the number of 9",
+            ErrorKind::NotFound,
+        ),
+        (
+            1,
+            "HTTP 401: Bad credentials (https://api.github.com/graphql)",
+            ErrorKind::Failed,
+        ),
+        (
+            1,
+            "GraphQL: Could not resolve to a Repository with the name 'o/r'. (repository)",
+            ErrorKind::Failed,
+        ),
+        (
+            4,
+            "To get started with GitHub CLI, please run:  gh auth login",
+            ErrorKind::Failed,
+        ),
+    ];
+    for (code, stderr, want) in cases {
+        fake.fail_next(1, code, stderr);
+        let e = view_err(&fake);
+        assert_eq!(e.kind, want, "{stderr}: {e}");
+        assert!(
+            e.command
+                .contains("issue view 1 --json state,labels --repo o/r"),
+            "{e}"
+        );
+        let first = stderr.lines().next().unwrap();
+        assert!(e.detail.contains(first), "{e}");
+        assert!(e.detail.contains(&format!("exit {code}")), "{e}");
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
+    // Only the scripted calls failed: the next one answers.
+    assert_eq!(
+        fake.tracker(Some("o/r")).view(1).unwrap().state,
+        IssueState::Open
+    );
+}
+
+#[test]
+fn a_transient_failure_changes_nothing_and_the_next_k_calls_fail() {
+    let (_env, fake) = fixture();
+    let t = fake.tracker(Some("o/r"));
+    fake.fail_next(2, 1, "HTTP 500: Internal Server Error");
+    assert!(
+        t.edit_labels(1, &["x"], &["running"])
+            .unwrap_err()
+            .is_transient()
+    );
+    assert!(t.comment(1, "c").unwrap_err().is_transient());
+    assert_eq!(fake.issue(1).unwrap().labels, vec!["running"]);
+    assert!(fake.issue(1).unwrap().comments.is_empty());
+    t.comment(1, "c").unwrap();
+    assert_eq!(fake.issue(1).unwrap().comments.len(), 1);
+    assert_eq!(fake.calls().len(), 3);
+}
+
+#[test]
+fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
+    let (_env, fake) = fixture();
+    let t = fake.tracker(Some("o/r"));
+    let bad = [
+        "not json at all",
+        "{\"number\": 1}",
+        "[{\"number\": 1, \"labels\": []}]",
+        "[{\"number\": \"one\", \"state\": \"OPEN\", \"labels\": []}]",
+        "[{\"number\": 1, \"state\": \"MERGED\", \"labels\": []}]",
+        "[{\"number\": 1, \"state\": \"OPEN\", \"labels\": [\"plain-string\"]}]",
+        "",
+    ];
+    for out in bad {
+        fake.respond_next(1, 0, out, "");
+        let e = t.list_all(10).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Failed, "{out}: {e}");
+        assert!(e.detail.contains("unexpected JSON from gh"), "{out}: {e}");
+        assert!(e.command.contains("issue list --state all"), "{e}");
+    }
+    fake.respond_next(1, 0, "[]", "");
+    let e = t.view(1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed);
+    assert!(e.detail.starts_with("unexpected JSON from gh: "), "{e}");
+}
+
+#[test]
+fn extra_fields_and_every_closed_at_spelling_are_accepted() {
+    let (_env, fake) = fixture();
+    let t = fake.tracker(Some("o/r"));
+    fake.respond_next(
+        1,
+        0,
+        r#"[
+          {"number": 5, "state": "CLOSED", "closedAt": "2026-02-03T04:05:06Z", "title": "x",
+           "labels": [{"id": "LA_1", "name": "a", "color": "fff", "description": "d"}]},
+          {"number": 4, "state": "OPEN", "closedAt": null, "labels": []},
+          {"number": 3, "state": "OPEN", "closedAt": "", "labels": []},
+          {"number": 2, "state": "OPEN", "closedAt": "0001-01-01T00:00:00Z", "labels": []},
+          {"number": 1, "state": "OPEN", "labels": []}
+        ]"#,
+        "",
+    );
+    let all = t.list_all(10).unwrap();
+    assert_eq!(all[0].closed_at.as_deref(), Some("2026-02-03T04:05:06Z"));
+    assert_eq!(all[0].labels, vec!["a"]);
+    assert!(all[1..].iter().all(|i| i.closed_at.is_none()));
+}
+
+#[test]
+fn a_timeout_kills_gh_and_is_transient() {
+    let (_env, fake) = fixture();
+    fake.delay_next(1, 60.0);
+    let t = fake.tracker_with_timeout(Some("o/r"), Duration::from_millis(1500));
+    let e = t.view(1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert!(e.detail.contains("timed out after 1.5s"), "{e}");
+    let pids = fake.pids();
+    assert_eq!(pids.len(), 1);
+    let proc_dir = PathBuf::from(format!("/proc/{}", pids[0]));
+    assert!(
+        wait_until(Duration::from_secs(10), || !proc_dir.exists()),
+        "fake gh pid {} is still running after the timeout",
+        pids[0]
+    );
+}
+
+#[test]
+fn a_missing_gh_is_a_failure_not_a_transient() {
+    let env = TestEnv::new();
+    let t =
+        GhTracker::new(None, Duration::from_secs(5)).with_program(env.path().join("no-such-gh"));
+    let e = t.list_all(10).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed);
+    assert!(e.detail.contains("no-such-gh"), "{e}");
+}
+
+#[test]
+fn auth_status_reflects_the_login() {
+    let (_env, fake) = fixture();
+    let t = fake.tracker(Some("o/r"));
+    t.auth_status().unwrap();
+    fake.set_auth(false);
+    let e = t.auth_status().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed);
+    assert!(e.detail.contains("not logged into"), "{e}");
+}
+
+#[test]
+fn the_fake_refuses_anything_outside_the_contract() {
+    let (env, fake) = fixture();
+    // A scripted failure is not consumed by a refused call.
+    fake.fail_next(1, 1, "HTTP 502");
+    for argv in [
+        vec!["issue", "list"],
+        vec!["issue", "view", "1", "--json", "state,labels,title"],
+        vec!["issue", "view", "01", "--json", "state,labels"],
+        vec!["issue", "edit", "1"],
+        vec![
+            "issue",
+            "edit",
+            "1",
+            "--remove-label",
+            "a",
+            "--add-label",
+            "b",
+        ],
+        vec!["auth", "status", "--repo", "o/r"],
+        vec!["pr", "merge", "x", "--squash", "--delete-branch"],
+    ] {
+        let out = env.command(fake.program()).args(&argv).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{argv:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!("unknown gh invocation: {}", argv[0])),
+            "{err}"
+        );
+    }
+    assert!(view_err(&fake).is_transient());
+    // The binary finds the fake first on PATH.
+    let out = env
+        .bin()
+        .env("PATH", fake.path_env())
+        .args(["--repo"])
+        .arg(env.path())
+        .args(["--tracker", "gh", "issue", "list", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        rows.as_array().unwrap().len(),
+        2,
+        "open issues only: {rows}"
+    );
+}
+
+// ---- the real GitHub CLI ----
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Every argv the backend sends is checked against the real `gh`: pointed at a host that
+/// cannot resolve, each call must get as far as the network and fail there, never on usage
+/// (unknown flag, bad arguments, unknown JSON field).
+#[test]
+fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
+    let Some(gh) = on_path("gh") else {
+        eprintln!("note: skipping the real-gh argv check: gh is not on PATH");
+        return;
+    };
+    let env = TestEnv::new();
+    let cfg = env.path().join("gh-config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let t = GhTracker::new(Some("gh.invalid/o/r".into()), Duration::from_secs(60))
+        .with_program(&gh)
+        .in_dir(env.path())
+        .with_env("HOME", &env.home)
+        .with_env("GH_CONFIG_DIR", &cfg)
+        .with_env("GH_TOKEN", "dummy")
+        .with_env("GH_ENTERPRISE_TOKEN", "dummy")
+        .with_env("GH_HOST", "gh.invalid");
+    let restore = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
+    let results: Vec<(&str, Result<(), TrackerError>)> = vec![
+        ("list all", t.list_all(5000).map(drop)),
+        ("view", t.view(1).map(drop)),
+        (
+            "edit add+remove",
+            t.edit_labels(1, &["ready-for-agent", "req:2"], &["running"]),
+        ),
+        ("edit add", t.edit_labels(1, &["blocked:dependency"], &[])),
+        (
+            "edit remove",
+            t.edit_labels(1, &[], &["blocked:dependency"]),
+        ),
+        ("comment", t.comment(1, restore)),
+        ("comment dash", t.comment(1, "--body - looks like a flag")),
+        (
+            "blocked",
+            t.list_open_with_label("blocked:dependency", 200).map(drop),
+        ),
+        (
+            "pr create",
+            t.pr_create("main", "docs/x", "docs: -t", "- a\n- b")
+                .map(drop),
+        ),
+        ("pr merge", t.pr_merge("docs/x")),
+    ];
+    const USAGE: [&str; 9] = [
+        "unknown flag",
+        "unknown command",
+        "unknown shorthand",
+        "usage:",
+        "unknown json field",
+        "accepts ",
+        "required flag",
+        "invalid argument",
+        "flag needs an argument",
+    ];
+    for (what, r) in results {
+        let e = r.expect_err(what);
+        let detail = e.detail.to_lowercase();
+        assert!(
+            !USAGE.iter().any(|u| detail.contains(u)),
+            "real gh rejected the argv of {what}: {e}"
+        );
+        assert!(
+            detail.contains("error connecting to gh.invalid"),
+            "{what}: expected a network failure, got: {e}"
+        );
+        assert_eq!(e.kind, ErrorKind::Transient, "{what}: {e}");
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+        eprintln!("real gh, {what}: {e}");
+    }
+    let e = t.auth_status().unwrap_err();
+    let detail = e.detail.to_lowercase();
+    assert!(
+        !USAGE.iter().any(|u| detail.contains(u)),
+        "auth status: {e}"
+    );
+    assert!(detail.contains("gh.invalid"), "auth status: {e}");
+    eprintln!("real gh, auth status: {e}");
+}

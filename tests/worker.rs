@@ -1,0 +1,308 @@
+//! The built-in worker end to end: a real repo with a bare origin, the real local tracker,
+//! and small shell scripts as the agent.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Repo, TestEnv, wait_until};
+
+struct Fixture {
+    env: TestEnv,
+    repo: Repo,
+}
+
+impl Fixture {
+    /// A repo whose config runs `agent` (shell script text) as the agent.
+    fn new(agent: Option<&str>) -> Self {
+        let env = TestEnv::new();
+        let repo = env.repo_with_origin();
+        let red = repo.path.join(".red");
+        fs::create_dir_all(&red).unwrap();
+        let mut cfg = String::from("[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n");
+        if let Some(script) = agent {
+            let path = env.path().join("agent.sh");
+            fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+            cfg.push_str(&format!(
+                "[agent]\ncommand = [{:?}]\n",
+                path.display().to_string()
+            ));
+        }
+        fs::write(red.join("afk-supervisor.toml"), cfg).unwrap();
+        // Keep the runtime lanes out of `git status`, as an adopting repo would.
+        fs::write(
+            repo.path.join(".git/info/exclude"),
+            ".red/tmp/\n.red/state/\n",
+        )
+        .unwrap();
+        Fixture { env, repo }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.env.bin();
+        c.arg("--repo").arg(&self.repo.path).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        let mut c = self.cmd(args);
+        c.envs(vars.iter().copied());
+        c.output().unwrap()
+    }
+
+    fn new_issue(&self, title: &str, labels: &[&str]) -> u64 {
+        let mut args = vec!["issue", "new", "--title", title];
+        for l in labels {
+            args.extend(["--label", l]);
+        }
+        let out = self.run(&args, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    fn issue(&self, n: u64) -> Value {
+        let out = self.run(&["issue", "show", &n.to_string(), "--json"], &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn labels(&self, n: u64) -> Vec<String> {
+        let v = self.issue(n);
+        v["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn comments(&self, n: u64) -> Vec<String> {
+        let v = self.issue(n);
+        v["comments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["body"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn workers_dir(&self) -> PathBuf {
+        self.repo.path.join(".red/tmp/workers")
+    }
+
+    fn attempt_dirs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for w in fs::read_dir(self.workers_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for a in fs::read_dir(w.path()).into_iter().flatten().flatten() {
+                if a.path().is_dir() {
+                    out.push(a.path());
+                }
+            }
+        }
+        out
+    }
+}
+
+const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn boot_only_reports_which_path_it_took() {
+    let f = Fixture::new(None);
+    let o = f.run(&["worker", "--boot-only"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().last(),
+        Some("boot complete (--boot-only): sweeps skipped (supervisor-owned), no issues processed")
+    );
+    assert!(!stdout(&o).contains("boot sweeps complete"));
+
+    let o = f.run(&["worker", "--boot-only"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("boot sweeps complete: orphans removed="),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().last(),
+        Some("boot complete (--boot-only): sweeps ran, no issues processed")
+    );
+    // A clean exit leaves no worker shell behind.
+    assert_eq!(fs::read_dir(f.workers_dir()).unwrap().count(), 0);
+}
+
+#[test]
+fn without_an_agent_the_host_is_misconfigured() {
+    let f = Fixture::new(None);
+    let n = f.new_issue("Needs an agent", &["ready-for-agent"]);
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("agent.command is not configured"),
+        "{}",
+        stderr(&o)
+    );
+    // Nothing was claimed.
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+}
+
+#[test]
+fn works_one_issue_and_hands_it_to_a_human() {
+    let f = Fixture::new(Some(
+        "echo \"$RED_AFK_ISSUE:$RED_AFK_ISSUE_TITLE\" > done.txt\n\
+         git add done.txt\n\
+         git commit -q -m \"afk: #$RED_AFK_ISSUE\"",
+    ));
+    let blocked = f.new_issue("Blocked one", &["ready-for-agent", "blocked:dependency"]);
+    let first = f.new_issue("Add the greeting", &["ready-for-agent"]);
+    let second = f.new_issue("Second thing", &["ready-for-agent"]);
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
+
+    let mut labels = f.labels(first);
+    labels.sort();
+    assert_eq!(labels, vec!["ready-for-human"]);
+    let comments = f.comments(first);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0].contains("1 commit(s) on branch `afk/w1/2-add-the-greeting`"),
+        "{comments:?}"
+    );
+    // The branch landed on origin with the agent's commit.
+    let shown = f.env.git(
+        &f.repo.origin,
+        &["show", "afk/w1/2-add-the-greeting:done.txt"],
+    );
+    assert_eq!(shown, "2:Add the greeting\n");
+    // Only one issue per --once; the blocked one was never touched.
+    assert_eq!(f.labels(second), vec!["ready-for-agent"]);
+    let mut b = f.labels(blocked);
+    b.sort();
+    assert_eq!(b, vec!["blocked:dependency", "ready-for-agent"]);
+    // Claim released, worktree gone, attempt kept with its state file.
+    assert!(!f.repo.path.join(".red/tmp/claims/2").exists());
+    let attempts = f.attempt_dirs();
+    assert_eq!(attempts.len(), 1);
+    assert!(attempts[0].ends_with("w1/2-a1"), "{attempts:?}");
+    assert!(!attempts[0].join("worktree").exists());
+    let state: Value =
+        serde_json::from_slice(&fs::read(attempts[0].join("afk.state.json")).unwrap()).unwrap();
+    assert_eq!(state["version"], 1);
+    assert_eq!(state["worker_id"], "w1");
+    assert_eq!(state["current"], Value::Null);
+    assert_eq!(state["envelope"]["posted"], true);
+    assert!(attempts[0].join("liveness.toonl").exists());
+    // The primary checkout is untouched.
+    assert_eq!(
+        f.env
+            .git(&f.repo.path, &["rev-parse", "--abbrev-ref", "HEAD"])
+            .trim(),
+        "main"
+    );
+    assert!(!f.repo.path.join("done.txt").exists());
+}
+
+#[test]
+fn a_failing_agent_returns_the_issue_and_dies() {
+    let f = Fixture::new(Some("exit 3"));
+    let n = f.new_issue("Will fail", &["ready-for-agent"]);
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    let comments = f.comments(n);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0].contains("failed (agent exit 3)"),
+        "{comments:?}"
+    );
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+    // The next attempt of the same issue gets the next number.
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(1));
+    let mut names: Vec<String> = f
+        .attempt_dirs()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["1-a1", "1-a2"]);
+}
+
+#[test]
+fn empty_queue_and_retire_file_exit_zero_without_claiming() {
+    let f = Fixture::new(Some("exit 0"));
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("no ready-for-agent issue"),
+        "{}",
+        stdout(&o)
+    );
+
+    let n = f.new_issue("Ready", &["ready-for-agent"]);
+    let retire = f.env.path().join("slot-0.retire");
+    fs::write(&retire, "").unwrap();
+    let retire_s = retire.display().to_string();
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_RETIRE_FILE", &retire_s));
+    let o = f.run(&["worker", "--once"], &vars);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(f.attempt_dirs().is_empty());
+}
+
+#[test]
+fn sigterm_mid_issue_gives_the_issue_back() {
+    let marker = TestEnv::new();
+    let started = marker.path().join("agent-started");
+    let f = Fixture::new(Some(&format!("touch {}\nexec sleep 60", started.display())));
+    let n = f.new_issue("Long one", &["ready-for-agent"]);
+    let mut child = f
+        .cmd(&["worker", "--once"])
+        .envs(SUPERVISED)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "agent never started"
+    );
+    assert_eq!(f.labels(n), vec!["running"]);
+    // As the supervisor does: the whole group gets SIGTERM.
+    nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+}
