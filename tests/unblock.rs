@@ -242,8 +242,10 @@ fn blockers_known_from_the_blocked_listing_need_no_second_list() {
 
 #[test]
 fn a_failing_tracker_never_promotes() {
-    // (reply queue, calls expected before the pass gives up)
-    let cases: [(&[(i32, &str, &str)], Vec<&str>); 4] = [
+    // (reply queue, calls expected before the pass gives up); an empty reply lets the
+    // call through to the fake's store.
+    type Reply<'a> = (i32, &'a str, &'a str);
+    let cases: [(&[Reply], Vec<&str>); 4] = [
         (
             &[(1, "", "HTTP 502: Bad Gateway")],
             vec!["issue list --label"],
@@ -271,7 +273,6 @@ fn a_failing_tracker_never_promotes() {
         let gh = gh_fixture(&env);
         for (code, out, err) in replies {
             if *code == 0 && out.is_empty() {
-                // An empty reply entry: let this call through to the fake's store.
                 gh.delay_next(1, 0.0);
             } else {
                 gh.respond_next(1, *code, out, err);
