@@ -74,14 +74,27 @@ fn main() {
     let origin = dir.path().join("origin.git");
     let repo = dir.path().join("repo");
     let root = dir.path();
-    git(root, &["init", "-q", "--bare", "-b", "main", s(&origin)], None);
+    git(
+        root,
+        &["init", "-q", "--bare", "-b", "main", s(&origin)],
+        None,
+    );
     git(root, &["init", "-q", "-b", "main", s(&repo)], None);
-    git(&repo, &["commit", "-q", "--allow-empty", "-m", "seed"], None);
+    git(
+        &repo,
+        &["commit", "-q", "--allow-empty", "-m", "seed"],
+        None,
+    );
     git(&repo, &["remote", "add", "origin", s(&origin)], None);
     git(&repo, &["push", "-q", "origin", "main"], None);
     let head = git(&repo, &["rev-parse", "HEAD"], None);
     let refs: String = (1..=n)
-        .map(|i| format!("create refs/heads/afk/worker-{}/{i}-a-typical-issue-slug {head}\n", i % 8))
+        .map(|i| {
+            format!(
+                "create refs/heads/afk/worker-{}/{i}-a-typical-issue-slug {head}\n",
+                i % 8
+            )
+        })
         .collect();
     git(&repo, &["update-ref", "--stdin"], Some(&refs));
     git(
@@ -93,8 +106,10 @@ fn main() {
     let tracker = LocalTracker::new(&Layout::new(&repo), lib_git.clone());
     let known = n * 2 / 3;
     for i in 1..=known {
-        let k = tracker.create(&format!("issue {i}"), "", &["running"]).expect("create");
-        if k % 2 == 0 {
+        let k = tracker
+            .create(&format!("issue {i}"), "", &["running"])
+            .expect("create");
+        if k.is_multiple_of(2) {
             tracker.close(k).expect("close");
         }
     }

@@ -398,6 +398,10 @@ impl Watcher {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
 
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
     fn count(&self, needle: &str) -> usize {
         self.stdout().lines().filter(|l| l.contains(needle)).count()
     }
@@ -438,13 +442,24 @@ fn two_checkouts_one_belt_sweeps_and_the_other_takes_over() {
     let config = env.path().join("afk.toml");
     std::fs::write(&config, "[tracker]\nkind = \"gh\"\nrepo = \"o/r\"\n").unwrap();
 
+    // The first pass fails; the belt logs it and the next pass still runs.
+    gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
     let mut a = Watcher::start(&env, &gh, &repo.path, &config, "a");
     assert!(
         wait_until(WAIT, || a.count("unblock belt: unblocked=0") >= 1),
         "a never swept: {} / {}",
         a.stdout(),
-        std::fs::read_to_string(&a.err).unwrap_or_default()
+        a.stderr()
     );
+    let failed: Vec<String> = a
+        .stderr()
+        .lines()
+        .filter(|l| {
+            l.contains("unblock belt: pass failed: unblock: listing blocked issues failed:")
+        })
+        .map(str::to_string)
+        .collect();
+    assert_eq!(failed.len(), 1, "{}", a.stderr());
     let mut b = Watcher::start(&env, &gh, &second, &config, "b");
     let skipped = format!("unblock belt: skipped, swept by pid {}", a.pid());
     assert!(
@@ -474,13 +489,13 @@ fn two_checkouts_one_belt_sweeps_and_the_other_takes_over() {
     assert_eq!(b.stop(nix::sys::signal::Signal::SIGINT), 130);
     let b_swept = b.count("unblock belt: unblocked=");
 
-    // Exactly one belt swept each pass: every blocked listing is one of the swept passes,
-    // and b swept nothing while a owned the tracker.
+    // Exactly one belt swept each pass: every blocked listing is the failed pass or one of
+    // the swept passes, and b swept nothing while a owned the tracker.
     let listings = verbs(&gh)
         .iter()
         .filter(|v| *v == "issue list --label")
         .count();
-    assert_eq!(listings, a_swept + b_swept);
+    assert_eq!(listings, 1 + a_swept + b_swept);
     let b_out = b.stdout();
     let first_b_sweep = b_out
         .lines()
