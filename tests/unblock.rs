@@ -365,6 +365,21 @@ fn belt_survives_a_failed_pass_and_is_a_singleton() {
     assert!(b.owns());
 }
 
+#[test]
+fn belt_task_for_the_supervisor_loop() {
+    let env = TestEnv::new();
+    let gh = gh_fixture(&env);
+    let tracker: std::sync::Arc<dyn afk_supervisor::tracker::Tracker> =
+        std::sync::Arc::new(gh.tracker(Some("o/r")));
+    let belt = Belt::in_dir("github:o/r", env.path().join("locks")).with_label("/repo");
+    let mut task = unblock::belt::task_with(belt, tracker);
+    gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
+    let e = task().unwrap_err();
+    assert!(e.starts_with("unblock belt: pass failed:"), "{e}");
+    assert_eq!(task().unwrap(), "unblock belt: unblocked=2 (#2, #3)");
+    assert_eq!(task().unwrap(), "unblock belt: unblocked=0");
+}
+
 /// A `unblock --watch` child on `checkout`, its output in files.
 struct Watcher {
     child: Child,

@@ -12,7 +12,11 @@ use crate::layout::Layout;
 
 mod issue;
 mod reap;
+mod run;
+mod scale;
 mod show_config;
+mod status;
+mod stop;
 mod sweep;
 mod unblock;
 mod worker;
@@ -33,6 +37,9 @@ pub struct Cli {
     /// Issue tracker backend: auto, gh or local.
     #[arg(long, global = true, value_name = "KIND")]
     pub tracker: Option<TrackerKind>,
+    /// With no subcommand, `afk-supervisor --workers N` runs the fleet (same as `run`).
+    #[command(flatten)]
+    pub run: run::RunArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -41,6 +48,14 @@ pub struct Cli {
 pub enum Command {
     /// Print the resolved configuration and where each part came from.
     Config,
+    /// Run the fleet in the foreground (the default when no subcommand is given).
+    Run(run::RunArgs),
+    /// Show the running fleet: one row per slot, then the fleet totals.
+    Status(status::StatusArgs),
+    /// Change the running fleet's target size.
+    Scale(scale::ScaleArgs),
+    /// Stop the running fleet and wait until every worker is gone.
+    Stop(stop::StopArgs),
     /// Read and change issues on the tracker (`issue new|list|show|label|close|reopen|comment`).
     Issue(issue::IssueArgs),
     /// Run the built-in worker (what each supervisor slot runs by default).
@@ -110,14 +125,25 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         config_file: cli.config,
         tracker: cli.tracker,
     };
+    let top_run_args = cli.run.workers.is_some();
     match cli.command {
+        Some(Command::Run(args)) if top_run_args && args.workers.is_none() => {
+            run::run(&ctx, &cli.run)
+        }
+        Some(_) if top_run_args => Err(Failure::usage(
+            "--workers belongs to `run` (or to no subcommand at all)",
+        )),
         Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Run(args)) => run::run(&ctx, &args),
+        Some(Command::Status(args)) => status::run(&ctx, &args),
+        Some(Command::Scale(args)) => scale::run(&ctx, &args),
+        Some(Command::Stop(args)) => stop::run(&ctx, &args),
         Some(Command::Issue(args)) => issue::run(&ctx, args),
         Some(Command::Worker(args)) => worker::run(&ctx, args),
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        None => Err(Failure::usage("no subcommand given; see --help")),
+        None => run::run(&ctx, &cli.run),
     }
 }
 

@@ -9,6 +9,7 @@
 //! at start and once per interval; a failed pass costs itself only.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::lock::{self, Acquired, HeldLock, Holder};
 use super::{Exclusive, UnblockError, UnblockReport, exclusive_pass};
@@ -123,6 +124,32 @@ impl Belt {
             Ok(Exclusive::Done(r)) => BeltPass::Swept(r),
             Ok(Exclusive::Busy(holder)) => BeltPass::Skipped { holder },
             Err(e) => BeltPass::Failed(e),
+        }
+    }
+}
+
+/// The belt as a periodic task for the supervisor loop: each call is one [`Belt::pass`],
+/// `Ok(log line)` when it swept or skipped, `Err(log line)` when the pass or a write failed.
+/// `label` names this checkout in other belts' "skipped" lines (the repo path).
+pub fn task(
+    tracker: Arc<dyn Tracker>,
+    label: String,
+) -> impl FnMut() -> Result<String, String> + Send {
+    let belt = Belt::new(&tracker.identity()).with_label(label);
+    task_with(belt, tracker)
+}
+
+/// [`task`] with a given belt (e.g. one whose locks live elsewhere).
+pub fn task_with(
+    mut belt: Belt,
+    tracker: Arc<dyn Tracker>,
+) -> impl FnMut() -> Result<String, String> + Send {
+    move || {
+        let pass = belt.pass(tracker.as_ref());
+        if pass.is_failure() {
+            Err(pass.log_line())
+        } else {
+            Ok(pass.log_line())
         }
     }
 }

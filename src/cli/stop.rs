@@ -1,0 +1,61 @@
+//! `afk-supervisor stop [--timeout S] [--force]`.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cli::Ctx;
+use crate::config::Overrides;
+use crate::exit::{self, Failure};
+use crate::supervisor::control::{self, StopOutcome};
+
+#[derive(Debug, Clone, Args)]
+pub struct StopArgs {
+    /// Seconds to wait for the fleet to stop (default: stop grace + tick + 15).
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<u64>,
+    /// SIGKILL the supervisor and every worker recorded in state.toon (pid and start
+    /// time verified), without waiting for a clean stop.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
+    let config = ctx.config(Overrides::default())?;
+    let t = &config.timing;
+    let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);
+    let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)
+        .map_err(|e| Failure::failed(e.to_string()))?;
+    match outcome {
+        StopOutcome::Stopped {
+            pid: Some(pid),
+            workers_killed,
+        } => {
+            if args.force {
+                println!("fleet stopped (supervisor pid={pid}, workers killed={workers_killed})");
+            } else {
+                println!("fleet stopped (supervisor pid={pid})");
+            }
+            Ok(exit::OK)
+        }
+        StopOutcome::Stopped {
+            pid: None,
+            workers_killed,
+        } => {
+            println!("fleet stopped (no supervisor, workers killed={workers_killed})");
+            Ok(exit::OK)
+        }
+        StopOutcome::NothingRunning => {
+            println!("no fleet running");
+            Ok(exit::OK)
+        }
+        StopOutcome::OrphanWorkers { live } => Err(Failure::failed(format!(
+            "no supervisor running, but {live} workers recorded in state.toon are live; \
+             `afk-supervisor stop --force` kills them"
+        ))),
+        StopOutcome::TimedOut { pid } => Err(Failure::failed(format!(
+            "fleet still stopping after {timeout}s (supervisor pid={pid}); \
+             `afk-supervisor stop --force` kills it"
+        ))),
+    }
+}

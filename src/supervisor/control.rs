@@ -1,0 +1,427 @@
+//! The control commands' logic: `status`, `scale` and `stop` talk to a running supervisor
+//! only through the lane's files and signals, and signal nothing whose pid and start token
+//! they have not both verified.
+
+use std::io;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use super::lane::running_supervisor;
+use super::procs;
+use super::resize::{self, Resize};
+use super::state_file::{self, ShrinkMode, StateFile, StateFileError};
+use crate::fsutil::atomic_write;
+use crate::layout::Layout;
+use crate::pidfile::{self, DeadReason};
+use crate::timeutil::now_epoch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// No supervisor is running (the reason says why the pid file does not count).
+    #[error("no supervisor running for this project ({0})")]
+    NotRunning(DeadReason),
+    #[error(transparent)]
+    State(#[from] StateFileError),
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+// ---- status ----
+
+/// `status --json`: this shape is stable; fields are only ever added.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusReport {
+    pub supervisor: SupervisorInfo,
+    pub fleet: FleetInfo,
+    pub slots: Vec<SlotRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SupervisorInfo {
+    pub pid: i32,
+    pub start_time: u64,
+    /// The last heartbeat (`state.toon` `epoch`); null before the first one (boot sweeps).
+    pub heartbeat_epoch: Option<u64>,
+    pub heartbeat_age_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FleetInfo {
+    pub target: usize,
+    pub live: usize,
+    pub parked: usize,
+    pub deaths: usize,
+    pub respawns: usize,
+    pub window_s: u64,
+    pub ready_for_agent: Option<u64>,
+    pub shrink_mode: ShrinkMode,
+    pub runner: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SlotRow {
+    pub slot: usize,
+    pub pid: Option<i32>,
+    pub worker_id: Option<String>,
+    /// running, idle, parked, half-open, retiring or stalled.
+    pub state: String,
+    pub uptime_s: Option<u64>,
+    pub restarts: u64,
+    pub issue: Option<u64>,
+}
+
+/// The running supervisor's view, from its heartbeat.
+pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
+    let (pid, start) = running_supervisor(layout).map_err(ControlError::NotRunning)?;
+    let state = state_file::read(&layout.state_file())?
+        .filter(|s| s.pid == pid && s.pid_start_time == start);
+    let now = now_epoch();
+    let Some(s) = state else {
+        return Ok(StatusReport {
+            supervisor: SupervisorInfo {
+                pid,
+                start_time: start,
+                heartbeat_epoch: None,
+                heartbeat_age_s: None,
+            },
+            fleet: FleetInfo {
+                target: 0,
+                live: 0,
+                parked: 0,
+                deaths: 0,
+                respawns: 0,
+                window_s: 0,
+                ready_for_agent: None,
+                shrink_mode: ShrinkMode::default(),
+                runner: String::new(),
+            },
+            slots: Vec::new(),
+        });
+    };
+    Ok(report_from(&s, start, now))
+}
+
+fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
+    StatusReport {
+        supervisor: SupervisorInfo {
+            pid: s.pid,
+            start_time: start,
+            heartbeat_epoch: Some(s.epoch),
+            heartbeat_age_s: Some(now.saturating_sub(s.epoch)),
+        },
+        fleet: FleetInfo {
+            target: s.target,
+            live: s.slots.busy,
+            parked: s.slots.parked,
+            deaths: s.churn.deaths,
+            respawns: s.churn.respawns,
+            window_s: s.churn.window_s,
+            ready_for_agent: s.ready_for_agent,
+            shrink_mode: s.shrink_mode,
+            runner: s.runner.clone(),
+        },
+        slots: s
+            .slot_detail
+            .iter()
+            .map(|d| SlotRow {
+                slot: d.slot,
+                pid: d.pid,
+                worker_id: d.worker_id.clone(),
+                state: d.state.clone(),
+                uptime_s: d.started_epoch.map(|t| now.saturating_sub(t)),
+                restarts: d.restarts,
+                issue: d.issue,
+            })
+            .collect(),
+    }
+}
+
+/// `1h02m`, `3m05s`, `42s`.
+pub fn human_duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The human table.
+pub fn render_status(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let hb = match (r.supervisor.heartbeat_age_s, r.supervisor.heartbeat_epoch) {
+        (Some(age), Some(_)) => format!("heartbeat {} ago", human_duration(age)),
+        _ => "no heartbeat yet (boot sweeps running)".to_string(),
+    };
+    out.push_str(&format!("supervisor pid={} {hb}\n", r.supervisor.pid));
+    let f = &r.fleet;
+    let ready = f
+        .ready_for_agent
+        .map_or("unknown".to_string(), |n| n.to_string());
+    out.push_str(&format!(
+        "fleet: target={} live={} parked={} deaths={} respawns={} (last {}s) ready-for-agent={ready} shrink-mode={} runner={}\n",
+        f.target, f.live, f.parked, f.deaths, f.respawns, f.window_s, f.shrink_mode, f.runner
+    ));
+    out.push_str(&format!(
+        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8}  {}\n",
+        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "ISSUE"
+    ));
+    for s in &r.slots {
+        out.push_str(&format!(
+            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8}  {}\n",
+            s.slot,
+            s.pid.map_or("-".into(), |p| p.to_string()),
+            s.worker_id.as_deref().unwrap_or("-"),
+            s.state,
+            s.uptime_s.map_or("-".into(), human_duration),
+            s.restarts,
+            s.issue.map_or("-".into(), |n| format!("#{n}")),
+        ));
+    }
+    out
+}
+
+// ---- scale ----
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScaleOutcome {
+    Applied {
+        pid: i32,
+        target: usize,
+        mode: ShrinkMode,
+    },
+    Pending {
+        pid: i32,
+        target: usize,
+        mode: ShrinkMode,
+    },
+}
+
+impl std::fmt::Display for ScaleOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (word, pid, target, mode) = match self {
+            ScaleOutcome::Applied { pid, target, mode } => ("applied", pid, target, mode),
+            ScaleOutcome::Pending { pid, target, mode } => ("pending", pid, target, mode),
+        };
+        write!(
+            f,
+            "directive {word} (supervisor pid={pid}, target={target}, shrink-mode={mode})"
+        )
+    }
+}
+
+/// Writes `resize.toon`, nudges the supervisor (SIGUSR1, after verifying it) and waits
+/// for its heartbeat to show the new target.
+pub fn scale(
+    layout: &Layout,
+    target: usize,
+    mode: ShrinkMode,
+    timeout: Duration,
+) -> Result<ScaleOutcome, ControlError> {
+    let (pid, start) = running_supervisor(layout).map_err(ControlError::NotRunning)?;
+    let path = layout.resize_file();
+    let directive = Resize {
+        target,
+        shrink_mode: mode,
+        runner: None,
+    };
+    let written_at = now_epoch();
+    resize::write(&path, &directive).map_err(|source| ControlError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    signal_verified(pid, start, Signal::SIGUSR1);
+    let applied = wait_for(timeout, || {
+        matches!(
+            state_file::read(&layout.state_file()),
+            Ok(Some(s)) if s.pid == pid && s.target == target && s.shrink_mode == mode && s.epoch >= written_at
+        )
+    });
+    Ok(if applied {
+        ScaleOutcome::Applied { pid, target, mode }
+    } else {
+        ScaleOutcome::Pending { pid, target, mode }
+    })
+}
+
+// ---- stop ----
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The supervisor is gone; `workers_killed` counts workers `--force` killed itself.
+    Stopped {
+        pid: Option<i32>,
+        workers_killed: usize,
+    },
+    NothingRunning,
+    /// No supervisor, but workers recorded in `state.toon` are still live.
+    OrphanWorkers {
+        live: usize,
+    },
+    TimedOut {
+        pid: i32,
+    },
+}
+
+/// Stops the fleet: the stop file and SIGTERM, then waits; `force` SIGKILLs the supervisor
+/// and every worker recorded in `state.toon` whose pid and start time still match.
+pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutcome, ControlError> {
+    let sup = running_supervisor(layout).ok();
+    let workers = recorded_live_workers(layout);
+    let Some((pid, start)) = sup else {
+        if workers.is_empty() {
+            return Ok(StopOutcome::NothingRunning);
+        }
+        if !force {
+            return Ok(StopOutcome::OrphanWorkers {
+                live: workers.len(),
+            });
+        }
+        let n = kill_workers(&workers);
+        return Ok(StopOutcome::Stopped {
+            pid: None,
+            workers_killed: n,
+        });
+    };
+    let gone = || !pidfile::judge_pid(pid, Some(start)).is_live();
+    if force {
+        signal_verified(pid, start, Signal::SIGKILL);
+        let n = kill_workers(&workers);
+        wait_for(timeout, gone);
+        if gone() {
+            // The supervisor was killed before it could clean up its lane.
+            let _ = pidfile::remove_pid_file(&layout.supervisor_pid());
+            let _ = crate::fsutil::remove_file_if_exists(&layout.supervisor_stop());
+        }
+        return Ok(StopOutcome::Stopped {
+            pid: Some(pid),
+            workers_killed: n,
+        });
+    }
+    let stop_file = layout.supervisor_stop();
+    atomic_write(&stop_file, format!("{}\n", now_epoch()).as_bytes()).map_err(|source| {
+        ControlError::Io {
+            path: stop_file.display().to_string(),
+            source,
+        }
+    })?;
+    signal_verified(pid, start, Signal::SIGTERM);
+    Ok(if wait_for(timeout, gone) {
+        StopOutcome::Stopped {
+            pid: Some(pid),
+            workers_killed: 0,
+        }
+    } else {
+        StopOutcome::TimedOut { pid }
+    })
+}
+
+/// Workers `state.toon` records whose pid and start time both still match.
+fn recorded_live_workers(layout: &Layout) -> Vec<(i32, u64)> {
+    let Ok(Some(s)) = state_file::read(&layout.state_file()) else {
+        return Vec::new();
+    };
+    s.slot_pids
+        .iter()
+        .filter(|p| pidfile::judge_pid(p.pid, Some(p.start)).is_live())
+        .map(|p| (p.pid, p.start))
+        .collect()
+}
+
+/// SIGKILLs each verified worker's process group (or the worker alone when it does not
+/// lead a group).
+fn kill_workers(workers: &[(i32, u64)]) -> usize {
+    let mut n = 0;
+    for &(pid, start) in workers {
+        let Some(p) = procs::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
+            continue;
+        };
+        let r = if p.pgid == pid {
+            killpg(Pid::from_raw(pid), Signal::SIGKILL)
+        } else {
+            kill(Pid::from_raw(pid), Signal::SIGKILL)
+        };
+        if r.is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Signals `pid` only if it is still the process that started at `start`.
+fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
+    pidfile::judge_pid(pid, Some(start)).is_live() && kill(Pid::from_raw(pid), sig).is_ok()
+}
+
+fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(65), "1m05s");
+        assert_eq!(human_duration(3725), "1h02m");
+    }
+
+    #[test]
+    fn outcome_lines() {
+        let a = ScaleOutcome::Applied {
+            pid: 7,
+            target: 3,
+            mode: ShrinkMode::HardKill,
+        };
+        assert_eq!(
+            a.to_string(),
+            "directive applied (supervisor pid=7, target=3, shrink-mode=hard-kill)"
+        );
+        let p = ScaleOutcome::Pending {
+            pid: 7,
+            target: 1,
+            mode: ShrinkMode::DrainThenRetire,
+        };
+        assert_eq!(
+            p.to_string(),
+            "directive pending (supervisor pid=7, target=1, shrink-mode=drain-then-retire)"
+        );
+    }
+
+    #[test]
+    fn no_supervisor_means_not_running_and_no_fleet() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(matches!(
+            status(&layout),
+            Err(ControlError::NotRunning(DeadReason::Missing))
+        ));
+        std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
+        std::fs::write(layout.supervisor_pid(), "nonsense").unwrap();
+        let err = status(&layout).unwrap_err().to_string();
+        assert!(err.contains("pid file corrupt"), "{err}");
+        assert_eq!(
+            stop(&layout, Duration::from_secs(1), false).unwrap(),
+            StopOutcome::NothingRunning
+        );
+        assert!(matches!(
+            scale(&layout, 2, ShrinkMode::HardKill, Duration::from_secs(1)),
+            Err(ControlError::NotRunning(_))
+        ));
+        assert!(!layout.resize_file().exists());
+    }
+}

@@ -1,0 +1,517 @@
+//! The fleet: every slot's state machine and what the loop does on each event.
+//!
+//! Single-threaded by design: the watcher, signal, queue and periodic threads only send
+//! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
+
+use super::circuit::{self, Verdict};
+use super::journal::Journal;
+use super::reaper::Reaper;
+use super::resize::{self, Found, Resize};
+use super::slot::{KillReason, Phase, Slot, Worker};
+use super::spawn::{self, ExitKind, SpawnSpec};
+use super::stall;
+use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
+use super::texts::{self, TickCounts, kind};
+use crate::boot::{BootError, BootReport};
+use crate::config::{Config, Timing};
+use crate::fsutil::{atomic_write, remove_file_if_exists};
+use crate::layout::Layout;
+use crate::timeutil::{date_utc, epoch_secs, now_epoch, now_rfc3339_millis};
+use crate::toonl::Event;
+
+/// What the helper threads tell the loop.
+#[derive(Debug)]
+pub enum Msg {
+    Exited {
+        pid: i32,
+        start: u64,
+        kind: ExitKind,
+    },
+    Signal(i32),
+    /// Open `ready-for-agent` issues, or why the tracker could not say.
+    Queue(Result<u64, String>),
+    Log(Event),
+    Boot(Result<BootReport, BootError>),
+}
+
+/// A stop in progress.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopping {
+    pub code: i32,
+    /// Past this, whatever refuses to die is reported and the supervisor exits anyway.
+    pub give_up_at: Instant,
+}
+
+/// A previous supervisor's worker found live at start-up.
+#[derive(Debug, Clone)]
+pub struct Adoptee {
+    pub slot: usize,
+    pub pid: i32,
+    pub start: u64,
+    pub worker_id: Option<String>,
+    pub started_epoch: Option<u64>,
+    pub restarts: u64,
+}
+
+pub struct Fleet {
+    layout: Layout,
+    timing: Timing,
+    argv: Vec<String>,
+    runner: String,
+    me: (i32, u64),
+    journal: Journal,
+    tx: Sender<Msg>,
+    queue_tx: Sender<()>,
+    queue_inflight: bool,
+    queue_again: bool,
+    slots: BTreeMap<usize, Slot>,
+    target: usize,
+    shrink_mode: ShrinkMode,
+    params: circuit::Params,
+    reaper: Reaper,
+    ready: Option<u64>,
+    churn_deaths: VecDeque<Instant>,
+    churn_respawns: VecDeque<Instant>,
+    tick_deaths: usize,
+    tick_respawns: usize,
+    resize_reported: Option<String>,
+    /// The last tracker failure logged, so a tracker that stays down is logged once.
+    tracker_error: Option<String>,
+    /// Likewise for a heartbeat that cannot be written (disk full, lane removed).
+    state_error: Option<String>,
+    last_progress_epoch: u64,
+    stopping: Option<Stopping>,
+    /// Own workers whose watcher thread could not start: checked every tick instead.
+    unwatched: Vec<(i32, u64)>,
+    next_tick: Instant,
+    /// Something was logged (every transition is) since the last heartbeat.
+    dirty: bool,
+}
+
+mod scaling;
+mod stop;
+mod tick;
+
+impl Fleet {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        layout: Layout,
+        config: &Config,
+        argv: Vec<String>,
+        me: (i32, u64),
+        journal: Journal,
+        tx: Sender<Msg>,
+        queue_tx: Sender<()>,
+    ) -> Self {
+        let timing = config.timing.clone();
+        Fleet {
+            layout,
+            params: circuit::Params::from_timing(&timing),
+            reaper: Reaper::new(Duration::from_secs(timing.stop_grace_s)),
+            next_tick: Instant::now() + Duration::from_secs(timing.tick_s),
+            timing,
+            argv,
+            runner: config.worker.runner.clone(),
+            me,
+            journal,
+            tx,
+            queue_tx,
+            queue_inflight: false,
+            queue_again: false,
+            slots: BTreeMap::new(),
+            target: config.fleet.workers,
+            shrink_mode: ShrinkMode::default(),
+            ready: None,
+            churn_deaths: VecDeque::new(),
+            churn_respawns: VecDeque::new(),
+            tick_deaths: 0,
+            tick_respawns: 0,
+            resize_reported: None,
+            tracker_error: None,
+            state_error: None,
+            last_progress_epoch: now_epoch(),
+            stopping: None,
+            unwatched: Vec::new(),
+            dirty: true,
+        }
+    }
+
+    pub fn log(&mut self, ev: Event) {
+        if ev.kind != kind::TICK {
+            self.dirty = true;
+        }
+        self.journal.write(ev);
+    }
+
+    /// Writes the heartbeat if a transition happened since the last one.
+    pub fn heartbeat_if_changed(&mut self, now: Instant) {
+        if self.dirty {
+            self.heartbeat(now);
+        }
+    }
+
+    pub fn stopping(&self) -> Option<Stopping> {
+        self.stopping
+    }
+
+    // ---- start-up ----
+
+    /// Takes over the live workers of a previous supervisor, then spawns every slot of the
+    /// target that has none.
+    pub fn start(&mut self, adoptees: Vec<Adoptee>, dead: usize, had_state: bool) {
+        let now = Instant::now();
+        let adopted = adoptees.len();
+        for a in adoptees {
+            self.adopt(a, now);
+        }
+        if had_state {
+            let msg = texts::takeover(adopted, dead, self.target);
+            self.log(Event::now(kind::TAKEOVER, msg));
+        }
+        let (t, m) = (self.target, self.shrink_mode);
+        self.reconcile(t, m, now);
+    }
+
+    fn adopt(&mut self, a: Adoptee, now: Instant) {
+        let now_e = now_epoch();
+        let started_epoch = a.started_epoch.unwrap_or(now_e).min(now_e);
+        let started = now
+            .checked_sub(Duration::from_secs(now_e - started_epoch))
+            .unwrap_or(now);
+        let log = std::fs::read_link(format!("/proc/{}/fd/1", a.pid))
+            .unwrap_or_else(|_| self.layout.slot_log(&date_utc(SystemTime::now()), a.slot));
+        let id = a
+            .worker_id
+            .unwrap_or_else(|| format!("adopted-{}-slot-{}", a.pid, a.slot));
+        let tx = self.tx.clone();
+        let (pid, start) = (a.pid, a.start);
+        if let Err(e) = spawn::watch_adopted(pid, start, move |kind| {
+            let _ = tx.send(Msg::Exited { pid, start, kind });
+        }) {
+            self.log(
+                Event::now(
+                    kind::ERROR,
+                    format!("cannot watch adopted worker: {e}; not adopted"),
+                )
+                .slot(a.slot)
+                .pid(pid),
+            );
+            return;
+        }
+        let mut slot = Slot::new(a.slot, self.params);
+        slot.spawns = a.restarts + 1;
+        slot.restarts = a.restarts;
+        slot.phase = Phase::Running(Worker {
+            pid,
+            start,
+            id,
+            started,
+            started_epoch,
+            own_child: false,
+            log,
+            kill: None,
+            stalled: false,
+            issue: None,
+            progress_epoch: started_epoch,
+        });
+        self.slots.insert(a.slot, slot);
+    }
+
+    // ---- spawning ----
+
+    /// Workers that count against the target: live, in a slot that is not retiring.
+    fn live_in_target(&self) -> usize {
+        self.slots
+            .values()
+            .filter(|s| s.worker().is_some() && !s.retiring)
+            .count()
+    }
+
+    /// Starts a worker in slot `idx`. A worker that cannot even start died fast; the
+    /// circuit decides whether to try again at once or park the slot.
+    fn spawn_in(&mut self, idx: usize, now: Instant) {
+        loop {
+            if self.stopping.is_some() || idx >= self.target {
+                return;
+            }
+            let Some(slot) = self.slots.get(&idx) else {
+                return;
+            };
+            if slot.worker().is_some() {
+                return;
+            }
+            if self.live_in_target() >= self.target {
+                self.log(
+                    Event::now(
+                        kind::ERROR,
+                        format!(
+                            "refusing to spawn: {} live workers already meet the target {}",
+                            self.live_in_target(),
+                            self.target
+                        ),
+                    )
+                    .slot(idx),
+                );
+                return;
+            }
+            let Some(slot) = self.slots.get_mut(&idx) else {
+                return;
+            };
+            slot.spawns += 1;
+            if slot.spawns > 1 {
+                slot.restarts += 1;
+                self.tick_respawns += 1;
+                self.churn_respawns.push_back(now);
+            }
+            let id = format!("sup-{}-slot-{idx}-{}", self.me.0, slot.spawns);
+            let log = self.layout.slot_log(&date_utc(SystemTime::now()), idx);
+            let env = spawn::worker_env(idx, &id, &self.runner, &self.layout.retire_file(idx));
+            let spec = SpawnSpec {
+                argv: &self.argv,
+                cwd: self.layout.repo(),
+                log: &log,
+                env,
+            };
+            match spawn::spawn(&spec) {
+                Ok(s) => {
+                    self.install_watcher(idx, s.pid, s.start);
+                    if let Some(slot) = self.slots.get_mut(&idx) {
+                        slot.phase = Phase::Running(Worker {
+                            pid: s.pid,
+                            start: s.start,
+                            id: id.clone(),
+                            started: now,
+                            started_epoch: now_epoch(),
+                            own_child: true,
+                            log,
+                            kill: None,
+                            stalled: false,
+                            issue: None,
+                            progress_epoch: now_epoch(),
+                        });
+                    }
+                    self.log(
+                        Event::now(kind::SPAWN, format!("spawned worker {id}"))
+                            .slot(idx)
+                            .pid(s.pid),
+                    );
+                    return;
+                }
+                Err(e) => {
+                    self.log(Event::now(kind::SPAWN_FAILED, e.to_string()).slot(idx));
+                    if !self.death(idx, now, now) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn install_watcher(&mut self, idx: usize, pid: i32, start: u64) {
+        let tx = self.tx.clone();
+        if let Err(e) = spawn::watch_child(pid, move |kind| {
+            let _ = tx.send(Msg::Exited { pid, start, kind });
+        }) {
+            self.log(
+                Event::now(
+                    kind::ERROR,
+                    format!("cannot start a watcher thread ({e}); checking each tick"),
+                )
+                .slot(idx)
+                .pid(pid),
+            );
+            self.unwatched.push((pid, start));
+        }
+    }
+
+    /// Records a death and applies the circuit's verdict. Returns whether to respawn now.
+    fn death(&mut self, idx: usize, now: Instant, started: Instant) -> bool {
+        self.tick_deaths += 1;
+        self.churn_deaths.push_back(now);
+        let window_s = self.timing.circuit_window_s;
+        let Some(slot) = self.slots.get_mut(&idx) else {
+            return false;
+        };
+        match slot.circuit.on_death(now, started) {
+            Verdict::Respawn { .. } => true,
+            Verdict::Tripped {
+                fast_deaths,
+                backoff,
+                ..
+            } => {
+                slot.phase = Phase::CircuitOpen;
+                let msg = texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
+                self.log(Event::now(kind::CIRCUIT_TRIP, msg).slot(idx));
+                false
+            }
+            Verdict::Reparked {
+                lived,
+                backoff,
+                step,
+            } => {
+                slot.phase = Phase::CircuitOpen;
+                let msg = texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
+                self.log(Event::now(kind::CIRCUIT_REPARKED, msg).slot(idx));
+                false
+            }
+        }
+    }
+
+    // ---- events ----
+
+    pub fn on_exit(&mut self, pid: i32, start: u64, exit: ExitKind, now: Instant) {
+        let Some(idx) = self
+            .slots
+            .values()
+            .find(|s| s.worker().is_some_and(|w| w.pid == pid && w.start == start))
+            .map(|s| s.index)
+        else {
+            // Not a current worker (already handled): only its group cleanup may be pending.
+            self.reaper.leader_exited(pid);
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(&idx) else {
+            return;
+        };
+        let Phase::Running(w) =
+            std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false })
+        else {
+            return;
+        };
+        let retiring = slot.retiring;
+        self.reaper.terminate(w.pid, w.own_child, true, now);
+        let lived = now.saturating_duration_since(w.started);
+        self.log(
+            Event::now(
+                kind::EXIT,
+                format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
+            )
+            .slot(idx)
+            .pid(pid),
+        );
+        if self.stopping.is_some() {
+            return;
+        }
+        if retiring || idx >= self.target || w.kill == Some(KillReason::Shrink) {
+            self.retire_slot(idx);
+            return;
+        }
+        if w.kill == Some(KillReason::Stall) {
+            self.tick_deaths += 1;
+            self.churn_deaths.push_back(now);
+            self.spawn_in(idx, now);
+            return;
+        }
+        match exit {
+            ExitKind::Code(78) => {
+                if let Some(slot) = self.slots.get_mut(&idx) {
+                    slot.phase = Phase::Fatal;
+                }
+                self.log(Event::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
+            }
+            ExitKind::Code(0) => {
+                let closed = self
+                    .slots
+                    .get_mut(&idx)
+                    .is_some_and(|s| s.circuit.on_clean_exit());
+                if closed {
+                    let msg = texts::closed(idx, lived.as_secs());
+                    self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                }
+                // Idle until a queue check says otherwise (logged once confirmed empty).
+                self.request_queue();
+            }
+            _ => {
+                if self.death(idx, now, w.started) {
+                    self.spawn_in(idx, now);
+                }
+            }
+        }
+    }
+
+    pub fn on_queue(&mut self, result: Result<u64, String>, now: Instant) {
+        self.queue_inflight = false;
+        match result {
+            Ok(n) => {
+                if self.tracker_error.take().is_some() {
+                    self.log(Event::now(
+                        kind::TRACKER_ERROR,
+                        format!("ready-for-agent check works again: {n} open"),
+                    ));
+                }
+                self.dirty |= self.ready != Some(n);
+                self.ready = Some(n);
+                let idle: Vec<usize> = self
+                    .slots
+                    .values()
+                    .filter(|s| s.is_idle() && s.index < self.target && !s.retiring)
+                    .map(|s| s.index)
+                    .collect();
+                let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
+                for &idx in &idle[..wake] {
+                    self.log(
+                        Event::now(
+                            kind::UNIDLE,
+                            format!("slot {idx} un-idled: ready-for-agent={n}"),
+                        )
+                        .slot(idx),
+                    );
+                    self.spawn_in(idx, now);
+                }
+                for &idx in &idle[wake..] {
+                    if let Some(slot) = self.slots.get_mut(&idx)
+                        && let Phase::Idle { confirmed } = &mut slot.phase
+                        && !*confirmed
+                    {
+                        *confirmed = true;
+                        let msg = format!(
+                            "slot {idx} idle: worker exited 0 and no ready-for-agent issue is open"
+                        );
+                        self.log(Event::now(kind::IDLE, msg).slot(idx));
+                    }
+                }
+            }
+            Err(e) => {
+                if self.tracker_error.as_deref() != Some(e.as_str()) {
+                    self.log(Event::now(
+                        kind::TRACKER_ERROR,
+                        format!("ready-for-agent check failed, slot states kept: {e}"),
+                    ));
+                    self.tracker_error = Some(e);
+                }
+            }
+        }
+        if self.queue_again {
+            self.queue_again = false;
+            self.request_queue();
+        }
+    }
+
+    fn request_queue(&mut self) {
+        if self.queue_inflight {
+            self.queue_again = true;
+            return;
+        }
+        if self.queue_tx.send(()).is_ok() {
+            self.queue_inflight = true;
+        }
+    }
+
+    /// SIGCHLD: reap orphans of the workers' trees.
+    pub fn reap_orphans(&mut self) {
+        let keep: HashSet<i32> = self
+            .slots
+            .values()
+            .filter_map(|s| s.worker().filter(|w| w.own_child).map(|w| w.pid))
+            .chain(self.unwatched.iter().map(|(p, _)| *p))
+            .collect();
+        self.reaper.reap_orphans(&keep);
+    }
+}

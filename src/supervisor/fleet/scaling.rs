@@ -1,0 +1,149 @@
+//! `resize.toon`: converging the slots on a new target.
+
+use std::time::Instant;
+
+use super::*;
+
+impl Fleet {
+    // ---- resize ----
+
+    /// Reads `resize.toon` and converges the slots on it. A corrupt directive is reported
+    /// once per distinct content and otherwise ignored.
+    pub fn apply_resize(&mut self, now: Instant) {
+        match resize::read(&self.layout.resize_file()) {
+            Found::None => self.resize_reported = None,
+            Found::Corrupt { raw, why } => {
+                if self.resize_reported.as_deref() != Some(raw.as_str()) {
+                    let msg = format!(
+                        "{}: {why}; directive ignored, target stays {}",
+                        self.layout.resize_file().display(),
+                        self.target
+                    );
+                    self.log(Event::now(kind::ERROR, msg));
+                    self.resize_reported = Some(raw);
+                }
+            }
+            Found::Directive(Resize {
+                target,
+                shrink_mode,
+                runner,
+            }) => {
+                self.resize_reported = None;
+                if let Some(r) = runner
+                    && r != self.runner
+                {
+                    self.log(Event::now(
+                        kind::RESIZE,
+                        format!(
+                            "runner {} -> {r} for workers spawned from now on",
+                            self.runner
+                        ),
+                    ));
+                    self.runner = r;
+                }
+                if (target, shrink_mode) != (self.target, self.shrink_mode) {
+                    self.log(Event::now(
+                        kind::RESIZE,
+                        format!(
+                            "resize: target {} -> {target} (shrink-mode={shrink_mode})",
+                            self.target
+                        ),
+                    ));
+                }
+                self.reconcile(target, shrink_mode, now);
+            }
+        }
+    }
+
+    /// Converges on `target`: slots below it exist (a retiring one is kept instead of a new
+    /// spawn), slots at or above it drain or are killed.
+    pub(super) fn reconcile(&mut self, target: usize, mode: ShrinkMode, now: Instant) {
+        self.target = target;
+        self.shrink_mode = mode;
+        for idx in self
+            .slots
+            .keys()
+            .copied()
+            .filter(|i| *i >= target)
+            .collect::<Vec<_>>()
+        {
+            self.shrink_slot(idx, mode, now);
+        }
+        for idx in 0..target {
+            match self.slots.get_mut(&idx) {
+                Some(s) if s.retiring && s.worker().is_some_and(|w| w.kill.is_none()) => {
+                    s.retiring = false;
+                    let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+                    self.log(
+                        Event::now(
+                            kind::UNRETIRE,
+                            format!("slot {idx} kept: within the target again"),
+                        )
+                        .slot(idx),
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    self.slots.insert(idx, Slot::new(idx, self.params));
+                    self.spawn_in(idx, now);
+                }
+            }
+        }
+    }
+
+    fn shrink_slot(&mut self, idx: usize, mode: ShrinkMode, now: Instant) {
+        let retire_file = self.layout.retire_file(idx);
+        let Some(slot) = self.slots.get_mut(&idx) else {
+            return;
+        };
+        let was_retiring = slot.retiring;
+        slot.retiring = true;
+        let Some(w) = slot.worker_mut() else {
+            self.retire_slot(idx);
+            return;
+        };
+        if w.kill.is_some() {
+            return;
+        }
+        match mode {
+            ShrinkMode::HardKill => {
+                w.kill = Some(KillReason::Shrink);
+                let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
+                self.reaper.terminate(pid, own, false, now);
+                self.log(
+                    Event::now(
+                        kind::HARD_KILL,
+                        format!("slot {idx} surplus: stopping worker {id}"),
+                    )
+                    .slot(idx)
+                    .pid(pid),
+                );
+            }
+            ShrinkMode::DrainThenRetire if !was_retiring => {
+                let (pid, id) = (w.pid, w.id.clone());
+                if let Err(e) = atomic_write(&retire_file, b"") {
+                    self.log(Event::now(
+                        kind::ERROR,
+                        format!("{}: {e}", retire_file.display()),
+                    ));
+                }
+                self.log(
+                    Event::now(
+                        kind::RETIRE,
+                        format!("slot {idx} surplus: worker {id} finishes its issue, then the slot retires"),
+                    )
+                    .slot(idx)
+                    .pid(pid),
+                );
+            }
+            ShrinkMode::DrainThenRetire => {}
+        }
+    }
+
+    pub(super) fn retire_slot(&mut self, idx: usize) {
+        if self.slots.remove(&idx).is_some() {
+            let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+            self.log(Event::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Timers: the tick (heartbeat, resize, queue, stalls), circuit probes, group cleanup.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+impl Fleet {
+    // ---- timers ----
+
+    pub fn next_deadline(&self, now: Instant) -> Instant {
+        let mut d = self.next_tick;
+        for s in self.slots.values() {
+            if let Some(c) = s.circuit.next_deadline() {
+                d = d.min(c);
+            }
+        }
+        if let Some(r) = self.reaper.next_deadline(now) {
+            d = d.min(r);
+        }
+        if let Some(s) = self.stopping {
+            d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
+        }
+        d.max(now)
+    }
+
+    /// Runs whatever is due: group cleanup, circuit probes, the tick.
+    pub fn service(&mut self, now: Instant) {
+        self.reaper.poll(now);
+        if self.stopping.is_some() {
+            return;
+        }
+        self.circuits(now);
+        if now >= self.next_tick {
+            self.next_tick = now + Duration::from_secs(self.timing.tick_s);
+            self.tick(now);
+        }
+    }
+
+    fn circuits(&mut self, now: Instant) {
+        let idxs: Vec<usize> = self.slots.keys().copied().collect();
+        for idx in idxs {
+            let Some(slot) = self.slots.get_mut(&idx) else {
+                continue;
+            };
+            match slot.phase {
+                Phase::CircuitOpen if slot.circuit.probe_due(now) => {
+                    if let Some((backoff, step)) = slot.circuit.start_probe(now) {
+                        slot.phase = Phase::Idle { confirmed: true };
+                        let msg = texts::half_open(idx, backoff.as_secs(), step);
+                        self.log(Event::now(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
+                        self.spawn_in(idx, now);
+                    }
+                }
+                Phase::Running(_) => {
+                    if let Some(lived) = slot.circuit.check_probe(now) {
+                        let msg = texts::closed(idx, lived.as_secs());
+                        self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The tick: stop file, resize, queue, stalls, orphans, heartbeat and the tick line.
+    pub fn tick(&mut self, now: Instant) {
+        if self.layout.supervisor_stop().exists() {
+            self.begin_stop(0, "stop file", now);
+            return;
+        }
+        self.apply_resize(now);
+        self.request_queue();
+        self.check_stalls(now);
+        self.check_unwatched();
+        self.reap_orphans();
+        let snap = self.snapshot(now);
+        self.write_state(&snap);
+        self.dirty = false;
+        let counts = TickCounts {
+            slots: snap.slots.total,
+            respawned: self.tick_respawns,
+            deaths: self.tick_deaths,
+            parked: snap.slots.parked,
+            idle_parked: self.slots.values().filter(|s| s.is_idle()).count(),
+            ready: self.ready.unwrap_or(0),
+            busy: snap.slots.busy,
+            free: snap.slots.free,
+        };
+        self.tick_deaths = 0;
+        self.tick_respawns = 0;
+        self.log(Event::now(kind::TICK, texts::tick(&counts)));
+    }
+
+    fn check_unwatched(&mut self) {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        let mut ended = Vec::new();
+        self.unwatched.retain(|&(pid, start)| {
+            let kind = match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
+                Ok(WaitStatus::Exited(_, c)) => ExitKind::Code(c),
+                Ok(WaitStatus::Signaled(_, s, _)) => ExitKind::Signal(s as i32),
+                Ok(_) => return true,
+                Err(_) => ExitKind::Unknown,
+            };
+            ended.push((pid, start, kind));
+            false
+        });
+        let now = Instant::now();
+        for (pid, start, kind) in ended {
+            self.on_exit(pid, start, kind, now);
+        }
+    }
+
+    // ---- stalls ----
+
+    fn check_stalls(&mut self, now: Instant) {
+        let now_e = now_epoch();
+        let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
+        let idxs: Vec<usize> = self.slots.keys().copied().collect();
+        for idx in idxs {
+            let Some(w) = self.slots.get_mut(&idx).and_then(Slot::worker_mut) else {
+                continue;
+            };
+            let attempt = stall::current_attempt(&self.layout, &w.id);
+            w.issue = attempt.as_ref().map(|a| a.issue);
+            w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref());
+            self.last_progress_epoch = self.last_progress_epoch.max(w.progress_epoch);
+            if w.kill.is_some() {
+                continue;
+            }
+            let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
+            let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
+                stall::Verdict::Kill { idle_s } => {
+                    w.kill = Some(KillReason::Stall);
+                    self.reaper.terminate(pid, own, false, now);
+                    Event::now(
+                        kind::STALL_KILL,
+                        format!(
+                            "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group"
+                        ),
+                    )
+                }
+                stall::Verdict::Stalled { idle_s } if !w.stalled => {
+                    w.stalled = true;
+                    Event::now(
+                        kind::STALLED,
+                        format!("worker {id} stalled: no progress for {idle_s}s"),
+                    )
+                }
+                stall::Verdict::Progressing if w.stalled => {
+                    w.stalled = false;
+                    Event::now(kind::PROGRESS, format!("worker {id} progressing again"))
+                }
+                _ => continue,
+            };
+            self.log(ev.slot(idx).pid(pid));
+        }
+    }
+
+    // ---- the heartbeat ----
+
+    pub fn snapshot(&mut self, now: Instant) -> StateFile {
+        let window = Duration::from_secs(self.timing.circuit_window_s);
+        for q in [&mut self.churn_deaths, &mut self.churn_respawns] {
+            while q
+                .front()
+                .is_some_and(|t| now.saturating_duration_since(*t) > window)
+            {
+                q.pop_front();
+            }
+        }
+        let busy = self.slots.values().filter(|s| s.worker().is_some()).count();
+        let parked = self.slots.values().filter(|s| s.is_parked()).count();
+        let total = self.slots.len();
+        let sys_now = SystemTime::now();
+        StateFile {
+            ts: now_rfc3339_millis(),
+            epoch: epoch_secs(sys_now),
+            pid: self.me.0,
+            pid_start_time: self.me.1,
+            target: self.target,
+            runner: self.runner.clone(),
+            shrink_mode: self.shrink_mode,
+            ready_for_agent: self.ready,
+            slots: SlotCounts {
+                busy,
+                free: total - busy - parked,
+                total,
+                parked,
+            },
+            slot_pids: self
+                .slots
+                .values()
+                .filter_map(|s| {
+                    s.worker().map(|w| SlotPid {
+                        slot: s.index,
+                        pid: w.pid,
+                        start: w.start,
+                    })
+                })
+                .collect(),
+            churn: Churn {
+                deaths: self.churn_deaths.len(),
+                respawns: self.churn_respawns.len(),
+                window_s: self.timing.circuit_window_s,
+            },
+            last_progress_epoch: self.last_progress_epoch,
+            slot_detail: self
+                .slots
+                .values()
+                .map(|s| SlotDetail {
+                    slot: s.index,
+                    state: s.state_word().to_string(),
+                    pid: s.worker().map(|w| w.pid),
+                    worker_id: s.worker().map(|w| w.id.clone()),
+                    started_epoch: s.worker().map(|w| w.started_epoch),
+                    restarts: s.restarts,
+                    issue: s.worker().and_then(|w| w.issue),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn write_state(&mut self, snap: &StateFile) {
+        let path = self.layout.state_file();
+        match state_file::write(&path, snap) {
+            Ok(()) => self.state_error = None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.state_error.as_deref() != Some(e.as_str()) {
+                    self.journal.write(Event::now(kind::ERROR, e.clone()));
+                    self.state_error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
+    pub fn heartbeat(&mut self, now: Instant) {
+        self.dirty = false;
+        let snap = self.snapshot(now);
+        self.write_state(&snap);
+    }
+}

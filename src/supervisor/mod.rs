@@ -1,0 +1,16 @@
+//! The fleet supervisor (SPEC §4–§6): start-up, slots, the tick, and the control files.
+
+pub mod circuit;
+pub mod control;
+pub mod fleet;
+pub mod journal;
+pub mod lane;
+pub mod procs;
+pub mod reaper;
+pub mod resize;
+pub mod run;
+pub mod slot;
+pub mod spawn;
+pub mod stall;
+pub mod state_file;
+pub mod texts;

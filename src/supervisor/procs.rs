@@ -1,0 +1,120 @@
+//! The process table as `/proc` shows it, and pidfds.
+//!
+//! The supervisor needs more than `pidfile` judges: the session and process group of every
+//! process, to find a worker's leftovers after it ended and to reap the orphans reparented
+//! to it as a child subreaper without stealing the children other code waits for.
+
+use std::fs;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// One process as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: i32,
+    pub state: char,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// Field 22, clock ticks since boot.
+    pub start: u64,
+}
+
+impl Proc {
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z' || self.state == 'X'
+    }
+}
+
+/// Parses a stat line; the comm field may hold spaces and parens, so fields are counted
+/// after the last `)`.
+pub fn parse_stat(pid: i32, text: &str) -> Option<Proc> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): field k is f[k - 3].
+    Some(Proc {
+        pid,
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgid: f.get(2)?.parse().ok()?,
+        sid: f.get(3)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// One process, `None` when it does not exist.
+pub fn read(pid: i32) -> Option<Proc> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &text)
+}
+
+/// Every process visible in `/proc`. Processes that vanish mid-scan are skipped.
+pub fn table() -> Vec<Proc> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        read(pid)
+    })
+    .collect()
+}
+
+/// Is any process other than a zombie still in process group `pgid`?
+pub fn group_has_live_member(table: &[Proc], pgid: i32) -> bool {
+    table.iter().any(|p| p.pgid == pgid && !p.is_zombie())
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when the process ends, whoever its
+/// parent is. `None` when the process is gone or the kernel lacks the call.
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    let fd = i32::try_from(fd).ok()?;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// This process's session id.
+pub fn own_sid() -> i32 {
+    nix::unistd::getsid(None).map_or(0, |p| p.as_raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_session_and_group() {
+        let line = "42 (a b) c)) S 1 40 39 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1 1";
+        let p = parse_stat(42, line).unwrap();
+        assert_eq!(
+            (p.state, p.ppid, p.pgid, p.sid, p.start),
+            ('S', 1, 40, 39, 777)
+        );
+        assert!(parse_stat(1, "garbage").is_none());
+    }
+
+    #[test]
+    fn own_process_is_in_the_table() {
+        let me = std::process::id() as i32;
+        let t = table();
+        let p = t.iter().find(|p| p.pid == me).expect("self in /proc");
+        assert_eq!(p.sid, own_sid());
+        assert!(group_has_live_member(&t, p.pgid));
+    }
+
+    #[test]
+    fn pidfd_of_a_running_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(pidfd_open(child.id() as i32).is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,221 @@
+//! Cleaning up after workers: what is left of an ended worker's process group is
+//! terminated (SIGTERM, then SIGKILL after the stop grace), its leader is reaped only once
+//! the group is empty, and orphans reparented to the supervisor are reaped.
+//!
+//! Keeping our own leader a zombie until its group is gone pins the group id: the kernel
+//! cannot hand that pid to a new process while the zombie exists, so a late SIGKILL to the
+//! group can never hit an unrelated one.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+
+use super::procs::{self, Proc};
+
+#[derive(Debug, Clone)]
+struct Dying {
+    leader: i32,
+    /// Our child: reaped here once the group is empty. An adopted leader is someone
+    /// else's child.
+    own_child: bool,
+    /// The leader has ended (its exit was handled); until then the group is not done.
+    leader_exited: bool,
+    kill_at: Instant,
+    killed: bool,
+}
+
+/// A group that finished cleaning up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    pub leader: i32,
+    /// SIGKILL was needed.
+    pub killed: bool,
+}
+
+#[derive(Debug)]
+pub struct Reaper {
+    grace: Duration,
+    my_pid: i32,
+    my_sid: i32,
+    dying: Vec<Dying>,
+}
+
+impl Reaper {
+    pub fn new(grace: Duration) -> Self {
+        Reaper {
+            grace,
+            my_pid: std::process::id() as i32,
+            my_sid: procs::own_sid(),
+            dying: Vec::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dying.is_empty()
+    }
+
+    pub fn contains(&self, leader: i32) -> bool {
+        self.dying.iter().any(|d| d.leader == leader)
+    }
+
+    /// Leaders this reaper is responsible for (never reaped as orphans).
+    pub fn leaders(&self) -> impl Iterator<Item = i32> + '_ {
+        self.dying.iter().map(|d| d.leader)
+    }
+
+    /// Starts terminating the group led by `leader`: SIGTERM now, SIGKILL at `now + grace`.
+    /// `leader_exited` says whether the leader's end was already handled.
+    pub fn terminate(&mut self, leader: i32, own_child: bool, leader_exited: bool, now: Instant) {
+        if let Some(d) = self.dying.iter_mut().find(|d| d.leader == leader) {
+            d.leader_exited |= leader_exited;
+            return;
+        }
+        // An adopted leader that is gone does not pin the group id: signal only a group
+        // that still has members.
+        if own_child || procs::group_has_live_member(&procs::table(), leader) {
+            let _ = killpg(Pid::from_raw(leader), Signal::SIGTERM);
+        }
+        self.dying.push(Dying {
+            leader,
+            own_child,
+            leader_exited,
+            kill_at: now + self.grace,
+            killed: false,
+        });
+    }
+
+    /// Records that the leader of a group being terminated has ended.
+    pub fn leader_exited(&mut self, leader: i32) {
+        if let Some(d) = self.dying.iter_mut().find(|d| d.leader == leader) {
+            d.leader_exited = true;
+        }
+    }
+
+    /// Sends SIGKILL to every group now, whatever its grace (a second stop signal).
+    pub fn kill_all_now(&mut self, now: Instant) {
+        for d in &mut self.dying {
+            d.kill_at = now;
+        }
+    }
+
+    /// Advances every group: SIGKILL when its grace is over, done when no live member is
+    /// left and the leader's end was handled (then our own leader is reaped).
+    pub fn poll(&mut self, now: Instant) -> Vec<Done> {
+        if self.dying.is_empty() {
+            return Vec::new();
+        }
+        let table = procs::table();
+        let mut done = Vec::new();
+        self.dying.retain_mut(|d| {
+            let members = procs::group_has_live_member(&table, d.leader);
+            if !members && d.leader_exited {
+                if d.own_child {
+                    let _ = waitpid(Pid::from_raw(d.leader), Some(WaitPidFlag::WNOHANG));
+                }
+                done.push(Done {
+                    leader: d.leader,
+                    killed: d.killed,
+                });
+                return false;
+            }
+            if members && now >= d.kill_at && !d.killed {
+                let _ = killpg(Pid::from_raw(d.leader), Signal::SIGKILL);
+                d.killed = true;
+            }
+            true
+        });
+        done
+    }
+
+    /// When the next SIGKILL is due, or a short re-check interval while groups are pending.
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.dying.is_empty() {
+            return None;
+        }
+        let recheck = now + Duration::from_millis(100);
+        let kill = self
+            .dying
+            .iter()
+            .filter(|d| !d.killed)
+            .map(|d| d.kill_at)
+            .min();
+        Some(kill.map_or(recheck, |k| k.min(recheck)))
+    }
+
+    /// Reaps zombies reparented to us from workers' trees. Children of our own session
+    /// (commands the supervisor runs and waits for itself) and the leaders in `keep` are
+    /// left alone. Returns how many were reaped.
+    pub fn reap_orphans(&self, keep: &HashSet<i32>) -> usize {
+        let table = procs::table();
+        self.reap_orphans_in(&table, keep)
+    }
+
+    fn reap_orphans_in(&self, table: &[Proc], keep: &HashSet<i32>) -> usize {
+        let mut n = 0;
+        for p in table {
+            if p.ppid == self.my_pid
+                && p.is_zombie()
+                && p.sid != self.my_sid
+                && !keep.contains(&p.pid)
+                && !self.contains(p.pid)
+                && waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG)).is_ok()
+            {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::spawn::{SpawnSpec, spawn, watch_child};
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn group_leftovers_are_terminated_and_leader_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let gc = dir.path().join("gc.pid");
+        // The worker leaves a grandchild in its group and exits at once.
+        let script = format!("sleep 300 & echo $! > {}; exit 3", gc.display());
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
+        let s = spawn(&SpawnSpec {
+            argv: &argv,
+            cwd: dir.path(),
+            log: &dir.path().join("log"),
+            env: vec![],
+        })
+        .unwrap();
+        let (tx, rx) = mpsc::channel();
+        watch_child(s.pid, move |k| tx.send(k).unwrap()).unwrap();
+        rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let gc: i32 = std::fs::read_to_string(&gc)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(procs::read(gc).is_some_and(|p| !p.is_zombie()));
+        let mut r = Reaper::new(Duration::from_secs(30));
+        r.terminate(s.pid, true, true, Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut done = Vec::new();
+        while done.is_empty() {
+            assert!(Instant::now() < deadline, "group never emptied");
+            done = r.poll(Instant::now());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            done,
+            vec![Done {
+                leader: s.pid,
+                killed: false
+            }]
+        );
+        assert!(procs::read(s.pid).is_none(), "leader reaped");
+        assert!(r.is_empty());
+    }
+}

@@ -1,0 +1,137 @@
+//! `resize.toon`: the scale directive (SPEC §4), written by `scale`, read every tick.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::state_file::ShrinkMode;
+use crate::fsutil::atomic_write;
+
+/// The largest fleet a directive may ask for, the same bound as `fleet.workers`.
+pub const MAX_TARGET: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resize {
+    pub target: usize,
+    #[serde(default)]
+    pub shrink_mode: ShrinkMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<String>,
+}
+
+pub fn encode(r: &Resize) -> Result<String, String> {
+    reddb_io_toon::to_string(r)
+        .map(|s| s + "\n")
+        .map_err(|e| e.to_string())
+}
+
+/// Parses a directive; the error says what is wrong, for a one-line report.
+pub fn decode(text: &str) -> Result<Resize, String> {
+    let r: Resize = reddb_io_toon::from_str(text).map_err(|e| e.to_string())?;
+    if r.target > MAX_TARGET {
+        return Err(format!("target {} is above {MAX_TARGET}", r.target));
+    }
+    if r.runner.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err("runner must not be empty".into());
+    }
+    Ok(r)
+}
+
+pub fn write(path: &Path, r: &Resize) -> io::Result<()> {
+    let text = encode(r).map_err(io::Error::other)?;
+    atomic_write(path, text.as_bytes())
+}
+
+/// What the lane holds: nothing, a valid directive, or a corrupt file (with its text kept
+/// so the same corruption is reported once, not every tick).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    None,
+    Directive(Resize),
+    Corrupt { raw: String, why: String },
+}
+
+pub fn read(path: &Path) -> Found {
+    match fs::read(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Found::None,
+        Err(e) => Found::Corrupt {
+            raw: String::new(),
+            why: format!("unreadable: {e}"),
+        },
+        Ok(bytes) => {
+            let raw = String::from_utf8_lossy(&bytes).into_owned();
+            match decode(&raw) {
+                Ok(r) => Found::Directive(r),
+                Err(why) => Found::Corrupt { raw, why },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_defaults() {
+        let r = Resize {
+            target: 3,
+            shrink_mode: ShrinkMode::HardKill,
+            runner: None,
+        };
+        let text = encode(&r).unwrap();
+        assert_eq!(text, "target: 3\nshrink_mode: hard-kill\n");
+        assert_eq!(decode(&text).unwrap(), r);
+        assert_eq!(
+            decode("target: 0\n").unwrap(),
+            Resize {
+                target: 0,
+                shrink_mode: ShrinkMode::DrainThenRetire,
+                runner: None
+            }
+        );
+        let with_runner = decode("target: 1\nrunner: codex\n").unwrap();
+        assert_eq!(with_runner.runner.as_deref(), Some("codex"));
+    }
+
+    #[test]
+    fn bad_directives_are_rejected() {
+        for bad in [
+            "",
+            "target: -1\n",
+            "target: two\n",
+            "shrink_mode: hard-kill\n",
+            "target: 2\nshrink_mode: gently\n",
+            "target: 5000\n",
+            "target: 2\nextra: 1\n",
+            "target: 2\nrunner: \"\"\n",
+        ] {
+            assert!(decode(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn read_distinguishes_missing_valid_and_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("resize.toon");
+        assert_eq!(read(&p), Found::None);
+        fs::write(&p, "target: x\n").unwrap();
+        assert!(matches!(read(&p), Found::Corrupt { .. }));
+        write(
+            &p,
+            &Resize {
+                target: 4,
+                shrink_mode: ShrinkMode::DrainThenRetire,
+                runner: None,
+            },
+        )
+        .unwrap();
+        assert!(matches!(
+            read(&p),
+            Found::Directive(Resize { target: 4, .. })
+        ));
+    }
+}

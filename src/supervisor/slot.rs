@@ -1,0 +1,113 @@
+//! One slot: which worker runs in it, or why none does.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::circuit::{self, Circuit};
+
+/// Why the supervisor itself ended a worker, so its end is not judged like a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// No progress for the stall-kill time: respawn.
+    Stall,
+    /// Surplus after a hard-kill shrink: do not respawn.
+    Shrink,
+    /// The fleet is stopping.
+    Stop,
+}
+
+/// A live worker in a slot.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub pid: i32,
+    /// Start token; with the pid, the identity other tools verify.
+    pub start: u64,
+    pub id: String,
+    pub started: Instant,
+    pub started_epoch: u64,
+    /// Spawned by this supervisor (else adopted from a previous one).
+    pub own_child: bool,
+    pub log: PathBuf,
+    pub kill: Option<KillReason>,
+    pub stalled: bool,
+    pub issue: Option<u64>,
+    pub progress_epoch: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Phase {
+    Running(Worker),
+    /// Exited 0; waits until the tracker shows work. `confirmed` once a queue check saw it
+    /// empty (until then the idling is provisional and not logged).
+    Idle {
+        confirmed: bool,
+    },
+    /// Exit 78: never retried.
+    Fatal,
+    /// The circuit is open: waits for its half-open probe.
+    CircuitOpen,
+}
+
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub index: usize,
+    pub phase: Phase,
+    pub circuit: Circuit,
+    /// Workers started in this slot, adopted ones included.
+    pub spawns: u64,
+    /// Workers started after the first.
+    pub restarts: u64,
+    /// Surplus after a drain shrink: its worker finishes and is not replaced.
+    pub retiring: bool,
+}
+
+impl Slot {
+    pub fn new(index: usize, params: circuit::Params) -> Self {
+        Slot {
+            index,
+            phase: Phase::Idle { confirmed: false },
+            circuit: Circuit::new(params),
+            spawns: 0,
+            restarts: 0,
+            retiring: false,
+        }
+    }
+
+    pub fn worker(&self) -> Option<&Worker> {
+        match &self.phase {
+            Phase::Running(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub fn worker_mut(&mut self) -> Option<&mut Worker> {
+        match &mut self.phase {
+            Phase::Running(w) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub fn is_parked(&self) -> bool {
+        matches!(self.phase, Phase::Fatal | Phase::CircuitOpen)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle { .. })
+    }
+
+    /// The `status` word: running, idle, parked, half-open, retiring or stalled.
+    pub fn state_word(&self) -> &'static str {
+        match &self.phase {
+            Phase::Running(_) if self.retiring => "retiring",
+            Phase::Running(w) if w.stalled => "stalled",
+            Phase::Running(_)
+                if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) =>
+            {
+                "half-open"
+            }
+            Phase::Running(_) => "running",
+            Phase::Idle { .. } => "idle",
+            Phase::Fatal | Phase::CircuitOpen => "parked",
+        }
+    }
+}

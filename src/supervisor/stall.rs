@@ -1,0 +1,193 @@
+//! Is a worker still making progress? Progress is the newest of: the worker's start, its
+//! current attempt's last `liveness.toonl` record, and its slot log's modification time.
+//! The attempt dir also tells which issue the worker is on, for `status`.
+
+use std::fs;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use reddb_io_toon::ToonlRowReader;
+
+use crate::layout::{self, Layout, WORKER_NAMESPACES};
+use crate::timeutil::{epoch_secs, parse_rfc3339};
+
+/// A worker's newest attempt dir `<ns>/<worker-id>/<N>-a<n>/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub dir: PathBuf,
+    pub issue: u64,
+    pub attempt: u64,
+}
+
+/// A worker id is used as a path component: only ids that cannot escape the namespace.
+fn safe_id(id: &str) -> bool {
+    !id.is_empty()
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// The most recently modified attempt dir of `worker_id` in any worker namespace.
+pub fn current_attempt(layout: &Layout, worker_id: &str) -> Option<Attempt> {
+    if !safe_id(worker_id) {
+        return None;
+    }
+    let mut best: Option<(SystemTime, Attempt)> = None;
+    for ns in WORKER_NAMESPACES {
+        let dir = layout.worker_namespace(ns).join(worker_id);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Some((issue, attempt)) = e.file_name().to_str().and_then(layout::parse_attempt_dir)
+            else {
+                continue;
+            };
+            // symlink_metadata: a symlinked "attempt" is not an attempt.
+            let Ok(meta) = fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            if best.as_ref().is_none_or(|(t, _)| mtime > *t) {
+                best = Some((
+                    mtime,
+                    Attempt {
+                        dir: e.path(),
+                        issue,
+                        attempt,
+                    },
+                ));
+            }
+        }
+    }
+    best.map(|(_, a)| a)
+}
+
+/// The time of the last complete record of `liveness.toonl` (its `ts` or `epoch` field),
+/// else the file's modification time.
+pub fn liveness_time(attempt_dir: &Path) -> Option<SystemTime> {
+    let path = attempt_dir.join("liveness.toonl");
+    let meta = fs::metadata(&path).ok()?;
+    let from_record = fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| last_record_time(&text));
+    from_record.or_else(|| meta.modified().ok())
+}
+
+fn last_record_time(text: &str) -> Option<SystemTime> {
+    let complete = &text[..text.rfind('\n')?];
+    let mut header = None;
+    let mut last = None;
+    for line in complete.lines() {
+        if line.starts_with("[]{") && line.ends_with("}:") {
+            header = Some(line);
+        } else if !line.is_empty() && !line.starts_with("[=") {
+            last = header.map(|h| (h, line));
+        }
+    }
+    let (h, line) = last?;
+    let doc = format!("{h}\n{line}\n");
+    let value = ToonlRowReader::new(Cursor::new(doc.into_bytes()))
+        .next()?
+        .ok()?
+        .to_json_value();
+    if let Some(ts) = value.get("ts").and_then(|v| v.as_str()) {
+        return parse_rfc3339(ts);
+    }
+    let epoch = value.get("epoch").and_then(serde_json::Value::as_u64)?;
+    Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(epoch))
+}
+
+/// The newest sign of life, in epoch seconds.
+pub fn progress_epoch(started_epoch: u64, log: &Path, attempt: Option<&Attempt>) -> u64 {
+    let log_t = fs::metadata(log)
+        .and_then(|m| m.modified())
+        .map(epoch_secs)
+        .unwrap_or(0);
+    let live_t = attempt
+        .and_then(|a| liveness_time(&a.dir))
+        .map(epoch_secs)
+        .unwrap_or(0);
+    started_epoch.max(log_t).max(live_t)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Progressing,
+    Stalled { idle_s: u64 },
+    Kill { idle_s: u64 },
+}
+
+pub fn judge(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) -> Verdict {
+    let idle_s = now_epoch.saturating_sub(progress_epoch);
+    if idle_s >= kill_s {
+        Verdict::Kill { idle_s }
+    } else if idle_s >= stall_s {
+        Verdict::Stalled { idle_s }
+    } else {
+        Verdict::Progressing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn judge_thresholds() {
+        assert_eq!(judge(1000, 1000, 600, 1800), Verdict::Progressing);
+        assert_eq!(judge(1599, 1000, 600, 1800), Verdict::Progressing);
+        assert_eq!(
+            judge(1600, 1000, 600, 1800),
+            Verdict::Stalled { idle_s: 600 }
+        );
+        assert_eq!(judge(2800, 1000, 600, 1800), Verdict::Kill { idle_s: 1800 });
+        assert_eq!(judge(10, 1000, 600, 1800), Verdict::Progressing);
+    }
+
+    #[test]
+    fn newest_attempt_and_its_liveness_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let wdir = layout.worker_namespace("workers").join("w-1");
+        fs::create_dir_all(wdir.join("7-a1")).unwrap();
+        fs::create_dir_all(wdir.join("not-an-attempt")).unwrap();
+        assert_eq!(current_attempt(&layout, "w-1").unwrap().issue, 7);
+        std::thread::sleep(Duration::from_millis(20));
+        fs::create_dir_all(wdir.join("9-a2")).unwrap();
+        let a = current_attempt(&layout, "w-1").unwrap();
+        assert_eq!((a.issue, a.attempt), (9, 2));
+        assert!(current_attempt(&layout, "../w-1").is_none());
+        assert!(current_attempt(&layout, "nobody").is_none());
+
+        fs::write(
+            a.dir.join("liveness.toonl"),
+            "[]{ts,stage}:\n\"2030-01-01T00:00:00.000Z\",work\n\"2030-01-01T00:00:10Z\",work\n\"2030-01-01T00:0",
+        )
+        .unwrap();
+        let t = liveness_time(&a.dir).unwrap();
+        assert_eq!(epoch_secs(t), 1_893_456_010);
+        assert_eq!(
+            progress_epoch(5, &dir.path().join("nolog"), Some(&a)),
+            1_893_456_010
+        );
+        // A log written after the record wins; the start wins over both when newer.
+        assert_eq!(
+            progress_epoch(2_000_000_000, &dir.path().join("nolog"), Some(&a)),
+            2_000_000_000
+        );
+        // Garbage records fall back to the file's mtime.
+        fs::write(a.dir.join("liveness.toonl"), "junk\n").unwrap();
+        let mt = fs::metadata(a.dir.join("liveness.toonl"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(liveness_time(&a.dir), Some(mt));
+    }
+}

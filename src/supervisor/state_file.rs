@@ -1,0 +1,278 @@
+//! `state.toon`, the heartbeat snapshot (SPEC §4).
+//!
+//! Written atomically every tick and after every transition; `status`, `scale`, `stop` and
+//! the next supervisor's takeover read it. The SPEC §4 fields come first, exactly as named
+//! there; `slot_detail` is this tool's addition for `status` and takeover, and readers
+//! that do not know it ignore it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::atomic_write;
+
+/// How surplus slots go when the target shrinks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShrinkMode {
+    /// Ask the worker to finish its issue (`.retire` file) and do not respawn it.
+    #[default]
+    DrainThenRetire,
+    /// Stop the surplus workers at once.
+    HardKill,
+}
+
+impl ShrinkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShrinkMode::DrainThenRetire => "drain-then-retire",
+            ShrinkMode::HardKill => "hard-kill",
+        }
+    }
+}
+
+impl std::str::FromStr for ShrinkMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "drain-then-retire" => Ok(ShrinkMode::DrainThenRetire),
+            "hard-kill" => Ok(ShrinkMode::HardKill),
+            other => Err(format!(
+                "unknown shrink mode {other:?} (expected drain-then-retire or hard-kill)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ShrinkMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCounts {
+    /// Slots with a live worker.
+    pub busy: usize,
+    /// Slots neither busy nor parked: idle, or between a death and the respawn.
+    pub free: usize,
+    pub total: usize,
+    /// Slots parked for good (exit 78) or by an open circuit.
+    pub parked: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotPid {
+    pub slot: usize,
+    pub pid: i32,
+    /// Start time in clock ticks (`/proc/<pid>/stat` field 22): with the pid, the identity.
+    pub start: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Churn {
+    pub deaths: usize,
+    pub respawns: usize,
+    pub window_s: u64,
+}
+
+/// One slot as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotDetail {
+    pub slot: usize,
+    /// `running`, `idle`, `parked`, `half-open`, `retiring` or `stalled`.
+    pub state: String,
+    pub pid: Option<i32>,
+    pub worker_id: Option<String>,
+    /// When the current worker started (epoch seconds).
+    pub started_epoch: Option<u64>,
+    pub restarts: u64,
+    pub issue: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub ts: String,
+    pub epoch: u64,
+    pub pid: i32,
+    pub pid_start_time: u64,
+    pub target: usize,
+    pub runner: String,
+    pub shrink_mode: ShrinkMode,
+    /// Open `ready-for-agent` issues at the last successful check; null when unknown.
+    pub ready_for_agent: Option<u64>,
+    pub slots: SlotCounts,
+    pub slot_pids: Vec<SlotPid>,
+    pub churn: Churn,
+    pub last_progress_epoch: u64,
+    #[serde(default)]
+    pub slot_detail: Vec<SlotDetail>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: not a valid state file: {msg}")]
+    Decode { path: PathBuf, msg: String },
+    #[error("{path}: cannot encode state: {msg}")]
+    Encode { path: PathBuf, msg: String },
+}
+
+pub fn encode(state: &StateFile) -> Result<String, String> {
+    reddb_io_toon::to_string(state)
+        .map(|mut s| {
+            s.push('\n');
+            s
+        })
+        .map_err(|e| e.to_string())
+}
+
+pub fn decode(text: &str) -> Result<StateFile, String> {
+    reddb_io_toon::from_str(text).map_err(|e| e.to_string())
+}
+
+pub fn write(path: &Path, state: &StateFile) -> Result<(), StateFileError> {
+    let text = encode(state).map_err(|msg| StateFileError::Encode {
+        path: path.to_path_buf(),
+        msg,
+    })?;
+    atomic_write(path, text.as_bytes()).map_err(|source| StateFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads the snapshot; `Ok(None)` when there is none.
+pub fn read(path: &Path) -> Result<Option<StateFile>, StateFileError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(StateFileError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    decode(&text)
+        .map(Some)
+        .map_err(|msg| StateFileError::Decode {
+            path: path.to_path_buf(),
+            msg,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> StateFile {
+        StateFile {
+            ts: "2026-01-02T03:04:05.678Z".into(),
+            epoch: 1_767_323_045,
+            pid: 4242,
+            pid_start_time: 99,
+            target: 2,
+            runner: "claude".into(),
+            shrink_mode: ShrinkMode::DrainThenRetire,
+            ready_for_agent: Some(3),
+            slots: SlotCounts {
+                busy: 1,
+                free: 0,
+                total: 2,
+                parked: 1,
+            },
+            slot_pids: vec![SlotPid {
+                slot: 0,
+                pid: 5000,
+                start: 1234,
+            }],
+            churn: Churn {
+                deaths: 4,
+                respawns: 3,
+                window_s: 90,
+            },
+            last_progress_epoch: 1_767_323_000,
+            slot_detail: vec![
+                SlotDetail {
+                    slot: 0,
+                    state: "running".into(),
+                    pid: Some(5000),
+                    worker_id: Some("sup-4242-slot-0-1".into()),
+                    started_epoch: Some(1_767_322_000),
+                    restarts: 0,
+                    issue: Some(17),
+                },
+                SlotDetail {
+                    slot: 1,
+                    state: "parked".into(),
+                    pid: None,
+                    worker_id: None,
+                    started_epoch: None,
+                    restarts: 5,
+                    issue: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_spec_field_names() {
+        let s = sample();
+        let text = encode(&s).unwrap();
+        assert_eq!(decode(&text).unwrap(), s);
+        for field in [
+            "ts:",
+            "epoch:",
+            "pid:",
+            "pid_start_time:",
+            "target:",
+            "runner:",
+            "shrink_mode: drain-then-retire",
+            "ready_for_agent: 3",
+            "slots:",
+            "busy:",
+            "free:",
+            "total:",
+            "parked:",
+            "slot_pids[1]{slot,pid,start}:",
+            "churn:",
+            "deaths:",
+            "respawns:",
+            "window_s:",
+            "last_progress_epoch:",
+        ] {
+            assert!(text.contains(field), "{field} missing in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn unknown_extra_and_missing_detail_are_tolerated() {
+        let mut s = sample();
+        s.slot_detail.clear();
+        s.slot_pids.clear();
+        s.ready_for_agent = None;
+        let text = encode(&s).unwrap();
+        let stripped: String = text
+            .lines()
+            .filter(|l| !l.starts_with("slot_detail"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(decode(&stripped).unwrap(), s);
+    }
+
+    #[test]
+    fn corrupt_file_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.toon");
+        assert!(read(&p).unwrap().is_none());
+        fs::write(&p, "epoch: [not, toon\n\u{0}").unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(err.contains("state.toon: not a valid state file"), "{err}");
+        write(&p, &sample()).unwrap();
+        assert_eq!(read(&p).unwrap(), Some(sample()));
+    }
+}

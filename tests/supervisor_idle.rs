@@ -1,0 +1,145 @@
+//! Idling on an empty queue and un-idling when work appears, with the real local tracker.
+
+mod fleet;
+mod support;
+
+use std::fs;
+
+use fleet::{FAST_TIMING, Fleet};
+
+/// A worker that claims the first `ready-for-agent` issue (an exclusive `mkdir`, then the
+/// label `running`), notes it, and exits 0, as a worker with nothing more to do does.
+const CLAIMING_WORKER: &str = r#"
+n=$("$AFK_TEST_BIN" issue list --label ready-for-agent 2>/dev/null | head -1 | sed -n 's/^#\([0-9]*\) .*/\1/p')
+if [ -n "$n" ] && mkdir "$AFK_TEST_DIR/claim-$n" 2>/dev/null; then
+  "$AFK_TEST_BIN" issue label "$n" --remove ready-for-agent --add running 2>/dev/null
+  echo "$n" >> "$AFK_TEST_DIR/worked"
+fi
+exit 0
+"#;
+
+fn new_issue(f: &Fleet, title: &str) {
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        title,
+        "--label",
+        "ready-for-agent",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn claiming_fleet() -> Fleet {
+    let mut f = Fleet::new(
+        CLAIMING_WORKER,
+        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
+    );
+    f.extra_env.push((
+        "AFK_TEST_BIN".into(),
+        env!("CARGO_BIN_EXE_afk-supervisor").into(),
+    ));
+    f
+}
+
+#[test]
+fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
+    let mut f = claiming_fleet();
+    f.start(&["--workers", "2"]);
+    let idle = f.wait_events("slot.idle", 2);
+    assert!(
+        idle[0]
+            .msg
+            .contains("idle: worker exited 0 and no ready-for-agent issue is open"),
+        "{}",
+        idle[0].msg
+    );
+    // Idle slots stay idle while the queue is empty.
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 2);
+    assert_eq!(f.count("slot.spawn"), 2, "{}", f.dump());
+    let s = f.state().unwrap();
+    assert_eq!(s.slots.busy, 0);
+    assert!(s.slot_detail.iter().all(|d| d.state == "idle"));
+    assert_eq!(s.ready_for_agent, Some(0));
+
+    // One ready issue wakes one slot; its worker claims it and the slot idles again.
+    new_issue(&f, "first");
+    let unidle = f.wait_events("slot.unidle", 1);
+    assert!(
+        unidle[0].msg.ends_with("un-idled: ready-for-agent=1"),
+        "{}",
+        unidle[0].msg
+    );
+    f.wait_events("slot.idle", 3);
+    assert_eq!(fleet::read(&f.file("worked")), "1\n");
+    assert_eq!(f.count("slot.spawn"), 3);
+
+    // Two ready issues wake both slots; each issue is worked once.
+    new_issue(&f, "second");
+    new_issue(&f, "third");
+    assert!(
+        support::wait_until(fleet::WAIT, || {
+            fleet::read(&f.file("worked")).lines().count() == 3
+                && f.state()
+                    .is_some_and(|s| s.slots.busy == 0 && s.ready_for_agent == Some(0))
+        }),
+        "{}",
+        f.dump()
+    );
+    let mut worked: Vec<String> = fleet::read(&f.file("worked"))
+        .lines()
+        .map(String::from)
+        .collect();
+    worked.sort();
+    assert_eq!(worked, ["1", "2", "3"]);
+    // Every spawn after the first two was an un-idle.
+    let unidles = f.events_of("slot.unidle");
+    assert!(unidles.len() >= 3, "{}", f.dump());
+    assert_eq!(f.count("slot.spawn"), 2 + unidles.len(), "{}", f.dump());
+    // No clean exit was counted as a death.
+    assert!(
+        f.events_of("supervisor.tick")
+            .iter()
+            .all(|e| e.msg.contains(" deaths=0 "))
+    );
+}
+
+#[test]
+fn a_tracker_failure_neither_idles_nor_wakes_anything() {
+    let mut f = claiming_fleet();
+    f.start(&["--workers", "1"]);
+    f.wait_events("slot.idle", 1);
+    // Break the local store: its directory becomes a plain file.
+    let store = f.layout.tracker_dir();
+    let aside = store.with_file_name("tracker.aside");
+    fs::rename(&store, &aside).unwrap();
+    fs::write(&store, "not a directory").unwrap();
+    let err = f.wait_events("tracker.error", 1);
+    assert!(
+        err[0]
+            .msg
+            .starts_with("ready-for-agent check failed, slot states kept: "),
+        "{}",
+        err[0].msg
+    );
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    // Logged once, nothing woken, the slot still idle.
+    assert_eq!(f.count("tracker.error"), 1, "{}", f.dump());
+    assert_eq!(f.count("slot.spawn"), 1);
+    assert_eq!(f.state().unwrap().slot_detail[0].state, "idle");
+    // Repaired, with work: the slot wakes.
+    fs::remove_file(&store).unwrap();
+    fs::rename(&aside, &store).unwrap();
+    new_issue(&f, "after the outage");
+    f.wait_events("slot.unidle", 1);
+    f.wait_events("slot.idle", 2);
+    assert_eq!(fleet::read(&f.file("worked")), "1\n");
+    let recovered = f.wait_events("tracker.error", 2);
+    assert!(
+        recovered[1]
+            .msg
+            .starts_with("ready-for-agent check works again")
+    );
+}
