@@ -361,7 +361,8 @@ fn belt_survives_a_failed_pass_and_is_a_singleton() {
 
     // The owner goes away: the other belt takes over on its next pass.
     drop(a);
-    assert!(matches!(b.pass(&t), BeltPass::Swept(_)));
+    let p = b.pass(&t);
+    assert!(matches!(p, BeltPass::Swept(_)), "{p:?}");
     assert!(b.owns());
 }
 

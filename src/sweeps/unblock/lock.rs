@@ -6,6 +6,10 @@
 //! `TMPDIR`). The kernel drops it when its holder dies, so a crash never leaves a stale lock.
 //! The holder writes its pid and a label (its checkout) into the file, for the loser's
 //! "held by" message; the content is advisory, the `flock` alone decides.
+//!
+//! The lock belongs to the open file, which a child forked by any thread shares until it
+//! execs (the descriptor is close-on-exec); so a lock is released with an explicit unlock,
+//! never just by closing.
 
 use std::fmt;
 use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
@@ -104,8 +108,11 @@ impl HeldLock {
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        // Clear the holder note before the kernel drops the lock with the descriptor.
         let _ = self.file.set_len(0);
+        // Unlock explicitly rather than by closing: a child forked by another thread of
+        // this process shares the descriptor until it execs, and a mere close would leave
+        // the lock held through that copy. LOCK_UN releases it for every copy.
+        let _ = self.file.unlock();
     }
 }
 
