@@ -116,36 +116,59 @@ impl BootError {
     }
 }
 
-/// Runs the selected sweeps in suite order. A halt stops the suite at once.
+/// Runs the selected sweeps in suite order. A halt stops the suite at once; a failed sweep
+/// does not stop the ones after it (a broken branch reaper must not starve the unblock
+/// sweep), and the suite then reports every failure together.
 pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, BootError> {
     let mut report = BootReport::default();
+    let mut failures = Vec::new();
     for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
-        match name {
-            SweepName::Orphans => {
-                let now = std::time::SystemTime::now();
-                let r = crate::sweeps::orphans::run(ctx.layout, ctx.tracker, now, ctx.dry_run)
-                    .map_err(|e| BootError::Failed(format!("orphan cleanup: {e}")))?;
-                report.orphans = r.counts;
-                report.decisions.extend(r.decisions);
-            }
-            SweepName::AttemptCap => {
-                use crate::sweeps::attempt_cap::{self, Caps};
-                let now = std::time::SystemTime::now();
-                let gone = attempt_cap::gone_in_dry_run(ctx.layout, &report.decisions);
-                let caps = Caps::from_config(&ctx.config.sweeps);
-                let r = attempt_cap::run(ctx.layout, caps, now, ctx.dry_run, &gone)
-                    .map_err(|e| BootError::Failed(format!("attempt cap: {e}")))?;
-                report.attempt_cap_reclaimed = r.reclaimed;
-                report.decisions.extend(r.decisions);
-            }
-            // Each sweep's module plugs in here as it lands.
-            SweepName::Branches
-            | SweepName::DocsSweep
-            | SweepName::Unblock
-            | SweepName::Stragglers => {}
+        match run_one(ctx, name, &mut report) {
+            Ok(()) => {}
+            Err(halt @ BootError::Halted(_)) => return Err(halt),
+            Err(BootError::Failed(msg)) => failures.push(msg),
         }
     }
-    Ok(report)
+    if failures.is_empty() {
+        Ok(report)
+    } else {
+        Err(BootError::Failed(failures.join("; ")))
+    }
+}
+
+fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Result<(), BootError> {
+    match name {
+        SweepName::Orphans => {
+            let now = std::time::SystemTime::now();
+            let r = crate::sweeps::orphans::run(ctx.layout, ctx.tracker, now, ctx.dry_run)
+                .map_err(|e| BootError::Failed(format!("orphan cleanup: {e}")))?;
+            report.orphans = r.counts;
+            report.decisions.extend(r.decisions);
+        }
+        SweepName::AttemptCap => {
+            use crate::sweeps::attempt_cap::{self, Caps};
+            let now = std::time::SystemTime::now();
+            let gone = attempt_cap::gone_in_dry_run(ctx.layout, &report.decisions);
+            let caps = Caps::from_config(&ctx.config.sweeps);
+            let r = attempt_cap::run(ctx.layout, caps, now, ctx.dry_run, &gone)
+                .map_err(|e| BootError::Failed(format!("attempt cap: {e}")))?;
+            report.attempt_cap_reclaimed = r.reclaimed;
+            report.decisions.extend(r.decisions);
+        }
+        SweepName::Branches => crate::sweeps::branches::run_boot(ctx, report)?,
+        SweepName::DocsSweep => {
+            let docs = crate::sweeps::docs::run(ctx)
+                .map_err(|e| BootError::Failed(format!("docs-sweep: {e}")))?;
+            report.docs = docs.counts;
+            report.decisions.extend(docs.decisions);
+            if let Some(halt) = docs.halt {
+                return Err(BootError::Halted(halt.message()));
+            }
+        }
+        SweepName::Unblock => crate::sweeps::unblock::run_boot(ctx, report)?,
+        SweepName::Stragglers => crate::sweeps::stragglers::run_boot(ctx, report)?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -334,7 +334,15 @@ impl Worker<'_> {
         let attempt = next_attempt(self.layout, n);
         let attempt_dir = self.home.dir.join(format!("{n}-a{attempt}"));
         let worktree = attempt_dir.join("worktree");
-        let branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
+        let mut branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
+        // A kept worktree of an earlier attempt by the same worker id still holds the plain
+        // name; the attempt suffix keeps the SPEC §8 shape `afk/<worker>/<N>-<slug>`.
+        if matches!(
+            self.git.rev_parse(&format!("refs/heads/{branch}")),
+            Ok(Some(_))
+        ) {
+            branch = format!("{branch}-a{attempt}");
+        }
         let mut state = AttemptFile::new(
             &attempt_dir,
             &self.wenv.worker_id,
@@ -348,6 +356,9 @@ impl Worker<'_> {
             self.wenv.worker_id
         );
 
+        // Set once the agent has finished its work: from then on, a failure must not hand
+        // the issue back to the queue, or the work would be done twice.
+        let finished = std::cell::Cell::new(false);
         let result = (|| -> Result<Outcome, Failure> {
             fs::create_dir_all(&attempt_dir).map_err(|e| {
                 Failure::failed(format!(
@@ -365,6 +376,7 @@ impl Worker<'_> {
             match status {
                 AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
                 AgentEnd::Exited(0) => {
+                    finished.set(true);
                     state.write("publish")?;
                     let commits = self.publish(&worktree, &branch, &start_point);
                     let body = match commits {
@@ -401,17 +413,30 @@ impl Worker<'_> {
             }
         })();
 
-        if let Ok(Outcome::Interrupted(_)) | Err(_) = &result {
+        let interrupted = matches!(result, Ok(Outcome::Interrupted(_)) | Err(_));
+        if interrupted && !finished.get() {
             // Never leave the issue eternally `running`: give it back to the queue.
             let _ = self
                 .tracker
                 .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
             let _ = state.write("interrupted");
+        } else if result.is_err() {
+            let _ = state.write("handoff-failed");
         }
-        if worktree.exists()
-            && let Err(e) = self.git.worktree_remove(&worktree, true)
-        {
-            eprintln!("worker {}: {e}", self.wenv.worker_id);
+        // Only a finished attempt's worktree goes, and only when clean (git refuses a dirty
+        // one): after a failure or an interruption the agent's uncommitted work is kept
+        // beside the attempt's state for a person, until orphan cleanup judges the attempt.
+        let done = matches!(result, Ok(Outcome::Done));
+        if worktree.exists() {
+            match done.then(|| self.git.worktree_remove(&worktree, false)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => eprintln!("worker {}: worktree kept: {e}", self.wenv.worker_id),
+                None => eprintln!(
+                    "worker {}: worktree kept for inspection at {}",
+                    self.wenv.worker_id,
+                    worktree.display()
+                ),
+            }
         }
         if let Err(e) = claim.release() {
             eprintln!(

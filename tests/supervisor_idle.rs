@@ -143,3 +143,61 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
             .starts_with("ready-for-agent check works again")
     );
 }
+
+/// The supervisor's own unblock belt: a blocker closed by hand while the fleet runs promotes
+/// its dependent, which wakes an idle slot and gets worked, with no restart and no boot suite.
+#[test]
+fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
+    let mut f = Fleet::new(
+        CLAIMING_WORKER,
+        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}unblock_interval_s = 1\n"),
+    );
+    f.extra_env.push((
+        "AFK_TEST_BIN".into(),
+        env!("CARGO_BIN_EXE_afk-supervisor").into(),
+    ));
+    let out = f.run_cmd(&["issue", "new", "--title", "blocker"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "dependent",
+        "--label",
+        "blocked:dependency",
+        "--label",
+        "req:1",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    f.start(&["--workers", "1"]);
+    f.wait_events("slot.idle", 1);
+    // The belt runs while #1 is open and promotes nothing.
+    f.wait_events("supervisor.periodic", 1);
+    assert!(!fs::exists(f.file("worked")).unwrap());
+
+    let out = f.run_cmd(&["issue", "close", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let promoted = support::wait_until(std::time::Duration::from_secs(30), || {
+        f.events_of("supervisor.periodic")
+            .iter()
+            .any(|e| e.msg.contains("unblocked=1 (#2)"))
+    });
+    assert!(promoted, "{}", f.dump());
+    f.wait_events("slot.unidle", 1);
+    f.wait_events("slot.idle", 2);
+    assert_eq!(fleet::read(&f.file("worked")), "2\n");
+    let shown = f.run_cmd(&["issue", "show", "2", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let comments: Vec<&str> = v["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        comments,
+        vec!["🤖 /afk unblocked: all dependencies closed (#1)."]
+    );
+    // Exactly one boot suite in the supervisor's life.
+    assert_eq!(f.count("supervisor.boot-sweep"), 1);
+}

@@ -253,6 +253,13 @@ fn a_failing_agent_returns_the_issue_and_dies() {
         .collect();
     names.sort();
     assert_eq!(names, vec!["1-a1", "1-a2"]);
+    // A failed attempt keeps its worktree (the agent's uncommitted work) for a person.
+    for a in f.attempt_dirs() {
+        assert!(a.join("worktree").is_dir(), "{}", a.display());
+    }
+    let branches = f.env.git(&f.repo.path, &["branch", "--list", "afk/*"]);
+    assert!(branches.contains("afk/w1/1-will-fail\n"), "{branches}");
+    assert!(branches.contains("afk/w1/1-will-fail-a2"), "{branches}");
 }
 
 #[test]
@@ -304,5 +311,12 @@ fn sigterm_mid_issue_gives_the_issue_back() {
     assert_eq!(status.code(), Some(143));
     assert_eq!(f.labels(n), vec!["ready-for-agent"]);
     assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+    let attempts = f.attempt_dirs();
+    assert_eq!(attempts.len(), 1);
+    assert!(attempts[0].join("worktree").is_dir());
+    let state: Value =
+        serde_json::from_slice(&fs::read(attempts[0].join("afk.state.json")).unwrap()).unwrap();
+    assert_eq!(state["current"], Value::Null);
+    assert_eq!(state["last"]["stage"], "interrupted");
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }

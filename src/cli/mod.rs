@@ -11,12 +11,14 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod issue;
+mod reap;
 mod run;
 mod scale;
 mod show_config;
 mod status;
 mod stop;
 mod sweep;
+mod unblock;
 mod worker;
 
 #[derive(Debug, Parser)]
@@ -60,6 +62,10 @@ pub enum Command {
     Worker(worker::WorkerArgs),
     /// Run boot sweeps by hand: `sweep [--only orphans,attempt-cap] [--dry-run] [--json]`.
     Sweep(sweep::SweepArgs),
+    /// Delete afk/* branches of closed issues (and merged ones), locally and on origin.
+    Reap(reap::ReapArgs),
+    /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
+    Unblock(unblock::UnblockArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -135,6 +141,8 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Issue(args)) => issue::run(&ctx, args),
         Some(Command::Worker(args)) => worker::run(&ctx, args),
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
+        Some(Command::Reap(args)) => reap::run(&ctx, &args),
+        Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

@@ -43,14 +43,22 @@ pub struct Periodic {
 pub type TrackerOpener =
     Box<dyn FnOnce(&Config, &Layout) -> Result<(Arc<dyn Tracker>, String), String> + Send>;
 
-/// The hook for periodic work: the unblock belt (`crate::sweeps::unblock`, every
-/// `timing.unblock_interval_s`) plugs in here.
+/// Periodic work beside the fleet. The unblock belt runs here, independent of the boot
+/// suite, so a blocker closed by hand while the fleet runs still promotes its dependents
+/// (BOOT-SWEEPS.md, *Unblock belt*); its host-wide lock keeps one belt per tracker.
 pub fn periodic_tasks(
-    _config: &Config,
-    _layout: &Layout,
-    _tracker: &Arc<dyn Tracker>,
+    config: &Config,
+    layout: &Layout,
+    tracker: &Arc<dyn Tracker>,
 ) -> Vec<Periodic> {
-    Vec::new()
+    vec![Periodic {
+        name: "unblock-belt",
+        interval: Duration::from_secs(config.timing.unblock_interval_s),
+        task: Box::new(crate::sweeps::unblock::belt::task(
+            Arc::clone(tracker),
+            layout.repo().display().to_string(),
+        )),
+    }]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker

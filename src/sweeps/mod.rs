@@ -4,10 +4,14 @@
 //! tracker failure.
 
 pub mod attempt_cap;
+pub mod branches;
+pub mod docs;
 pub mod issue_book;
 pub mod lane;
 pub mod orphans;
 pub mod rmtree;
+pub mod stragglers;
+pub mod unblock;
 pub mod worker_tree;
 
 use std::fmt;

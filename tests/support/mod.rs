@@ -21,6 +21,8 @@ impl TestEnv {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = dir.path().join("home");
         std::fs::create_dir_all(&home).expect("home");
+        // Host-wide locks (the unblock belt's) live under XDG_RUNTIME_DIR: keep them per test.
+        std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
         let gitconfig = home.join(".gitconfig");
         std::fs::write(
             &gitconfig,
@@ -49,6 +51,7 @@ impl TestEnv {
             ("GIT_TERMINAL_PROMPT".into(), "0".into()),
             ("GH_PROMPT_DISABLED".into(), "1".into()),
             ("NO_COLOR".into(), "1".into()),
+            ("XDG_RUNTIME_DIR".into(), self.dir.path().join("run").into()),
         ]
     }
 

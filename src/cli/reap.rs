@@ -1,0 +1,42 @@
+//! `afk-supervisor reap [--dry-run]`: branch hygiene on demand, exactly the boot suite's
+//! branch reaper and nothing else (no worker, no claim, no other sweep).
+
+use crate::cli::Ctx;
+use crate::config::Overrides;
+use crate::exit::{self, Failure};
+use crate::git::Git;
+use crate::sweeps::branches;
+use crate::tracker::select;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReapArgs {
+    /// Print what would be reaped (`would reap (…)` lines); delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
+    let config = ctx.config(Overrides::default())?;
+    let selected =
+        select::open(&config, &ctx.layout).map_err(|e| Failure::failed(format!("tracker: {e}")))?;
+    eprintln!("{}", selected.reason);
+    let git = Git::new(ctx.layout.repo());
+    let report = branches::run(
+        &git,
+        selected.tracker.as_ref(),
+        &config.fleet.base,
+        args.dry_run,
+    )
+    .map_err(|e| Failure::failed(e.to_string()))?;
+    if let Some(e) = &report.tracker_error {
+        eprintln!("afk-supervisor: warning: tracker failed, every afk branch spared: {e}");
+    }
+    println!("{}", report.counts_line());
+    for d in &report.decisions {
+        println!("{}", d.line(args.dry_run));
+    }
+    match report.delete_error() {
+        Some(e) => Err(Failure::failed(e)),
+        None => Ok(exit::OK),
+    }
+}

@@ -1,0 +1,160 @@
+//! The docs sweep (seed BOOT-SWEEPS.md, *Docs Sweep*): source-of-truth docs under `.red/`
+//! must be visible from the freshly fetched base before any worker starts, because workers
+//! branch from the base and would otherwise work without (or against) the glossary and
+//! ADRs a person wrote by hand.
+//!
+//! Fetch `origin/<base>`, find the doc paths the three signals flag, judge each against the
+//! base, then report `clean`, land the stranded ones in an isolated worktree (`land`), or
+//! halt the boot with the paths a person must look at.
+
+pub mod classify;
+pub mod fsops;
+pub mod judge;
+pub mod land;
+pub mod probe;
+pub mod scan;
+
+use crate::boot::{DocsCounts, DocsOutcome};
+use crate::sweeps::{Decision, SweepCtx, SweepName};
+
+use judge::{Ending, Halt, HaltReason, Plan};
+pub use land::{LandError, Landed};
+pub use scan::ScanError;
+
+/// What one run of the sweep did or, in a dry run, would do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocsReport {
+    pub counts: DocsCounts,
+    /// One per doc whose local version differs from the base's.
+    pub decisions: Vec<Decision>,
+    /// Set when the boot must halt; `counts.outcome` is then `Halt`.
+    pub halt: Option<Halt>,
+    /// Set after a real landing.
+    pub landed: Option<Landed>,
+}
+
+impl DocsReport {
+    fn clean(decisions: Vec<Decision>) -> Self {
+        DocsReport {
+            counts: DocsCounts {
+                outcome: DocsOutcome::Clean,
+                files: 0,
+            },
+            decisions,
+            halt: None,
+            landed: None,
+        }
+    }
+
+    fn halted(halt: Halt, decisions: Vec<Decision>) -> Self {
+        DocsReport {
+            counts: DocsCounts {
+                outcome: DocsOutcome::Halt,
+                files: halt.paths.len(),
+            },
+            decisions,
+            halt: Some(halt),
+            landed: None,
+        }
+    }
+}
+
+/// Runs the sweep. `Err` only when the local repo cannot be inspected at all; every
+/// outcome the issue names (including the halts) is an `Ok` report.
+pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
+    let git = ctx.git;
+    let base = ctx.config.fleet.base.as_str();
+    let base_ref = format!("refs/remotes/origin/{base}");
+
+    // Fetching is needed to judge anything and changes nothing a person works with, so a
+    // dry run fetches too.
+    if let Err(e) = git.fetch_base(base) {
+        return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
+    }
+    let fork = scan::fork_point(git, &base_ref)?;
+    let found = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
+    let (judged, precedent) =
+        scan::judge_all(git, ctx.layout.repo(), &base_ref, fork.as_deref(), found)?;
+
+    match judge::plan(&judged, precedent) {
+        Plan::Clean => Ok(DocsReport::clean(judge::decisions(&judged, base, None))),
+        Plan::Halt(h) => {
+            let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+            Ok(DocsReport::halted(h, d))
+        }
+        Plan::Land(items) if ctx.dry_run => Ok(DocsReport {
+            counts: DocsCounts {
+                outcome: DocsOutcome::Land,
+                files: items.len(),
+            },
+            decisions: judge::decisions(&judged, base, Some(Ending::WouldLand)),
+            halt: None,
+            landed: None,
+        }),
+        Plan::Land(items) => {
+            let lane = land::LandCtx {
+                git,
+                layout: ctx.layout,
+                tracker: ctx.tracker,
+                base,
+            };
+            match land::land(&lane, &items) {
+                Ok(None) => {
+                    let mut d = judge::decisions(&judged, base, Some(Ending::Landed));
+                    for x in d.iter_mut().filter(|x| x.verdict == "land") {
+                        x.verdict = "keep".into();
+                        x.reason = format!(
+                            "identical to origin/{base} once git's filters apply; nothing to land"
+                        );
+                    }
+                    Ok(DocsReport::clean(d))
+                }
+                Ok(Some(landed)) => Ok(DocsReport {
+                    counts: DocsCounts {
+                        outcome: DocsOutcome::Land,
+                        files: items.len(),
+                    },
+                    decisions: judge::decisions(&judged, base, Some(Ending::Landed)),
+                    halt: None,
+                    landed: Some(landed),
+                }),
+                Err(e) => {
+                    let paths = items.iter().map(|i| i.path.clone()).collect();
+                    let h = Halt::new(HaltReason::LandingFailed, paths).with_detail(e.to_string());
+                    let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+                    Ok(DocsReport::halted(h, d))
+                }
+            }
+        }
+    }
+}
+
+/// The fetch failed: nothing can be judged, so the halt lists what the work tree (and the
+/// last fetched base, if any) flag locally. Best effort: a failing local scan leaves the
+/// list empty rather than hiding the fetch failure behind another error.
+fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsReport {
+    let git = ctx.git;
+    let known = git.rev_parse(base_ref).ok().flatten().map(|_| base_ref);
+    let fork = known.and_then(|r| scan::fork_point(git, r).ok().flatten());
+    let found = scan::candidates(git, known, fork.as_deref()).unwrap_or_default();
+    let reason = format!(
+        "origin/{} could not be fetched: {detail}",
+        ctx.config.fleet.base
+    );
+    let decisions = found
+        .iter()
+        .map(|c| Decision {
+            sweep: SweepName::DocsSweep,
+            subject: c.path.clone(),
+            issue: None,
+            state: Some(c.signal_label()),
+            verdict: "halt".into(),
+            reason: reason.clone(),
+        })
+        .collect();
+    let paths = found.into_iter().map(|c| c.path).collect();
+    DocsReport::halted(
+        Halt::new(HaltReason::OriginUnreachable, paths).with_detail(detail),
+        decisions,
+    )
+}
