@@ -34,7 +34,7 @@ impl Fx {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
         let layout = Layout::new(&repo.path);
-        let git = Git::new(&repo.path).with_env(env.vars());
+        let git = env.lib_git(&repo.path);
         Fx {
             env,
             repo,
