@@ -1023,9 +1023,10 @@ fn binary_halt_prints_the_message_and_exits_4() {
     let head = f.origin_main();
     let out = f.sweep_bin(&[]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    // The tracker choice `sweep` always prints, then the halt in one line.
     assert_eq!(
         text(&out.stderr),
-        "afk-supervisor: Docs Sweep halted (zero-precedent): .red/adr/0001-use-postgres.md, .red/adr/0002-queue.md\n"
+        "tracker: local (requested)\nafk-supervisor: Docs Sweep halted (zero-precedent): .red/adr/0001-use-postgres.md, .red/adr/0002-queue.md\n"
     );
     assert_eq!(text(&out.stdout), "");
     assert_eq!(f.origin_main(), head);
