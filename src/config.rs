@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::layout::Layout;
+use crate::text::line_col;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -249,17 +250,6 @@ impl fmt::Display for Origin {
             Origin::Flag(flag) => write!(f, "{flag}"),
         }
     }
-}
-
-/// 1-based line and column of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rfind('\n')
-        .map_or(before.chars().count(), |i| before[i + 1..].chars().count())
-        + 1;
-    (line, col)
 }
 
 /// Finds the config file: `--config FILE`, then `<repo>/.red/afk-supervisor.toml`.

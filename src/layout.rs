@@ -139,8 +139,9 @@ pub fn parse_legacy_work_dir(name: &str) -> Option<u64> {
     parse_positive(name.strip_prefix("work-")?)
 }
 
-/// A positive decimal without sign, leading zero or overflow.
-fn parse_positive(s: &str) -> Option<u64> {
+/// A positive decimal without sign, leading zero or overflow (issue and attempt numbers,
+/// `claims/<N>`).
+pub fn parse_positive(s: &str) -> Option<u64> {
     let bytes = s.as_bytes();
     if bytes.is_empty() || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
@@ -175,6 +176,14 @@ mod tests {
             "work-99999999999999999999999",
         ] {
             assert_eq!(parse_legacy_work_dir(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn positive_numbers() {
+        assert_eq!(parse_positive("42"), Some(42));
+        for bad in ["", "0", "042", "-1", "+1", "4x", "99999999999999999999999"] {
+            assert_eq!(parse_positive(bad), None, "{bad}");
         }
     }
 

@@ -16,6 +16,7 @@ pub mod layout;
 pub mod pidfile;
 pub mod supervisor;
 pub mod sweeps;
+pub mod text;
 pub mod timeutil;
 pub mod toonl;
 pub mod tracker;

@@ -8,9 +8,10 @@ mod sweep_fixtures;
 use std::fs;
 use std::path::Path;
 
+use afk_supervisor::sweeps::lane::{Lane, LaneError};
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
-use support::TestEnv;
+use support::{BindMount, TestEnv};
 use sweep_fixtures::*;
 
 fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
@@ -45,6 +46,31 @@ fn verdict_of<'r>(r: &'r OrphanReport, suffix: &str) -> &'r str {
         .find(|d| d.subject.ends_with(suffix))
         .map(|d| d.verdict.as_str())
         .unwrap_or_else(|| panic!("no decision for {suffix}: {:#?}", r.decisions))
+}
+
+/// A repo whose local tracker holds one closed issue.
+struct Small {
+    env: TestEnv,
+    tree: Tree,
+    t: LocalTracker,
+    closed: u64,
+}
+
+impl Small {
+    fn new() -> Self {
+        let env = TestEnv::new();
+        let dir = env.path().join("repo");
+        let tree = Tree::new(&dir);
+        let t = tracker(&env, &dir);
+        let closed = t.create("closed", "", &[]).unwrap();
+        t.close(closed).unwrap();
+        Small {
+            env,
+            tree,
+            t,
+            closed,
+        }
+    }
 }
 
 /// The fate table, one issue per row, in one dead worker (plus shells around it).
@@ -507,12 +533,12 @@ fn sweep_with_watchdog(tree: &Tree, t: &LocalTracker) -> OrphanReport {
 
 #[test]
 fn pid_files_that_cannot_be_judged_keep_what_they_guard() {
-    let env = TestEnv::new();
-    let dir = &env.path().join("repo");
-    let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
-    let closed = t.create("closed", "", &[]).unwrap();
-    t.close(closed).unwrap();
+    let Small {
+        env: _env,
+        tree,
+        t,
+        closed,
+    } = Small::new();
     let running = t.create("running", "", &["running"]).unwrap();
     let st = state_json(Some(true));
     let mut guarded = Vec::new();
@@ -555,51 +581,14 @@ fn pid_files_that_cannot_be_judged_keep_what_they_guard() {
     assert_eq!(r.counts.kept, 6);
 }
 
-/// A bind mount, unmounted (lazily if busy) when dropped.
-struct BindMount(std::path::PathBuf);
-
-impl BindMount {
-    fn new(source: &Path, target: &Path) -> Option<BindMount> {
-        let out = std::process::Command::new("mount")
-            .arg("--bind")
-            .arg(source)
-            .arg(target)
-            .output()
-            .ok()?;
-        if out.status.success() {
-            return Some(BindMount(target.to_path_buf()));
-        }
-        eprintln!(
-            "skipped: mount --bind not permitted here: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        None
-    }
-}
-
-impl Drop for BindMount {
-    fn drop(&mut self) {
-        let umount = |lazy: bool| {
-            let mut c = std::process::Command::new("umount");
-            if lazy {
-                c.arg("-l");
-            }
-            c.arg(&self.0).status().is_ok_and(|s| s.success())
-        };
-        if !umount(false) {
-            umount(true);
-        }
-    }
-}
-
 #[test]
 fn a_mount_inside_a_dead_attempt_is_kept_and_the_sweep_goes_on() {
-    let env = TestEnv::new();
-    let dir = &env.path().join("repo");
-    let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
-    let closed = t.create("closed", "", &[]).unwrap();
-    t.close(closed).unwrap();
+    let Small {
+        env,
+        tree,
+        t,
+        closed,
+    } = Small::new();
     let home = env.path().join("someones-home");
     fs::create_dir_all(&home).unwrap();
     fs::write(home.join("precious"), "mine").unwrap();
@@ -629,12 +618,12 @@ fn a_mount_inside_a_dead_attempt_is_kept_and_the_sweep_goes_on() {
 
 #[test]
 fn a_dead_shell_holding_files_nobody_judged_is_kept() {
-    let env = TestEnv::new();
-    let dir = &env.path().join("repo");
-    let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
-    let closed = t.create("closed", "", &[]).unwrap();
-    t.close(closed).unwrap();
+    let Small {
+        env: _env,
+        tree,
+        t,
+        closed,
+    } = Small::new();
     let st = state_json(Some(true));
     // A hand-off note beside a finished attempt: the attempt goes, the note and shell stay.
     let handoff = tree.worker("workers", "w-note", Pid::Dead(dead_pid()));
@@ -671,4 +660,41 @@ fn a_dead_shell_holding_files_nobody_judged_is_kept() {
     assert_eq!(r.shells_removed, 1);
     // The attempt, and the empty dir that went with its shell; the two shells kept.
     assert_eq!((r.counts.removed, r.counts.kept), (2, 2));
+}
+
+#[test]
+fn the_lane_never_enters_a_mount_below_a_dir_it_removes() {
+    let env = TestEnv::new();
+    let tree = Tree::new(&env.path().join("repo"));
+    let lane = Lane::open(&tree.layout).unwrap().unwrap();
+    let home = env.path().join("home-elsewhere");
+    fs::create_dir_all(home.join("src")).unwrap();
+    fs::write(home.join("src/precious"), "mine").unwrap();
+    let attempt = tree.layout.worker_namespace("workers").join("w1/5-a1");
+    let sandbox = attempt.join("worktree/sandbox");
+    fs::create_dir_all(&sandbox).unwrap();
+    fs::write(attempt.join("worktree/file"), "x").unwrap();
+    fs::write(attempt.join("afk.state.json"), "{}").unwrap();
+    // Same filesystem as the lane (a bind mount), so only the mount id tells it apart.
+    let Some(_mount) = BindMount::new(&home, &sandbox) else {
+        return;
+    };
+    let err = lane.remove(&attempt).unwrap_err();
+    assert!(matches!(err, LaneError::Kept { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("worktree/sandbox"), "{text}");
+    assert!(text.contains("another filesystem"), "{text}");
+    assert_eq!(
+        fs::read_to_string(home.join("src/precious")).unwrap(),
+        "mine"
+    );
+    // Everything else went; the mount point and its parents stay.
+    assert!(!attempt.join("afk.state.json").exists());
+    assert!(!attempt.join("worktree/file").exists());
+    assert!(sandbox.join("src/precious").exists());
+    // A path below the mount is refused outright.
+    let below = sandbox.join("src");
+    let err = lane.remove(&below).unwrap_err().to_string();
+    assert!(err.contains("another filesystem"), "{err}");
+    assert!(below.join("precious").exists());
 }

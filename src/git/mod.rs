@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::cmd::{self, Argv, RunOpts};
+use crate::text::{clip, one_line};
 
 pub use parse::{ChangeKind, PathChange, Worktree};
 
@@ -92,34 +93,9 @@ impl GitError {
     }
 }
 
-/// Multi-line stderr (`fatal: …` followed by hints) folded into one line for messages.
-fn one_line(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    if lines.is_empty() {
-        "(no stderr)".into()
-    } else {
-        clip(lines.join(" | "), lines.len(), "lines")
-    }
-}
-
-/// Longest rendering of an argv or of stderr put in a message; a batch over thousands of
-/// branches would otherwise make a message of hundreds of kilobytes.
-const MESSAGE_MAX: usize = 600;
-
-/// The command as a message shows it, clipped after [`MESSAGE_MAX`] characters.
+/// The command as a message shows it, clipped after [`crate::text::MESSAGE_MAX`] characters.
 fn short_argv(argv: &Argv) -> String {
     clip(argv.to_string(), argv.args.len(), "args")
-}
-
-fn clip(s: String, parts: usize, what: &str) -> String {
-    if s.len() <= MESSAGE_MAX {
-        return s;
-    }
-    let mut end = MESSAGE_MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{} … ({} chars, {parts} {what} in all)", &s[..end], s.len())
 }
 
 pub type GitResult<T> = Result<T, GitError>;
@@ -369,6 +345,7 @@ fn chunks<T: AsRef<str>>(items: &[T]) -> Vec<&[T]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::MESSAGE_MAX;
 
     #[test]
     fn branch_names_are_checked() {
@@ -481,6 +458,5 @@ mod tests {
         assert!(e.to_string().len() < 2 * MESSAGE_MAX + 200);
         assert!(e.to_string().contains("2000 lines in all"));
         assert_eq!(e.stderr(), Some(stderr.as_str()));
-        assert!(clip("é".repeat(MESSAGE_MAX), 1, "x").len() < 2 * MESSAGE_MAX);
     }
 }

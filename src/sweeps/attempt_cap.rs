@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
-use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::sweeps::judge::{Guard, recheck_attempt};
 use crate::sweeps::lane::{Lane, LaneError};
-use crate::sweeps::orphans::{CREATION_GRACE, fmt_dur, recheck_pid_file};
+use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, SweepName};
 
@@ -105,11 +105,8 @@ pub fn run(
         .iter()
         .filter(|w| w.kind == Kind::Dir && !gone(&w.path))
     {
-        match liveness(
-            &worker_tree::worker_pid(&w.path),
-            MissingStart::ExistenceDecides,
-        ) {
-            Liveness::Live { pid, .. } => {
+        match Guard::of_worker(&w.path, now) {
+            Guard::Live(pid) => {
                 pass.decide(
                     &w.path,
                     None,
@@ -118,9 +115,7 @@ pub fn run(
                 );
                 continue;
             }
-            Liveness::Dead {
-                reason: DeadReason::Missing,
-            } if age(&w.path, now).is_ok_and(|a| a < CREATION_GRACE) => {
+            Guard::Unborn => {
                 pass.decide(
                     &w.path,
                     None,
@@ -129,7 +124,7 @@ pub fn run(
                 );
                 continue;
             }
-            Liveness::Unknown { reason } => {
+            Guard::Unknown(reason) => {
                 pass.report.unjudged += 1;
                 pass.decide(
                     &w.path,
@@ -139,7 +134,7 @@ pub fn run(
                 );
                 continue;
             }
-            Liveness::Dead { .. } => {}
+            Guard::Dead(_) => {}
         }
         let subs = entries(&w.path).map_err(|source| CapError::Read {
             path: w.path.clone(),
@@ -256,7 +251,7 @@ impl Pass<'_> {
 
     /// Removes one attempt after judging its worker and its own state again.
     fn reclaim(&mut self, c: &Candidate, why: String) {
-        let result = recheck(&c.worker, &c.path).and_then(|()| {
+        let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
             if self.dry_run {
                 self.lane.check(&c.path).map_err(|e| e.to_string())
             } else {
@@ -281,14 +276,5 @@ impl Pass<'_> {
                 );
             }
         }
-    }
-}
-
-fn recheck(worker: &Path, attempt: &Path) -> Result<(), String> {
-    recheck_pid_file(&worker_tree::worker_pid(worker), "worker.pid")?;
-    match AttemptState::read(attempt) {
-        Ok(Some(s)) if s.owner_is_live() => Err("state file now names a live pid".into()),
-        Err(e) => Err(format!("cannot judge: {e}")),
-        _ => Ok(()),
     }
 }

@@ -7,6 +7,7 @@ pub mod attempt_cap;
 pub mod branches;
 pub mod docs;
 pub mod issue_book;
+pub mod judge;
 pub mod lane;
 pub mod orphans;
 pub mod rmtree;

@@ -30,9 +30,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::attempt_state::AttemptState;
 use crate::boot::OrphanCounts;
-use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir};
+use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_positive};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
+use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
 use crate::sweeps::lane::{Lane, LaneError};
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, SweepName};
@@ -53,8 +54,7 @@ pub const TTL_FALLBACK_WITH_STATE: Duration = Duration::from_secs(7 * 86_400);
 pub const TTL_FALLBACK_NO_STATE: Duration = DAY;
 /// A dir in an attempt's place whose name gives no issue number.
 pub const TTL_UNNUMBERED: Duration = DAY;
-/// A worker dir or claim without a pid file younger than this may still be being created.
-pub const CREATION_GRACE: Duration = Duration::from_secs(60);
+pub use crate::sweeps::judge::CREATION_GRACE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OrphanError {
@@ -261,6 +261,18 @@ impl Pass<'_> {
         self.report.decisions.len() - 1
     }
 
+    /// Records a `keep` and counts it: a dir judged (or unjudgeable) and kept.
+    fn keep(
+        &mut self,
+        path: &Path,
+        issue: Option<u64>,
+        state: Option<String>,
+        why: impl Into<String>,
+    ) -> usize {
+        self.report.counts.kept += 1;
+        self.decide(path, issue, state, Verdict::Keep, why)
+    }
+
     /// Removes `path` unless `still_dead` (judged right now) says otherwise; in a dry run
     /// only checks that the lane would allow it.
     fn remove(
@@ -277,10 +289,6 @@ impl Pass<'_> {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         }
-    }
-
-    fn young(&self, path: &Path) -> bool {
-        age(path, self.now).is_ok_and(|a| a < CREATION_GRACE)
     }
 
     // ---- pass 1: legacy flat work dirs ----
@@ -328,24 +336,12 @@ impl Pass<'_> {
                 Liveness::Dead {
                     reason: reason @ DeadReason::Corrupt(_),
                 } => {
-                    self.report.counts.kept += 1;
-                    self.decide(
-                        &e.path,
-                        Some(n),
-                        None,
-                        Verdict::Keep,
-                        format!("afk.pid {reason}: cannot prove it dead"),
-                    );
+                    let why = format!("afk.pid {reason}: cannot prove it dead");
+                    self.keep(&e.path, Some(n), None, why);
                 }
                 Liveness::Unknown { reason } => {
-                    self.report.counts.kept += 1;
-                    self.decide(
-                        &e.path,
-                        Some(n),
-                        None,
-                        Verdict::Keep,
-                        format!("afk.pid cannot be judged: {reason}"),
-                    );
+                    let why = format!("afk.pid cannot be judged: {reason}");
+                    self.keep(&e.path, Some(n), None, why);
                 }
                 Liveness::Dead { reason } => {
                     let recheck = || recheck_pid_file(&pid_file, "afk.pid");
@@ -361,8 +357,7 @@ impl Pass<'_> {
                             );
                         }
                         Err(why) => {
-                            self.report.counts.kept += 1;
-                            self.decide(&e.path, Some(n), None, Verdict::Keep, why);
+                            self.keep(&e.path, Some(n), None, why);
                         }
                     }
                 }
@@ -392,9 +387,8 @@ impl Pass<'_> {
                 }
                 Kind::Dir => {}
             }
-            let pid_file = worker_tree::worker_pid(&w.path);
-            match liveness(&pid_file, MissingStart::ExistenceDecides) {
-                Liveness::Live { pid, .. } => {
+            match Guard::of_worker(&w.path, self.now) {
+                Guard::Live(pid) => {
                     self.decide(
                         &w.path,
                         None,
@@ -403,9 +397,7 @@ impl Pass<'_> {
                         format!("worker live (pid {pid})"),
                     );
                 }
-                Liveness::Dead {
-                    reason: DeadReason::Missing,
-                } if self.young(&w.path) => {
+                Guard::Unborn => {
                     self.decide(
                         &w.path,
                         None,
@@ -414,17 +406,15 @@ impl Pass<'_> {
                         "no worker.pid yet in a dir created just now",
                     );
                 }
-                Liveness::Unknown { reason } => {
-                    self.report.counts.kept += 1;
-                    self.decide(
+                Guard::Unknown(reason) => {
+                    self.keep(
                         &w.path,
                         None,
                         None,
-                        Verdict::Keep,
                         format!("worker.pid cannot be judged: {reason}; its dir is kept"),
                     );
                 }
-                Liveness::Dead { reason } => dead.push(self.dead_worker(&w, &reason)),
+                Guard::Dead(reason) => dead.push(self.dead_worker(&w, &reason)),
             }
         }
         Ok(dead)
@@ -439,12 +429,10 @@ impl Pass<'_> {
         let subs = match entries(&w.path) {
             Ok(s) => s,
             Err(e) => {
-                self.report.counts.kept += 1;
-                let i = self.decide(
+                let i = self.keep(
                     &w.path,
                     None,
                     None,
-                    Verdict::Keep,
                     format!("cannot read dead worker dir: {e}"),
                 );
                 out.kept.push((w.path.clone(), i));
@@ -467,10 +455,8 @@ impl Pass<'_> {
     /// dir was kept.
     fn attempt(&mut self, worker: &Path, sub: &Entry, worker_dead: &DeadReason) -> Option<usize> {
         let path = &sub.path;
-        let keep = |pass: &mut Self, issue, state, why: String| {
-            pass.report.counts.kept += 1;
-            Some(pass.decide(path, issue, state, Verdict::Keep, why))
-        };
+        let keep =
+            |pass: &mut Self, issue, state, why: String| Some(pass.keep(path, issue, state, why));
         let dir_age = match age(path, self.now) {
             Ok(a) => a,
             Err(e) => return keep(self, None, None, format!("cannot stat: {e}")),
@@ -542,31 +528,13 @@ impl Pass<'_> {
         verdict: Verdict,
         why: String,
     ) -> Option<usize> {
-        let pid_file = worker_tree::worker_pid(worker);
-        let recheck = || {
-            recheck_pid_file(&pid_file, "worker.pid")?;
-            match AttemptState::read(path) {
-                Ok(Some(s)) if s.owner_is_live() => Err("state file now names a live pid".into()),
-                Err(e) => Err(format!("cannot judge: {e}")),
-                _ => Ok(()),
-            }
-        };
-        match self.remove(path, recheck) {
+        match self.remove(path, || recheck_attempt(worker, path)) {
             Ok(()) => {
                 self.report.counts.removed += 1;
                 self.decide(path, issue, state, verdict, why);
                 None
             }
-            Err(e) => {
-                self.report.counts.kept += 1;
-                Some(self.decide(
-                    path,
-                    issue,
-                    state,
-                    Verdict::Keep,
-                    format!("{why}; not removed: {e}"),
-                ))
-            }
+            Err(e) => Some(self.keep(path, issue, state, format!("{why}; not removed: {e}"))),
         }
     }
 
@@ -618,7 +586,7 @@ impl Pass<'_> {
         }
         let list = entries(&dir).map_err(|source| OrphanError::Read { path: dir, source })?;
         for e in list {
-            let Some(n) = worker_tree::parse_issue_number(&e.name) else {
+            let Some(n) = parse_positive(&e.name) else {
                 continue;
             };
             if e.kind != Kind::Dir {
@@ -632,8 +600,8 @@ impl Pass<'_> {
                 continue;
             }
             let pid_file = self.layout.claim_pid(n);
-            let reason = match liveness(&pid_file, MissingStart::ExistenceDecides) {
-                Liveness::Live { pid, .. } => {
+            let reason = match Guard::of(&pid_file, &e.path, self.now) {
+                Guard::Live(pid) => {
                     self.decide(
                         &e.path,
                         Some(n),
@@ -643,9 +611,7 @@ impl Pass<'_> {
                     );
                     continue;
                 }
-                Liveness::Dead {
-                    reason: DeadReason::Missing,
-                } if self.young(&e.path) => {
+                Guard::Unborn => {
                     self.decide(
                         &e.path,
                         Some(n),
@@ -655,18 +621,12 @@ impl Pass<'_> {
                     );
                     continue;
                 }
-                Liveness::Unknown { reason } => {
-                    self.report.counts.kept += 1;
-                    self.decide(
-                        &e.path,
-                        Some(n),
-                        None,
-                        Verdict::Keep,
-                        format!("claim pid cannot be judged: {reason}"),
-                    );
+                Guard::Unknown(reason) => {
+                    let why = format!("claim pid cannot be judged: {reason}");
+                    self.keep(&e.path, Some(n), None, why);
                     continue;
                 }
-                Liveness::Dead { reason } => reason,
+                Guard::Dead(reason) => reason,
             };
             let recheck = || recheck_pid_file(&pid_file, "claim pid");
             match self.remove(&e.path, recheck) {
@@ -747,7 +707,6 @@ impl Pass<'_> {
         };
         if !survey.foreign.is_empty() {
             // Files nobody judged: removing the shell would delete them unseen.
-            self.report.counts.kept += 1;
             let mut why = format!(
                 "dead worker shell kept: holds {}",
                 survey.foreign.join(", ")
@@ -755,7 +714,7 @@ impl Pass<'_> {
             if survey.holding > 0 {
                 why.push_str(&format!(" and {} kept dir(s)", survey.holding));
             }
-            self.decide(&w.path, None, None, Verdict::Keep, why);
+            self.keep(&w.path, None, None, why);
             return;
         }
         if survey.holding > 0 {
@@ -857,16 +816,6 @@ enum RestoreOutcome {
 /// The judgement on issue `n`'s claim.
 fn claim_liveness(layout: &Layout, n: u64) -> Liveness {
     liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides)
-}
-
-/// Judges `pid_file` again right before a removal: a process that became live, or a file
-/// that can no longer be judged, stops it. `what` names the file in the reason.
-pub(crate) fn recheck_pid_file(pid_file: &Path, what: &str) -> Result<(), String> {
-    match liveness(pid_file, MissingStart::ExistenceDecides) {
-        Liveness::Live { pid, .. } => Err(format!("{what} {pid} became live")),
-        Liveness::Unknown { reason } => Err(format!("{what} cannot be judged: {reason}")),
-        Liveness::Dead { .. } => Ok(()),
-    }
 }
 
 #[cfg(test)]

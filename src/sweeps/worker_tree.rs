@@ -92,15 +92,6 @@ pub fn age(path: &Path, now: SystemTime) -> io::Result<Duration> {
     Ok(now.duration_since(mtime(path)?).unwrap_or(Duration::ZERO))
 }
 
-/// A positive decimal issue number without sign or leading zero (as in `claims/<N>`).
-pub fn parse_issue_number(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,13 +116,5 @@ mod tests {
         );
         assert!(is_empty_dir(&ns.join("w1/3-a1")).unwrap());
         assert!(!is_empty_dir(&ns.join("w1")).unwrap());
-    }
-
-    #[test]
-    fn issue_numbers() {
-        assert_eq!(parse_issue_number("42"), Some(42));
-        for bad in ["", "0", "042", "-1", "+1", "4x", "99999999999999999999999"] {
-            assert_eq!(parse_issue_number(bad), None, "{bad}");
-        }
     }
 }

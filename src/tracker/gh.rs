@@ -17,6 +17,7 @@ use super::{
     TrackerResult,
 };
 use crate::cmd::{self, Argv, RunError, RunOpts};
+use crate::text::one_line;
 
 /// A tracker backed by the GitHub CLI.
 #[derive(Debug, Clone)]
@@ -165,16 +166,6 @@ impl GhTracker {
 /// The argv as shown in errors, on one line (a multi-line `--body` is shown with `\n`).
 fn render(argv: &Argv) -> String {
     argv.to_string().replace('\n', "\\n")
-}
-
-/// Joins stderr lines so an error stays one line wherever it is reported.
-fn one_line(s: &str) -> String {
-    let joined: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    if joined.is_empty() {
-        "(no output on stderr)".into()
-    } else {
-        joined.join(" | ")
-    }
 }
 
 /// Classifies a failed gh call from its exit code (`None`: killed by a signal) and stderr.

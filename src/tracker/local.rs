@@ -31,6 +31,7 @@ use crate::cmd::RunError;
 use crate::fsutil::atomic_write;
 use crate::git::{Git, GitError};
 use crate::layout::Layout;
+use crate::text::{line_col, one_line};
 use crate::timeutil;
 
 /// One comment on a local issue.
@@ -451,10 +452,7 @@ impl LocalTracker {
             GitError::Failed { argv, code, stderr } => TrackerError::new(
                 ErrorKind::Failed,
                 argv,
-                format!(
-                    "exit {code}: {}",
-                    stderr.lines().collect::<Vec<_>>().join(" | ")
-                ),
+                format!("exit {code}: {}", one_line(&stderr)),
             ),
             GitError::Parse { argv, what } => TrackerError::new(ErrorKind::Failed, argv, what),
             // Raised by the git layer's typed operations, never by `Git::run`.
@@ -530,13 +528,6 @@ fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option
             ),
         )
     })
-}
-
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 fn write_toml<T: Serialize>(path: &Path, value: &T, op: &str) -> TrackerResult<()> {

@@ -178,3 +178,42 @@ impl TestEnv {
         self.git(dir, &["rev-parse", "HEAD"]).trim().to_string()
     }
 }
+
+/// A bind mount, unmounted (lazily if busy) when dropped.
+pub struct BindMount(PathBuf);
+
+impl BindMount {
+    /// Bind-mounts `source` on `target`; `None`, with a note on stderr, where mounting is
+    /// not permitted (the caller then skips its test).
+    pub fn new(source: &Path, target: &Path) -> Option<BindMount> {
+        let out = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(target)
+            .output()
+            .ok()?;
+        if out.status.success() {
+            return Some(BindMount(target.to_path_buf()));
+        }
+        eprintln!(
+            "skipped: mount --bind not permitted here: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        None
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let umount = |lazy: bool| {
+            let mut c = std::process::Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(&self.0).status().is_ok_and(|s| s.success())
+        };
+        if !umount(false) {
+            umount(true);
+        }
+    }
+}

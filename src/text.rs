@@ -1,0 +1,71 @@
+//! Text helpers for the one-line messages every error is reported as: where in a file a
+//! parse failed, and a child's multi-line stderr or a huge argv folded and clipped.
+
+/// Longest rendering of an argv, a list or stderr put in a message; a batch over thousands
+/// of branches would otherwise make a message of hundreds of kilobytes.
+pub const MESSAGE_MAX: usize = 600;
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`, for
+/// `FILE:LINE:COL:` messages.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// Multi-line stderr (`fatal: …` followed by hints) folded into one line, blank lines
+/// dropped, clipped after [`MESSAGE_MAX`] characters.
+pub fn one_line(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if lines.is_empty() {
+        "(no output on stderr)".into()
+    } else {
+        clip(lines.join(" | "), lines.len(), "lines")
+    }
+}
+
+/// `s` cut after [`MESSAGE_MAX`] bytes (on a character boundary), saying how much there
+/// was: `parts` `what` in all.
+pub fn clip(s: String, parts: usize, what: &str) -> String {
+    if s.len() <= MESSAGE_MAX {
+        return s;
+    }
+    let mut end = MESSAGE_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} … ({} chars, {parts} {what} in all)", &s[..end], s.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_characters_from_one() {
+        let text = "a = 1\nbé = x\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 6), (2, 1));
+        assert_eq!(line_col(text, text.find('=').unwrap()), (1, 3));
+        assert_eq!(line_col(text, text.rfind('x').unwrap()), (2, 6));
+        assert_eq!(line_col(text, 9999), (3, 1));
+        // Inside a multi-byte character: the character's own position.
+        assert_eq!(line_col(text, 8), (2, 2));
+    }
+
+    #[test]
+    fn stderr_is_folded_and_clipped() {
+        assert_eq!(one_line("fatal: x\n\n  hint: y\n"), "fatal: x | hint: y");
+        assert_eq!(one_line(" \n"), "(no output on stderr)");
+        let long: String = (0..1000).map(|i| format!("error {i}\n")).collect();
+        let folded = one_line(&long);
+        assert!(folded.len() < MESSAGE_MAX + 100, "{}", folded.len());
+        assert!(folded.ends_with("1000 lines in all)"), "{folded}");
+        assert!(clip("é".repeat(MESSAGE_MAX), 1, "x").len() < 2 * MESSAGE_MAX);
+    }
+}
