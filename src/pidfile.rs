@@ -94,15 +94,6 @@ impl Liveness {
             _ => None,
         }
     }
-
-    /// Why this is not a verified live process; `None` when it is live.
-    pub fn not_live(self) -> Option<NotLive> {
-        match self {
-            Liveness::Live { .. } => None,
-            Liveness::Dead { reason } => Some(NotLive::Dead(reason)),
-            Liveness::Unknown { reason } => Some(NotLive::Unknown(reason)),
-        }
-    }
 }
 
 impl std::fmt::Display for DeadReason {
