@@ -110,9 +110,11 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
     let mut f = claiming_fleet();
     f.start(&["--workers", "1"]);
     f.wait_events("slot.idle", 1);
-    // Break the local store: its directory becomes a plain file.
+    // Break the local store: its directory becomes a plain file. (Reads never create the
+    // store, so on an empty queue it may not exist yet.)
     let store = f.layout.tracker_dir();
     let aside = store.with_file_name("tracker.aside");
+    fs::create_dir_all(&store).unwrap();
     fs::rename(&store, &aside).unwrap();
     fs::write(&store, "not a directory").unwrap();
     let err = f.wait_events("tracker.error", 1);
