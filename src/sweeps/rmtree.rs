@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat};
-use nix::sys::stat::Mode;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{Mode, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 /// What a removal found at the path.
@@ -110,7 +110,12 @@ fn statx(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<Met
         )
     };
     if rc != 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            // No statx (an old kernel, a strict seccomp filter): the device alone decides.
+            return fstatat_meta(dir, name, flags);
+        }
+        return Err(e);
     }
     // SAFETY: statx succeeded, and a zeroed statx is a valid value in any case.
     let st = unsafe { buf.assume_init() };
@@ -125,6 +130,22 @@ fn statx(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<Met
     Ok(Meta {
         kind,
         mount: MountId { dev, mnt },
+    })
+}
+
+fn fstatat_meta(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<Meta> {
+    let st = fstatat(dir, name, AtFlags::from_bits_truncate(flags))?;
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Other,
+    };
+    Ok(Meta {
+        kind,
+        mount: MountId {
+            dev: st.st_dev,
+            mnt: None,
+        },
     })
 }
 
@@ -262,4 +283,54 @@ fn empty_dir(
         remove_entry(dfd, &name, meta, &child, root, kept)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn open(p: &Path) -> OwnedFd {
+        nix::fcntl::open(p, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap()
+    }
+
+    #[test]
+    fn statx_and_the_fallback_agree_on_kind_and_device() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("d")).unwrap();
+        fs::write(dir.path().join("f"), "x").unwrap();
+        std::os::unix::fs::symlink("d", dir.path().join("l")).unwrap();
+        let fd = open(dir.path());
+        for (name, kind) in [
+            (c"d", FileKind::Dir),
+            (c"f", FileKind::Other),
+            (c"l", FileKind::Symlink),
+        ] {
+            let a = stat_at(fd.as_fd(), name).unwrap();
+            let b = fstatat_meta(fd.as_fd(), name, libc::AT_SYMLINK_NOFOLLOW).unwrap();
+            assert_eq!((a.kind, b.kind), (kind, kind));
+            assert!(a.mount.same(b.mount));
+        }
+        let fallback = fstatat_meta(fd.as_fd(), c"", libc::AT_EMPTY_PATH).unwrap();
+        assert!(stat_fd(fd.as_fd()).unwrap().mount.same(fallback.mount));
+    }
+
+    #[test]
+    fn removes_a_tree_and_unlinks_links_without_following_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("keep"), "mine").unwrap();
+        let t = dir.path().join("t");
+        fs::create_dir_all(t.join("a/b/c")).unwrap();
+        fs::write(t.join("a/b/c/f"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.join("a/out")).unwrap();
+        let fd = open(dir.path());
+        let root = stat_fd(fd.as_fd()).unwrap().mount;
+        let removed = remove_at(fd.as_fd(), c"t", &t, root).unwrap();
+        assert_eq!(removed, RemovedKind::Dir);
+        assert!(!t.exists());
+        assert!(outside.path().join("keep").exists());
+        let again = remove_at(fd.as_fd(), c"t", &t, root).unwrap();
+        assert_eq!(again, RemovedKind::Absent);
+    }
 }
