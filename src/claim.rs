@@ -49,10 +49,7 @@ impl Claim {
     /// Removes the pid file, its start token and the claim dir.
     pub fn release(self) -> io::Result<()> {
         pidfile::remove_pid_file(&self.pid_file())?;
-        match fs::remove_dir(&self.dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        crate::fsutil::remove_dir_if_exists(&self.dir)
     }
 }
 

@@ -28,7 +28,16 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Removes a file, treating "already gone" as success.
 pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
+    gone_is_ok(fs::remove_file(path))
+}
+
+/// Removes an empty directory, treating "already gone" as success.
+pub fn remove_dir_if_exists(path: &Path) -> io::Result<()> {
+    gone_is_ok(fs::remove_dir(path))
+}
+
+fn gone_is_ok(r: io::Result<()>) -> io::Result<()> {
+    match r {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }

@@ -31,9 +31,14 @@ fn new_issue(f: &Fleet, title: &str) {
 }
 
 fn claiming_fleet() -> Fleet {
+    claiming_fleet_with("")
+}
+
+/// A claiming fleet on the local tracker; `extra_timing` is appended to `[timing]`.
+fn claiming_fleet_with(extra_timing: &str) -> Fleet {
     let mut f = Fleet::new(
         CLAIMING_WORKER,
-        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
+        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}{extra_timing}"),
     );
     f.extra_env.push((
         "AFK_TEST_BIN".into(),
@@ -150,14 +155,7 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
 /// its dependent, which wakes an idle slot and gets worked, with no restart and no boot suite.
 #[test]
 fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
-    let mut f = Fleet::new(
-        CLAIMING_WORKER,
-        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}unblock_interval_s = 1\n"),
-    );
-    f.extra_env.push((
-        "AFK_TEST_BIN".into(),
-        env!("CARGO_BIN_EXE_afk-supervisor").into(),
-    ));
+    let mut f = claiming_fleet_with("unblock_interval_s = 1\n");
     let out = f.run_cmd(&["issue", "new", "--title", "blocker"]);
     assert!(out.status.success(), "{out:?}");
     let out = f.run_cmd(&[

@@ -25,6 +25,7 @@ use std::fmt;
 
 use crate::boot::{BootError, BootReport, BranchCounts};
 use crate::git::{Git, GitError};
+use crate::layout::parse_positive;
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerError, TrackerResult,
@@ -50,14 +51,6 @@ pub fn parse_branch(name: &str) -> Option<u64> {
         return None;
     }
     parse_positive(number)
-}
-
-fn parse_positive(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 /// What the tracker says about one issue, for the reaper.

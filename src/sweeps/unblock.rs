@@ -20,6 +20,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::boot::{BootError, BootReport};
+use crate::layout::parse_positive;
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
@@ -136,14 +137,6 @@ fn issue_refs(line: &str) -> Vec<u64> {
         }
     }
     out
-}
-
-fn parse_positive(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.is_empty() || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 /// A blocker as the pass sees it.
