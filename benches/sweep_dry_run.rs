@@ -107,7 +107,7 @@ fn main() {
     };
     let only = [SweepName::Orphans, SweepName::AttemptCap];
     let t1 = Instant::now();
-    let report = boot::run_suite(&ctx, &only).expect("suite");
+    let report = boot::run_suite(&ctx, &only).into_result().expect("suite");
     let in_process = t1.elapsed();
     let calls = counting.calls();
     let count = |p: &str| calls.iter().filter(|c| c.starts_with(p)).count();

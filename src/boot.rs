@@ -116,24 +116,65 @@ impl BootError {
     }
 }
 
+/// One suite run: what it did, and how it ended. The report is kept when the suite halts
+/// or a sweep fails too, so every decision made (and every deletion done) before that is
+/// still shown to the operator and written to the log.
+#[derive(Debug)]
+pub struct SuiteRun {
+    pub report: BootReport,
+    pub end: Result<(), BootError>,
+}
+
+impl SuiteRun {
+    /// A suite that could not run at all.
+    pub fn failed(msg: impl Into<String>) -> Self {
+        SuiteRun {
+            report: BootReport::default(),
+            end: Err(BootError::Failed(msg.into())),
+        }
+    }
+
+    pub fn into_result(self) -> Result<BootReport, BootError> {
+        self.end.map(|()| self.report)
+    }
+
+    pub fn is_halted(&self) -> bool {
+        matches!(self.end, Err(BootError::Halted(_)))
+    }
+
+    /// The event-log text for how the suite ended (SPEC §5).
+    pub fn log_message(&self) -> String {
+        match &self.end {
+            Ok(()) => self.report.summary(),
+            Err(e) => e.log_message(),
+        }
+    }
+}
+
 /// Runs the selected sweeps in suite order. A halt stops the suite at once; a failed sweep
 /// does not stop the ones after it (a broken branch reaper must not starve the unblock
 /// sweep), and the suite then reports every failure together.
-pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> Result<BootReport, BootError> {
+pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
     let mut report = BootReport::default();
     let mut failures = Vec::new();
     for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
         match run_one(ctx, name, &mut report) {
             Ok(()) => {}
-            Err(halt @ BootError::Halted(_)) => return Err(halt),
+            Err(halt @ BootError::Halted(_)) => {
+                return SuiteRun {
+                    report,
+                    end: Err(halt),
+                };
+            }
             Err(BootError::Failed(msg)) => failures.push(msg),
         }
     }
-    if failures.is_empty() {
-        Ok(report)
+    let end = if failures.is_empty() {
+        Ok(())
     } else {
         Err(BootError::Failed(failures.join("; ")))
-    }
+    };
+    SuiteRun { report, end }
 }
 
 fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Result<(), BootError> {

@@ -146,7 +146,7 @@ pub fn run(
             git: &git,
             dry_run: false,
         };
-        match boot::run_suite(&ctx, &SweepName::ALL) {
+        match boot::run_suite(&ctx, &SweepName::ALL).into_result() {
             Ok(report) => println!("{}", report.summary()),
             Err(BootError::Halted(msg)) => {
                 home.finish();

@@ -161,7 +161,7 @@ impl Fx {
 
     fn suite(&self, tracker: &dyn Tracker) -> Result<boot::BootReport, BootError> {
         let before = Primary::take(self);
-        let r = boot::run_suite(&self.ctx(tracker, false), &[SweepName::DocsSweep]);
+        let r = boot::run_suite(&self.ctx(tracker, false), &[SweepName::DocsSweep]).into_result();
         self.assert_untouched(&before);
         r
     }
@@ -1028,7 +1028,12 @@ fn binary_halt_prints_the_message_and_exits_4() {
         text(&out.stderr),
         "tracker: local (requested)\nafk-supervisor: Docs Sweep halted (zero-precedent): .red/adr/0001-use-postgres.md, .red/adr/0002-queue.md\n"
     );
-    assert_eq!(text(&out.stdout), "");
+    // Stdout carries each decision made before the halt, and no "complete" summary.
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(stdout.lines().all(|l| l.starts_with("docs-sweep ")), "{stdout}");
+    assert!(stdout.contains(" .red/adr/0001-use-postgres.md"), "{stdout}");
+    assert!(!stdout.contains("boot sweeps complete"), "{stdout}");
     assert_eq!(f.origin_main(), head);
 }
 
@@ -1097,6 +1102,14 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     assert_eq!(
         boot[0].msg,
         "boot sweeps halted: Docs Sweep halted (zero-precedent): .red/adr/0001.md"
+    );
+    // The halting decision follows, with its reason, so the log alone explains the halt.
+    let detail = fl.events_of("supervisor.boot-sweep.detail");
+    assert_eq!(detail.len(), 1, "{}", fl.dump());
+    assert!(
+        detail[0].msg.starts_with("docs-sweep halt .red/adr/0001.md [ignored]: "),
+        "{}",
+        detail[0].msg
     );
     assert_eq!(fl.count("slot.spawn"), 0, "{}", fl.dump());
     assert!(!fl.file(marker).exists(), "a worker ran");

@@ -3,12 +3,12 @@
 
 use clap::Args;
 
-use crate::boot::{self, BootError, BootReport};
+use crate::boot::{self, BootError, SuiteRun};
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::git::Git;
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{SweepCtx, SweepName};
 
 #[derive(Debug, Clone, Args)]
 pub struct SweepArgs {
@@ -51,21 +51,30 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
         .only
         .as_ref()
         .map_or_else(|| SweepName::ALL.to_vec(), |l| l.0.clone());
-    match boot::run_suite(&sweep_ctx, &only) {
-        Ok(report) => {
-            print_report(&report, args);
-            Ok(exit::OK)
-        }
+    let run = boot::run_suite(&sweep_ctx, &only);
+    print_run(&run, args);
+    match run.end {
+        Ok(()) => Ok(exit::OK),
         Err(BootError::Halted(msg)) => Err(Failure::new(exit::BOOT_HALTED, msg)),
         Err(e @ BootError::Failed(_)) => Err(Failure::failed(e.to_string())),
     }
 }
 
-fn print_report(report: &BootReport, args: &SweepArgs) {
+/// Every decision, then the summary line when the suite completed; a halt or failure is
+/// reported once, by the caller, on stderr.
+fn print_run(run: &SuiteRun, args: &SweepArgs) {
+    let report = &run.report;
     if args.json {
+        let (outcome, error) = match &run.end {
+            Ok(()) => ("complete", None),
+            Err(BootError::Halted(m)) => ("halted", Some(m.clone())),
+            Err(BootError::Failed(m)) => ("failed", Some(m.clone())),
+        };
         let doc = serde_json::json!({
             "dry_run": args.dry_run,
-            "summary": report.summary(),
+            "outcome": outcome,
+            "error": error,
+            "summary": run.log_message(),
             "report": report,
         });
         println!(
@@ -78,48 +87,9 @@ fn print_report(report: &BootReport, args: &SweepArgs) {
         println!("dry run: nothing is changed");
     }
     for d in &report.decisions {
-        println!("{}", decision_line(d));
+        println!("{}", d.line());
     }
-    println!("{}", report.summary());
-}
-
-/// `orphans remove .red/tmp/workers/w1/5-a1 #5 [CLOSED]: issue closed`.
-pub fn decision_line(d: &Decision) -> String {
-    let mut line = format!("{} {} {}", d.sweep, d.verdict, d.subject);
-    if let Some(n) = d.issue
-        && !d.subject.starts_with('#')
-    {
-        line.push_str(&format!(" #{n}"));
-    }
-    if let Some(s) = &d.state {
-        line.push_str(&format!(" [{s}]"));
-    }
-    line.push_str(": ");
-    line.push_str(&d.reason);
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decision_lines() {
-        let mut d = Decision {
-            sweep: SweepName::Orphans,
-            subject: ".red/tmp/workers/w1/5-a1".into(),
-            issue: Some(5),
-            state: Some("CLOSED".into()),
-            verdict: "remove".into(),
-            reason: "issue closed".into(),
-        };
-        assert_eq!(
-            decision_line(&d),
-            "orphans remove .red/tmp/workers/w1/5-a1 #5 [CLOSED]: issue closed"
-        );
-        d.subject = "#5".into();
-        d.state = None;
-        d.sweep = SweepName::AttemptCap;
-        assert_eq!(decision_line(&d), "attempt-cap remove #5: issue closed");
+    if run.end.is_ok() {
+        println!("{}", report.summary());
     }
 }

@@ -19,7 +19,7 @@ use super::lane::{Lane, LaneError};
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
-use crate::boot::{self, BootError};
+use crate::boot::{self, SuiteRun};
 use crate::config::Config;
 use crate::exit::{self, Failure};
 use crate::git::Git;
@@ -155,11 +155,15 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
             return Ok(code);
         }
     };
-    match &boot {
-        Ok(report) => journal.write(Event::now(kind::BOOT_SWEEP, report.summary())),
-        Err(e) => journal.write(Event::now(kind::BOOT_SWEEP, e.log_message())),
+    journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
+    if boot.end.is_err() {
+        // What the halted or failing sweeps decided, with their causes (e.g. the git or
+        // gh error behind `landing-failed`), so the log alone explains the outcome.
+        for d in boot.report.decisions.iter().filter(|d| d.verdict != "keep") {
+            journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
+        }
     }
-    if let Err(BootError::Halted(_)) = boot {
+    if boot.is_halted() {
         let _ = lane.release();
         return Ok(exit::BOOT_HALTED);
     }
@@ -268,7 +272,7 @@ fn listen_for_signals(tx: Sender<Msg>) -> std::io::Result<signal_hook::iterator:
 }
 
 enum BootWait {
-    Done(Result<boot::BootReport, BootError>),
+    Done(SuiteRun),
     Signalled(i32),
 }
 
@@ -282,9 +286,7 @@ fn run_boot(
     rx: &Receiver<Msg>,
 ) -> BootWait {
     let Some(tracker) = tracker.cloned() else {
-        return BootWait::Done(Err(BootError::Failed(
-            "tracker unavailable, sweeps not run".into(),
-        )));
+        return BootWait::Done(SuiteRun::failed("tracker unavailable, sweeps not run"));
     };
     let (layout2, config2, tx2) = (layout.clone(), config.clone(), tx.clone());
     let spawned = thread::Builder::new().name("boot".into()).spawn(move || {
@@ -299,9 +301,9 @@ fn run_boot(
         let _ = tx2.send(Msg::Boot(boot::run_suite(&ctx, &SweepName::ALL)));
     });
     if let Err(e) = spawned {
-        return BootWait::Done(Err(BootError::Failed(format!(
+        return BootWait::Done(SuiteRun::failed(format!(
             "cannot start the boot thread: {e}"
-        ))));
+        )));
     }
     loop {
         match rx.recv() {
@@ -311,7 +313,7 @@ fn run_boot(
             Ok(Msg::Signal(SIGHUP)) => return BootWait::Signalled(exit::SIGHUP),
             Ok(_) => {}
             Err(_) => {
-                return BootWait::Done(Err(BootError::Failed("boot thread vanished".into())));
+                return BootWait::Done(SuiteRun::failed("boot thread vanished"));
             }
         }
     }

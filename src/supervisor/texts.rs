@@ -4,6 +4,8 @@
 pub mod kind {
     pub const START: &str = "supervisor.start";
     pub const BOOT_SWEEP: &str = "supervisor.boot-sweep";
+    /// One decision of a halted or failed suite, after its `boot-sweep` record.
+    pub const BOOT_SWEEP_DETAIL: &str = "supervisor.boot-sweep.detail";
     pub const TAKEOVER: &str = "supervisor.takeover";
     pub const TICK: &str = "supervisor.tick";
     pub const RESIZE: &str = "supervisor.resize";

@@ -48,6 +48,24 @@ pub struct Decision {
     pub reason: String,
 }
 
+impl Decision {
+    /// One line for people: `orphans remove .red/tmp/workers/w1/5-a1 #5 [CLOSED]: issue closed`.
+    pub fn line(&self) -> String {
+        let mut line = format!("{} {} {}", self.sweep, self.verdict, self.subject);
+        if let Some(n) = self.issue
+            && !self.subject.starts_with('#')
+        {
+            line.push_str(&format!(" #{n}"));
+        }
+        if let Some(s) = &self.state {
+            line.push_str(&format!(" [{s}]"));
+        }
+        line.push_str(": ");
+        line.push_str(&self.reason);
+        line
+    }
+}
+
 /// The sweeps, in boot-suite order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -123,6 +141,26 @@ impl fmt::Display for SweepName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decision_lines() {
+        let mut d = Decision {
+            sweep: SweepName::Orphans,
+            subject: ".red/tmp/workers/w1/5-a1".into(),
+            issue: Some(5),
+            state: Some("CLOSED".into()),
+            verdict: "remove".into(),
+            reason: "issue closed".into(),
+        };
+        assert_eq!(
+            d.line(),
+            "orphans remove .red/tmp/workers/w1/5-a1 #5 [CLOSED]: issue closed"
+        );
+        d.subject = "#5".into();
+        d.state = None;
+        d.sweep = SweepName::AttemptCap;
+        assert_eq!(d.line(), "attempt-cap remove #5: issue closed");
+    }
 
     #[test]
     fn parse_list_orders_and_rejects() {

@@ -19,7 +19,7 @@ use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;
 use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
 use super::texts::{self, TickCounts, kind};
-use crate::boot::{BootError, BootReport};
+use crate::boot::SuiteRun;
 use crate::config::{Config, Timing};
 use crate::fsutil::{atomic_write, remove_file_if_exists};
 use crate::layout::Layout;
@@ -38,7 +38,7 @@ pub enum Msg {
     /// Open `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<u64, String>),
     Log(Event),
-    Boot(Result<BootReport, BootError>),
+    Boot(SuiteRun),
 }
 
 /// A stop in progress.
