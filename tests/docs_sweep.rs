@@ -1031,8 +1031,14 @@ fn binary_halt_prints_the_message_and_exits_4() {
     // Stdout carries each decision made before the halt, and no "complete" summary.
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 2, "{stdout}");
-    assert!(stdout.lines().all(|l| l.starts_with("docs-sweep ")), "{stdout}");
-    assert!(stdout.contains(" .red/adr/0001-use-postgres.md"), "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.starts_with("docs-sweep ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(" .red/adr/0001-use-postgres.md"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("boot sweeps complete"), "{stdout}");
     assert_eq!(f.origin_main(), head);
 }
@@ -1107,7 +1113,9 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     let detail = fl.events_of("supervisor.boot-sweep.detail");
     assert_eq!(detail.len(), 1, "{}", fl.dump());
     assert!(
-        detail[0].msg.starts_with("docs-sweep halt .red/adr/0001.md [ignored]: "),
+        detail[0]
+            .msg
+            .starts_with("docs-sweep halt .red/adr/0001.md [ignored]: "),
         "{}",
         detail[0].msg
     );
