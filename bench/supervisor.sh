@@ -14,12 +14,13 @@ RESPAWNS=${RESPAWNS:-30}
 cargo build --release --quiet
 BIN=$PWD/target/release/afk-supervisor
 TMP=$(mktemp -d)
+[ -n "${KEEP_TMP:-}" ] && echo "tmp: $TMP" >&2
 SUP=""
 cleanup() {
   if [ -n "$SUP" ] && kill -0 "$SUP" 2>/dev/null; then
     "$BIN" --repo "$TMP/repo" stop --timeout 30 >/dev/null 2>&1 || kill -9 "$SUP" 2>/dev/null || true
   fi
-  rm -rf "$TMP"
+  [ -n "${KEEP_TMP:-}" ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 

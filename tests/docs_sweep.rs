@@ -617,6 +617,21 @@ fn an_unreachable_origin_halts_with_the_local_paths() {
 }
 
 #[test]
+fn a_repo_without_any_origin_is_clean_not_halted() {
+    let f = Fx::new();
+    f.write(".red/adr/1.md", "one\n");
+    f.git(&["remote", "remove", "origin"]);
+    let r = f.sweep();
+    assert_outcome(&r, DocsOutcome::Clean, 0);
+    assert!(r.halt.is_none());
+    assert_eq!(r.decisions.len(), 1);
+    assert_eq!(r.decisions[0].verdict, "skip");
+    assert!(r.decisions[0].reason.contains("no `origin` remote"));
+    let t = f.local_tracker();
+    assert_eq!(f.suite(&t).unwrap().docs.outcome, DocsOutcome::Clean);
+}
+
+#[test]
 fn an_unreachable_origin_halts_even_with_nothing_local() {
     let f = Fx::new();
     f.git(&["remote", "set-url", "origin", "/nonexistent/origin.git"]);
