@@ -413,3 +413,28 @@ fn dry_run_costs_five_git_calls_and_counts_like_the_summary() {
         }
     );
 }
+
+/// A local-only checkout (no `origin` at all): nothing remote to list or delete, local
+/// branches judged against the local base, and the reap succeeds instead of failing.
+#[test]
+fn a_repo_without_origin_reaps_its_local_side_only() {
+    let f = fixture();
+    f.env.git(&f.repo.path, &["remote", "remove", "origin"]);
+    let (code, out, err) = reap(&f, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "\
+afk branch counts: remote-afk=0 local-afk=7
+spared (local): afk/0-zero — unrecognised branch name
+spared (local): afk/1-open — issue #1 open
+reaped (local): afk/2-done #2 — issue closed
+spared (local): afk/3-in-tree — checked out in a worktree (issue #3 closed)
+reaped (local): afk/9-merged #9 — merged into main (issue not found)
+spared (local): afk/9-unmerged — issue #9 not found, not merged into main
+spared (local): afk/notes — unrecognised branch name
+"
+    );
+    // The bare repo that used to be origin is untouched.
+    assert!(afk_refs(&f.env, &f.repo.origin).contains("afk/2-done"));
+}

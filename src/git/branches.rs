@@ -180,6 +180,13 @@ impl Git {
         Ok(self.remote_heads_under(HEADS)?.into_keys().collect())
     }
 
+    /// Whether a remote named `origin` is configured (reachable or not). A local-only
+    /// checkout has none, which is not the same as an `origin` that cannot be reached.
+    pub fn has_origin(&self) -> GitResult<bool> {
+        let remotes = self.run(&["remote"])?;
+        Ok(remotes.lines().any(|r| r.trim() == REMOTE))
+    }
+
     /// Updates `refs/remotes/origin/<base>` from `origin` (forced, like the default refspec,
     /// so a rewritten base is followed).
     pub fn fetch_base(&self, base: &str) -> GitResult<()> {

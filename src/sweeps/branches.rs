@@ -361,11 +361,21 @@ pub fn run(
     dry_run: bool,
 ) -> Result<ReapReport, ReapError> {
     let need = |what| move |source| ReapError { what, source };
-    git.fetch_base(base)
-        .map_err(need("fetching the base from origin"))?;
-    let remote = git
-        .remote_afk_branches()
-        .map_err(need("listing afk/* branches on origin"))?;
+    // A local-only checkout (no `origin` at all) has no remote side; its local branches are
+    // judged against the local base instead of `origin/<base>`.
+    // Only a failed fetch asks whether there is an `origin` at all, so the usual pass
+    // costs no extra git call.
+    let has_origin = match git.fetch_base(base) {
+        Ok(()) => true,
+        Err(_) if !git.has_origin().map_err(need("listing remotes"))? => false,
+        Err(e) => return Err(need("fetching the base from origin")(e)),
+    };
+    let remote = if has_origin {
+        git.remote_afk_branches()
+            .map_err(need("listing afk/* branches on origin"))?
+    } else {
+        Vec::new()
+    };
     let local = git
         .local_afk_branches()
         .map_err(need("listing local afk/* branches"))?;
@@ -384,7 +394,11 @@ pub fn run(
         (Classification::from_batch(Ok(Vec::new())), 0)
     };
 
-    let base_ref = format!("origin/{base}");
+    let base_ref = if has_origin {
+        format!("origin/{base}")
+    } else {
+        base.to_string()
+    };
     let candidates = merge_candidates(&local, &worktrees, &class);
     let merged = if candidates.is_empty() {
         BTreeSet::new()

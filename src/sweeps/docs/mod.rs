@@ -66,22 +66,21 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
     let base = ctx.config.fleet.base.as_str();
     let base_ref = format!("refs/remotes/origin/{base}");
 
-    // A repo with no `origin` at all (a local-only checkout on the embedded tracker) has no
-    // shared base for docs to be invisible from: workers branch from this very checkout.
-    // That is not an unreachable origin, so it does not halt the boot.
-    if !has_origin(git)? {
-        return Ok(DocsReport::clean(vec![Decision {
-            sweep: SweepName::DocsSweep,
-            subject: ".red".into(),
-            issue: None,
-            state: None,
-            verdict: "skip".into(),
-            reason: "no `origin` remote: there is no shared base to land docs into".into(),
-        }]));
-    }
     // Fetching is needed to judge anything and changes nothing a person works with, so a
-    // dry run fetches too.
+    // dry run fetches too. A repo with no `origin` at all (a local-only checkout on the
+    // embedded tracker) has no shared base for docs to be invisible from: workers branch
+    // from this very checkout. That is not an unreachable origin, so it does not halt.
     if let Err(e) = git.fetch_base(base) {
+        if !git.has_origin()? {
+            return Ok(DocsReport::clean(vec![Decision {
+                sweep: SweepName::DocsSweep,
+                subject: ".red".into(),
+                issue: None,
+                state: None,
+                verdict: "skip".into(),
+                reason: "no `origin` remote: there is no shared base to land docs into".into(),
+            }]));
+        }
         return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
     }
     let fork = scan::fork_point(git, &base_ref)?;
@@ -145,12 +144,6 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
 /// The fetch failed: nothing can be judged, so the halt lists what the work tree (and the
 /// last fetched base, if any) flag locally. Best effort: a failing local scan leaves the
 /// list empty rather than hiding the fetch failure behind another error.
-/// Whether the repo has a remote named `origin` (configured, reachable or not).
-fn has_origin(git: &crate::git::Git) -> Result<bool, ScanError> {
-    let remotes = git.run(&["remote"]).map_err(ScanError::from)?;
-    Ok(remotes.lines().any(|r| r.trim() == crate::git::REMOTE))
-}
-
 fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsReport {
     let git = ctx.git;
     let known = git.rev_parse(base_ref).ok().flatten().map(|_| base_ref);
