@@ -286,11 +286,7 @@ impl Worker<'_> {
             .tracker
             .list_open_with_label(labels::READY_FOR_AGENT, 200)
             .map_err(|e| Failure::failed(e.to_string()))?;
-        queue.retain(|i| {
-            !i.labels
-                .iter()
-                .any(|l| l == labels::RUNNING || l == labels::BLOCKED_DEPENDENCY)
-        });
+        queue.retain(|i| crate::tracker::is_claimable(&i.labels));
         queue.sort_by_key(|i| i.number);
         for issue in queue {
             let claim = Claim::try_take(self.layout, issue.number).map_err(|e| {

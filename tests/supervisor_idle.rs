@@ -201,3 +201,127 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
     // Exactly one boot suite in the supervisor's life.
     assert_eq!(f.count("supervisor.boot-sweep"), 1);
 }
+
+/// One issue as `issue show --json` prints it.
+fn show(f: &Fleet, n: u64) -> serde_json::Value {
+    let out = f.run_cmd(&["issue", "show", &n.to_string(), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn labels_of(f: &Fleet, n: u64) -> Vec<String> {
+    show(f, n)["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The built-in worker (`worker --once`) in every slot, with an agent that never ends.
+fn builtin_worker_fleet() -> Fleet {
+    let mut f = Fleet::new(
+        "exec \"$AFK_TEST_BIN\" --repo \"$PWD\" worker --once\n",
+        &format!(
+            "[agent]\ncommand = [\"sleep\", \"600\"]\n\n[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"
+        ),
+    );
+    f.extra_env.push((
+        "AFK_TEST_BIN".into(),
+        env!("CARGO_BIN_EXE_afk-supervisor").into(),
+    ));
+    f
+}
+
+/// An issue that is `ready-for-agent` but blocked is not work: the built-in worker skips it
+/// and exits 0, and the supervisor must not count it and respawn that worker forever.
+#[test]
+fn a_ready_but_blocked_issue_does_not_respawn_workers() {
+    let mut f = builtin_worker_fleet();
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "blocked",
+        "--label",
+        "ready-for-agent",
+        "--label",
+        "blocked:dependency",
+        "--label",
+        "req:99",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    f.start(&["--workers", "2"]);
+    f.wait_events("slot.idle", 2);
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 4);
+    assert_eq!(f.count("slot.spawn"), 2, "{}", f.dump());
+    assert_eq!(f.state().unwrap().ready_for_agent, Some(0));
+
+    // A claimable issue still wakes exactly one slot, whose worker claims it.
+    new_issue(&f, "real work");
+    f.wait_events("slot.unidle", 1);
+    assert!(
+        support::wait_until(fleet::WAIT, || labels_of(&f, 2)
+            .contains(&"running".to_string())),
+        "{}",
+        f.dump()
+    );
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    assert_eq!(f.count("slot.spawn"), 3, "{}", f.dump());
+    assert_eq!(labels_of(&f, 1).len(), 3, "the blocked issue is untouched");
+}
+
+/// Whatever the count says, a worker that exits 0 at once with work apparently queued found
+/// nothing it could claim: the slot idles until the queue changes, it does not loop.
+#[test]
+fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
+    let mut f = Fleet::new(
+        "exit 0\n",
+        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
+    );
+    new_issue(&f, "never taken");
+    f.start(&["--workers", "2"]);
+    let nothing = |f: &Fleet| {
+        f.events_of("slot.idle")
+            .into_iter()
+            .filter(|e| e.msg.contains("nothing claimable"))
+            .count()
+    };
+    assert!(
+        support::wait_until(fleet::WAIT, || nothing(&f) >= 2),
+        "{}",
+        f.dump()
+    );
+    let spawns = f.count("slot.spawn");
+    // At most one extra try per slot (a worker that ended before the first queue check).
+    assert!(spawns <= 4, "{}", f.dump());
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 4);
+    assert_eq!(f.count("slot.spawn"), spawns, "{}", f.dump());
+    let idles = f.events_of("slot.idle");
+    let msg = &idles
+        .iter()
+        .find(|e| e.msg.contains("nothing claimable"))
+        .unwrap()
+        .msg;
+    assert!(
+        msg.contains("while ready-for-agent=1: nothing claimable, waiting for the queue to change"),
+        "{msg}"
+    );
+
+    // A new issue changes the queue: the slots wake, find nothing again, and idle again.
+    new_issue(&f, "also never taken");
+    f.wait_events("slot.unidle", 1);
+    assert!(
+        support::wait_until(fleet::WAIT, || nothing(&f) >= 3),
+        "{}",
+        f.dump()
+    );
+    let after = f.count("slot.spawn");
+    assert!(after > spawns && after <= spawns + 2, "{}", f.dump());
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    assert_eq!(f.count("slot.spawn"), after, "{}", f.dump());
+}

@@ -5,6 +5,7 @@
 //! waits on one channel fed by the watcher, signal, queue and periodic threads, with a
 //! timeout at the next due timer (tick, circuit probe, group kill).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
@@ -27,7 +28,7 @@ use crate::layout::Layout;
 use crate::pidfile;
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::toonl::Event;
-use crate::tracker::{Tracker, labels};
+use crate::tracker::{self, LabeledIssue, Tracker, labels};
 
 /// A task the loop runs on its own thread every `interval` (first run one interval after
 /// start-up, the boot suite having just done the same work). Its `Ok` text or error is
@@ -169,6 +170,7 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
     }
 
     let queue_tx = start_queue_thread(
+        layout.clone(),
         tracker.as_ref().ok().cloned(),
         tx.clone(),
         tracker.as_ref().err().cloned(),
@@ -319,9 +321,12 @@ fn run_boot(
     }
 }
 
-/// The queue checker: one `ready-for-agent` count per request, off the loop's thread so a
-/// slow tracker never delays noticing a death.
+/// The queue checker: the claimable issues per request, off the loop's thread so a slow
+/// tracker never delays noticing a death. "Claimable" is the worker's own filter
+/// ([`crate::tracker::is_claimable`], and no claim dir): a count that included issues no
+/// worker takes would wake slots whose workers exit 0 at once, forever.
 fn start_queue_thread(
+    layout: Layout,
     tracker: Option<Arc<dyn Tracker>>,
     tx: Sender<Msg>,
     open_error: Option<String>,
@@ -334,7 +339,7 @@ fn start_queue_thread(
             let r = match &tracker {
                 Some(t) => t
                     .list_open_with_label(labels::READY_FOR_AGENT, QUEUE_LIMIT)
-                    .map(|v| v.len() as u64)
+                    .map(|v| claimable(&layout, &v))
                     .map_err(|e| e.to_string()),
                 None => Err(format!(
                     "tracker unavailable: {}",
@@ -352,6 +357,18 @@ fn start_queue_thread(
         return dead_tx;
     }
     req_tx
+}
+
+/// The numbers of the issues a worker would try to claim: claimable labels and no claim
+/// dir (anything at that path makes the worker's exclusive `mkdir` fail).
+pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
+    let claims = layout.claims();
+    issues
+        .iter()
+        .filter(|i| tracker::is_claimable(&i.labels))
+        .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
+        .map(|i| i.number)
+        .collect()
 }
 
 fn start_periodic(mut p: Periodic, tx: Sender<Msg>) {

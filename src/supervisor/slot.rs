@@ -1,5 +1,6 @@
 //! One slot: which worker runs in it, or why none does.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -59,6 +60,10 @@ pub struct Slot {
     pub restarts: u64,
     /// Surplus after a drain shrink: its worker finishes and is not replaced.
     pub retiring: bool,
+    /// Idled because its worker exited 0 at once although the queue looked non-empty: it
+    /// found nothing it could claim. Holds the claimable issues as they looked then; the
+    /// slot wakes only when the queue differs, so a filter mismatch can never loop.
+    pub unclaimable: Option<BTreeSet<u64>>,
 }
 
 impl Slot {
@@ -70,6 +75,7 @@ impl Slot {
             spawns: 0,
             restarts: 0,
             retiring: false,
+            unclaimable: None,
         }
     }
 

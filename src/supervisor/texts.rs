@@ -37,6 +37,13 @@ pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {
     format!("takeover adoption: adopted={adopted} dead={dead} target={target}")
 }
 
+/// A slot idled because its worker exited 0 at once with work apparently queued.
+pub fn nothing_claimable(slot: usize, lived_s: f64, ready: usize) -> String {
+    format!(
+        "slot {slot} idle: worker exited 0 after {lived_s:.1}s while ready-for-agent={ready}: nothing claimable, waiting for the queue to change"
+    )
+}
+
 pub fn fatal_parked(slot: usize) -> String {
     format!("fatal host configuration: slot {slot} parked without retry")
 }

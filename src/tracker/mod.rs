@@ -25,6 +25,14 @@ pub mod labels {
     pub const REQ_PREFIX: &str = "req:";
 }
 
+/// Whether a worker may claim an issue with these labels: `ready-for-agent` and neither
+/// `running` nor `blocked:dependency`. The worker's claim and the supervisor's queue count
+/// share it, so the supervisor never wakes a slot for work no worker would take.
+pub fn is_claimable(labels: &[String]) -> bool {
+    let has = |want: &str| labels.iter().any(|l| l == want);
+    has(labels::READY_FOR_AGENT) && !has(labels::RUNNING) && !has(labels::BLOCKED_DEPENDENCY)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum IssueState {
@@ -162,4 +170,22 @@ pub trait Tracker: Send + Sync {
 
     /// Merges the pull request whose head is `head` and deletes the branch.
     fn pr_merge(&self, head: &str) -> TrackerResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimable_needs_ready_and_no_blocker() {
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(is_claimable(&l(&["ready-for-agent", "bug"])));
+        assert!(!is_claimable(&l(&["bug"])));
+        assert!(!is_claimable(&l(&["ready-for-agent", "running"])));
+        assert!(!is_claimable(&l(&[
+            "ready-for-agent",
+            "blocked:dependency",
+            "req:99"
+        ])));
+    }
 }

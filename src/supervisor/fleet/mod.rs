@@ -3,7 +3,7 @@
 //! Single-threaded by design: the watcher, signal, queue and periodic threads only send
 //! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -35,8 +35,8 @@ pub enum Msg {
         kind: ExitKind,
     },
     Signal(i32),
-    /// Open `ready-for-agent` issues, or why the tracker could not say.
-    Queue(Result<u64, String>),
+    /// The claimable `ready-for-agent` issues, or why the tracker could not say.
+    Queue(Result<BTreeSet<u64>, String>),
     Log(Event),
     Boot(SuiteRun),
 }
@@ -77,6 +77,8 @@ pub struct Fleet {
     params: circuit::Params,
     reaper: Reaper,
     ready: Option<u64>,
+    /// The claimable issues at the last successful queue check.
+    ready_set: Option<BTreeSet<u64>>,
     churn_deaths: VecDeque<Instant>,
     churn_respawns: VecDeque<Instant>,
     tick_deaths: usize,
@@ -129,6 +131,7 @@ impl Fleet {
             target: config.fleet.workers,
             shrink_mode: ShrinkMode::default(),
             ready: None,
+            ready_set: None,
             churn_deaths: VecDeque::new(),
             churn_respawns: VecDeque::new(),
             tick_deaths: 0,
@@ -264,6 +267,7 @@ impl Fleet {
             let Some(slot) = self.slots.get_mut(&idx) else {
                 return;
             };
+            slot.unclaimable = None;
             slot.spawns += 1;
             if slot.spawns > 1 {
                 slot.restarts += 1;
@@ -425,6 +429,7 @@ impl Fleet {
                     let msg = texts::closed(idx, lived.as_secs());
                     self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
                 }
+                self.note_fast_clean_exit(idx, lived);
                 // Idle until a queue check says otherwise (logged once confirmed empty).
                 self.request_queue();
             }
@@ -436,10 +441,31 @@ impl Fleet {
         }
     }
 
-    pub fn on_queue(&mut self, result: Result<u64, String>, now: Instant) {
+    /// A worker that exits 0 before `fast_death_s` while the queue looked non-empty found
+    /// nothing it could claim (whatever the count said): its slot idles until the queue
+    /// changes instead of respawning at once.
+    fn note_fast_clean_exit(&mut self, idx: usize, lived: Duration) {
+        if lived >= self.params.fast_death {
+            return;
+        }
+        let Some(seen) = self.ready_set.clone().filter(|s| !s.is_empty()) else {
+            return;
+        };
+        let Some(slot) = self.slots.get_mut(&idx) else {
+            return;
+        };
+        slot.phase = Phase::Idle { confirmed: true };
+        let n = seen.len();
+        slot.unclaimable = Some(seen);
+        let msg = texts::nothing_claimable(idx, lived.as_secs_f64(), n);
+        self.log(Event::now(kind::IDLE, msg).slot(idx));
+    }
+
+    pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, String>, now: Instant) {
         self.queue_inflight = false;
         match result {
-            Ok(n) => {
+            Ok(set) => {
+                let n = set.len() as u64;
                 if self.tracker_error.take().is_some() {
                     self.log(Event::now(
                         kind::TRACKER_ERROR,
@@ -448,10 +474,23 @@ impl Fleet {
                 }
                 self.dirty |= self.ready != Some(n);
                 self.ready = Some(n);
+                // A slot idled on "nothing claimable" rejoins the others once the queue
+                // differs from what its worker saw.
+                for slot in self.slots.values_mut() {
+                    if slot.unclaimable.as_ref().is_some_and(|seen| *seen != set) {
+                        slot.unclaimable = None;
+                    }
+                }
+                self.ready_set = Some(set);
                 let idle: Vec<usize> = self
                     .slots
                     .values()
-                    .filter(|s| s.is_idle() && s.index < self.target && !s.retiring)
+                    .filter(|s| {
+                        s.is_idle()
+                            && s.index < self.target
+                            && !s.retiring
+                            && s.unclaimable.is_none()
+                    })
                     .map(|s| s.index)
                     .collect();
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
