@@ -202,22 +202,6 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
     assert_eq!(f.count("supervisor.boot-sweep"), 1);
 }
 
-/// One issue as `issue show --json` prints it.
-fn show(f: &Fleet, n: u64) -> serde_json::Value {
-    let out = f.run_cmd(&["issue", "show", &n.to_string(), "--json"]);
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn labels_of(f: &Fleet, n: u64) -> Vec<String> {
-    show(f, n)["labels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap().to_string())
-        .collect()
-}
-
 /// The built-in worker (`worker --once`) in every slot, with an agent that never ends.
 fn builtin_worker_fleet() -> Fleet {
     let mut f = Fleet::new(
@@ -262,7 +246,8 @@ fn a_ready_but_blocked_issue_does_not_respawn_workers() {
     new_issue(&f, "real work");
     f.wait_events("slot.unidle", 1);
     assert!(
-        support::wait_until(fleet::WAIT, || labels_of(&f, 2)
+        support::wait_until(fleet::WAIT, || f
+            .labels_of(2)
             .contains(&"running".to_string())),
         "{}",
         f.dump()
@@ -270,7 +255,7 @@ fn a_ready_but_blocked_issue_does_not_respawn_workers() {
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 3);
     assert_eq!(f.count("slot.spawn"), 3, "{}", f.dump());
-    assert_eq!(labels_of(&f, 1).len(), 3, "the blocked issue is untouched");
+    assert_eq!(f.labels_of(1).len(), 3, "the blocked issue is untouched");
 }
 
 /// Whatever the count says, a worker that exits 0 at once with work apparently queued found

@@ -7,6 +7,7 @@ pub mod journal;
 pub mod lane;
 pub mod procs;
 pub mod reaper;
+pub mod release;
 pub mod resize;
 pub mod run;
 pub mod slot;

@@ -185,6 +185,7 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         tx.clone(),
         queue_tx,
     );
+    fleet.set_tracker(tracker.as_ref().ok().cloned());
     fleet.start(adoptees, dead, had_state);
     if let Ok(t) = &tracker {
         for p in periodic_tasks(&config, layout, t) {

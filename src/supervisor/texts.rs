@@ -27,6 +27,8 @@ pub mod kind {
     pub const UNRETIRE: &str = "slot.unretire";
     pub const RETIRED: &str = "slot.retired";
     pub const HARD_KILL: &str = "slot.hard-kill";
+    /// A dead worker's claim released and its issue given back.
+    pub const RESTORE: &str = "slot.restore";
     pub const CIRCUIT_TRIP: &str = "circuit.trip";
     pub const CIRCUIT_HALF_OPEN: &str = "circuit.half-open";
     pub const CIRCUIT_REPARKED: &str = "circuit.re-parked";

@@ -225,6 +225,40 @@ impl Fleet {
         out
     }
 
+    /// One issue of the local tracker as `issue show --json` prints it.
+    pub fn show_issue(&self, n: u64) -> serde_json::Value {
+        let out = self.run_cmd(&["issue", "show", &n.to_string(), "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    pub fn labels_of(&self, n: u64) -> Vec<String> {
+        self.show_issue(n)["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    pub fn comments_of(&self, n: u64) -> Vec<String> {
+        self.show_issue(n)["comments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["body"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// Makes the binary reachable from worker scripts as `$AFK_TEST_BIN`.
+    pub fn with_bin(mut self) -> Fleet {
+        self.extra_env.push((
+            "AFK_TEST_BIN".into(),
+            env!("CARGO_BIN_EXE_afk-supervisor").into(),
+        ));
+        self
+    }
+
     pub fn write_config(&self, text: &str) {
         fs::write(self.repo.join(".red/afk-supervisor.toml"), text).unwrap();
     }

@@ -4,6 +4,7 @@
 //! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,7 +13,8 @@ use nix::unistd::Pid;
 
 use super::circuit::{self, Verdict};
 use super::journal::Journal;
-use super::reaper::Reaper;
+use super::reaper::{Done, Reaper};
+use super::release::{self, DeadWorker};
 use super::resize::{self, Found, Resize};
 use super::slot::{KillReason, Phase, Slot, Worker};
 use super::spawn::{self, ExitKind, SpawnSpec};
@@ -25,6 +27,7 @@ use crate::fsutil::{atomic_write, remove_file_if_exists};
 use crate::layout::Layout;
 use crate::timeutil::{date_utc, epoch_secs, now_epoch, now_rfc3339_millis};
 use crate::toonl::Event;
+use crate::tracker::Tracker;
 
 /// What the helper threads tell the loop.
 #[derive(Debug)]
@@ -95,6 +98,10 @@ pub struct Fleet {
     next_tick: Instant,
     /// Something was logged (every transition is) since the last heartbeat.
     dirty: bool,
+    /// For giving a dead worker's claimed issues back; none when the tracker is down.
+    tracker: Option<Arc<dyn Tracker>>,
+    /// Dead workers whose claims are released once their process group is gone.
+    pending_release: Vec<DeadWorker>,
 }
 
 mod scaling;
@@ -143,6 +150,48 @@ impl Fleet {
             stopping: None,
             unwatched: Vec::new(),
             dirty: true,
+            tracker: None,
+            pending_release: Vec::new(),
+        }
+    }
+
+    /// The tracker dead workers' claims are released through.
+    pub fn set_tracker(&mut self, tracker: Option<Arc<dyn Tracker>>) {
+        self.tracker = tracker;
+    }
+
+    /// Releases the claims of dead workers whose process group is now confirmed gone, on a
+    /// short-lived thread; its events come back as [`Msg::Log`].
+    fn release_claims(&mut self, done: &[Done]) {
+        if done.is_empty() || self.pending_release.is_empty() {
+            return;
+        }
+        let (ready, rest): (Vec<DeadWorker>, Vec<DeadWorker>) =
+            std::mem::take(&mut self.pending_release)
+                .into_iter()
+                .partition(|w| done.iter().any(|d| d.leader == w.pid));
+        self.pending_release = rest;
+        let Some(tracker) = self.tracker.clone() else {
+            return;
+        };
+        for w in ready {
+            if release::claims_of(&self.layout, &w).is_empty() {
+                continue;
+            }
+            let (layout, tx, tracker) = (self.layout.clone(), self.tx.clone(), tracker.clone());
+            let spawned = std::thread::Builder::new()
+                .name("release".into())
+                .spawn(move || {
+                    for ev in release::release(&layout, tracker.as_ref(), &w) {
+                        let _ = tx.send(Msg::Log(ev));
+                    }
+                });
+            if let Err(e) = spawned {
+                self.log(Event::now(
+                    kind::ERROR,
+                    format!("cannot start a claim-release thread ({e}); left for the next boot"),
+                ));
+            }
         }
     }
 
@@ -391,6 +440,16 @@ impl Fleet {
         };
         let retiring = slot.retiring;
         self.reaper.terminate(w.pid, w.own_child, true, now);
+        // A worker that did not end cleanly may hold claims it can no longer give back.
+        // At a stop they are left to the next boot's orphan cleanup.
+        if !matches!(exit, ExitKind::Code(0) | ExitKind::Code(78)) && self.stopping.is_none() {
+            self.pending_release.push(DeadWorker {
+                slot: idx,
+                pid: w.pid,
+                start: w.start,
+                id: w.id.clone(),
+            });
+        }
         let lived = now.saturating_duration_since(w.started);
         self.log(
             Event::now(

@@ -25,10 +25,12 @@ impl Fleet {
 
     /// Runs whatever is due: group cleanup, circuit probes, the tick.
     pub fn service(&mut self, now: Instant) {
-        self.reaper.poll(now);
+        let done = self.reaper.poll(now);
         if self.stopping.is_some() {
+            self.pending_release.clear();
             return;
         }
+        self.release_claims(&done);
         self.circuits(now);
         if now >= self.next_tick {
             self.next_tick = now + Duration::from_secs(self.timing.tick_s);

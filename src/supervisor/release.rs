@@ -1,0 +1,131 @@
+//! Giving a dead worker's issues back.
+//!
+//! A worker that is killed (a crash, a signal, a stall kill, a hard-kill shrink) cannot
+//! undo its claim: `.red/tmp/claims/<N>/` and the `running` label would otherwise stay until
+//! the next supervisor's boot sweep, hiding the issue from every other worker for the whole
+//! life of this one. Once the worker's process group is confirmed gone, each claim whose pid
+//! file names that worker (pid and, when recorded, start time) is released here: a `running`
+//! issue gets `ready-for-agent` back with the SPEC §7 comment, then the claim dir goes.
+//!
+//! Runs on a short-lived thread (tracker calls are slow). A transient tracker failure
+//! changes nothing: the next boot's orphan cleanup judges the claim instead.
+
+use std::fs;
+use std::path::Path;
+
+use super::texts::kind;
+use crate::fsutil::read_small_file;
+use crate::layout::{Layout, start_file};
+use crate::pidfile::{self, PidContent};
+use crate::sweeps::lane::Lane;
+use crate::sweeps::orphans::RESTORE_COMMENT;
+use crate::toonl::Event;
+use crate::tracker::{IssueState, Tracker, labels};
+
+/// The dead worker whose claims are released.
+#[derive(Debug, Clone)]
+pub struct DeadWorker {
+    pub slot: usize,
+    pub pid: i32,
+    pub start: u64,
+    pub id: String,
+}
+
+/// Issues whose claim dir names `w` (pid, and start when the claim recorded one).
+pub fn claims_of(layout: &Layout, w: &DeadWorker) -> Vec<u64> {
+    let Ok(dir) = fs::read_dir(layout.claims()) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u64> = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|n| *n > 0 && holds(&layout.claim_pid(*n), w))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// Does this claim pid file name the dead worker? A start token that cannot be read proves
+/// nothing, so the claim is left to the boot sweep.
+fn holds(pid_file: &Path, w: &DeadWorker) -> bool {
+    if !matches!(pidfile::read_pid_file(pid_file), Ok(PidContent::Pid(p)) if p == w.pid) {
+        return false;
+    }
+    match read_small_file(&start_file(pid_file), pidfile::MAX_PID_FILE_BYTES) {
+        Ok(None) => true,
+        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes)
+            .trim()
+            .parse::<u64>()
+            .is_ok_and(|s| s == w.start),
+        Err(_) => false,
+    }
+}
+
+/// Releases every claim of `w`; returns one event per issue handled.
+pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {
+    let ev =
+        |n: u64, kind: &str, msg: String| Event::now(kind, msg).slot(w.slot).pid(w.pid).issue(n);
+    let mut out = Vec::new();
+    for n in claims_of(layout, w) {
+        // Re-checked just before acting: the pid must still be dead (it was when the
+        // group was confirmed gone; a reused pid has another start time).
+        if pidfile::judge_pid(w.pid, Some(w.start)).is_live() {
+            continue;
+        }
+        let view = match tracker.view(n) {
+            Ok(v) => v,
+            Err(e) => {
+                out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+                continue;
+            }
+        };
+        let restore = view.state == IssueState::Open && view.has_label(labels::RUNNING);
+        if restore {
+            if let Err(e) = tracker.edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]) {
+                out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+                continue;
+            }
+            if let Err(e) = tracker.comment(n, RESTORE_COMMENT) {
+                out.push(ev(
+                    n,
+                    kind::ERROR,
+                    format!("#{n}: ready-for-agent restored but the comment failed: {e}"),
+                ));
+            }
+        }
+        let removed = Lane::open(layout)
+            .map_err(|e| e.to_string())
+            .and_then(|lane| match lane {
+                Some(l) => l
+                    .remove(&layout.claims().join(n.to_string()))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                None => Ok(()),
+            });
+        let claim = match removed {
+            Ok(()) => "claim removed".to_string(),
+            Err(e) => format!("claim not removed: {e}"),
+        };
+        let msg = if restore {
+            format!(
+                "worker {} died holding #{n}: running -> ready-for-agent, {claim}",
+                w.id
+            )
+        } else {
+            format!(
+                "worker {} died holding #{n} (not running any more): {claim}",
+                w.id
+            )
+        };
+        out.push(ev(n, kind::RESTORE, msg));
+    }
+    out
+}
+
+fn left_for_boot(n: u64, w: &DeadWorker, e: &str) -> String {
+    format!(
+        "worker {} died holding #{n}; tracker failed ({e}): claim left for the next boot's orphan cleanup",
+        w.id
+    )
+}
