@@ -53,6 +53,21 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             "no supervisor running, but {live} workers recorded in state.toon are live; \
              `afk-supervisor stop --force` kills them"
         ))),
+        StopOutcome::Incomplete {
+            pid,
+            supervisor_alive,
+            alive,
+        } => {
+            let sup = pid.map_or("none".to_string(), |p| p.to_string());
+            let what = if supervisor_alive {
+                format!("supervisor pid={sup} still alive, ")
+            } else {
+                format!("supervisor pid={sup} gone, ")
+            };
+            Err(Failure::failed(format!(
+                "fleet not stopped: {what}workers still alive: {alive:?}"
+            )))
+        }
         StopOutcome::TimedOut { pid } => Err(Failure::failed(format!(
             "fleet still stopping after {timeout}s (supervisor pid={pid}); \
              `afk-supervisor stop --force` kills it"

@@ -264,6 +264,13 @@ pub enum StopOutcome {
     TimedOut {
         pid: i32,
     },
+    /// The supervisor is gone (or `--force` could not confirm it) but these recorded
+    /// workers are still live: the fleet is not stopped.
+    Incomplete {
+        pid: Option<i32>,
+        supervisor_alive: bool,
+        alive: Vec<i32>,
+    },
 }
 
 /// Stops the fleet: the stop file and SIGTERM, then waits; `force` SIGKILLs the supervisor
@@ -281,6 +288,15 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
             });
         }
         let n = kill_workers(&workers);
+        wait_for(timeout, || still_live(&workers).is_empty());
+        let alive = still_live(&workers);
+        if !alive.is_empty() {
+            return Ok(StopOutcome::Incomplete {
+                pid: None,
+                supervisor_alive: false,
+                alive,
+            });
+        }
         return Ok(StopOutcome::Stopped {
             pid: None,
             workers_killed: n,
@@ -288,13 +304,25 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
     };
     let gone = || !pidfile::judge_pid(pid, Some(start)).is_live();
     if force {
+        // The supervisor first, so it cannot spawn or adopt anything more; then every worker
+        // it recorded, including any it wrote down while dying.
         signal_verified(pid, start, Signal::SIGKILL);
-        let n = kill_workers(&workers);
-        wait_for(timeout, gone);
-        if gone() {
+        let sup_gone = wait_for(timeout, gone);
+        if sup_gone {
             // The supervisor was killed before it could clean up its lane.
             let _ = pidfile::remove_pid_file(&layout.supervisor_pid());
             let _ = crate::fsutil::remove_file_if_exists(&layout.supervisor_stop());
+        }
+        let workers = union(workers, recorded_live_workers(layout));
+        let n = kill_workers(&workers);
+        wait_for(timeout, || still_live(&workers).is_empty());
+        let alive = still_live(&workers);
+        if !sup_gone || !alive.is_empty() {
+            return Ok(StopOutcome::Incomplete {
+                pid: Some(pid),
+                supervisor_alive: !sup_gone,
+                alive,
+            });
         }
         return Ok(StopOutcome::Stopped {
             pid: Some(pid),
@@ -309,14 +337,41 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         }
     })?;
     signal_verified(pid, start, Signal::SIGTERM);
-    Ok(if wait_for(timeout, gone) {
-        StopOutcome::Stopped {
+    if !wait_for(timeout, gone) {
+        return Ok(StopOutcome::TimedOut { pid });
+    }
+    // The supervisor's exit alone proves nothing about its workers: check each one it
+    // recorded, before and at its end.
+    let alive = still_live(&union(workers, recorded_live_workers(layout)));
+    if !alive.is_empty() {
+        return Ok(StopOutcome::Incomplete {
             pid: Some(pid),
-            workers_killed: 0,
-        }
-    } else {
-        StopOutcome::TimedOut { pid }
+            supervisor_alive: false,
+            alive,
+        });
+    }
+    Ok(StopOutcome::Stopped {
+        pid: Some(pid),
+        workers_killed: 0,
     })
+}
+
+fn union(mut a: Vec<(i32, u64)>, b: Vec<(i32, u64)>) -> Vec<(i32, u64)> {
+    for w in b {
+        if !a.contains(&w) {
+            a.push(w);
+        }
+    }
+    a
+}
+
+/// The pids of `workers` still running as the same process (pid and start time match).
+fn still_live(workers: &[(i32, u64)]) -> Vec<i32> {
+    workers
+        .iter()
+        .filter(|(pid, start)| pidfile::judge_pid(*pid, Some(*start)).is_live())
+        .map(|(pid, _)| *pid)
+        .collect()
 }
 
 /// Workers `state.toon` records whose pid and start time both still match.

@@ -145,6 +145,29 @@ impl Reaper {
         Some(kill.map_or(recheck, |k| k.min(recheck)))
     }
 
+    /// Live children of ours outside our session that no worker leads and no group cleanup
+    /// covers: descendants that left their worker's group (`setsid`) and were reparented to
+    /// us, the child subreaper, when their parent died.
+    pub fn strays(&self, keep: &HashSet<i32>) -> Vec<Proc> {
+        procs::table()
+            .into_iter()
+            .filter(|p| {
+                p.ppid == self.my_pid
+                    && !p.is_zombie()
+                    && p.sid != self.my_sid
+                    && !keep.contains(&p.pid)
+                    && !self.contains(p.pid)
+            })
+            .collect()
+    }
+
+    /// Signals a stray and its process group (never ours: a stray is outside our session,
+    /// so its group is too, and that session was made by a worker's descendant).
+    pub fn signal_stray(p: &Proc, sig: Signal) {
+        let _ = killpg(Pid::from_raw(p.pgid), sig);
+        let _ = nix::sys::signal::kill(Pid::from_raw(p.pid), sig);
+    }
+
     /// Reaps zombies reparented to us from workers' trees. Children of our own session
     /// (commands the supervisor runs and waits for itself) and the leaders in `keep` are
     /// left alone. Returns how many were reaped.

@@ -223,16 +223,17 @@ fn event_loop(fleet: &mut Fleet, rx: &Receiver<Msg>) -> i32 {
         }
         fleet.heartbeat_if_changed(Instant::now());
         if let Some(stop) = fleet.stopping() {
-            if fleet.stop_complete() {
+            if fleet.stop_complete(Instant::now()) {
                 return stop.code;
             }
             if Instant::now() >= stop.give_up_at {
+                // Exiting as if the stop succeeded would let a service manager believe the
+                // fleet is gone while these still run.
                 let left = fleet.leftovers();
-                fleet.log(Event::now(
-                    kind::ERROR,
-                    format!("stop: giving up on processes that would not die: {left:?}"),
-                ));
-                return stop.code;
+                let msg = format!("stop: giving up on processes that would not die: {left:?}");
+                eprintln!("afk-supervisor: {msg}");
+                fleet.log(Event::now(kind::ERROR, msg));
+                return exit::FAILED;
             }
         }
     }

@@ -102,6 +102,8 @@ pub struct Fleet {
     tracker: Option<Arc<dyn Tracker>>,
     /// Dead workers whose claims are released once their process group is gone.
     pending_release: Vec<DeadWorker>,
+    /// When the stop first found descendants that escaped their worker's group.
+    strays_since: Option<Instant>,
 }
 
 mod scaling;
@@ -152,6 +154,7 @@ impl Fleet {
             dirty: true,
             tracker: None,
             pending_release: Vec::new(),
+            strays_since: None,
         }
     }
 
@@ -604,12 +607,7 @@ impl Fleet {
 
     /// SIGCHLD: reap orphans of the workers' trees.
     pub fn reap_orphans(&mut self) {
-        let keep: HashSet<i32> = self
-            .slots
-            .values()
-            .filter_map(|s| s.worker().filter(|w| w.own_child).map(|w| w.pid))
-            .chain(self.unwatched.iter().map(|(p, _)| *p))
-            .collect();
+        let keep = self.kept_children();
         self.reaper.reap_orphans(&keep);
     }
 }

@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use super::*;
 
 impl Fleet {
@@ -18,9 +20,10 @@ impl Fleet {
             return;
         }
         let grace = Duration::from_secs(self.timing.stop_grace_s);
+        // One grace for the worker groups, one for descendants that left them.
         self.stopping = Some(Stopping {
             code,
-            give_up_at: now + grace + Duration::from_secs(10),
+            give_up_at: now + grace * 2 + Duration::from_secs(10),
         });
         let live: Vec<(i32, bool)> = self
             .slots
@@ -40,17 +43,72 @@ impl Fleet {
         }
     }
 
-    /// Every worker ended and every group is empty.
-    pub fn stop_complete(&self) -> bool {
-        self.slots.values().all(|s| s.worker().is_none()) && self.reaper.is_empty()
+    /// Every worker ended, every group is empty, and no descendant that escaped its
+    /// group (`setsid`) is left among our children. Drives the escaped ones' termination.
+    pub fn stop_complete(&mut self, now: Instant) -> bool {
+        if !(self.slots.values().all(|s| s.worker().is_none()) && self.reaper.is_empty()) {
+            return false;
+        }
+        self.sweep_strays(now)
+    }
+
+    /// SIGTERM (SIGKILL once the grace is over) to every stray child and its group, again
+    /// on every call since killing one can reparent its own escaped children to us.
+    /// Returns whether none is left.
+    fn sweep_strays(&mut self, now: Instant) -> bool {
+        let strays = self.reaper.strays(&self.kept_children());
+        if strays.is_empty() {
+            return true;
+        }
+        let grace = Duration::from_secs(self.timing.stop_grace_s);
+        let first = self.strays_since.is_none();
+        let since = *self.strays_since.get_or_insert(now);
+        if first {
+            let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
+            self.log(Event::now(
+                kind::STOP,
+                format!(
+                    "stopping {} processes that left their worker's process group: {pids:?}",
+                    pids.len()
+                ),
+            ));
+        }
+        let sig = if now >= since + grace {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        };
+        for p in &strays {
+            Reaper::signal_stray(p, sig);
+        }
+        false
+    }
+
+    /// Our children that are workers (never treated as strays).
+    pub(super) fn kept_children(&self) -> HashSet<i32> {
+        self.slots
+            .values()
+            .filter_map(|s| s.worker().filter(|w| w.own_child).map(|w| w.pid))
+            .chain(self.unwatched.iter().map(|(p, _)| *p))
+            .collect()
     }
 
     /// What is still alive when giving up on a stop.
     pub fn leftovers(&self) -> Vec<i32> {
-        self.slots
+        let mut left: Vec<i32> = self
+            .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
             .chain(self.reaper.leaders())
-            .collect()
+            .chain(
+                self.reaper
+                    .strays(&self.kept_children())
+                    .into_iter()
+                    .map(|p| p.pid),
+            )
+            .collect();
+        left.sort_unstable();
+        left.dedup();
+        left
     }
 }
