@@ -116,3 +116,39 @@ fn stop_reports_recorded_workers_still_alive() {
     let _ = worker.wait();
     assert!(!alive(worker_pid));
 }
+
+/// The first worker leaves a `setsid` descendant and dies; the fleet keeps running.
+const ESCAPE_THEN_DIE: &str = r#"
+if mkdir "$AFK_TEST_DIR/first" 2>/dev/null; then
+  setsid sh -c 'echo $$ > "$AFK_TEST_DIR/escaped"; exec sleep 1000' &
+  while [ ! -s "$AFK_TEST_DIR/escaped" ]; do sleep 0.05; done
+  exit 3
+fi
+exec sleep 600
+"#;
+
+#[test]
+fn a_dead_workers_escaped_descendants_are_ended_while_the_fleet_runs() {
+    let mut f = Fleet::new(ESCAPE_THEN_DIE, FAST_TIMING);
+    f.start(&["--workers", "1"]);
+    f.wait_events("slot.exit", 1);
+    let escaped: i32 = fleet::read(&f.file("escaped")).trim().parse().unwrap();
+    assert!(
+        wait_until(WAIT, || !alive(escaped)),
+        "escaped descendant {escaped} outlived its worker\n{}",
+        f.dump()
+    );
+    let ev = f
+        .events_of("supervisor.error")
+        .into_iter()
+        .find(|e| e.msg.contains("left processes outside its group"))
+        .expect("logged");
+    assert!(
+        ev.msg.ends_with(&format!("terminating [{escaped}]")),
+        "{}",
+        ev.msg
+    );
+    // The respawned worker is untouched.
+    let live = f.wait_workers(1);
+    assert!(alive(live[0]));
+}

@@ -3,7 +3,7 @@
 //! Single-threaded by design: the watcher, signal, queue and periodic threads only send
 //! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
@@ -104,6 +104,11 @@ pub struct Fleet {
     pending_release: Vec<DeadWorker>,
     /// When the stop first found descendants that escaped their worker's group.
     strays_since: Option<Instant>,
+    /// Ended workers' ids by pid, until their group is gone: then their escaped
+    /// descendants (found by `RED_AFK_WORKER_ID` in their environment) are terminated.
+    ended: HashMap<i32, String>,
+    /// Escaped descendants sent SIGTERM: pid, start time, when SIGKILL is due.
+    stray_kills: Vec<(i32, u64, Instant)>,
 }
 
 mod scaling;
@@ -155,6 +160,8 @@ impl Fleet {
             tracker: None,
             pending_release: Vec::new(),
             strays_since: None,
+            ended: HashMap::new(),
+            stray_kills: Vec::new(),
         }
     }
 
@@ -443,6 +450,7 @@ impl Fleet {
         };
         let retiring = slot.retiring;
         self.reaper.terminate(w.pid, w.own_child, true, now);
+        self.ended.insert(w.pid, w.id.clone());
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
         if !matches!(exit, ExitKind::Code(0) | ExitKind::Code(78)) && self.stopping.is_none() {

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use super::super::procs;
 use super::*;
 
 impl Fleet {
@@ -84,6 +85,54 @@ impl Fleet {
         false
     }
 
+    /// After an ended worker's group is gone: SIGTERM its descendants that escaped the
+    /// group and were reparented to us (they carry its `RED_AFK_WORKER_ID`), SIGKILL after
+    /// the grace. Without this they would live until the fleet stops.
+    pub(super) fn clean_after(&mut self, done: &[Done], now: Instant) {
+        for d in done {
+            let Some(id) = self.ended.remove(&d.leader) else {
+                continue;
+            };
+            let needle = format!("RED_AFK_WORKER_ID={id}");
+            let strays: Vec<procs::Proc> = self
+                .reaper
+                .strays(&self.kept_children())
+                .into_iter()
+                .filter(|p| environ_has(p.pid, &needle))
+                .collect();
+            if strays.is_empty() {
+                continue;
+            }
+            let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
+            self.log(
+                Event::now(
+                    kind::ERROR,
+                    format!("worker {id} left processes outside its group: terminating {pids:?}"),
+                )
+                .pid(d.leader),
+            );
+            let grace = Duration::from_secs(self.timing.stop_grace_s);
+            for p in strays {
+                Reaper::signal_stray(&p, Signal::SIGTERM);
+                self.stray_kills.push((p.pid, p.start, now + grace));
+            }
+        }
+        self.stray_kills.retain(|&(pid, start, kill_at)| {
+            let Some(p) = procs::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
+                return false;
+            };
+            if now < kill_at {
+                return true;
+            }
+            Reaper::signal_stray(&p, Signal::SIGKILL);
+            false
+        });
+    }
+
+    pub(super) fn next_stray_kill(&self) -> Option<Instant> {
+        self.stray_kills.iter().map(|k| k.2).min()
+    }
+
     /// Our children that are workers (never treated as strays).
     pub(super) fn kept_children(&self) -> HashSet<i32> {
         self.slots
@@ -111,4 +160,9 @@ impl Fleet {
         left.dedup();
         left
     }
+}
+
+fn environ_has(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
 }

@@ -17,6 +17,9 @@ impl Fleet {
         if let Some(r) = self.reaper.next_deadline(now) {
             d = d.min(r);
         }
+        if let Some(k) = self.next_stray_kill() {
+            d = d.min(k);
+        }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
         }
@@ -30,6 +33,7 @@ impl Fleet {
             self.pending_release.clear();
             return;
         }
+        self.clean_after(&done, now);
         self.release_claims(&done);
         self.circuits(now);
         if now >= self.next_tick {
