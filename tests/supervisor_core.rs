@@ -64,9 +64,11 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
         let expected = format!(
             "AFK_TEST_TAG={}\nRED_AFK_RETIRE_FILE={}/afk-supervisor-slot-{slot}.retire\n\
              RED_AFK_RUNNER=claude\nRED_AFK_SLOT={slot}\nRED_AFK_SWEEPS_DONE=1\n\
-             RED_AFK_WORKER_ID=sup-{sup}-slot-{slot}-1\n",
+             RED_AFK_WORKER_ID=sup-{sup}-slot-{slot}-{seq}\n",
             f.tag,
-            lane.display()
+            lane.display(),
+            // The first workers are started in slot order, one sequence for the fleet.
+            seq = slot + 1
         );
         assert_eq!(text, expected);
         // Own session and process group; stdout appended to the slot log.

@@ -109,6 +109,11 @@ pub struct Fleet {
     ended: HashMap<i32, String>,
     /// Escaped descendants sent SIGTERM: pid, start time, when SIGKILL is due.
     stray_kills: Vec<(i32, u64, Instant)>,
+    /// Workers started by this supervisor: the last part of every worker id, so an id is
+    /// never reused even when a slot is retired and created again.
+    spawn_seq: u64,
+    /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
+    retired: HashMap<usize, Slot>,
 }
 
 mod scaling;
@@ -162,6 +167,8 @@ impl Fleet {
             strays_since: None,
             ended: HashMap::new(),
             stray_kills: Vec::new(),
+            spawn_seq: 0,
+            retired: HashMap::new(),
         }
     }
 
@@ -333,7 +340,8 @@ impl Fleet {
                 self.tick_respawns += 1;
                 self.churn_respawns.push_back(now);
             }
-            let id = format!("sup-{}-slot-{idx}-{}", self.me.0, slot.spawns);
+            self.spawn_seq += 1;
+            let id = format!("sup-{}-slot-{idx}-{}", self.me.0, self.spawn_seq);
             let log = self.layout.slot_log(&date_utc(SystemTime::now()), idx);
             let env = spawn::worker_env(idx, &id, &self.runner, &self.layout.retire_file(idx));
             let spec = SpawnSpec {
@@ -473,8 +481,14 @@ impl Fleet {
         if self.stopping.is_some() {
             return;
         }
-        if retiring || idx >= self.target || w.kill == Some(KillReason::Shrink) {
+        if idx >= self.target {
             self.retire_slot(idx);
+            return;
+        }
+        if retiring || w.kill == Some(KillReason::Shrink) {
+            // Grown back while its worker was being retired: within the target again.
+            self.unretire(idx);
+            self.spawn_in(idx, now);
             return;
         }
         if w.kill == Some(KillReason::Stall) {

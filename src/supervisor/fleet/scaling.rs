@@ -72,21 +72,10 @@ impl Fleet {
         for idx in 0..target {
             match self.slots.get_mut(&idx) {
                 Some(s) if s.retiring && s.worker().is_some_and(|w| w.kill.is_none()) => {
-                    s.retiring = false;
-                    let _ = remove_file_if_exists(&self.layout.retire_file(idx));
-                    self.log(
-                        Event::now(
-                            kind::UNRETIRE,
-                            format!("slot {idx} kept: within the target again"),
-                        )
-                        .slot(idx),
-                    );
+                    self.unretire(idx);
                 }
                 Some(_) => {}
-                None => {
-                    self.slots.insert(idx, Slot::new(idx, self.params));
-                    self.spawn_in(idx, now);
-                }
+                None => self.regrow(idx, now),
             }
         }
     }
@@ -141,9 +130,51 @@ impl Fleet {
     }
 
     pub(super) fn retire_slot(&mut self, idx: usize) {
-        if self.slots.remove(&idx).is_some() {
+        if let Some(slot) = self.slots.remove(&idx) {
             let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+            self.retired.insert(idx, slot);
             self.log(Event::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
         }
+    }
+
+    /// A slot whose worker was being retired is within the target again.
+    pub(super) fn unretire(&mut self, idx: usize) {
+        if let Some(s) = self.slots.get_mut(&idx) {
+            s.retiring = false;
+            let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+            self.log(
+                Event::now(
+                    kind::UNRETIRE,
+                    format!("slot {idx} kept: within the target again"),
+                )
+                .slot(idx),
+            );
+        }
+    }
+
+    /// Creates slot `idx` again: a slot retired earlier comes back with its circuit, and a
+    /// parked one (exit 78 or an open circuit) stays parked instead of starting afresh.
+    fn regrow(&mut self, idx: usize, now: Instant) {
+        let Some(mut slot) = self.retired.remove(&idx) else {
+            self.slots.insert(idx, Slot::new(idx, self.params));
+            self.spawn_in(idx, now);
+            return;
+        };
+        slot.retiring = false;
+        slot.unclaimable = None;
+        if slot.is_parked() {
+            self.slots.insert(idx, slot);
+            self.log(
+                Event::now(
+                    kind::PARKED,
+                    format!("slot {idx} back within the target and still parked"),
+                )
+                .slot(idx),
+            );
+            return;
+        }
+        slot.phase = Phase::Idle { confirmed: false };
+        self.slots.insert(idx, slot);
+        self.spawn_in(idx, now);
     }
 }
