@@ -152,13 +152,13 @@ wait
         "circuit half-open: slot 0 cooldown expired, spawning probe (backoff=1s step=0)"
     );
     let reparked = f.wait_events("circuit.re-parked", 1);
-    assert!(
-        reparked[0].msg.starts_with(
-            "circuit re-parked: slot 0 probe died after 0s, next probe in 2s (step=1)"
-        ),
-        "{}",
-        reparked[0].msg
-    );
+    // How long the probe lived depends on the machine's load: check the shape only.
+    let msg = &reparked[0].msg;
+    let lived = msg
+        .strip_prefix("circuit re-parked: slot 0 probe died after ")
+        .and_then(|rest| rest.split_once("s, next probe in 2s (step=1)"))
+        .map(|(n, _)| n);
+    assert!(lived.is_some_and(|n| n.parse::<u64>().is_ok()), "{msg}");
     // Heal the host: the next probe lives past the fast-death time and closes the circuit.
     fs::remove_file(f.file("fail")).unwrap();
     let closed = f.wait_events("circuit.closed", 1);

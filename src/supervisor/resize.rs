@@ -12,8 +12,9 @@ use crate::fsutil::atomic_write;
 /// The largest fleet a directive may ask for, the same bound as `fleet.workers`.
 pub const MAX_TARGET: usize = 1024;
 
+/// Unknown fields are ignored: another tool may add its own, and rejecting them would void
+/// the whole directive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Resize {
     pub target: usize,
     #[serde(default)]
@@ -93,6 +94,8 @@ mod tests {
                 runner: None
             }
         );
+        let extra = decode("target: 2\nrequested_by: ops-bot\nshrink_mode: hard-kill\n").unwrap();
+        assert_eq!((extra.target, extra.shrink_mode), (2, ShrinkMode::HardKill));
         let with_runner = decode("target: 1\nrunner: codex\n").unwrap();
         assert_eq!(with_runner.runner.as_deref(), Some("codex"));
     }
@@ -104,12 +107,13 @@ mod tests {
             "target: -1\n",
             "target: two\n",
             "shrink_mode: hard-kill\n",
+            "shrink_mode: hard-kill\nother: 1\n",
             "target: 2\nshrink_mode: gently\n",
             "target: 5000\n",
-            "target: 2\nextra: 1\n",
             "target: 2\nrunner: \"\"\n",
         ] {
-            assert!(decode(bad).is_err(), "{bad:?} accepted");
+            let e = decode(bad).expect_err(bad);
+            assert!(!e.contains('\n'), "not one line: {e:?}");
         }
     }
 

@@ -118,6 +118,8 @@ pub struct Fleet {
 
 mod scaling;
 mod stop;
+#[cfg(test)]
+mod tests;
 mod tick;
 
 impl Fleet {
@@ -373,6 +375,9 @@ impl Fleet {
                             .slot(idx)
                             .pid(s.pid),
                     );
+                    // At once, not at the loop's next turn: a supervisor killed in between
+                    // would leave a live worker no successor can find to adopt.
+                    self.heartbeat(now);
                     return;
                 }
                 Err(e) => {
