@@ -155,7 +155,7 @@ pub fn run(
                     format!("boot sweeps halted: {msg}"),
                 ));
             }
-            Err(e @ BootError::Failed(_)) => {
+            Err(e) => {
                 eprintln!("afk-supervisor worker: {}", e.log_message())
             }
         }
