@@ -102,6 +102,11 @@ pub enum BootError {
     /// A sweep failed; workers start anyway and run their own checks.
     #[error("{0}")]
     Failed(String),
+    /// A check the suite needs before touching anything failed (the text names it, e.g.
+    /// `git: ... is not a git work tree`); no sweep ran, workers start and check for
+    /// themselves.
+    #[error("precheck failed ({0})")]
+    Precheck(String),
 }
 
 impl BootError {
@@ -112,6 +117,9 @@ impl BootError {
             BootError::Failed(msg) => {
                 format!("boot sweeps failed: {msg} — spawning workers anyway")
             }
+            BootError::Precheck(check) => format!(
+                "boot sweeps: precheck FAILED ({check}) — workers will run their own precheck"
+            ),
         }
     }
 }
@@ -126,6 +134,14 @@ pub struct SuiteRun {
 }
 
 impl SuiteRun {
+    /// A suite whose precheck failed: nothing ran.
+    pub fn precheck_failed(check: impl Into<String>) -> Self {
+        SuiteRun {
+            report: BootReport::default(),
+            end: Err(BootError::Precheck(check.into())),
+        }
+    }
+
     /// A suite that could not run at all.
     pub fn failed(msg: impl Into<String>) -> Self {
         SuiteRun {
@@ -155,6 +171,9 @@ impl SuiteRun {
 /// does not stop the ones after it (a broken branch reaper must not starve the unblock
 /// sweep), and the suite then reports every failure together.
 pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
+    if let Err(check) = precheck(ctx) {
+        return SuiteRun::precheck_failed(check);
+    }
     let mut report = BootReport::default();
     let mut failures = Vec::new();
     for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
@@ -166,7 +185,7 @@ pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
                     end: Err(halt),
                 };
             }
-            Err(BootError::Failed(msg)) => failures.push(msg),
+            Err(BootError::Failed(msg) | BootError::Precheck(msg)) => failures.push(msg),
         }
     }
     let end = if failures.is_empty() {
@@ -175,6 +194,20 @@ pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
         Err(BootError::Failed(failures.join("; ")))
     };
     SuiteRun { report, end }
+}
+
+/// What every sweep takes for granted: the repo is a git work tree that git can read.
+/// (The tracker is checked where it is opened: a supervisor without one reports its own
+/// precheck failure.)
+fn precheck(ctx: &SweepCtx<'_>) -> Result<(), String> {
+    match ctx.git.run(&["rev-parse", "--is-inside-work-tree"]) {
+        Ok(out) if out.trim() == "true" => Ok(()),
+        Ok(_) => Err(format!(
+            "git: {} is not a git work tree",
+            ctx.layout.repo().display()
+        )),
+        Err(e) => Err(format!("git: {e}")),
+    }
 }
 
 fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Result<(), BootError> {

@@ -155,7 +155,7 @@ pub fn run(
                     format!("boot sweeps halted: {msg}"),
                 ));
             }
-            Err(e @ BootError::Failed(_)) => {
+            Err(e) => {
                 eprintln!("afk-supervisor worker: {}", e.log_message())
             }
         }
@@ -499,13 +499,24 @@ impl Worker<'_> {
                 self.agent[0]
             ))
         })?;
+        // Liveness records mark progress, not mere existence: one when the agent starts, then
+        // one whenever its worktree moves (a new commit or changed files), checked every
+        // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
+        // (newest record or slot-log write) can flag and kill it.
         let liveness = attempt_dir.join("liveness.toonl");
+        append_liveness(&liveness, issue.number, "agent");
+        let wt = Git::new(worktree);
+        let mut seen = worktree_fingerprint(&wt);
         let every = Duration::from_secs(self.wenv.liveness_s);
-        let mut next_beat = Instant::now();
+        let mut next_look = Instant::now() + every;
         loop {
-            if Instant::now() >= next_beat {
-                append_liveness(&liveness, issue.number, "agent");
-                next_beat = Instant::now() + every;
+            if Instant::now() >= next_look {
+                let now = worktree_fingerprint(&wt);
+                if now.is_some() && now != seen {
+                    append_liveness(&liveness, issue.number, "progress");
+                    seen = now;
+                }
+                next_look = Instant::now() + every;
             }
             match child.try_wait() {
                 Ok(Some(status)) => {
@@ -524,9 +535,11 @@ impl Worker<'_> {
                 Err(e) => return Err(Failure::failed(format!("waiting for the agent: {e}"))),
             }
             if let Some(code) = self.stopped() {
+                // Half the supervisor's grace: the worker must still have time to give the
+                // issue back before the supervisor's SIGKILL reaches the whole group.
                 stop_agent(
                     &mut child,
-                    Duration::from_secs(self.config.timing.stop_grace_s),
+                    Duration::from_millis(self.config.timing.stop_grace_s * 500),
                 );
                 return Ok(AgentEnd::Signalled(code));
             }
@@ -556,6 +569,14 @@ fn stop_agent(child: &mut Child, grace: Duration) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// What the agent has done to its worktree so far: HEAD plus the porcelain status.
+/// `None` when git cannot tell (then no progress is claimed).
+fn worktree_fingerprint(wt: &Git) -> Option<String> {
+    let head = wt.run(&["rev-parse", "HEAD"]).ok()?;
+    let status = wt.run(&["status", "--porcelain=v1", "-z"]).ok()?;
+    Some(format!("{}\n{status}", head.trim()))
 }
 
 fn append_liveness(path: &Path, issue: u64, stage: &str) {

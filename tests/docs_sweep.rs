@@ -17,6 +17,7 @@ use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::docs::{self, DocsReport};
 use afk_supervisor::sweeps::{SweepCtx, SweepName};
+use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{LocalTracker, Tracker};
 use support::fake_gh::FakeGh;
 use support::{Repo, TestEnv};
@@ -125,6 +126,28 @@ impl Fx {
             .git(&self.repo.origin, &["rev-parse", "main"])
             .trim()
             .to_string()
+    }
+
+    /// A `pre-receive` hook on the bare origin refusing every update of `main`: a landing's
+    /// branch push goes through, its fast-forward merge is refused.
+    fn refuse_pushes_to_main(&self) {
+        let hook = self.repo.origin.join("hooks").join("pre-receive");
+        fs::create_dir_all(hook.parent().unwrap()).unwrap();
+        fs::write(
+            &hook,
+            "#!/bin/sh\nwhile read old new ref; do\n  if [ \"$ref\" = refs/heads/main ]; then\n    \
+             echo 'main is protected' >&2\n    exit 1\n  fi\ndone\nexit 0\n",
+        )
+        .unwrap();
+        fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+
+    /// Every `afk-docs/*` branch on the bare origin, one full refname a line.
+    fn lane_branches_on_origin(&self) -> String {
+        self.env.git(
+            &self.repo.origin,
+            &["for-each-ref", "--format=%(refname)", "refs/heads/afk-docs"],
+        )
     }
 
     /// The real local tracker, its store outside the checkout so that the store's own
@@ -731,11 +754,8 @@ fn a_failing_pr_lane_halts_and_cleans_up() {
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(&calls[0][..4], ["pr", "create", "--base", "main"]);
     assert_eq!(f.origin_main(), head);
-    // The pushed branch stays on origin for a person to inspect.
-    let heads = f
-        .env
-        .git(&f.repo.origin, &["branch", "--list", "afk-docs/*"]);
-    assert!(heads.contains("afk-docs/sweep-"), "{heads}");
+    // The pushed branch is taken off origin again (on GitHub that also closes any PR).
+    assert_eq!(f.lane_branches_on_origin(), "");
 }
 
 #[test]
@@ -769,6 +789,135 @@ fn a_merge_that_does_not_reach_the_base_halts() {
             "--delete-branch"
         ]
     );
+    assert_eq!(f.lane_branches_on_origin(), "");
+}
+
+#[test]
+fn a_refused_merge_leaves_no_branch_or_open_pr_and_names_never_repeat() {
+    // The reviewer's repro in-process: origin refuses updates of main, so every landing
+    // pushes its branch, opens a local PR and then fails to merge it.
+    let f = Fx::new();
+    f.write(".red/CONTEXT.md", "ctx\n");
+    f.refuse_pushes_to_main();
+    let head = f.origin_main();
+    let t = f.local_tracker();
+    for _ in 0..2 {
+        let r = f.sweep_with(&t, false);
+        assert_outcome(&r, DocsOutcome::Halt, 1);
+        let h = r.halt.as_ref().unwrap();
+        assert_eq!(
+            h.message(),
+            "Docs Sweep halted (landing-failed): .red/CONTEXT.md"
+        );
+        // The original cause, with no cleanup note: the cleanup itself succeeded.
+        let detail = h.detail.as_deref().unwrap();
+        assert!(detail.contains("merging it failed"), "{detail}");
+        assert!(detail.contains("main is protected"), "{detail}");
+        assert!(!detail.contains("cleaning up"), "{detail}");
+        assert!(r.decisions[0].reason.contains("main is protected"));
+        assert_eq!(f.lane_branches_on_origin(), "");
+    }
+    assert_eq!(f.origin_main(), head);
+    let prs = t.pull_requests().unwrap();
+    assert_eq!(prs.len(), 2, "{prs:#?}");
+    assert!(
+        prs.iter()
+            .all(|p| p.state == PrState::Closed && p.closed_at.is_some()),
+        "{prs:#?}"
+    );
+    // Back to back in one process (usually within one second): two distinct branches.
+    assert_ne!(prs[0].head, prs[1].head);
+    assert!(
+        prs.iter()
+            .all(|p| p.head.starts_with(docs::land::BRANCH_PREFIX))
+    );
+
+    // Once origin accepts the merge, the next run lands normally.
+    fs::remove_file(f.repo.origin.join("hooks").join("pre-receive")).unwrap();
+    let r = f.sweep_with(&t, false);
+    assert_outcome(&r, DocsOutcome::Land, 1);
+    assert_eq!(f.on_origin(".red/CONTEXT.md").as_deref(), Some("ctx\n"));
+    assert_eq!(f.lane_branches_on_origin(), "");
+}
+
+#[test]
+fn a_cleanup_that_fails_too_keeps_the_original_cause_first() {
+    // Origin refuses the merge and also refuses deleting branches.
+    let f = Fx::new();
+    f.write(".red/CONTEXT.md", "ctx\n");
+    let hook = f.repo.origin.join("hooks").join("pre-receive");
+    fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    fs::write(
+        &hook,
+        "#!/bin/sh\nwhile read old new ref; do\n  case \"$ref:$new\" in\n    \
+         refs/heads/main:*) echo 'main is protected' >&2; exit 1 ;;\n    \
+         *:0000000000000000000000000000000000000000) echo 'no deletions' >&2; exit 1 ;;\n  \
+         esac\ndone\nexit 0\n",
+    )
+    .unwrap();
+    fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let t = f.local_tracker();
+    let r = f.sweep_with(&t, false);
+    let h = r.halt.as_ref().unwrap();
+    assert_eq!(
+        h.message(),
+        "Docs Sweep halted (landing-failed): .red/CONTEXT.md"
+    );
+    let detail = h.detail.as_deref().unwrap();
+    assert!(detail.starts_with("pushed afk-docs/sweep-"), "{detail}");
+    let (cause, note) = detail
+        .split_once("(cleaning up the lane also failed: ")
+        .unwrap();
+    assert!(cause.contains("merging it failed") && cause.contains("main is protected"));
+    assert!(
+        note.contains("on origin") && note.contains("no deletions"),
+        "{note}"
+    );
+    // The branch the remote would not let go is the one the note names; the PR is closed.
+    let left = f.lane_branches_on_origin();
+    assert_eq!(left.lines().count(), 1, "{left}");
+    let prs = t.pull_requests().unwrap();
+    assert_eq!(prs.len(), 1);
+    assert_eq!(prs[0].state, PrState::Closed);
+    assert!(note.contains(&prs[0].head), "{note}");
+    assert_eq!(left.trim(), format!("refs/heads/{}", prs[0].head));
+}
+
+#[test]
+fn a_failing_gh_merge_removes_the_branch_each_time_with_distinct_names() {
+    let f = Fx::new();
+    f.write(".red/adr/1.md", "one\n");
+    let head = f.origin_main();
+    let gh = FakeGh::install(&f.env);
+    let t = gh.tracker(None);
+    for _ in 0..2 {
+        // `pr create` answers normally, `pr merge` fails.
+        gh.delay_next(1, 0.0);
+        gh.fail_next(
+            1,
+            1,
+            "GraphQL: Pull request is not mergeable (mergePullRequest)",
+        );
+        let r = f.sweep_with(&t, false);
+        let h = r.halt.as_ref().unwrap();
+        assert_eq!(
+            h.message(),
+            "Docs Sweep halted (landing-failed): .red/adr/1.md"
+        );
+        let detail = h.detail.as_deref().unwrap();
+        assert!(detail.contains("merging it failed"), "{detail}");
+        assert!(detail.contains("not mergeable"), "{detail}");
+        assert!(!detail.contains("cleaning up"), "{detail}");
+        assert_eq!(f.lane_branches_on_origin(), "");
+    }
+    assert_eq!(f.origin_main(), head);
+    // No gh call beyond SPEC §7's: the PR closes on GitHub when its head branch goes.
+    let calls = gh.calls();
+    let verbs: Vec<_> = calls.iter().map(|c| c[..2].join(" ")).collect();
+    assert_eq!(verbs, ["pr create", "pr merge", "pr create", "pr merge"]);
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 2);
+    assert_ne!(prs[0].head, prs[1].head);
 }
 
 #[test]
@@ -1096,6 +1245,36 @@ fn binary_dry_run_lists_then_a_real_run_lands() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["report"]["docs"]["outcome"], "clean");
     assert_eq!(doc["report"]["docs"]["files"], 0);
+}
+
+#[test]
+fn binary_landing_failures_leave_no_branch_on_origin_or_open_pr() {
+    // The reviewer's repro through the binary: three boots, each exit 4, nothing piles up.
+    let f = Fx::new();
+    f.exclude_tracker_store();
+    f.write(".red/adr/1.md", "one\n");
+    f.refuse_pushes_to_main();
+    let head = f.origin_main();
+    for _ in 0..3 {
+        let out = f.sweep_bin(&[]);
+        assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr)
+                .contains("afk-supervisor: Docs Sweep halted (landing-failed): .red/adr/1.md\n"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).contains("main is protected"));
+        assert_eq!(f.lane_branches_on_origin(), "");
+    }
+    assert_eq!(f.origin_main(), head);
+    let prs = LocalTracker::new(&f.layout, f.git.clone())
+        .pull_requests()
+        .unwrap();
+    assert_eq!(prs.len(), 3, "{prs:#?}");
+    assert!(prs.iter().all(|p| p.state == PrState::Closed), "{prs:#?}");
+    let heads: std::collections::BTreeSet<_> = prs.iter().map(|p| &p.head).collect();
+    assert_eq!(heads.len(), 3, "{prs:#?}");
 }
 
 #[test]

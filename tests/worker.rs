@@ -320,3 +320,43 @@ fn sigterm_mid_issue_gives_the_issue_back() {
     assert_eq!(state["last"]["stage"], "interrupted");
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
+
+fn liveness_stages(f: &Fixture) -> Vec<String> {
+    let attempts = f.attempt_dirs();
+    assert_eq!(attempts.len(), 1);
+    let text = fs::read_to_string(attempts[0].join("liveness.toonl")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("[]{ts,pid,issue,stage}:"));
+    lines
+        .map(|l| l.rsplit(',').next().unwrap().to_string())
+        .collect()
+}
+
+/// Liveness records mark progress: an agent that only sleeps leaves the single start
+/// record however long it runs, so the supervisor's stall check can see it hang.
+#[test]
+fn an_idle_agent_leaves_one_liveness_record() {
+    let f = Fixture::new(Some("sleep 3"));
+    f.new_issue("Quiet", &["ready-for-agent"]);
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_LIVENESS_S", "1"));
+    let o = f.run(&["worker", "--once"], &vars);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(liveness_stages(&f), vec!["agent"]);
+}
+
+#[test]
+fn an_agent_that_changes_its_worktree_records_progress() {
+    let f = Fixture::new(Some(
+        "sleep 1\necho one > a.txt\nsleep 2\ngit add a.txt\ngit commit -q -m one\nsleep 2",
+    ));
+    f.new_issue("Busy", &["ready-for-agent"]);
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_LIVENESS_S", "1"));
+    let o = f.run(&["worker", "--once"], &vars);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let stages = liveness_stages(&f);
+    assert_eq!(stages[0], "agent");
+    assert!(stages.len() >= 2, "{stages:?}");
+    assert!(stages[1..].iter().all(|s| s == "progress"), "{stages:?}");
+}

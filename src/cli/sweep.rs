@@ -57,6 +57,7 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
         Ok(()) => Ok(exit::OK),
         Err(BootError::Halted(msg)) => Err(Failure::new(exit::BOOT_HALTED, msg)),
         Err(e @ BootError::Failed(_)) => Err(Failure::failed(e.to_string())),
+        Err(e @ BootError::Precheck(_)) => Err(Failure::failed(e.log_message())),
     }
 }
 
@@ -69,6 +70,7 @@ fn print_run(run: &SuiteRun, args: &SweepArgs) {
             Ok(()) => ("complete", None),
             Err(BootError::Halted(m)) => ("halted", Some(m.clone())),
             Err(BootError::Failed(m)) => ("failed", Some(m.clone())),
+            Err(e @ BootError::Precheck(_)) => ("precheck-failed", Some(e.log_message())),
         };
         let doc = serde_json::json!({
             "dry_run": args.dry_run,

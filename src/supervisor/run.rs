@@ -290,7 +290,7 @@ fn run_boot(
     rx: &Receiver<Msg>,
 ) -> BootWait {
     let Some(tracker) = tracker.cloned() else {
-        return BootWait::Done(SuiteRun::failed("tracker unavailable, sweeps not run"));
+        return BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
     };
     let (layout2, config2, tx2) = (layout.clone(), config.clone(), tx.clone());
     let spawned = thread::Builder::new().name("boot".into()).spawn(move || {

@@ -303,7 +303,9 @@ impl Tracker for GhTracker {
 
     fn identity(&self) -> String {
         match &self.repo {
-            Some(r) => format!("github:{r}"),
+            // GitHub names are case-insensitive: `Org/Repo` and `org/repo` are one tracker,
+            // so checkouts spelling them differently still share one unblock belt.
+            Some(r) => format!("github:{}", r.to_ascii_lowercase()),
             None => {
                 let dir = self
                     .dir
@@ -539,6 +541,10 @@ mod tests {
             "{}",
             t.identity()
         );
+        let a = GhTracker::new(Some("Org/Repo".into()), Duration::from_secs(1));
+        let b = GhTracker::new(Some("org/repo".into()), Duration::from_secs(1));
+        assert_eq!(a.identity(), b.identity());
+        assert_eq!(a.identity(), "github:org/repo");
     }
 
     #[test]

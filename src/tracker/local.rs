@@ -77,6 +77,9 @@ pub enum PrState {
     Open,
     #[serde(alias = "merged")]
     Merged,
+    /// Abandoned unmerged (its landing failed and its branch was deleted).
+    #[serde(alias = "closed")]
+    Closed,
 }
 
 /// A local pull request as stored in `prs/<K>.toml`.
@@ -93,6 +96,9 @@ pub struct PullRequest {
     /// The commit `base` was fast-forwarded to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged_sha: Option<String>,
+    /// RFC 3339 UTC, when abandoned unmerged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<String>,
     #[serde(default)]
     pub body: String,
 }
@@ -669,6 +675,7 @@ impl Tracker for LocalTracker {
             created_at: now(),
             merged_at: None,
             merged_sha: None,
+            closed_at: None,
             body: body.to_string(),
         };
         write_toml(&self.pr_file(id), &pr, &op)?;
@@ -733,6 +740,27 @@ impl Tracker for LocalTracker {
                 );
                 err
             })?;
+        Ok(())
+    }
+
+    /// Marks every open pull request whose head is `head` closed. A store with none (or no
+    /// store at all) is left untouched: the exclusive lock, which creates the store, is only
+    /// taken when there is something to close.
+    fn pr_abandon(&self, head: &str) -> TrackerResult<()> {
+        let op = format!("local pr abandon {head}");
+        let open = |p: &PullRequest| p.state == PrState::Open && p.head == head;
+        {
+            let _lock = self.lock_shared(&op)?;
+            if !self.read_prs(&op)?.iter().any(open) {
+                return Ok(());
+            }
+        }
+        let _lock = self.lock(&op)?;
+        for mut pr in self.read_prs(&op)?.into_iter().filter(|p| open(p)) {
+            pr.state = PrState::Closed;
+            pr.closed_at = Some(now());
+            write_toml(&self.pr_file(pr.id), &pr, &op)?;
+        }
         Ok(())
     }
 }
@@ -824,6 +852,51 @@ mod tests {
     }
 
     #[test]
+    fn abandoning_closes_only_open_prs_of_that_head() {
+        let (_d, t) = tracker();
+        let pr = |id, head: &str, state| PullRequest {
+            id,
+            base: "main".into(),
+            head: head.into(),
+            title: format!("pr {id}"),
+            state,
+            created_at: now(),
+            merged_at: None,
+            merged_sha: None,
+            closed_at: None,
+            body: String::new(),
+        };
+        t.create("seed", "", &[]).unwrap();
+        for p in [
+            pr(1, "lane/a", PrState::Merged),
+            pr(2, "lane/a", PrState::Open),
+            pr(3, "lane/b", PrState::Open),
+        ] {
+            write_toml(&t.pr_file(p.id), &p, "test").unwrap();
+        }
+        t.pr_abandon("lane/a").unwrap();
+        let states: Vec<_> = t
+            .pull_requests()
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.id, p.state, p.closed_at.is_some()))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                (1, PrState::Merged, false),
+                (2, PrState::Closed, true),
+                (3, PrState::Open, false)
+            ]
+        );
+        assert!(
+            fs::read_to_string(t.pr_file(2))
+                .unwrap()
+                .contains("state = \"CLOSED\"")
+        );
+    }
+
+    #[test]
     fn reading_a_store_that_does_not_exist_creates_nothing() {
         let (d, t) = tracker();
         assert!(t.list_all(10).unwrap().is_empty());
@@ -834,6 +907,7 @@ mod tests {
             t.pr_merge("docs-sweep/x").unwrap_err().kind,
             ErrorKind::NotFound
         );
+        t.pr_abandon("docs-sweep/x").unwrap();
         assert!(!d.path().join(".red").exists());
         // The first write creates the store; reads then take the shared lock.
         let n = t.create("a", "", &[]).unwrap();

@@ -170,6 +170,16 @@ pub trait Tracker: Send + Sync {
 
     /// Merges the pull request whose head is `head` and deletes the branch.
     fn pr_merge(&self, head: &str) -> TrackerResult<()>;
+
+    /// Leaves no open pull request whose head is `head`, once the caller has deleted (or
+    /// tried to delete) that branch on `origin` because its landing failed. A merged one
+    /// stays as it is. The default does nothing, which is right for GitHub: it closes a pull
+    /// request by itself when its head branch is deleted, and SPEC §7 has no `gh pr close`
+    /// argv to call.
+    fn pr_abandon(&self, head: &str) -> TrackerResult<()> {
+        let _ = head;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

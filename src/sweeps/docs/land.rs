@@ -4,11 +4,14 @@
 //!
 //! The primary checkout is only ever read: no commit, checkout, stash or reset happens
 //! there. Its refs gain nothing that outlives the run (the lane's local branch and its
-//! remote-tracking ref are deleted at the end, success or not).
+//! remote-tracking ref are deleted at the end, success or not), and a failed run takes its
+//! branch off `origin` again and leaves no open pull request.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -45,8 +48,8 @@ pub enum LandError {
     Git(#[from] GitError),
     #[error("copying {path}: {source}")]
     Copy { path: String, source: io::Error },
-    #[error("no free branch name {BRANCH_PREFIX}{stamp}[-N]")]
-    NoBranchName { stamp: String },
+    #[error("no free branch name {stem}<N>")]
+    NoBranchName { stem: String },
     #[error("pushed {branch}, but opening the pull request failed: {source}")]
     PrCreate {
         branch: String,
@@ -114,7 +117,9 @@ pub fn body(items: &[LandItem], base: &str) -> String {
 /// Lands `items`. `Ok(None)`: git's filters (e.g. an eol rule in the base's
 /// `.gitattributes`) turned every file into what the base already has, so there was
 /// nothing to commit; landing again at every boot would change nothing. The worktree is
-/// removed and the local branch deleted whatever happens.
+/// removed and the local branch deleted whatever happens. When the landing fails after the
+/// branch reached `origin`, the branch is deleted there and its pull request abandoned
+/// (see [`undo_remote`]), so failed boots do not pile up branches and open pull requests.
 pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, LandError> {
     let _lock = LaneLock::acquire(lane.git)?;
     let wt = lane.layout.docs_sweep();
@@ -124,16 +129,28 @@ pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, La
     lane.git.worktree_add(&wt, &branch, &start)?;
 
     let mut worktree_live = true;
+    let mut on_origin = false;
+    let mut pr_tried = false;
     let result = (|| {
         let Some(commit) = commit_in_worktree(lane, &wt, items)? else {
             return Ok(None);
         };
-        lane.git.push_branch(&branch)?;
+        if let Err(e) = lane.git.push_branch(&branch) {
+            // A push that timed out may still have updated origin; only a branch that is
+            // provably this run's (it points at this run's commit) is ever deleted there.
+            on_origin = e.is_timeout()
+                && remote_head(lane.git, &branch).ok().flatten().as_deref()
+                    == Some(commit.as_str());
+            return Err(e.into());
+        }
+        on_origin = true;
         // The worktree is done once the branch is on origin; removing it before the merge
         // also lets `gh pr merge --delete-branch` delete the local branch if it tries.
         lane.git.worktree_remove(&wt, true)?;
         worktree_live = false;
         let title = subject(items.len());
+        // Set before the call: a create that failed or timed out may still have opened one.
+        pr_tried = true;
         let pr = lane
             .tracker
             .pr_create(lane.base, &branch, &title, &body(items, lane.base))
@@ -166,6 +183,9 @@ pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, La
     let mut cleanup = Vec::new();
     if worktree_live && let Err(e) = lane.git.worktree_remove(&wt, true) {
         cleanup.push(e.to_string());
+    }
+    if result.is_err() {
+        cleanup.extend(undo_remote(lane, &branch, on_origin, pr_tried));
     }
     if let Err(e) = drop_local_refs(lane.git, &branch) {
         cleanup.push(e.to_string());
@@ -219,8 +239,40 @@ fn commit_in_worktree(
     Ok(wgit.commit_staged(&message)?)
 }
 
-/// A fresh `afk-docs/sweep-<UTC timestamp>` name, suffixed when a leftover of a run in the
-/// same second still exists locally or on origin.
+/// Undoes on `origin` what a failed landing created there, best effort: each failure is
+/// returned as text for the error's cleanup note and never replaces the landing's own
+/// error. The branch goes first: on GitHub, deleting a pull request's head branch closes
+/// the pull request, which is why the `gh` backend needs no call of its own in
+/// [`Tracker::pr_abandon`]; the local store records its pull request as closed.
+fn undo_remote(lane: &LandCtx<'_>, branch: &str, on_origin: bool, pr_tried: bool) -> Vec<String> {
+    let mut failed = Vec::new();
+    if on_origin && let Err(e) = lane.git.delete_remote_branches(&[branch.to_string()]) {
+        failed.push(format!("deleting {branch} on origin: {e}"));
+    }
+    if pr_tried && let Err(e) = lane.tracker.pr_abandon(branch) {
+        failed.push(format!("closing the pull request of {branch}: {e}"));
+    }
+    failed
+}
+
+/// The commit `branch` points at on `origin`, asked of `origin` itself.
+fn remote_head(git: &Git, branch: &str) -> GitResult<Option<String>> {
+    let full = format!("refs/heads/{branch}");
+    let out = git.run(&["ls-remote", "--heads", "origin", &full])?;
+    Ok(out.lines().find_map(|l| {
+        let (sha, name) = l.split_once('\t')?;
+        (name == full).then(|| sha.to_string())
+    }))
+}
+
+/// Landing attempts made by this process, so two attempts in one second never share a name
+/// even when the first one's branch is already gone everywhere.
+static ATTEMPTS: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh `afk-docs/sweep-<UTC timestamp>-<pid>-<n>` name: the pid tells processes apart,
+/// `n` counts this process's attempts, and a name that still exists locally or on `origin`
+/// (a leftover, another host's run) is skipped. `origin` is asked directly because the
+/// remote-tracking refs are deleted after every run.
 fn branch_name(git: &Git) -> Result<String, LandError> {
     let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
     // Formatting a UTC timestamp with a fixed numeric pattern cannot fail in practice;
@@ -229,19 +281,23 @@ fn branch_name(git: &Git) -> Result<String, LandError> {
     let stamp = now
         .format(&fmt)
         .unwrap_or_else(|_| now.unix_timestamp().to_string());
-    for n in 1..100 {
-        let name = if n == 1 {
-            format!("{BRANCH_PREFIX}{stamp}")
-        } else {
-            format!("{BRANCH_PREFIX}{stamp}-{n}")
-        };
+    let stem = format!("{BRANCH_PREFIX}{stamp}-{}-", std::process::id());
+    let pattern = format!("refs/heads/{stem}*");
+    let on_origin = git.run(&["ls-remote", "--heads", "origin", &pattern])?;
+    let taken: BTreeSet<&str> = on_origin
+        .lines()
+        .filter_map(|l| l.split_once('\t')?.1.strip_prefix("refs/heads/"))
+        .collect();
+    for _ in 0..100 {
+        let n = ATTEMPTS.fetch_add(1, Ordering::Relaxed) + 1;
+        let name = format!("{stem}{n}");
         let local = git.rev_parse(&format!("refs/heads/{name}"))?;
         let tracking = git.rev_parse(&format!("refs/remotes/origin/{name}"))?;
-        if local.is_none() && tracking.is_none() {
+        if local.is_none() && tracking.is_none() && !taken.contains(name.as_str()) {
             return Ok(name);
         }
     }
-    Err(LandError::NoBranchName { stamp })
+    Err(LandError::NoBranchName { stem })
 }
 
 /// Removes a lane left by a crashed run, and only that path. A registered worktree goes
@@ -299,7 +355,8 @@ fn lenient_canonical(p: &Path) -> PathBuf {
 }
 
 /// Deletes the lane's local branch and its remote-tracking ref (left by the push or by the
-/// local tracker's fetch); the branch on origin is the tracker's business.
+/// local tracker's fetch). The branch on origin is deleted by the merge, or by
+/// [`undo_remote`] when the landing failed.
 fn drop_local_refs(git: &Git, branch: &str) -> GitResult<()> {
     git.delete_local_branches(&[branch.to_string()])?;
     let tracking = format!("refs/remotes/origin/{branch}");
