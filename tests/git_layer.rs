@@ -881,3 +881,27 @@ fn a_reap_pass_costs_the_same_few_calls_for_any_number_of_branches() {
     assert_eq!(reap_pass(10), 6);
     assert_eq!(reap_pass(200), 6);
 }
+
+/// Every attempt's worktree is called `worktree/`, so concurrent adds race for one
+/// `.git/worktrees/worktree` admin dir; the layer serialises them per repo.
+#[test]
+fn concurrent_worktree_adds_with_one_basename_all_succeed() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let git = env.lib_git(&repo.path);
+    let handles: Vec<_> = (0..24)
+        .map(|i| {
+            let git = git.clone();
+            let path = env.path().join(format!("attempt-{i}")).join("worktree");
+            std::thread::spawn(move || {
+                git.worktree_add(&path, &format!("afk/w{i}/1-race"), "origin/main")
+                    .map(|()| path)
+            })
+        })
+        .collect();
+    for h in handles {
+        let path = h.join().unwrap().expect("worktree add");
+        assert!(path.join("README.md").is_file());
+    }
+    assert_eq!(git.worktree_branches().unwrap().len(), 25);
+}

@@ -310,3 +310,42 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
     f.wait_events("supervisor.tick", ticks + 3);
     assert_eq!(f.count("slot.spawn"), after, "{}", f.dump());
 }
+
+/// Workers that finish an issue quicker than `fast_death_s`, while more issues wait: each
+/// one's quick clean exit changed the queue it started with, so the slot is respawned until
+/// the queue is drained (not idled as "nothing claimable"), even when a queue check ran
+/// while it worked.
+#[test]
+fn quick_workers_drain_the_whole_queue() {
+    let worker = CLAIMING_WORKER.replace("exit 0", "sleep 1.5\nexit 0");
+    let mut f = Fleet::new(
+        &worker,
+        "[tracker]\nkind = \"local\"\n\n[timing]\ntick_s = 1\nfast_death_s = 30\n\
+         stop_grace_s = 2\nstall_s = 600\nstall_kill_s = 1200\n",
+    );
+    f.extra_env.push((
+        "AFK_TEST_BIN".into(),
+        env!("CARGO_BIN_EXE_afk-supervisor").into(),
+    ));
+    for t in ["one", "two", "three"] {
+        new_issue(&f, t);
+    }
+    f.start(&["--workers", "1"]);
+    let drained = support::wait_until(std::time::Duration::from_secs(60), || {
+        fs::read_to_string(f.file("worked")).is_ok_and(|w| w.lines().count() == 3)
+    });
+    assert!(drained, "{}", f.dump());
+    let mut worked: Vec<String> = fleet::read(&f.file("worked"))
+        .lines()
+        .map(String::from)
+        .collect();
+    worked.sort();
+    assert_eq!(worked, vec!["1", "2", "3"]);
+    assert!(
+        f.events_of("slot.idle")
+            .iter()
+            .all(|e| !e.msg.contains("nothing claimable")),
+        "{}",
+        f.dump()
+    );
+}

@@ -70,6 +70,9 @@ pub enum GitError {
         remaining: Vec<String>,
         cause: Box<GitError>,
     },
+    /// A repo-wide lock this layer takes around git operations that race with themselves.
+    #[error("{path}: {why}")]
+    Lock { path: String, why: String },
 }
 
 impl GitError {

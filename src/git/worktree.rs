@@ -1,9 +1,11 @@
 //! Linked worktrees and committing inside one (the docs sweep's isolated lane), so nothing
 //! is ever committed, stashed or switched in the primary checkout.
 
-use std::path::Path;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use super::{Git, GitResult, args, check_branch_name, check_rev, chunks, top_literal};
+use super::{Git, GitError, GitResult, args, check_branch_name, check_rev, chunks, top_literal};
 
 impl Git {
     /// Creates a worktree at `path` on a new branch `new_branch` starting at `start_point`.
@@ -23,8 +25,52 @@ impl Git {
         ]);
         a.push(path.as_os_str().to_owned());
         a.push(start_point.into());
+        // Concurrent `git worktree add`s whose paths share a basename (every attempt's
+        // `worktree/`) race for the same `.git/worktrees/<name>` admin dir and fail
+        // ("failed to read .git/worktrees/worktree/commondir"): one at a time per repo.
+        let _lock = self.repo_lock("afk-worktree-add.lock")?;
         self.ok(a)?;
         Ok(())
+    }
+
+    /// `$GIT_COMMON_DIR`, absolute: shared by every worktree of the repo.
+    pub fn common_dir(&self) -> GitResult<PathBuf> {
+        let out = self.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
+        Ok(PathBuf::from(out.trim_end_matches(['\n', '\r'])))
+    }
+
+    /// Takes an exclusive lock on `<common dir>/<name>`, waiting at most this layer's
+    /// timeout; released when the returned file is dropped.
+    pub fn repo_lock(&self, name: &str) -> GitResult<File> {
+        let path = self.common_dir()?.join(name);
+        let lock_err = |why: String| GitError::Lock {
+            path: path.display().to_string(),
+            why,
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| lock_err(e.to_string()))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut wait = Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(50));
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(lock_err(format!(
+                        "still held by another process after {}s",
+                        self.timeout.as_secs()
+                    )));
+                }
+                Err(TryLockError::Error(e)) => return Err(lock_err(e.to_string())),
+            }
+        }
     }
 
     /// Removes a linked worktree; `force` also discards its uncommitted and untracked files

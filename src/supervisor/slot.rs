@@ -17,6 +17,14 @@ pub enum KillReason {
     Stop,
 }
 
+/// What a quick clean exit left to check: see [`Slot::unclaimable`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unclaimable {
+    pub seen: BTreeSet<u64>,
+    pub lived_s: f64,
+    pub confirmed: bool,
+}
+
 /// A live worker in a slot.
 #[derive(Debug, Clone)]
 pub struct Worker {
@@ -33,6 +41,10 @@ pub struct Worker {
     pub stalled: bool,
     pub issue: Option<u64>,
     pub progress_epoch: u64,
+    /// The claimable issues as the supervisor last saw them when this worker started
+    /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
+    /// still exactly this afterwards: a worker that took an issue changed it.
+    pub queue_at_spawn: Option<std::collections::BTreeSet<u64>>,
 }
 
 #[derive(Debug, Clone)]
@@ -63,7 +75,10 @@ pub struct Slot {
     /// Idled because its worker exited 0 at once although the queue looked non-empty: it
     /// found nothing it could claim. Holds the claimable issues as they looked then; the
     /// slot wakes only when the queue differs, so a filter mismatch can never loop.
-    pub unclaimable: Option<BTreeSet<u64>>,
+    /// Set by a quick clean exit: the queue as it was when that worker started, and how
+    /// long it lived. The next queue check either finds the queue changed (the worker took
+    /// something: respawn) or confirms "nothing claimable" (stay idle until it changes).
+    pub unclaimable: Option<Unclaimable>,
 }
 
 impl Slot {

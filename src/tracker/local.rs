@@ -461,6 +461,10 @@ impl LocalTracker {
                 format!("exit {code}: {}", one_line(&stderr)),
             ),
             GitError::Parse { argv, what } => TrackerError::new(ErrorKind::Failed, argv, what),
+            // A lock still held when the wait ran out: someone else is busy, try again later.
+            e @ GitError::Lock { .. } => {
+                TrackerError::new(ErrorKind::Transient, "git", e.to_string())
+            }
             // Raised by the git layer's typed operations, never by `Git::run`.
             other @ (GitError::BadName { .. } | GitError::PartialDelete { .. }) => {
                 TrackerError::new(ErrorKind::Failed, "git", other.to_string())

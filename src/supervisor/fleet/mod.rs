@@ -16,7 +16,7 @@ use super::journal::Journal;
 use super::reaper::{Done, Reaper};
 use super::release::{self, DeadWorker};
 use super::resize::{self, Found, Resize};
-use super::slot::{KillReason, Phase, Slot, Worker};
+use super::slot::{KillReason, Phase, Slot, Unclaimable, Worker};
 use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;
 use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
@@ -291,6 +291,7 @@ impl Fleet {
             stalled: false,
             issue: None,
             progress_epoch: started_epoch,
+            queue_at_spawn: None,
         });
         self.slots.insert(a.slot, slot);
     }
@@ -352,6 +353,7 @@ impl Fleet {
                 log: &log,
                 env,
             };
+            let queue_at_spawn = self.ready_set.clone();
             match spawn::spawn(&spec) {
                 Ok(s) => {
                     self.install_watcher(idx, s.pid, s.start);
@@ -368,6 +370,7 @@ impl Fleet {
                             stalled: false,
                             issue: None,
                             progress_epoch: now_epoch(),
+                            queue_at_spawn: queue_at_spawn.clone(),
                         });
                     }
                     self.log(
@@ -518,7 +521,7 @@ impl Fleet {
                     let msg = texts::closed(idx, lived.as_secs());
                     self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
                 }
-                self.note_fast_clean_exit(idx, lived);
+                self.note_fast_clean_exit(idx, lived, w.queue_at_spawn.clone());
                 // Idle until a queue check says otherwise (logged once confirmed empty).
                 self.request_queue();
             }
@@ -530,24 +533,31 @@ impl Fleet {
         }
     }
 
-    /// A worker that exits 0 before `fast_death_s` while the queue looked non-empty found
-    /// nothing it could claim (whatever the count said): its slot idles until the queue
-    /// changes instead of respawning at once.
-    fn note_fast_clean_exit(&mut self, idx: usize, lived: Duration) {
+    /// A worker that exits 0 before `fast_death_s` while the queue looked non-empty may
+    /// have found nothing it could claim (whatever the count said). Its slot idles until
+    /// the queue differs from what it was when that worker started: a worker that took an
+    /// issue changed it, so it is respawned after the next queue check; one that found
+    /// nothing claimable left it as it was, so it waits instead of respawning in a loop.
+    fn note_fast_clean_exit(
+        &mut self,
+        idx: usize,
+        lived: Duration,
+        queue_at_spawn: Option<BTreeSet<u64>>,
+    ) {
         if lived >= self.params.fast_death {
             return;
         }
-        let Some(seen) = self.ready_set.clone().filter(|s| !s.is_empty()) else {
+        let Some(seen) = queue_at_spawn.filter(|s| !s.is_empty()) else {
             return;
         };
         let Some(slot) = self.slots.get_mut(&idx) else {
             return;
         };
-        slot.phase = Phase::Idle { confirmed: true };
-        let n = seen.len();
-        slot.unclaimable = Some(seen);
-        let msg = texts::nothing_claimable(idx, lived.as_secs_f64(), n);
-        self.log(Event::now(kind::IDLE, msg).slot(idx));
+        slot.unclaimable = Some(Unclaimable {
+            seen,
+            lived_s: lived.as_secs_f64(),
+            confirmed: false,
+        });
     }
 
     pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, String>, now: Instant) {
@@ -565,10 +575,20 @@ impl Fleet {
                 self.ready = Some(n);
                 // A slot idled on "nothing claimable" rejoins the others once the queue
                 // differs from what its worker saw.
+                let mut confirmed = Vec::new();
                 for slot in self.slots.values_mut() {
-                    if slot.unclaimable.as_ref().is_some_and(|seen| *seen != set) {
-                        slot.unclaimable = None;
+                    match &mut slot.unclaimable {
+                        Some(u) if u.seen != set => slot.unclaimable = None,
+                        Some(u) if !u.confirmed => {
+                            u.confirmed = true;
+                            let msg = texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
+                            confirmed.push((slot.index, msg));
+                        }
+                        _ => {}
                     }
+                }
+                for (idx, msg) in confirmed {
+                    self.log(Event::now(kind::IDLE, msg).slot(idx));
                 }
                 self.ready_set = Some(set);
                 let idle: Vec<usize> = self

@@ -17,7 +17,6 @@ use nix::fcntl::{Flock, FlockArg};
 
 use super::fsops;
 use super::judge::{Change, LandItem};
-use super::probe;
 use crate::git::{Git, GitError, GitResult};
 use crate::layout::Layout;
 use crate::sweeps::lane::{Lane, LaneError};
@@ -381,7 +380,7 @@ struct LaneLock {
 
 impl LaneLock {
     fn acquire(git: &Git) -> Result<Self, LandError> {
-        let path = probe::common_dir(git)?.join(LOCK_FILE);
+        let path = git.common_dir()?.join(LOCK_FILE);
         let file = match OpenOptions::new()
             .create(true)
             .truncate(false)

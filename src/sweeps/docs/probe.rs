@@ -3,7 +3,6 @@
 //! base and the common git dir. Candidates to move into `crate::git` later.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 
 use super::classify::DOC_PATHSPECS;
 use crate::git::{Git, GitError, GitResult};
@@ -104,12 +103,6 @@ pub fn parse_raw_blobs(out: &str) -> HashSet<String> {
 
 fn is_oid(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// `$GIT_COMMON_DIR`, absolute: shared by every worktree of the repo.
-pub fn common_dir(git: &Git) -> GitResult<PathBuf> {
-    let out = git.run(&["rev-parse", "--path-format=absolute", "--git-common-dir"])?;
-    Ok(PathBuf::from(out.trim_end_matches(['\n', '\r'])))
 }
 
 #[cfg(test)]
