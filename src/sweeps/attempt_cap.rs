@@ -17,7 +17,7 @@ use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
 use crate::sweeps::judge::{Guard, recheck_attempt};
-use crate::sweeps::lane::{Lane, LaneError};
+use crate::sweeps::lane::Lane;
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, SweepName};
@@ -38,17 +38,8 @@ impl Caps {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum CapError {
-    #[error("{0}")]
-    Lane(#[from] LaneError),
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
+/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+pub type CapError = super::worker_tree::TreeError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CapReport {

@@ -34,7 +34,7 @@ use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_posi
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
 use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
-use crate::sweeps::lane::{Lane, LaneError};
+use crate::sweeps::lane::Lane;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, SweepName};
 use crate::tracker::{Tracker, labels};
@@ -56,17 +56,8 @@ pub const TTL_FALLBACK_NO_STATE: Duration = DAY;
 pub const TTL_UNNUMBERED: Duration = DAY;
 pub use crate::sweeps::judge::CREATION_GRACE;
 
-#[derive(Debug, thiserror::Error)]
-pub enum OrphanError {
-    #[error("{0}")]
-    Lane(#[from] LaneError),
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
+/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+pub type OrphanError = super::worker_tree::TreeError;
 
 /// The result of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -9,6 +9,20 @@ use std::time::{Duration, SystemTime};
 
 use crate::layout::{Layout, WORKER_NAMESPACES};
 
+/// Why a sweep over the worker tree stopped: the lane could not be opened, or a registered
+/// dir could not be read (shared by orphan cleanup and the attempt cap).
+#[derive(Debug, thiserror::Error)]
+pub enum TreeError {
+    #[error("{0}")]
+    Lane(#[from] super::lane::LaneError),
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// `worker.pid` inside a worker dir.
 pub const WORKER_PID: &str = "worker.pid";
 
