@@ -25,20 +25,7 @@ fn sweep(tree: &Tree, t: &dyn Tracker, dry_run: bool) -> OrphanReport {
     orphans::run(&tree.layout, t, tree.now, dry_run).unwrap()
 }
 
-fn labels(t: &LocalTracker, n: u64) -> Vec<String> {
-    let mut l = t.show(n).unwrap().labels;
-    l.sort();
-    l
-}
-
-fn comments(t: &LocalTracker, n: u64) -> Vec<String> {
-    t.show(n)
-        .unwrap()
-        .comments
-        .into_iter()
-        .map(|c| c.body)
-        .collect()
-}
+use support::{local_comments as comments, local_labels as labels};
 
 fn verdict_of<'r>(r: &'r OrphanReport, suffix: &str) -> &'r str {
     r.decisions

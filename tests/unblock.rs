@@ -73,20 +73,7 @@ fn local_fixture() -> (TestEnv, Repo, LocalTracker) {
     (env, repo, t)
 }
 
-fn labels(t: &LocalTracker, n: u64) -> Vec<String> {
-    let mut l = t.show(n).unwrap().labels;
-    l.sort();
-    l
-}
-
-fn comments(t: &LocalTracker, n: u64) -> Vec<String> {
-    t.show(n)
-        .unwrap()
-        .comments
-        .into_iter()
-        .map(|c| c.body)
-        .collect()
-}
+use support::{local_comments as comments, local_labels as labels};
 
 #[test]
 fn promotes_exactly_the_issues_whose_blockers_are_all_closed() {

@@ -217,3 +217,20 @@ impl Drop for BindMount {
         }
     }
 }
+
+/// An issue's labels on the local tracker, sorted.
+pub fn local_labels(t: &afk_supervisor::tracker::LocalTracker, n: u64) -> Vec<String> {
+    let mut l = t.show(n).expect("issue").labels;
+    l.sort();
+    l
+}
+
+/// An issue's comment bodies on the local tracker, oldest first.
+pub fn local_comments(t: &afk_supervisor::tracker::LocalTracker, n: u64) -> Vec<String> {
+    t.show(n)
+        .expect("issue")
+        .comments
+        .into_iter()
+        .map(|c| c.body)
+        .collect()
+}
