@@ -14,8 +14,8 @@ pub struct StopArgs {
     /// Seconds to wait for the fleet to stop (default: stop grace + tick + 15).
     #[arg(long, value_name = "S")]
     pub timeout: Option<u64>,
-    /// SIGKILL the supervisor and every worker recorded in state.toon (pid and start
-    /// time verified), without waiting for a clean stop.
+    /// SIGKILL the supervisor, every worker recorded in state.toon (pid and start time
+    /// verified) and every other process of this repo's fleet, without a clean stop.
     #[arg(long)]
     pub force: bool,
 }
@@ -50,8 +50,8 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             Ok(exit::OK)
         }
         StopOutcome::OrphanWorkers { live } => Err(Failure::failed(format!(
-            "no supervisor running, but {live} workers recorded in state.toon are live; \
-             `afk-supervisor stop --force` kills them"
+            "no supervisor running, but {live} processes of the fleet are live \
+             (workers or what they started); `afk-supervisor stop --force` kills them"
         ))),
         StopOutcome::Incomplete {
             pid,

@@ -274,11 +274,15 @@ pub enum StopOutcome {
 }
 
 /// Stops the fleet: the stop file and SIGTERM, then waits; `force` SIGKILLs the supervisor
-/// and every worker recorded in `state.toon` whose pid and start time still match.
+/// and every worker recorded in `state.toon` whose pid and start time still match. Success
+/// is claimed only once no process of the fleet is left: the recorded workers, and every
+/// process whose environment names this repo's lane ([`procs::fleet_members`]), which
+/// covers workers nobody recorded and descendants that escaped their worker's group.
 pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutcome, ControlError> {
     let sup = running_supervisor(layout).ok();
     let workers = recorded_live_workers(layout);
     let Some((pid, start)) = sup else {
+        let workers = union(workers, member_processes(layout));
         if workers.is_empty() {
             return Ok(StopOutcome::NothingRunning);
         }
@@ -288,8 +292,7 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
             });
         }
         let n = kill_workers(&workers);
-        wait_for(timeout, || still_live(&workers).is_empty());
-        let alive = still_live(&workers);
+        let alive = kill_leftovers(layout, &workers, timeout);
         if !alive.is_empty() {
             return Ok(StopOutcome::Incomplete {
                 pid: None,
@@ -313,10 +316,12 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
             let _ = pidfile::remove_pid_file(&layout.supervisor_pid());
             let _ = crate::fsutil::remove_file_if_exists(&layout.supervisor_stop());
         }
-        let workers = union(workers, recorded_live_workers(layout));
+        let workers = union(
+            union(workers, recorded_live_workers(layout)),
+            member_processes(layout),
+        );
         let n = kill_workers(&workers);
-        wait_for(timeout, || still_live(&workers).is_empty());
-        let alive = still_live(&workers);
+        let alive = kill_leftovers(layout, &workers, timeout);
         if !sup_gone || !alive.is_empty() {
             return Ok(StopOutcome::Incomplete {
                 pid: Some(pid),
@@ -341,8 +346,12 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         return Ok(StopOutcome::TimedOut { pid });
     }
     // The supervisor's exit alone proves nothing about its workers: check each one it
-    // recorded, before and at its end.
-    let alive = still_live(&union(workers, recorded_live_workers(layout)));
+    // recorded, before and at its end, and anything else of the fleet still alive.
+    let mut alive = still_live(&union(
+        union(workers, recorded_live_workers(layout)),
+        member_processes(layout),
+    ));
+    alive.sort_unstable();
     if !alive.is_empty() {
         return Ok(StopOutcome::Incomplete {
             pid: Some(pid),
@@ -354,6 +363,35 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         pid: Some(pid),
         workers_killed: 0,
     })
+}
+
+/// Every live process of this repo's fleet, as (pid, start).
+fn member_processes(layout: &Layout) -> Vec<(i32, u64)> {
+    procs::fleet_members(&layout.supervisor_lane())
+        .into_iter()
+        .map(|m| (m.proc.pid, m.proc.start))
+        .collect()
+}
+
+/// After SIGKILL to `killed`: waits for them, then kills whatever of the fleet is still
+/// found (killing a group can leave members of other groups reparented, still running).
+/// Returns the pids that outlived it all.
+fn kill_leftovers(layout: &Layout, killed: &[(i32, u64)], timeout: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + timeout;
+    let mut all = killed.to_vec();
+    loop {
+        let rest = member_processes(layout);
+        kill_workers(&rest);
+        all = union(all, rest);
+        let all_gone = wait_for(deadline.saturating_duration_since(Instant::now()), || {
+            still_live(&all).is_empty()
+        });
+        if !all_gone || member_processes(layout).is_empty() || Instant::now() >= deadline {
+            let mut alive = still_live(&union(all, member_processes(layout)));
+            alive.sort_unstable();
+            return alive;
+        }
+    }
 }
 
 fn union(mut a: Vec<(i32, u64)>, b: Vec<(i32, u64)>) -> Vec<(i32, u64)> {

@@ -3,11 +3,13 @@
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use crate::fsutil::remove_file_if_exists;
 use crate::layout::Layout;
-use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive, PidContent};
+use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
@@ -41,16 +43,26 @@ impl Lane {
             .write(true)
             .open(&lock_path)
             .map_err(io_err(lock_path.clone()))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let pid = match pidfile::read_pid_file(&layout.supervisor_pid()) {
-                    Ok(PidContent::Pid(p)) => Some(p),
-                    _ => None,
-                };
-                return Err(LaneError::Busy { pid });
+        let deadline = Instant::now() + HOLDER_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) => {
+                    // Who holds it is the kernel's word: the pid file may not be written yet
+                    // (two supervisors started together) or may name a dead predecessor.
+                    if let Some(pid) = lock_holder(&lock) {
+                        return Err(LaneError::Busy { pid: Some(pid) });
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(LaneError::Busy {
+                            pid: live_pid_file(layout),
+                        });
+                    }
+                    // Released between the two looks, or /proc/locks unreadable: try again.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(TryLockError::Error(e)) => return Err(io_err(lock_path)(e)),
             }
-            Err(TryLockError::Error(e)) => return Err(io_err(lock_path)(e)),
         }
         let mut notes = Vec::new();
         let pid_path = layout.supervisor_pid();
@@ -94,6 +106,52 @@ impl Lane {
     pub fn release(self) -> io::Result<()> {
         pidfile::remove_pid_file(&self.layout.supervisor_pid())?;
         remove_file_if_exists(&self.layout.supervisor_stop())
+    }
+}
+
+/// How long a losing supervisor looks for the lock's holder before saying it is unknown.
+const HOLDER_WAIT: Duration = Duration::from_secs(2);
+
+/// The pid holding an `flock` on `file`, from `/proc/locks` (matched by device and inode).
+/// `None` when no holder is listed or the table cannot be read.
+fn lock_holder(file: &File) -> Option<i32> {
+    let meta = file.metadata().ok()?;
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    holder_in(
+        &locks,
+        nix::sys::stat::major(meta.dev()),
+        nix::sys::stat::minor(meta.dev()),
+        meta.ino(),
+    )
+}
+
+/// The holder of a granted `FLOCK` in a `/proc/locks` text, for the file at device
+/// `major:minor` (hex in the table) and inode `ino`. Waiters (`->` lines) are skipped.
+fn holder_in(locks: &str, major: u64, minor: u64, ino: u64) -> Option<i32> {
+    locks.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let mut dev = f.get(5)?.split(':');
+        let maj = u64::from_str_radix(dev.next()?, 16).ok()?;
+        let min = u64::from_str_radix(dev.next()?, 16).ok()?;
+        let i: u64 = dev.next()?.parse().ok()?;
+        ((maj, min, i) == (major, minor, ino))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// The pid in the supervisor pid file when that process is live and its start token
+/// matches; never a dead predecessor's pid that the kernel may have handed to another.
+fn live_pid_file(layout: &Layout) -> Option<i32> {
+    match pidfile::liveness(&layout.supervisor_pid(), MissingStart::Dead) {
+        Liveness::Live {
+            pid,
+            start: Some(_),
+        } => Some(pid),
+        _ => None,
     }
 }
 
@@ -155,5 +213,42 @@ mod tests {
             running_supervisor(&layout),
             Err(NotLive::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn holder_is_read_from_the_kernel_lock_table() {
+        let table = "1: POSIX  ADVISORY  WRITE 11 fd:01:77 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 22 fd:01:78 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 33 fd:01:77 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 44 fd:01:77 0 EOF\n";
+        assert_eq!(holder_in(table, 0xfd, 1, 77), Some(44));
+        assert_eq!(holder_in(table, 0xfd, 1, 78), Some(22));
+        assert_eq!(holder_in(table, 0xfd, 2, 77), None);
+        assert_eq!(holder_in("garbage\n1: FLOCK\n", 0xfd, 1, 77), None);
+    }
+
+    /// The loser names the lock's holder, not a pid file that is missing (the winner has
+    /// not written it yet) or left by a dead predecessor whose pid may have been reused.
+    #[test]
+    fn the_loser_names_the_lock_holder_whatever_the_pid_file_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        fs::create_dir_all(layout.supervisor_lane()).unwrap();
+        let holder = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(layout.supervisor_lock())
+            .unwrap();
+        holder.try_lock().unwrap();
+        let me = std::process::id();
+        let busy = format!("supervisor already running for this project (pid={me})");
+        // No pid file at all.
+        assert_eq!(Lane::acquire(&layout).unwrap_err().to_string(), busy);
+        // A predecessor's pid file naming a live process that is not the holder (pid 1).
+        fs::write(layout.supervisor_pid(), "1\n").unwrap();
+        fs::write(crate::layout::start_file(&layout.supervisor_pid()), "1\n").unwrap();
+        assert_eq!(Lane::acquire(&layout).unwrap_err().to_string(), busy);
+        assert_eq!(fs::read(layout.supervisor_pid()).unwrap(), b"1\n");
     }
 }

@@ -5,7 +5,11 @@
 //! to it as a child subreaper without stealing the children other code waits for.
 
 use std::fs;
+use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 /// One process as `/proc/<pid>/stat` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +67,97 @@ pub fn table() -> Vec<Proc> {
 /// Is any process other than a zombie still in process group `pgid`?
 pub fn group_has_live_member(table: &[Proc], pgid: i32) -> bool {
     table.iter().any(|p| p.pgid == pgid && !p.is_zombie())
+}
+
+/// Most bytes of `/proc/<pid>/environ` read: the kernel caps one process's environment
+/// near a quarter of its stack limit, so more than this is not an environment to trust.
+const ENVIRON_LIMIT: u64 = 8 << 20;
+
+/// The environment a process started with (`/proc/<pid>/environ`), `None` when it is gone
+/// or not ours to read.
+pub fn environ(pid: i32) -> Option<Vec<u8>> {
+    let f = fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut bytes = Vec::new();
+    f.take(ENVIRON_LIMIT).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// The value of `key` in a raw environment block.
+pub fn env_value<'a>(environ: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    environ.split(|b| *b == 0).find_map(|kv| {
+        kv.strip_prefix(key.as_bytes())
+            .and_then(|rest| rest.strip_prefix(b"="))
+    })
+}
+
+/// Whether `pid` started with exactly `key=value` in its environment.
+pub fn environ_has(pid: i32, key: &str, value: &str) -> bool {
+    environ(pid).is_some_and(|e| env_value(&e, key) == Some(value.as_bytes()))
+}
+
+/// A live process of one repo's fleet: a worker or anything a worker started. Every such
+/// process inherited the SPEC §6 variables the supervisor gave its worker, and
+/// `RED_AFK_RETIRE_FILE` names the repo's supervisor lane, so the environment says whose
+/// it is even after the supervisor that spawned it died and it was reparented elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetMember {
+    pub proc: Proc,
+    pub slot: Option<usize>,
+    pub worker_id: Option<String>,
+}
+
+impl FleetMember {
+    /// Leads its own session, as a worker does (the supervisor starts each worker with
+    /// `setsid`; what a worker starts stays in its session unless it calls `setsid` too).
+    pub fn leads_session(&self) -> bool {
+        self.proc.pid == self.proc.sid && self.proc.pid == self.proc.pgid
+    }
+}
+
+/// Every live process, other than this one and its own session, whose environment ties it
+/// to the supervisor lane `lane`. Reads the whole process table and each candidate's
+/// environment: for start-up and stop, never per event.
+pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
+    let Ok(lane_meta) = fs::metadata(lane) else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    let my_sid = own_sid();
+    table()
+        .into_iter()
+        .filter(|p| p.pid != me && p.sid != my_sid && !p.is_zombie())
+        .filter_map(|p| {
+            let env = environ(p.pid)?;
+            let retire = env_value(&env, "RED_AFK_RETIRE_FILE")?;
+            let retire = Path::new(std::ffi::OsStr::from_bytes(retire));
+            // The same directory, however its path was spelled.
+            let dir = fs::metadata(retire.parent()?).ok()?;
+            if (dir.dev(), dir.ino()) != (lane_meta.dev(), lane_meta.ino()) {
+                return None;
+            }
+            let text = |k| env_value(&env, k).and_then(|v| std::str::from_utf8(v).ok());
+            Some(FleetMember {
+                proc: p,
+                slot: text("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
+                worker_id: text("RED_AFK_WORKER_ID").map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+/// When a process started, in seconds since the epoch, from its start token (clock ticks
+/// since boot) and the boot time in `/proc/stat`.
+pub fn start_epoch(start_ticks: u64) -> Option<u64> {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    btime.checked_add(start_ticks / hz.max(1))
 }
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when the process ends, whoever its

@@ -17,6 +17,7 @@ use signal_hook::iterator::Signals;
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::Journal;
 use super::lane::{Lane, LaneError};
+use super::procs;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -175,7 +176,20 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         tx.clone(),
         tracker.as_ref().err().cloned(),
     );
-    let (adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
+    let (mut adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
+    let unrecorded = unrecorded_workers(layout, &adoptees);
+    if !unrecorded.is_empty() {
+        let pids: Vec<i32> = unrecorded.iter().map(|a| a.pid).collect();
+        journal.write(Event::now(
+            kind::TAKEOVER,
+            format!(
+                "found {} live workers not recorded in state.toon: {pids:?}; adopting them",
+                pids.len()
+            ),
+        ));
+    }
+    let had_state = had_state || !unrecorded.is_empty();
+    adoptees.extend(unrecorded);
     let mut fleet = Fleet::new(
         layout.clone(),
         &config,
@@ -433,4 +447,44 @@ fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>,
         });
     }
     (adoptees, dead, !state.slot_pids.is_empty())
+}
+
+/// Live workers of this repo's fleet that `state.toon` does not record: a supervisor
+/// killed between starting a worker and writing the heartbeat leaves one, and without this
+/// its successor would spawn a full fleet beside it. A worker is found by the lane its
+/// environment names ([`procs::fleet_members`]); of the session leaders sharing one
+/// worker id the oldest is the worker, the others are descendants that called `setsid`.
+fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
+    let mut leaders: Vec<procs::FleetMember> = procs::fleet_members(&layout.supervisor_lane())
+        .into_iter()
+        .filter(|m| m.leads_session() && m.worker_id.is_some() && m.slot.is_some())
+        .collect();
+    leaders.sort_by_key(|m| m.proc.start);
+    let mut found: Vec<Adoptee> = Vec::new();
+    for m in leaders {
+        let id = m.worker_id.clone();
+        let taken = known
+            .iter()
+            .chain(&found)
+            .any(|a| a.pid == m.proc.pid || (a.worker_id.is_some() && a.worker_id == id));
+        if taken {
+            continue;
+        }
+        let used = |i: usize| known.iter().chain(&found).any(|a| a.slot == i);
+        let wanted = m.slot.unwrap_or(0);
+        let slot = if used(wanted) {
+            (0..).find(|i| !used(*i)).unwrap_or(wanted)
+        } else {
+            wanted
+        };
+        found.push(Adoptee {
+            slot,
+            pid: m.proc.pid,
+            start: m.proc.start,
+            worker_id: id,
+            started_epoch: procs::start_epoch(m.proc.start),
+            restarts: 0,
+        });
+    }
+    found
 }

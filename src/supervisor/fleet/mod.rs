@@ -104,9 +104,10 @@ pub struct Fleet {
     pending_release: Vec<DeadWorker>,
     /// When the stop first found descendants that escaped their worker's group.
     strays_since: Option<Instant>,
-    /// Ended workers' ids by pid, until their group is gone: then their escaped
-    /// descendants (found by `RED_AFK_WORKER_ID` in their environment) are terminated.
-    ended: HashMap<i32, String>,
+    /// Ended workers' ids (and whether each was our own child) by pid, until their group is
+    /// gone: then their escaped descendants (found by `RED_AFK_WORKER_ID` in their
+    /// environment) are terminated.
+    ended: HashMap<i32, (String, bool)>,
     /// Escaped descendants sent SIGTERM: pid, start time, when SIGKILL is due.
     stray_kills: Vec<(i32, u64, Instant)>,
     /// Workers started by this supervisor: the last part of every worker id, so an id is
@@ -466,7 +467,7 @@ impl Fleet {
         };
         let retiring = slot.retiring;
         self.reaper.terminate(w.pid, w.own_child, true, now);
-        self.ended.insert(w.pid, w.id.clone());
+        self.ended.insert(w.pid, (w.id.clone(), w.own_child));
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
         if !matches!(exit, ExitKind::Code(0) | ExitKind::Code(78)) && self.stopping.is_none() {

@@ -53,11 +53,11 @@ impl Fleet {
         self.sweep_strays(now)
     }
 
-    /// SIGTERM (SIGKILL once the grace is over) to every stray child and its group, again
-    /// on every call since killing one can reparent its own escaped children to us.
-    /// Returns whether none is left.
+    /// SIGTERM (SIGKILL once the grace is over) to every stray and its group, again on
+    /// every call since killing one can reparent its own escaped children. Returns whether
+    /// none is left.
     fn sweep_strays(&mut self, now: Instant) -> bool {
-        let strays = self.reaper.strays(&self.kept_children());
+        let strays = self.strays();
         if strays.is_empty() {
             return true;
         }
@@ -85,21 +85,55 @@ impl Fleet {
         false
     }
 
+    /// What a stop must still end besides the worker groups: our children that left their
+    /// worker's group (reparented to us, the subreaper), and every other live process of
+    /// this fleet wherever it was reparented. The second covers what adopted workers left:
+    /// their escaped descendants went to init when the previous supervisor died.
+    fn strays(&self) -> Vec<procs::Proc> {
+        let keep = self.kept_children();
+        let mut strays = self.reaper.strays(&keep);
+        for m in procs::fleet_members(&self.layout.supervisor_lane()) {
+            let pid = m.proc.pid;
+            let covered = keep.contains(&pid)
+                || self.reaper.contains(pid)
+                || self.is_current_worker(pid)
+                || strays.iter().any(|p| p.pid == pid);
+            if !covered {
+                strays.push(m.proc);
+            }
+        }
+        strays
+    }
+
+    fn is_current_worker(&self, pid: i32) -> bool {
+        self.slots
+            .values()
+            .any(|s| s.worker().is_some_and(|w| w.pid == pid))
+    }
+
     /// After an ended worker's group is gone: SIGTERM its descendants that escaped the
-    /// group and were reparented to us (they carry its `RED_AFK_WORKER_ID`), SIGKILL after
-    /// the grace. Without this they would live until the fleet stops.
+    /// group (they carry its `RED_AFK_WORKER_ID`), SIGKILL after the grace. Without this
+    /// they would live until the fleet stops. Our own worker's escapees were reparented to
+    /// us; an adopted worker's went elsewhere, so for those the whole table is searched.
     pub(super) fn clean_after(&mut self, done: &[Done], now: Instant) {
         for d in done {
-            let Some(id) = self.ended.remove(&d.leader) else {
+            let Some((id, own_child)) = self.ended.remove(&d.leader) else {
                 continue;
             };
-            let needle = format!("RED_AFK_WORKER_ID={id}");
-            let strays: Vec<procs::Proc> = self
-                .reaper
-                .strays(&self.kept_children())
-                .into_iter()
-                .filter(|p| environ_has(p.pid, &needle))
-                .collect();
+            let strays: Vec<procs::Proc> = if own_child {
+                self.reaper
+                    .strays(&self.kept_children())
+                    .into_iter()
+                    .filter(|p| procs::environ_has(p.pid, "RED_AFK_WORKER_ID", &id))
+                    .collect()
+            } else {
+                procs::fleet_members(&self.layout.supervisor_lane())
+                    .into_iter()
+                    .filter(|m| m.worker_id.as_deref() == Some(id.as_str()))
+                    .filter(|m| !self.is_current_worker(m.proc.pid))
+                    .map(|m| m.proc)
+                    .collect()
+            };
             if strays.is_empty() {
                 continue;
             }
@@ -149,20 +183,10 @@ impl Fleet {
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
             .chain(self.reaper.leaders())
-            .chain(
-                self.reaper
-                    .strays(&self.kept_children())
-                    .into_iter()
-                    .map(|p| p.pid),
-            )
+            .chain(self.strays().into_iter().map(|p| p.pid))
             .collect();
         left.sort_unstable();
         left.dedup();
         left
     }
-}
-
-fn environ_has(pid: i32, needle: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
 }
