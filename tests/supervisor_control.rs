@@ -341,3 +341,51 @@ fn corrupt_pid_state_and_resize_files_are_reported_and_survived() {
     fs::write(f.layout.resize_file(), "target: 2\n").unwrap();
     f.wait_workers(2);
 }
+
+/// Two supervisors started at the same instant: one runs, and the other names exactly
+/// that one's pid (not `unknown` because the pid file is not written yet, nor a dead
+/// predecessor's pid).
+#[test]
+fn the_losing_supervisor_names_the_winner() {
+    let f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    // A predecessor that died without cleaning up: its pid file names a dead process.
+    fs::create_dir_all(f.layout.supervisor_lane()).unwrap();
+    fs::write(f.layout.supervisor_pid(), "999999\n").unwrap();
+    for round in 0..3 {
+        let mut a = f
+            .cmd(&["--workers", "1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut b = f
+            .cmd(&["--workers", "1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut loser = None;
+        assert!(wait_until(WAIT, || {
+            if let Ok(Some(s)) = a.try_wait() {
+                loser = Some((s, b.id()));
+            } else if let Ok(Some(s)) = b.try_wait() {
+                loser = Some((s, a.id()));
+            }
+            loser.is_some()
+        }));
+        let (status, winner) = loser.unwrap();
+        let (mut lost, mut won) = if winner == a.id() { (b, a) } else { (a, b) };
+        let mut err = String::new();
+        std::io::Read::read_to_string(lost.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "round {round}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!("afk-supervisor: supervisor already running for this project (pid={winner})"),
+            "round {round}"
+        );
+        kill(won.id() as i32, Signal::SIGTERM);
+        won.wait().unwrap();
+    }
+}
