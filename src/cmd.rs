@@ -8,12 +8,13 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
-use std::thread;
 use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -98,22 +99,67 @@ pub struct RunOpts {
     pub stdin: Option<Vec<u8>>,
 }
 
-/// What the threads watching one child report.
-enum Event {
-    Exited(std::io::Result<ExitStatus>),
-    /// One of the two output pipes reached end of file.
-    Eof,
+/// One output pipe being read, and what it gave so far.
+struct Pipe<R> {
+    pipe: Option<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: Read + AsFd> Pipe<R> {
+    fn new(pipe: Option<R>) -> Self {
+        if let Some(p) = &pipe {
+            set_nonblocking(p.as_fd());
+        }
+        Pipe {
+            pipe,
+            buf: Vec::new(),
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.pipe.is_some()
+    }
+
+    /// Reads what is there without blocking; the pipe is closed at end of file or error.
+    fn drain(&mut self) {
+        let Some(p) = &mut self.pipe else {
+            return;
+        };
+        let mut chunk = [0u8; 16384];
+        loop {
+            match p.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => break,
+            }
+        }
+        self.pipe = None;
+    }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    if let Ok(bits) = fcntl(fd, FcntlArg::F_GETFL) {
+        let flags = OFlag::from_bits_truncate(bits) | OFlag::O_NONBLOCK;
+        let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+    }
 }
 
 /// Runs `argv` to completion or until `timeout`, whichever comes first. A non-zero exit is
 /// not an error here: callers classify it from the status and stderr.
+///
+/// One thread does it all: `poll` on the output pipes, the input pipe and a pidfd of the
+/// child (where the kernel has pidfds; elsewhere a short re-check of the child), so a call
+/// costs no thread of its own however many run at once.
 ///
 /// The deadline covers the output pipes too: a child that exits but leaves a background
 /// process holding stdout or stderr (`helper & exit 0`) would otherwise keep the readers
 /// waiting for that process. At the deadline the whole process group is killed; a child
 /// that had already exited keeps its status, returned with the output read so far.
 pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, RunError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now().checked_add(timeout);
     let mut cmd = Command::new(&argv.program);
     cmd.args(&argv.args)
         .stdin(if opts.stdin.is_some() {
@@ -134,53 +180,91 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         argv: argv.clone(),
         source,
     })?;
-    let pgid = Pid::from_raw(child.id() as i32);
-
-    if let (Some(input), Some(mut stdin)) = (opts.stdin.clone(), child.stdin.take()) {
-        thread::spawn(move || {
-            use std::io::Write;
-            let _ = stdin.write_all(&input);
-        });
+    let pid = child.id() as i32;
+    let pidfd = crate::process::pidfd_open(pid);
+    let mut input = opts
+        .stdin
+        .clone()
+        .map(|bytes| (child.stdin.take(), bytes, 0usize));
+    if let Some((Some(stdin), _, _)) = &input {
+        set_nonblocking(stdin.as_fd());
     }
-    let (tx, rx) = mpsc::channel();
-    let out = drain(child.stdout.take(), tx.clone());
-    let err = drain(child.stderr.take(), tx.clone());
-    thread::spawn(move || {
-        let _ = tx.send(Event::Exited(child.wait()));
-    });
+    let mut out = Pipe::new(child.stdout.take());
+    let mut err = Pipe::new(child.stderr.take());
 
-    let mut status = None;
-    let mut open_pipes = 2;
-    while status.is_none() || open_pipes > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(Event::Exited(s)) => status = Some(s),
-            Ok(Event::Eof) => open_pipes -= 1,
-            Err(_) => break,
-        }
-    }
-    let timed_out = status.is_none();
-    if timed_out || open_pipes > 0 {
-        let _ = killpg(pgid, Signal::SIGKILL);
-        // The kill closes the pipes of everything left in the group: take what is still
-        // buffered, but never wait on a holder that escaped the group.
-        let grace = Instant::now() + PIPE_GRACE;
-        while status.is_none() || open_pipes > 0 {
-            let left = if status.is_none() {
-                // Reaping the killed child is prompt; it must be reaped all the same.
-                Duration::MAX
-            } else {
-                grace.saturating_duration_since(Instant::now())
-            };
-            match rx.recv_timeout(left) {
-                Ok(Event::Exited(s)) => status = Some(s),
-                Ok(Event::Eof) => open_pipes -= 1,
-                Err(_) => break,
+    let mut status: Option<std::io::Result<ExitStatus>> = None;
+    let mut killed_at: Option<Instant> = None;
+    // The child itself had not ended at the deadline (not merely a pipe holder).
+    let mut timed_out = false;
+    loop {
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(Some(s)) => status = Some(Ok(s)),
+                Ok(None) => {}
+                Err(e) => status = Some(Err(e)),
             }
         }
+        if status.is_some() && !out.open() && !err.open() {
+            break;
+        }
+        let now = Instant::now();
+        if killed_at.is_none() && deadline.is_some_and(|d| now >= d) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            killed_at = Some(now);
+            timed_out = status.is_none();
+        }
+        if let Some(k) = killed_at
+            && status.is_some()
+            && now >= k + PIPE_GRACE
+        {
+            // Never wait on a pipe holder that escaped the group.
+            break;
+        }
+        // How long to wait: until the deadline, the pipe grace after a kill, or briefly
+        // when there is no pidfd to say the child ended.
+        let mut wait = match (killed_at, deadline) {
+            (Some(k), _) => (k + PIPE_GRACE).saturating_duration_since(now),
+            (None, Some(d)) => d.saturating_duration_since(now),
+            (None, None) => Duration::from_secs(3600),
+        };
+        if pidfd.is_none() && status.is_none() {
+            wait = wait.min(Duration::from_millis(20));
+        }
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+        let watch_in = match &input {
+            Some((Some(stdin), _, _)) => {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLOUT));
+                true
+            }
+            _ => false,
+        };
+        if let Some(p) = &out.pipe {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        if let Some(p) = &err.pipe {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        if let (Some(fd), None) = (&pidfd, &status) {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+        drop(fds);
+        if watch_in {
+            feed(&mut input);
+        }
+        out.drain();
+        err.drain();
     }
-    let stdout = take(&out);
-    let stderr = take(&err);
+    drop(input);
+    if status.is_none() {
+        // Killed: reaping it is prompt, and it must be reaped all the same.
+        status = Some(child.wait());
+    }
+    let (stdout, stderr) = (out.buf, err.buf);
     if timed_out {
         return Err(RunError::Timeout {
             argv: argv.clone(),
@@ -189,7 +273,7 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         });
     }
     let status = status
-        .unwrap_or_else(|| Err(std::io::Error::other("the waiter thread ended")))
+        .unwrap_or_else(|| Err(std::io::Error::other("the child was never reaped")))
         .map_err(|source| RunError::Spawn {
             argv: argv.clone(),
             source,
@@ -201,43 +285,35 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
     })
 }
 
+/// Writes what the child's stdin pipe takes now; closes it once everything is written or
+/// the child stopped reading.
+fn feed(input: &mut Option<(Option<std::process::ChildStdin>, Vec<u8>, usize)>) {
+    use std::io::Write;
+    let Some((stdin, bytes, done)) = input else {
+        return;
+    };
+    let Some(pipe) = stdin else {
+        return;
+    };
+    while *done < bytes.len() {
+        match pipe.write(&bytes[*done..]) {
+            Ok(n) => *done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => break,
+        }
+    }
+    *stdin = None;
+}
+
 /// How long the output of a killed group is still collected.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
-
-type Buffer = Arc<Mutex<Vec<u8>>>;
-
-/// Reads `pipe` to its end on a thread, into a buffer that can be taken at any time.
-fn drain<R: Read + Send + 'static>(pipe: Option<R>, tx: mpsc::Sender<Event>) -> Buffer {
-    let buf: Buffer = Arc::default();
-    let sink = Arc::clone(&buf);
-    thread::spawn(move || {
-        if let Some(mut p) = pipe {
-            let mut chunk = [0u8; 8192];
-            loop {
-                match p.read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(n) => lock(&sink).extend_from_slice(&chunk[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-        }
-        let _ = tx.send(Event::Eof);
-    });
-    buf
-}
-
-fn lock(buf: &Buffer) -> std::sync::MutexGuard<'_, Vec<u8>> {
-    buf.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn take(buf: &Buffer) -> Vec<u8> {
-    std::mem::take(&mut *lock(buf))
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+    use std::thread;
 
     #[test]
     fn captures_output_and_status() {
@@ -322,5 +398,32 @@ mod tests {
                 .contains("`/nonexistent/prog 'a b'` could not start"),
             "{err}"
         );
+    }
+
+    /// Input and output larger than a pipe's buffer both ways, through one thread: neither
+    /// side can block the other.
+    #[test]
+    fn large_input_and_output_flow_both_ways() {
+        let input: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        let opts = RunOpts {
+            stdin: Some(input.clone()),
+            ..RunOpts::default()
+        };
+        let o = run(
+            &Argv::new("cat", Vec::<String>::new()),
+            Duration::from_secs(30),
+            &opts,
+        )
+        .unwrap();
+        assert!(o.status.success());
+        assert_eq!(o.stdout, input);
+        // A child that never reads its input still ends the call.
+        let o = run(
+            &Argv::new("true", Vec::<String>::new()),
+            Duration::from_secs(30),
+            &opts,
+        )
+        .unwrap();
+        assert!(o.status.success());
     }
 }

@@ -14,6 +14,7 @@ pub mod fsutil;
 pub mod git;
 pub mod layout;
 pub mod pidfile;
+pub mod process;
 pub mod supervisor;
 pub mod sweeps;
 pub mod text;

@@ -154,42 +154,11 @@ pub fn read_pid_file(path: &Path) -> Result<PidContent, SmallFileError> {
     }
 }
 
-/// State of a process as `/proc/<pid>/stat` tells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    pub state: char,
-    /// Field 22: start time in clock ticks since boot.
-    pub start_time: u64,
-    /// Field 5: process group id.
-    pub pgid: i32,
-    /// Field 4: parent pid.
-    pub ppid: i32,
-}
-
-/// Reads `/proc/<pid>/stat`; `None` when the process does not exist.
-pub fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
-}
-
-/// The comm field (2) may hold spaces and parens, so fields are counted after the last `)`.
-fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): field k is fields[k - 3].
-    Some(ProcStat {
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgid: fields.get(2)?.parse().ok()?,
-        start_time: fields.get(19)?.parse().ok()?,
-    })
-}
-
 /// The start time of a running, non-zombie process.
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    proc_stat(pid)
-        .filter(|s| s.state != 'Z' && s.state != 'X')
-        .map(|s| s.start_time)
+    crate::process::read(pid)
+        .filter(|p| !p.is_zombie())
+        .map(|p| p.start)
 }
 
 /// Is `pid` live, and (when `start` is given) is it the same process that was recorded?
@@ -308,16 +277,6 @@ mod tests {
         ] {
             assert!(parse_pid(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn stat_with_spaces_in_comm() {
-        let line = "42 (a b) c)) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1 1";
-        let s = parse_stat(line).unwrap();
-        assert_eq!(s.state, 'S');
-        assert_eq!(s.ppid, 1);
-        assert_eq!(s.pgid, 42);
-        assert_eq!(s.start_time, 777);
     }
 
     #[test]

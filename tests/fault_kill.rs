@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use afk_supervisor::supervisor::procs;
+use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, StateFile};
 use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::{Signal, killpg};
@@ -51,9 +51,9 @@ fn live_workers(f: &Fleet) -> Vec<i32> {
     f.tagged()
         .into_iter()
         .filter(|&pid| {
-            procs::read(pid).is_some_and(|p| p.sid == pid && !p.is_zombie())
-                && procs::environ(pid)
-                    .is_some_and(|e| procs::env_value(&e, "RED_AFK_WORKER_ID").is_some())
+            process::read(pid).is_some_and(|p| p.sid == pid && !p.is_zombie())
+                && process::environ(pid)
+                    .is_some_and(|e| process::env_value(&e, "RED_AFK_WORKER_ID").is_some())
         })
         .collect()
 }

@@ -36,7 +36,7 @@ fn stop_command_leaves_nothing_alive_and_no_zombie() {
     let orphan: i32 = fleet::read(&orphan_file).trim().parse().unwrap();
     // The supervisor is a subreaper: the orphan is its child now.
     assert!(wait_until(WAIT, || {
-        afk_supervisor::supervisor::procs::read(orphan).is_some_and(|p| p.ppid == sup)
+        afk_supervisor::process::read(orphan).is_some_and(|p| p.ppid == sup)
     }));
     // The grandchild that exited was reaped by the supervisor.
     assert!(
@@ -58,7 +58,7 @@ fn stop_command_leaves_nothing_alive_and_no_zombie() {
     assert!(f.tagged().is_empty(), "still alive: {:?}", f.tagged());
     assert!(!alive(orphan));
     for p in &tagged_before {
-        let zombie = afk_supervisor::supervisor::procs::read(*p).is_some_and(|p| p.is_zombie());
+        let zombie = afk_supervisor::process::read(*p).is_some_and(|p| p.is_zombie());
         assert!(!zombie, "{p} left a zombie");
     }
     assert!(!f.layout.supervisor_pid().exists());

@@ -72,7 +72,7 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
         );
         assert_eq!(text, expected);
         // Own session and process group; stdout appended to the slot log.
-        let p = afk_supervisor::supervisor::procs::read(*pid).unwrap();
+        let p = afk_supervisor::process::read(*pid).unwrap();
         assert_eq!((p.pgid, p.sid), (*pid, *pid));
     }
 

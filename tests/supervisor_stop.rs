@@ -7,7 +7,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 
 use afk_supervisor::pidfile;
-use afk_supervisor::supervisor::procs;
+use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, SlotPid};
 use fleet::{FAST_TIMING, Fleet, WAIT, alive};
 use support::wait_until;
@@ -30,7 +30,7 @@ fn stop_leaves_no_descendant_that_left_its_workers_group() {
         .parse::<i32>()
         .is_ok()));
     let escaped: i32 = fleet::read(&file).trim().parse().unwrap();
-    let p = procs::read(escaped).unwrap();
+    let p = process::read(escaped).unwrap();
     assert_eq!(p.sid, escaped, "the descendant leads its own session");
 
     let out = f.run_cmd(&["stop"]);

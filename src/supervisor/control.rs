@@ -11,12 +11,12 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 use super::lane::running_supervisor;
-use super::procs;
 use super::resize::{self, Resize};
 use super::state_file::{self, ShrinkMode, StateFile, StateFileError};
 use crate::fsutil::atomic_write;
 use crate::layout::Layout;
 use crate::pidfile::{self, NotLive};
+use crate::process;
 use crate::timeutil::now_epoch;
 
 #[derive(Debug, thiserror::Error)]
@@ -276,7 +276,7 @@ pub enum StopOutcome {
 /// Stops the fleet: the stop file and SIGTERM, then waits; `force` SIGKILLs the supervisor
 /// and every worker recorded in `state.toon` whose pid and start time still match. Success
 /// is claimed only once no process of the fleet is left: the recorded workers, and every
-/// process whose environment names this repo's lane ([`procs::fleet_members`]), which
+/// process whose environment names this repo's lane ([`process::fleet_members`]), which
 /// covers workers nobody recorded and descendants that escaped their worker's group.
 pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutcome, ControlError> {
     let sup = running_supervisor(layout).ok();
@@ -367,7 +367,7 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
 
 /// Every live process of this repo's fleet, as (pid, start).
 fn member_processes(layout: &Layout) -> Vec<(i32, u64)> {
-    procs::fleet_members(&layout.supervisor_lane())
+    process::fleet_members(&layout.supervisor_lane())
         .into_iter()
         .map(|m| (m.proc.pid, m.proc.start))
         .collect()
@@ -429,7 +429,7 @@ fn recorded_live_workers(layout: &Layout) -> Vec<(i32, u64)> {
 fn kill_workers(workers: &[(i32, u64)]) -> usize {
     let mut n = 0;
     for &(pid, start) in workers {
-        let Some(p) = procs::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
+        let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
             continue;
         };
         let r = if p.pgid == pid {

@@ -5,7 +5,6 @@ pub mod control;
 pub mod fleet;
 pub mod journal;
 pub mod lane;
-pub mod procs;
 pub mod reaper;
 pub mod release;
 pub mod resize;

@@ -13,7 +13,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 
-use super::procs::{self, Proc};
+use crate::process::{self, Proc};
 
 #[derive(Debug, Clone)]
 struct Dying {
@@ -48,7 +48,7 @@ impl Reaper {
         Reaper {
             grace,
             my_pid: std::process::id() as i32,
-            my_sid: procs::own_sid(),
+            my_sid: process::own_sid(),
             dying: Vec::new(),
         }
     }
@@ -75,7 +75,7 @@ impl Reaper {
         }
         // An adopted leader that is gone does not pin the group id: signal only a group
         // that still has members.
-        if own_child || procs::group_has_live_member(&procs::table(), leader) {
+        if own_child || process::group_has_live_member(&process::table(), leader) {
             let _ = killpg(Pid::from_raw(leader), Signal::SIGTERM);
         }
         self.dying.push(Dying {
@@ -107,10 +107,10 @@ impl Reaper {
         if self.dying.is_empty() {
             return Vec::new();
         }
-        let table = procs::table();
+        let table = process::table();
         let mut done = Vec::new();
         self.dying.retain_mut(|d| {
-            let members = procs::group_has_live_member(&table, d.leader);
+            let members = process::group_has_live_member(&table, d.leader);
             if !members && d.leader_exited {
                 if d.own_child {
                     let _ = waitpid(Pid::from_raw(d.leader), Some(WaitPidFlag::WNOHANG));
@@ -149,7 +149,7 @@ impl Reaper {
     /// covers: descendants that left their worker's group (`setsid`) and were reparented to
     /// us, the child subreaper, when their parent died.
     pub fn strays(&self, keep: &HashSet<i32>) -> Vec<Proc> {
-        procs::table()
+        process::table()
             .into_iter()
             .filter(|p| {
                 p.ppid == self.my_pid
@@ -172,7 +172,7 @@ impl Reaper {
     /// (commands the supervisor runs and waits for itself) and the leaders in `keep` are
     /// left alone. Returns how many were reaped.
     pub fn reap_orphans(&self, keep: &HashSet<i32>) -> usize {
-        let table = procs::table();
+        let table = process::table();
         self.reap_orphans_in(&table, keep)
     }
 
@@ -221,7 +221,7 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        assert!(procs::read(gc).is_some_and(|p| !p.is_zombie()));
+        assert!(process::read(gc).is_some_and(|p| !p.is_zombie()));
         let mut r = Reaper::new(Duration::from_secs(30));
         r.terminate(s.pid, true, true, Instant::now());
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -238,7 +238,7 @@ mod tests {
                 killed: false
             }]
         );
-        assert!(procs::read(s.pid).is_none(), "leader reaped");
+        assert!(process::read(s.pid).is_none(), "leader reaped");
         assert!(r.is_empty());
     }
 }

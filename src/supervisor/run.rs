@@ -17,7 +17,6 @@ use signal_hook::iterator::Signals;
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::Journal;
 use super::lane::{Lane, LaneError};
-use super::procs;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -27,6 +26,7 @@ use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::pidfile;
+use crate::process;
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker, labels};
@@ -452,10 +452,10 @@ fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>,
 /// Live workers of this repo's fleet that `state.toon` does not record: a supervisor
 /// killed between starting a worker and writing the heartbeat leaves one, and without this
 /// its successor would spawn a full fleet beside it. A worker is found by the lane its
-/// environment names ([`procs::fleet_members`]); of the session leaders sharing one
+/// environment names ([`process::fleet_members`]); of the session leaders sharing one
 /// worker id the oldest is the worker, the others are descendants that called `setsid`.
 fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
-    let mut leaders: Vec<procs::FleetMember> = procs::fleet_members(&layout.supervisor_lane())
+    let mut leaders: Vec<process::FleetMember> = process::fleet_members(&layout.supervisor_lane())
         .into_iter()
         .filter(|m| m.leads_session() && m.worker_id.is_some() && m.slot.is_some())
         .collect();
@@ -482,7 +482,7 @@ fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
             pid: m.proc.pid,
             start: m.proc.start,
             worker_id: id,
-            started_epoch: procs::start_epoch(m.proc.start),
+            started_epoch: process::start_epoch(m.proc.start),
             restarts: 0,
         });
     }

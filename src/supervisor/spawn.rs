@@ -20,7 +20,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
-use super::procs;
+use crate::process;
 
 /// How a worker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
     let pid = child.id() as i32;
     // The child is not reaped before its watcher reports it, so even one that already
     // exited still shows its start time (as a zombie).
-    let start = procs::read(pid).map_or(0, |p| p.start);
+    let start = process::read(pid).map_or(0, |p| p.start);
     // Dropping `Child` neither kills nor waits; the watcher owns waiting from here.
     drop(child);
     Ok(Spawned { pid, start })
@@ -174,9 +174,9 @@ pub fn watch_adopted(
     start: u64,
     on_exit: impl FnOnce(ExitKind) + Send + 'static,
 ) -> io::Result<()> {
-    let pidfd = procs::pidfd_open(pid);
+    let pidfd = process::pidfd_open(pid);
     // The pidfd must refer to the process we verified, not a successor with the same pid.
-    let same = procs::read(pid).is_some_and(|p| p.start == start && !p.is_zombie());
+    let same = process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie());
     thread::Builder::new()
         .name(format!("adopt-{pid}"))
         .stack_size(WATCH_STACK)
@@ -191,7 +191,7 @@ pub fn watch_adopted(
                     }
                 },
                 _ => {
-                    while procs::read(pid).is_some_and(|p| p.start == start && !p.is_zombie()) {
+                    while process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie()) {
                         thread::sleep(Duration::from_millis(200));
                     }
                 }
@@ -224,7 +224,7 @@ mod tests {
         };
         let (tx, rx) = mpsc::channel();
         let s = spawn(&spec).unwrap();
-        let p = procs::read(s.pid).unwrap();
+        let p = process::read(s.pid).unwrap();
         assert_eq!(p.pgid, s.pid, "own process group");
         assert_eq!(p.sid, s.pid, "own session");
         watch_child(s.pid, move |k| tx.send(k).unwrap()).unwrap();
@@ -233,7 +233,7 @@ mod tests {
             ExitKind::Code(7)
         );
         // Not reaped by the watcher: still a zombie until someone waits.
-        assert!(procs::read(s.pid).unwrap().is_zombie());
+        assert!(process::read(s.pid).unwrap().is_zombie());
         nix::sys::wait::waitpid(Pid::from_raw(s.pid), None).unwrap();
         let text = fs::read_to_string(&log).unwrap();
         assert_eq!(text, "slot=0 id=w-1\nerr\n");

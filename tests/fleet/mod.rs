@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
-use afk_supervisor::supervisor::procs;
+use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, StateFile};
 use afk_supervisor::toonl::{self, Event};
 
@@ -189,7 +189,7 @@ impl Fleet {
     /// Only leaders count: a worker's own forks carry its command line until they exec.
     pub fn live_script_processes(&self) -> usize {
         let script = self.script.display().to_string();
-        procs::table()
+        process::table()
             .into_iter()
             .filter(|p| !p.is_zombie() && p.pid == p.pgid)
             .filter(|p| {
@@ -207,7 +207,7 @@ impl Fleet {
 
     /// Zombies whose parent is `parent`.
     pub fn zombies_of(&self, parent: i32) -> Vec<i32> {
-        procs::table()
+        process::table()
             .into_iter()
             .filter(|p| p.ppid == parent && p.is_zombie())
             .map(|p| p.pid)
@@ -266,7 +266,7 @@ impl Fleet {
 
 pub fn tagged_processes(tag: &str) -> Vec<i32> {
     let needle = format!("AFK_TEST_TAG={tag}");
-    procs::table()
+    process::table()
         .into_iter()
         .filter(|p| !p.is_zombie())
         .filter(|p| {
@@ -304,5 +304,5 @@ pub fn kill(pid: i32, sig: nix::sys::signal::Signal) {
 }
 
 pub fn alive(pid: i32) -> bool {
-    procs::read(pid).is_some_and(|p| !p.is_zombie())
+    process::read(pid).is_some_and(|p| !p.is_zombie())
 }

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::super::procs;
 use super::*;
+use crate::process;
 
 impl Fleet {
     // ---- stopping ----
@@ -89,10 +89,10 @@ impl Fleet {
     /// worker's group (reparented to us, the subreaper), and every other live process of
     /// this fleet wherever it was reparented. The second covers what adopted workers left:
     /// their escaped descendants went to init when the previous supervisor died.
-    fn strays(&self) -> Vec<procs::Proc> {
+    fn strays(&self) -> Vec<process::Proc> {
         let keep = self.kept_children();
         let mut strays = self.reaper.strays(&keep);
-        for m in procs::fleet_members(&self.layout.supervisor_lane()) {
+        for m in process::fleet_members(&self.layout.supervisor_lane()) {
             let pid = m.proc.pid;
             let covered = keep.contains(&pid)
                 || self.reaper.contains(pid)
@@ -120,14 +120,14 @@ impl Fleet {
             let Some((id, own_child)) = self.ended.remove(&d.leader) else {
                 continue;
             };
-            let strays: Vec<procs::Proc> = if own_child {
+            let strays: Vec<process::Proc> = if own_child {
                 self.reaper
                     .strays(&self.kept_children())
                     .into_iter()
-                    .filter(|p| procs::environ_has(p.pid, "RED_AFK_WORKER_ID", &id))
+                    .filter(|p| process::environ_has(p.pid, "RED_AFK_WORKER_ID", &id))
                     .collect()
             } else {
-                procs::fleet_members(&self.layout.supervisor_lane())
+                process::fleet_members(&self.layout.supervisor_lane())
                     .into_iter()
                     .filter(|m| m.worker_id.as_deref() == Some(id.as_str()))
                     .filter(|m| !self.is_current_worker(m.proc.pid))
@@ -152,7 +152,7 @@ impl Fleet {
             }
         }
         self.stray_kills.retain(|&(pid, start, kill_at)| {
-            let Some(p) = procs::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
+            let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
                 return false;
             };
             if now < kill_at {
