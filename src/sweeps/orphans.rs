@@ -95,6 +95,7 @@ pub fn run(
         dry_run,
         report: OrphanReport::default(),
         unfinished: HashSet::new(),
+        worktrees_removed: false,
     };
     pass.legacy()?;
     let dead = pass.attempts()?;
@@ -103,6 +104,17 @@ pub fn run(
         pass.shell(worker);
     }
     pass.report.tracker_reads = pass.book.reads();
+    if pass.worktrees_removed
+        && let Some(why) = worker_tree::prune_worktree_records(layout)
+    {
+        pass.decide(
+            Path::new("git worktree prune"),
+            None,
+            None,
+            Verdict::Skip,
+            why,
+        );
+    }
     Ok(pass.report)
 }
 
@@ -232,6 +244,8 @@ struct Pass<'a> {
     report: OrphanReport,
     /// Issues whose restore failed in this pass: their claims are kept, not retried.
     unfinished: HashSet<u64>,
+    /// An attempt dir removed held a linked git worktree: git's record is pruned at the end.
+    worktrees_removed: bool,
 }
 
 impl Pass<'_> {
@@ -526,8 +540,10 @@ impl Pass<'_> {
         verdict: Verdict,
         why: String,
     ) -> Option<usize> {
+        let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
         match self.remove(path, || recheck_attempt(worker, path)) {
             Ok(()) => {
+                self.worktrees_removed |= linked;
                 self.report.counts.removed += 1;
                 self.decide(path, issue, state, verdict, why);
                 None
