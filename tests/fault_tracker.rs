@@ -119,26 +119,54 @@ impl World {
         v
     }
 
-    /// The end state of every issue, read with a tracker that does not fail, plus the
-    /// local records still present.
-    fn end(&self, t: &dyn Tracker) -> (BTreeMap<u64, End>, Vec<u64>, Vec<bool>) {
-        let mut out = BTreeMap::new();
-        for row in t.list_all(100).expect("list") {
-            let mut labels = row.labels;
-            labels.sort();
-            let comments = t.comments(row.number).expect("comments");
-            out.insert(
-                row.number,
-                End {
-                    state: row.state,
-                    labels,
-                    comments,
-                },
-            );
-        }
+    /// The end state: every issue as `issues` reads it, plus the local records left.
+    fn end(&self, issues: BTreeMap<u64, End>) -> Ends {
         let attempts = self.attempts.iter().map(|p| p.exists()).collect();
-        (out, self.claims(), attempts)
+        (issues, self.claims(), attempts)
     }
+}
+
+/// Issues, claims left, and whether each attempt dir is left.
+type Ends = (BTreeMap<u64, End>, Vec<u64>, Vec<bool>);
+
+fn sorted(mut labels: Vec<String>) -> Vec<String> {
+    labels.sort();
+    labels
+}
+
+/// The fake's store as it is (read directly, no gh call).
+fn gh_end(gh: &FakeGh) -> BTreeMap<u64, End> {
+    gh.issues()
+        .into_iter()
+        .map(|i| {
+            let state = match i.state.as_str() {
+                "OPEN" => IssueState::Open,
+                _ => IssueState::Closed,
+            };
+            let end = End {
+                state,
+                labels: sorted(i.labels),
+                comments: i.comments.into_iter().map(|c| c.body).collect(),
+            };
+            (i.number, end)
+        })
+        .collect()
+}
+
+/// The local store, read through a tracker that does not fail.
+fn local_end(t: &LocalTracker) -> BTreeMap<u64, End> {
+    t.list_all(100)
+        .expect("list")
+        .into_iter()
+        .map(|row| {
+            let end = End {
+                state: row.state,
+                labels: sorted(row.labels),
+                comments: t.comments(row.number).expect("comments"),
+            };
+            (row.number, end)
+        })
+        .collect()
 }
 
 fn gh_issues() -> Vec<FakeIssue> {
@@ -162,12 +190,11 @@ fn gh_world() -> (World, FakeGh) {
 }
 
 /// What every faulty run must end in: the end state after one round with no failure.
-fn assert_clean_end(end: &(BTreeMap<u64, End>, Vec<u64>, Vec<bool>), what: &str) {
+fn assert_clean_end(end: &Ends, what: &str) {
     let (issues, claims, attempts) = end;
     let unblocked = unblock::comment_text(&[CLOSED]);
     let want = |n: u64, labels: &[&str], comments: &[&str]| {
-        let mut labels: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
-        labels.sort();
+        let labels = sorted(labels.iter().map(|l| l.to_string()).collect());
         let got = &issues[&n];
         assert_eq!(got.labels, labels, "{what}: labels of #{n}");
         assert_eq!(
@@ -197,7 +224,7 @@ fn assert_clean_end(end: &(BTreeMap<u64, End>, Vec<u64>, Vec<bool>), what: &str)
 fn a_clean_round_on_gh_is_the_reference() {
     let (w, gh) = gh_world();
     w.round(&gh.tracker(None));
-    assert_clean_end(&w.end(&gh.tracker(None)), "clean round");
+    assert_clean_end(&w.end(gh_end(&gh)), "clean round");
     // Exactly one comment per transition, so no duplicate hides in a clean run either.
     let posted = gh
         .calls()
@@ -225,7 +252,7 @@ fn a_failure_at_any_single_call_is_made_good_by_one_clean_round() {
         let t = gh.tracker(None);
         w.round(&t);
         w.round(&t);
-        assert_clean_end(&w.end(&t), &format!("failure at call {k}"));
+        assert_clean_end(&w.end(gh_end(&gh)), &format!("failure at call {k}"));
     }
 }
 
@@ -242,7 +269,10 @@ fn seeded_chaos_on_gh_converges_after_one_clean_round() {
         assert!(failed > 0, "seed {seed}: chaos failed no call");
         gh.set_chaos(None);
         w.round(&t);
-        assert_clean_end(&w.end(&t), &format!("seed {seed} ({failed} failures)"));
+        assert_clean_end(
+            &w.end(gh_end(&gh)),
+            &format!("seed {seed} ({failed} failures)"),
+        );
         // Every call chaos made was a SPEC argv: the fake refuses anything else with exit
         // 2, which no round survives unnoticed (the end state would differ).
         assert!(
@@ -317,7 +347,7 @@ fn local_world() -> (World, LocalTracker) {
 fn a_clean_round_on_local_is_the_reference() {
     let (w, t) = local_world();
     w.round(&t);
-    assert_clean_end(&w.end(&t), "clean local round");
+    assert_clean_end(&w.end(local_end(&t)), "clean local round");
 }
 
 /// A round while another process holds the store lock past the timeout: every call fails
@@ -326,7 +356,7 @@ fn a_clean_round_on_local_is_the_reference() {
 #[test]
 fn a_round_behind_a_held_store_lock_changes_nothing_and_one_clean_round_converges() {
     let (w, t) = local_world();
-    let before = w.end(&t);
+    let before = w.end(local_end(&t));
     let holder = File::options()
         .write(true)
         .open(t.dir().join("lock"))
@@ -336,10 +366,10 @@ fn a_round_behind_a_held_store_lock_changes_nothing_and_one_clean_round_converge
     w.round(&blocked);
     drop(holder);
     assert_eq!(
-        w.end(&t),
+        w.end(local_end(&t)),
         before,
         "a round on a locked store changed something"
     );
     w.round(&t);
-    assert_clean_end(&w.end(&t), "local, after a locked round");
+    assert_clean_end(&w.end(local_end(&t)), "local, after a locked round");
 }
