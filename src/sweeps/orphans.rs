@@ -25,7 +25,7 @@
 //!   ([`crate::sweeps::transition`]); any failure keeps the dir and the claim (the records
 //!   it can be restored from), so the next pass does it again without a second comment;
 //! - a stale claim is removed only once its issue is restored or read as not `running`:
-//!   a read that fails keeps it, counted as kept, for the next pass.
+//!   a read that fails or says "not found" keeps it, counted as kept, for the next pass.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -642,11 +642,12 @@ impl Pass<'_> {
             let issue_subject = PathBuf::from(format!("#{n}"));
             let desc = Some(facts.describe());
             let why = match &facts {
-                IssueFacts::Unavailable(err) => {
+                // "Not found" is no state either (an empty or wrong store says it of
+                // every issue): the issue may be running where the claim was made.
+                IssueFacts::Unavailable(_) | IssueFacts::NotFound => {
                     let why = format!(
-                        "claim holder dead ({reason}), but the tracker cannot say whether the \
-                         issue is running ({}): claim kept for the next pass",
-                        err.kind
+                        "claim holder dead ({reason}), but the tracker cannot say the issue \
+                         is running: not restored, claim kept for the next pass"
                     );
                     self.keep(&e.path, Some(n), desc, why);
                     continue;
@@ -658,11 +659,6 @@ impl Pass<'_> {
                     );
                     self.keep(&e.path, Some(n), desc, why);
                     continue;
-                }
-                IssueFacts::NotFound => {
-                    format!(
-                        "claim holder dead: {reason}; issue not found by the tracker, not restored"
-                    )
                 }
                 f if f.is_closed() || !f.has_label(labels::RUNNING) => {
                     format!("claim holder dead: {reason}")
