@@ -138,7 +138,7 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     s.gh.fail_next(1, 1, "error connecting to api.github.com");
     let r = sweep(&s);
     assert!(a.exists());
-    assert_eq!(verbs(&s.gh), vec!["issue list", "issue edit"]);
+    assert_eq!(verbs(&s.gh), vec!["issue list", "issue comment"]);
     assert_eq!(s.gh.issue(7).unwrap().labels, vec!["running"]);
     assert_eq!((r.counts.restored, r.counts.kept), (0, 1));
     // Next boot, with the tracker back, the restore goes through.
@@ -148,7 +148,7 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     assert_eq!(r.counts.restored, 1);
     assert_eq!(
         verbs(&s.gh),
-        vec!["issue list", "issue edit", "issue comment"]
+        vec!["issue list", "issue comment", "issue edit"]
     );
     let issue = s.gh.issue(7).unwrap();
     assert_eq!(issue.labels, vec!["ready-for-agent"]);

@@ -244,7 +244,7 @@ fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
     let waiting = tree.attempt(&w, "41-a1", Some(&state_json(Some(false))), 2 * DAY);
     let stale = tree.attempt(&w, "42-a1", Some(&state_json(None)), 7 * DAY + MIN);
     let bare = tree.attempt(&w, "43-a1", None, 2 * DAY);
-    tree.claim(41, Pid::Dead(dead_pid()));
+    let claim = tree.claim(41, Pid::Dead(dead_pid()));
     let mut cmd = env.bin();
     gh.apply(&mut cmd);
     let out = cmd
@@ -264,13 +264,19 @@ fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
     assert!(waiting.exists(), "a dir inside its 7-day TTL was removed");
     assert!(!stale.exists());
     assert!(!bare.exists());
+    // The claim is the record #41 could be restored from where it really lives.
+    assert!(claim.exists());
     let text = stdout(&out);
     assert!(
         text.contains("issue not found by the tracker, mtime TTL with state file"),
         "{text}"
     );
     assert!(
-        text.contains("orphans skip #41 [not-found]: the tracker cannot say the issue is running: not restored"),
+        text.contains("orphans keep .red/tmp/claims/41 #41 [not-found]: claim holder dead (pid "),
+        "{text}"
+    );
+    assert!(
+        text.contains("but the tracker cannot say the issue is running: not restored, claim kept for the next pass"),
         "{text}"
     );
 }

@@ -72,6 +72,7 @@ fn every_operation_uses_exactly_one_spec_call() {
     t.edit_labels(1, &["y"], &[]).unwrap();
     t.edit_labels(1, &[], &["y"]).unwrap();
     t.comment(1, "hello").unwrap();
+    assert_eq!(t.comments(1).unwrap(), vec!["hello"]);
     t.list_open_with_label("blocked:dependency", 200).unwrap();
     let url = t.pr_create("main", "docs/x", "docs: t", "b").unwrap();
     t.pr_merge("docs/x").unwrap();
@@ -98,6 +99,7 @@ fn every_operation_uses_exactly_one_spec_call() {
             with(&["issue", "edit", "1", "--add-label", "y"]),
             with(&["issue", "edit", "1", "--remove-label", "y"]),
             with(&["issue", "comment", "1", "--body", "hello"]),
+            with(&["issue", "view", "1", "--json", "state,labels,comments"]),
             with(&[
                 "issue",
                 "list",
@@ -345,6 +347,35 @@ fn the_fake_refuses_anything_outside_the_contract() {
     );
 }
 
+#[test]
+fn chaos_fails_calls_before_acting_replays_by_seed_and_still_refuses_unknown_argv() {
+    let (env, fake) = fixture();
+    fake.set_chaos(Some((1.0, 7)));
+    let out = env
+        .command(fake.program())
+        .args(["issue", "frobnicate", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let t = fake.tracker(None);
+    let e = t.edit_labels(1, &["x"], &[]).unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    assert!(t.comment(1, "hi").unwrap_err().is_transient());
+    assert_eq!(fake.issue(1).unwrap().labels, vec!["running"]);
+    assert!(fake.issue(1).unwrap().comments.is_empty());
+    assert_eq!(fake.chaos_failures(), 2);
+    // A fixed seed fails the same calls each time.
+    let pattern = |seed: u64| {
+        fake.set_chaos(Some((0.5, seed)));
+        (0..12).map(|_| t.view(1).is_err()).collect::<Vec<_>>()
+    };
+    let first = pattern(3);
+    assert_eq!(pattern(3), first);
+    assert!(first.contains(&true) && first.contains(&false), "{first:?}");
+    fake.set_chaos(None);
+    t.view(1).unwrap();
+}
+
 // ---- the real GitHub CLI ----
 
 fn on_path(program: &str) -> Option<PathBuf> {
@@ -384,6 +415,7 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
     let results: Vec<(&str, Result<(), TrackerError>)> = vec![
         ("list all", t.list_all(5000).map(drop)),
         ("view", t.view(1).map(drop)),
+        ("comments", t.comments(1).map(drop)),
         (
             "edit add+remove",
             t.edit_labels(1, &["ready-for-agent", "req:2"], &["running"]),

@@ -184,7 +184,7 @@ fn gh_fixture(env: &TestEnv) -> FakeGh {
 }
 
 #[test]
-fn gh_pass_costs_two_lists_and_two_writes_per_promotion() {
+fn gh_pass_costs_two_lists_and_per_promotion_a_comments_read_and_two_writes() {
     let env = TestEnv::new();
     let gh = gh_fixture(&env);
     let t = gh.tracker(Some("o/r"));
@@ -196,10 +196,12 @@ fn gh_pass_costs_two_lists_and_two_writes_per_promotion() {
         vec![
             "issue list --label",
             "issue list",
-            "issue edit",
+            "issue view",
             "issue comment",
             "issue edit",
-            "issue comment"
+            "issue view",
+            "issue comment",
+            "issue edit",
         ]
     );
     let two = gh.issue(2).unwrap();
@@ -232,7 +234,7 @@ fn a_failing_tracker_never_promotes() {
     // (reply queue, calls expected before the pass gives up); an empty reply lets the
     // call through to the fake's store.
     type Reply<'a> = (i32, &'a str, &'a str);
-    let cases: [(&[Reply], Vec<&str>); 4] = [
+    let cases: [(&[Reply], Vec<&str>); 5] = [
         (
             &[(1, "", "HTTP 502: Bad Gateway")],
             vec!["issue list --label"],
@@ -252,7 +254,22 @@ fn a_failing_tracker_never_promotes() {
                 (0, "", ""),
                 (1, "", "HTTP 503: Service Unavailable"),
             ],
-            vec!["issue list --label", "issue list", "issue edit"],
+            vec!["issue list --label", "issue list", "issue view"],
+        ),
+        (
+            &[
+                (0, "", ""),
+                (0, "", ""),
+                (0, "", ""),
+                (1, "", "HTTP 503: Service Unavailable"),
+            ],
+            // The comment goes first: when it fails, the labels are not touched.
+            vec![
+                "issue list --label",
+                "issue list",
+                "issue view",
+                "issue comment",
+            ],
         ),
     ];
     for (replies, want) in cases {

@@ -5,10 +5,12 @@
 //! the next supervisor's boot sweep, hiding the issue from every other worker for the whole
 //! life of this one. Once the worker's process group is confirmed gone, each claim whose pid
 //! file names that worker (pid and, when recorded, start time) is released here: a `running`
-//! issue gets `ready-for-agent` back with the SPEC §7 comment, then the claim dir goes.
+//! issue gets the SPEC §7 comment and then `ready-for-agent` back
+//! ([`transition::restore`]), and only then the claim dir goes.
 //!
-//! Runs on a short-lived thread (tracker calls are slow). A transient tracker failure
-//! changes nothing: the next boot's orphan cleanup judges the claim instead.
+//! Runs on a short-lived thread (tracker calls are slow). A tracker failure at any step
+//! keeps the claim: the next boot's orphan cleanup finishes the restore from it (without
+//! posting the comment twice).
 
 use std::fs;
 use std::path::Path;
@@ -18,7 +20,7 @@ use crate::fsutil::read_small_file;
 use crate::layout::{Layout, start_file};
 use crate::pidfile::{self, PidContent};
 use crate::sweeps::lane::Lane;
-use crate::sweeps::orphans::RESTORE_COMMENT;
+use crate::sweeps::transition;
 use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
 
@@ -81,18 +83,11 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
             }
         };
         let restore = view.state == IssueState::Open && view.has_label(labels::RUNNING);
-        if restore {
-            if let Err(e) = tracker.edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]) {
-                out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
-                continue;
-            }
-            if let Err(e) = tracker.comment(n, RESTORE_COMMENT) {
-                out.push(ev(
-                    n,
-                    kind::ERROR,
-                    format!("#{n}: ready-for-agent restored but the comment failed: {e}"),
-                ));
-            }
+        // The claim is the record the issue is restored from: it goes only once the
+        // restore (comment, then labels) is complete or the issue is not running.
+        if restore && let Err(e) = transition::restore(tracker, layout, n, None, &mut 0) {
+            out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+            continue;
         }
         let removed = Lane::open(layout)
             .map_err(|e| e.to_string())

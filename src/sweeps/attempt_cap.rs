@@ -87,6 +87,7 @@ pub fn run(
         lane,
         dry_run,
         report: CapReport::default(),
+        worktrees_removed: false,
     };
     let gone = |p: &Path| p.ancestors().any(|a| already_gone.contains(a));
     let workers = worker_tree::worker_entries(layout)
@@ -170,6 +171,11 @@ pub fn run(
     for (_, group) in groups {
         pass.cap_group(group, caps);
     }
+    if pass.worktrees_removed
+        && let Some(why) = worker_tree::prune_worktree_records(layout)
+    {
+        pass.decide(Path::new("git worktree prune"), None, "skip", why);
+    }
     Ok(pass.report)
 }
 
@@ -178,6 +184,8 @@ struct Pass<'a> {
     lane: Lane,
     dry_run: bool,
     report: CapReport,
+    /// A reclaimed attempt held a linked git worktree: git's record is pruned at the end.
+    worktrees_removed: bool,
 }
 
 impl Pass<'_> {
@@ -242,6 +250,7 @@ impl Pass<'_> {
 
     /// Removes one attempt after judging its worker and its own state again.
     fn reclaim(&mut self, c: &Candidate, why: String) {
+        let linked = !self.dry_run && worker_tree::holds_linked_worktree(&c.path);
         let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
             if self.dry_run {
                 self.lane.check(&c.path).map_err(|e| e.to_string())
@@ -254,6 +263,7 @@ impl Pass<'_> {
         });
         match result {
             Ok(()) => {
+                self.worktrees_removed |= linked;
                 self.report.reclaimed += 1;
                 self.decide(&c.path, Some(c.issue), "remove", why);
             }

@@ -21,8 +21,11 @@
 //! - a pid file that cannot be judged ([`Liveness::Unknown`]: not a regular file, a `.start`
 //!   that is not a number) keeps what it guards: the worker dir, the legacy dir, the claim,
 //!   and the restore of a `running` issue whose claim it is;
-//! - a restore whose comment fails after the label edit succeeded keeps the dir; the
-//!   label transition stands and is counted.
+//! - a restore posts its comment first and changes the label second
+//!   ([`crate::sweeps::transition`]); any failure keeps the dir and the claim (the records
+//!   it can be restored from), so the next pass does it again without a second comment;
+//! - a stale claim is removed only once its issue is restored or read as not `running`:
+//!   a read that fails or says "not found" keeps it, counted as kept, for the next pass.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,7 @@ use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
 use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
 use crate::sweeps::lane::Lane;
+use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, SweepName};
 use crate::tracker::{Tracker, labels};
@@ -90,6 +94,8 @@ pub fn run(
         now,
         dry_run,
         report: OrphanReport::default(),
+        unfinished: HashSet::new(),
+        worktrees_removed: false,
     };
     pass.legacy()?;
     let dead = pass.attempts()?;
@@ -98,6 +104,17 @@ pub fn run(
         pass.shell(worker);
     }
     pass.report.tracker_reads = pass.book.reads();
+    if pass.worktrees_removed
+        && let Some(why) = worker_tree::prune_worktree_records(layout)
+    {
+        pass.decide(
+            Path::new("git worktree prune"),
+            None,
+            None,
+            Verdict::Skip,
+            why,
+        );
+    }
     Ok(pass.report)
 }
 
@@ -225,6 +242,10 @@ struct Pass<'a> {
     now: SystemTime,
     dry_run: bool,
     report: OrphanReport,
+    /// Issues whose restore failed in this pass: their claims are kept, not retried.
+    unfinished: HashSet<u64>,
+    /// An attempt dir removed held a linked git worktree: git's record is pruned at the end.
+    worktrees_removed: bool,
 }
 
 impl Pass<'_> {
@@ -484,7 +505,7 @@ impl Pass<'_> {
                 let why = format!("{why}; worker {worker_dead}");
                 self.remove_attempt(worker, path, Some(n), desc, Verdict::Remove, why)
             }
-            Fate::Restore => match self.restore(n) {
+            Fate::Restore => match self.restore(n, Some(path)) {
                 Ok(RestoreOutcome::Done) => self.remove_attempt(
                     worker,
                     path,
@@ -519,8 +540,10 @@ impl Pass<'_> {
         verdict: Verdict,
         why: String,
     ) -> Option<usize> {
+        let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
         match self.remove(path, || recheck_attempt(worker, path)) {
             Ok(()) => {
+                self.worktrees_removed |= linked;
                 self.report.counts.removed += 1;
                 self.decide(path, issue, state, verdict, why);
                 None
@@ -529,10 +552,11 @@ impl Pass<'_> {
         }
     }
 
-    /// Puts `ready-for-agent` back in place of `running` and posts the SPEC §7 comment,
-    /// unless a live process holds the claim by now. Any tracker error stops here: the
-    /// caller keeps the dir.
-    fn restore(&mut self, n: u64) -> Result<RestoreOutcome, String> {
+    /// Posts the SPEC §7 comment and puts `ready-for-agent` back in place of `running`
+    /// ([`transition::restore`]), unless a live process holds the claim by now. Any tracker
+    /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
+    /// restored from, and the issue is not tried again in this pass.
+    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, String> {
         match claim_liveness(self.layout, n) {
             Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
             Liveness::Unknown { reason } => {
@@ -540,24 +564,17 @@ impl Pass<'_> {
             }
             Liveness::Dead { .. } => {}
         }
-        let add = [labels::READY_FOR_AGENT];
-        let remove = [labels::RUNNING];
         if !self.dry_run {
             let tracker = self.book.tracker();
-            self.report.tracker_writes += 1;
-            tracker
-                .edit_labels(n, &add, &remove)
-                .map_err(|e| format!("restore failed, nothing changed: {e}"))?;
+            let writes = &mut self.report.tracker_writes;
+            if let Err(e) = transition::restore(tracker, self.layout, n, attempt, writes) {
+                self.unfinished.insert(n);
+                return Err(format!("restore not finished: {e}"));
+            }
         }
-        self.book.record_labels(n, &add, &remove);
+        self.book
+            .record_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
         self.report.counts.restored += 1;
-        if !self.dry_run {
-            let tracker = self.book.tracker();
-            self.report.tracker_writes += 1;
-            tracker
-                .comment(n, RESTORE_COMMENT)
-                .map_err(|e| format!("ready-for-agent restored but the comment failed: {e}"))?;
-        }
         Ok(RestoreOutcome::Done)
     }
 
@@ -619,60 +636,69 @@ impl Pass<'_> {
                 }
                 Guard::Dead(reason) => reason,
             };
+            // The claim is the last record to restore a `running` issue from: it goes only
+            // once the issue is restored or read as not running.
+            let facts = self.book.facts(n);
+            let issue_subject = PathBuf::from(format!("#{n}"));
+            let desc = Some(facts.describe());
+            let why = match &facts {
+                // "Not found" is no state either (an empty or wrong store says it of
+                // every issue): the issue may be running where the claim was made.
+                IssueFacts::Unavailable(_) | IssueFacts::NotFound => {
+                    let why = format!(
+                        "claim holder dead ({reason}), but the tracker cannot say the issue \
+                         is running: not restored, claim kept for the next pass"
+                    );
+                    self.keep(&e.path, Some(n), desc, why);
+                    continue;
+                }
+                _ if self.unfinished.contains(&n) => {
+                    let why = format!(
+                        "claim holder dead ({reason}), the restore is unfinished: claim kept \
+                         for the next pass"
+                    );
+                    self.keep(&e.path, Some(n), desc, why);
+                    continue;
+                }
+                f if f.is_closed() || !f.has_label(labels::RUNNING) => {
+                    format!("claim holder dead: {reason}")
+                }
+                _ => match self.restore(n, None) {
+                    Ok(RestoreOutcome::Done) => {
+                        self.decide(
+                            &issue_subject,
+                            Some(n),
+                            desc,
+                            Verdict::Restore,
+                            "running with a dead claim: ready-for-agent restored",
+                        );
+                        format!("claim holder dead: {reason}; issue restored")
+                    }
+                    Ok(RestoreOutcome::ClaimLive(pid)) => {
+                        self.decide(
+                            &issue_subject,
+                            Some(n),
+                            desc,
+                            Verdict::Skip,
+                            format!("claim taken meanwhile by live pid {pid}"),
+                        );
+                        continue;
+                    }
+                    Err(why) => {
+                        let why = format!("{why}; claim kept for the next pass");
+                        self.keep(&e.path, Some(n), desc, why);
+                        continue;
+                    }
+                },
+            };
             let recheck = || recheck_pid_file(&pid_file, "claim pid");
             match self.remove(&e.path, recheck) {
                 Ok(()) => {
                     self.report.counts.claims_released += 1;
-                    self.decide(
-                        &e.path,
-                        Some(n),
-                        None,
-                        Verdict::Release,
-                        format!("claim holder dead: {reason}"),
-                    );
+                    self.decide(&e.path, Some(n), None, Verdict::Release, why);
                 }
                 Err(why) => {
                     self.decide(&e.path, Some(n), None, Verdict::Skip, why);
-                    continue;
-                }
-            }
-            let facts = self.book.facts(n);
-            let issue_subject = PathBuf::from(format!("#{n}"));
-            let desc = Some(facts.describe());
-            if matches!(facts, IssueFacts::NotFound | IssueFacts::Unavailable(_)) {
-                self.decide(
-                    &issue_subject,
-                    Some(n),
-                    desc,
-                    Verdict::Skip,
-                    "the tracker cannot say the issue is running: not restored",
-                );
-                continue;
-            }
-            if facts.is_closed() || !facts.has_label(labels::RUNNING) {
-                continue;
-            }
-            match self.restore(n) {
-                Ok(RestoreOutcome::Done) => {
-                    self.decide(
-                        &issue_subject,
-                        Some(n),
-                        desc,
-                        Verdict::Restore,
-                        "running with a dead claim: ready-for-agent restored",
-                    );
-                }
-                Ok(RestoreOutcome::ClaimLive(pid)) => {
-                    self.decide(
-                        &issue_subject,
-                        Some(n),
-                        desc,
-                        Verdict::Skip,
-                        format!("claim taken meanwhile by live pid {pid}"),
-                    );
-                }
-                Err(why) => {
-                    self.decide(&issue_subject, Some(n), desc, Verdict::Keep, why);
                 }
             }
         }

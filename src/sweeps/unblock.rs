@@ -12,7 +12,8 @@
 //! Tracker cost of one pass: one `list_open_with_label("blocked:dependency", 200)` call;
 //! when some blocker's state is not already known from that listing (every issue in it is
 //! open), one batch `list_all` for the states. So a pass costs one list call when nothing
-//! is blocked, two otherwise, plus two writes (label edit, comment) per promotion. A
+//! is blocked, two otherwise, plus per promotion one read of the issue's comments and two
+//! writes (comment first, then the label edit). A
 //! blocker missing from the batch, or any listing failure, counts as not closed.
 
 use std::collections::{BTreeSet, HashMap};
@@ -21,6 +22,7 @@ use std::path::Path;
 
 use crate::boot::{BootError, BootReport};
 use crate::layout::parse_positive;
+use crate::sweeps::transition::{self, Posted, Transition};
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
@@ -367,20 +369,21 @@ pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootE
     Ok(())
 }
 
-/// Swaps the labels, then posts the audit comment. A failed comment after a successful
-/// edit still counts as a promotion (the labels are what workers read), and is reported.
+/// Posts the audit comment, then swaps the labels ([`transition::make`]): a pass that
+/// fails after the comment leaves the issue blocked, and the next pass sees the comment as
+/// the issue's newest and only swaps the labels.
 fn promote(tracker: &dyn Tracker, issue: u64, blockers: &[u64]) -> Result<(), WriteError> {
-    let wrap = |error| WriteError { issue, error };
-    tracker
-        .edit_labels(
-            issue,
-            &[labels::READY_FOR_AGENT],
-            &[labels::BLOCKED_DEPENDENCY],
-        )
-        .map_err(wrap)?;
-    tracker
-        .comment(issue, &comment_text(blockers))
-        .map_err(wrap)
+    let comment = comment_text(blockers);
+    let t = Transition {
+        issue,
+        comment: &comment,
+        add: &[labels::READY_FOR_AGENT],
+        remove: &[labels::BLOCKED_DEPENDENCY],
+    };
+    transition::make(tracker, &t, Posted::Newest, &mut 0).map_err(|e| WriteError {
+        issue,
+        error: e.tracker_error().clone(),
+    })
 }
 
 #[cfg(test)]

@@ -106,6 +106,29 @@ pub fn age(path: &Path, now: SystemTime) -> io::Result<Duration> {
     Ok(now.duration_since(mtime(path)?).unwrap_or(Duration::ZERO))
 }
 
+/// Whether the attempt dir holds a linked git worktree: `worktree/` a real dir whose
+/// `.git` is a file (git's `gitdir:` pointer), judged without following links.
+pub fn holds_linked_worktree(attempt: &Path) -> bool {
+    let wt = attempt.join("worktree");
+    fs::symlink_metadata(&wt).is_ok_and(|m| m.is_dir())
+        && fs::symlink_metadata(wt.join(".git")).is_ok_and(|m| m.is_file())
+}
+
+/// After a sweep removed attempt dirs holding linked worktrees: `git worktree prune` in the
+/// repo, so git forgets them. Otherwise git keeps each one's branch "checked out" and the
+/// branch reaper spares it on every run. `None` when it went through, else the reason for
+/// the sweep's decision list.
+pub fn prune_worktree_records(layout: &Layout) -> Option<String> {
+    crate::git::Git::new(layout.repo())
+        .worktree_prune()
+        .err()
+        .map(|e| {
+            format!(
+                "removed attempt dirs held git worktrees, but pruning their records failed: {e}"
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

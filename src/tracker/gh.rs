@@ -254,6 +254,16 @@ struct GhView {
 }
 
 #[derive(Deserialize)]
+struct GhBody {
+    body: String,
+}
+
+#[derive(Deserialize)]
+struct GhViewComments {
+    comments: Vec<GhBody>,
+}
+
+#[derive(Deserialize)]
 struct GhLabeledRow {
     number: u64,
     #[serde(default)]
@@ -384,6 +394,19 @@ impl Tracker for GhTracker {
         let n = number.to_string();
         self.run(&["issue", "comment", n.as_str(), "--body", body], true)
             .map(|_| ())
+    }
+
+    fn comments(&self, number: u64) -> TrackerResult<Vec<String>> {
+        let n = number.to_string();
+        let args = [
+            "issue",
+            "view",
+            n.as_str(),
+            "--json",
+            "state,labels,comments",
+        ];
+        let v: GhViewComments = self.run_json(&args)?;
+        Ok(v.comments.into_iter().map(|c| c.body).collect())
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {

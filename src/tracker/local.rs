@@ -627,6 +627,15 @@ impl Tracker for LocalTracker {
         })
     }
 
+    fn comments(&self, number: u64) -> TrackerResult<Vec<String>> {
+        Ok(self
+            .show(number)?
+            .comments
+            .into_iter()
+            .map(|c| c.body)
+            .collect())
+    }
+
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
         Ok(self
             .all_issues("local issue list")?

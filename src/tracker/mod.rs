@@ -162,6 +162,11 @@ pub trait Tracker: Send + Sync {
 
     fn comment(&self, number: u64, body: &str) -> TrackerResult<()>;
 
+    /// The bodies of issue `number`'s comments, oldest first (gh: `issue view N --json
+    /// state,labels,comments`). A transition that writes a comment reads them first, so a
+    /// comment already posted by an earlier, interrupted pass is not posted twice.
+    fn comments(&self, number: u64) -> TrackerResult<Vec<String>>;
+
     /// Open issues carrying `label`, with their bodies.
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>>;
 

@@ -6,7 +6,8 @@
 # script. Anything else exits 2 with `unknown gh invocation: <argv>` on stderr.
 #
 # Files beside the script:
-#   state.json   issues, PRs, auth flag and a queue of scripted replies (see fake_gh.rs)
+#   state.json   issues, PRs, auth flag, a queue of scripted replies and an optional
+#                `chaos: {rate, seed, calls, failed}` (see fake_gh.rs)
 #   state.lock   flock serialising every read-modify-write of state.json
 #   calls.jsonl  one JSON array per call: the argv after the program name
 #   pids         one pid per call, written first thing
@@ -14,6 +15,7 @@ import copy
 import fcntl
 import json
 import os
+import random
 import re
 import shlex
 import sys
@@ -26,6 +28,12 @@ CALLS = os.path.join(HERE, "calls.jsonl")
 PIDS = os.path.join(HERE, "pids")
 
 POSITIVE = re.compile(r"^[1-9][0-9]*$")
+
+# What chaos mode prints: gh's own text for a dropped connection (a transient failure).
+CHAOS_STDERR = (
+    "error connecting to api.github.com\n"
+    "check your internet connection or https://githubstatus.com\n"
+)
 
 
 class Reply(Exception):
@@ -167,6 +175,18 @@ def handle(argv, state):
         issue = find_issue(state, int(v[0]))
         raise Reply(0, stdout=dump({"labels": label_objs(issue["labels"]), "state": issue["state"]}))
 
+    v = match(rest, ["issue", "view", positive, "--json", "state,labels,comments"])
+    if v is not None:
+        issue = find_issue(state, int(v[0]))
+        comments = [
+            {"author": {"login": "fake"}, "body": c["body"], "createdAt": c.get("createdAt", "")}
+            for c in issue.get("comments", [])
+        ]
+        raise Reply(
+            0,
+            stdout=dump({"comments": comments, "labels": label_objs(issue["labels"]), "state": issue["state"]}),
+        )
+
     if rest[:2] == ["issue", "edit"] and len(rest) >= 5 and positive(rest[2]):
         flags = rest[3:]
         add, remove = None, None
@@ -222,6 +242,21 @@ def handle(argv, state):
     unknown(argv)
 
 
+def chaos_strikes(state):
+    """Chaos mode: whether this call fails, before doing anything. Call k of a run with seed
+    S fails when a generator seeded with "S:k" draws below `rate`, so a seed replays the
+    same failures whatever else runs; `failed` counts them for the test to check."""
+    chaos = state.get("chaos")
+    if not chaos:
+        return False
+    k = chaos.get("calls", 0)
+    chaos["calls"] = k + 1
+    if random.Random("%s:%d" % (chaos["seed"], k)).random() >= float(chaos["rate"]):
+        return False
+    chaos["failed"] = chaos.get("failed", 0) + 1
+    return True
+
+
 def run(argv, state):
     try:
         handle(argv, state)
@@ -251,6 +286,8 @@ def main():
         if probe.code == 2:
             finish(probe)
         step = state["script"].pop(0) if state["script"] else None
+        if step is None and chaos_strikes(state):
+            step = {"code": 1, "stderr": CHAOS_STDERR}
         save(state)
         fcntl.flock(lock, fcntl.LOCK_UN)
     if step and step.get("delay"):

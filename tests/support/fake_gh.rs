@@ -20,8 +20,13 @@
 //! ```
 //!
 //! Scripted replies ([`FakeGh::fail_next`], [`FakeGh::respond_next`],
-//! [`FakeGh::delay_next`]) form one queue; each valid call takes the next entry.
-//! A delayed call sleeps, then answers normally (use it to force a timeout).
+//! [`FakeGh::delay_next`], [`FakeGh::pass_next`]) form one queue; each valid call takes the
+//! next entry. A delayed call sleeps, then answers normally (use it to force a timeout).
+//!
+//! Chaos mode ([`FakeGh::set_chaos`]): with the queue empty, each valid call fails with
+//! gh's network-error text (a transient failure) before doing anything, with probability
+//! `rate`, drawn from a generator seeded with the seed and the call's index, so a fixed
+//! seed replays the same failures. An argv outside SPEC §7 is still refused first.
 #![allow(dead_code)]
 
 use std::ffi::OsString;
@@ -236,6 +241,29 @@ impl FakeGh {
     /// The next `k` calls sleep `secs` before answering normally.
     pub fn delay_next(&self, k: usize, secs: f64) {
         self.push_script(k, json!({"delay": secs}));
+    }
+
+    /// The next `k` calls answer normally (to aim a scripted failure at a later call).
+    pub fn pass_next(&self, k: usize) {
+        self.push_script(k, json!({}));
+    }
+
+    /// Chaos mode: each later call fails transiently with probability `rate` (see the
+    /// module doc); `None` turns it off.
+    pub fn set_chaos(&self, chaos: Option<(f64, u64)>) {
+        self.edit(|s| match chaos {
+            Some((rate, seed)) => s["chaos"] = json!({"rate": rate, "seed": seed, "calls": 0}),
+            None => {
+                if let Some(m) = s.as_object_mut() {
+                    m.remove("chaos");
+                }
+            }
+        });
+    }
+
+    /// Calls chaos mode has failed since [`FakeGh::set_chaos`].
+    pub fn chaos_failures(&self) -> u64 {
+        self.state()["chaos"]["failed"].as_u64().unwrap_or(0)
     }
 
     fn push_script(&self, k: usize, step: Value) {

@@ -300,6 +300,10 @@ impl afk_supervisor::tracker::Tracker for Counting<'_> {
         self.log(format!("comment {n} {body}"));
         self.inner.comment(n, body)
     }
+    fn comments(&self, n: u64) -> afk_supervisor::tracker::TrackerResult<Vec<String>> {
+        self.log(format!("read-comments {n}"));
+        self.inner.comments(n)
+    }
     fn list_open_with_label(
         &self,
         label: &str,

@@ -1,0 +1,137 @@
+//! Tracker transitions that carry a comment: the restore (orphan cleanup and the
+//! supervisor's release of a dead worker's claims) and the unblock promotion.
+//!
+//! Each is made **comment first, label change second**. The label is what tells a later
+//! pass that the transition is still needed, so it changes last: a pass interrupted after
+//! the comment (a transient failure, a rate limit, a crash) leaves the issue looking
+//! untouched, and the next pass does the transition again. The comment is not posted twice:
+//! before posting, the transition asks whether this transition's comment is already there.
+//!
+//! - A restore keeps its local record (the dead claim `claims/<N>/`, or the attempt dir)
+//!   until the label is changed, and the first of those that exists gets a marker file,
+//!   [`RESTORE_MARKER`], once the comment is posted. The marker answers the question without
+//!   a tracker call, and a claim is made once per episode (a new claim is a new `mkdir`, so
+//!   a later death of a worker on the same issue gets its own comment).
+//! - An unblock has no local record: it reads the issue's comments
+//!   ([`Tracker::comments`]) and skips posting when the newest one is this transition's
+//!   text.
+//!
+//! What is left: a comment call that fails *after* GitHub stored it (a timeout) looks
+//! failed, so the next pass posts it once more; and a restore whose marker cannot be
+//! written (the record vanished) may be posted again by the next pass. Both cost at most
+//! one duplicate per such failure and never lose a comment.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::layout::Layout;
+use crate::sweeps::orphans::RESTORE_COMMENT;
+use crate::tracker::{Tracker, TrackerError, labels};
+
+/// The file a restore leaves in its record once the SPEC §7 restore comment is posted.
+pub const RESTORE_MARKER: &str = "restore-commented";
+
+/// One transition: a comment, then a label change on the same issue.
+#[derive(Debug, Clone, Copy)]
+pub struct Transition<'a> {
+    pub issue: u64,
+    pub comment: &'a str,
+    pub add: &'a [&'a str],
+    pub remove: &'a [&'a str],
+}
+
+/// How a transition tells that its comment is already posted.
+#[derive(Debug, Clone, Copy)]
+pub enum Posted<'a> {
+    /// A [`RESTORE_MARKER`] in any of these dirs; a newly posted comment marks the first
+    /// one that is a real dir.
+    Marker(&'a [PathBuf]),
+    /// The issue's newest comment is this transition's text.
+    Newest,
+}
+
+/// Where a transition stopped. Every variant leaves the label unchanged, so the next pass
+/// sees the transition as still needed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("reading the comments failed, nothing changed: {0}")]
+    Check(TrackerError),
+    #[error("the comment failed, nothing changed: {0}")]
+    Comment(TrackerError),
+    #[error("comment posted but the label change failed, the next pass makes it: {0}")]
+    Labels(TrackerError),
+}
+
+impl TransitionError {
+    /// The tracker failure behind it.
+    pub fn tracker_error(&self) -> &TrackerError {
+        match self {
+            TransitionError::Check(e)
+            | TransitionError::Comment(e)
+            | TransitionError::Labels(e) => e,
+        }
+    }
+}
+
+/// Makes `t`: its comment unless `posted` says it is there, then its label change. `writes`
+/// counts the write calls made (comment, edit).
+pub fn make(
+    tracker: &dyn Tracker,
+    t: &Transition<'_>,
+    posted: Posted<'_>,
+    writes: &mut usize,
+) -> Result<(), TransitionError> {
+    let already = match posted {
+        Posted::Marker(dirs) => dirs.iter().any(|d| is_file(&d.join(RESTORE_MARKER))),
+        Posted::Newest => tracker
+            .comments(t.issue)
+            .map_err(TransitionError::Check)?
+            .last()
+            .is_some_and(|c| c.trim() == t.comment.trim()),
+    };
+    if !already {
+        *writes += 1;
+        tracker
+            .comment(t.issue, t.comment)
+            .map_err(TransitionError::Comment)?;
+        if let Posted::Marker(dirs) = posted
+            && let Some(d) = dirs.iter().find(|d| is_real_dir(d))
+        {
+            // Best effort: without the marker the next pass may post once more.
+            let _ = fs::write(d.join(RESTORE_MARKER), format!("{}\n", t.issue));
+        }
+    }
+    *writes += 1;
+    tracker
+        .edit_labels(t.issue, t.add, t.remove)
+        .map_err(TransitionError::Labels)
+}
+
+/// The SPEC §7 restore of issue `n`: the restore comment, then `ready-for-agent` in place
+/// of `running`. Its records are the claim dir and, when given, the attempt dir being
+/// judged; the caller removes them only once this succeeded.
+pub fn restore(
+    tracker: &dyn Tracker,
+    layout: &Layout,
+    n: u64,
+    attempt: Option<&Path>,
+    writes: &mut usize,
+) -> Result<(), TransitionError> {
+    let mut records = vec![layout.claims().join(n.to_string())];
+    records.extend(attempt.map(Path::to_path_buf));
+    let t = Transition {
+        issue: n,
+        comment: RESTORE_COMMENT,
+        add: &[labels::READY_FOR_AGENT],
+        remove: &[labels::RUNNING],
+    };
+    make(tracker, &t, Posted::Marker(&records), writes)
+}
+
+fn is_file(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+}
+
+fn is_real_dir(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+}
