@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -173,6 +173,134 @@ pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `PIDFD_SIGNAL_PROCESS_GROUP` (Linux 6.9): signal the process group of the pidfd's
+/// process, named by the group's kernel object rather than its number.
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// A descriptor that refers to one process for as long as it is held: never to a later
+/// process that happens to get the same pid. Readable once the process has ended.
+#[derive(Debug)]
+pub struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// `None` when the process is gone or the kernel lacks pidfds.
+    pub fn open(pid: i32) -> Option<Pidfd> {
+        pidfd_open(pid).map(Pidfd)
+    }
+
+    /// Sends `sig` (`None`: only checks) to every process in the group that this process
+    /// leads, or led: the kernel finds the members through the group itself, so this is
+    /// safe after the leader was reaped and even if its pid number is in use again. An
+    /// `ESRCH` error means the group is empty.
+    pub fn signal_group(&self, sig: Option<nix::sys::signal::Signal>) -> std::io::Result<()> {
+        let sig = sig.map_or(0, |s| s as libc::c_int);
+        // SAFETY: pidfd_send_signal takes a descriptor we own, a signal number, a null
+        // siginfo (the kernel fills in a plain kill) and flags.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                PIDFD_SIGNAL_PROCESS_GROUP,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// Whether the group this process leads (or led) still has any member.
+    pub fn group_alive(&self) -> bool {
+        !matches!(self.signal_group(None), Err(e) if e.raw_os_error() == Some(libc::ESRCH))
+    }
+}
+
+impl AsFd for Pidfd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl AsRawFd for Pidfd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Whether this kernel signals process groups through pidfds (Linux 6.9 and later). Where
+/// it does, a worker is reaped as soon as it ends and its group is found empty by asking
+/// the kernel; elsewhere the leader's zombie pins the group id and `/proc` is read.
+pub fn pidfd_groups() -> bool {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        Pidfd::open(std::process::id() as i32).is_some_and(|fd| fd.signal_group(None).is_ok())
+    })
+}
+
+/// How our own child ended, without blocking: `None` while it runs. With `reap` the child
+/// is reaped; without, it stays a zombie (keeping its pid and group id from reuse).
+pub fn child_exit(pid: i32, reap: bool) -> Option<ExitKind> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let mut flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG;
+    if !reap {
+        flags |= WaitPidFlag::WNOWAIT;
+    }
+    loop {
+        return match waitid(Id::Pid(nix::unistd::Pid::from_raw(pid)), flags) {
+            Ok(WaitStatus::Exited(_, code)) => Some(ExitKind::Code(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => Some(ExitKind::Signal(sig as i32)),
+            Ok(WaitStatus::StillAlive) => None,
+            Ok(_) => None,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // Not our child (any more): it ended and someone reaped it.
+            Err(_) => Some(ExitKind::Unknown),
+        };
+    }
+}
+
+/// A zombie child of ours, seen without reaping it: the first one the kernel lists.
+pub fn peek_zombie_child() -> Option<(i32, ExitKind)> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    loop {
+        return match waitid(Id::All, flags) {
+            Ok(WaitStatus::Exited(pid, code)) => Some((pid.as_raw(), ExitKind::Code(code))),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                Some((pid.as_raw(), ExitKind::Signal(sig as i32)))
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => None,
+        };
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Code(i32),
+    Signal(i32),
+    /// Not our child (an adopted worker): that it ended is known, not how.
+    Unknown,
+}
+
+impl std::fmt::Display for ExitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitKind::Code(c) => write!(f, "exit {c}"),
+            ExitKind::Signal(s) => {
+                let name = nix::sys::signal::Signal::try_from(*s)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| format!("signal {s}"));
+                write!(f, "killed by {name}")
+            }
+            ExitKind::Unknown => write!(f, "ended (exit status unknown)"),
+        }
+    }
+}
+
 /// This process's session id.
 pub fn own_sid() -> i32 {
     nix::unistd::getsid(None).map_or(0, |p| p.as_raw())
@@ -211,5 +339,64 @@ mod tests {
         assert!(pidfd_open(child.id() as i32).is_some());
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// The group outlives its reaped leader, is signalled through the leader's pidfd, and
+    /// is seen empty once its last member is gone.
+    #[test]
+    fn a_group_is_signalled_and_seen_empty_through_its_reaped_leaders_pidfd() {
+        use std::os::unix::process::CommandExt;
+        if !pidfd_groups() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this kernel cannot signal process groups through pidfds"
+            );
+            eprintln!("SKIPPED on this machine: no PIDFD_SIGNAL_PROCESS_GROUP");
+            return;
+        }
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 300 & echo $!; exec sleep 300"])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let member: i32 = line.trim().parse().unwrap();
+        let leader = child.id() as i32;
+        let fd = Pidfd::open(leader).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(leader),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        assert_eq!(child_exit_blocking(leader), ExitKind::Signal(9));
+        assert!(fd.group_alive(), "the member keeps the group");
+        fd.signal_group(Some(nix::sys::signal::Signal::SIGKILL))
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while fd.group_alive() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "member {member} survived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(read(member).is_none_or(|p| p.is_zombie()));
+        // Reaped above through waitid; `wait` now only confirms nothing is left.
+        assert!(child.wait().is_err());
+    }
+
+    fn child_exit_blocking(pid: i32) -> ExitKind {
+        loop {
+            if let Some(k) = child_exit(pid, true) {
+                return k;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }

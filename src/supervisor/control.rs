@@ -282,15 +282,16 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
     let sup = running_supervisor(layout).ok();
     let workers = recorded_live_workers(layout);
     let Some((pid, start)) = sup else {
-        let workers = union(workers, member_processes(layout));
-        if workers.is_empty() {
+        let everything = union(workers.clone(), member_processes(layout));
+        if everything.is_empty() {
             return Ok(StopOutcome::NothingRunning);
         }
         if !force {
             return Ok(StopOutcome::OrphanWorkers {
-                live: workers.len(),
+                live: everything.len(),
             });
         }
+        let workers = union(workers, member_workers(layout));
         let n = kill_workers(&workers);
         let alive = kill_leftovers(layout, &workers, timeout);
         if !alive.is_empty() {
@@ -318,7 +319,7 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         }
         let workers = union(
             union(workers, recorded_live_workers(layout)),
-            member_processes(layout),
+            member_workers(layout),
         );
         let n = kill_workers(&workers);
         let alive = kill_leftovers(layout, &workers, timeout);
@@ -363,6 +364,16 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         pid: Some(pid),
         workers_killed: 0,
     })
+}
+
+/// The workers among the fleet's processes (session leaders with a worker id), recorded
+/// or not, as (pid, start).
+fn member_workers(layout: &Layout) -> Vec<(i32, u64)> {
+    process::fleet_members(&layout.supervisor_lane())
+        .into_iter()
+        .filter(|m| m.leads_session() && m.worker_id.is_some())
+        .map(|m| (m.proc.pid, m.proc.start))
+        .collect()
 }
 
 /// Every live process of this repo's fleet, as (pid, start).

@@ -2,17 +2,17 @@
 //!
 //! Start-up: the lane lock, the pid file, the boot sweep suite exactly once, takeover of a
 //! previous supervisor's live workers, then a worker in every empty slot. The loop then
-//! waits on one channel fed by the watcher, signal, queue and periodic threads, with a
-//! timeout at the next due timer (tick, circuit probe, group kill).
+//! waits (one thread, a current-thread tokio runtime) on the workers' pidfds, the signals,
+//! the messages of the blocking pool (tracker calls, the belt) and one timer at the next
+//! due deadline (tick, circuit probe, group kill).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-use signal_hook::iterator::Signals;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::Journal;
@@ -29,16 +29,19 @@ use crate::pidfile;
 use crate::process;
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::toonl::Event;
-use crate::tracker::{self, LabeledIssue, Tracker, labels};
+use crate::tracker::{self, LabeledIssue, Tracker};
 
-/// A task the loop runs on its own thread every `interval` (first run one interval after
+/// A task the loop runs on the blocking pool every `interval` (first run one interval after
 /// start-up, the boot suite having just done the same work). Its `Ok` text or error is
 /// logged as `supervisor.periodic`.
 pub struct Periodic {
     pub name: &'static str,
     pub interval: Duration,
-    pub task: Box<dyn FnMut() -> Result<String, String> + Send>,
+    pub task: Arc<Mutex<PeriodicTask>>,
 }
+
+/// The work of a [`Periodic`]: an `Ok` text or an error, logged either way.
+pub type PeriodicTask = Box<dyn FnMut() -> Result<String, String> + Send>;
 
 /// How the supervisor reaches the tracker (injected so the CLI chooses): the backend and
 /// the one-line reason it was chosen.
@@ -56,10 +59,10 @@ pub fn periodic_tasks(
     vec![Periodic {
         name: "unblock-belt",
         interval: Duration::from_secs(config.timing.unblock_interval_s),
-        task: Box::new(crate::sweeps::unblock::belt::task(
+        task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
             Arc::clone(tracker),
             layout.repo().display().to_string(),
-        )),
+        )))),
     }]
 }
 
@@ -92,18 +95,72 @@ pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, Fail
     Ok(argv)
 }
 
-/// Most open `ready-for-agent` issues counted per queue check.
-const QUEUE_LIMIT: usize = 1000;
+/// The event sources of the loop: every signal the supervisor handles, as a stream each.
+struct SignalSet {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+    chld: Signal,
+    usr1: Signal,
+}
+
+impl SignalSet {
+    fn install() -> std::io::Result<SignalSet> {
+        Ok(SignalSet {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            chld: signal(SignalKind::child())?,
+            usr1: signal(SignalKind::user_defined1())?,
+        })
+    }
+
+    /// The next stop signal only (during the boot suite nothing else matters).
+    async fn stop(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.term.recv() => exit::SIGTERM,
+            _ = self.int.recv() => exit::SIGINT,
+            _ = self.hup.recv() => exit::SIGHUP,
+        }
+    }
+}
+
+/// Threads of the blocking pool (tracker and git calls, the boot suite, the belt); the
+/// loop itself is one thread, so the supervisor runs at most this many plus one.
+const BLOCKING_THREADS: usize = 4;
 
 /// Runs the fleet until it is stopped; returns the exit code.
+///
+/// One thread runs the event loop (a current-thread tokio runtime): each worker's end
+/// arrives through its pidfd, signals through `tokio::signal`, tracker results from the
+/// blocking pool as [`Msg`]s, and every deadline (tick, probe, group kill) from one timer.
 pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Result<i32, Failure> {
     let argv = worker_argv(&config, layout)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_name("afk-blocking")
+        .build()
+        .map_err(|e| Failure::failed(format!("cannot start the event loop: {e}")))?;
+    let code = rt.block_on(run_fleet(layout, config, argv, open_tracker));
+    // A boot suite abandoned by a stop signal keeps running its git and gh calls to their
+    // own timeouts; the process does not wait for them.
+    rt.shutdown_background();
+    code
+}
 
+async fn run_fleet(
+    layout: &Layout,
+    config: Config,
+    argv: Vec<String>,
+    open_tracker: TrackerOpener,
+) -> Result<i32, Failure> {
     // Signals are caught before anything is written, so none can end the process between
     // the pid file and its removal.
-    let (tx, rx) = mpsc::channel::<Msg>();
-    let signals = listen_for_signals(tx.clone())
+    let mut signals = SignalSet::install()
         .map_err(|e| Failure::failed(format!("cannot install signal handlers: {e}")))?;
+    let (tx, mut rx) = unbounded_channel::<Msg>();
     let (lane, notes) = Lane::acquire(layout).map_err(|e| match e {
         LaneError::Busy { .. } => Failure::failed(e.to_string()),
         LaneError::Io { .. } => Failure::failed(e.to_string()),
@@ -145,8 +202,7 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
     };
 
     // Boot suite: exactly once in this supervisor's life, before anything is spawned.
-    let boot = run_boot(layout, &config, tracker.as_ref().ok(), &tx, &rx);
-    let boot = match boot {
+    let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
             journal.write(Event::now(
@@ -170,12 +226,6 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         return Ok(exit::BOOT_HALTED);
     }
 
-    let queue_tx = start_queue_thread(
-        layout.clone(),
-        tracker.as_ref().ok().cloned(),
-        tx.clone(),
-        tracker.as_ref().err().cloned(),
-    );
     let (mut adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
     let unrecorded = unrecorded_workers(layout, &adoptees);
     if !unrecorded.is_empty() {
@@ -197,20 +247,16 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         (lane.pid, lane.start),
         journal,
         tx.clone(),
-        queue_tx,
     );
-    fleet.set_tracker(tracker.as_ref().ok().cloned());
+    fleet.set_tracker(tracker.clone());
     fleet.start(adoptees, dead, had_state);
-    if let Ok(t) = &tracker {
-        for p in periodic_tasks(&config, layout, t) {
-            start_periodic(p, tx.clone());
-        }
-    }
-    fleet.heartbeat(Instant::now());
+    let mut periodic = match &tracker {
+        Ok(t) => periodic_tasks(&config, layout, t),
+        Err(_) => Vec::new(),
+    };
 
-    let code = event_loop(&mut fleet, &rx);
-    signals.close();
-    fleet.reap_orphans();
+    let code = event_loop(&mut fleet, &mut rx, &mut signals, &mut periodic, &tx).await;
+    fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
     if let Err(e) = lane.release() {
@@ -219,21 +265,57 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
     Ok(code)
 }
 
-fn event_loop(fleet: &mut Fleet, rx: &Receiver<Msg>) -> i32 {
+/// The loop: each arm only turns its source into a call on [`Fleet`], which decides. After
+/// every turn the fleet runs what is due and writes the heartbeat if anything changed (at
+/// most one write per turn). With nothing running and nothing due it sleeps in the kernel.
+async fn event_loop(
+    fleet: &mut Fleet,
+    rx: &mut UnboundedReceiver<Msg>,
+    signals: &mut SignalSet,
+    periodic: &mut [Periodic],
+    tx: &UnboundedSender<Msg>,
+) -> i32 {
+    let mut due: Vec<Instant> = periodic
+        .iter()
+        .map(|p| Instant::now() + p.interval)
+        .collect();
+    let running: Vec<Arc<AtomicBool>> = periodic
+        .iter()
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
     loop {
         let now = Instant::now();
-        let deadline = fleet.next_deadline(now);
-        match rx.recv_timeout(deadline.saturating_duration_since(now)) {
-            Ok(msg) => {
+        let mut deadline = fleet.next_deadline(now);
+        if fleet.stopping().is_none() {
+            for d in &due {
+                deadline = deadline.min(*d);
+            }
+        }
+        tokio::select! {
+            msg = rx.recv() => {
+                // Every sender lives in this process; all gone cannot happen while we loop.
+                let Some(msg) = msg else { return exit::FAILED };
                 handle(fleet, msg);
                 while let Ok(msg) = rx.try_recv() {
                     handle(fleet, msg);
                 }
-                fleet.service(Instant::now());
             }
-            Err(RecvTimeoutError::Timeout) => fleet.service(Instant::now()),
-            // Every sender lives in this process; all gone cannot happen while we loop.
-            Err(RecvTimeoutError::Disconnected) => return exit::FAILED,
+            _ = signals.chld.recv() => fleet.on_sigchld(Instant::now()),
+            _ = signals.usr1.recv() => fleet.apply_resize(Instant::now()),
+            _ = signals.term.recv() => fleet.begin_stop(exit::SIGTERM, "SIGTERM", Instant::now()),
+            _ = signals.int.recv() => fleet.begin_stop(exit::SIGINT, "SIGINT", Instant::now()),
+            _ = signals.hup.recv() => fleet.begin_stop(exit::SIGHUP, "SIGHUP", Instant::now()),
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+        let now = Instant::now();
+        fleet.service(now);
+        if fleet.stopping().is_none() {
+            for (i, p) in periodic.iter_mut().enumerate() {
+                if now >= due[i] {
+                    due[i] = now + p.interval;
+                    start_periodic(p, &running[i], tx);
+                }
+            }
         }
         fleet.heartbeat_if_changed(Instant::now());
         if let Some(stop) = fleet.stopping() {
@@ -256,37 +338,11 @@ fn event_loop(fleet: &mut Fleet, rx: &Receiver<Msg>) -> i32 {
 fn handle(fleet: &mut Fleet, msg: Msg) {
     let now = Instant::now();
     match msg {
+        Msg::ChildEnded { pid, start } => fleet.own_child_ended(pid, start, now),
         Msg::Exited { pid, start, kind } => fleet.on_exit(pid, start, kind, now),
         Msg::Queue(r) => fleet.on_queue(r, now),
         Msg::Log(ev) => fleet.log(ev),
-        Msg::Signal(SIGCHLD) => fleet.reap_orphans(),
-        Msg::Signal(SIGUSR1) => fleet.apply_resize(now),
-        Msg::Signal(sig) => {
-            let (code, name) = match sig {
-                SIGHUP => (exit::SIGHUP, "SIGHUP"),
-                SIGINT => (exit::SIGINT, "SIGINT"),
-                _ => (exit::SIGTERM, "SIGTERM"),
-            };
-            fleet.begin_stop(code, name, now);
-        }
-        // The suite runs once, before the fleet exists.
-        Msg::Boot(_) => {}
     }
-}
-
-fn listen_for_signals(tx: Sender<Msg>) -> std::io::Result<signal_hook::iterator::Handle> {
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1])?;
-    let handle = signals.handle();
-    thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if tx.send(Msg::Signal(sig)).is_err() {
-                    break;
-                }
-            }
-        })?;
-    Ok(handle)
 }
 
 enum BootWait {
@@ -294,20 +350,19 @@ enum BootWait {
     Signalled(i32),
 }
 
-/// Runs the suite on its own thread so a stop signal during a long sweep is obeyed at
+/// Runs the suite on the blocking pool so a stop signal during a long sweep is obeyed at
 /// once (nothing has been spawned yet, so there is nothing else to stop).
-fn run_boot(
+async fn run_boot(
     layout: &Layout,
     config: &Config,
     tracker: Option<&Arc<dyn Tracker>>,
-    tx: &Sender<Msg>,
-    rx: &Receiver<Msg>,
+    signals: &mut SignalSet,
 ) -> BootWait {
     let Some(tracker) = tracker.cloned() else {
         return BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
     };
-    let (layout2, config2, tx2) = (layout.clone(), config.clone(), tx.clone());
-    let spawned = thread::Builder::new().name("boot".into()).spawn(move || {
+    let (layout2, config2) = (layout.clone(), config.clone());
+    let suite = tokio::task::spawn_blocking(move || {
         let git = Git::new(layout2.repo());
         let ctx = SweepCtx {
             layout: &layout2,
@@ -316,63 +371,15 @@ fn run_boot(
             git: &git,
             dry_run: false,
         };
-        let _ = tx2.send(Msg::Boot(boot::run_suite(&ctx, &SweepName::ALL)));
+        boot::run_suite(&ctx, &SweepName::ALL)
     });
-    if let Err(e) = spawned {
-        return BootWait::Done(SuiteRun::failed(format!(
-            "cannot start the boot thread: {e}"
-        )));
+    tokio::select! {
+        r = suite => match r {
+            Ok(r) => BootWait::Done(r),
+            Err(e) => BootWait::Done(SuiteRun::failed(format!("the boot suite did not finish: {e}"))),
+        },
+        code = signals.stop() => BootWait::Signalled(code),
     }
-    loop {
-        match rx.recv() {
-            Ok(Msg::Boot(r)) => return BootWait::Done(r),
-            Ok(Msg::Signal(SIGTERM)) => return BootWait::Signalled(exit::SIGTERM),
-            Ok(Msg::Signal(SIGINT)) => return BootWait::Signalled(exit::SIGINT),
-            Ok(Msg::Signal(SIGHUP)) => return BootWait::Signalled(exit::SIGHUP),
-            Ok(_) => {}
-            Err(_) => {
-                return BootWait::Done(SuiteRun::failed("boot thread vanished"));
-            }
-        }
-    }
-}
-
-/// The queue checker: the claimable issues per request, off the loop's thread so a slow
-/// tracker never delays noticing a death. "Claimable" is the worker's own filter
-/// ([`crate::tracker::is_claimable`], and no claim dir): a count that included issues no
-/// worker takes would wake slots whose workers exit 0 at once, forever.
-fn start_queue_thread(
-    layout: Layout,
-    tracker: Option<Arc<dyn Tracker>>,
-    tx: Sender<Msg>,
-    open_error: Option<String>,
-) -> Sender<()> {
-    let (req_tx, req_rx) = mpsc::channel::<()>();
-    let spawned = thread::Builder::new().name("queue".into()).spawn(move || {
-        while req_rx.recv().is_ok() {
-            // Coalesce requests that piled up while the last check ran.
-            while req_rx.try_recv().is_ok() {}
-            let r = match &tracker {
-                Some(t) => t
-                    .list_open_with_label(labels::READY_FOR_AGENT, QUEUE_LIMIT)
-                    .map(|v| claimable(&layout, &v))
-                    .map_err(|e| e.to_string()),
-                None => Err(format!(
-                    "tracker unavailable: {}",
-                    open_error.as_deref().unwrap_or("unknown")
-                )),
-            };
-            if tx.send(Msg::Queue(r)).is_err() {
-                break;
-            }
-        }
-    });
-    if spawned.is_err() {
-        // Requests then fail to send; slots keep their state, as with a tracker error.
-        let (dead_tx, _) = mpsc::channel();
-        return dead_tx;
-    }
-    req_tx
 }
 
 /// The numbers of the issues a worker would try to claim: claimable labels and no claim
@@ -387,26 +394,26 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
         .collect()
 }
 
-fn start_periodic(mut p: Periodic, tx: Sender<Msg>) {
-    let _ = thread::Builder::new()
-        .name(format!("periodic-{}", p.name))
-        .spawn(move || {
-            loop {
-                thread::sleep(p.interval);
-                let (ok, text) = match (p.task)() {
-                    Ok(t) => (true, t),
-                    Err(e) => (false, e),
-                };
-                let msg = if ok {
-                    format!("{}: {text}", p.name)
-                } else {
-                    format!("{} failed: {text}", p.name)
-                };
-                if tx.send(Msg::Log(Event::now(kind::PERIODIC, msg))).is_err() {
-                    break;
-                }
-            }
-        });
+/// One run of a periodic task on the blocking pool, unless its previous run is still going
+/// (a slow tracker never piles up runs). Its result comes back as a [`Msg::Log`].
+fn start_periodic(p: &mut Periodic, running: &Arc<AtomicBool>, tx: &UnboundedSender<Msg>) {
+    if running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let task = Arc::clone(&p.task);
+    let (name, running, tx) = (p.name, Arc::clone(running), tx.clone());
+    tokio::task::spawn_blocking(move || {
+        let result = match task.lock() {
+            Ok(mut t) => t(),
+            Err(_) => Err("an earlier run panicked".to_string()),
+        };
+        running.store(false, Ordering::Release);
+        let msg = match result {
+            Ok(t) => format!("{name}: {t}"),
+            Err(e) => format!("{name} failed: {e}"),
+        };
+        let _ = tx.send(Msg::Log(Event::now(kind::PERIODIC, msg)));
+    });
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).

@@ -36,6 +36,8 @@ pub struct Worker {
     pub started_epoch: u64,
     /// Spawned by this supervisor (else adopted from a previous one).
     pub own_child: bool,
+    /// Refers to this worker however its pid is reused; signals its group once it ended.
+    pub pidfd: Option<std::sync::Arc<crate::process::Pidfd>>,
     pub log: PathBuf,
     pub kill: Option<KillReason>,
     pub stalled: bool,

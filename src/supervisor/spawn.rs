@@ -8,43 +8,13 @@
 use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::Duration;
-
-use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-use nix::unistd::Pid;
 
 use crate::process;
 
-/// How a worker ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
-    Code(i32),
-    Signal(i32),
-    /// An adopted worker is not our child: that it ended is known, not how.
-    Unknown,
-}
-
-impl std::fmt::Display for ExitKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ExitKind::Code(c) => write!(f, "exit {c}"),
-            ExitKind::Signal(s) => {
-                let name = nix::sys::signal::Signal::try_from(*s)
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_else(|_| format!("signal {s}"));
-                write!(f, "killed by {name}")
-            }
-            ExitKind::Unknown => write!(f, "ended (exit status unknown)"),
-        }
-    }
-}
+pub use crate::process::ExitKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -143,68 +113,9 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
     Ok(Spawned { pid, start })
 }
 
-const WATCH_STACK: usize = 64 * 1024;
-
-/// Reports the end of our own child `pid` as soon as it happens, without reaping it: the
-/// zombie keeps the pid (and so the process group id) from being reused until the loop
-/// has cleaned up the group and reaps it.
-pub fn watch_child(pid: i32, on_exit: impl FnOnce(ExitKind) + Send + 'static) -> io::Result<()> {
-    thread::Builder::new()
-        .name(format!("watch-{pid}"))
-        .stack_size(WATCH_STACK)
-        .spawn(move || {
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-            let kind = loop {
-                match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
-                    Ok(WaitStatus::Exited(_, code)) => break ExitKind::Code(code),
-                    Ok(WaitStatus::Signaled(_, sig, _)) => break ExitKind::Signal(sig as i32),
-                    Ok(_) | Err(Errno::EINTR) => continue,
-                    Err(_) => break ExitKind::Unknown,
-                }
-            };
-            on_exit(kind);
-        })
-        .map(|_| ())
-}
-
-/// Reports the end of a process that is not our child (a worker adopted from a previous
-/// supervisor): through a pidfd, or by polling its identity where pidfds are missing.
-pub fn watch_adopted(
-    pid: i32,
-    start: u64,
-    on_exit: impl FnOnce(ExitKind) + Send + 'static,
-) -> io::Result<()> {
-    let pidfd = process::pidfd_open(pid);
-    // The pidfd must refer to the process we verified, not a successor with the same pid.
-    let same = process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie());
-    thread::Builder::new()
-        .name(format!("adopt-{pid}"))
-        .stack_size(WATCH_STACK)
-        .spawn(move || {
-            match pidfd {
-                Some(fd) if same => loop {
-                    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-                    match poll(&mut fds, PollTimeout::NONE) {
-                        Ok(n) if n > 0 => break,
-                        Ok(_) | Err(Errno::EINTR) => continue,
-                        Err(_) => break,
-                    }
-                },
-                _ => {
-                    while process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie()) {
-                        thread::sleep(Duration::from_millis(200));
-                    }
-                }
-            }
-            on_exit(ExitKind::Unknown);
-        })
-        .map(|_| ())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
 
     #[test]
     fn spawned_worker_gets_env_group_log_and_exit_code() {
@@ -222,19 +133,20 @@ mod tests {
             log: &log,
             env,
         };
-        let (tx, rx) = mpsc::channel();
         let s = spawn(&spec).unwrap();
         let p = process::read(s.pid).unwrap();
         assert_eq!(p.pgid, s.pid, "own process group");
         assert_eq!(p.sid, s.pid, "own session");
-        watch_child(s.pid, move |k| tx.send(k).unwrap()).unwrap();
-        assert_eq!(
-            rx.recv_timeout(Duration::from_secs(20)).unwrap(),
-            ExitKind::Code(7)
-        );
-        // Not reaped by the watcher: still a zombie until someone waits.
+        let fd = process::Pidfd::open(s.pid).unwrap();
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&fd),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20_000u16)).unwrap();
+        // Seen without reaping: still a zombie until it is reaped.
+        assert_eq!(process::child_exit(s.pid, false), Some(ExitKind::Code(7)));
         assert!(process::read(s.pid).unwrap().is_zombie());
-        nix::sys::wait::waitpid(Pid::from_raw(s.pid), None).unwrap();
+        assert_eq!(process::child_exit(s.pid, true), Some(ExitKind::Code(7)));
         let text = fs::read_to_string(&log).unwrap();
         assert_eq!(text, "slot=0 id=w-1\nerr\n");
     }

@@ -1,19 +1,19 @@
 //! The fleet: every slot's state machine and what the loop does on each event.
 //!
-//! Single-threaded by design: the watcher, signal, queue and periodic threads only send
-//! [`Msg`]s, and every decision is taken here, in order, so no two transitions can race.
+//! Single-threaded by design: the event loop turns each source (a worker's pidfd, a
+//! signal, a finished tracker call, a timer) into a [`Msg`] or a call here, and every
+//! decision is taken here, in order, so no two transitions can race. Work that blocks
+//! (tracker calls) runs on the runtime's blocking pool and comes back as a [`Msg`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-use nix::unistd::Pid;
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::circuit::{self, Verdict};
 use super::journal::Journal;
-use super::reaper::{Done, Reaper};
+use super::reaper::{Done, Group, Reaper};
 use super::release::{self, DeadWorker};
 use super::resize::{self, Found, Resize};
 use super::slot::{KillReason, Phase, Slot, Unclaimable, Worker};
@@ -21,10 +21,10 @@ use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;
 use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
 use super::texts::{self, TickCounts, kind};
-use crate::boot::SuiteRun;
 use crate::config::{Config, Timing};
 use crate::fsutil::{atomic_write, remove_file_if_exists};
 use crate::layout::Layout;
+use crate::process::{self, Pidfd};
 use crate::timeutil::{date_utc, epoch_secs, now_epoch, now_rfc3339_millis};
 use crate::toonl::Event;
 use crate::tracker::Tracker;
@@ -32,16 +32,20 @@ use crate::tracker::Tracker;
 /// What the helper threads tell the loop.
 #[derive(Debug)]
 pub enum Msg {
+    /// The pidfd of our own worker became readable: it ended (how is read when handled).
+    ChildEnded {
+        pid: i32,
+        start: u64,
+    },
+    /// A worker that is not our child ended.
     Exited {
         pid: i32,
         start: u64,
         kind: ExitKind,
     },
-    Signal(i32),
     /// The claimable `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<BTreeSet<u64>, String>),
     Log(Event),
-    Boot(SuiteRun),
 }
 
 /// A stop in progress.
@@ -70,8 +74,7 @@ pub struct Fleet {
     runner: String,
     me: (i32, u64),
     journal: Journal,
-    tx: Sender<Msg>,
-    queue_tx: Sender<()>,
+    tx: UnboundedSender<Msg>,
     queue_inflight: bool,
     queue_again: bool,
     slots: BTreeMap<usize, Slot>,
@@ -93,13 +96,15 @@ pub struct Fleet {
     state_error: Option<String>,
     last_progress_epoch: u64,
     stopping: Option<Stopping>,
-    /// Own workers whose watcher thread could not start: checked every tick instead.
+    /// Workers with no pidfd watch (the kernel has none, or registering it failed): own
+    /// ones are checked on every SIGCHLD, adopted ones every tick.
     unwatched: Vec<(i32, u64)>,
     next_tick: Instant,
     /// Something was logged (every transition is) since the last heartbeat.
     dirty: bool,
-    /// For giving a dead worker's claimed issues back; none when the tracker is down.
-    tracker: Option<Arc<dyn Tracker>>,
+    /// For the queue check and giving a dead worker's claimed issues back; the error when
+    /// the tracker could not be opened.
+    tracker: Result<Arc<dyn Tracker>, String>,
     /// Dead workers whose claims are released once their process group is gone.
     pending_release: Vec<DeadWorker>,
     /// When the stop first found descendants that escaped their worker's group.
@@ -131,8 +136,7 @@ impl Fleet {
         argv: Vec<String>,
         me: (i32, u64),
         journal: Journal,
-        tx: Sender<Msg>,
-        queue_tx: Sender<()>,
+        tx: UnboundedSender<Msg>,
     ) -> Self {
         let timing = config.timing.clone();
         Fleet {
@@ -146,7 +150,6 @@ impl Fleet {
             me,
             journal,
             tx,
-            queue_tx,
             queue_inflight: false,
             queue_again: false,
             slots: BTreeMap::new(),
@@ -165,7 +168,7 @@ impl Fleet {
             stopping: None,
             unwatched: Vec::new(),
             dirty: true,
-            tracker: None,
+            tracker: Err("not opened yet".into()),
             pending_release: Vec::new(),
             strays_since: None,
             ended: HashMap::new(),
@@ -175,13 +178,13 @@ impl Fleet {
         }
     }
 
-    /// The tracker dead workers' claims are released through.
-    pub fn set_tracker(&mut self, tracker: Option<Arc<dyn Tracker>>) {
+    /// The tracker the queue is checked and dead workers' claims are released through.
+    pub fn set_tracker(&mut self, tracker: Result<Arc<dyn Tracker>, String>) {
         self.tracker = tracker;
     }
 
-    /// Releases the claims of dead workers whose process group is now confirmed gone, on a
-    /// short-lived thread; its events come back as [`Msg::Log`].
+    /// Releases the claims of dead workers whose process group is now confirmed gone, on
+    /// the blocking pool; its events come back as [`Msg::Log`].
     fn release_claims(&mut self, done: &[Done]) {
         if done.is_empty() || self.pending_release.is_empty() {
             return;
@@ -191,7 +194,7 @@ impl Fleet {
                 .into_iter()
                 .partition(|w| done.iter().any(|d| d.leader == w.pid));
         self.pending_release = rest;
-        let Some(tracker) = self.tracker.clone() else {
+        let Ok(tracker) = self.tracker.clone() else {
             return;
         };
         for w in ready {
@@ -199,19 +202,54 @@ impl Fleet {
                 continue;
             }
             let (layout, tx, tracker) = (self.layout.clone(), self.tx.clone(), tracker.clone());
-            let spawned = std::thread::Builder::new()
-                .name("release".into())
-                .spawn(move || {
-                    for ev in release::release(&layout, tracker.as_ref(), &w) {
-                        let _ = tx.send(Msg::Log(ev));
-                    }
-                });
-            if let Err(e) = spawned {
-                self.log(Event::now(
-                    kind::ERROR,
-                    format!("cannot start a claim-release thread ({e}); left for the next boot"),
-                ));
+            self.blocking(move || {
+                for ev in release::release(&layout, tracker.as_ref(), &w) {
+                    let _ = tx.send(Msg::Log(ev));
+                }
+            });
+        }
+    }
+
+    /// Runs `job` on the runtime's blocking pool, or on this thread outside a runtime.
+    fn blocking(&self, job: impl FnOnce() + Send + 'static) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(job);
             }
+            Err(_) => job(),
+        }
+    }
+
+    /// Reports the end of a worker through its pidfd, registered with the event loop: no
+    /// thread per worker. Without a runtime or a pidfd the worker joins `unwatched`.
+    fn watch(&mut self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) {
+        let registered = fd.and_then(|fd| {
+            let rt = tokio::runtime::Handle::try_current().ok()?;
+            let _guard = rt.enter();
+            // SAFETY: the Arc owns a valid pidfd, and the descriptor is closed only when
+            // the last clone drops, which the AsyncFd holds until it is deregistered.
+            let afd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            }
+            .ok()?;
+            let tx = self.tx.clone();
+            rt.spawn(async move {
+                let _ = afd.readable().await;
+                let msg = if own {
+                    Msg::ChildEnded { pid, start }
+                } else {
+                    Msg::Exited {
+                        pid,
+                        start,
+                        kind: ExitKind::Unknown,
+                    }
+                };
+                let _ = tx.send(msg);
+            });
+            Some(())
+        });
+        if registered.is_none() {
+            self.unwatched.push((pid, start));
         }
     }
 
@@ -236,7 +274,7 @@ impl Fleet {
     // ---- start-up ----
 
     /// Takes over the live workers of a previous supervisor, then spawns every slot of the
-    /// target that has none.
+    /// target that has none, then records them all in one heartbeat.
     pub fn start(&mut self, adoptees: Vec<Adoptee>, dead: usize, had_state: bool) {
         let now = Instant::now();
         let adopted = adoptees.len();
@@ -249,6 +287,8 @@ impl Fleet {
         }
         let (t, m) = (self.target, self.shrink_mode);
         self.reconcile(t, m, now);
+        // One write for the whole start-up, never one per spawn.
+        self.heartbeat(now);
     }
 
     fn adopt(&mut self, a: Adoptee, now: Instant) {
@@ -262,21 +302,18 @@ impl Fleet {
         let id = a
             .worker_id
             .unwrap_or_else(|| format!("adopted-{}-slot-{}", a.pid, a.slot));
-        let tx = self.tx.clone();
         let (pid, start) = (a.pid, a.start);
-        if let Err(e) = spawn::watch_adopted(pid, start, move |kind| {
-            let _ = tx.send(Msg::Exited { pid, start, kind });
-        }) {
+        // The pidfd must refer to the process we verified, not a successor with its pid.
+        let fd = Pidfd::open(pid).map(Arc::new);
+        if !process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie()) {
             self.log(
-                Event::now(
-                    kind::ERROR,
-                    format!("cannot watch adopted worker: {e}; not adopted"),
-                )
-                .slot(a.slot)
-                .pid(pid),
+                Event::now(kind::ERROR, "adopted worker ended before it was watched")
+                    .slot(a.slot)
+                    .pid(pid),
             );
             return;
         }
+        self.watch(pid, start, fd.clone(), false);
         let mut slot = Slot::new(a.slot, self.params);
         slot.spawns = a.restarts + 1;
         slot.restarts = a.restarts;
@@ -287,6 +324,7 @@ impl Fleet {
             started,
             started_epoch,
             own_child: false,
+            pidfd: fd,
             log,
             kill: None,
             stalled: false,
@@ -357,7 +395,9 @@ impl Fleet {
             let queue_at_spawn = self.ready_set.clone();
             match spawn::spawn(&spec) {
                 Ok(s) => {
-                    self.install_watcher(idx, s.pid, s.start);
+                    // Our child cannot be reaped by anyone else, so this pidfd is its.
+                    let fd = Pidfd::open(s.pid).map(Arc::new);
+                    self.watch(s.pid, s.start, fd.clone(), true);
                     if let Some(slot) = self.slots.get_mut(&idx) {
                         slot.phase = Phase::Running(Worker {
                             pid: s.pid,
@@ -366,6 +406,7 @@ impl Fleet {
                             started: now,
                             started_epoch: now_epoch(),
                             own_child: true,
+                            pidfd: fd,
                             log,
                             kill: None,
                             stalled: false,
@@ -374,14 +415,14 @@ impl Fleet {
                             queue_at_spawn: queue_at_spawn.clone(),
                         });
                     }
+                    // Recorded in the heartbeat at the end of this loop turn (one write per
+                    // turn, however many spawned); a supervisor killed before that leaves a
+                    // worker its successor still finds by its environment (`run.rs`).
                     self.log(
                         Event::now(kind::SPAWN, format!("spawned worker {id}"))
                             .slot(idx)
                             .pid(s.pid),
                     );
-                    // At once, not at the loop's next turn: a supervisor killed in between
-                    // would leave a live worker no successor can find to adopt.
-                    self.heartbeat(now);
                     return;
                 }
                 Err(e) => {
@@ -391,23 +432,6 @@ impl Fleet {
                     }
                 }
             }
-        }
-    }
-
-    fn install_watcher(&mut self, idx: usize, pid: i32, start: u64) {
-        let tx = self.tx.clone();
-        if let Err(e) = spawn::watch_child(pid, move |kind| {
-            let _ = tx.send(Msg::Exited { pid, start, kind });
-        }) {
-            self.log(
-                Event::now(
-                    kind::ERROR,
-                    format!("cannot start a watcher thread ({e}); checking each tick"),
-                )
-                .slot(idx)
-                .pid(pid),
-            );
-            self.unwatched.push((pid, start));
         }
     }
 
@@ -466,7 +490,8 @@ impl Fleet {
             return;
         };
         let retiring = slot.retiring;
-        self.reaper.terminate(w.pid, w.own_child, true, now);
+        let group = group_of(&w);
+        self.reaper.terminate(w.pid, group, w.own_child, true, now);
         self.ended.insert(w.pid, (w.id.clone(), w.own_child));
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
@@ -643,18 +668,137 @@ impl Fleet {
         }
     }
 
+    /// Asks the tracker for the claimable issues, off the loop (a slow tracker never
+    /// delays noticing a death); one check at a time, a request during one runs after it.
     fn request_queue(&mut self) {
         if self.queue_inflight {
             self.queue_again = true;
             return;
         }
-        if self.queue_tx.send(()).is_ok() {
-            self.queue_inflight = true;
+        self.queue_inflight = true;
+        let (layout, tx) = (self.layout.clone(), self.tx.clone());
+        let tracker = self.tracker.clone();
+        self.blocking(move || {
+            let r = match tracker {
+                Ok(t) => t
+                    .list_open_with_label(crate::tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
+                    .map(|v| super::run::claimable(&layout, &v))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(format!("tracker unavailable: {e}")),
+            };
+            let _ = tx.send(Msg::Queue(r));
+        });
+    }
+
+    /// SIGCHLD: our own workers that ended without a pidfd watch, and the orphans of the
+    /// workers' trees reparented to us (the child subreaper).
+    ///
+    /// Where groups are signalled through pidfds, nothing is pinned: the kernel is asked
+    /// for our zombie children one at a time (`waitid` without reaping) and each is reaped,
+    /// a worker's as its exit. The first zombie that belongs to a command the supervisor
+    /// runs itself (in our session; its own waiter reaps it) ends the pass, the next
+    /// SIGCHLD or tick goes on. Elsewhere `/proc` is read, sparing the pinned leaders.
+    pub fn on_sigchld(&mut self, now: Instant) {
+        self.check_unwatched_children(now);
+        if !process::pidfd_groups() {
+            let keep = self.kept_children();
+            self.reaper.reap_orphans(&keep);
+            return;
+        }
+        let my_sid = process::own_sid();
+        // Bounded: each round reaps one zombie, and at most this many arrive per event.
+        for _ in 0..4096 {
+            let Some((pid, _)) = process::peek_zombie_child() else {
+                return;
+            };
+            if let Some(start) = self.own_worker_start(pid) {
+                self.own_child_ended(pid, start, now);
+                continue;
+            }
+            if process::read(pid).is_none_or(|p| p.sid == my_sid) {
+                return;
+            }
+            let _ = process::child_exit(pid, true);
         }
     }
 
-    /// SIGCHLD: reap orphans of the workers' trees.
+    /// Our own worker `pid` (started at `start`) has ended: read how (reaping it unless its
+    /// zombie pins its group id) and handle the exit.
+    pub fn own_child_ended(&mut self, pid: i32, start: u64, now: Instant) {
+        let pinned = self
+            .slots
+            .values()
+            .filter_map(|s| s.worker())
+            .find(|w| w.pid == pid && w.start == start)
+            .is_none_or(|w| matches!(group_of(w), Group::Pinned));
+        if self.own_worker_start(pid) != Some(start) {
+            return;
+        }
+        if let Some(kind) = process::child_exit(pid, !pinned) {
+            self.unwatched.retain(|u| u.0 != pid);
+            self.on_exit(pid, start, kind, now);
+        }
+    }
+
+    /// The start token of the running worker `pid` when it is our own child.
+    fn own_worker_start(&self, pid: i32) -> Option<u64> {
+        self.slots
+            .values()
+            .filter_map(|s| s.worker())
+            .find(|w| w.pid == pid && w.own_child)
+            .map(|w| w.start)
+    }
+
+    /// Own workers with no pidfd watch: checked on each SIGCHLD (no thread, no poll).
+    fn check_unwatched_children(&mut self, now: Instant) {
+        let own: Vec<(i32, u64)> = self
+            .unwatched
+            .iter()
+            .copied()
+            .filter(|(pid, start)| self.own_worker_start(*pid) == Some(*start))
+            .collect();
+        for (pid, start) in own {
+            self.own_child_ended(pid, start, now);
+        }
+    }
+
+    /// Adopted workers with no pidfd watch: checked by identity every tick.
+    pub(super) fn check_unwatched_adopted(&mut self, now: Instant) {
+        let ended: Vec<(i32, u64)> = self
+            .unwatched
+            .iter()
+            .copied()
+            .filter(|(pid, _)| self.own_worker_start(*pid).is_none())
+            .filter(|(pid, start)| {
+                !process::read(*pid).is_some_and(|p| p.start == *start && !p.is_zombie())
+            })
+            .collect();
+        for (pid, start) in ended {
+            self.unwatched.retain(|u| u.0 != pid);
+            self.on_exit(pid, start, ExitKind::Unknown, now);
+        }
+    }
+}
+
+/// How a worker's group is signalled once it ends: through its pidfd where the kernel
+/// can, else by its pinned id.
+pub(super) fn group_of(w: &Worker) -> Group {
+    match &w.pidfd {
+        Some(fd) if process::pidfd_groups() => Group::Pidfd(Arc::clone(fd)),
+        _ => Group::Pinned,
+    }
+}
+
+/// Most open `ready-for-agent` issues counted per queue check.
+const QUEUE_LIMIT: usize = 1000;
+
+impl Fleet {
+    /// The orphans of the workers' trees, by reading `/proc` (pinned groups only).
     pub fn reap_orphans(&mut self) {
+        if process::pidfd_groups() {
+            self.on_sigchld(Instant::now());
+            return;
+        }
         let keep = self.kept_children();
         self.reaper.reap_orphans(&keep);
     }

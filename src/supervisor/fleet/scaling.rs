@@ -98,7 +98,8 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                self.reaper.terminate(pid, own, false, now);
+                let group = group_of(w);
+                self.reaper.terminate(pid, group, own, false, now);
                 self.log(
                     Event::now(
                         kind::HARD_KILL,

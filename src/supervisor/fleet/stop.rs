@@ -26,21 +26,21 @@ impl Fleet {
             code,
             give_up_at: now + grace * 2 + Duration::from_secs(10),
         });
-        let live: Vec<(i32, bool)> = self
+        let live: Vec<(i32, Group, bool)> = self
             .slots
             .values_mut()
             .filter_map(|s| s.worker_mut())
             .map(|w| {
                 w.kill = Some(KillReason::Stop);
-                (w.pid, w.own_child)
+                (w.pid, group_of(w), w.own_child)
             })
             .collect();
         self.log(Event::now(
             kind::STOP,
             format!("stopping fleet ({why}): {} workers", live.len()),
         ));
-        for (pid, own) in live {
-            self.reaper.terminate(pid, own, false, now);
+        for (pid, group, own) in live {
+            self.reaper.terminate(pid, group, own, false, now);
         }
     }
 

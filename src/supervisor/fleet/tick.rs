@@ -14,7 +14,7 @@ impl Fleet {
                 d = d.min(c);
             }
         }
-        if let Some(r) = self.reaper.next_deadline(now) {
+        if let Some(r) = self.reaper.next_deadline() {
             d = d.min(r);
         }
         if let Some(k) = self.next_stray_kill() {
@@ -77,7 +77,7 @@ impl Fleet {
         self.apply_resize(now);
         self.request_queue();
         self.check_stalls(now);
-        self.check_unwatched();
+        self.check_unwatched_adopted(now);
         self.reap_orphans();
         let snap = self.snapshot(now);
         self.write_state(&snap);
@@ -97,25 +97,6 @@ impl Fleet {
         self.log(Event::now(kind::TICK, texts::tick(&counts)));
     }
 
-    fn check_unwatched(&mut self) {
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        let mut ended = Vec::new();
-        self.unwatched.retain(|&(pid, start)| {
-            let kind = match waitid(Id::Pid(Pid::from_raw(pid)), flags) {
-                Ok(WaitStatus::Exited(_, c)) => ExitKind::Code(c),
-                Ok(WaitStatus::Signaled(_, s, _)) => ExitKind::Signal(s as i32),
-                Ok(_) => return true,
-                Err(_) => ExitKind::Unknown,
-            };
-            ended.push((pid, start, kind));
-            false
-        });
-        let now = Instant::now();
-        for (pid, start, kind) in ended {
-            self.on_exit(pid, start, kind, now);
-        }
-    }
-
     // ---- stalls ----
 
     fn check_stalls(&mut self, now: Instant) {
@@ -133,11 +114,11 @@ impl Fleet {
             if w.kill.is_some() {
                 continue;
             }
-            let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
+            let (pid, own, id, group) = (w.pid, w.own_child, w.id.clone(), group_of(w));
             let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
                 stall::Verdict::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
-                    self.reaper.terminate(pid, own, false, now);
+                    self.reaper.terminate(pid, group, own, false, now);
                     Event::now(
                         kind::STALL_KILL,
                         format!(
