@@ -85,14 +85,17 @@ impl WorkerEnv {
     }
 }
 
-/// A worker id becomes a directory and a branch component: keep it to a safe alphabet.
+/// A worker id becomes a directory and a branch component (`afk/<id>/<N>-<slug>`): keep it
+/// to a safe alphabet and to what git accepts as one ref component (no `..`, no `.lock`
+/// ending), so an id that would make an illegal branch is refused before anything is
+/// claimed.
 fn valid_worker_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && !id.starts_with(['.', '-'])
+    id.len() <= 64
+        && !id.starts_with('-')
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && crate::git::ref_component_problem(id).is_none()
 }
 
 /// A branch/dir-safe slug of an issue title.
@@ -718,7 +721,9 @@ mod tests {
     #[test]
     fn worker_ids() {
         assert!(valid_worker_id("sup-12-slot-0-3"));
-        for bad in ["", "../x", "a/b", "-x", ".x", "a b"] {
+        for bad in [
+            "", "../x", "a/b", "-x", ".x", "a b", "a..b", "x.lock", "w.lock",
+        ] {
             assert!(!valid_worker_id(bad), "{bad}");
         }
     }

@@ -1,0 +1,156 @@
+//! Hostile input from outside (issue 16): issue texts too big or too strange for an
+//! environment string, huge numbers in `RED_AFK_*`, a queue too long for one listing and
+//! worker ids git refuses as branch components. Real processes throughout: the built-in
+//! worker (`worker --once`) with a shell script as its agent, the real local tracker, and
+//! the fake `gh` of tests/support where GitHub is the backend.
+
+mod support;
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use afk_supervisor::layout::Layout;
+use afk_supervisor::tracker::LocalTracker;
+use support::fake_gh::{FakeGh, FakeIssue};
+use support::{Repo, TestEnv, local_comments, local_labels, wait_until};
+
+/// Where the agent script copies what it was given.
+const SEEN: &str = "seen";
+
+/// An agent that records every text variable and file it was given (`set -u`: a missing
+/// variable fails it), then exits 0.
+const RECORDING_AGENT: &str = r#"
+out="$AFK_TEST_SEEN"
+mkdir -p "$out"
+cp "$RED_AFK_ISSUE_TITLE_FILE" "$out/title.file"
+cp "$RED_AFK_ISSUE_BODY_FILE" "$out/body.file"
+printf %s "$RED_AFK_ISSUE_TITLE" > "$out/title.env"
+printf %s "$RED_AFK_ISSUE_BODY" > "$out/body.env"
+printf %s "${RED_AFK_ISSUE_TITLE_TRUNCATED:-0}" > "$out/title.truncated"
+printf %s "${RED_AFK_ISSUE_BODY_TRUNCATED:-0}" > "$out/body.truncated"
+"#;
+
+struct Fx {
+    env: TestEnv,
+    repo: Repo,
+    tracker: LocalTracker,
+}
+
+impl Fx {
+    /// A repo on the local tracker whose agent is `script`, or the program `agent` names.
+    fn new(agent: Agent) -> Self {
+        let env = TestEnv::new();
+        let repo = env.repo_with_origin();
+        let program = match agent {
+            Agent::Script(script) => {
+                let path = env.path().join("agent.sh");
+                fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+                path
+            }
+            Agent::Missing => env.path().join("no-such-agent"),
+        };
+        env.write(
+            &repo.path,
+            ".red/afk-supervisor.toml",
+            &format!(
+                "[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n[agent]\ncommand = [{:?}]\n",
+                program.display().to_string()
+            ),
+        );
+        fs::write(
+            repo.path.join(".git/info/exclude"),
+            ".red/tmp/\n.red/state/\n",
+        )
+        .unwrap();
+        let tracker = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+        Fx { env, repo, tracker }
+    }
+
+    fn seen(&self) -> PathBuf {
+        self.env.path().join(SEEN)
+    }
+
+    fn read_seen(&self, name: &str) -> Vec<u8> {
+        fs::read(self.seen().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    fn worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Command {
+        let mut c = self.env.bin();
+        c.arg("--repo")
+            .arg(&self.repo.path)
+            .arg("worker")
+            .args(args)
+            .env("AFK_TEST_SEEN", self.seen())
+            .envs(vars.iter().copied());
+        c
+    }
+
+    fn run_worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        self.worker(args, vars).output().unwrap()
+    }
+
+    fn labels(&self, n: u64) -> Vec<String> {
+        local_labels(&self.tracker, n)
+    }
+
+    fn comments(&self, n: u64) -> Vec<String> {
+        local_comments(&self.tracker, n)
+    }
+
+    fn branches(&self) -> Vec<String> {
+        self.env
+            .git(
+                &self.repo.path,
+                &["branch", "--list", "--format=%(refname:short)", "afk/*"],
+            )
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+enum Agent<'a> {
+    Script(&'a str),
+    Missing,
+}
+
+const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
+
+fn describe(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The bound of the environment form of an issue text (README, "The built-in worker").
+const ENV_TEXT_MAX: usize = 32 * 1024;
+
+// ---- 5. worker ids git refuses as a branch component ----
+
+#[test]
+fn worker_ids_git_refuses_fall_back_to_a_solo_id_before_claiming() {
+    for bad in ["a..b", "x.lock"] {
+        let f = Fx::new(Agent::Script("exit 0"));
+        let n = f
+            .tracker
+            .create("Any", "body", &["ready-for-agent"])
+            .unwrap();
+        let o = f.run_worker(
+            &["--once"],
+            &[("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", bad)],
+        );
+        assert_eq!(o.status.code(), Some(0), "{bad}: {}", describe(&o));
+        assert_eq!(f.labels(n), vec!["ready-for-human"], "{bad}");
+        let branches = f.branches();
+        assert_eq!(branches.len(), 1, "{bad}: {branches:?}");
+        assert!(branches[0].starts_with("afk/solo-"), "{bad}: {branches:?}");
+    }
+}
