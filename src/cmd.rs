@@ -113,7 +113,7 @@ enum Event {
 /// waiting for that process. At the deadline the whole process group is killed; a child
 /// that had already exited keeps its status, returned with the output read so far.
 pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, RunError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::timeutil::deadline(Instant::now(), timeout);
     let mut cmd = Command::new(&argv.program);
     cmd.args(&argv.args)
         .stdin(if opts.stdin.is_some() {

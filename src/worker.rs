@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::attempt_state::{AttemptState, Current, Envelope};
 use crate::boot::{self, BootError};
 use crate::claim::Claim;
-use crate::config::Config;
+use crate::config::{self, Config, ConfigError};
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
@@ -59,13 +59,15 @@ pub struct WorkerEnv {
 }
 
 impl WorkerEnv {
-    pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Self {
+    /// Reads the variables; an out-of-range number is a configuration error (exit 78),
+    /// found before anything is claimed.
+    pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Result<Self, ConfigError> {
         let get = |k: &str| {
             env.get(k)
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        WorkerEnv {
+        Ok(WorkerEnv {
             sweeps_done: get("RED_AFK_SWEEPS_DONE").as_deref() == Some("1"),
             slot: get("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
             worker_id: get("RED_AFK_WORKER_ID")
@@ -73,11 +75,9 @@ impl WorkerEnv {
                 .unwrap_or_else(|| format!("solo-{}", std::process::id())),
             runner: get("RED_AFK_RUNNER").unwrap_or_else(|| config.worker.runner.clone()),
             retire_file: get("RED_AFK_RETIRE_FILE").map(PathBuf::from),
-            liveness_s: get("RED_AFK_LIVENESS_S")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(30)
-                .max(1),
-        }
+            liveness_s: config::env_seconds(env, "RED_AFK_LIVENESS_S", "liveness_s", 1)?
+                .unwrap_or(30),
+        })
     }
 
     fn retire_requested(&self) -> bool {
@@ -511,7 +511,7 @@ impl Worker<'_> {
         let wt = Git::new(worktree);
         let mut seen = worktree_fingerprint(&wt);
         let every = Duration::from_secs(self.wenv.liveness_s);
-        let mut next_look = Instant::now() + every;
+        let mut next_look = timeutil::deadline(Instant::now(), every);
         loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
@@ -519,7 +519,7 @@ impl Worker<'_> {
                     append_liveness(&liveness, issue.number, "progress");
                     seen = now;
                 }
-                next_look = Instant::now() + every;
+                next_look = timeutil::deadline(Instant::now(), every);
             }
             match child.try_wait() {
                 Ok(Some(status)) => {
@@ -542,7 +542,7 @@ impl Worker<'_> {
                 // issue back before the supervisor's SIGKILL reaches the whole group.
                 stop_agent(
                     &mut child,
-                    Duration::from_millis(self.config.timing.stop_grace_s * 500),
+                    Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
                 );
                 return Ok(AgentEnd::Signalled(code));
             }
@@ -563,7 +563,7 @@ fn stop_agent(child: &mut Child, grace: Duration) {
     use nix::unistd::Pid;
     let pid = Pid::from_raw(child.id() as i32);
     let _ = kill(pid, Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
+    let deadline = timeutil::deadline(Instant::now(), grace);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             return;

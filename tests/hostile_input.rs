@@ -133,6 +133,58 @@ fn describe(o: &Output) -> String {
 /// The bound of the environment form of an issue text (README, "The built-in worker").
 const ENV_TEXT_MAX: usize = 32 * 1024;
 
+// ---- 2. huge numbers from the environment ----
+
+#[test]
+fn a_huge_stop_grace_from_the_environment_is_a_config_error() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let mut sup = f
+        .env
+        .bin()
+        .arg("--repo")
+        .arg(&f.repo.path)
+        .args(["run", "--workers", "0"])
+        .env("RED_AFK_STOP_GRACE_S", u64::MAX.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before the fix the supervisor started and died of a panic on SIGTERM.
+    if !wait_until(Duration::from_secs(20), || {
+        sup.try_wait().ok().flatten().is_some()
+    }) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sup.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let o = sup.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("RED_AFK_STOP_GRACE_S"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("out of range"), "{line}");
+}
+
+#[test]
+fn a_huge_liveness_interval_is_a_config_error_before_any_claim() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let max = u64::MAX.to_string();
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_LIVENESS_S", &max));
+    let o = f.run_worker(&["--once"], &vars);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("RED_AFK_LIVENESS_S"), "{err}");
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+}
+
 // ---- 5. worker ids git refuses as a branch component ----
 
 #[test]

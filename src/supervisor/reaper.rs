@@ -82,7 +82,7 @@ impl Reaper {
             leader,
             own_child,
             leader_exited,
-            kill_at: now + self.grace,
+            kill_at: crate::timeutil::deadline(now, self.grace),
             killed: false,
         });
     }

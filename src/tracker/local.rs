@@ -326,7 +326,7 @@ impl LocalTracker {
     /// Polls for the lock with a short backoff until the timeout, then gives up with a
     /// transient error: the holder may finish, so nothing must act on it as a verdict.
     fn wait_for_lock(&self, f: &File, shared: bool, path: &Path, op: &str) -> TrackerResult<()> {
-        let deadline = Instant::now() + self.lock_timeout;
+        let deadline = timeutil::deadline(Instant::now(), self.lock_timeout);
         let mut pause = Duration::from_millis(1);
         loop {
             let attempt = if shared {
