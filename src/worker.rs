@@ -283,11 +283,13 @@ impl Worker<'_> {
         }
     }
 
-    /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins.
+    /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins. The
+    /// backend lists oldest first, so the 200 looked at are the queue's head however long
+    /// it is.
     fn claim_next(&self) -> Result<Option<(LabeledIssue, Claim)>, Failure> {
         let mut queue = self
             .tracker
-            .list_open_with_label(labels::READY_FOR_AGENT, 200)
+            .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
             .map_err(|e| Failure::failed(e.to_string()))?;
         queue.retain(|i| crate::tracker::is_claimable(&i.labels));
         queue.sort_by_key(|i| i.number);

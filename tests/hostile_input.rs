@@ -185,6 +185,90 @@ fn a_huge_liveness_interval_is_a_config_error_before_any_claim() {
     assert_eq!(f.labels(n), vec!["ready-for-agent"]);
 }
 
+// ---- 3. the oldest issues first, however long the queue ----
+
+/// Writes `count` open `ready-for-agent` issues straight into the local store in the
+/// documented hand-editable format (README, "The local store"), `#2` without the label.
+fn fill_store(f: &Fx, count: u64) {
+    let dir = f.tracker.dir().join("issues");
+    fs::create_dir_all(&dir).unwrap();
+    for n in 1..=count {
+        let labels = if n == 2 {
+            "[]"
+        } else {
+            "[\"ready-for-agent\"]"
+        };
+        fs::write(
+            dir.join(format!("{n}.toml")),
+            format!(
+                "number = {n}\ntitle = \"issue {n}\"\nstate = \"OPEN\"\nlabels = {labels}\n\
+                 created_at = \"2026-01-01T00:00:00Z\"\nbody = \"\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    fs::write(
+        f.tracker.dir().join("meta.toml"),
+        format!("next_issue = {}\nnext_pr = 1\n", count + 1),
+    )
+    .unwrap();
+}
+
+#[test]
+fn with_ten_thousand_local_issues_the_lowest_numbers_are_claimed_first() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    fill_store(&f, 10_000);
+    for expected in [1, 3] {
+        let o = f.run_worker(&["--once"], &SUPERVISED);
+        assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("claimed #{expected} ")),
+            "{}",
+            describe(&o)
+        );
+        assert_eq!(f.labels(expected), vec!["ready-for-human"]);
+    }
+    assert!(f.labels(2).is_empty());
+    for n in [4, 9_801, 10_000] {
+        assert_eq!(f.labels(n), vec!["ready-for-agent"], "#{n}");
+    }
+}
+
+#[test]
+fn on_github_the_lowest_numbers_are_claimed_first() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let gh = FakeGh::install(&f.env);
+    let issues: Vec<FakeIssue> = (1..=300)
+        .map(|n| FakeIssue::open(n, &["ready-for-agent"]))
+        .collect();
+    gh.set_issues(&issues);
+    let o = f
+        .worker(&["--once"], &SUPERVISED)
+        .env("PATH", gh.path_env())
+        .args(["--tracker", "gh"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let labels = |n: u64| gh.issue(n).unwrap().labels;
+    assert_eq!(labels(1), vec!["ready-for-human"]);
+    for n in [2, 101, 300] {
+        assert_eq!(labels(n), vec!["ready-for-agent"], "#{n}");
+    }
+    let listings: Vec<Vec<String>> = gh
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with(&["issue".into(), "list".into()]))
+        .collect();
+    assert_eq!(listings.len(), 1, "{listings:?}");
+    assert!(
+        listings[0]
+            .windows(2)
+            .any(|w| w == ["--search", "sort:created-asc"]),
+        "{listings:?}"
+    );
+}
+
 // ---- 5. worker ids git refuses as a branch component ----
 
 #[test]
