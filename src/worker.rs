@@ -242,6 +242,8 @@ struct Worker<'a> {
 /// How one issue ended.
 enum Outcome {
     Done,
+    /// The agent could not be started for this issue's data: handed to a human.
+    SetAside,
     AgentFailed,
     Interrupted(i32),
 }
@@ -275,8 +277,8 @@ impl Worker<'_> {
             };
             let outcome = self.work_issue(&issue, claim)?;
             match outcome {
-                Outcome::Done if once => return Ok(exit::OK),
-                Outcome::Done => {}
+                Outcome::Done | Outcome::SetAside if once => return Ok(exit::OK),
+                Outcome::Done | Outcome::SetAside => {}
                 Outcome::AgentFailed => return Ok(exit::FAILED),
                 Outcome::Interrupted(code) => return Ok(code),
             }
@@ -376,6 +378,25 @@ impl Worker<'_> {
             let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir)?;
             match status {
                 AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
+                AgentEnd::NotStarted(StartFailure::Host(why)) => {
+                    // The host's fault, not the issue's: the issue goes back untouched (the
+                    // interruption path below) and the supervisor parks the slot.
+                    Err(Failure::config(why))
+                }
+                AgentEnd::NotStarted(StartFailure::Issue(why)) => {
+                    // Every worker would fail the same way on this issue: never requeue it.
+                    finished.set(true);
+                    state.write("set-aside")?;
+                    self.tracker
+                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
+                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    let body = format!(
+                        "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
+                    );
+                    let _ = self.tracker.comment(n, &body);
+                    eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
+                    Ok(Outcome::SetAside)
+                }
                 AgentEnd::Exited(0) => {
                     finished.set(true);
                     state.write("publish")?;
@@ -427,7 +448,7 @@ impl Worker<'_> {
         // Only a finished attempt's worktree goes, and only when clean (git refuses a dirty
         // one): after a failure or an interruption the agent's uncommitted work is kept
         // beside the attempt's state for a person, until orphan cleanup judges the attempt.
-        let done = matches!(result, Ok(Outcome::Done));
+        let done = matches!(result, Ok(Outcome::Done | Outcome::SetAside));
         if worktree.exists() {
             match done.then(|| self.git.worktree_remove(&worktree, false)) {
                 Some(Ok(())) => {}
@@ -492,18 +513,22 @@ impl Worker<'_> {
         cmd.args(&self.agent[1..])
             .current_dir(worktree)
             .env("RED_AFK_ISSUE", issue.number.to_string())
-            .env("RED_AFK_ISSUE_TITLE", title)
-            .env("RED_AFK_ISSUE_BODY", &issue.body)
             .env("RED_AFK_BRANCH", branch)
             .env("RED_AFK_WORKTREE", worktree)
             .env("RED_AFK_ATTEMPT_DIR", attempt_dir)
             .env("RED_AFK_RUNNER", &self.wenv.runner);
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::failed(format!(
-                "agent.command {:?} could not start: {e}",
-                self.agent[0]
-            ))
-        })?;
+        pass_issue_texts(&mut cmd, attempt_dir, title, &issue.body)?;
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let why = format!("agent.command {:?} could not start: {e}", self.agent[0]);
+                return match start_blame(&e) {
+                    Blame::Issue => Ok(AgentEnd::NotStarted(StartFailure::Issue(why))),
+                    Blame::Host => Ok(AgentEnd::NotStarted(StartFailure::Host(why))),
+                    Blame::Unknown => Err(Failure::failed(why)),
+                };
+            }
+        };
         // Liveness records mark progress, not mere existence: one when the agent starts, then
         // one whenever its worktree moves (a new commit or changed files), checked every
         // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
@@ -556,6 +581,94 @@ impl Worker<'_> {
 enum AgentEnd {
     Exited(i32),
     Signalled(i32),
+    NotStarted(StartFailure),
+}
+
+/// Why `execve` of the agent failed, by whose fault.
+enum StartFailure {
+    /// This issue's data (E2BIG, EINVAL): every worker would fail the same way on it.
+    Issue(String),
+    /// The host (the program is missing or not executable): exit 78, the slot is parked.
+    Host(String),
+}
+
+enum Blame {
+    Issue,
+    Host,
+    /// Anything else (out of memory, too many processes): a death, as before.
+    Unknown,
+}
+
+/// Whose fault a failed agent start is. The issue's texts are the only per-issue data in
+/// the agent's argv and environment, so an error about the size or the content of the
+/// arguments belongs to the issue; an error about the program belongs to the host.
+fn start_blame(e: &std::io::Error) -> Blame {
+    use nix::errno::Errno;
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::E2BIG | Errno::EINVAL) => Blame::Issue,
+        Some(
+            Errno::ENOENT
+            | Errno::EACCES
+            | Errno::EPERM
+            | Errno::ENOEXEC
+            | Errno::ENOTDIR
+            | Errno::EISDIR
+            | Errno::ELOOP
+            | Errno::ENAMETOOLONG
+            | Errno::ETXTBSY,
+        ) => Blame::Host,
+        // Rust refuses a NUL in an argument or variable before it calls execve.
+        None if e.kind() == std::io::ErrorKind::InvalidInput => Blame::Issue,
+        _ => Blame::Unknown,
+    }
+}
+
+/// The most bytes of one issue text put in an environment variable. Linux refuses a
+/// single string over 128 KiB (MAX_ARG_STRLEN) and all of argv and the environment over a
+/// quarter of the stack limit; 32 KiB per text leaves room for the rest.
+pub const ENV_TEXT_MAX: usize = 32 * 1024;
+
+/// Gives the agent the issue's title and body: whole, as files in the attempt dir
+/// (`issue-title.txt`, `issue-body.md`, named by `RED_AFK_ISSUE_TITLE_FILE` and
+/// `RED_AFK_ISSUE_BODY_FILE`), and bounded in `RED_AFK_ISSUE_TITLE` / `RED_AFK_ISSUE_BODY`
+/// (NULs dropped, cut at [`ENV_TEXT_MAX`] bytes on a character boundary), with
+/// `RED_AFK_ISSUE_TITLE_TRUNCATED=1` / `RED_AFK_ISSUE_BODY_TRUNCATED=1` when the variable
+/// is not the whole text.
+fn pass_issue_texts(
+    cmd: &mut Command,
+    attempt_dir: &Path,
+    title: &str,
+    body: &str,
+) -> Result<(), Failure> {
+    for (var, name, text) in [
+        ("RED_AFK_ISSUE_TITLE", "issue-title.txt", title),
+        ("RED_AFK_ISSUE_BODY", "issue-body.md", body),
+    ] {
+        let file = attempt_dir.join(name);
+        crate::fsutil::atomic_write(&file, text.as_bytes())
+            .map_err(|e| Failure::failed(format!("{}: {e}", file.display())))?;
+        let (value, whole) = env_form(text);
+        cmd.env(format!("{var}_FILE"), &file).env(var, value);
+        if whole {
+            cmd.env_remove(format!("{var}_TRUNCATED"));
+        } else {
+            cmd.env(format!("{var}_TRUNCATED"), "1");
+        }
+    }
+    Ok(())
+}
+
+/// `text` as an environment value: NULs dropped, at most [`ENV_TEXT_MAX`] bytes, cut on a
+/// character boundary; and whether that is the whole text.
+fn env_form(text: &str) -> (String, bool) {
+    let mut value = text.replace('\0', "");
+    let mut end = value.len().min(ENV_TEXT_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value.truncate(end);
+    let whole = value.len() == text.len();
+    (value, whole)
 }
 
 /// The agent shares the worker's process group, so a supervisor's group signal already
@@ -691,7 +804,7 @@ impl AttemptFile {
     /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
     /// stage under `last` for people reading the dir later.
     fn write(&mut self, stage: &str) -> Result<(), Failure> {
-        let finished = matches!(stage, "done" | "failed" | "interrupted");
+        let finished = matches!(stage, "done" | "failed" | "interrupted" | "set-aside");
         if let Some(cur) = self.state.current.as_mut() {
             cur.stage = Some(stage.into());
         }
@@ -718,6 +831,45 @@ mod tests {
         assert_eq!(slugify("  ## ?? "), "issue");
         assert_eq!(slugify("Ünïcode and stuff"), "n-code-and-stuff");
         assert!(slugify(&"x".repeat(100)).len() <= 40);
+    }
+
+    #[test]
+    fn env_forms_are_bounded_and_nul_free() {
+        assert_eq!(env_form("short"), ("short".into(), true));
+        assert_eq!(env_form("a\0b"), ("ab".into(), false));
+        let long = "é".repeat(ENV_TEXT_MAX);
+        let (v, whole) = env_form(&long);
+        assert!(!whole);
+        assert_eq!(v.len(), ENV_TEXT_MAX);
+        let (v, _) = env_form(&format!("x{long}"));
+        assert_eq!(v.len(), ENV_TEXT_MAX - 1, "cut before a split character");
+        assert!(long.starts_with(&v[1..]));
+    }
+
+    #[test]
+    fn start_failures_are_blamed() {
+        use std::io::{Error, ErrorKind};
+        let os = |e: nix::errno::Errno| Error::from_raw_os_error(e as i32);
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::E2BIG)),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&Error::new(ErrorKind::InvalidInput, "nul byte found")),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::ENOENT)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EACCES)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EAGAIN)),
+            Blame::Unknown
+        ));
     }
 
     #[test]

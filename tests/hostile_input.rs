@@ -133,6 +133,142 @@ fn describe(o: &Output) -> String {
 /// The bound of the environment form of an issue text (README, "The built-in worker").
 const ENV_TEXT_MAX: usize = 32 * 1024;
 
+// ---- 1. issue texts that no environment string can hold ----
+
+/// A body far over Linux's 128 KiB per-string limit (multi-byte, so the cut must find a
+/// UTF-8 boundary) reaches the agent whole through a file and bounded in the environment.
+#[test]
+fn a_huge_body_reaches_the_agent_through_a_file() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    let body = "é🦀 hostile body line\n".repeat(9000);
+    assert!(body.len() > 200 * 1024);
+    let n = f
+        .tracker
+        .create("Huge body", &body, &["ready-for-agent"])
+        .unwrap();
+
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-human"]);
+    assert_eq!(f.read_seen("body.file"), body.as_bytes());
+    let env_form = String::from_utf8(f.read_seen("body.env")).expect("cut at a char boundary");
+    assert!(env_form.len() <= ENV_TEXT_MAX, "{}", env_form.len());
+    assert!(env_form.len() > ENV_TEXT_MAX - 4, "{}", env_form.len());
+    assert!(body.starts_with(&env_form));
+    assert_eq!(f.read_seen("body.truncated"), b"1");
+    assert_eq!(f.read_seen("title.env"), b"Huge body");
+    assert_eq!(f.read_seen("title.truncated"), b"0");
+}
+
+/// A NUL in a local title (and body) cannot be in an environment string: the files keep
+/// it, the variables drop it and say so.
+#[test]
+fn a_nul_in_a_local_title_does_not_stop_the_agent() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    let n = f
+        .tracker
+        .create("Fix\0 the parser", "a\0b", &["ready-for-agent"])
+        .unwrap();
+
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-human"]);
+    assert_eq!(f.read_seen("title.file"), b"Fix\0 the parser");
+    assert_eq!(f.read_seen("title.env"), b"Fix the parser");
+    assert_eq!(f.read_seen("title.truncated"), b"1");
+    assert_eq!(f.read_seen("body.file"), b"a\0b");
+    assert_eq!(f.read_seen("body.env"), b"ab");
+    assert_eq!(f.read_seen("body.truncated"), b"1");
+}
+
+/// The size of an environment as `execve` counts it: each string with its NUL, and a
+/// pointer per string.
+fn exec_size(vars: &[(OsString, OsString)]) -> usize {
+    vars.iter().map(|(k, v)| k.len() + v.len() + 2 + 8).sum()
+}
+
+/// When this issue's data is what makes the agent's `execve` fail (here: E2BIG, with the
+/// host's argument space at its 128 KiB floor), the issue is set aside for a human with one
+/// comment, and the worker goes on to the next issue instead of handing it back to be
+/// claimed again by every worker.
+#[test]
+fn an_issue_the_agent_cannot_be_started_for_is_set_aside_for_a_human() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let big = f
+        .tracker
+        .create(
+            "Too big to start",
+            &"x".repeat(64 * 1024),
+            &["ready-for-agent"],
+        )
+        .unwrap();
+    let small = f
+        .tracker
+        .create("Small", "fine", &["ready-for-agent"])
+        .unwrap();
+
+    // With RLIMIT_STACK at 512 KiB, argv + environment may take 128 KiB. Fill the worker's
+    // environment so that it and its git calls fit with room to spare, while the 32 KiB
+    // environment form of the big body does not.
+    let c = f.worker(&[], &SUPERVISED);
+    let bin = c.get_program().to_os_string();
+    let args: Vec<OsString> = c.get_args().map(|a| a.to_os_string()).collect();
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            !k.starts_with("RED_AFK_") && !k.starts_with("GIT_")
+        })
+        .collect();
+    for (k, v) in c.get_envs() {
+        vars.retain(|(have, _)| have != k);
+        if let Some(v) = v {
+            vars.push((k.to_os_string(), v.to_os_string()));
+        }
+    }
+    let used = exec_size(&vars) + args.iter().map(|a| a.len() + 9).sum::<usize>() + 4096;
+    let room = 128 * 1024 - 24 * 1024;
+    assert!(used < room, "the test's own environment is too big: {used}");
+    vars.push(("AFK_TEST_PADDING".into(), "p".repeat(room - used).into()));
+    let mut sh = Command::new("sh");
+    sh.env_clear()
+        .envs(vars)
+        .args(["-c", "ulimit -s 512 && exec \"$@\"", "sh"])
+        .arg(bin)
+        .args(args);
+    let o = sh.output().unwrap();
+
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(big), vec!["ready-for-human"]);
+    let comments = f.comments(big);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].contains("could not be started for this issue"),
+        "{comments:?}"
+    );
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+    // The worker went on with the next issue.
+    assert_eq!(f.labels(small), vec!["ready-for-human"]);
+    assert_eq!(f.comments(small).len(), 1);
+}
+
+/// An agent program that is not there is the host's fault (exit 78: the supervisor parks the
+/// slot), and the issue goes back untouched: no comment, no `running`.
+#[test]
+fn a_missing_agent_program_is_a_host_error_and_leaves_the_issue_alone() {
+    let f = Fx::new(Agent::Missing);
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no-such-agent"), "{err}");
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(f.comments(n).is_empty());
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+}
+
 // ---- 2. huge numbers from the environment ----
 
 #[test]
