@@ -342,28 +342,16 @@ impl Builder {
         Some(v.into_inner())
     }
 
-    fn take_u64(
-        &mut self,
-        key: &'static str,
-        v: S<u64>,
-        min: u64,
-        max: u64,
-    ) -> Result<Option<u64>, ConfigError> {
+    fn take_u64(&mut self, key: &'static str, v: S<u64>) -> Result<Option<u64>, ConfigError> {
         let Some(x) = self.take(key, v) else {
             return Ok(None);
         };
-        if x < min || x > max {
-            return Err(ConfigError(format!(
-                "{}: {key} = {x} is out of range ({min}..={max})",
-                self.origin_of(key)
-            )));
-        }
+        check_bounds(&self.origin_of(key), key, x)?;
         Ok(Some(x))
     }
 
     fn apply_file(&mut self, d: FileDoc) -> Result<(), ConfigError> {
-        const BIG: u64 = 10 * 365 * 24 * 3600;
-        if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers, 0, 1024)? {
+        if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {
             self.cfg.fleet.workers = x as usize;
         }
         if let Some(x) = self.take("fleet.base", d.fleet.base) {
@@ -385,40 +373,30 @@ impl Builder {
             self.cfg.tracker.repo = Some(x);
         }
         let t = d.timing;
-        let fields: [(&'static str, S<u64>, u64); 10] = [
-            ("tracker.timeout_s", d.tracker.timeout_s, 1),
-            ("timing.tick_s", t.tick_s, 1),
-            ("timing.fast_death_s", t.fast_death_s, 0),
-            ("timing.circuit_k", t.circuit_k, 0),
-            ("timing.circuit_window_s", t.circuit_window_s, 0),
-            ("timing.half_open_base_s", t.half_open_base_s, 0),
-            ("timing.half_open_cap_s", t.half_open_cap_s, 0),
-            ("timing.stop_grace_s", t.stop_grace_s, 0),
-            ("timing.stall_s", t.stall_s, 0),
-            ("timing.stall_kill_s", t.stall_kill_s, 0),
+        let fields: [(&'static str, S<u64>); 11] = [
+            ("tracker.timeout_s", d.tracker.timeout_s),
+            ("timing.tick_s", t.tick_s),
+            ("timing.fast_death_s", t.fast_death_s),
+            ("timing.circuit_k", t.circuit_k),
+            ("timing.circuit_window_s", t.circuit_window_s),
+            ("timing.half_open_base_s", t.half_open_base_s),
+            ("timing.half_open_cap_s", t.half_open_cap_s),
+            ("timing.stop_grace_s", t.stop_grace_s),
+            ("timing.stall_s", t.stall_s),
+            ("timing.stall_kill_s", t.stall_kill_s),
+            ("timing.unblock_interval_s", t.unblock_interval_s),
         ];
-        for (key, v, min) in fields {
-            if let Some(x) = self.take_u64(key, v, min, BIG)? {
+        for (key, v) in fields {
+            if let Some(x) = self.take_u64(key, v)? {
                 self.set_u64(key, x);
             }
         }
-        if let Some(x) = self.take_u64("timing.unblock_interval_s", t.unblock_interval_s, 1, BIG)? {
-            self.cfg.timing.unblock_interval_s = x;
-        }
-        if let Some(x) = self.take_u64(
-            "sweeps.attempt_max_age_days",
-            d.sweeps.attempt_max_age_days,
-            0,
-            36500,
-        )? {
+        if let Some(x) =
+            self.take_u64("sweeps.attempt_max_age_days", d.sweeps.attempt_max_age_days)?
+        {
             self.cfg.sweeps.attempt_max_age_days = x;
         }
-        if let Some(x) = self.take_u64(
-            "sweeps.attempt_max_count",
-            d.sweeps.attempt_max_count,
-            1,
-            1_000_000,
-        )? {
+        if let Some(x) = self.take_u64("sweeps.attempt_max_count", d.sweeps.attempt_max_count)? {
             self.cfg.sweeps.attempt_max_count = x as usize;
         }
         Ok(())
@@ -462,19 +440,8 @@ impl Builder {
         ];
         for (var, key) in NUMERIC {
             let Some(raw) = env.get(var) else { continue };
-            let x: u64 = raw.trim().parse().map_err(|_| {
-                ConfigError(format!(
-                    "{var}: expected a non-negative integer, got {raw:?}"
-                ))
-            })?;
-            let min = if key == "timing.tick_s" || key == "timing.unblock_interval_s" {
-                1
-            } else {
-                0
-            };
-            if x < min || (key == "fleet.workers" && x > 1024) {
-                return Err(ConfigError(format!("{var}: {x} is out of range for {key}")));
-            }
+            let x = parse_env_u64(var, key, raw)?;
+            check_bounds(&Origin::Env(var), key, x)?;
             self.set_u64(key, x);
             self.origins.insert(static_key(key), Origin::Env(var));
         }
@@ -567,6 +534,71 @@ impl Builder {
         }
         Ok(())
     }
+}
+
+/// The longest duration any source may set: ten years, in seconds. Far beyond any sensible
+/// value, and far enough from `u64::MAX` that no sum of durations overflows.
+pub const MAX_SECONDS: u64 = 10 * 365 * 24 * 3600;
+
+/// The range of every numeric key. The file and the `RED_AFK_*` variables pass the same
+/// check ([`check_bounds`]), so neither can set what the other would refuse.
+fn bounds(key: &str) -> (u64, u64) {
+    match key {
+        "fleet.workers" => (0, 1024),
+        "tracker.timeout_s" | "timing.tick_s" | "timing.unblock_interval_s" => (1, MAX_SECONDS),
+        "sweeps.attempt_max_age_days" => (0, 36500),
+        "sweeps.attempt_max_count" => (1, 1_000_000),
+        _ => (0, MAX_SECONDS),
+    }
+}
+
+fn check_bounds(origin: &dyn fmt::Display, key: &str, x: u64) -> Result<(), ConfigError> {
+    check_range(origin, key, x, bounds(key))
+}
+
+fn check_range(
+    origin: &dyn fmt::Display,
+    key: &str,
+    x: u64,
+    (min, max): (u64, u64),
+) -> Result<(), ConfigError> {
+    if x < min || x > max {
+        return Err(ConfigError(format!(
+            "{origin}: {key} = {x} is out of range ({min}..={max})"
+        )));
+    }
+    Ok(())
+}
+
+/// A non-negative integer from variable `var` (which sets `key`); digits too many for
+/// any integer are out of range, anything else is not a number.
+fn parse_env_u64(var: &str, key: &str, raw: &str) -> Result<u64, ConfigError> {
+    let t = raw.trim();
+    t.parse().map_err(|_| {
+        let digits = !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        ConfigError(if digits {
+            format!("{var}: {key} = {t} is out of range")
+        } else {
+            format!("{var}: expected a non-negative integer, got {raw:?}")
+        })
+    })
+}
+
+/// A number of seconds from variable `var` that sets `what`, a setting outside the config
+/// file (e.g. the worker's `RED_AFK_LIVENESS_S`), bounded like every duration:
+/// `min..=MAX_SECONDS`. `None` when the variable is unset or blank.
+pub fn env_seconds(
+    env: &HashMap<String, String>,
+    var: &'static str,
+    what: &str,
+    min: u64,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(raw) = env.get(var).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let x = parse_env_u64(var, what, raw)?;
+    check_range(&var, what, x, (min, MAX_SECONDS))?;
+    Ok(Some(x))
 }
 
 fn static_key(key: &str) -> &'static str {
@@ -717,7 +749,78 @@ mod tests {
         );
         let err = from_file("[worker]\ncommand = []\n").unwrap_err().0;
         assert!(err.contains("worker.command must name a program"), "{err}");
+        let err = from_file("[timing]\nstop_grace_s = 315360001\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "cfg.toml:2:16: timing.stop_grace_s = 315360001 is out of range (0..=315360000)"
+        );
         let err = from_file("[tracker]\nrepo = \"nope\"\n").unwrap_err().0;
         assert!(err.contains("OWNER/NAME"), "{err}");
+    }
+
+    /// The environment passes the file's bound check: a huge number in any variable is
+    /// one line naming the variable, never a value that overflows a duration later.
+    #[test]
+    fn environment_numbers_are_bounded_like_the_file() {
+        const VARS: [&str; 11] = [
+            "RED_AFK_TARGET",
+            "RED_AFK_POLL_S",
+            "RED_AFK_FAST_DEATH_S",
+            "RED_AFK_CIRCUIT_K",
+            "RED_AFK_CIRCUIT_WINDOW_S",
+            "RED_AFK_HALF_OPEN_BASE_S",
+            "RED_AFK_HALF_OPEN_CAP_S",
+            "RED_AFK_STOP_GRACE_S",
+            "RED_AFK_STALL_THRESHOLD_S",
+            "RED_AFK_STALL_KILL_THRESHOLD_S",
+            "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
+        ];
+        for var in VARS {
+            for huge in [
+                "18446744073709551615",
+                "315360001",
+                "99999999999999999999999",
+            ] {
+                let err = resolve(None, &env(&[(var, huge)]), &Overrides::default())
+                    .unwrap_err()
+                    .0;
+                assert!(err.starts_with(&format!("{var}: ")), "{err}");
+                assert!(err.contains("is out of range"), "{err}");
+                assert_eq!(err.lines().count(), 1, "{err}");
+            }
+        }
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_STOP_GRACE_S", "18446744073709551615")]),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .0;
+        assert_eq!(
+            err,
+            "RED_AFK_STOP_GRACE_S: timing.stop_grace_s = 18446744073709551615 is out of range (0..=315360000)"
+        );
+        let c = resolve(
+            None,
+            &env(&[("RED_AFK_STOP_GRACE_S", "315360000")]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.timing.stop_grace_s, MAX_SECONDS);
+        let e = env(&[("RED_AFK_LIVENESS_S", "18446744073709551615")]);
+        let err = env_seconds(&e, "RED_AFK_LIVENESS_S", "liveness_s", 1)
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "RED_AFK_LIVENESS_S: liveness_s = 18446744073709551615 is out of range (1..=315360000)"
+        );
+        let e = env(&[("RED_AFK_LIVENESS_S", " 5 ")]);
+        assert_eq!(
+            env_seconds(&e, "RED_AFK_LIVENESS_S", "liveness_s", 1),
+            Ok(Some(5))
+        );
     }
 }

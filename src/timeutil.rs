@@ -1,10 +1,22 @@
 //! Timestamps in the formats the shared files use.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
+
+/// About a century: where a deadline lands when `now + d` does not fit in an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `now + d` without the panic of `Instant + Duration` on overflow: a `d` too large for
+/// the clock (a huge configured grace or interval) gives a deadline about a century away,
+/// which in practice is never. Every deadline built from a configured duration uses it.
+pub fn deadline(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
 
 /// RFC 3339 UTC with milliseconds, e.g. `2026-11-30T07:40:35.123Z` (SPEC §5 `ts`).
 pub fn now_rfc3339_millis() -> String {
@@ -55,6 +67,16 @@ pub fn now_epoch() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_never_overflow() {
+        let now = Instant::now();
+        let d = Duration::from_secs(5);
+        assert_eq!(deadline(now, d), now + d);
+        let far = deadline(now, Duration::from_secs(u64::MAX));
+        assert!(far >= now + FAR_FUTURE);
+        assert_eq!(deadline(now, Duration::MAX), far);
+    }
 
     #[test]
     fn formats() {

@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::attempt_state::{AttemptState, Current, Envelope};
 use crate::boot::{self, BootError};
 use crate::claim::Claim;
-use crate::config::Config;
+use crate::config::{self, Config, ConfigError};
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
@@ -59,13 +59,15 @@ pub struct WorkerEnv {
 }
 
 impl WorkerEnv {
-    pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Self {
+    /// Reads the variables; an out-of-range number is a configuration error (exit 78),
+    /// found before anything is claimed.
+    pub fn from_env(env: &HashMap<String, String>, config: &Config) -> Result<Self, ConfigError> {
         let get = |k: &str| {
             env.get(k)
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        WorkerEnv {
+        Ok(WorkerEnv {
             sweeps_done: get("RED_AFK_SWEEPS_DONE").as_deref() == Some("1"),
             slot: get("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
             worker_id: get("RED_AFK_WORKER_ID")
@@ -73,11 +75,9 @@ impl WorkerEnv {
                 .unwrap_or_else(|| format!("solo-{}", std::process::id())),
             runner: get("RED_AFK_RUNNER").unwrap_or_else(|| config.worker.runner.clone()),
             retire_file: get("RED_AFK_RETIRE_FILE").map(PathBuf::from),
-            liveness_s: get("RED_AFK_LIVENESS_S")
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(30)
-                .max(1),
-        }
+            liveness_s: config::env_seconds(env, "RED_AFK_LIVENESS_S", "liveness_s", 1)?
+                .unwrap_or(30),
+        })
     }
 
     fn retire_requested(&self) -> bool {
@@ -85,14 +85,17 @@ impl WorkerEnv {
     }
 }
 
-/// A worker id becomes a directory and a branch component: keep it to a safe alphabet.
+/// A worker id becomes a directory and a branch component (`afk/<id>/<N>-<slug>`): keep it
+/// to a safe alphabet and to what git accepts as one ref component (no `..`, no `.lock`
+/// ending), so an id that would make an illegal branch is refused before anything is
+/// claimed.
 fn valid_worker_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 64
-        && !id.starts_with(['.', '-'])
+    id.len() <= 64
+        && !id.starts_with('-')
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && crate::git::ref_component_problem(id).is_none()
 }
 
 /// A branch/dir-safe slug of an issue title.
@@ -239,6 +242,8 @@ struct Worker<'a> {
 /// How one issue ended.
 enum Outcome {
     Done,
+    /// The agent could not be started for this issue's data: handed to a human.
+    SetAside,
     AgentFailed,
     Interrupted(i32),
 }
@@ -272,19 +277,21 @@ impl Worker<'_> {
             };
             let outcome = self.work_issue(&issue, claim)?;
             match outcome {
-                Outcome::Done if once => return Ok(exit::OK),
-                Outcome::Done => {}
+                Outcome::Done | Outcome::SetAside if once => return Ok(exit::OK),
+                Outcome::Done | Outcome::SetAside => {}
                 Outcome::AgentFailed => return Ok(exit::FAILED),
                 Outcome::Interrupted(code) => return Ok(code),
             }
         }
     }
 
-    /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins.
+    /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins. The
+    /// backend lists oldest first, so the 200 looked at are the queue's head however long
+    /// it is.
     fn claim_next(&self) -> Result<Option<(LabeledIssue, Claim)>, Failure> {
         let mut queue = self
             .tracker
-            .list_open_with_label(labels::READY_FOR_AGENT, 200)
+            .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
             .map_err(|e| Failure::failed(e.to_string()))?;
         queue.retain(|i| crate::tracker::is_claimable(&i.labels));
         queue.sort_by_key(|i| i.number);
@@ -371,6 +378,25 @@ impl Worker<'_> {
             let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir)?;
             match status {
                 AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
+                AgentEnd::NotStarted(StartFailure::Host(why)) => {
+                    // The host's fault, not the issue's: the issue goes back untouched (the
+                    // interruption path below) and the supervisor parks the slot.
+                    Err(Failure::config(why))
+                }
+                AgentEnd::NotStarted(StartFailure::Issue(why)) => {
+                    // Every worker would fail the same way on this issue: never requeue it.
+                    finished.set(true);
+                    state.write("set-aside")?;
+                    self.tracker
+                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
+                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    let body = format!(
+                        "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
+                    );
+                    let _ = self.tracker.comment(n, &body);
+                    eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
+                    Ok(Outcome::SetAside)
+                }
                 AgentEnd::Exited(0) => {
                     finished.set(true);
                     state.write("publish")?;
@@ -422,7 +448,7 @@ impl Worker<'_> {
         // Only a finished attempt's worktree goes, and only when clean (git refuses a dirty
         // one): after a failure or an interruption the agent's uncommitted work is kept
         // beside the attempt's state for a person, until orphan cleanup judges the attempt.
-        let done = matches!(result, Ok(Outcome::Done));
+        let done = matches!(result, Ok(Outcome::Done | Outcome::SetAside));
         if worktree.exists() {
             match done.then(|| self.git.worktree_remove(&worktree, false)) {
                 Some(Ok(())) => {}
@@ -487,18 +513,22 @@ impl Worker<'_> {
         cmd.args(&self.agent[1..])
             .current_dir(worktree)
             .env("RED_AFK_ISSUE", issue.number.to_string())
-            .env("RED_AFK_ISSUE_TITLE", title)
-            .env("RED_AFK_ISSUE_BODY", &issue.body)
             .env("RED_AFK_BRANCH", branch)
             .env("RED_AFK_WORKTREE", worktree)
             .env("RED_AFK_ATTEMPT_DIR", attempt_dir)
             .env("RED_AFK_RUNNER", &self.wenv.runner);
-        let mut child = cmd.spawn().map_err(|e| {
-            Failure::failed(format!(
-                "agent.command {:?} could not start: {e}",
-                self.agent[0]
-            ))
-        })?;
+        pass_issue_texts(&mut cmd, attempt_dir, title, &issue.body)?;
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let why = format!("agent.command {:?} could not start: {e}", self.agent[0]);
+                return match start_blame(&e) {
+                    Blame::Issue => Ok(AgentEnd::NotStarted(StartFailure::Issue(why))),
+                    Blame::Host => Ok(AgentEnd::NotStarted(StartFailure::Host(why))),
+                    Blame::Unknown => Err(Failure::failed(why)),
+                };
+            }
+        };
         // Liveness records mark progress, not mere existence: one when the agent starts, then
         // one whenever its worktree moves (a new commit or changed files), checked every
         // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
@@ -508,7 +538,7 @@ impl Worker<'_> {
         let wt = Git::new(worktree);
         let mut seen = worktree_fingerprint(&wt);
         let every = Duration::from_secs(self.wenv.liveness_s);
-        let mut next_look = Instant::now() + every;
+        let mut next_look = timeutil::deadline(Instant::now(), every);
         loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
@@ -516,7 +546,7 @@ impl Worker<'_> {
                     append_liveness(&liveness, issue.number, "progress");
                     seen = now;
                 }
-                next_look = Instant::now() + every;
+                next_look = timeutil::deadline(Instant::now(), every);
             }
             match child.try_wait() {
                 Ok(Some(status)) => {
@@ -539,7 +569,7 @@ impl Worker<'_> {
                 // issue back before the supervisor's SIGKILL reaches the whole group.
                 stop_agent(
                     &mut child,
-                    Duration::from_millis(self.config.timing.stop_grace_s * 500),
+                    Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
                 );
                 return Ok(AgentEnd::Signalled(code));
             }
@@ -551,6 +581,94 @@ impl Worker<'_> {
 enum AgentEnd {
     Exited(i32),
     Signalled(i32),
+    NotStarted(StartFailure),
+}
+
+/// Why `execve` of the agent failed, by whose fault.
+enum StartFailure {
+    /// This issue's data (E2BIG, EINVAL): every worker would fail the same way on it.
+    Issue(String),
+    /// The host (the program is missing or not executable): exit 78, the slot is parked.
+    Host(String),
+}
+
+enum Blame {
+    Issue,
+    Host,
+    /// Anything else (out of memory, too many processes): a death, as before.
+    Unknown,
+}
+
+/// Whose fault a failed agent start is. The issue's texts are the only per-issue data in
+/// the agent's argv and environment, so an error about the size or the content of the
+/// arguments belongs to the issue; an error about the program belongs to the host.
+fn start_blame(e: &std::io::Error) -> Blame {
+    use nix::errno::Errno;
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::E2BIG | Errno::EINVAL) => Blame::Issue,
+        Some(
+            Errno::ENOENT
+            | Errno::EACCES
+            | Errno::EPERM
+            | Errno::ENOEXEC
+            | Errno::ENOTDIR
+            | Errno::EISDIR
+            | Errno::ELOOP
+            | Errno::ENAMETOOLONG
+            | Errno::ETXTBSY,
+        ) => Blame::Host,
+        // Rust refuses a NUL in an argument or variable before it calls execve.
+        None if e.kind() == std::io::ErrorKind::InvalidInput => Blame::Issue,
+        _ => Blame::Unknown,
+    }
+}
+
+/// The most bytes of one issue text put in an environment variable. Linux refuses a
+/// single string over 128 KiB (MAX_ARG_STRLEN) and all of argv and the environment over a
+/// quarter of the stack limit; 32 KiB per text leaves room for the rest.
+pub const ENV_TEXT_MAX: usize = 32 * 1024;
+
+/// Gives the agent the issue's title and body: whole, as files in the attempt dir
+/// (`issue-title.txt`, `issue-body.md`, named by `RED_AFK_ISSUE_TITLE_FILE` and
+/// `RED_AFK_ISSUE_BODY_FILE`), and bounded in `RED_AFK_ISSUE_TITLE` / `RED_AFK_ISSUE_BODY`
+/// (NULs dropped, cut at [`ENV_TEXT_MAX`] bytes on a character boundary), with
+/// `RED_AFK_ISSUE_TITLE_TRUNCATED=1` / `RED_AFK_ISSUE_BODY_TRUNCATED=1` when the variable
+/// is not the whole text.
+fn pass_issue_texts(
+    cmd: &mut Command,
+    attempt_dir: &Path,
+    title: &str,
+    body: &str,
+) -> Result<(), Failure> {
+    for (var, name, text) in [
+        ("RED_AFK_ISSUE_TITLE", "issue-title.txt", title),
+        ("RED_AFK_ISSUE_BODY", "issue-body.md", body),
+    ] {
+        let file = attempt_dir.join(name);
+        crate::fsutil::atomic_write(&file, text.as_bytes())
+            .map_err(|e| Failure::failed(format!("{}: {e}", file.display())))?;
+        let (value, whole) = env_form(text);
+        cmd.env(format!("{var}_FILE"), &file).env(var, value);
+        if whole {
+            cmd.env_remove(format!("{var}_TRUNCATED"));
+        } else {
+            cmd.env(format!("{var}_TRUNCATED"), "1");
+        }
+    }
+    Ok(())
+}
+
+/// `text` as an environment value: NULs dropped, at most [`ENV_TEXT_MAX`] bytes, cut on a
+/// character boundary; and whether that is the whole text.
+fn env_form(text: &str) -> (String, bool) {
+    let mut value = text.replace('\0', "");
+    let mut end = value.len().min(ENV_TEXT_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value.truncate(end);
+    let whole = value.len() == text.len();
+    (value, whole)
 }
 
 /// The agent shares the worker's process group, so a supervisor's group signal already
@@ -560,7 +678,7 @@ fn stop_agent(child: &mut Child, grace: Duration) {
     use nix::unistd::Pid;
     let pid = Pid::from_raw(child.id() as i32);
     let _ = kill(pid, Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
+    let deadline = timeutil::deadline(Instant::now(), grace);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             return;
@@ -686,7 +804,7 @@ impl AttemptFile {
     /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
     /// stage under `last` for people reading the dir later.
     fn write(&mut self, stage: &str) -> Result<(), Failure> {
-        let finished = matches!(stage, "done" | "failed" | "interrupted");
+        let finished = matches!(stage, "done" | "failed" | "interrupted" | "set-aside");
         if let Some(cur) = self.state.current.as_mut() {
             cur.stage = Some(stage.into());
         }
@@ -716,9 +834,50 @@ mod tests {
     }
 
     #[test]
+    fn env_forms_are_bounded_and_nul_free() {
+        assert_eq!(env_form("short"), ("short".into(), true));
+        assert_eq!(env_form("a\0b"), ("ab".into(), false));
+        let long = "é".repeat(ENV_TEXT_MAX);
+        let (v, whole) = env_form(&long);
+        assert!(!whole);
+        assert_eq!(v.len(), ENV_TEXT_MAX);
+        let (v, _) = env_form(&format!("x{long}"));
+        assert_eq!(v.len(), ENV_TEXT_MAX - 1, "cut before a split character");
+        assert!(long.starts_with(&v[1..]));
+    }
+
+    #[test]
+    fn start_failures_are_blamed() {
+        use std::io::{Error, ErrorKind};
+        let os = |e: nix::errno::Errno| Error::from_raw_os_error(e as i32);
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::E2BIG)),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&Error::new(ErrorKind::InvalidInput, "nul byte found")),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::ENOENT)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EACCES)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EAGAIN)),
+            Blame::Unknown
+        ));
+    }
+
+    #[test]
     fn worker_ids() {
         assert!(valid_worker_id("sup-12-slot-0-3"));
-        for bad in ["", "../x", "a/b", "-x", ".x", "a b"] {
+        for bad in [
+            "", "../x", "a/b", "-x", ".x", "a b", "a..b", "x.lock", "w.lock",
+        ] {
             assert!(!valid_worker_id(bad), "{bad}");
         }
     }

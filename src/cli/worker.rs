@@ -23,7 +23,8 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> Result<i32, Failure> {
     let selected =
         tracker::open(&config, &ctx.layout).map_err(|e| Failure::failed(e.to_string()))?;
     eprintln!("{}", selected.reason);
-    let wenv = WorkerEnv::from_env(&config::process_env(), &config);
+    let wenv =
+        WorkerEnv::from_env(&config::process_env(), &config).map_err(|e| Failure::config(e.0))?;
     let opts = WorkerOpts {
         once: args.once,
         boot_only: args.boot_only,

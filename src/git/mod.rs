@@ -268,28 +268,37 @@ pub fn check_branch_name(name: &str) -> GitResult<()> {
     if name == "@" || name == "HEAD" {
         return bad("not a branch");
     }
-    if name.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return bad("contains a control character");
-    }
-    if name
-        .chars()
-        .any(|c| matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
-    {
-        return bad("contains a character git forbids in ref names");
-    }
-    if name.contains("..") || name.contains("@{") || name.contains("//") {
-        return bad("contains '..', '@{' or '//'");
-    }
     if name.starts_with('/') || name.ends_with('/') || name.ends_with('.') {
         return bad("starts or ends with '/' or ends with '.'");
     }
-    if name
-        .split('/')
-        .any(|c| c.starts_with('.') || c.ends_with(".lock"))
-    {
-        return bad("a component starts with '.' or ends with '.lock'");
+    match name.split('/').find_map(ref_component_problem) {
+        Some(why) => bad(why),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Why `component` cannot be one `/`-separated component of a ref name under git's
+/// ref-format rules (git-check-ref-format), or `None` when it can: it must not be empty,
+/// start with `.`, end with `.lock`, contain `..` or `@{`, a control character, a space or
+/// any of `~ ^ : ? * [ \ /`. (That the whole name must not end with `.` or be `@` is the
+/// caller's concern.)
+pub fn ref_component_problem(component: &str) -> Option<&'static str> {
+    if component.is_empty() {
+        Some("has an empty component ('//')")
+    } else if component.starts_with('.') || component.ends_with(".lock") {
+        Some("a component starts with '.' or ends with '.lock'")
+    } else if component.contains("..") || component.contains("@{") {
+        Some("contains '..' or '@{'")
+    } else if component.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        Some("contains a control character")
+    } else if component
+        .chars()
+        .any(|c| matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\' | '/'))
+    {
+        Some("contains a character git forbids in ref names")
+    } else {
+        None
+    }
 }
 
 /// Checks a revision (`origin/main`, a sha, `HEAD~1`) before it is placed on a command line.

@@ -53,7 +53,7 @@ impl Git {
             .write(true)
             .open(&path)
             .map_err(|e| lock_err(e.to_string()))?;
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::timeutil::deadline(Instant::now(), self.timeout);
         let mut wait = Duration::from_millis(1);
         loop {
             match file.try_lock() {

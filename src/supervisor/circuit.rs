@@ -120,7 +120,7 @@ impl Circuit {
                 let step = step.saturating_add(1);
                 let backoff = self.params.backoff(step);
                 self.state = State::Open {
-                    probe_at: now + backoff,
+                    probe_at: crate::timeutil::deadline(now, backoff),
                     step,
                     backoff,
                 };
@@ -145,7 +145,7 @@ impl Circuit {
             let backoff = self.params.backoff(0);
             self.fast_deaths.clear();
             self.state = State::Open {
-                probe_at: now + backoff,
+                probe_at: crate::timeutil::deadline(now, backoff),
                 step: 0,
                 backoff,
             };
@@ -212,7 +212,10 @@ impl Circuit {
         match self.state {
             State::Closed => None,
             State::Open { probe_at, .. } => Some(probe_at),
-            State::HalfOpen { probe_started, .. } => Some(probe_started + self.params.fast_death),
+            State::HalfOpen { probe_started, .. } => Some(crate::timeutil::deadline(
+                probe_started,
+                self.params.fast_death,
+            )),
         }
     }
 }

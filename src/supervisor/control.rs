@@ -388,7 +388,7 @@ fn member_processes(layout: &Layout) -> Vec<(i32, u64)> {
 /// found (killing a group can leave members of other groups reparented, still running).
 /// Returns the pids that outlived it all.
 fn kill_leftovers(layout: &Layout, killed: &[(i32, u64)], timeout: Duration) -> Vec<i32> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::timeutil::deadline(Instant::now(), timeout);
     let mut all = killed.to_vec();
     loop {
         let rest = member_processes(layout);
@@ -461,7 +461,7 @@ fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
 }
 
 fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::timeutil::deadline(Instant::now(), timeout);
     loop {
         if cond() {
             return true;

@@ -118,7 +118,7 @@ impl Reaper {
             group,
             own_child,
             leader_exited,
-            kill_at: now.checked_add(self.grace).unwrap_or(now),
+            kill_at: crate::timeutil::deadline(now, self.grace),
             killed: false,
             recheck_at: now + FIRST_RECHECK,
             recheck_every: FIRST_RECHECK,

@@ -28,6 +28,7 @@ use crate::layout::Layout;
 use crate::pidfile;
 use crate::process;
 use crate::sweeps::{SweepCtx, SweepName};
+use crate::timeutil;
 use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker};
 
@@ -277,7 +278,7 @@ async fn event_loop(
 ) -> i32 {
     let mut due: Vec<Instant> = periodic
         .iter()
-        .map(|p| Instant::now() + p.interval)
+        .map(|p| timeutil::deadline(Instant::now(), p.interval))
         .collect();
     let running: Vec<Arc<AtomicBool>> = periodic
         .iter()
@@ -312,7 +313,7 @@ async fn event_loop(
         if fleet.stopping().is_none() {
             for (i, p) in periodic.iter_mut().enumerate() {
                 if now >= due[i] {
-                    due[i] = now + p.interval;
+                    due[i] = timeutil::deadline(now, p.interval);
                     start_periodic(p, &running[i], tx);
                 }
             }

@@ -306,6 +306,43 @@ fn label_csv(argv_hint: &str, labels: &[&str]) -> TrackerResult<String> {
     Ok(labels.join(","))
 }
 
+impl GhTracker {
+    /// `gh issue list --label L --state open --limit N [order] --json number,body,labels`.
+    fn labeled(
+        &self,
+        label: &str,
+        limit: usize,
+        order: &[&str],
+    ) -> TrackerResult<Vec<LabeledIssue>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = limit.to_string();
+        let mut args = vec![
+            "issue",
+            "list",
+            "--label",
+            label,
+            "--state",
+            "open",
+            "--limit",
+            limit.as_str(),
+        ];
+        args.extend_from_slice(order);
+        args.extend(["--json", "number,body,labels"]);
+        let rows: Vec<GhLabeledRow> = self.run_json(&args)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LabeledIssue {
+                number: r.number,
+                body: r.body.unwrap_or_default(),
+                labels: names(r.labels),
+                title: None,
+            })
+            .collect())
+    }
+}
+
 impl Tracker for GhTracker {
     fn kind(&self) -> &'static str {
         "gh"
@@ -410,32 +447,17 @@ impl Tracker for GhTracker {
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let limit = limit.to_string();
-        let args = [
-            "issue",
-            "list",
-            "--label",
-            label,
-            "--state",
-            "open",
-            "--limit",
-            limit.as_str(),
-            "--json",
-            "number,body,labels",
-        ];
-        let rows: Vec<GhLabeledRow> = self.run_json(&args)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| LabeledIssue {
-                number: r.number,
-                body: r.body.unwrap_or_default(),
-                labels: names(r.labels),
-                title: None,
-            })
-            .collect())
+        self.labeled(label, limit, &[])
+    }
+
+    /// `--search sort:created-asc` makes GitHub sort before it cuts at `--limit`; on GitHub
+    /// numbers follow creation, so this is lowest number first.
+    fn list_open_with_label_oldest_first(
+        &self,
+        label: &str,
+        limit: usize,
+    ) -> TrackerResult<Vec<LabeledIssue>> {
+        self.labeled(label, limit, &["--search", "sort:created-asc"])
     }
 
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {

@@ -133,6 +133,16 @@ impl std::str::FromStr for StateFilter {
     }
 }
 
+/// The order issues are read in, by number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Highest number first, as `issue list` (and gh) show them.
+    #[default]
+    NewestFirst,
+    /// Lowest number first: the claim order.
+    OldestFirst,
+}
+
 /// A listing filter: a state and labels that must all be present.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
@@ -326,7 +336,7 @@ impl LocalTracker {
     /// Polls for the lock with a short backoff until the timeout, then gives up with a
     /// transient error: the holder may finish, so nothing must act on it as a verdict.
     fn wait_for_lock(&self, f: &File, shared: bool, path: &Path, op: &str) -> TrackerResult<()> {
-        let deadline = Instant::now() + self.lock_timeout;
+        let deadline = timeutil::deadline(Instant::now(), self.lock_timeout);
         let mut pause = Duration::from_millis(1);
         loop {
             let attempt = if shared {
@@ -403,13 +413,32 @@ impl LocalTracker {
     }
 
     fn all_issues(&self, op: &str) -> TrackerResult<Vec<Issue>> {
+        self.issues_in_order(op, Order::NewestFirst, usize::MAX, |_| true)
+    }
+
+    /// The first `limit` issues in `order` that `keep` accepts; files past them are not
+    /// read, so the oldest few of a 10,000-issue store cost a few reads.
+    fn issues_in_order(
+        &self,
+        op: &str,
+        order: Order,
+        limit: usize,
+        keep: impl Fn(&Issue) -> bool,
+    ) -> TrackerResult<Vec<Issue>> {
         let _lock = self.lock_shared(op)?;
         let mut numbers = self.numbers("issues", op)?;
-        numbers.sort_unstable_by(|a, b| b.cmp(a));
-        let mut out = Vec::with_capacity(numbers.len());
+        match order {
+            Order::NewestFirst => numbers.sort_unstable_by(|a, b| b.cmp(a)),
+            Order::OldestFirst => numbers.sort_unstable(),
+        }
+        let mut out = Vec::new();
         for n in numbers {
+            if out.len() >= limit {
+                break;
+            }
             match self.read_issue(n, op) {
-                Ok(i) => out.push(i),
+                Ok(i) if keep(&i) => out.push(i),
+                Ok(_) => {}
                 // Removed between the listing and the read: it is simply not there.
                 Err(e) if e.kind == ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
@@ -565,6 +594,23 @@ fn canonical(path: &Path) -> PathBuf {
     }
 }
 
+impl LocalTracker {
+    /// Open issues carrying `label`, the first `limit` in `order`.
+    fn labeled(&self, label: &str, limit: usize, order: Order) -> TrackerResult<Vec<LabeledIssue>> {
+        let open_with_label = |i: &Issue| i.state == IssueState::Open && i.has_label(label);
+        Ok(self
+            .issues_in_order("local issue list", order, limit, open_with_label)?
+            .into_iter()
+            .map(|i| LabeledIssue {
+                number: i.number,
+                body: i.body,
+                labels: i.labels,
+                title: Some(i.title),
+            })
+            .collect())
+    }
+}
+
 impl Tracker for LocalTracker {
     fn kind(&self) -> &'static str {
         "local"
@@ -637,18 +683,15 @@ impl Tracker for LocalTracker {
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {
-        Ok(self
-            .all_issues("local issue list")?
-            .into_iter()
-            .filter(|i| i.state == IssueState::Open && i.has_label(label))
-            .take(limit)
-            .map(|i| LabeledIssue {
-                number: i.number,
-                body: i.body,
-                labels: i.labels,
-                title: Some(i.title),
-            })
-            .collect())
+        self.labeled(label, limit, Order::NewestFirst)
+    }
+
+    fn list_open_with_label_oldest_first(
+        &self,
+        label: &str,
+        limit: usize,
+    ) -> TrackerResult<Vec<LabeledIssue>> {
+        self.labeled(label, limit, Order::OldestFirst)
     }
 
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {

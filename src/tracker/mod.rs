@@ -170,6 +170,14 @@ pub trait Tracker: Send + Sync {
     /// Open issues carrying `label`, with their bodies.
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>>;
 
+    /// Open issues carrying `label`, oldest (lowest number) first: the first `limit` of the
+    /// whole queue in claim order, however many issues there are. The worker claims from it.
+    fn list_open_with_label_oldest_first(
+        &self,
+        label: &str,
+        limit: usize,
+    ) -> TrackerResult<Vec<LabeledIssue>>;
+
     /// Opens a pull request from `head` into `base`; returns its URL or local id.
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String>;
 

@@ -1,7 +1,8 @@
 # A fake GitHub CLI for tests. Installed as `gh` by tests/support/fake_gh.rs, which
 # prepends a shebang naming the python3 interpreter it found.
 #
-# It accepts exactly the argv of SPEC section 7 (each optionally with `--repo X`; never on
+# It accepts exactly the argv of SPEC section 7 plus the worker's oldest-first claim
+# listing (`--search sort:created-asc`), each optionally with `--repo X` (never on
 # `auth status`, which the real gh rejects) and answers from `state.json` beside this
 # script. Anything else exits 2 with `unknown gh invocation: <argv>` on stderr.
 #
@@ -130,6 +131,10 @@ def newest_first(issues):
     return sorted(issues, key=lambda i: i["number"], reverse=True)
 
 
+def oldest_first(issues):
+    return sorted(issues, key=lambda i: i["number"])
+
+
 def dump(value):
     return json.dumps(value, indent=2) + "\n"
 
@@ -160,15 +165,20 @@ def handle(argv, state):
         ]
         raise Reply(0, stdout=dump(rows))
 
-    v = match(rest, ["issue", "list", "--label", anything, "--state", "open", "--limit", positive, "--json", "number,body,labels"])
-    if v is not None:
-        label, limit = v[0], int(v[1])
-        rows = [
-            {"body": i.get("body", ""), "labels": label_objs(i["labels"]), "number": i["number"]}
-            for i in newest_first(state["issues"])
-            if i["state"] == "OPEN" and label in i["labels"]
-        ][:limit]
-        raise Reply(0, stdout=dump(rows))
+    # The worker's claim listing adds `--search sort:created-asc` (README, "The built-in
+    # worker"): GitHub then sorts oldest first before cutting at the limit.
+    labeled = ["issue", "list", "--label", anything, "--state", "open", "--limit", positive]
+    json_fields = ["--json", "number,body,labels"]
+    for extra, order in (([], newest_first), (["--search", "sort:created-asc"], oldest_first)):
+        v = match(rest, labeled + extra + json_fields)
+        if v is not None:
+            label, limit = v[0], int(v[1])
+            rows = [
+                {"body": i.get("body", ""), "labels": label_objs(i["labels"]), "number": i["number"]}
+                for i in order(state["issues"])
+                if i["state"] == "OPEN" and label in i["labels"]
+            ][:limit]
+            raise Reply(0, stdout=dump(rows))
 
     v = match(rest, ["issue", "view", positive, "--json", "state,labels"])
     if v is not None:

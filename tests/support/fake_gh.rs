@@ -2,7 +2,8 @@
 //!
 //! [`FakeGh::install`] writes an executable `gh` (a Python 3 script, `fake_gh.py`) into
 //! `<TestEnv>/fake-gh/bin/`, backed by `state.json` beside it. It accepts exactly the argv of
-//! SPEC §7, each with or without `--repo X` (never on `auth status`, which the real gh
+//! SPEC §7 plus the worker's oldest-first claim listing (`--search sort:created-asc`), each
+//! with or without `--repo X` (never on `auth status`, which the real gh
 //! rejects), and exits 2 with `unknown gh invocation: <argv>` on anything else. Every call is
 //! logged, so tests can count calls and check argv.
 //!

@@ -312,6 +312,14 @@ impl afk_supervisor::tracker::Tracker for Counting<'_> {
         self.log(format!("list-label {label}"));
         self.inner.list_open_with_label(label, limit)
     }
+    fn list_open_with_label_oldest_first(
+        &self,
+        label: &str,
+        limit: usize,
+    ) -> afk_supervisor::tracker::TrackerResult<Vec<afk_supervisor::tracker::LabeledIssue>> {
+        self.log(format!("list-label-oldest {label}"));
+        self.inner.list_open_with_label_oldest_first(label, limit)
+    }
     fn pr_create(
         &self,
         base: &str,

@@ -143,7 +143,10 @@ impl Fleet {
             layout,
             params: circuit::Params::from_timing(&timing),
             reaper: Reaper::new(Duration::from_secs(timing.stop_grace_s)),
-            next_tick: Instant::now() + Duration::from_secs(timing.tick_s),
+            next_tick: crate::timeutil::deadline(
+                Instant::now(),
+                Duration::from_secs(timing.tick_s),
+            ),
             timing,
             argv,
             runner: config.worker.runner.clone(),

@@ -6,6 +6,7 @@ use nix::sys::signal::Signal;
 
 use super::*;
 use crate::process;
+use crate::timeutil;
 
 impl Fleet {
     // ---- stopping ----
@@ -24,7 +25,12 @@ impl Fleet {
         // One grace for the worker groups, one for descendants that left them.
         self.stopping = Some(Stopping {
             code,
-            give_up_at: now + grace * 2 + Duration::from_secs(10),
+            give_up_at: timeutil::deadline(
+                now,
+                grace
+                    .saturating_mul(2)
+                    .saturating_add(Duration::from_secs(10)),
+            ),
         });
         let live: Vec<(i32, Group, bool)> = self
             .slots
@@ -74,7 +80,7 @@ impl Fleet {
                 ),
             ));
         }
-        let sig = if now >= since + grace {
+        let sig = if now >= timeutil::deadline(since, grace) {
             Signal::SIGKILL
         } else {
             Signal::SIGTERM
@@ -148,7 +154,8 @@ impl Fleet {
             let grace = Duration::from_secs(self.timing.stop_grace_s);
             for p in strays {
                 Reaper::signal_stray(&p, Signal::SIGTERM);
-                self.stray_kills.push((p.pid, p.start, now + grace));
+                self.stray_kills
+                    .push((p.pid, p.start, timeutil::deadline(now, grace)));
             }
         }
         self.stray_kills.retain(|&(pid, start, kill_at)| {

@@ -37,7 +37,8 @@ impl Fleet {
         self.release_claims(&done);
         self.circuits(now);
         if now >= self.next_tick {
-            self.next_tick = now + Duration::from_secs(self.timing.tick_s);
+            self.next_tick =
+                crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
             self.tick(now);
         }
     }

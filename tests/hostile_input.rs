@@ -1,0 +1,428 @@
+//! Hostile input from outside (issue 16): issue texts too big or too strange for an
+//! environment string, huge numbers in `RED_AFK_*`, a queue too long for one listing and
+//! worker ids git refuses as branch components. Real processes throughout: the built-in
+//! worker (`worker --once`) with a shell script as its agent, the real local tracker, and
+//! the fake `gh` of tests/support where GitHub is the backend.
+
+mod support;
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use afk_supervisor::layout::Layout;
+use afk_supervisor::tracker::LocalTracker;
+use support::fake_gh::{FakeGh, FakeIssue};
+use support::{Repo, TestEnv, local_comments, local_labels, wait_until};
+
+/// Where the agent script copies what it was given.
+const SEEN: &str = "seen";
+
+/// An agent that records every text variable and file it was given (`set -u`: a missing
+/// variable fails it), then exits 0.
+const RECORDING_AGENT: &str = r#"
+out="$AFK_TEST_SEEN"
+mkdir -p "$out"
+cp "$RED_AFK_ISSUE_TITLE_FILE" "$out/title.file"
+cp "$RED_AFK_ISSUE_BODY_FILE" "$out/body.file"
+printf %s "$RED_AFK_ISSUE_TITLE" > "$out/title.env"
+printf %s "$RED_AFK_ISSUE_BODY" > "$out/body.env"
+printf %s "${RED_AFK_ISSUE_TITLE_TRUNCATED:-0}" > "$out/title.truncated"
+printf %s "${RED_AFK_ISSUE_BODY_TRUNCATED:-0}" > "$out/body.truncated"
+"#;
+
+struct Fx {
+    env: TestEnv,
+    repo: Repo,
+    tracker: LocalTracker,
+}
+
+impl Fx {
+    /// A repo on the local tracker whose agent is `script`, or the program `agent` names.
+    fn new(agent: Agent) -> Self {
+        let env = TestEnv::new();
+        let repo = env.repo_with_origin();
+        let program = match agent {
+            Agent::Script(script) => {
+                let path = env.path().join("agent.sh");
+                fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+                path
+            }
+            Agent::Missing => env.path().join("no-such-agent"),
+        };
+        env.write(
+            &repo.path,
+            ".red/afk-supervisor.toml",
+            &format!(
+                "[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n[agent]\ncommand = [{:?}]\n",
+                program.display().to_string()
+            ),
+        );
+        fs::write(
+            repo.path.join(".git/info/exclude"),
+            ".red/tmp/\n.red/state/\n",
+        )
+        .unwrap();
+        let tracker = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+        Fx { env, repo, tracker }
+    }
+
+    fn seen(&self) -> PathBuf {
+        self.env.path().join(SEEN)
+    }
+
+    fn read_seen(&self, name: &str) -> Vec<u8> {
+        fs::read(self.seen().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    fn worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Command {
+        let mut c = self.env.bin();
+        c.arg("--repo")
+            .arg(&self.repo.path)
+            .arg("worker")
+            .args(args)
+            .env("AFK_TEST_SEEN", self.seen())
+            .envs(vars.iter().copied());
+        c
+    }
+
+    fn run_worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        self.worker(args, vars).output().unwrap()
+    }
+
+    fn labels(&self, n: u64) -> Vec<String> {
+        local_labels(&self.tracker, n)
+    }
+
+    fn comments(&self, n: u64) -> Vec<String> {
+        local_comments(&self.tracker, n)
+    }
+
+    fn branches(&self) -> Vec<String> {
+        self.env
+            .git(
+                &self.repo.path,
+                &["branch", "--list", "--format=%(refname:short)", "afk/*"],
+            )
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+enum Agent<'a> {
+    Script(&'a str),
+    Missing,
+}
+
+const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
+
+fn describe(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The bound of the environment form of an issue text (README, "The built-in worker").
+const ENV_TEXT_MAX: usize = 32 * 1024;
+
+// ---- 1. issue texts that no environment string can hold ----
+
+/// A body far over Linux's 128 KiB per-string limit (multi-byte, so the cut must find a
+/// UTF-8 boundary) reaches the agent whole through a file and bounded in the environment.
+#[test]
+fn a_huge_body_reaches_the_agent_through_a_file() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    let body = "é🦀 hostile body line\n".repeat(9000);
+    assert!(body.len() > 200 * 1024);
+    let n = f
+        .tracker
+        .create("Huge body", &body, &["ready-for-agent"])
+        .unwrap();
+
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-human"]);
+    assert_eq!(f.read_seen("body.file"), body.as_bytes());
+    let env_form = String::from_utf8(f.read_seen("body.env")).expect("cut at a char boundary");
+    assert!(env_form.len() <= ENV_TEXT_MAX, "{}", env_form.len());
+    assert!(env_form.len() > ENV_TEXT_MAX - 4, "{}", env_form.len());
+    assert!(body.starts_with(&env_form));
+    assert_eq!(f.read_seen("body.truncated"), b"1");
+    assert_eq!(f.read_seen("title.env"), b"Huge body");
+    assert_eq!(f.read_seen("title.truncated"), b"0");
+}
+
+/// A NUL in a local title (and body) cannot be in an environment string: the files keep
+/// it, the variables drop it and say so.
+#[test]
+fn a_nul_in_a_local_title_does_not_stop_the_agent() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    let n = f
+        .tracker
+        .create("Fix\0 the parser", "a\0b", &["ready-for-agent"])
+        .unwrap();
+
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-human"]);
+    assert_eq!(f.read_seen("title.file"), b"Fix\0 the parser");
+    assert_eq!(f.read_seen("title.env"), b"Fix the parser");
+    assert_eq!(f.read_seen("title.truncated"), b"1");
+    assert_eq!(f.read_seen("body.file"), b"a\0b");
+    assert_eq!(f.read_seen("body.env"), b"ab");
+    assert_eq!(f.read_seen("body.truncated"), b"1");
+}
+
+/// The size of an environment as `execve` counts it: each string with its NUL, and a
+/// pointer per string.
+fn exec_size(vars: &[(OsString, OsString)]) -> usize {
+    vars.iter().map(|(k, v)| k.len() + v.len() + 2 + 8).sum()
+}
+
+/// When this issue's data is what makes the agent's `execve` fail (here: E2BIG, with the
+/// host's argument space at its 128 KiB floor), the issue is set aside for a human with one
+/// comment, and the worker goes on to the next issue instead of handing it back to be
+/// claimed again by every worker.
+#[test]
+fn an_issue_the_agent_cannot_be_started_for_is_set_aside_for_a_human() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let big = f
+        .tracker
+        .create(
+            "Too big to start",
+            &"x".repeat(64 * 1024),
+            &["ready-for-agent"],
+        )
+        .unwrap();
+    let small = f
+        .tracker
+        .create("Small", "fine", &["ready-for-agent"])
+        .unwrap();
+
+    // With RLIMIT_STACK at 512 KiB, argv + environment may take 128 KiB. Fill the worker's
+    // environment so that it and its git calls fit with room to spare, while the 32 KiB
+    // environment form of the big body does not.
+    let c = f.worker(&[], &SUPERVISED);
+    let bin = c.get_program().to_os_string();
+    let args: Vec<OsString> = c.get_args().map(|a| a.to_os_string()).collect();
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            !k.starts_with("RED_AFK_") && !k.starts_with("GIT_")
+        })
+        .collect();
+    for (k, v) in c.get_envs() {
+        vars.retain(|(have, _)| have != k);
+        if let Some(v) = v {
+            vars.push((k.to_os_string(), v.to_os_string()));
+        }
+    }
+    let used = exec_size(&vars) + args.iter().map(|a| a.len() + 9).sum::<usize>() + 4096;
+    let room = 128 * 1024 - 24 * 1024;
+    assert!(used < room, "the test's own environment is too big: {used}");
+    vars.push(("AFK_TEST_PADDING".into(), "p".repeat(room - used).into()));
+    let mut sh = Command::new("sh");
+    sh.env_clear()
+        .envs(vars)
+        .args(["-c", "ulimit -s 512 && exec \"$@\"", "sh"])
+        .arg(bin)
+        .args(args);
+    let o = sh.output().unwrap();
+
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert_eq!(f.labels(big), vec!["ready-for-human"]);
+    let comments = f.comments(big);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].contains("could not be started for this issue"),
+        "{comments:?}"
+    );
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+    // The worker went on with the next issue.
+    assert_eq!(f.labels(small), vec!["ready-for-human"]);
+    assert_eq!(f.comments(small).len(), 1);
+}
+
+/// An agent program that is not there is the host's fault (exit 78: the supervisor parks the
+/// slot), and the issue goes back untouched: no comment, no `running`.
+#[test]
+fn a_missing_agent_program_is_a_host_error_and_leaves_the_issue_alone() {
+    let f = Fx::new(Agent::Missing);
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no-such-agent"), "{err}");
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(f.comments(n).is_empty());
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+}
+
+// ---- 2. huge numbers from the environment ----
+
+#[test]
+fn a_huge_stop_grace_from_the_environment_is_a_config_error() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let mut sup = f
+        .env
+        .bin()
+        .arg("--repo")
+        .arg(&f.repo.path)
+        .args(["run", "--workers", "0"])
+        .env("RED_AFK_STOP_GRACE_S", u64::MAX.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before the fix the supervisor started and died of a panic on SIGTERM.
+    if !wait_until(Duration::from_secs(20), || {
+        sup.try_wait().ok().flatten().is_some()
+    }) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sup.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let o = sup.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("RED_AFK_STOP_GRACE_S"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("out of range"), "{line}");
+}
+
+#[test]
+fn a_huge_liveness_interval_is_a_config_error_before_any_claim() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let max = u64::MAX.to_string();
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_LIVENESS_S", &max));
+    let o = f.run_worker(&["--once"], &vars);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("RED_AFK_LIVENESS_S"), "{err}");
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+}
+
+// ---- 3. the oldest issues first, however long the queue ----
+
+/// Writes `count` open `ready-for-agent` issues straight into the local store in the
+/// documented hand-editable format (README, "The local store"), `#2` without the label.
+fn fill_store(f: &Fx, count: u64) {
+    let dir = f.tracker.dir().join("issues");
+    fs::create_dir_all(&dir).unwrap();
+    for n in 1..=count {
+        let labels = if n == 2 {
+            "[]"
+        } else {
+            "[\"ready-for-agent\"]"
+        };
+        fs::write(
+            dir.join(format!("{n}.toml")),
+            format!(
+                "number = {n}\ntitle = \"issue {n}\"\nstate = \"OPEN\"\nlabels = {labels}\n\
+                 created_at = \"2026-01-01T00:00:00Z\"\nbody = \"\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    fs::write(
+        f.tracker.dir().join("meta.toml"),
+        format!("next_issue = {}\nnext_pr = 1\n", count + 1),
+    )
+    .unwrap();
+}
+
+#[test]
+fn with_ten_thousand_local_issues_the_lowest_numbers_are_claimed_first() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    fill_store(&f, 10_000);
+    for expected in [1, 3] {
+        let o = f.run_worker(&["--once"], &SUPERVISED);
+        assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(&format!("claimed #{expected} ")),
+            "{}",
+            describe(&o)
+        );
+        assert_eq!(f.labels(expected), vec!["ready-for-human"]);
+    }
+    assert!(f.labels(2).is_empty());
+    for n in [4, 9_801, 10_000] {
+        assert_eq!(f.labels(n), vec!["ready-for-agent"], "#{n}");
+    }
+}
+
+#[test]
+fn on_github_the_lowest_numbers_are_claimed_first() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let gh = FakeGh::install(&f.env);
+    let issues: Vec<FakeIssue> = (1..=300)
+        .map(|n| FakeIssue::open(n, &["ready-for-agent"]))
+        .collect();
+    gh.set_issues(&issues);
+    let o = f
+        .worker(&["--once"], &SUPERVISED)
+        .env("PATH", gh.path_env())
+        .args(["--tracker", "gh"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let labels = |n: u64| gh.issue(n).unwrap().labels;
+    assert_eq!(labels(1), vec!["ready-for-human"]);
+    for n in [2, 101, 300] {
+        assert_eq!(labels(n), vec!["ready-for-agent"], "#{n}");
+    }
+    let listings: Vec<Vec<String>> = gh
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with(&["issue".into(), "list".into()]))
+        .collect();
+    assert_eq!(listings.len(), 1, "{listings:?}");
+    assert!(
+        listings[0]
+            .windows(2)
+            .any(|w| w == ["--search", "sort:created-asc"]),
+        "{listings:?}"
+    );
+}
+
+// ---- 5. worker ids git refuses as a branch component ----
+
+#[test]
+fn worker_ids_git_refuses_fall_back_to_a_solo_id_before_claiming() {
+    for bad in ["a..b", "x.lock"] {
+        let f = Fx::new(Agent::Script("exit 0"));
+        let n = f
+            .tracker
+            .create("Any", "body", &["ready-for-agent"])
+            .unwrap();
+        let o = f.run_worker(
+            &["--once"],
+            &[("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", bad)],
+        );
+        assert_eq!(o.status.code(), Some(0), "{bad}: {}", describe(&o));
+        assert_eq!(f.labels(n), vec!["ready-for-human"], "{bad}");
+        let branches = f.branches();
+        assert_eq!(branches.len(), 1, "{bad}: {branches:?}");
+        assert!(branches[0].starts_with("afk/solo-"), "{bad}: {branches:?}");
+    }
+}
