@@ -11,7 +11,6 @@ mod fleet;
 mod support;
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::SystemTime;
@@ -29,8 +28,24 @@ const SLEEPER: &str = "sleep 1000 &\nwait\n";
 /// few tens of MiB are normal; reading `/dev/zero` reaches gigabytes within a tick.
 const RSS_CAP_KB: u64 = 200 * 1024;
 
-/// Address space allowed to a control command: reading `/dev/zero` whole exceeds it.
-const COMMAND_AS_LIMIT: u64 = 2 << 30;
+/// Address space allowed to this test process and so to every supervisor and command it
+/// starts: reading `/dev/zero` whole fails at this size instead of exhausting the machine's
+/// memory, so a regression ends in a failed test, not an out-of-memory host.
+const ADDRESS_SPACE_LIMIT: u64 = 3 << 30;
+
+/// Applies [`ADDRESS_SPACE_LIMIT`] once; every test calls it first.
+fn bound_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let lim = libc::rlimit {
+            rlim_cur: ADDRESS_SPACE_LIMIT,
+            rlim_max: ADDRESS_SPACE_LIMIT,
+        };
+        // SAFETY: setrlimit reads the struct and changes only this process's limit.
+        let rc = unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+        assert_eq!(rc, 0, "setrlimit: {}", std::io::Error::last_os_error());
+    });
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
@@ -108,29 +123,19 @@ struct Done {
     stderr: String,
 }
 
-/// Runs a control command with an address-space limit; a command still running after
+/// Runs a control command (under the address-space limit); a command still running after
 /// `WAIT` is killed and fails the test as wedged. Output goes to files, so a huge message
 /// cannot block the command on a full pipe.
 fn run_bounded(f: &Fleet, args: &[&str]) -> Done {
     let n = fs::read_dir(f.env.path()).unwrap().count();
-    let (out_p, err_p) = (f.file(&format!("cmd-{n}.out")), f.file(&format!("cmd-{n}.err")));
+    let (out_p, err_p) = (
+        f.file(&format!("cmd-{n}.out")),
+        f.file(&format!("cmd-{n}.err")),
+    );
     let mut cmd = f.cmd(args);
     cmd.stdin(Stdio::null())
         .stdout(fs::File::create(&out_p).unwrap())
         .stderr(fs::File::create(&err_p).unwrap());
-    // SAFETY: setrlimit is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: COMMAND_AS_LIMIT,
-                rlim_max: COMMAND_AS_LIMIT,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = cmd.spawn().unwrap();
     let mut status = None;
     let finished = wait_until(WAIT, || {
@@ -171,6 +176,7 @@ fn remove_planted(p: &Path) {
 /// exit 1, the pid files gone again (so `status` says nothing runs) and the file kept.
 #[test]
 fn start_up_files_that_make_running_impossible_fail_at_once_naming_the_file() {
+    bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     let l = f.layout.clone();
     let durable = plant_durable(&f);
@@ -178,7 +184,11 @@ fn start_up_files_that_make_running_impossible_fail_at_once_naming_the_file() {
         (l.event_log(), Form::Fifo, "not a regular file (a FIFO)"),
         (l.event_log(), Form::DevZero, "is a symlink"),
         (l.event_log(), Form::Dir, "a directory"),
-        (l.supervisor_lock(), Form::Fifo, "not a regular file (a FIFO)"),
+        (
+            l.supervisor_lock(),
+            Form::Fifo,
+            "not a regular file (a FIFO)",
+        ),
         (l.supervisor_lock(), Form::DevZero, "is a symlink"),
         (l.state_file(), Form::Dir, "is a directory"),
         (tmp_file(&l.state_file()), Form::Dir, "is a directory"),
@@ -211,13 +221,17 @@ fn start_up_files_that_make_running_impossible_fail_at_once_naming_the_file() {
 /// supervisor and for `stop` alike.
 #[test]
 fn hostile_config_file_is_one_short_line_and_exit_78() {
+    bound_memory();
     let f = Fleet::new(SLEEPER, FAST_TIMING);
     let cfg = f.repo.join(".red/afk-supervisor.toml");
     // Under the 1 MiB read cap, so the parser sees it and quotes it.
     let huge_key = format!("[fleet]\n{} = 2\n", "k".repeat(1 << 19));
     let cases: [(Option<Form>, &str); 6] = [
         (Some(Form::Fifo), "not a regular file (a FIFO)"),
-        (Some(Form::DevZero), "not a regular file (a character device)"),
+        (
+            Some(Form::DevZero),
+            "not a regular file (a character device)",
+        ),
         (Some(Form::Dir), "not a regular file (a directory)"),
         (Some(Form::Huge), "larger than"),
         (Some(Form::Garbage), "afk-supervisor.toml:1:"),
@@ -249,6 +263,7 @@ fn hostile_config_file_is_one_short_line_and_exit_78() {
 /// supervisor rewrite them), nothing else is deleted, memory stays bounded, and SIGTERM is
 /// answered.
 fn start_with(planted: &[(fn(&Fleet) -> PathBuf, Form)], logged: &[&str]) {
+    bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     let durable = plant_durable(&f);
     let forms: Vec<(PathBuf, Form)> = planted.iter().map(|(p, form)| (p(&f), *form)).collect();
@@ -256,6 +271,14 @@ fn start_with(planted: &[(fn(&Fleet) -> PathBuf, Form)], logged: &[&str]) {
         plant(p, *form, &victim(&f));
     }
     f.start(&["--workers", "1"]);
+    // Waited for through the event log and a look at the lane that cannot block (the
+    // heartbeat helper reads `state.toon`, which may still be the planted file).
+    f.wait_events("slot.spawn", 1);
+    let is_file = || fs::symlink_metadata(f.layout.state_file()).is_ok_and(|m| m.is_file());
+    assert!(
+        wait_until(WAIT, is_file),
+        "state.toon not rewritten as a file"
+    );
     f.wait_workers(1);
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 2);
@@ -266,13 +289,14 @@ fn start_with(planted: &[(fn(&Fleet) -> PathBuf, Form)], logged: &[&str]) {
         .collect();
     for needle in logged {
         let hits = errors.iter().filter(|m| m.contains(needle)).count();
-        assert_eq!(hits, 1, "{needle:?} logged {hits} times; log:\n{}", f.dump());
+        assert_eq!(
+            hits,
+            1,
+            "{needle:?} logged {hits} times; log:\n{}",
+            f.dump()
+        );
     }
     assert_bounded_memory(&f);
-    assert!(
-        fs::symlink_metadata(f.layout.state_file()).is_ok_and(|m| m.is_file()),
-        "state.toon not rewritten as a file"
-    );
     sigterm_and_expect_143(&mut f);
     assert_intact(&f, &durable, &forms);
     assert_eq!(f.live_script_processes(), 0);
@@ -367,6 +391,7 @@ fn pid_files_fifos_and_links_at_start_are_replaced_never_followed() {
 /// hostile files in place.
 #[test]
 fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
+    bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     let durable = plant_durable(&f);
     f.start(&["--workers", "1"]);
@@ -383,13 +408,19 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
         plant(&resize_p, form, &victim(&f));
         let evs = f.wait_events("supervisor.error", errors + 1);
         let msg = &evs.last().unwrap().msg;
-        assert!(msg.contains("resize.toon: ") && msg.contains(why), "{form:?}: {msg}");
+        assert!(
+            msg.contains("resize.toon: ") && msg.contains(why),
+            "{form:?}: {msg}"
+        );
         assert_eq!(msg.lines().count(), 1);
         assert!(msg.len() < 400, "{form:?}: {} bytes", msg.len());
         // The loop still turns: a killed worker is respawned, the error is not repeated.
         kill(worker, Signal::SIGKILL);
         assert!(
-            wait_until(WAIT, || f.worker_pids().first().is_some_and(|p| *p != worker)),
+            wait_until(WAIT, || f
+                .worker_pids()
+                .first()
+                .is_some_and(|p| *p != worker)),
             "{form:?}: no respawn; log:\n{}",
             f.dump()
         );
@@ -400,7 +431,10 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
         assert_bounded_memory(&f);
         assert_eq!(f.state().unwrap().target, 1);
         if form == Form::Dir {
-            assert!(resize_p.is_dir(), "the directory is not the supervisor's to delete");
+            assert!(
+                resize_p.is_dir(),
+                "the directory is not the supervisor's to delete"
+            );
         }
         remove_planted(&resize_p);
     }
@@ -409,7 +443,12 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
     let errors = f.count("supervisor.error");
     plant(&f.layout.supervisor_stop(), Form::Fifo, &victim(&f));
     let evs = f.wait_events("supervisor.error", errors + 1);
-    assert!(evs.last().unwrap().msg.contains("afk-supervisor.stop: not a regular file"));
+    assert!(
+        evs.last()
+            .unwrap()
+            .msg
+            .contains("afk-supervisor.stop: not a regular file")
+    );
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 2);
     assert_eq!(f.count("supervisor.error"), errors + 1);
@@ -444,6 +483,7 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
 /// grew to 23 GB): it answers in bounded memory, warning that the file was not read.
 #[test]
 fn stop_with_the_state_file_linked_to_dev_zero_stays_small() {
+    bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
@@ -469,6 +509,7 @@ fn stop_with_the_state_file_linked_to_dev_zero_stays_small() {
 /// supervisor answers SIGTERM.
 #[test]
 fn hostile_slot_logs_fail_the_spawn_not_the_supervisor() {
+    bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     let durable = plant_durable(&f);
     let date = date_utc(SystemTime::now());
