@@ -271,8 +271,13 @@ pub fn write_pid_file(pid_file: &Path, pid: i32) -> io::Result<u64> {
             format!("process {pid} does not exist"),
         )
     })?;
-    atomic_write(&start_file(pid_file), format!("{start}\n").as_bytes())?;
-    atomic_write(pid_file, format!("{pid}\n").as_bytes())?;
+    let token = start_file(pid_file);
+    atomic_write(&token, format!("{start}\n").as_bytes())?;
+    if let Err(e) = atomic_write(pid_file, format!("{pid}\n").as_bytes()) {
+        // A token without its pid file (say a directory sits there) would outlive us.
+        let _ = remove_file_if_exists(&token);
+        return Err(e);
+    }
     Ok(start)
 }
 

@@ -209,6 +209,8 @@ fn start_up_files_that_make_running_impossible_fail_at_once_naming_the_file() {
         if *path != l.supervisor_pid() {
             assert!(!l.supervisor_pid().exists(), "pid file left: {case}");
         }
+        let token = afk_supervisor::layout::start_file(&l.supervisor_pid());
+        assert!(!token.exists(), "start token left: {case}");
         assert_eq!(run_bounded(&f, &["status"]).code, Some(3), "{case}");
         assert_intact(&f, &durable, &[(path.clone(), *form)]);
         assert!(fs::symlink_metadata(path).is_ok(), "deleted: {case}");
@@ -262,7 +264,7 @@ fn hostile_config_file_is_one_short_line_and_exit_78() {
 /// line naming the file, the fleet starts, its own files are replaced (the SPEC lets the
 /// supervisor rewrite them), nothing else is deleted, memory stays bounded, and SIGTERM is
 /// answered.
-fn start_with(planted: &[(fn(&Fleet) -> PathBuf, Form)], logged: &[&str]) {
+fn start_with(planted: &[(LanePath, Form)], logged: &[&str]) {
     bound_memory();
     let mut f = Fleet::new(SLEEPER, FAST_TIMING);
     let durable = plant_durable(&f);
@@ -301,6 +303,9 @@ fn start_with(planted: &[(fn(&Fleet) -> PathBuf, Form)], logged: &[&str]) {
     assert_intact(&f, &durable, &forms);
     assert_eq!(f.live_script_processes(), 0);
 }
+
+/// A lane file of a test's repo.
+type LanePath = fn(&Fleet) -> PathBuf;
 
 fn state(f: &Fleet) -> PathBuf {
     f.layout.state_file()
