@@ -200,4 +200,24 @@ mod tests {
             .unwrap();
         assert_eq!(liveness_time(&a.dir), Some(mt));
     }
+
+    #[test]
+    fn a_liveness_file_that_is_not_a_regular_file_is_no_sign_of_life() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("liveness.toonl");
+        // Neither waited on nor followed (a /dev/zero link would be read without end).
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(liveness_time(dir.path()), None);
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        assert_eq!(liveness_time(dir.path()), None);
+        // Past the cap only the modification time counts.
+        fs::remove_file(&p).unwrap();
+        let mut text = String::from("[]{ts,stage}:\n\"2030-01-01T00:00:00.000Z\",work\n");
+        text.push_str(&"#".repeat(MAX_LIVENESS_BYTES as usize));
+        text.push('\n');
+        fs::write(&p, text).unwrap();
+        let mt = fs::metadata(&p).unwrap().modified().unwrap();
+        assert_eq!(liveness_time(dir.path()), Some(mt));
+    }
 }
