@@ -11,8 +11,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
-use crate::text::line_col;
+use crate::text::{clip_quoted, excerpt, line_col};
+
+/// Largest config file read: the documented file with every key is about 4 KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -252,19 +256,29 @@ impl fmt::Display for Origin {
     }
 }
 
-/// Finds the config file: `--config FILE`, then `<repo>/.red/afk-supervisor.toml`.
+/// Finds the config file: `--config FILE`, then `<repo>/.red/afk-supervisor.toml`. Anything
+/// at the repo path counts as the config file (so a FIFO or a directory there is an error
+/// when it is read, not silently the defaults).
 pub fn find_file(explicit: Option<&Path>, layout: &Layout) -> Result<Option<PathBuf>, ConfigError> {
     if let Some(p) = explicit {
-        if !p.is_file() {
-            return Err(ConfigError(format!(
-                "{}: config file not found",
-                p.display()
-            )));
-        }
         return Ok(Some(p.to_path_buf()));
     }
     let p = layout.repo_config();
-    Ok(p.is_file().then_some(p))
+    Ok(std::fs::symlink_metadata(&p).is_ok().then_some(p))
+}
+
+/// Reads the config file: a regular file (a symlink is followed: configs are often linked
+/// from elsewhere), opened without blocking, at most [`MAX_CONFIG_BYTES`].
+fn read_file(p: &Path) -> Result<String, ConfigError> {
+    let cannot = |why: String| ConfigError(format!("{}: cannot read config: {why}", p.display()));
+    match read_capped(p, MAX_CONFIG_BYTES, Links::Follow) {
+        Ok(Some(bytes)) => String::from_utf8(bytes).map_err(|_| cannot("not UTF-8 text".into())),
+        Ok(None) => Err(ConfigError(format!(
+            "{}: config file not found",
+            p.display()
+        ))),
+        Err(e) => Err(cannot(e.to_string())),
+    }
 }
 
 /// Loads the full configuration with the SPEC §10 precedence.
@@ -276,10 +290,7 @@ pub fn load(
 ) -> Result<Config, ConfigError> {
     let file = find_file(explicit, layout)?;
     let text = match &file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| ConfigError(format!("{}: cannot read config: {e}", p.display())))?,
-        ),
+        Some(p) => Some(read_file(p)?),
         None => None,
     };
     resolve(file.as_deref().zip(text.as_deref()), env, flags)
@@ -301,7 +312,11 @@ pub fn resolve(
         b.file = Some((path.to_path_buf(), text.to_string()));
         let doc: FileDoc = toml::from_str(text).map_err(|e| {
             let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
-            ConfigError(format!("{}:{line}:{col}: {}", path.display(), e.message()))
+            ConfigError(format!(
+                "{}:{line}:{col}: {}",
+                path.display(),
+                clip_quoted(e.message())
+            ))
         })?;
         b.apply_file(doc)?;
     }
@@ -527,8 +542,9 @@ impl Builder {
                 .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
             if !ok {
                 return Err(ConfigError(format!(
-                    "{}: tracker.repo must be OWNER/NAME, got {r:?}",
-                    self.origin_of("tracker.repo")
+                    "{}: tracker.repo must be OWNER/NAME, got {:?}",
+                    self.origin_of("tracker.repo"),
+                    excerpt(r)
                 )));
             }
         }
@@ -577,9 +593,12 @@ fn parse_env_u64(var: &str, key: &str, raw: &str) -> Result<u64, ConfigError> {
     t.parse().map_err(|_| {
         let digits = !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
         ConfigError(if digits {
-            format!("{var}: {key} = {t} is out of range")
+            format!("{var}: {key} = {} is out of range", excerpt(t))
         } else {
-            format!("{var}: expected a non-negative integer, got {raw:?}")
+            format!(
+                "{var}: expected a non-negative integer, got {:?}",
+                excerpt(raw)
+            )
         })
     })
 }
@@ -712,6 +731,59 @@ mod tests {
         assert!(err.contains("workerz"), "{err}");
         let err = from_file("[fleet\n").unwrap_err().0;
         assert!(err.starts_with("cfg.toml:1:"), "{err}");
+    }
+
+    #[test]
+    fn huge_outside_input_is_quoted_cut() {
+        let key = "k".repeat(1 << 20);
+        let err = from_file(&format!("[fleet]\n{key} = 2\n")).unwrap_err().0;
+        assert!(err.starts_with("cfg.toml:2:1:"), "{err}");
+        assert!(err.len() < 400, "{} bytes", err.len());
+        assert!(
+            err.contains(&format!("{}…", "k".repeat(crate::text::QUOTE_MAX))),
+            "{err}"
+        );
+        let long = "x".repeat(1 << 20);
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_POLL_S", &long)]),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .0;
+        assert!(err.len() < 200 && err.contains('…'), "{err}");
+        let err = from_file(&format!("[tracker]\nrepo = \"{long}\"\n"))
+            .unwrap_err()
+            .0;
+        assert!(err.len() < 200 && err.contains('…'), "{err}");
+    }
+
+    #[test]
+    fn config_file_must_be_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let p = layout.repo_config();
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let load_err = || {
+            load(None, &layout, &HashMap::new(), &Overrides::default())
+                .unwrap_err()
+                .0
+        };
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(load_err().ends_with("cannot read config: not a regular file (a FIFO)"));
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        assert!(load_err().ends_with("not a regular file (a character device)"));
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, vec![b'#'; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        assert!(load_err().contains("larger than"));
+        // A link to a regular file is followed.
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "[fleet]\nworkers = 3\n").unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&real, &p).unwrap();
+        let c = load(None, &layout, &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c.fleet.workers, 3);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::fsutil::{SmallFileError, atomic_write, read_small_file, remove_file_if_exists};
 use crate::layout::start_file;
+use crate::text::excerpt;
 
 /// What a pid file holds, before any liveness judgement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,17 +117,13 @@ pub fn parse_pid(text: &str) -> Result<i32, String> {
         return Err("empty".into());
     }
     if !t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("not a number: {:?}", truncate(t, 32)));
+        return Err(format!("not a number: {:?}", excerpt(t)));
     }
     match t.parse::<i32>() {
         Ok(0) => Err("zero".into()),
         Ok(pid) if pid > 0 && i64::from(pid) <= max_pid() => Ok(pid),
-        _ => Err(format!("out of range: {}", truncate(t, 32))),
+        _ => Err(format!("out of range: {}", excerpt(t))),
     }
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
 }
 
 /// The kernel's pid ceiling; 2^22 when it cannot be read.
@@ -193,7 +190,7 @@ fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
         format!(
             "start token {} not a number: {:?}",
             path.display(),
-            truncate(text.trim(), 32)
+            excerpt(text.trim())
         )
     })
 }
@@ -240,8 +237,13 @@ pub fn write_pid_file(pid_file: &Path, pid: i32) -> io::Result<u64> {
             format!("process {pid} does not exist"),
         )
     })?;
-    atomic_write(&start_file(pid_file), format!("{start}\n").as_bytes())?;
-    atomic_write(pid_file, format!("{pid}\n").as_bytes())?;
+    let token = start_file(pid_file);
+    atomic_write(&token, format!("{start}\n").as_bytes())?;
+    if let Err(e) = atomic_write(pid_file, format!("{pid}\n").as_bytes()) {
+        // A token without its pid file (say a directory sits there) would outlive us.
+        let _ = remove_file_if_exists(&token);
+        return Err(e);
+    }
     Ok(start)
 }
 

@@ -5,6 +5,56 @@
 /// of branches would otherwise make a message of hundreds of kilobytes.
 pub const MESSAGE_MAX: usize = 600;
 
+/// Longest piece of outside input (a config key or value, a file's content) quoted in a
+/// message; longer pieces are cut there and end in `…`.
+pub const QUOTE_MAX: usize = 80;
+
+/// `s` cut after [`QUOTE_MAX`] characters, with `…` when something was cut.
+pub fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_MAX) {
+        None => s.to_string(),
+        Some((end, _)) => format!("{}…", &s[..end]),
+    }
+}
+
+/// A message from a parser that quotes outside input (`` unknown field `…` ``,
+/// `"…"`) made readable: every quoted piece, and every unquoted run without a space, longer
+/// than [`QUOTE_MAX`] is cut to it with `…`, and the whole is one line of at most
+/// [`MESSAGE_MAX`] bytes.
+pub fn clip_quoted(msg: &str) -> String {
+    let mut out = String::new();
+    let mut piece = String::new();
+    let mut open: Option<char> = None;
+    let flush = |piece: &mut String, out: &mut String| {
+        out.push_str(&excerpt(piece));
+        piece.clear();
+    };
+    for c in msg.chars() {
+        let c = if c == '\n' || c == '\r' { ' ' } else { c };
+        match open {
+            Some(q) if c == q => {
+                flush(&mut piece, &mut out);
+                out.push(c);
+                open = None;
+            }
+            Some(_) => piece.push(c),
+            None if c == '`' || c == '"' => {
+                flush(&mut piece, &mut out);
+                out.push(c);
+                open = Some(c);
+            }
+            None if c == ' ' => {
+                flush(&mut piece, &mut out);
+                out.push(c);
+            }
+            None => piece.push(c),
+        }
+    }
+    flush(&mut piece, &mut out);
+    let parts = out.len();
+    clip(out, parts, "bytes")
+}
+
 /// The 1-based line and column (in characters) of byte `offset` in `text`, for
 /// `FILE:LINE:COL:` messages.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -56,6 +106,32 @@ mod tests {
         assert_eq!(line_col(text, 9999), (3, 1));
         // Inside a multi-byte character: the character's own position.
         assert_eq!(line_col(text, 8), (2, 2));
+    }
+
+    #[test]
+    fn quoted_input_is_cut_to_a_readable_length() {
+        assert_eq!(excerpt("short"), "short");
+        let long = "k".repeat(1 << 20);
+        let cut = excerpt(&long);
+        assert_eq!(cut.chars().count(), QUOTE_MAX + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(excerpt(&"é".repeat(QUOTE_MAX)), "é".repeat(QUOTE_MAX));
+        let msg = format!("unknown field `{long}`, expected one of `fleet`, `worker`");
+        let clipped = clip_quoted(&msg);
+        assert_eq!(
+            clipped,
+            format!(
+                "unknown field `{}…`, expected one of `fleet`, `worker`",
+                "k".repeat(QUOTE_MAX)
+            )
+        );
+        let bare = clip_quoted(&format!("invalid key {long} here\nnext"));
+        assert_eq!(
+            bare,
+            format!("invalid key {}… here next", "k".repeat(QUOTE_MAX))
+        );
+        let spaced = clip_quoted(&format!("bad \"{}\"", "a b ".repeat(1 << 18)));
+        assert!(spaced.len() < MESSAGE_MAX + 100, "{}", spaced.len());
     }
 
     #[test]

@@ -4,12 +4,18 @@
 //! written with one `write` call of a whole line, so a crash leaves at most a truncated
 //! last line, which the reader skips.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use reddb_io_toon::{ToonlEncoder, ToonlRowReader, Value};
 use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{open_append, read_small_file};
+
+/// Largest log [`read_events`] reads (the supervisor only appends).
+pub const MAX_READ_BYTES: u64 = 256 << 20;
 
 /// Header fields, in order.
 pub const FIELDS: [&str; 6] = ["ts", "kind", "slot", "pid", "issue", "msg"];
@@ -86,15 +92,13 @@ impl EventLog {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io_err)?;
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io_err)?;
+        // Never a symlink, FIFO or directory: appending to one would write elsewhere or
+        // block the supervisor for good.
+        let mut file = open_append(path).map_err(|e| io_err(e.into()))?;
         // A previous writer may have died mid-line; start the header on a fresh line.
         let len = file.metadata().map_err(io_err)?.len();
         let mut header = String::new();
-        if len > 0 && !ends_with_newline(path).map_err(io_err)? {
+        if len > 0 && !ends_with_newline(path, len).map_err(io_err)? {
             header.push('\n');
         }
         header.push_str(&header_line(&FIELDS));
@@ -123,12 +127,14 @@ impl EventLog {
     }
 }
 
-fn ends_with_newline(path: &Path) -> io::Result<bool> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = File::open(path)?;
-    f.seek(SeekFrom::End(-1))?;
+/// Whether the log's last byte is a newline, read through a safe open of the same file.
+fn ends_with_newline(path: &Path, len: u64) -> io::Result<bool> {
+    let mut opts = fs::OpenOptions::new();
+    opts.read(true);
+    let f = crate::fsutil::open_regular(path, opts, crate::fsutil::Links::Refuse)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     let mut b = [0u8; 1];
-    f.read_exact(&mut b)?;
+    f.read_exact_at(&mut b, len - 1)?;
     Ok(b[0] == b'\n')
 }
 
@@ -163,10 +169,15 @@ pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String,
 /// its newline, or a bad row directly followed by the header a new writer wrote on
 /// reopening) is skipped; any other malformed line is an error naming its line.
 pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
-    let bytes = fs::read(path).map_err(|source| LogError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_small_file(path, MAX_READ_BYTES)
+        .map_err(|e| LogError::Io {
+            path: path.to_path_buf(),
+            source: e.into(),
+        })?
+        .ok_or_else(|| LogError::Io {
+            path: path.to_path_buf(),
+            source: io::ErrorKind::NotFound.into(),
+        })?;
     let text = String::from_utf8_lossy(&bytes);
     let complete = match text.rfind('\n') {
         Some(i) => &text[..i],
@@ -236,7 +247,7 @@ mod tests {
             log.append(&num_like).unwrap();
         }
         // A crash mid-write leaves a partial line.
-        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        let mut f = fs::OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"\"2026-01-01T00:00:00.000Z\",slot.sp")
             .unwrap();
         let events = read_events(&p).unwrap();
@@ -251,6 +262,22 @@ mod tests {
             text.starts_with("[]{ts,kind,slot,pid,issue,msg}:\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_log_that_is_not_a_regular_file_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("supervisor.log.toonl");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = EventLog::open(&p).unwrap_err().to_string();
+        assert!(
+            err.contains("supervisor.log.toonl: not a regular file (a FIFO)"),
+            "{err}"
+        );
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let err = EventLog::open(&p).unwrap_err().to_string();
+        assert!(err.contains("supervisor.log.toonl: is a symlink"), "{err}");
     }
 
     #[test]

@@ -708,8 +708,10 @@ fn append_liveness(path: &Path, issue: u64, stage: &str) {
     let Ok(row) = toonl::encode_record(&LIVENESS_FIELDS, record) else {
         return;
     };
-    let fresh = !path.exists();
-    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
+    // A symlink, FIFO or directory planted at the path is refused, never written through
+    // or waited on; the stall check then falls back on the slot log.
+    if let Ok(mut f) = crate::fsutil::open_append(path) {
+        let fresh = f.metadata().is_ok_and(|m| m.len() == 0);
         let text = if fresh {
             format!("{}{row}", toonl::header_line(&LIVENESS_FIELDS))
         } else {

@@ -336,12 +336,14 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
         });
     }
     let stop_file = layout.supervisor_stop();
-    atomic_write(&stop_file, format!("{}\n", now_epoch()).as_bytes()).map_err(|source| {
-        ControlError::Io {
-            path: stop_file.display().to_string(),
-            source,
-        }
-    })?;
+    // The sentinel is a second channel beside the signal: a stop file that cannot be
+    // written (something hostile at its path) must not keep the fleet from stopping.
+    if let Err(e) = atomic_write(&stop_file, format!("{}\n", now_epoch()).as_bytes()) {
+        eprintln!(
+            "afk-supervisor: warning: {}: {e}; stopping by signal alone",
+            stop_file.display()
+        );
+    }
     signal_verified(pid, start, Signal::SIGTERM);
     if !wait_for(timeout, gone) {
         return Ok(StopOutcome::TimedOut { pid });
@@ -423,10 +425,16 @@ fn still_live(workers: &[(i32, u64)]) -> Vec<i32> {
         .collect()
 }
 
-/// Workers `state.toon` records whose pid and start time both still match.
+/// Workers `state.toon` records whose pid and start time both still match. A state file
+/// that cannot be read (corrupt, or not a regular file) records none, with a warning.
 fn recorded_live_workers(layout: &Layout) -> Vec<(i32, u64)> {
-    let Ok(Some(s)) = state_file::read(&layout.state_file()) else {
-        return Vec::new();
+    let s = match state_file::read(&layout.state_file()) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            eprintln!("afk-supervisor: warning: {e}; its workers cannot be checked");
+            return Vec::new();
+        }
     };
     s.slot_pids
         .iter()

@@ -1,13 +1,13 @@
 //! The supervisor lane `.red/tmp/supervisors/default/` (SPEC §4): the lock that makes one
 //! supervisor per repo, the pid file with its start token, and the control files.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, TryLockError};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::fsutil::remove_file_if_exists;
+use crate::fsutil::{open_lock_file, remove_file_if_exists};
 use crate::layout::Layout;
 use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive};
 
@@ -37,12 +37,7 @@ impl Lane {
         let lock_path = layout.supervisor_lock();
         let io_err = |path: PathBuf| move |source| LaneError::Io { path, source };
         fs::create_dir_all(layout.supervisor_lane()).map_err(io_err(layout.supervisor_lane()))?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err(lock_path.clone()))?;
+        let lock = open_lock_file(&lock_path).map_err(|e| io_err(lock_path.clone())(e.into()))?;
         let deadline = Instant::now() + HOLDER_WAIT;
         loop {
             match lock.try_lock() {
@@ -86,9 +81,18 @@ impl Lane {
         let me = std::process::id() as i32;
         let start = pidfile::write_pid_file(&pid_path, me).map_err(io_err(pid_path.clone()))?;
         for stale in [layout.supervisor_stop(), layout.resize_file()] {
-            if stale.exists() {
-                remove_file_if_exists(&stale).map_err(io_err(stale.clone()))?;
-                notes.push(format!("{}: stale file removed", stale.display()));
+            // Looked at, never followed: a symlink goes as a link. A directory is not ours
+            // to remove; the loop then reports it once as not a regular file.
+            match fs::symlink_metadata(&stale) {
+                Ok(m) if m.is_dir() => notes.push(format!(
+                    "{}: is a directory, not a control file; left in place and ignored",
+                    stale.display()
+                )),
+                Ok(_) => {
+                    remove_file_if_exists(&stale).map_err(io_err(stale.clone()))?;
+                    notes.push(format!("{}: stale file removed", stale.display()));
+                }
+                Err(_) => {}
             }
         }
         Ok((
@@ -234,7 +238,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         fs::create_dir_all(layout.supervisor_lane()).unwrap();
-        let holder = OpenOptions::new()
+        let holder = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)

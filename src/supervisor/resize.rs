@@ -1,13 +1,16 @@
 //! `resize.toon`: the scale directive (SPEC §4), written by `scale`, read every tick.
 
-use std::fs;
 use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::state_file::ShrinkMode;
-use crate::fsutil::atomic_write;
+use crate::fsutil::{atomic_write, read_small_text};
+use crate::text::clip_quoted;
+
+/// Largest `resize.toon` read: a directive is a few lines.
+pub const MAX_RESIZE_BYTES: u64 = 64 << 10;
 
 /// The largest fleet a directive may ask for, the same bound as `fleet.workers`.
 pub const MAX_TARGET: usize = 1024;
@@ -31,7 +34,7 @@ pub fn encode(r: &Resize) -> Result<String, String> {
 
 /// Parses a directive; the error says what is wrong, for a one-line report.
 pub fn decode(text: &str) -> Result<Resize, String> {
-    let r: Resize = reddb_io_toon::from_str(text).map_err(|e| e.to_string())?;
+    let r: Resize = reddb_io_toon::from_str(text).map_err(|e| clip_quoted(&e.to_string()))?;
     if r.target > MAX_TARGET {
         return Err(format!("target {} is above {MAX_TARGET}", r.target));
     }
@@ -47,7 +50,8 @@ pub fn write(path: &Path, r: &Resize) -> io::Result<()> {
 }
 
 /// What the lane holds: nothing, a valid directive, or a corrupt file (with its text kept
-/// so the same corruption is reported once, not every tick).
+/// so the same corruption is reported once, not every tick). A file that is not read (a
+/// symlink, a FIFO, a directory, over [`MAX_RESIZE_BYTES`]) is corrupt with no text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     None,
@@ -56,25 +60,23 @@ pub enum Found {
 }
 
 pub fn read(path: &Path) -> Found {
-    match fs::read(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Found::None,
+    match read_small_text(path, MAX_RESIZE_BYTES) {
+        Ok(None) => Found::None,
         Err(e) => Found::Corrupt {
             raw: String::new(),
-            why: format!("unreadable: {e}"),
+            why: format!("not read: {e}"),
         },
-        Ok(bytes) => {
-            let raw = String::from_utf8_lossy(&bytes).into_owned();
-            match decode(&raw) {
-                Ok(r) => Found::Directive(r),
-                Err(why) => Found::Corrupt { raw, why },
-            }
-        }
+        Ok(Some(raw)) => match decode(&raw) {
+            Ok(r) => Found::Directive(r),
+            Err(why) => Found::Corrupt { raw, why },
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn roundtrip_and_defaults() {
@@ -137,5 +139,14 @@ mod tests {
             read(&p),
             Found::Directive(Resize { target: 4, .. })
         ));
+        fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(
+            read(&p),
+            Found::Corrupt {
+                raw: String::new(),
+                why: "not read: not a regular file (a FIFO)".into()
+            }
+        );
     }
 }

@@ -166,8 +166,19 @@ async fn run_fleet(
         LaneError::Busy { .. } => Failure::failed(e.to_string()),
         LaneError::Io { .. } => Failure::failed(e.to_string()),
     })?;
-    let mut journal =
-        Journal::open(&layout.event_log(), true).map_err(|e| Failure::failed(e.to_string()))?;
+    // Without its event log, or with no way to write its heartbeat (a directory where
+    // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
+    // the lane is released before anything is spawned.
+    let journal = Journal::open(&layout.event_log(), true)
+        .map_err(|e| e.to_string())
+        .and_then(|j| crate::fsutil::check_replaceable(&layout.state_file()).map(|()| j));
+    let mut journal = match journal {
+        Ok(j) => j,
+        Err(e) => {
+            let _ = lane.release();
+            return Err(Failure::failed(e));
+        }
+    };
     if let Err(e) = spawn::become_subreaper() {
         journal.write(Event::now(
             kind::ERROR,

@@ -6,7 +6,7 @@
 //! so whatever a worker leaves behind is reparented to it and reaped, never left a zombie.
 
 use std::ffi::OsString;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -73,11 +73,8 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
     if let Some(dir) = spec.log.parent() {
         fs::create_dir_all(dir).map_err(log_err)?;
     }
-    let out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(spec.log)
-        .map_err(log_err)?;
+    // Never through a symlink, into a FIFO (which would block) or anything but a file.
+    let out = crate::fsutil::open_append(spec.log).map_err(|e| log_err(e.into()))?;
     let err = out.try_clone().map_err(log_err)?;
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
     let mut cmd = Command::new(program);

@@ -9,8 +9,13 @@ use std::time::SystemTime;
 
 use reddb_io_toon::ToonlRowReader;
 
+use crate::fsutil::read_small_text;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
 use crate::timeutil::{epoch_secs, parse_rfc3339};
+
+/// Largest `liveness.toonl` whose records are read (one record per agent move, so a
+/// legitimate one stays far below); past it the file's modification time counts.
+pub const MAX_LIVENESS_BYTES: u64 = 4 << 20;
 
 /// A worker's newest attempt dir `<ns>/<worker-id>/<N>-a<n>/`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +77,14 @@ pub fn current_attempt(layout: &Layout, worker_id: &str) -> Option<Attempt> {
 /// else the file's modification time.
 pub fn liveness_time(attempt_dir: &Path) -> Option<SystemTime> {
     let path = attempt_dir.join("liveness.toonl");
-    let meta = fs::metadata(&path).ok()?;
-    let from_record = fs::read_to_string(&path)
+    // Only a regular file is looked at (a symlinked or FIFO "liveness" is no sign of life),
+    // and at most MAX_LIVENESS_BYTES of it; a longer one counts by its modification time.
+    let meta = fs::symlink_metadata(&path)
         .ok()
+        .filter(fs::Metadata::is_file)?;
+    let from_record = read_small_text(&path, MAX_LIVENESS_BYTES)
+        .ok()
+        .flatten()
         .and_then(|text| last_record_time(&text));
     from_record.or_else(|| meta.modified().ok())
 }
@@ -189,5 +199,25 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(liveness_time(&a.dir), Some(mt));
+    }
+
+    #[test]
+    fn a_liveness_file_that_is_not_a_regular_file_is_no_sign_of_life() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("liveness.toonl");
+        // Neither waited on nor followed (a /dev/zero link would be read without end).
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(liveness_time(dir.path()), None);
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        assert_eq!(liveness_time(dir.path()), None);
+        // Past the cap only the modification time counts.
+        fs::remove_file(&p).unwrap();
+        let mut text = String::from("[]{ts,stage}:\n\"2030-01-01T00:00:00.000Z\",work\n");
+        text.push_str(&"#".repeat(MAX_LIVENESS_BYTES as usize));
+        text.push('\n');
+        fs::write(&p, text).unwrap();
+        let mt = fs::metadata(&p).unwrap().modified().unwrap();
+        assert_eq!(liveness_time(dir.path()), Some(mt));
     }
 }

@@ -5,13 +5,16 @@
 //! there; `slot_detail` is this tool's addition for `status` and takeover, and readers
 //! that do not know it ignore it.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::atomic_write;
+use crate::fsutil::{SmallFileError, atomic_write, read_small_text};
+use crate::text::clip_quoted;
+
+/// Largest `state.toon` read: a full fleet of 1024 slots is a few hundred KiB.
+pub const MAX_STATE_BYTES: u64 = 4 << 20;
 
 /// How surplus slots go when the target shrinks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +118,12 @@ pub struct StateFile {
 pub enum StateFileError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// Not read: a symlink, not a regular file, or over [`MAX_STATE_BYTES`].
+    #[error("{path}: {source}")]
+    Unsafe {
+        path: PathBuf,
+        source: SmallFileError,
+    },
     #[error("{path}: not a valid state file: {msg}")]
     Decode { path: PathBuf, msg: String },
     #[error("{path}: cannot encode state: {msg}")]
@@ -145,13 +154,13 @@ pub fn write(path: &Path, state: &StateFile) -> Result<(), StateFileError> {
     })
 }
 
-/// Reads the snapshot; `Ok(None)` when there is none.
+/// Reads the snapshot (safely: see [`read_small_text`]); `Ok(None)` when there is none.
 pub fn read(path: &Path) -> Result<Option<StateFile>, StateFileError> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+    let text = match read_small_text(path, MAX_STATE_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
         Err(source) => {
-            return Err(StateFileError::Io {
+            return Err(StateFileError::Unsafe {
                 path: path.to_path_buf(),
                 source,
             });
@@ -161,13 +170,14 @@ pub fn read(path: &Path) -> Result<Option<StateFile>, StateFileError> {
         .map(Some)
         .map_err(|msg| StateFileError::Decode {
             path: path.to_path_buf(),
-            msg,
+            msg: clip_quoted(&msg),
         })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     pub(crate) fn sample() -> StateFile {
         StateFile {
@@ -274,5 +284,23 @@ mod tests {
         assert!(err.contains("state.toon: not a valid state file"), "{err}");
         write(&p, &sample()).unwrap();
         assert_eq!(read(&p).unwrap(), Some(sample()));
+        fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(
+            err.ends_with("state.toon: not a regular file (a FIFO)"),
+            "{err}"
+        );
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(
+            err.ends_with("state.toon: is a symlink (not followed)"),
+            "{err}"
+        );
+        fs::remove_file(&p).unwrap();
+        fs::write(&p, vec![b'x'; MAX_STATE_BYTES as usize + 1]).unwrap();
+        let err = read(&p).unwrap_err().to_string();
+        assert!(err.contains("larger than"), "{err}");
     }
 }

@@ -28,10 +28,10 @@ use super::{
     TrackerResult,
 };
 use crate::cmd::RunError;
-use crate::fsutil::atomic_write;
+use crate::fsutil::{Links, atomic_write, open_lock_file, open_regular, read_small_text};
 use crate::git::{Git, GitError};
 use crate::layout::Layout;
-use crate::text::{line_col, one_line};
+use crate::text::{clip_quoted, line_col, one_line};
 use crate::timeutil;
 
 /// One comment on a local issue.
@@ -309,12 +309,7 @@ impl LocalTracker {
     fn lock(&self, op: &str) -> TrackerResult<File> {
         fs::create_dir_all(&self.dir).map_err(|e| io_failed(op, &self.dir, e))?;
         let path = self.lock_path();
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| io_failed(op, &path, e))?;
+        let f = open_lock_file(&path).map_err(|e| io_failed(op, &path, e.into()))?;
         self.wait_for_lock(&f, false, &path, op)?;
         Ok(f)
     }
@@ -324,10 +319,12 @@ impl LocalTracker {
     /// no writer has ever finished, so there is nothing to wait for and `None` is returned.
     fn lock_shared(&self, op: &str) -> TrackerResult<Option<File>> {
         let path = self.lock_path();
-        let f = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_failed(op, &path, e)),
+        let mut opts = File::options();
+        opts.read(true);
+        let f = match open_regular(&path, opts, Links::Refuse) {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(io_failed(op, &path, e.into())),
         };
         self.wait_for_lock(&f, true, &path, op)?;
         Ok(Some(f))
@@ -548,13 +545,16 @@ fn add_labels(labels: &mut Vec<String>, add: &[&str]) {
     }
 }
 
-/// Reads a TOML file; `None` when it does not exist. A parse error names the file, line and
+/// Largest issue, PR or meta file read (an issue with a long discussion stays far below).
+const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// Reads a TOML file (safely: see [`read_small_text`]); `None` when it does not exist. A parse error names the file, line and
 /// column in one line.
 fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option<T>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_failed(op, path, e)),
+    let text = match read_small_text(path, MAX_RECORD_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(io_failed(op, path, e.into())),
     };
     toml::from_str(&text).map(Some).map_err(|e| {
         let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((1, 1));
@@ -563,7 +563,7 @@ fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option
             format!(
                 "{}:{line}:{col}: {} (fix or remove the file; it was left unchanged)",
                 path.display(),
-                e.message().trim()
+                clip_quoted(e.message().trim())
             ),
         )
     })

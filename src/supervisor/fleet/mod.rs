@@ -90,6 +90,8 @@ pub struct Fleet {
     tick_deaths: usize,
     tick_respawns: usize,
     resize_reported: Option<String>,
+    /// The last report of something not a regular file at the stop sentinel's path.
+    stop_file_reported: Option<String>,
     /// The last tracker failure logged, so a tracker that stays down is logged once.
     tracker_error: Option<String>,
     /// Likewise for a heartbeat that cannot be written (disk full, lane removed).
@@ -165,6 +167,7 @@ impl Fleet {
             tick_deaths: 0,
             tick_respawns: 0,
             resize_reported: None,
+            stop_file_reported: None,
             tracker_error: None,
             state_error: None,
             last_progress_epoch: now_epoch(),

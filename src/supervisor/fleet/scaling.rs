@@ -13,14 +13,16 @@ impl Fleet {
         match resize::read(&self.layout.resize_file()) {
             Found::None => self.resize_reported = None,
             Found::Corrupt { raw, why } => {
-                if self.resize_reported.as_deref() != Some(raw.as_str()) {
+                // Keyed by content and cause: one line per distinct corruption.
+                let key = format!("{why}\u{0}{raw}");
+                if self.resize_reported.as_deref() != Some(key.as_str()) {
                     let msg = format!(
                         "{}: {why}; directive ignored, target stays {}",
                         self.layout.resize_file().display(),
                         self.target
                     );
                     self.log(Event::now(kind::ERROR, msg));
-                    self.resize_reported = Some(raw);
+                    self.resize_reported = Some(key);
                 }
             }
             Found::Directive(Resize {

@@ -71,9 +71,21 @@ impl Fleet {
 
     /// The tick: stop file, resize, queue, stalls, orphans, heartbeat and the tick line.
     pub fn tick(&mut self, now: Instant) {
-        if self.layout.supervisor_stop().exists() {
-            self.begin_stop(0, "stop file", now);
-            return;
+        let stop_file = self.layout.supervisor_stop();
+        match crate::fsutil::regular_file_present(&stop_file) {
+            Ok(true) => {
+                self.begin_stop(0, "stop file", now);
+                return;
+            }
+            Ok(false) => self.stop_file_reported = None,
+            // Not a stop request: reported once, then ignored.
+            Err(e) => {
+                let msg = format!("{}: {e}; not a stop request, ignored", stop_file.display());
+                if self.stop_file_reported.as_deref() != Some(msg.as_str()) {
+                    self.log(Event::now(kind::ERROR, msg.clone()));
+                    self.stop_file_reported = Some(msg);
+                }
+            }
         }
         self.apply_resize(now);
         self.request_queue();
