@@ -159,7 +159,8 @@ fn set_nonblocking(fd: BorrowedFd<'_>) {
 /// waiting for that process. At the deadline the whole process group is killed; a child
 /// that had already exited keeps its status, returned with the output read so far.
 pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, RunError> {
-    let deadline = Instant::now().checked_add(timeout);
+    let started = Instant::now();
+    let deadline = started.checked_add(timeout);
     let mut cmd = Command::new(&argv.program);
     cmd.args(&argv.args)
         .stdin(if opts.stdin.is_some() {
@@ -265,6 +266,14 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         status = Some(child.wait());
     }
     let (stdout, stderr) = (out.buf, err.buf);
+    tracing::debug!(
+        target: "afk_supervisor::cmd",
+        argv = %argv,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        status = ?status.as_ref().map(|s| s.as_ref().ok().and_then(ExitStatus::code)),
+        timed_out,
+        "command finished"
+    );
     if timed_out {
         return Err(RunError::Timeout {
             argv: argv.clone(),

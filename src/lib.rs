@@ -9,6 +9,7 @@ pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod diagnostics;
 pub mod exit;
 pub mod fsutil;
 pub mod git;

@@ -233,6 +233,35 @@ fn a_worker_without_progress_is_flagged_then_killed_and_respawned() {
     assert!(!alive(first));
 }
 
+/// A worker that writes nothing but burns CPU (a compile, a test run) is progressing: its
+/// tree's CPU time moves, so it is neither flagged nor killed, while the same thresholds
+/// flag an idle one (above). Its CPU and memory are in `status --json`.
+#[test]
+fn a_worker_that_computes_is_not_stalled() {
+    let timing = FAST_TIMING
+        .replace("stall_s = 600", "stall_s = 2")
+        .replace("stall_kill_s = 1200", "stall_kill_s = 4");
+    let mut f = Fleet::new("i=0; while :; do i=$((i+1)); done\n", &timing);
+    f.start(&["--workers", "1"]);
+    let pid = f.wait_workers(1)[0];
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 7);
+    assert_eq!(f.count("slot.stalled"), 0, "{}", f.dump());
+    assert_eq!(f.count("slot.stall-kill"), 0, "{}", f.dump());
+    assert_eq!(f.worker_pids(), vec![pid]);
+    let out = f.run_cmd(&["status", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["slots"][0]["cpu_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{v}"
+    );
+    assert!(
+        v["slots"][0]["rss_kib"].as_u64().is_some_and(|k| k > 0),
+        "{v}"
+    );
+}
+
 #[test]
 fn a_second_supervisor_is_refused_and_the_first_is_unaffected() {
     let mut f = Fleet::new(RECORDING_WORKER, FAST_TIMING);

@@ -72,6 +72,9 @@ pub struct SlotRow {
     pub uptime_s: Option<u64>,
     pub restarts: u64,
     pub issue: Option<u64>,
+    /// The worker tree's CPU time (ms) and resident memory (KiB) at the last tick.
+    pub cpu_ms: Option<u64>,
+    pub rss_kib: Option<u64>,
 }
 
 /// The running supervisor's view, from its heartbeat.
@@ -135,8 +138,19 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
                 uptime_s: d.started_epoch.map(|t| now.saturating_sub(t)),
                 restarts: d.restarts,
                 issue: d.issue,
+                cpu_ms: d.cpu_ms,
+                rss_kib: d.rss_kib,
             })
             .collect(),
+    }
+}
+
+/// `812K`, `14.2M`, `1.3G`.
+pub fn human_kib(k: u64) -> String {
+    match k {
+        0..1024 => format!("{k}K"),
+        1024..1_048_576 => format!("{:.1}M", k as f64 / 1024.0),
+        _ => format!("{:.1}G", k as f64 / 1_048_576.0),
     }
 }
 
@@ -166,18 +180,21 @@ pub fn render_status(r: &StatusReport) -> String {
         f.target, f.live, f.parked, f.deaths, f.respawns, f.window_s, f.shrink_mode, f.runner
     ));
     out.push_str(&format!(
-        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8}  {}\n",
-        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "ISSUE"
+        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
+        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "ISSUE"
     ));
     for s in &r.slots {
         out.push_str(&format!(
-            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8}  {}\n",
+            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
             s.slot,
             s.pid.map_or("-".into(), |p| p.to_string()),
             s.worker_id.as_deref().unwrap_or("-"),
             s.state,
             s.uptime_s.map_or("-".into(), human_duration),
             s.restarts,
+            s.cpu_ms
+                .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+            s.rss_kib.map_or("-".into(), human_kib),
             s.issue.map_or("-".into(), |n| format!("#{n}")),
         ));
     }

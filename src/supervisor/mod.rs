@@ -14,3 +14,4 @@ pub mod spawn;
 pub mod stall;
 pub mod state_file;
 pub mod texts;
+pub mod usage;

@@ -374,6 +374,7 @@ async fn run_boot(
         return BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
     };
     let (layout2, config2) = (layout.clone(), config.clone());
+    let began = Instant::now();
     let suite = tokio::task::spawn_blocking(move || {
         let git = Git::new(layout2.repo());
         let ctx = SweepCtx {
@@ -387,7 +388,10 @@ async fn run_boot(
     });
     tokio::select! {
         r = suite => match r {
-            Ok(r) => BootWait::Done(r),
+            Ok(r) => {
+                tracing::info!(elapsed_ms = began.elapsed().as_millis() as u64, "boot suite finished");
+                BootWait::Done(r)
+            }
             Err(e) => BootWait::Done(SuiteRun::failed(format!("the boot suite did not finish: {e}"))),
         },
         code = signals.stop() => BootWait::Signalled(code),

@@ -43,6 +43,10 @@ pub struct Worker {
     pub stalled: bool,
     pub issue: Option<u64>,
     pub progress_epoch: u64,
+    /// The tree's CPU and memory at the last tick, and when its CPU time last moved (a
+    /// worker that computes is making progress whatever its files say).
+    pub usage: Option<crate::supervisor::usage::Usage>,
+    pub cpu_moved_epoch: u64,
     /// The claimable issues as the supervisor last saw them when this worker started
     /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
     /// still exactly this afterwards: a worker that took an issue changed it.

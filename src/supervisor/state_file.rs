@@ -93,6 +93,13 @@ pub struct SlotDetail {
     pub started_epoch: Option<u64>,
     pub restarts: u64,
     pub issue: Option<u64>,
+    /// CPU time of the worker's process tree at the last tick, milliseconds (live
+    /// processes only). Absent in files written before it existed.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
+    /// Resident memory of the worker's process tree at the last tick, KiB.
+    #[serde(default)]
+    pub rss_kib: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -215,6 +222,8 @@ mod tests {
                     started_epoch: Some(1_767_322_000),
                     restarts: 0,
                     issue: Some(17),
+                    cpu_ms: Some(1250),
+                    rss_kib: Some(20480),
                 },
                 SlotDetail {
                     slot: 1,
@@ -224,6 +233,8 @@ mod tests {
                     started_epoch: None,
                     restarts: 5,
                     issue: None,
+                    cpu_ms: None,
+                    rss_kib: None,
                 },
             ],
         }
@@ -302,5 +313,24 @@ mod tests {
         fs::write(&p, vec![b'x'; MAX_STATE_BYTES as usize + 1]).unwrap();
         let err = read(&p).unwrap_err().to_string();
         assert!(err.contains("larger than"), "{err}");
+    }
+
+    /// A heartbeat written before the usage fields existed still decodes.
+    #[test]
+    fn a_state_file_without_usage_fields_decodes() {
+        let mut s = sample();
+        for d in &mut s.slot_detail {
+            d.cpu_ms = None;
+            d.rss_kib = None;
+        }
+        let text = encode(&s).unwrap();
+        let old = text
+            .replace(
+                "{slot,state,pid,worker_id,started_epoch,restarts,issue,cpu_ms,rss_kib}",
+                "{slot,state,pid,worker_id,started_epoch,restarts,issue}",
+            )
+            .replace(",null,null\n", "\n");
+        assert!(!old.contains("cpu_ms"), "{old}");
+        assert_eq!(decode(&old).unwrap(), s, "{old}");
     }
 }

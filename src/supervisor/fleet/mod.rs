@@ -115,6 +115,9 @@ pub struct Fleet {
     /// gone: then their escaped descendants (found by `RED_AFK_WORKER_ID` in their
     /// environment) are terminated.
     ended: HashMap<i32, (String, bool)>,
+    /// Workers whose group ended since the last tick: leader, id, our own child; their
+    /// escaped descendants are searched for at the tick.
+    stray_search: Vec<(i32, String, bool)>,
     /// Escaped descendants sent SIGTERM: pid, start time, when SIGKILL is due.
     stray_kills: Vec<(i32, u64, Instant)>,
     /// Workers started by this supervisor: the last part of every worker id, so an id is
@@ -122,6 +125,8 @@ pub struct Fleet {
     spawn_seq: u64,
     /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
     retired: HashMap<usize, Slot>,
+    /// Reads the workers' trees' CPU and memory once per tick.
+    meter: super::usage::Meter,
 }
 
 mod scaling;
@@ -178,9 +183,11 @@ impl Fleet {
             pending_release: Vec::new(),
             strays_since: None,
             ended: HashMap::new(),
+            stray_search: Vec::new(),
             stray_kills: Vec::new(),
             spawn_seq: 0,
             retired: HashMap::new(),
+            meter: super::usage::Meter::new(),
         }
     }
 
@@ -336,6 +343,8 @@ impl Fleet {
             stalled: false,
             issue: None,
             progress_epoch: started_epoch,
+            usage: None,
+            cpu_moved_epoch: started_epoch,
             queue_at_spawn: None,
         });
         self.slots.insert(a.slot, slot);
@@ -418,12 +427,15 @@ impl Fleet {
                             stalled: false,
                             issue: None,
                             progress_epoch: now_epoch(),
+                            usage: None,
+                            cpu_moved_epoch: now_epoch(),
                             queue_at_spawn: queue_at_spawn.clone(),
                         });
                     }
                     // Recorded in the heartbeat at the end of this loop turn (one write per
                     // turn, however many spawned); a supervisor killed before that leaves a
                     // worker its successor still finds by its environment (`run.rs`).
+                    tracing::debug!(slot = idx, pid = s.pid, worker = %id, "spawned");
                     self.log(
                         Event::now(kind::SPAWN, format!("spawned worker {id}"))
                             .slot(idx)
@@ -510,6 +522,7 @@ impl Fleet {
             });
         }
         let lived = now.saturating_duration_since(w.started);
+        tracing::debug!(slot = idx, pid, %exit, lived_ms = lived.as_millis() as u64, "worker ended");
         self.log(
             Event::now(
                 kind::EXIT,
@@ -594,6 +607,7 @@ impl Fleet {
 
     pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, String>, now: Instant) {
         self.queue_inflight = false;
+        tracing::debug!(claimable = ?result.as_ref().map(BTreeSet::len), "queue checked");
         match result {
             Ok(set) => {
                 let n = set.len() as u64;

@@ -117,24 +117,57 @@ impl Fleet {
             .any(|s| s.worker().is_some_and(|w| w.pid == pid))
     }
 
-    /// After an ended worker's group is gone: SIGTERM its descendants that escaped the
-    /// group (they carry its `RED_AFK_WORKER_ID`), SIGKILL after the grace. Without this
-    /// they would live until the fleet stops. Our own worker's escapees were reparented to
-    /// us; an adopted worker's went elsewhere, so for those the whole table is searched.
+    /// After an ended worker's group is gone, its descendants that escaped the group (they
+    /// carry its `RED_AFK_WORKER_ID`) must go too, or they would live until the fleet
+    /// stops. Finding them reads the process table, so it is not done per event: the ids
+    /// wait here and the next tick searches once for all of them ([`Self::search_strays`]).
     pub(super) fn clean_after(&mut self, done: &[Done], now: Instant) {
         for d in done {
-            let Some((id, own_child)) = self.ended.remove(&d.leader) else {
-                continue;
+            if let Some(ended) = self.ended.remove(&d.leader) {
+                self.stray_search.push((d.leader, ended.0, ended.1));
+            }
+        }
+        self.stray_kills.retain(|&(pid, start, kill_at)| {
+            let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
+                return false;
             };
+            if now < kill_at {
+                return true;
+            }
+            Reaper::signal_stray(&p, Signal::SIGKILL);
+            false
+        });
+    }
+
+    /// One search for the escaped descendants of every worker whose group ended since the
+    /// last tick: SIGTERM now, SIGKILL after the grace. Our own workers' escapees were
+    /// reparented to us; an adopted worker's went elsewhere, so the fleet is looked for by
+    /// its environment across the table.
+    pub(super) fn search_strays(&mut self, now: Instant) {
+        let pending = std::mem::take(&mut self.stray_search);
+        if pending.is_empty() {
+            return;
+        }
+        let children = if pending.iter().any(|p| p.2) {
+            self.reaper.strays(&self.kept_children())
+        } else {
+            Vec::new()
+        };
+        let members = if pending.iter().any(|p| !p.2) {
+            process::fleet_members(&self.layout.supervisor_lane())
+        } else {
+            Vec::new()
+        };
+        for (leader, id, own_child) in pending {
             let strays: Vec<process::Proc> = if own_child {
-                self.reaper
-                    .strays(&self.kept_children())
-                    .into_iter()
+                children
+                    .iter()
                     .filter(|p| process::environ_has(p.pid, "RED_AFK_WORKER_ID", &id))
+                    .copied()
                     .collect()
             } else {
-                process::fleet_members(&self.layout.supervisor_lane())
-                    .into_iter()
+                members
+                    .iter()
                     .filter(|m| m.worker_id.as_deref() == Some(id.as_str()))
                     .filter(|m| !self.is_current_worker(m.proc.pid))
                     .map(|m| m.proc)
@@ -149,25 +182,15 @@ impl Fleet {
                     kind::ERROR,
                     format!("worker {id} left processes outside its group: terminating {pids:?}"),
                 )
-                .pid(d.leader),
+                .pid(leader),
             );
             let grace = Duration::from_secs(self.timing.stop_grace_s);
             for p in strays {
                 Reaper::signal_stray(&p, Signal::SIGTERM);
                 self.stray_kills
-                    .push((p.pid, p.start, timeutil::deadline(now, grace)));
+                    .push((p.pid, p.start, crate::timeutil::deadline(now, grace)));
             }
         }
-        self.stray_kills.retain(|&(pid, start, kill_at)| {
-            let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
-                return false;
-            };
-            if now < kill_at {
-                return true;
-            }
-            Reaper::signal_stray(&p, Signal::SIGKILL);
-            false
-        });
     }
 
     pub(super) fn next_stray_kill(&self) -> Option<Instant> {

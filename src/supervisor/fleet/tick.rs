@@ -29,6 +29,9 @@ impl Fleet {
     /// Runs whatever is due: group cleanup, circuit probes, the tick.
     pub fn service(&mut self, now: Instant) {
         let done = self.reaper.poll(now);
+        for d in &done {
+            tracing::debug!(leader = d.leader, killed = d.killed, "worker group gone");
+        }
         if self.stopping.is_some() {
             self.pending_release.clear();
             return;
@@ -91,6 +94,7 @@ impl Fleet {
         self.request_queue();
         self.check_stalls(now);
         self.check_unwatched_adopted(now);
+        self.search_strays(now);
         self.reap_orphans();
         let snap = self.snapshot(now);
         self.write_state(&snap);
@@ -112,7 +116,30 @@ impl Fleet {
 
     // ---- stalls ----
 
+    /// The CPU and memory of every worker's tree (one `/proc` read and one sysinfo read
+    /// of just those processes); a tree whose CPU time moved made progress.
+    fn measure_workers(&mut self) {
+        let leaders: Vec<i32> = self
+            .slots
+            .values()
+            .filter_map(|s| s.worker().map(|w| w.pid))
+            .collect();
+        if leaders.is_empty() {
+            return;
+        }
+        let usage = self.meter.measure(&leaders);
+        let now_e = now_epoch();
+        for w in self.slots.values_mut().filter_map(Slot::worker_mut) {
+            let u = usage.get(&w.pid).copied();
+            if u.map(|u| u.cpu_ms) != w.usage.map(|u| u.cpu_ms) && w.usage.is_some() {
+                w.cpu_moved_epoch = now_e;
+            }
+            w.usage = u;
+        }
+    }
+
     fn check_stalls(&mut self, now: Instant) {
+        self.measure_workers();
         let now_e = now_epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.slots.keys().copied().collect();
@@ -122,7 +149,8 @@ impl Fleet {
             };
             let attempt = stall::current_attempt(&self.layout, &w.id);
             w.issue = attempt.as_ref().map(|a| a.issue);
-            w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref());
+            w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref())
+                .max(w.cpu_moved_epoch);
             self.last_progress_epoch = self.last_progress_epoch.max(w.progress_epoch);
             if w.kill.is_some() {
                 continue;
@@ -215,6 +243,8 @@ impl Fleet {
                     started_epoch: s.worker().map(|w| w.started_epoch),
                     restarts: s.restarts,
                     issue: s.worker().and_then(|w| w.issue),
+                    cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
+                    rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
                 })
                 .collect(),
         }

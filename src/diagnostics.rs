@@ -1,0 +1,26 @@
+//! Diagnostics for developers and operators chasing a problem: `tracing` events, off
+//! unless `RUST_LOG` asks for them (e.g. `RUST_LOG=afk_supervisor=debug`), written to stderr
+//! by a background writer so a slow terminal never stalls the event loop.
+//!
+//! They are not the event log: `supervisor.log.toonl` is the record of what the fleet did
+//! (a contract other tools read); these say why and how long, for whoever debugs it.
+
+use tracing_appender::non_blocking::WorkerGuard;
+use tracing_subscriber::EnvFilter;
+
+/// Installs the subscriber when `RUST_LOG` is set. Keep the guard until the process ends:
+/// dropping it flushes what is still queued.
+pub fn init() -> Option<WorkerGuard> {
+    let filter = std::env::var_os("RUST_LOG")?;
+    let filter = EnvFilter::try_new(filter.to_string_lossy()).unwrap_or_else(|e| {
+        eprintln!("afk-supervisor: RUST_LOG ignored: {e}");
+        EnvFilter::new("off")
+    });
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_target(true)
+        .try_init();
+    installed.ok().map(|()| guard)
+}

@@ -1,0 +1,146 @@
+//! What each worker's process tree costs: CPU time and memory, read once per tick.
+//!
+//! A worker leads its own session and whatever it starts stays in that session (unless it
+//! calls `setsid`, which the stray search covers), so a worker's tree is its session. The
+//! session's members are found with one `/proc` read per tick; sysinfo then reads exactly
+//! those processes, never the whole table, and never on an event. The totals go into
+//! `state.toon` for `status`, and a change of a tree's CPU time counts as progress for the
+//! stall check: a worker that is compiling is not stalled, whatever its log says.
+
+use std::collections::HashMap;
+
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+
+use crate::process;
+
+/// One worker tree's use at the last reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time of the tree's live processes, milliseconds (what exited is not counted).
+    pub cpu_ms: u64,
+    /// Resident memory of the tree, KiB.
+    pub rss_kib: u64,
+    /// Live processes in the tree.
+    pub procs: usize,
+}
+
+pub struct Meter {
+    sys: System,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Meter {
+    pub fn new() -> Self {
+        // sysinfo keeps every read process's stat file open by default: with a large fleet
+        // that is a descriptor per process, for no gain at one read per tick.
+        sysinfo::set_open_files_limit(0);
+        Meter { sys: System::new() }
+    }
+
+    /// The use of each session led by one of `leaders`.
+    pub fn measure(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
+        let mut out: HashMap<i32, Usage> = HashMap::new();
+        if leaders.is_empty() {
+            return out;
+        }
+        let members: Vec<(i32, i32)> = process::table()
+            .into_iter()
+            .filter(|p| !p.is_zombie() && leaders.contains(&p.sid))
+            .map(|p| (p.pid, p.sid))
+            .collect();
+        let pids: Vec<Pid> = members
+            .iter()
+            .map(|(pid, _)| Pid::from_u32(pid.unsigned_abs()))
+            .collect();
+        self.sys.refresh_processes_specifics(
+            ProcessesToUpdate::Some(&pids),
+            true,
+            ProcessRefreshKind::nothing()
+                .with_cpu()
+                .with_memory()
+                .without_tasks(),
+        );
+        for (pid, sid) in members {
+            let Some(p) = self.sys.process(Pid::from_u32(pid.unsigned_abs())) else {
+                continue;
+            };
+            let u = out.entry(sid).or_default();
+            u.cpu_ms = u.cpu_ms.saturating_add(p.accumulated_cpu_time());
+            u.rss_kib = u.rss_kib.saturating_add(p.memory() / 1024);
+            u.procs += 1;
+        }
+        // Forget processes that are gone, so the table does not grow with the fleet's past.
+        let live: std::collections::HashSet<Pid> = pids.into_iter().collect();
+        let gone: Vec<Pid> = self
+            .sys
+            .processes()
+            .keys()
+            .filter(|p| !live.contains(p))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            self.sys.refresh_processes_specifics(
+                ProcessesToUpdate::Some(&gone),
+                true,
+                ProcessRefreshKind::nothing(),
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    /// A session whose child burns CPU: the tree's CPU time grows and both are counted.
+    #[test]
+    fn a_busy_tree_shows_cpu_memory_and_members() {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "while :; do :; done & exec sleep 300"]);
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(|_| ())
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let leader = child.id() as i32;
+        let mut m = Meter::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let read = |m: &mut Meter| {
+            m.measure(&[leader])
+                .get(&leader)
+                .copied()
+                .unwrap_or_default()
+        };
+        let first = read(&mut m);
+        let mut later = first;
+        while later.cpu_ms < first.cpu_ms + 50 || later.procs < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no CPU time seen: {first:?} {later:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            later = read(&mut m);
+        }
+        assert_eq!(later.procs, 2, "{later:?}");
+        assert!(later.rss_kib > 0, "{later:?}");
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(leader),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = child.wait();
+        assert!(m.measure(&[]).is_empty());
+        assert_eq!(read(&mut m), Usage::default());
+    }
+}
