@@ -882,8 +882,8 @@ fn a_reap_pass_costs_the_same_few_calls_for_any_number_of_branches() {
     assert_eq!(reap_pass(200), 6);
 }
 
-/// Every attempt's worktree is called `worktree/`, so concurrent adds race for one
-/// `.git/worktrees/worktree` admin dir; the layer serialises them per repo.
+/// Every attempt's worktree is called `worktree/`, so concurrent adds would race for one
+/// `.git/worktrees/worktree` admin dir; each add gets an admin name of its own instead.
 #[test]
 fn concurrent_worktree_adds_with_one_basename_all_succeed() {
     let env = TestEnv::new();
@@ -904,4 +904,29 @@ fn concurrent_worktree_adds_with_one_basename_all_succeed() {
         assert!(path.join("README.md").is_file());
     }
     assert_eq!(git.worktree_branches().unwrap().len(), 25);
+    // No staging path is left behind.
+    for i in 0..24 {
+        let attempt = env.path().join(format!("attempt-{i}"));
+        let names: Vec<_> = std::fs::read_dir(&attempt)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("worktree")]);
+    }
+}
+
+/// Adds do not queue behind one repo-wide lock: a fleet of hundreds starting together
+/// would otherwise wait out the git timeout and count as deaths.
+#[test]
+fn a_worktree_add_never_waits_on_a_repo_wide_lock() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let git = env.lib_git(&repo.path);
+    let _held = git.repo_lock("afk-worktree-add.lock").unwrap();
+    let quick = git.clone().with_timeout(std::time::Duration::from_secs(2));
+    let path = env.path().join("attempt").join("worktree");
+    quick
+        .worktree_add(&path, "afk/w1/1-unlocked", "origin/main")
+        .expect("the add does not wait for the lock");
+    assert!(path.join("README.md").is_file());
 }

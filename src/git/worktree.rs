@@ -11,9 +11,17 @@ impl Git {
     /// Creates a worktree at `path` on a new branch `new_branch` starting at `start_point`.
     /// The branch gets no upstream (`--no-track`): a stray `git push` from it must not
     /// target the base it started from.
+    ///
+    /// git names a worktree's admin dir (`.git/worktrees/<name>`) after the path's last
+    /// component, and concurrent adds whose paths share it (every attempt's `worktree/`)
+    /// race for one name ("failed to read .git/worktrees/worktree/commondir"). So the
+    /// worktree is added at a sibling path of its own (a unique admin name) and then moved
+    /// into place: no repo-wide lock, so a fleet of hundreds never queues its starts
+    /// behind one another.
     pub fn worktree_add(&self, path: &Path, new_branch: &str, start_point: &str) -> GitResult<()> {
         check_branch_name(new_branch)?;
         check_rev(start_point)?;
+        let staging = staging_path(path);
         let mut a = args([
             "worktree",
             "add",
@@ -23,13 +31,18 @@ impl Git {
             new_branch,
             "--",
         ]);
-        a.push(path.as_os_str().to_owned());
+        a.push(staging.as_os_str().to_owned());
         a.push(start_point.into());
-        // Concurrent `git worktree add`s whose paths share a basename (every attempt's
-        // `worktree/`) race for the same `.git/worktrees/<name>` admin dir and fail
-        // ("failed to read .git/worktrees/worktree/commondir"): one at a time per repo.
-        let _lock = self.repo_lock("afk-worktree-add.lock")?;
         self.ok(a)?;
+        let mut mv = args(["worktree", "move", "--"]);
+        mv.push(staging.as_os_str().to_owned());
+        mv.push(path.as_os_str().to_owned());
+        if let Err(e) = self.ok(mv) {
+            // Leave nothing half made: the staged worktree goes, the branch stays (it holds
+            // nothing yet, and the reaper collects it).
+            let _ = self.worktree_remove(&staging, true);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -128,4 +141,17 @@ impl Git {
         }
         Ok(())
     }
+}
+
+/// A sibling of `path` whose last component no other add uses: the process id and a
+/// counter, hidden (a dot) so a listing of the attempt dir shows only `worktree/`.
+fn staging_path(path: &Path) -> PathBuf {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = path
+        .file_name()
+        .map_or_else(|| "worktree".into(), |b| b.to_string_lossy().into_owned());
+    let name = format!(".{base}-{}-{n}", std::process::id());
+    path.parent()
+        .map_or_else(|| PathBuf::from(&name), |p| p.join(&name))
 }

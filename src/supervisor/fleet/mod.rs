@@ -125,6 +125,8 @@ pub struct Fleet {
     spawn_seq: u64,
     /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
     retired: HashMap<usize, Slot>,
+    /// Slots a queue check said to wake that are not woken yet, and the queue depth it saw.
+    unidle_backlog: (usize, u64),
     /// Reads the workers' trees' CPU and memory once per tick.
     meter: super::usage::Meter,
 }
@@ -187,6 +189,7 @@ impl Fleet {
             stray_kills: Vec::new(),
             spawn_seq: 0,
             retired: HashMap::new(),
+            unidle_backlog: (0, 0),
             meter: super::usage::Meter::new(),
         }
     }
@@ -637,27 +640,14 @@ impl Fleet {
                     self.log(Event::now(kind::IDLE, msg).slot(idx));
                 }
                 self.ready_set = Some(set);
-                let idle: Vec<usize> = self
-                    .slots
-                    .values()
-                    .filter(|s| {
-                        s.is_idle()
-                            && s.index < self.target
-                            && !s.retiring
-                            && s.unclaimable.is_none()
-                    })
-                    .map(|s| s.index)
-                    .collect();
+                let idle = self.wakeable();
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
-                for &idx in &idle[..wake] {
-                    self.log(
-                        Event::now(
-                            kind::UNIDLE,
-                            format!("slot {idx} un-idled: ready-for-agent={n}"),
-                        )
-                        .slot(idx),
-                    );
-                    self.spawn_in(idx, now);
+                // Slots that wake together would all claim, fetch and add worktrees at
+                // once: a batch now, the rest a batch per loop turn (see `service`).
+                let now_wake = wake.min(UNIDLE_PER_TURN);
+                self.unidle_backlog = (wake - now_wake, n);
+                for &idx in &idle[..now_wake] {
+                    self.unidle(idx, n, now);
                 }
                 for &idx in &idle[wake..] {
                     if let Some(slot) = self.slots.get_mut(&idx)
@@ -685,6 +675,43 @@ impl Fleet {
         if self.queue_again {
             self.queue_again = false;
             self.request_queue();
+        }
+    }
+
+    /// Idle slots a queue with work would wake, lowest first.
+    fn wakeable(&self) -> Vec<usize> {
+        self.slots
+            .values()
+            .filter(|s| {
+                s.is_idle() && s.index < self.target && !s.retiring && s.unclaimable.is_none()
+            })
+            .map(|s| s.index)
+            .collect()
+    }
+
+    fn unidle(&mut self, idx: usize, ready: u64, now: Instant) {
+        self.log(
+            Event::now(
+                kind::UNIDLE,
+                format!("slot {idx} un-idled: ready-for-agent={ready}"),
+            )
+            .slot(idx),
+        );
+        self.spawn_in(idx, now);
+    }
+
+    /// The next batch of slots a queue check said to wake, at most [`UNIDLE_PER_TURN`].
+    pub(super) fn wake_backlog(&mut self, now: Instant) {
+        let (left, ready) = self.unidle_backlog;
+        if left == 0 || self.stopping.is_some() {
+            self.unidle_backlog = (0, ready);
+            return;
+        }
+        let idle = self.wakeable();
+        let batch = left.min(UNIDLE_PER_TURN).min(idle.len());
+        self.unidle_backlog = (if batch == 0 { 0 } else { left - batch }, ready);
+        for &idx in &idle[..batch] {
+            self.unidle(idx, ready, now);
         }
     }
 
@@ -811,6 +838,12 @@ pub(super) fn group_of(w: &Worker) -> Group {
 
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;
+
+/// Most idle slots woken in one loop turn; the rest follow a turn later each.
+pub(super) const UNIDLE_PER_TURN: usize = 16;
+
+/// How soon the next batch of a wake-up follows.
+pub(super) const UNIDLE_EVERY: Duration = Duration::from_millis(20);
 
 impl Fleet {
     /// The orphans of the workers' trees, by reading `/proc` (pinned groups only).

@@ -22,6 +22,8 @@ impl Fleet {
         }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
+        } else if self.unidle_backlog.0 > 0 {
+            d = d.min(now + UNIDLE_EVERY);
         }
         d.max(now)
     }
@@ -38,6 +40,7 @@ impl Fleet {
         }
         self.clean_after(&done, now);
         self.release_claims(&done);
+        self.wake_backlog(now);
         self.circuits(now);
         if now >= self.next_tick {
             self.next_tick =
