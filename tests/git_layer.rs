@@ -883,7 +883,7 @@ fn a_reap_pass_costs_the_same_few_calls_for_any_number_of_branches() {
 }
 
 /// Every attempt's worktree is called `worktree/`, so concurrent adds would race for one
-/// `.git/worktrees/worktree` admin dir; each add gets an admin name of its own instead.
+/// `.git/worktrees/worktree` admin dir; the layer serialises them per repo.
 #[test]
 fn concurrent_worktree_adds_with_one_basename_all_succeed() {
     let env = TestEnv::new();
@@ -904,7 +904,7 @@ fn concurrent_worktree_adds_with_one_basename_all_succeed() {
         assert!(path.join("README.md").is_file());
     }
     assert_eq!(git.worktree_branches().unwrap().len(), 25);
-    // No staging path is left behind.
+    // Nothing but the worktree in each attempt dir.
     for i in 0..24 {
         let attempt = env.path().join(format!("attempt-{i}"));
         let names: Vec<_> = std::fs::read_dir(&attempt)
@@ -915,18 +915,24 @@ fn concurrent_worktree_adds_with_one_basename_all_succeed() {
     }
 }
 
-/// Adds do not queue behind one repo-wide lock: a fleet of hundreds starting together
-/// would otherwise wait out the git timeout and count as deaths.
+/// Adds queue behind one repo-wide lock (concurrent adds race in git), but the wait is not
+/// the git timeout: a fleet of hundreds starting together would otherwise see adds fail
+/// and count them as deaths.
 #[test]
-fn a_worktree_add_never_waits_on_a_repo_wide_lock() {
+fn a_worktree_add_waits_for_its_turn_longer_than_the_git_timeout() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let git = env.lib_git(&repo.path);
-    let _held = git.repo_lock("afk-worktree-add.lock").unwrap();
-    let quick = git.clone().with_timeout(std::time::Duration::from_secs(2));
+    let held = git.repo_lock("afk-worktree-add.lock").unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        drop(held);
+    });
+    let quick = git.clone().with_timeout(std::time::Duration::from_secs(1));
     let path = env.path().join("attempt").join("worktree");
     quick
-        .worktree_add(&path, "afk/w1/1-unlocked", "origin/main")
-        .expect("the add does not wait for the lock");
+        .worktree_add(&path, "afk/w1/1-queued", "origin/main")
+        .expect("the add waits for the lock, then runs");
     assert!(path.join("README.md").is_file());
+    release.join().unwrap();
 }

@@ -7,21 +7,17 @@ use std::time::{Duration, Instant};
 
 use super::{Git, GitError, GitResult, args, check_branch_name, check_rev, chunks, top_literal};
 
+/// The longest a worktree add waits for its turn: a thousand adds of ~0.1 s each, with
+/// room to spare.
+const WORKTREE_LOCK_WAIT: Duration = Duration::from_secs(600);
+
 impl Git {
     /// Creates a worktree at `path` on a new branch `new_branch` starting at `start_point`.
     /// The branch gets no upstream (`--no-track`): a stray `git push` from it must not
     /// target the base it started from.
-    ///
-    /// git names a worktree's admin dir (`.git/worktrees/<name>`) after the path's last
-    /// component, and concurrent adds whose paths share it (every attempt's `worktree/`)
-    /// race for one name ("failed to read .git/worktrees/worktree/commondir"). So the
-    /// worktree is added at a sibling path of its own (a unique admin name) and then moved
-    /// into place: no repo-wide lock, so a fleet of hundreds never queues its starts
-    /// behind one another.
     pub fn worktree_add(&self, path: &Path, new_branch: &str, start_point: &str) -> GitResult<()> {
         check_branch_name(new_branch)?;
         check_rev(start_point)?;
-        let staging = staging_path(path);
         let mut a = args([
             "worktree",
             "add",
@@ -31,18 +27,15 @@ impl Git {
             new_branch,
             "--",
         ]);
-        a.push(staging.as_os_str().to_owned());
+        a.push(path.as_os_str().to_owned());
         a.push(start_point.into());
+        // Concurrent `git worktree add`s in one repo race: each reads every other admin dir
+        // under `.git/worktrees/`, and one half made by another add fails it ("failed to
+        // read .git/worktrees/<name>/commondir"), unique names or not. So one at a time
+        // per repo; the wait for the lock is not the git timeout, since a fleet of
+        // hundreds starting together queues here for longer than any one add takes.
+        let _lock = self.repo_lock_waiting("afk-worktree-add.lock", WORKTREE_LOCK_WAIT)?;
         self.ok(a)?;
-        let mut mv = args(["worktree", "move", "--"]);
-        mv.push(staging.as_os_str().to_owned());
-        mv.push(path.as_os_str().to_owned());
-        if let Err(e) = self.ok(mv) {
-            // Leave nothing half made: the staged worktree goes, the branch stays (it holds
-            // nothing yet, and the reaper collects it).
-            let _ = self.worktree_remove(&staging, true);
-            return Err(e);
-        }
         Ok(())
     }
 
@@ -55,6 +48,12 @@ impl Git {
     /// Takes an exclusive lock on `<common dir>/<name>`, waiting at most this layer's
     /// timeout; released when the returned file is dropped.
     pub fn repo_lock(&self, name: &str) -> GitResult<File> {
+        self.repo_lock_waiting(name, self.timeout)
+    }
+
+    /// [`Git::repo_lock`], waiting at most `wait` (at least this layer's timeout).
+    pub fn repo_lock_waiting(&self, name: &str, wait: Duration) -> GitResult<File> {
+        let wait = wait.max(self.timeout);
         let path = self.common_dir()?.join(name);
         let lock_err = |why: String| GitError::Lock {
             path: path.display().to_string(),
@@ -66,7 +65,7 @@ impl Git {
             .write(true)
             .open(&path)
             .map_err(|e| lock_err(e.to_string()))?;
-        let deadline = crate::timeutil::deadline(Instant::now(), self.timeout);
+        let deadline = crate::timeutil::deadline(Instant::now(), wait);
         let mut wait = Duration::from_millis(1);
         loop {
             match file.try_lock() {
@@ -78,7 +77,7 @@ impl Git {
                 Err(TryLockError::WouldBlock) => {
                     return Err(lock_err(format!(
                         "still held by another process after {}s",
-                        self.timeout.as_secs()
+                        wait.as_secs()
                     )));
                 }
                 Err(TryLockError::Error(e)) => return Err(lock_err(e.to_string())),
@@ -141,17 +140,4 @@ impl Git {
         }
         Ok(())
     }
-}
-
-/// A sibling of `path` whose last component no other add uses: the process id and a
-/// counter, hidden (a dot) so a listing of the attempt dir shows only `worktree/`.
-fn staging_path(path: &Path) -> PathBuf {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let base = path
-        .file_name()
-        .map_or_else(|| "worktree".into(), |b| b.to_string_lossy().into_owned());
-    let name = format!(".{base}-{}-{n}", std::process::id());
-    path.parent()
-        .map_or_else(|| PathBuf::from(&name), |p| p.join(&name))
 }

@@ -1,5 +1,6 @@
 //! The fleet supervisor (SPEC §4–§6): start-up, slots, the tick, and the control files.
 
+pub mod children;
 pub mod circuit;
 pub mod control;
 pub mod fleet;

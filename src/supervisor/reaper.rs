@@ -1,21 +1,20 @@
 //! Cleaning up after workers: what is left of an ended worker's process group is
-//! terminated (SIGTERM, then SIGKILL after the stop grace), its leader is reaped only once
-//! the group is empty, and orphans reparented to the supervisor are reaped.
+//! terminated (SIGTERM, then SIGKILL after the stop grace) and the group is followed until
+//! it is empty; the processes themselves are reached through [`Children`].
 //!
-//! Keeping our own leader a zombie until its group is gone pins the group id: the kernel
-//! cannot hand that pid to a new process while the zombie exists, so a late SIGKILL to the
-//! group can never hit an unrelated one.
-
-use std::collections::HashSet;
-use std::time::{Duration, Instant};
+//! A late SIGKILL to a group must never hit an unrelated one. Where the kernel signals
+//! groups through pidfds (Linux 6.9+), the group is named by its kernel object, not its
+//! number, so the leader is reaped at once. Elsewhere our own leader is kept a zombie
+//! until its group is gone: that pins the group id, which the kernel cannot hand to a new
+//! process while the zombie exists.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::{WaitPidFlag, waitpid};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
-use crate::process::{self, Pidfd, Proc};
+use super::children::Children;
+use crate::process::Pidfd;
 
 /// How a dying group is signalled and found empty.
 #[derive(Debug, Clone)]
@@ -56,8 +55,6 @@ pub struct Done {
 #[derive(Debug)]
 pub struct Reaper {
     grace: Duration,
-    my_pid: i32,
-    my_sid: i32,
     dying: Vec<Dying>,
 }
 
@@ -68,8 +65,6 @@ impl Reaper {
     pub fn new(grace: Duration) -> Self {
         Reaper {
             grace,
-            my_pid: std::process::id() as i32,
-            my_sid: process::own_sid(),
             dying: Vec::new(),
         }
     }
@@ -89,8 +84,10 @@ impl Reaper {
 
     /// Starts terminating the group led by `leader`: SIGTERM now, SIGKILL at `now + grace`.
     /// `leader_exited` says whether the leader's end was already handled.
+    #[allow(clippy::too_many_arguments)]
     pub fn terminate(
         &mut self,
+        os: &mut dyn Children,
         leader: i32,
         group: Group,
         own_child: bool,
@@ -101,17 +98,11 @@ impl Reaper {
             d.leader_exited |= leader_exited;
             return;
         }
-        match &group {
-            Group::Pidfd(fd) => {
-                let _ = fd.signal_group(Some(Signal::SIGTERM));
-            }
-            // An adopted leader that is gone does not pin the group id: signal only a
-            // group that still has members.
-            Group::Pinned => {
-                if own_child || process::group_has_live_member(&process::table(), leader) {
-                    let _ = killpg(Pid::from_raw(leader), Signal::SIGTERM);
-                }
-            }
+        // An adopted leader that is gone does not pin a pinned group's id: signal such a
+        // group only while it still has members.
+        let pinned_unsafe = matches!(group, Group::Pinned) && !own_child;
+        if !pinned_unsafe || os.group_alive(leader, &group) {
+            os.signal_group(leader, &group, Signal::SIGTERM);
         }
         self.dying.push(Dying {
             leader,
@@ -142,27 +133,14 @@ impl Reaper {
     /// Advances every group: SIGKILL when its grace is over, done when no live member is
     /// left and the leader's end was handled (then a pinned leader is reaped). Called on
     /// events (a child ended, a deadline came): the cost is one syscall per dying group,
-    /// plus one `/proc` read only where groups are pinned.
-    pub fn poll(&mut self, now: Instant) -> Vec<Done> {
-        if self.dying.is_empty() {
-            return Vec::new();
-        }
-        let table = self
-            .dying
-            .iter()
-            .any(|d| matches!(d.group, Group::Pinned))
-            .then(process::table);
+    /// or a `/proc` read per pinned group.
+    pub fn poll(&mut self, os: &mut dyn Children, now: Instant) -> Vec<Done> {
         let mut done = Vec::new();
         self.dying.retain_mut(|d| {
-            let members = match &d.group {
-                Group::Pidfd(fd) => fd.group_alive(),
-                Group::Pinned => table
-                    .as_deref()
-                    .is_some_and(|t| process::group_has_live_member(t, d.leader)),
-            };
+            let members = os.group_alive(d.leader, &d.group);
             if !members && d.leader_exited {
                 if d.own_child && matches!(d.group, Group::Pinned) {
-                    let _ = waitpid(Pid::from_raw(d.leader), Some(WaitPidFlag::WNOHANG));
+                    os.reap(d.leader);
                 }
                 done.push(Done {
                     leader: d.leader,
@@ -171,14 +149,7 @@ impl Reaper {
                 return false;
             }
             if members && now >= d.kill_at && !d.killed {
-                match &d.group {
-                    Group::Pidfd(fd) => {
-                        let _ = fd.signal_group(Some(Signal::SIGKILL));
-                    }
-                    Group::Pinned => {
-                        let _ = killpg(Pid::from_raw(d.leader), Signal::SIGKILL);
-                    }
-                }
+                os.signal_group(d.leader, &d.group, Signal::SIGKILL);
                 d.killed = true;
             }
             if now >= d.recheck_at {
@@ -203,59 +174,13 @@ impl Reaper {
             })
             .min()
     }
-
-    /// Live children of ours outside our session that no worker leads and no group cleanup
-    /// covers: descendants that left their worker's group (`setsid`) and were reparented to
-    /// us, the child subreaper, when their parent died.
-    pub fn strays(&self, keep: &HashSet<i32>) -> Vec<Proc> {
-        process::table()
-            .into_iter()
-            .filter(|p| {
-                p.ppid == self.my_pid
-                    && !p.is_zombie()
-                    && p.sid != self.my_sid
-                    && !keep.contains(&p.pid)
-                    && !self.contains(p.pid)
-            })
-            .collect()
-    }
-
-    /// Signals a stray and its process group (never ours: a stray is outside our session,
-    /// so its group is too, and that session was made by a worker's descendant).
-    pub fn signal_stray(p: &Proc, sig: Signal) {
-        let _ = killpg(Pid::from_raw(p.pgid), sig);
-        let _ = nix::sys::signal::kill(Pid::from_raw(p.pid), sig);
-    }
-
-    /// Reaps zombies reparented to us from workers' trees. Children of our own session
-    /// (commands the supervisor runs and waits for itself) and the leaders in `keep` are
-    /// left alone. Returns how many were reaped.
-    pub fn reap_orphans(&self, keep: &HashSet<i32>) -> usize {
-        let table = process::table();
-        self.reap_orphans_in(&table, keep)
-    }
-
-    fn reap_orphans_in(&self, table: &[Proc], keep: &HashSet<i32>) -> usize {
-        let mut n = 0;
-        for p in table {
-            if p.ppid == self.my_pid
-                && p.is_zombie()
-                && p.sid != self.my_sid
-                && !keep.contains(&p.pid)
-                && !self.contains(p.pid)
-                && waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG)).is_ok()
-            {
-                n += 1;
-            }
-        }
-        n
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::spawn::{SpawnSpec, spawn};
     use super::*;
+    use crate::process;
 
     /// The worker leaves a grandchild in its group and exits at once: the grandchild is
     /// terminated, the group is seen empty, and the leader is reaped, whichever way the
@@ -301,12 +226,14 @@ mod tests {
             } else {
                 Group::Pinned
             };
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut os = super::super::children::Os::new(tx);
             let mut r = Reaper::new(Duration::from_secs(30));
-            r.terminate(s.pid, group, true, true, Instant::now());
+            r.terminate(&mut os, s.pid, group, true, true, Instant::now());
             let mut done = Vec::new();
             while done.is_empty() {
                 assert!(Instant::now() < deadline, "group never emptied");
-                done = r.poll(Instant::now());
+                done = r.poll(&mut os, Instant::now());
                 std::thread::sleep(Duration::from_millis(20));
             }
             assert_eq!(

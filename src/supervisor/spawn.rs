@@ -24,6 +24,9 @@ pub enum SpawnError {
     Start { program: String, source: io::Error },
 }
 
+/// How a child ends that lost its supervisor before it became a worker.
+const EXIT_ORPHANED: i32 = 111;
+
 /// What a slot runs.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec<'a> {
@@ -93,9 +96,22 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
             .iter()
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
     );
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // A child whose supervisor died between the fork and here is not recorded anywhere and
+    // does not carry the worker environment yet (that comes with `execve`), so a successor
+    // could neither adopt it nor count it: it ends instead of becoming a worker. With that
+    // check as the last step before `execve`, a worker exists only while its supervisor
+    // does or once it carries the environment that lets a successor find it.
+    let parent = std::process::id() as i32;
+    // SAFETY: setsid, getppid and _exit are async-signal-safe and touch no memory of the
+    // parent.
     unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+        cmd.pre_exec(move || {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            if nix::unistd::getppid().as_raw() != parent {
+                libc::_exit(EXIT_ORPHANED);
+            }
+            Ok(())
+        });
     }
     let child = cmd.spawn().map_err(|source| SpawnError::Start {
         program: program.to_string(),

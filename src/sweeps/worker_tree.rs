@@ -109,20 +109,9 @@ pub fn age(path: &Path, now: SystemTime) -> io::Result<Duration> {
 /// Whether the attempt dir holds a linked git worktree: `worktree/` a real dir whose
 /// `.git` is a file (git's `gitdir:` pointer), judged without following links.
 pub fn holds_linked_worktree(attempt: &Path) -> bool {
-    let linked = |wt: &Path| {
-        fs::symlink_metadata(wt).is_ok_and(|m| m.is_dir())
-            && fs::symlink_metadata(wt.join(".git")).is_ok_and(|m| m.is_file())
-    };
-    if linked(&attempt.join("worktree")) {
-        return true;
-    }
-    // A worker killed between adding its worktree and moving it into place leaves it at
-    // its staging name (`.worktree-<pid>-<n>`, see `Git::worktree_add`).
-    fs::read_dir(attempt).is_ok_and(|entries| {
-        entries
-            .filter_map(Result::ok)
-            .any(|e| e.file_name().to_string_lossy().starts_with(".worktree-") && linked(&e.path()))
-    })
+    let wt = attempt.join("worktree");
+    fs::symlink_metadata(&wt).is_ok_and(|m| m.is_dir())
+        && fs::symlink_metadata(wt.join(".git")).is_ok_and(|m| m.is_file())
 }
 
 /// After a sweep removed attempt dirs holding linked worktrees: `git worktree prune` in the

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::children::{Children, Os, Started};
 use super::circuit::{self, Verdict};
 use super::journal::Journal;
 use super::reaper::{Done, Group, Reaper};
@@ -24,7 +25,7 @@ use super::texts::{self, TickCounts, kind};
 use crate::config::{Config, Timing};
 use crate::fsutil::{atomic_write, remove_file_if_exists};
 use crate::layout::Layout;
-use crate::process::{self, Pidfd};
+use crate::process;
 use crate::timeutil::{date_utc, epoch_secs, now_epoch, now_rfc3339_millis};
 use crate::toonl::Event;
 use crate::tracker::Tracker;
@@ -118,8 +119,8 @@ pub struct Fleet {
     /// Workers whose group ended since the last tick: leader, id, our own child; their
     /// escaped descendants are searched for at the tick.
     stray_search: Vec<(i32, String, bool)>,
-    /// Escaped descendants sent SIGTERM: pid, start time, when SIGKILL is due.
-    stray_kills: Vec<(i32, u64, Instant)>,
+    /// Escaped descendants sent SIGTERM, and when SIGKILL is due.
+    stray_kills: Vec<(process::Proc, Instant)>,
     /// Workers started by this supervisor: the last part of every worker id, so an id is
     /// never reused even when a slot is retired and created again.
     spawn_seq: u64,
@@ -127,8 +128,8 @@ pub struct Fleet {
     retired: HashMap<usize, Slot>,
     /// Slots a queue check said to wake that are not woken yet, and the queue depth it saw.
     unidle_backlog: (usize, u64),
-    /// Reads the workers' trees' CPU and memory once per tick.
-    meter: super::usage::Meter,
+    /// Every process action goes through here (the OS, or a test double).
+    children: Box<dyn Children>,
 }
 
 mod scaling;
@@ -161,7 +162,6 @@ impl Fleet {
             runner: config.worker.runner.clone(),
             me,
             journal,
-            tx,
             queue_inflight: false,
             queue_again: false,
             slots: BTreeMap::new(),
@@ -190,8 +190,16 @@ impl Fleet {
             spawn_seq: 0,
             retired: HashMap::new(),
             unidle_backlog: (0, 0),
-            meter: super::usage::Meter::new(),
+            children: Box::new(Os::new(tx.clone())),
+            tx,
         }
+    }
+
+    /// The fleet with its processes handled by `children` instead of the OS (a test
+    /// double).
+    pub fn with_children(mut self, children: Box<dyn Children>) -> Self {
+        self.children = children;
+        self
     }
 
     /// The tracker the queue is checked and dead workers' claims are released through.
@@ -233,39 +241,6 @@ impl Fleet {
                 rt.spawn_blocking(job);
             }
             Err(_) => job(),
-        }
-    }
-
-    /// Reports the end of a worker through its pidfd, registered with the event loop: no
-    /// thread per worker. Without a runtime or a pidfd the worker joins `unwatched`.
-    fn watch(&mut self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) {
-        let registered = fd.and_then(|fd| {
-            let rt = tokio::runtime::Handle::try_current().ok()?;
-            let _guard = rt.enter();
-            // SAFETY: the Arc owns a valid pidfd, and the descriptor is closed only when
-            // the last clone drops, which the AsyncFd holds until it is deregistered.
-            let afd = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-            }
-            .ok()?;
-            let tx = self.tx.clone();
-            rt.spawn(async move {
-                let _ = afd.readable().await;
-                let msg = if own {
-                    Msg::ChildEnded { pid, start }
-                } else {
-                    Msg::Exited {
-                        pid,
-                        start,
-                        kind: ExitKind::Unknown,
-                    }
-                };
-                let _ = tx.send(msg);
-            });
-            Some(())
-        });
-        if registered.is_none() {
-            self.unwatched.push((pid, start));
         }
     }
 
@@ -319,17 +294,20 @@ impl Fleet {
             .worker_id
             .unwrap_or_else(|| format!("adopted-{}-slot-{}", a.pid, a.slot));
         let (pid, start) = (a.pid, a.start);
-        // The pidfd must refer to the process we verified, not a successor with its pid.
-        let fd = Pidfd::open(pid).map(Arc::new);
-        if !process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie()) {
+        let Some(Started {
+            pidfd: fd, watched, ..
+        }) = self.children.adopt(pid, start)
+        else {
             self.log(
                 Event::now(kind::ERROR, "adopted worker ended before it was watched")
                     .slot(a.slot)
                     .pid(pid),
             );
             return;
+        };
+        if !watched {
+            self.unwatched.push((pid, start));
         }
-        self.watch(pid, start, fd.clone(), false);
         let mut slot = Slot::new(a.slot, self.params);
         slot.spawns = a.restarts + 1;
         slot.restarts = a.restarts;
@@ -411,11 +389,12 @@ impl Fleet {
                 env,
             };
             let queue_at_spawn = self.ready_set.clone();
-            match spawn::spawn(&spec) {
+            match self.children.spawn(&spec) {
                 Ok(s) => {
-                    // Our child cannot be reaped by anyone else, so this pidfd is its.
-                    let fd = Pidfd::open(s.pid).map(Arc::new);
-                    self.watch(s.pid, s.start, fd.clone(), true);
+                    let fd = s.pidfd.clone();
+                    if !s.watched {
+                        self.unwatched.push((s.pid, s.start));
+                    }
                     if let Some(slot) = self.slots.get_mut(&idx) {
                         slot.phase = Phase::Running(Worker {
                             pid: s.pid,
@@ -511,8 +490,9 @@ impl Fleet {
             return;
         };
         let retiring = slot.retiring;
-        let group = group_of(&w);
-        self.reaper.terminate(w.pid, group, w.own_child, true, now);
+        let group = self.children.group_for(w.pidfd.as_ref());
+        self.reaper
+            .terminate(&mut *self.children, w.pid, group, w.own_child, true, now);
         self.ended.insert(w.pid, (w.id.clone(), w.own_child));
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
@@ -748,24 +728,24 @@ impl Fleet {
     pub fn on_sigchld(&mut self, now: Instant) {
         self.check_unwatched_children(now);
         if !process::pidfd_groups() {
-            let keep = self.kept_children();
-            self.reaper.reap_orphans(&keep);
+            let mut keep = self.kept_children();
+            keep.extend(self.reaper.leaders());
+            self.children.reap_orphans(&keep);
             return;
         }
-        let my_sid = process::own_sid();
         // Bounded: each round reaps one zombie, and at most this many arrive per event.
         for _ in 0..4096 {
-            let Some((pid, _)) = process::peek_zombie_child() else {
+            let Some((pid, commands)) = self.children.next_zombie() else {
                 return;
             };
             if let Some(start) = self.own_worker_start(pid) {
                 self.own_child_ended(pid, start, now);
                 continue;
             }
-            if process::read(pid).is_none_or(|p| p.sid == my_sid) {
+            if commands {
                 return;
             }
-            let _ = process::child_exit(pid, true);
+            self.children.reap(pid);
         }
     }
 
@@ -777,11 +757,11 @@ impl Fleet {
             .values()
             .filter_map(|s| s.worker())
             .find(|w| w.pid == pid && w.start == start)
-            .is_none_or(|w| matches!(group_of(w), Group::Pinned));
+            .is_none_or(|w| matches!(self.children.group_for(w.pidfd.as_ref()), Group::Pinned));
         if self.own_worker_start(pid) != Some(start) {
             return;
         }
-        if let Some(kind) = process::child_exit(pid, !pinned) {
+        if let Some(kind) = self.children.exit_of(pid, pinned) {
             self.unwatched.retain(|u| u.0 != pid);
             self.on_exit(pid, start, kind, now);
         }
@@ -816,23 +796,14 @@ impl Fleet {
             .iter()
             .copied()
             .filter(|(pid, _)| self.own_worker_start(*pid).is_none())
-            .filter(|(pid, start)| {
-                !process::read(*pid).is_some_and(|p| p.start == *start && !p.is_zombie())
-            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .filter(|(pid, start)| !self.children.is_live(*pid, *start))
             .collect();
         for (pid, start) in ended {
             self.unwatched.retain(|u| u.0 != pid);
             self.on_exit(pid, start, ExitKind::Unknown, now);
         }
-    }
-}
-
-/// How a worker's group is signalled once it ends: through its pidfd where the kernel
-/// can, else by its pinned id.
-pub(super) fn group_of(w: &Worker) -> Group {
-    match &w.pidfd {
-        Some(fd) if process::pidfd_groups() => Group::Pidfd(Arc::clone(fd)),
-        _ => Group::Pinned,
     }
 }
 
@@ -852,7 +823,8 @@ impl Fleet {
             self.on_sigchld(Instant::now());
             return;
         }
-        let keep = self.kept_children();
-        self.reaper.reap_orphans(&keep);
+        let mut keep = self.kept_children();
+        keep.extend(self.reaper.leaders());
+        self.children.reap_orphans(&keep);
     }
 }

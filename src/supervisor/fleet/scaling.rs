@@ -100,8 +100,9 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                let group = group_of(w);
-                self.reaper.terminate(pid, group, own, false, now);
+                let group = self.children.group_for(w.pidfd.as_ref());
+                self.reaper
+                    .terminate(&mut *self.children, pid, group, own, false, now);
                 self.log(
                     Event::now(
                         kind::HARD_KILL,

@@ -38,7 +38,11 @@ impl Fleet {
             .filter_map(|s| s.worker_mut())
             .map(|w| {
                 w.kill = Some(KillReason::Stop);
-                (w.pid, group_of(w), w.own_child)
+                (
+                    w.pid,
+                    self.children.group_for(w.pidfd.as_ref()),
+                    w.own_child,
+                )
             })
             .collect();
         self.log(Event::now(
@@ -46,7 +50,8 @@ impl Fleet {
             format!("stopping fleet ({why}): {} workers", live.len()),
         ));
         for (pid, group, own) in live {
-            self.reaper.terminate(pid, group, own, false, now);
+            self.reaper
+                .terminate(&mut *self.children, pid, group, own, false, now);
         }
     }
 
@@ -86,7 +91,7 @@ impl Fleet {
             Signal::SIGTERM
         };
         for p in &strays {
-            Reaper::signal_stray(p, sig);
+            self.children.signal_stray(p, sig);
         }
         false
     }
@@ -95,26 +100,15 @@ impl Fleet {
     /// worker's group (reparented to us, the subreaper), and every other live process of
     /// this fleet wherever it was reparented. The second covers what adopted workers left:
     /// their escaped descendants went to init when the previous supervisor died.
-    fn strays(&self) -> Vec<process::Proc> {
-        let keep = self.kept_children();
-        let mut strays = self.reaper.strays(&keep);
-        for m in process::fleet_members(&self.layout.supervisor_lane()) {
-            let pid = m.proc.pid;
-            let covered = keep.contains(&pid)
-                || self.reaper.contains(pid)
-                || self.is_current_worker(pid)
-                || strays.iter().any(|p| p.pid == pid);
-            if !covered {
-                strays.push(m.proc);
-            }
-        }
-        strays
-    }
-
-    fn is_current_worker(&self, pid: i32) -> bool {
-        self.slots
-            .values()
-            .any(|s| s.worker().is_some_and(|w| w.pid == pid))
+    fn strays(&mut self) -> Vec<process::Proc> {
+        let mut keep = self.kept_children();
+        keep.extend(self.reaper.leaders());
+        keep.extend(
+            self.slots
+                .values()
+                .filter_map(|s| s.worker().map(|w| w.pid)),
+        );
+        self.children.strays(&keep, &self.layout.supervisor_lane())
     }
 
     /// After an ended worker's group is gone, its descendants that escaped the group (they
@@ -127,16 +121,17 @@ impl Fleet {
                 self.stray_search.push((d.leader, ended.0, ended.1));
             }
         }
-        self.stray_kills.retain(|&(pid, start, kill_at)| {
-            let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
-                return false;
-            };
-            if now < kill_at {
-                return true;
+        let kills = std::mem::take(&mut self.stray_kills);
+        for (p, kill_at) in kills {
+            if !self.children.is_live(p.pid, p.start) {
+                continue;
             }
-            Reaper::signal_stray(&p, Signal::SIGKILL);
-            false
-        });
+            if now < kill_at {
+                self.stray_kills.push((p, kill_at));
+            } else {
+                self.children.signal_stray(&p, Signal::SIGKILL);
+            }
+        }
     }
 
     /// One search for the escaped descendants of every worker whose group ended since the
@@ -148,31 +143,24 @@ impl Fleet {
         if pending.is_empty() {
             return;
         }
-        let children = if pending.iter().any(|p| p.2) {
-            self.reaper.strays(&self.kept_children())
-        } else {
-            Vec::new()
-        };
-        let members = if pending.iter().any(|p| !p.2) {
-            process::fleet_members(&self.layout.supervisor_lane())
-        } else {
-            Vec::new()
-        };
-        for (leader, id, own_child) in pending {
-            let strays: Vec<process::Proc> = if own_child {
-                children
-                    .iter()
-                    .filter(|p| process::environ_has(p.pid, "RED_AFK_WORKER_ID", &id))
-                    .copied()
-                    .collect()
-            } else {
-                members
-                    .iter()
-                    .filter(|m| m.worker_id.as_deref() == Some(id.as_str()))
-                    .filter(|m| !self.is_current_worker(m.proc.pid))
-                    .map(|m| m.proc)
-                    .collect()
-            };
+        let mut keep = self.kept_children();
+        keep.extend(self.reaper.leaders());
+        keep.extend(
+            self.slots
+                .values()
+                .filter_map(|s| s.worker().map(|w| w.pid)),
+        );
+        let ended: Vec<(String, bool)> = pending.iter().map(|p| (p.1.clone(), p.2)).collect();
+        let found = self
+            .children
+            .escapees(&ended, &keep, &self.layout.supervisor_lane());
+        let grace = Duration::from_secs(self.timing.stop_grace_s);
+        for (leader, id, _) in pending {
+            let strays: Vec<process::Proc> = found
+                .iter()
+                .filter(|(of, _)| *of == id)
+                .map(|(_, p)| *p)
+                .collect();
             if strays.is_empty() {
                 continue;
             }
@@ -184,17 +172,16 @@ impl Fleet {
                 )
                 .pid(leader),
             );
-            let grace = Duration::from_secs(self.timing.stop_grace_s);
             for p in strays {
-                Reaper::signal_stray(&p, Signal::SIGTERM);
+                self.children.signal_stray(&p, Signal::SIGTERM);
                 self.stray_kills
-                    .push((p.pid, p.start, crate::timeutil::deadline(now, grace)));
+                    .push((p, crate::timeutil::deadline(now, grace)));
             }
         }
     }
 
     pub(super) fn next_stray_kill(&self) -> Option<Instant> {
-        self.stray_kills.iter().map(|k| k.2).min()
+        self.stray_kills.iter().map(|k| k.1).min()
     }
 
     /// Our children that are workers (never treated as strays).
@@ -207,13 +194,14 @@ impl Fleet {
     }
 
     /// What is still alive when giving up on a stop.
-    pub fn leftovers(&self) -> Vec<i32> {
+    pub fn leftovers(&mut self) -> Vec<i32> {
+        let strays: Vec<i32> = self.strays().into_iter().map(|p| p.pid).collect();
         let mut left: Vec<i32> = self
             .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
             .chain(self.reaper.leaders())
-            .chain(self.strays().into_iter().map(|p| p.pid))
+            .chain(strays)
             .collect();
         left.sort_unstable();
         left.dedup();

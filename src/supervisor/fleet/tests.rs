@@ -1,85 +1,352 @@
 use super::*;
 use std::collections::BTreeSet;
 
+// ---- the state machine through a test double: no processes, injected time ----
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use nix::sys::signal::Signal;
+
+use crate::exit;
+use crate::process::{Pidfd, Proc};
+use crate::supervisor::children::{Children, Started};
+use crate::supervisor::reaper::Group;
+use crate::supervisor::spawn::SpawnError;
+use crate::supervisor::usage::Usage;
+
+/// What the double was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Spawn { slot: String, pid: i32 },
+    Group { leader: i32, sig: Signal },
+}
+
+#[derive(Default)]
+struct World {
+    next_pid: i32,
+    running: HashSet<i32>,
+    /// Groups with a live member (a worker's leads its group while it runs).
+    groups: HashSet<i32>,
+    ended: HashMap<i32, ExitKind>,
+    /// Workers that ignore SIGTERM (only SIGKILL ends them).
+    stubborn: HashSet<i32>,
+    fail_spawns: bool,
+    calls: Vec<Call>,
+}
+
+/// A `Children` with no processes: spawns get fresh pids, signals are recorded, and a
+/// worker ends when the test says so (or when a signal it obeys reaches its group).
+#[derive(Clone, Default)]
+struct Double(Rc<RefCell<World>>);
+
+impl Double {
+    fn end(&self, pid: i32, kind: ExitKind) {
+        let mut w = self.0.borrow_mut();
+        w.running.remove(&pid);
+        w.groups.remove(&pid);
+        w.ended.insert(pid, kind);
+    }
+    fn calls(&self) -> Vec<Call> {
+        self.0.borrow().calls.clone()
+    }
+    fn spawns(&self) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Spawn { .. }))
+            .count()
+    }
+}
+
+impl Children for Double {
+    fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
+        let mut w = self.0.borrow_mut();
+        if w.fail_spawns {
+            return Err(SpawnError::Start {
+                program: spec.argv[0].clone(),
+                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+            });
+        }
+        w.next_pid += 1;
+        let pid = 10_000 + w.next_pid;
+        w.running.insert(pid);
+        w.groups.insert(pid);
+        let slot = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "RED_AFK_SLOT")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        w.calls.push(Call::Spawn { slot, pid });
+        Ok(Started {
+            pid,
+            start: 1,
+            pidfd: None,
+            watched: true,
+        })
+    }
+    fn adopt(&mut self, pid: i32, _start: u64) -> Option<Started> {
+        self.0.borrow().running.contains(&pid).then_some(Started {
+            pid,
+            start: 1,
+            pidfd: None,
+            watched: true,
+        })
+    }
+    fn is_live(&mut self, pid: i32, _start: u64) -> bool {
+        self.0.borrow().running.contains(&pid)
+    }
+    fn exit_of(&mut self, pid: i32, _keep_zombie: bool) -> Option<ExitKind> {
+        self.0.borrow().ended.get(&pid).copied()
+    }
+    fn next_zombie(&mut self) -> Option<(i32, bool)> {
+        None
+    }
+    fn reap(&mut self, _pid: i32) {}
+    fn signal_group(&mut self, leader: i32, _group: &Group, sig: Signal) {
+        self.0.borrow_mut().calls.push(Call::Group { leader, sig });
+        let obeys = sig == Signal::SIGKILL || !self.0.borrow().stubborn.contains(&leader);
+        if obeys && self.0.borrow().running.contains(&leader) {
+            self.end(leader, ExitKind::Signal(sig as i32));
+        } else if obeys {
+            self.0.borrow_mut().groups.remove(&leader);
+        }
+    }
+    fn group_alive(&mut self, leader: i32, _group: &Group) -> bool {
+        self.0.borrow().groups.contains(&leader)
+    }
+    fn usage(&mut self, _leaders: &[i32]) -> HashMap<i32, Usage> {
+        HashMap::new()
+    }
+    fn group_for(&self, _pidfd: Option<&Arc<Pidfd>>) -> Group {
+        Group::Pinned
+    }
+    fn strays(&mut self, _keep: &HashSet<i32>, _lane: &std::path::Path) -> Vec<Proc> {
+        Vec::new()
+    }
+    fn escapees(
+        &mut self,
+        _ended: &[(String, bool)],
+        _keep: &HashSet<i32>,
+        _lane: &std::path::Path,
+    ) -> Vec<(String, Proc)> {
+        Vec::new()
+    }
+    fn signal_stray(&mut self, _p: &Proc, _sig: Signal) {}
+    fn reap_orphans(&mut self, _keep: &HashSet<i32>) {}
+}
+
+struct Bench {
+    fleet: Fleet,
+    os: Double,
+    layout: Layout,
+    t0: Instant,
+    _dir: tempfile::TempDir,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl Bench {
+    /// A fleet of `workers` with the default timing (fast death 30 s, circuit 5 in 90 s,
+    /// half-open 60 s, stop grace 10 s), started at `t0`.
+    fn new(workers: usize) -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
+        let journal = Journal::open(&layout.event_log(), false).unwrap();
+        let mut config = Config::default();
+        config.fleet.workers = workers;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let os = Double::default();
+        let (tx, _rx) = {
+            let _in = rt.enter();
+            tokio::sync::mpsc::unbounded_channel()
+        };
+        let argv = vec!["worker".to_string()];
+        let fleet = Fleet::new(layout.clone(), &config, argv, (1, 1), journal, tx)
+            .with_children(Box::new(os.clone()));
+        Bench {
+            fleet,
+            os,
+            layout,
+            t0: Instant::now(),
+            _dir: dir,
+            _rt: rt,
+        }
+    }
+    fn at(&self, secs: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(secs)
+    }
+    fn start(&mut self) {
+        let now = self.t0;
+        self.fleet.start(Vec::new(), 0, false);
+        self.fleet.service(now);
+    }
+    fn pid_in(&self, slot: usize) -> Option<i32> {
+        self.fleet
+            .slots
+            .get(&slot)
+            .and_then(|s| s.worker().map(|w| w.pid))
+    }
+    /// The worker in `slot` ends with `kind` at `secs`, and the loop handles it.
+    fn end(&mut self, slot: usize, kind: ExitKind, secs: f64) {
+        let pid = self.pid_in(slot).expect("a worker in the slot");
+        self.os.end(pid, kind);
+        let now = self.at(secs);
+        self.fleet.own_child_ended(pid, 1, now);
+        self.fleet.service(now);
+    }
+    fn phase(&self, slot: usize) -> String {
+        self.fleet.slots[&slot].state_word().to_string()
+    }
+    fn kinds(&self) -> Vec<String> {
+        crate::toonl::read_events(&self.layout.event_log())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect()
+    }
+    fn count(&self, kind: &str) -> usize {
+        self.kinds().iter().filter(|k| *k == kind).count()
+    }
+}
+
+#[test]
+fn a_death_respawns_in_the_same_slot_and_a_clean_exit_idles_it() {
+    let mut b = Bench::new(2);
+    b.start();
+    assert_eq!(b.os.spawns(), 2);
+    b.end(1, ExitKind::Code(1), 40.0);
+    assert_eq!(b.os.spawns(), 3, "respawned at once");
+    assert!(matches!(b.os.calls().last(), Some(Call::Spawn { slot, .. }) if slot == "1"));
+    b.end(0, ExitKind::Code(0), 41.0);
+    assert_eq!(b.phase(0), "idle");
+    assert_eq!(b.os.spawns(), 3, "a clean exit waits for work");
+    // The queue says there is work: the idle slot wakes; an empty queue keeps it idle.
+    b.fleet.on_queue(Ok(BTreeSet::new()), b.at(42.0));
+    assert_eq!(b.os.spawns(), 3);
+    b.fleet.on_queue(Ok(BTreeSet::from([7])), b.at(43.0));
+    assert_eq!(b.os.spawns(), 4);
+    assert_eq!(b.count("slot.unidle"), 1);
+}
+
+#[test]
+fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
+    let mut b = Bench::new(1);
+    b.start();
+    // Five deaths 1 s apart, each within fast_death (30 s) of its start: the circuit trips.
+    for i in 0..5 {
+        b.end(0, ExitKind::Code(1), 1.0 + f64::from(i));
+    }
+    assert_eq!(b.phase(0), "parked", "{:?}", b.kinds());
+    assert_eq!(b.count("circuit.trip"), 1);
+    let spawns = b.os.spawns();
+    assert_eq!(spawns, 5, "no respawn once tripped");
+    // Nothing before the half-open backoff (60 s)...
+    b.fleet.service(b.at(30.0));
+    assert_eq!(b.os.spawns(), spawns);
+    // ...then one probe.
+    b.fleet.service(b.at(66.0));
+    assert_eq!(b.os.spawns(), spawns + 1);
+    assert_eq!(b.count("circuit.half-open"), 1);
+    // The probe outlives fast_death: the circuit closes.
+    b.fleet.service(b.at(100.0));
+    assert_eq!(b.count("circuit.closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.phase(0), "running");
+}
+
+#[test]
+fn exit_78_parks_the_slot_for_good() {
+    let mut b = Bench::new(1);
+    b.start();
+    b.end(0, ExitKind::Code(78), 1.0);
+    assert_eq!(b.phase(0), "parked");
+    b.fleet.service(b.at(10_000.0));
+    b.fleet.on_queue(Ok(BTreeSet::from([1, 2])), b.at(10_001.0));
+    assert_eq!(b.os.spawns(), 1, "never retried");
+}
+
+#[test]
+fn a_worker_that_cannot_start_counts_as_a_fast_death() {
+    let mut b = Bench::new(1);
+    b.os.0.borrow_mut().fail_spawns = true;
+    b.start();
+    assert_eq!(b.phase(0), "parked");
+    assert!(b.count("slot.spawn-failed") >= 1, "{:?}", b.kinds());
+    assert_eq!(b.count("circuit.trip"), 1);
+}
+
+#[test]
+fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
+    let mut b = Bench::new(3);
+    b.start();
+    let surplus = b.pid_in(2).unwrap();
+    b.fleet.reconcile(2, ShrinkMode::HardKill, b.at(5.0));
+    assert!(b.os.calls().contains(&Call::Group {
+        leader: surplus,
+        sig: Signal::SIGTERM
+    }));
+    b.fleet.own_child_ended(surplus, 1, b.at(5.1));
+    b.fleet.service(b.at(5.2));
+    assert_eq!(b.fleet.slots.len(), 2, "slot 2 retired");
+    assert_eq!(b.os.spawns(), 3, "a surplus is not replaced");
+    b.fleet.reconcile(4, ShrinkMode::HardKill, b.at(6.0));
+    assert_eq!(b.os.spawns(), 5);
+    assert_eq!(b.fleet.slots.len(), 4);
+}
+
+#[test]
+fn a_stop_terminates_every_group_and_kills_what_ignores_it_after_the_grace() {
+    let mut b = Bench::new(2);
+    b.start();
+    let (obedient, stubborn) = (b.pid_in(0).unwrap(), b.pid_in(1).unwrap());
+    b.os.0.borrow_mut().stubborn.insert(stubborn);
+    b.fleet.begin_stop(exit::SIGTERM, "SIGTERM", b.at(1.0));
+    b.fleet.own_child_ended(obedient, 1, b.at(1.1));
+    b.fleet.service(b.at(1.1));
+    assert!(!b.fleet.stop_complete(b.at(1.2)), "one worker still runs");
+    // The grace (10 s) is over: SIGKILL to the stubborn group, which ends it.
+    b.fleet.service(b.at(11.5));
+    assert!(b.os.calls().contains(&Call::Group {
+        leader: stubborn,
+        sig: Signal::SIGKILL
+    }));
+    b.fleet.own_child_ended(stubborn, 1, b.at(11.6));
+    b.fleet.service(b.at(11.6));
+    assert!(b.fleet.stop_complete(b.at(11.7)));
+    assert_eq!(b.os.spawns(), 2, "nothing respawned during a stop");
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::SIGTERM));
+}
+
 #[test]
 fn the_whole_start_up_is_in_one_heartbeat() {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout::new(dir.path());
-    std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
-    let journal = Journal::open(&layout.event_log(), false).unwrap();
-    let mut config = Config::default();
-    config.fleet.workers = 2;
-    let argv: Vec<String> = vec!["sleep".into(), "600".into()];
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _in_runtime = rt.enter();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let me = std::process::id() as i32;
-    let start = crate::pidfile::process_start_time(me).unwrap();
-    let mut fleet = Fleet::new(layout.clone(), &config, argv, (me, start), journal, tx);
-    fleet.start(Vec::new(), 0, false);
-    // No tick and no loop turn yet: the one start-up write already names both workers.
-    let state = state_file::read(&layout.state_file()).unwrap().unwrap();
-    let pids: Vec<i32> = state.slot_pids.iter().map(|p| p.pid).collect();
-    assert_eq!(pids.len(), 2, "{state:?}");
-    for pid in pids {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    }
+    let mut b = Bench::new(3);
+    b.fleet.start(Vec::new(), 0, false);
+    // No tick and no loop turn yet: the one start-up write already names every worker.
+    let state = state_file::read(&b.layout.state_file()).unwrap().unwrap();
+    let mut pids: Vec<i32> = state.slot_pids.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    assert_eq!(pids, vec![10_001, 10_002, 10_003]);
 }
 
 /// A queue check that finds work for every idle slot wakes them in batches of
 /// [`UNIDLE_PER_TURN`], one batch per loop turn, not all at once.
 #[test]
 fn idle_slots_wake_in_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let layout = Layout::new(dir.path());
-    std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
-    let journal = Journal::open(&layout.event_log(), false).unwrap();
-    let mut config = Config::default();
-    config.fleet.workers = 40;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _in_runtime = rt.enter();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let me = std::process::id() as i32;
-    let start = crate::pidfile::process_start_time(me).unwrap();
-    let argv: Vec<String> = vec!["true".into()];
-    let mut fleet = Fleet::new(layout, &config, argv, (me, start), journal, tx);
-    fleet.start(Vec::new(), 0, false);
-    let running = |f: &Fleet| -> Vec<(i32, u64)> {
-        f.slots
-            .values()
-            .filter_map(|s| s.worker().map(|w| (w.pid, w.start)))
-            .collect()
-    };
-    // Every worker exits 0 with no queue known: every slot idles.
-    let end_all = |f: &mut Fleet| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !running(f).is_empty() {
-            assert!(Instant::now() < deadline, "workers did not end");
-            for (pid, start) in running(f) {
-                f.own_child_ended(pid, start, Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
-    assert_eq!(running(&fleet).len(), 40);
-    end_all(&mut fleet);
-    let work: BTreeSet<u64> = (1..=100).collect();
-    fleet.on_queue(Ok(work), Instant::now());
-    let mut woken = vec![running(&fleet).len()];
-    for _ in 0..3 {
-        fleet.service(Instant::now());
-        woken.push(running(&fleet).len());
+    let mut b = Bench::new(40);
+    b.start();
+    for slot in 0..40 {
+        b.end(slot, ExitKind::Code(0), 40.0);
+    }
+    assert_eq!(b.os.spawns(), 40);
+    b.fleet.on_queue(Ok((1..=100).collect()), b.at(41.0));
+    let mut woken = vec![b.os.spawns() - 40];
+    for i in 0..3 {
+        b.fleet.service(b.at(41.1 + f64::from(i) * 0.1));
+        woken.push(b.os.spawns() - 40);
     }
     assert_eq!(woken, vec![16, 32, 40, 40]);
-    end_all(&mut fleet);
 }

@@ -30,7 +30,7 @@ impl Fleet {
 
     /// Runs whatever is due: group cleanup, circuit probes, the tick.
     pub fn service(&mut self, now: Instant) {
-        let done = self.reaper.poll(now);
+        let done = self.reaper.poll(&mut *self.children, now);
         for d in &done {
             tracing::debug!(leader = d.leader, killed = d.killed, "worker group gone");
         }
@@ -130,7 +130,7 @@ impl Fleet {
         if leaders.is_empty() {
             return;
         }
-        let usage = self.meter.measure(&leaders);
+        let usage = self.children.usage(&leaders);
         let now_e = now_epoch();
         for w in self.slots.values_mut().filter_map(Slot::worker_mut) {
             let u = usage.get(&w.pid).copied();
@@ -158,11 +158,17 @@ impl Fleet {
             if w.kill.is_some() {
                 continue;
             }
-            let (pid, own, id, group) = (w.pid, w.own_child, w.id.clone(), group_of(w));
+            let (pid, own, id, group) = (
+                w.pid,
+                w.own_child,
+                w.id.clone(),
+                self.children.group_for(w.pidfd.as_ref()),
+            );
             let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
                 stall::Verdict::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
-                    self.reaper.terminate(pid, group, own, false, now);
+                    self.reaper
+                        .terminate(&mut *self.children, pid, group, own, false, now);
                     Event::now(
                         kind::STALL_KILL,
                         format!(

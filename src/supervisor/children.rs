@@ -1,0 +1,280 @@
+//! The fleet's only door to the operating system's processes: starting a worker, learning
+//! how it ended, signalling its group and asking whether the group is empty, reaping, and
+//! measuring. [`Fleet`](super::fleet::Fleet) decides; a [`Children`] carries it out.
+//!
+//! [`Os`] is the real one (pidfds registered with the event loop, `waitid`, group signals
+//! through pidfds or pinned group ids). Tests put a double in its place (see
+//! `fleet/tests.rs`) so the state machine (exits, circuits, queue, scaling, idling, stop)
+//! runs with injected time and no processes at all.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::fleet::Msg;
+use super::reaper::Group;
+use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
+use super::usage::{Meter, Usage};
+use crate::process::{self, ExitKind, Pidfd, Proc};
+
+/// A started or adopted worker as the fleet keeps it.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub pid: i32,
+    pub start: u64,
+    /// Refers to this process however its pid is reused (none where the kernel has no
+    /// pidfds, and in tests).
+    pub pidfd: Option<Arc<Pidfd>>,
+    /// Its end will be reported as a message; otherwise the fleet looks for it (own
+    /// children on SIGCHLD, adopted ones every tick).
+    pub watched: bool,
+}
+
+pub trait Children {
+    /// Starts a worker. Its end arrives later as [`Msg::ChildEnded`] (or, where it cannot
+    /// be watched, through [`Children::next_zombie`] on SIGCHLD).
+    fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError>;
+    /// Watches a previous supervisor's worker; `None` when `pid` is no longer the process
+    /// that started at `start`. Its end arrives as [`Msg::Exited`].
+    fn adopt(&mut self, pid: i32, start: u64) -> Option<Started>;
+    /// Whether `pid` still is the live process that started at `start`.
+    fn is_live(&mut self, pid: i32, start: u64) -> bool;
+    /// How our own child ended, `None` while it runs. The child is reaped unless
+    /// `keep_zombie` (its zombie then pins its group id).
+    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind>;
+    /// A zombie child of ours, without reaping it: its pid, and whether it belongs to a
+    /// command the supervisor runs and waits for itself (never to be reaped here).
+    fn next_zombie(&mut self) -> Option<(i32, bool)>;
+    /// Reaps a zombie child of ours.
+    fn reap(&mut self, pid: i32);
+    /// Signals the group `leader` leads (or led).
+    fn signal_group(&mut self, leader: i32, group: &Group, sig: Signal);
+    /// Whether that group still has a live member.
+    fn group_alive(&mut self, leader: i32, group: &Group) -> bool;
+    /// CPU and memory of each session led by one of `leaders`.
+    fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage>;
+    /// How a group led by a worker with this pidfd is signalled once it ends.
+    fn group_for(&self, pidfd: Option<&Arc<Pidfd>>) -> Group;
+    /// What a stop must end besides the worker groups, but for `keep`: our children that
+    /// left their worker's group (reparented to us, the subreaper), and every other live
+    /// process of the fleet of `lane` wherever it was reparented (after a takeover, what
+    /// the adopted workers left went to init). Reads the process table: at a stop only.
+    fn strays(&mut self, keep: &HashSet<i32>, lane: &Path) -> Vec<Proc>;
+    /// The escaped descendants of ended workers, by worker id: for an own worker (`true`)
+    /// among our children, for an adopted one among the fleet of `lane`. One table read
+    /// for all of them.
+    fn escapees(
+        &mut self,
+        ended: &[(String, bool)],
+        keep: &HashSet<i32>,
+        lane: &Path,
+    ) -> Vec<(String, Proc)>;
+    /// Signals a stray and its process group.
+    fn signal_stray(&mut self, p: &Proc, sig: Signal);
+    /// Where groups are pinned: reaps the zombies of our children outside our session
+    /// but for `keep` (the leaders that pin their groups).
+    fn reap_orphans(&mut self, keep: &HashSet<i32>);
+}
+
+/// The real processes.
+pub struct Os {
+    tx: UnboundedSender<Msg>,
+    meter: Meter,
+    my_sid: i32,
+}
+
+impl Os {
+    pub fn new(tx: UnboundedSender<Msg>) -> Os {
+        Os {
+            tx,
+            meter: Meter::new(),
+            my_sid: process::own_sid(),
+        }
+    }
+
+    /// Reports the end of a worker through its pidfd, registered with the event loop: no
+    /// thread per worker. `false` without a runtime or a pidfd.
+    fn watch(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
+        let registered = fd.and_then(|fd| {
+            let rt = tokio::runtime::Handle::try_current().ok()?;
+            let _guard = rt.enter();
+            // SAFETY: the Arc owns a valid pidfd, and the descriptor is closed only when
+            // the last clone drops, which the AsyncFd holds until it is deregistered.
+            let afd = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            }
+            .ok()?;
+            let tx = self.tx.clone();
+            rt.spawn(async move {
+                let _ = afd.readable().await;
+                let msg = if own {
+                    Msg::ChildEnded { pid, start }
+                } else {
+                    Msg::Exited {
+                        pid,
+                        start,
+                        kind: ExitKind::Unknown,
+                    }
+                };
+                let _ = tx.send(msg);
+            });
+            Some(())
+        });
+        registered.is_some()
+    }
+}
+
+impl Children for Os {
+    fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
+        let Spawned { pid, start } = spawn::spawn(spec)?;
+        // Our child cannot be reaped by anyone else, so this pidfd is its.
+        let pidfd = Pidfd::open(pid).map(Arc::new);
+        let watched = self.watch(pid, start, pidfd.clone(), true);
+        Ok(Started {
+            pid,
+            start,
+            pidfd,
+            watched,
+        })
+    }
+
+    fn adopt(&mut self, pid: i32, start: u64) -> Option<Started> {
+        // The pidfd must refer to the process we verified, not a successor with its pid.
+        let pidfd = Pidfd::open(pid).map(Arc::new);
+        if !self.is_live(pid, start) {
+            return None;
+        }
+        let watched = self.watch(pid, start, pidfd.clone(), false);
+        Some(Started {
+            pid,
+            start,
+            pidfd,
+            watched,
+        })
+    }
+
+    fn is_live(&mut self, pid: i32, start: u64) -> bool {
+        process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie())
+    }
+
+    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind> {
+        process::child_exit(pid, !keep_zombie)
+    }
+
+    fn next_zombie(&mut self) -> Option<(i32, bool)> {
+        let (pid, _) = process::peek_zombie_child()?;
+        let ours = process::read(pid).is_none_or(|p| p.sid == self.my_sid);
+        Some((pid, ours))
+    }
+
+    fn reap(&mut self, pid: i32) {
+        let _ = process::child_exit(pid, true);
+    }
+
+    fn signal_group(&mut self, leader: i32, group: &Group, sig: Signal) {
+        match group {
+            Group::Pidfd(fd) => {
+                let _ = fd.signal_group(Some(sig));
+            }
+            Group::Pinned => {
+                let _ = killpg(Pid::from_raw(leader), sig);
+            }
+        }
+    }
+
+    fn group_alive(&mut self, leader: i32, group: &Group) -> bool {
+        match group {
+            Group::Pidfd(fd) => fd.group_alive(),
+            Group::Pinned => process::group_has_live_member(&process::table(), leader),
+        }
+    }
+
+    fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
+        self.meter.measure(leaders)
+    }
+
+    fn group_for(&self, pidfd: Option<&Arc<Pidfd>>) -> Group {
+        match pidfd {
+            Some(fd) if process::pidfd_groups() => Group::Pidfd(Arc::clone(fd)),
+            _ => Group::Pinned,
+        }
+    }
+
+    fn strays(&mut self, keep: &HashSet<i32>, lane: &Path) -> Vec<Proc> {
+        let mut strays = self.stray_children(keep);
+        for m in process::fleet_members(lane) {
+            if !keep.contains(&m.proc.pid) && !strays.iter().any(|p| p.pid == m.proc.pid) {
+                strays.push(m.proc);
+            }
+        }
+        strays
+    }
+
+    fn escapees(
+        &mut self,
+        ended: &[(String, bool)],
+        keep: &HashSet<i32>,
+        lane: &Path,
+    ) -> Vec<(String, Proc)> {
+        let mut out = Vec::new();
+        if ended.iter().any(|e| e.1) {
+            for p in self.stray_children(keep) {
+                let Some(env) = process::environ(p.pid) else {
+                    continue;
+                };
+                let id = process::env_value(&env, "RED_AFK_WORKER_ID");
+                if let Some(e) = ended.iter().find(|e| e.1 && id == Some(e.0.as_bytes())) {
+                    out.push((e.0.clone(), p));
+                }
+            }
+        }
+        if ended.iter().any(|e| !e.1) {
+            for m in process::fleet_members(lane) {
+                if keep.contains(&m.proc.pid) {
+                    continue;
+                }
+                if let Some(e) = ended
+                    .iter()
+                    .find(|e| !e.1 && m.worker_id.as_deref() == Some(e.0.as_str()))
+                {
+                    out.push((e.0.clone(), m.proc));
+                }
+            }
+        }
+        out
+    }
+
+    fn signal_stray(&mut self, p: &Proc, sig: Signal) {
+        // Never our own group: a stray is outside our session, so its group is too.
+        let _ = killpg(Pid::from_raw(p.pgid), sig);
+        let _ = nix::sys::signal::kill(Pid::from_raw(p.pid), sig);
+    }
+
+    fn reap_orphans(&mut self, keep: &HashSet<i32>) {
+        let me = std::process::id() as i32;
+        for p in process::table() {
+            if p.ppid == me && p.is_zombie() && p.sid != self.my_sid && !keep.contains(&p.pid) {
+                let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+            }
+        }
+    }
+}
+
+impl Os {
+    /// Live children of ours outside our session, but for `keep`: descendants that left
+    /// their worker's group and were reparented to us when their parent died.
+    fn stray_children(&self, keep: &HashSet<i32>) -> Vec<Proc> {
+        let me = std::process::id() as i32;
+        process::table()
+            .into_iter()
+            .filter(|p| {
+                p.ppid == me && !p.is_zombie() && p.sid != self.my_sid && !keep.contains(&p.pid)
+            })
+            .collect()
+    }
+}
