@@ -248,10 +248,11 @@ struct TakenClaim {
 }
 
 impl TakenClaim {
-    /// `body`, ending in the release mark when the claim was won by marks.
-    fn ending(&self, body: &str) -> String {
+    /// `body`, ending in the hand-off (`to_human`) or release mark when the claim was won
+    /// by marks.
+    fn ending(&self, body: &str, to_human: bool) -> String {
         match &self.marks {
-            Some(m) => m.ending(body),
+            Some(m) => m.ending(body, to_human),
             None => body.to_string(),
         }
     }
@@ -382,12 +383,23 @@ impl Worker<'_> {
 
     /// Posts a comment that gives the issue up: with its release mark, retried (the mark's
     /// nonce makes a duplicate harmless); the local store gets it once.
-    fn post_ending(&self, n: u64, claim: &TakenClaim, body: &str) -> bool {
-        let body = claim.ending(body);
+    fn post_ending(&self, n: u64, claim: &TakenClaim, body: &str, to_human: bool) -> bool {
+        let body = claim.ending(body, to_human);
         match &claim.marks {
             Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
             None => self.tracker.comment(n, &body).is_ok(),
         }
+    }
+
+    /// The label change that gives the issue up; retried on a shared tracker (a repeated
+    /// edit changes nothing), where a failure would otherwise wait for the claims belt.
+    fn hand_labels(&self, n: u64, claim: &TakenClaim, add: &str) -> Result<(), Failure> {
+        let edit = || self.tracker.edit_labels(n, &[add], &[labels::RUNNING]);
+        match &claim.marks {
+            Some(_) => tracked::retry(edit),
+            None => edit(),
+        }
+        .map_err(|e| Failure::failed(e.to_string()))
     }
 
     fn work_issue(&self, issue: &LabeledIssue, claim: TakenClaim) -> Result<Outcome, Failure> {
@@ -447,13 +459,14 @@ impl Worker<'_> {
                     // Every worker would fail the same way on this issue: never requeue it.
                     finished.set(true);
                     state.write("set-aside")?;
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     let body = format!(
                         "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
                     );
-                    self.post_ending(n, &claim, &body);
+                    // Posted even when the label change failed: its hand-off mark tells the
+                    // claims belt to finish the hand-off, never to requeue.
+                    self.post_ending(n, &claim, &body, true);
+                    edited?;
                     eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
                     Ok(Outcome::SetAside)
                 }
@@ -472,24 +485,22 @@ impl Worker<'_> {
                             "🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."
                         ),
                     };
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
-                    if self.post_ending(n, &claim, &body) {
+                    let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
+                    if self.post_ending(n, &claim, &body, true) {
                         state.set_envelope_posted();
                     }
+                    edited?;
                     state.write("done")?;
                     Ok(Outcome::Done)
                 }
                 AgentEnd::Exited(code) => {
                     state.write("failed")?;
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
                     let body = format!(
                         "🤖 /afk attempt {n}-a{attempt} failed (agent exit {code}); returning to ready-for-agent."
                     );
-                    self.post_ending(n, &claim, &body);
+                    // The release mark first: the next claim must find the claim ended.
+                    self.post_ending(n, &claim, &body, false);
+                    self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
                     Ok(Outcome::AgentFailed)
                 }
             }

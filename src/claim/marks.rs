@@ -11,8 +11,11 @@
 //! - `🤖 /afk claim <worker>@<host> <nonce>`: holds the issue when nobody holds it;
 //! - `🤖 /afk yielded <worker>@<host> <nonce>`: a loser's record; ends the claim of that
 //!   nonce if it was held (it never is when the loser read the thread right);
-//! - `🤖 /afk release <worker>@<host> <nonce>`: ends the claim of that nonce (hand-off,
-//!   set-aside, failed attempt, interruption);
+//! - `🤖 /afk release <worker>@<host> <nonce>`: ends the claim of that nonce and gives the
+//!   issue back to the queue (failed attempt, interruption);
+//! - `🤖 /afk handoff <worker>@<host> <nonce>`: ends the claim of that nonce and hands the
+//!   issue to a person (finished, set aside): a `running` label left by a failed label
+//!   change is then finished to `ready-for-human`, never requeued;
 //! - `🤖 /afk takeover <worker>@<host>|- <nonce>|- by <host> <nonce>; restoring ready-for-agent.`:
 //!   another checkout ends a stale claim (or a `running` issue nobody holds, `- -`);
 //!   effective only when it names the claim held at that point (for `- -`: nobody holds it
@@ -84,6 +87,10 @@ pub enum Mark {
         holder: Holder,
         nonce: String,
     },
+    Handoff {
+        holder: Holder,
+        nonce: String,
+    },
     /// `target`: the claim ended (holder and nonce), `None` for a running issue nobody held.
     Takeover {
         target: Option<(Holder, String)>,
@@ -101,6 +108,7 @@ impl Mark {
             Mark::Claim { holder, nonce } => format!("{PREFIX}claim {holder} {nonce}"),
             Mark::Yielded { holder, nonce } => format!("{PREFIX}yielded {holder} {nonce}"),
             Mark::Release { holder, nonce } => format!("{PREFIX}release {holder} {nonce}"),
+            Mark::Handoff { holder, nonce } => format!("{PREFIX}handoff {holder} {nonce}"),
             Mark::Takeover {
                 target,
                 host,
@@ -154,6 +162,7 @@ impl Mark {
             "claim" => Some(Mark::Claim { holder, nonce }),
             "yielded" => Some(Mark::Yielded { holder, nonce }),
             "release" => Some(Mark::Release { holder, nonce }),
+            "handoff" => Some(Mark::Handoff { holder, nonce }),
             _ => None,
         }
     }
@@ -195,6 +204,7 @@ pub struct Held {
 pub enum Event {
     Claimed,
     Ended,
+    HandedOff,
     TakenOver,
 }
 
@@ -251,6 +261,12 @@ pub fn standing(comments: &[Comment]) -> Standing {
                 if s.holds(&nonce) {
                     s.holder = None;
                     s.last = Some((Event::Ended, c.at));
+                }
+            }
+            Mark::Handoff { nonce, .. } => {
+                if s.holds(&nonce) {
+                    s.holder = None;
+                    s.last = Some((Event::HandedOff, c.at));
                 }
             }
             Mark::Restore => {
@@ -332,6 +348,10 @@ mod tests {
             none,
             Mark::Restore,
             release("w", "00000000"),
+            Mark::Handoff {
+                holder: h("w"),
+                nonce: "abababab".into(),
+            },
             Mark::Yielded {
                 holder: h("w"),
                 nonce: "aaaaaaaa".into(),

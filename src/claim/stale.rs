@@ -37,6 +37,8 @@ pub enum Judgement {
     TakeOver(Option<(Holder, String)>),
     /// An effective takeover whose label change did not land: make the label change.
     Relabel,
+    /// A hand-off mark whose label change did not land: `ready-for-human` it is.
+    FinishHandoff,
 }
 
 /// The judgement of a thread's standing at `now` (epoch seconds). `own_live` says whether a
@@ -67,6 +69,7 @@ pub fn judge(
         None => {
             let at = s.last.and_then(|(_, at)| at);
             match remaining(at) {
+                _ if matches!(s.last, Some((Event::HandedOff, _))) => Judgement::FinishHandoff,
                 r if !r.is_zero() && s.last.is_some() => Judgement::Leave(r),
                 _ if matches!(s.last, Some((Event::TakenOver, _))) => Judgement::Relabel,
                 _ => Judgement::TakeOver(None),
@@ -182,6 +185,14 @@ impl StaleBelt {
                     self.next_look
                         .insert(n, now + d.max(Duration::from_secs(1)));
                 }
+                Judgement::FinishHandoff => match self.tracker.edit_labels(
+                    n,
+                    &[labels::READY_FOR_HUMAN],
+                    &[labels::RUNNING],
+                ) {
+                    Ok(()) => taken += 1,
+                    Err(_) => errors += 1,
+                },
                 Judgement::Relabel => match self.relabel(n) {
                     Ok(()) => taken += 1,
                     Err(()) => errors += 1,
@@ -326,6 +337,20 @@ mod tests {
             Judgement::Leave(Duration::from_secs(3590))
         );
         assert_eq!(judge(&s, "me", 9000, HOUR, |_| false), Judgement::Relabel);
+        let s = thread(&[
+            (claim("other"), 1000),
+            (
+                Mark::Handoff {
+                    holder: Holder::new("w1", "other"),
+                    nonce: "aaaaaaaaaaaaaaaa".into(),
+                },
+                1001,
+            ),
+        ]);
+        assert_eq!(
+            judge(&s, "me", 1002, HOUR, |_| false),
+            Judgement::FinishHandoff
+        );
     }
 
     #[test]

@@ -82,9 +82,24 @@ impl WonClaim {
         .text()
     }
 
-    /// `body` with the release mark as its last line: the hand-off comment ends the claim.
-    pub fn ending(&self, body: &str) -> String {
-        format!("{body}\n\n{}", self.release_mark())
+    /// `🤖 /afk handoff <worker>@<host> <nonce>`.
+    pub fn handoff_mark(&self) -> String {
+        Mark::Handoff {
+            holder: self.holder.clone(),
+            nonce: self.nonce.clone(),
+        }
+        .text()
+    }
+
+    /// `body` with the hand-off mark (`to_human`) or the release mark as its last line, so
+    /// the comment that gives the issue up ends the claim.
+    pub fn ending(&self, body: &str, to_human: bool) -> String {
+        let mark = if to_human {
+            self.handoff_mark()
+        } else {
+            self.release_mark()
+        };
+        format!("{body}\n\n{mark}")
     }
 }
 
@@ -162,7 +177,9 @@ pub fn read_thread(tracker: &dyn Tracker, issue: u64) -> TrackerResult<IssueThre
     retry(|| tracker.thread(issue))
 }
 
-fn retry<T>(mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
+/// `f` tried up to three times while it fails transiently, for calls a repeat cannot harm
+/// (reads, marks, label edits).
+pub fn retry<T>(mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
     let mut tries = 0;
     loop {
         tries += 1;
@@ -196,7 +213,7 @@ mod tests {
             holder: Holder::new("w1", "box"),
             nonce: "0123456789abcdef".into(),
         };
-        let body = w.ending("🤖 /afk finished attempt 1-a1: ready for human review.");
+        let body = w.ending("🤖 /afk attempt 1-a1 failed.", false);
         assert_eq!(
             Mark::parse(&body),
             Some(Mark::Release {
