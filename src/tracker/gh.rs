@@ -261,11 +261,6 @@ struct GhBody {
 }
 
 #[derive(Deserialize)]
-struct GhViewComments {
-    comments: Vec<GhBody>,
-}
-
-#[derive(Deserialize)]
 struct GhThread {
     state: String,
     labels: Vec<GhLabel>,
@@ -443,16 +438,12 @@ impl Tracker for GhTracker {
     }
 
     fn comments(&self, number: u64) -> TrackerResult<Vec<String>> {
-        let n = number.to_string();
-        let args = [
-            "issue",
-            "view",
-            n.as_str(),
-            "--json",
-            "state,labels,comments",
-        ];
-        let v: GhViewComments = self.run_json(&args)?;
-        Ok(v.comments.into_iter().map(|c| c.body).collect())
+        Ok(self
+            .thread(number)?
+            .comments
+            .into_iter()
+            .map(|c| c.body)
+            .collect())
     }
 
     fn thread(&self, number: u64) -> TrackerResult<super::IssueThread> {
