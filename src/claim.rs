@@ -1,6 +1,10 @@
 //! Claim locks `.red/tmp/claims/<N>/pid` (SPEC §1): the exclusive `mkdir` is the lock, so
 //! two workers racing for one issue can never both win, whatever the tracker says.
 
+pub mod marks;
+pub mod stale;
+pub mod tracked;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

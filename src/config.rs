@@ -96,6 +96,14 @@ pub struct Sweeps {
     pub attempt_max_count: usize,
 }
 
+/// Claims across checkouts and hosts (SPEC §11.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    /// A claim mark older than this, with no progress on its branch, may be taken over by
+    /// another host.
+    pub stale_after_s: u64,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -107,6 +115,7 @@ pub struct Config {
     pub tracker: TrackerCfg,
     pub timing: Timing,
     pub sweeps: Sweeps,
+    pub claims: Claims,
 }
 
 impl Default for Config {
@@ -143,6 +152,9 @@ impl Default for Config {
                 attempt_max_age_days: 14,
                 attempt_max_count: 5,
             },
+            claims: Claims {
+                stale_after_s: 7200,
+            },
         }
     }
 }
@@ -178,6 +190,8 @@ struct FileDoc {
     timing: FileTiming,
     #[serde(default)]
     sweeps: FileSweeps,
+    #[serde(default)]
+    claims: FileClaims,
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -230,6 +244,12 @@ struct FileTiming {
 struct FileSweeps {
     attempt_max_age_days: S<u64>,
     attempt_max_count: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClaims {
+    stale_after_s: S<u64>,
 }
 
 /// Where a value came from, for error messages.
@@ -414,6 +434,9 @@ impl Builder {
         if let Some(x) = self.take_u64("sweeps.attempt_max_count", d.sweeps.attempt_max_count)? {
             self.cfg.sweeps.attempt_max_count = x as usize;
         }
+        if let Some(x) = self.take_u64("claims.stale_after_s", d.claims.stale_after_s)? {
+            self.cfg.claims.stale_after_s = x;
+        }
         Ok(())
     }
 
@@ -561,7 +584,10 @@ pub const MAX_SECONDS: u64 = 10 * 365 * 24 * 3600;
 fn bounds(key: &str) -> (u64, u64) {
     match key {
         "fleet.workers" => (0, 1024),
-        "tracker.timeout_s" | "timing.tick_s" | "timing.unblock_interval_s" => (1, MAX_SECONDS),
+        "tracker.timeout_s"
+        | "timing.tick_s"
+        | "timing.unblock_interval_s"
+        | "claims.stale_after_s" => (1, MAX_SECONDS),
         "sweeps.attempt_max_age_days" => (0, 36500),
         "sweeps.attempt_max_count" => (1, 1_000_000),
         _ => (0, MAX_SECONDS),

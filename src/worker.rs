@@ -21,6 +21,7 @@ use serde_json::json;
 use crate::attempt_state::{AttemptState, Current, Envelope};
 use crate::boot::{self, BootError};
 use crate::claim::Claim;
+use crate::claim::tracked::{self, Verdict, WonClaim};
 use crate::config::{self, Config, ConfigError};
 use crate::exit::{self, Failure};
 use crate::git::Git;
@@ -239,6 +240,24 @@ struct Worker<'a> {
     home: &'a Bootstrap,
 }
 
+/// A claim the worker holds: the local lock and, on a shared tracker, the won claim mark
+/// whose release mark ends every comment that gives the issue up.
+struct TakenClaim {
+    local: Claim,
+    marks: Option<WonClaim>,
+}
+
+impl TakenClaim {
+    /// `body`, ending in the hand-off (`to_human`) or release mark when the claim was won
+    /// by marks.
+    fn ending(&self, body: &str, to_human: bool) -> String {
+        match &self.marks {
+            Some(m) => m.ending(body, to_human),
+            None => body.to_string(),
+        }
+    }
+}
+
 /// How one issue ended.
 enum Outcome {
     Done,
@@ -288,7 +307,7 @@ impl Worker<'_> {
     /// The lowest-numbered open `ready-for-agent` issue whose claim this worker wins. The
     /// backend lists oldest first, so the 200 looked at are the queue's head however long
     /// it is.
-    fn claim_next(&self) -> Result<Option<(LabeledIssue, Claim)>, Failure> {
+    fn claim_next(&self) -> Result<Option<(LabeledIssue, TakenClaim)>, Failure> {
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
@@ -325,12 +344,65 @@ impl Worker<'_> {
                 let _ = claim.release();
                 return Err(Failure::failed(e.to_string()));
             }
-            return Ok(Some((issue, claim)));
+            let marks = match self.claim_on_tracker(issue.number) {
+                Ok(Some(Verdict::Lost { holder })) => {
+                    let by = holder.map_or("a hand-off".to_string(), |h| h.to_string());
+                    println!(
+                        "worker {}: yielded #{} to {by}",
+                        self.wenv.worker_id, issue.number
+                    );
+                    let _ = claim.release();
+                    continue;
+                }
+                Ok(Some(Verdict::Won(won))) => Some(won),
+                Ok(None) => None,
+                // The local claim stays: the supervisor's release (or orphan cleanup)
+                // gives the issue back from it once this worker is gone, marks checked.
+                Err(e) => return Err(Failure::failed(e.to_string())),
+            };
+            return Ok(Some((
+                issue,
+                TakenClaim {
+                    local: claim,
+                    marks,
+                },
+            )));
         }
         Ok(None)
     }
 
-    fn work_issue(&self, issue: &LabeledIssue, claim: Claim) -> Result<Outcome, Failure> {
+    /// The claim decided on a tracker several checkouts share (SPEC §11.5); `None` where
+    /// this checkout's local claim is all there is (the `local` store).
+    fn claim_on_tracker(&self, n: u64) -> Result<Option<Verdict>, tracked::ClaimError> {
+        if !self.tracker.shared_across_checkouts() {
+            return Ok(None);
+        }
+        let host = tracked::this_host(self.layout);
+        tracked::claim(self.tracker, n, &self.wenv.worker_id, &host).map(Some)
+    }
+
+    /// Posts a comment that gives the issue up: with its release mark, retried (the mark's
+    /// nonce makes a duplicate harmless); the local store gets it once.
+    fn post_ending(&self, n: u64, claim: &TakenClaim, body: &str, to_human: bool) -> bool {
+        let body = claim.ending(body, to_human);
+        match &claim.marks {
+            Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
+            None => self.tracker.comment(n, &body).is_ok(),
+        }
+    }
+
+    /// The label change that gives the issue up; retried on a shared tracker (a repeated
+    /// edit changes nothing), where a failure would otherwise wait for the claims belt.
+    fn hand_labels(&self, n: u64, claim: &TakenClaim, add: &str) -> Result<(), Failure> {
+        let edit = || self.tracker.edit_labels(n, &[add], &[labels::RUNNING]);
+        match &claim.marks {
+            Some(_) => tracked::retry(edit),
+            None => edit(),
+        }
+        .map_err(|e| Failure::failed(e.to_string()))
+    }
+
+    fn work_issue(&self, issue: &LabeledIssue, claim: TakenClaim) -> Result<Outcome, Failure> {
         let n = issue.number;
         let title = issue_title(issue);
         let slug = slugify(&title);
@@ -387,13 +459,14 @@ impl Worker<'_> {
                     // Every worker would fail the same way on this issue: never requeue it.
                     finished.set(true);
                     state.write("set-aside")?;
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
+                    let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     let body = format!(
                         "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
                     );
-                    let _ = self.tracker.comment(n, &body);
+                    // Posted even when the label change failed: its hand-off mark tells the
+                    // claims belt to finish the hand-off, never to requeue.
+                    self.post_ending(n, &claim, &body, true);
+                    edited?;
                     eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
                     Ok(Outcome::SetAside)
                 }
@@ -412,24 +485,22 @@ impl Worker<'_> {
                             "🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."
                         ),
                     };
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_HUMAN], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
-                    if self.tracker.comment(n, &body).is_ok() {
+                    let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
+                    if self.post_ending(n, &claim, &body, true) {
                         state.set_envelope_posted();
                     }
+                    edited?;
                     state.write("done")?;
                     Ok(Outcome::Done)
                 }
                 AgentEnd::Exited(code) => {
                     state.write("failed")?;
-                    self.tracker
-                        .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
-                        .map_err(|e| Failure::failed(e.to_string()))?;
                     let body = format!(
                         "🤖 /afk attempt {n}-a{attempt} failed (agent exit {code}); returning to ready-for-agent."
                     );
-                    let _ = self.tracker.comment(n, &body);
+                    // The release mark first: the next claim must find the claim ended.
+                    self.post_ending(n, &claim, &body, false);
+                    self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
                     Ok(Outcome::AgentFailed)
                 }
             }
@@ -437,7 +508,11 @@ impl Worker<'_> {
 
         let interrupted = matches!(result, Ok(Outcome::Interrupted(_)) | Err(_));
         if interrupted && !finished.get() {
-            // Never leave the issue eternally `running`: give it back to the queue.
+            // Never leave the issue eternally `running`: give it back to the queue, its
+            // claim mark ended first so the next claim starts clean.
+            if let Some(m) = &claim.marks {
+                let _ = tracked::post(self.tracker, n, &m.release_mark());
+            }
             let _ = self
                 .tracker
                 .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
@@ -460,7 +535,7 @@ impl Worker<'_> {
                 ),
             }
         }
-        if let Err(e) = claim.release() {
+        if let Err(e) = claim.local.release() {
             eprintln!(
                 "worker {}: releasing claim of #{n}: {e}",
                 self.wenv.worker_id

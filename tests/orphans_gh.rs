@@ -138,7 +138,8 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     s.gh.fail_next(1, 1, "error connecting to api.github.com");
     let r = sweep(&s);
     assert!(a.exists());
-    assert_eq!(verbs(&s.gh), vec!["issue list", "issue comment"]);
+    // The restore reads the claim marks first (SPEC §11.5): that read fails, nothing is posted.
+    assert_eq!(verbs(&s.gh), vec!["issue list", "issue view"]);
     assert_eq!(s.gh.issue(7).unwrap().labels, vec!["running"]);
     assert_eq!((r.counts.restored, r.counts.kept), (0, 1));
     // Next boot, with the tracker back, the restore goes through.
@@ -148,7 +149,7 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     assert_eq!(r.counts.restored, 1);
     assert_eq!(
         verbs(&s.gh),
-        vec!["issue list", "issue comment", "issue edit"]
+        vec!["issue list", "issue view", "issue comment", "issue edit"]
     );
     let issue = s.gh.issue(7).unwrap();
     assert_eq!(issue.labels, vec!["ready-for-agent"]);
@@ -195,10 +196,11 @@ fn two_thousand_dirs_of_three_hundred_issues_cost_one_list_plus_the_transitions(
     let count = |verb: &str| v.iter().filter(|c| *c == verb).count();
     assert_eq!(r.counts.restored, 10);
     assert_eq!(count("issue list"), 1);
-    assert_eq!(count("issue view"), 0);
+    // One read of the claim marks per restore (SPEC §11.5), none for the rest.
+    assert_eq!(count("issue view"), 10);
     assert_eq!(count("issue edit"), 10);
     assert_eq!(count("issue comment"), 10);
-    assert_eq!(v.len(), 1 + 2 * 10);
+    assert_eq!(v.len(), 1 + 3 * 10);
     // ready-for-human dirs (fresh, envelope not posted) stay; everything else went.
     let is_human = |n: u64| matches!(n % 30, k if k != 0 && k != 15 && k % 3 == 1);
     let human_dirs = (0..2000u64).filter(|k| is_human(k % 300 + 1)).count();

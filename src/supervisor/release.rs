@@ -82,12 +82,23 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
                 continue;
             }
         };
-        let restore = view.state == IssueState::Open && view.has_label(labels::RUNNING);
+        let mut restore = view.state == IssueState::Open && view.has_label(labels::RUNNING);
         // The claim is the record the issue is restored from: it goes only once the
-        // restore (comment, then labels) is complete or the issue is not running.
-        if restore && let Err(e) = transition::restore(tracker, layout, n, None, &mut 0) {
-            out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
-            continue;
+        // restore (comment, then labels) is complete or the issue is not running. An issue
+        // another checkout holds by its claim marks is not ours to give back.
+        let mut elsewhere = None;
+        if restore {
+            match transition::restore(tracker, layout, n, None, &mut 0) {
+                Ok(transition::Restored::Done) => {}
+                Ok(transition::Restored::HeldElsewhere(h)) => {
+                    restore = false;
+                    elsewhere = Some(h);
+                }
+                Err(e) => {
+                    out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+                    continue;
+                }
+            }
         }
         let removed = Lane::open(layout)
             .map_err(|e| e.to_string())
@@ -105,6 +116,11 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         let msg = if restore {
             format!(
                 "worker {} died holding #{n}: running -> ready-for-agent, {claim}",
+                w.id
+            )
+        } else if let Some(h) = elsewhere {
+            format!(
+                "worker {} died holding #{n} (held by {h} of another checkout): {claim}",
                 w.id
             )
         } else {

@@ -57,14 +57,26 @@ pub fn periodic_tasks(
     layout: &Layout,
     tracker: &Arc<dyn Tracker>,
 ) -> Vec<Periodic> {
-    vec![Periodic {
-        name: "unblock-belt",
-        interval: Duration::from_secs(config.timing.unblock_interval_s),
-        task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
-            Arc::clone(tracker),
-            layout.repo().display().to_string(),
-        )))),
-    }]
+    let mut stale = crate::claim::stale::StaleBelt::new(
+        Arc::clone(tracker),
+        layout,
+        config.claims.stale_after_s,
+    );
+    vec![
+        Periodic {
+            name: "unblock-belt",
+            interval: Duration::from_secs(config.timing.unblock_interval_s),
+            task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
+                Arc::clone(tracker),
+                layout.repo().display().to_string(),
+            )))),
+        },
+        Periodic {
+            name: "claims-belt",
+            interval: crate::claim::stale::interval(config.claims.stale_after_s),
+            task: Arc::new(Mutex::new(Box::new(move || stale.pass()))),
+        },
+    ]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker

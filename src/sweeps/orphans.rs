@@ -524,6 +524,14 @@ impl Pass<'_> {
                     Verdict::Remove,
                     format!("running, claim taken meanwhile by live pid {pid}"),
                 ),
+                Ok(RestoreOutcome::HeldElsewhere(h)) => self.remove_attempt(
+                    worker,
+                    path,
+                    Some(n),
+                    desc,
+                    Verdict::Remove,
+                    format!("running, held by {h} of another checkout: not restored"),
+                ),
                 Err(why) => keep(self, Some(n), desc, why),
             },
         }
@@ -567,9 +575,15 @@ impl Pass<'_> {
         if !self.dry_run {
             let tracker = self.book.tracker();
             let writes = &mut self.report.tracker_writes;
-            if let Err(e) = transition::restore(tracker, self.layout, n, attempt, writes) {
-                self.unfinished.insert(n);
-                return Err(format!("restore not finished: {e}"));
+            match transition::restore(tracker, self.layout, n, attempt, writes) {
+                Ok(transition::Restored::Done) => {}
+                Ok(transition::Restored::HeldElsewhere(h)) => {
+                    return Ok(RestoreOutcome::HeldElsewhere(h.to_string()));
+                }
+                Err(e) => {
+                    self.unfinished.insert(n);
+                    return Err(format!("restore not finished: {e}"));
+                }
             }
         }
         self.book
@@ -683,6 +697,11 @@ impl Pass<'_> {
                             format!("claim taken meanwhile by live pid {pid}"),
                         );
                         continue;
+                    }
+                    Ok(RestoreOutcome::HeldElsewhere(h)) => {
+                        format!(
+                            "claim holder dead: {reason}; {h} of another checkout holds the issue"
+                        )
                     }
                     Err(why) => {
                         let why = format!("{why}; claim kept for the next pass");
@@ -828,6 +847,8 @@ fn is_shell_file(name: &str) -> bool {
 enum RestoreOutcome {
     Done,
     ClaimLive(i32),
+    /// Another checkout's claim mark holds the issue (SPEC §11.5).
+    HeldElsewhere(String),
 }
 
 /// The judgement on issue `n`'s claim.

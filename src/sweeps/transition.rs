@@ -24,6 +24,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::claim::marks::Holder;
 use crate::layout::Layout;
 use crate::sweeps::orphans::RESTORE_COMMENT;
 use crate::tracker::{Tracker, TrackerError, labels};
@@ -60,6 +61,14 @@ pub enum TransitionError {
     Comment(TrackerError),
     #[error("comment posted but the label change failed, the next pass makes it: {0}")]
     Labels(TrackerError),
+}
+
+/// How a restore ended when nothing failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restored {
+    Done,
+    /// Another checkout's claim mark holds the issue (SPEC §11.5): nothing was changed.
+    HeldElsewhere(Holder),
 }
 
 impl TransitionError {
@@ -109,14 +118,22 @@ pub fn make(
 
 /// The SPEC §7 restore of issue `n`: the restore comment, then `ready-for-agent` in place
 /// of `running`. Its records are the claim dir and, when given, the attempt dir being
-/// judged; the caller removes them only once this succeeded.
+/// judged; the caller removes them only once this succeeded. On a tracker several
+/// checkouts share, the issue's claim marks are read first (one call) and an issue another
+/// checkout holds is left alone ([`Restored::HeldElsewhere`]).
 pub fn restore(
     tracker: &dyn Tracker,
     layout: &Layout,
     n: u64,
     attempt: Option<&Path>,
     writes: &mut usize,
-) -> Result<(), TransitionError> {
+) -> Result<Restored, TransitionError> {
+    let host = crate::claim::tracked::this_host(layout);
+    if let Some(h) =
+        crate::claim::tracked::held_elsewhere(tracker, n, &host).map_err(TransitionError::Check)?
+    {
+        return Ok(Restored::HeldElsewhere(h));
+    }
     let mut records = vec![layout.claims().join(n.to_string())];
     records.extend(attempt.map(Path::to_path_buf));
     let t = Transition {
@@ -125,7 +142,7 @@ pub fn restore(
         add: &[labels::READY_FOR_AGENT],
         remove: &[labels::RUNNING],
     };
-    make(tracker, &t, Posted::Marker(&records), writes)
+    make(tracker, &t, Posted::Marker(&records), writes).map(|()| Restored::Done)
 }
 
 fn is_file(p: &Path) -> bool {

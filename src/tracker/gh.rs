@@ -256,10 +256,14 @@ struct GhView {
 #[derive(Deserialize)]
 struct GhBody {
     body: String,
+    #[serde(rename = "createdAt", default)]
+    created_at: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct GhViewComments {
+struct GhThread {
+    state: String,
+    labels: Vec<GhLabel>,
     comments: Vec<GhBody>,
 }
 
@@ -434,6 +438,15 @@ impl Tracker for GhTracker {
     }
 
     fn comments(&self, number: u64) -> TrackerResult<Vec<String>> {
+        Ok(self
+            .thread(number)?
+            .comments
+            .into_iter()
+            .map(|c| c.body)
+            .collect())
+    }
+
+    fn thread(&self, number: u64) -> TrackerResult<super::IssueThread> {
         let n = number.to_string();
         let args = [
             "issue",
@@ -442,8 +455,27 @@ impl Tracker for GhTracker {
             "--json",
             "state,labels,comments",
         ];
-        let v: GhViewComments = self.run_json(&args)?;
-        Ok(v.comments.into_iter().map(|c| c.body).collect())
+        let v: GhThread = self.run_json(&args)?;
+        Ok(super::IssueThread {
+            state: parse_state(&self.argv(&args, true), &v.state)?,
+            labels: names(v.labels),
+            comments: v
+                .comments
+                .into_iter()
+                .map(|c| crate::claim::marks::Comment {
+                    at: c
+                        .created_at
+                        .as_deref()
+                        .and_then(crate::timeutil::parse_rfc3339)
+                        .map(crate::timeutil::epoch_secs),
+                    body: c.body,
+                })
+                .collect(),
+        })
+    }
+
+    fn shared_across_checkouts(&self) -> bool {
+        true
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {

@@ -69,6 +69,21 @@ pub struct IssueView {
     pub labels: Vec<String>,
 }
 
+/// One issue with its comments, as one `view` with comments reports it (SPEC §11.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueThread {
+    pub state: IssueState,
+    pub labels: Vec<String>,
+    /// Oldest first, with the time the tracker stored each (epoch seconds) where known.
+    pub comments: Vec<crate::claim::marks::Comment>,
+}
+
+impl IssueThread {
+    pub fn has_label(&self, label: &str) -> bool {
+        self.labels.iter().any(|l| l == label)
+    }
+}
+
 /// An open issue listed by label, with its body (the unblock sweep reads `## Blocked by`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LabeledIssue {
@@ -166,6 +181,29 @@ pub trait Tracker: Send + Sync {
     /// state,labels,comments`). A transition that writes a comment reads them first, so a
     /// comment already posted by an earlier, interrupted pass is not posted twice.
     fn comments(&self, number: u64) -> TrackerResult<Vec<String>>;
+
+    /// State, labels and comments of one issue in one call (gh: `issue view N --json
+    /// state,labels,comments`). The default asks [`Tracker::view`] and
+    /// [`Tracker::comments`] and knows no comment times.
+    fn thread(&self, number: u64) -> TrackerResult<IssueThread> {
+        let v = self.view(number)?;
+        let comments = self
+            .comments(number)?
+            .into_iter()
+            .map(|body| crate::claim::marks::Comment { body, at: None })
+            .collect();
+        Ok(IssueThread {
+            state: v.state,
+            labels: v.labels,
+            comments,
+        })
+    }
+
+    /// Whether several checkouts share this tracker, so that a claim must be decided by
+    /// marks on the issue (SPEC §11.5): `gh` yes, the per-checkout `local` store no.
+    fn shared_across_checkouts(&self) -> bool {
+        false
+    }
 
     /// Open issues carrying `label`, with their bodies.
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>>;

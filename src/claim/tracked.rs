@@ -1,0 +1,225 @@
+//! The claim on a tracker several checkouts share (SPEC §11.5): the calls around the pure
+//! fold of [`super::marks`].
+//!
+//! After its local claim and the label switch, a worker posts its claim mark and re-reads
+//! the issue with its comments: two calls. It proceeds only when its mark holds the issue
+//! and the issue is still open and not handed off; otherwise it posts a `yielded` mark and
+//! takes the next issue. A restore (orphan cleanup, the supervisor's release of a dead
+//! worker's claims) first asks [`held_elsewhere`], so no checkout gives back an issue that
+//! another checkout holds.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::marks::{self, Holder, Mark, Standing};
+use crate::layout::Layout;
+use crate::tracker::{IssueState, IssueThread, Tracker, TrackerError, TrackerResult, labels};
+
+/// How often one read or one mark is tried before the claim step gives up. A mark posted
+/// twice changes nothing (its nonce is the same), so a retried post is safe.
+const TRIES: u32 = 3;
+
+/// A failed step of the claim protocol. The worker keeps its local claim and exits, so the
+/// supervisor's release (or orphan cleanup) gives the issue back, marks checked first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    #[error("posting the claim mark of #{issue} failed: {source}")]
+    Mark { issue: u64, source: TrackerError },
+    #[error("reading #{issue} with its comments after the claim mark failed: {source}")]
+    Read { issue: u64, source: TrackerError },
+}
+
+/// This checkout's name in marks: the host name and a hash of the canonical repo path, so
+/// two checkouts on one box are two names and one checkout keeps its name across restarts.
+pub fn this_host(layout: &Layout) -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let mut name: String = name
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    if name.is_empty() {
+        name = "host".into();
+    }
+    let repo = std::fs::canonicalize(layout.repo()).unwrap_or_else(|_| layout.repo().into());
+    format!("{name}-{:08x}", fnv32(&repo))
+}
+
+fn fnv32(p: &Path) -> u32 {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+        })
+}
+
+/// A claim this worker won: the release mark it leaves when the issue leaves its hands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WonClaim {
+    pub holder: Holder,
+    pub nonce: String,
+}
+
+impl WonClaim {
+    /// `🤖 /afk release <worker>@<host> <nonce>`.
+    pub fn release_mark(&self) -> String {
+        Mark::Release {
+            holder: self.holder.clone(),
+            nonce: self.nonce.clone(),
+        }
+        .text()
+    }
+
+    /// `🤖 /afk handoff <worker>@<host> <nonce>`.
+    pub fn handoff_mark(&self) -> String {
+        Mark::Handoff {
+            holder: self.holder.clone(),
+            nonce: self.nonce.clone(),
+        }
+        .text()
+    }
+
+    /// `body` with the hand-off mark (`to_human`) or the release mark as its last line, so
+    /// the comment that gives the issue up ends the claim.
+    pub fn ending(&self, body: &str, to_human: bool) -> String {
+        let mark = if to_human {
+            self.handoff_mark()
+        } else {
+            self.release_mark()
+        };
+        format!("{body}\n\n{mark}")
+    }
+}
+
+/// How the claim went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Won(WonClaim),
+    /// Another mark holds the issue (or it was handed off meanwhile): the `yielded` mark
+    /// is posted (best effort) and the worker goes on.
+    Lost {
+        holder: Option<Holder>,
+    },
+}
+
+/// The claim step: the claim mark, the re-read, and the decision.
+pub fn claim(
+    tracker: &dyn Tracker,
+    issue: u64,
+    worker: &str,
+    host: &str,
+) -> Result<Verdict, ClaimError> {
+    let me = Holder::new(worker, host);
+    let nonce = marks::new_nonce();
+    let mark = Mark::Claim {
+        holder: me.clone(),
+        nonce: nonce.clone(),
+    };
+    retry(|| tracker.comment(issue, &mark.text()))
+        .map_err(|source| ClaimError::Mark { issue, source })?;
+    let thread =
+        read_thread(tracker, issue).map_err(|source| ClaimError::Read { issue, source })?;
+    let standing = marks::standing(&thread.comments);
+    let open = thread.state == IssueState::Open && !thread.has_label(labels::READY_FOR_HUMAN);
+    if standing.holds(&nonce) && open {
+        return Ok(Verdict::Won(WonClaim { holder: me, nonce }));
+    }
+    let yielded = Mark::Yielded {
+        holder: me,
+        nonce: nonce.clone(),
+    };
+    // Best effort: a lost claim mark is harmless (it never held), the record is for people.
+    let _ = tracker.comment(issue, &yielded.text());
+    if standing.holder.is_none() && !open && thread.has_label(labels::RUNNING) {
+        // Handed off between our check and our label switch: take back our `running`.
+        let _ = tracker.edit_labels(issue, &[], &[labels::RUNNING]);
+    }
+    Ok(Verdict::Lost {
+        holder: holder_of(&standing),
+    })
+}
+
+fn holder_of(s: &Standing) -> Option<Holder> {
+    s.holder.as_ref().map(|h| h.holder.clone())
+}
+
+/// The holder of issue `n` when it is a checkout other than `host`; `Ok(None)` on a tracker
+/// no other checkout shares (no call is made) or when nobody else holds it. A restore asks
+/// this first, at the cost of one read of a `running` issue.
+pub fn held_elsewhere(tracker: &dyn Tracker, n: u64, host: &str) -> TrackerResult<Option<Holder>> {
+    if !tracker.shared_across_checkouts() {
+        return Ok(None);
+    }
+    let thread = tracker.thread(n)?;
+    Ok(holder_of(&marks::standing(&thread.comments)).filter(|h| h.host != host))
+}
+
+/// Posts `body` (a mark or a comment ending in one), retried: the mark's nonce makes a
+/// duplicate harmless.
+pub fn post(tracker: &dyn Tracker, issue: u64, body: &str) -> TrackerResult<()> {
+    retry(|| tracker.comment(issue, body))
+}
+
+/// One read of the thread, retried on a transient failure (a read changes nothing).
+pub fn read_thread(tracker: &dyn Tracker, issue: u64) -> TrackerResult<IssueThread> {
+    retry(|| tracker.thread(issue))
+}
+
+/// `f` tried up to three times while it fails transiently, for calls a repeat cannot harm
+/// (reads, marks, label edits).
+pub fn retry<T>(mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match f() {
+            Err(e) if e.is_transient() && tries < TRIES => {
+                std::thread::sleep(Duration::from_millis(300 * u64::from(tries)));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_are_mark_safe_and_per_checkout() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let ha = this_host(&Layout::new(a.path()));
+        let hb = this_host(&Layout::new(b.path()));
+        assert!(marks::valid_host(&ha), "{ha}");
+        assert_ne!(ha, hb);
+        assert_eq!(ha, this_host(&Layout::new(a.path())));
+    }
+
+    #[test]
+    fn the_release_mark_ends_the_hand_off_comment() {
+        let w = WonClaim {
+            holder: Holder::new("w1", "box"),
+            nonce: "0123456789abcdef".into(),
+        };
+        let body = w.ending("🤖 /afk attempt 1-a1 failed.", false);
+        assert_eq!(
+            Mark::parse(&body),
+            Some(Mark::Release {
+                holder: w.holder.clone(),
+                nonce: w.nonce.clone()
+            })
+        );
+    }
+}
