@@ -27,6 +27,7 @@ use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
 use crate::pidfile;
 use crate::sweeps::{SweepCtx, SweepName, worker_tree};
+use crate::text;
 use crate::timeutil;
 use crate::toonl;
 use crate::tracker::{LabeledIssue, Tracker, labels};
@@ -355,8 +356,9 @@ impl Worker<'_> {
             &worktree,
         );
         println!(
-            "worker {}: claimed #{n} ({title}); attempt {n}-a{attempt}",
-            self.wenv.worker_id
+            "worker {}: claimed #{n} ({}); attempt {n}-a{attempt}",
+            self.wenv.worker_id,
+            text::escape(&title)
         );
 
         // Set once the agent has finished its work: from then on, a failure must not hand
@@ -394,7 +396,11 @@ impl Worker<'_> {
                         "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
                     );
                     let _ = self.tracker.comment(n, &body);
-                    eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
+                    eprintln!(
+                        "worker {}: #{n} set aside: {}",
+                        self.wenv.worker_id,
+                        text::escape(&why)
+                    );
                     Ok(Outcome::SetAside)
                 }
                 AgentEnd::Exited(0) => {

@@ -426,3 +426,172 @@ fn worker_ids_git_refuses_fall_back_to_a_solo_id_before_claiming() {
         assert!(branches[0].starts_with("afk/solo-"), "{bad}: {branches:?}");
     }
 }
+
+// ---- 4. names that are not UTF-8, start with `-` or carry newlines ----
+
+/// `git -C dir update-ref <name> <rev>` with a name of raw bytes.
+fn update_ref(env: &TestEnv, dir: &std::path::Path, name: &[u8], rev: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let o = env
+        .command("git")
+        .arg("-C")
+        .arg(dir)
+        .arg("update-ref")
+        .arg(std::ffi::OsStr::from_bytes(name))
+        .arg(rev)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+}
+
+/// Every ref under `prefix` in `dir`, as raw bytes.
+fn refs(env: &TestEnv, dir: &std::path::Path, prefix: &str) -> Vec<Vec<u8>> {
+    let o = env
+        .command("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["for-each-ref", "--format=%(refname)", prefix])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+    o.stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// A closed issue's branch whose name is not UTF-8, locally and on origin: the reaper
+/// spares it on both sides with one line saying why, still reaps the ordinary branch of the
+/// same issue, and exits 0. Before the fix it deleted the U+FFFD-mangled name: `reaped
+/// (remote)` for a branch still there, every run, and exit 1 on the local side.
+#[test]
+fn the_reaper_spares_branch_names_that_are_not_utf8() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f.tracker.create("Done", "", &[]).unwrap();
+    f.tracker.close(n).unwrap();
+    let mut odd = format!("refs/heads/afk/{n}-caf").into_bytes();
+    odd.extend_from_slice(b"\xe9\xff");
+    let plain = format!("refs/heads/afk/{n}-plain");
+    for dir in [&f.repo.path, &f.repo.origin] {
+        update_ref(&f.env, dir, &odd, "refs/heads/main");
+        update_ref(&f.env, dir, plain.as_bytes(), "refs/heads/main");
+    }
+    for round in 0..2 {
+        let o = f
+            .env
+            .bin()
+            .arg("--repo")
+            .arg(&f.repo.path)
+            .arg("reap")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "round {round}: {}", describe(&o));
+        let out = String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8");
+        let shown = format!("afk/{n}-caf\\xe9\\xff — name is not UTF-8");
+        let expected_counts = if round == 0 {
+            "remote-afk=2 local-afk=2"
+        } else {
+            "remote-afk=1 local-afk=1"
+        };
+        assert!(out.contains(expected_counts), "round {round}: {out}");
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.contains("name is not UTF-8"))
+                .collect::<Vec<_>>(),
+            vec![
+                format!("spared (remote): {shown}"),
+                format!("spared (local): {shown}")
+            ],
+            "round {round}: {out}"
+        );
+        let reaped: Vec<&str> = out.lines().filter(|l| l.starts_with("reaped")).collect();
+        if round == 0 {
+            assert_eq!(
+                reaped,
+                vec![
+                    format!("reaped (remote): afk/{n}-plain #{n} — issue closed"),
+                    format!("reaped (local): afk/{n}-plain #{n} — issue closed"),
+                ],
+                "{out}"
+            );
+        } else {
+            assert!(reaped.is_empty(), "round {round}: {out}");
+        }
+    }
+    assert_eq!(
+        refs(&f.env, &f.repo.path, "refs/heads/afk/"),
+        vec![odd.clone()]
+    );
+    assert_eq!(refs(&f.env, &f.repo.origin, "refs/heads/afk/"), vec![odd]);
+}
+
+/// Stranded docs with hostile names under `.red/adr/`: one whose name is not UTF-8 is
+/// skipped with one line saying why, while the others (a leading `-`, a newline, an ESC
+/// sequence) land byte for byte and are shown escaped, one line each. Before the fix the one
+/// name failed the sweep's whole status parse, at every boot, and nothing landed.
+#[test]
+fn a_doc_name_that_is_not_utf8_does_not_strand_the_other_docs() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = Fx::new(Agent::Script("exit 0"));
+    let adr = f.repo.path.join(".red/adr");
+    fs::create_dir_all(&adr).unwrap();
+    fs::write(
+        adr.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md")),
+        "latin-1\n",
+    )
+    .unwrap();
+    let landing = ["-rf.md", "two\nlines.md", "esc\x1b[2J.md"];
+    for name in landing {
+        fs::write(adr.join(name), format!("{name}\n")).unwrap();
+    }
+    let o = f
+        .env
+        .bin()
+        .arg("--repo")
+        .arg(&f.repo.path)
+        .args(["sweep", "--only", "docs-sweep"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8");
+    assert!(!out.contains('\x1b'), "{out:?}");
+    let skipped: Vec<&str> = out.lines().filter(|l| l.contains("not UTF-8")).collect();
+    assert_eq!(
+        skipped,
+        vec![
+            "docs-sweep skip .red/adr/caf\\xe9.md: name is not UTF-8: the sweep cannot land it; land it by hand"
+        ],
+        "{out}"
+    );
+    for shown in [
+        ".red/adr/-rf.md",
+        ".red/adr/two\\nlines.md",
+        ".red/adr/esc\\e[2J.md",
+    ] {
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with(&format!("docs-sweep land {shown} ")))
+                .count(),
+            1,
+            "{shown}: {out}"
+        );
+    }
+    for name in landing {
+        let o = f.env.git_output(
+            &f.repo.origin,
+            &["cat-file", "-p", &format!("main:.red/adr/{name}")],
+        );
+        assert_eq!(
+            o.stdout,
+            format!("{name}\n").as_bytes(),
+            "{name:?}: {}",
+            describe(&o)
+        );
+    }
+    // The skipped doc is still only here, untouched.
+    assert_eq!(
+        fs::read(adr.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md"))).unwrap(),
+        b"latin-1\n"
+    );
+}

@@ -84,10 +84,28 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
         return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
     }
     let fork = scan::fork_point(git, &base_ref)?;
-    let found = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
+    let (found, not_utf8) = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
     let (judged, precedent) =
         scan::judge_all(git, ctx.layout.repo(), &base_ref, fork.as_deref(), found)?;
+    let report = judge_and_land(ctx, &judged, precedent)?;
+    Ok(with_not_utf8(report, &not_utf8))
+}
 
+/// The report with a `skip` decision for each doc path that is not UTF-8; the outcome and
+/// counts are those of the other docs.
+fn with_not_utf8(mut report: DocsReport, paths: &[Vec<u8>]) -> DocsReport {
+    report.decisions.extend(scan::not_utf8_decisions(paths));
+    report
+}
+
+/// Plans from the judged docs and, unless a dry run, lands.
+fn judge_and_land(
+    ctx: &SweepCtx<'_>,
+    judged: &[judge::Judged],
+    precedent: classify::Precedent,
+) -> Result<DocsReport, ScanError> {
+    let git = ctx.git;
+    let base = ctx.config.fleet.base.as_str();
     match judge::plan(&judged, precedent) {
         Plan::Clean => Ok(DocsReport::clean(judge::decisions(&judged, base, None))),
         Plan::Halt(h) => {
@@ -148,7 +166,7 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
     let git = ctx.git;
     let known = git.rev_parse(base_ref).ok().flatten().map(|_| base_ref);
     let fork = known.and_then(|r| scan::fork_point(git, r).ok().flatten());
-    let found = scan::candidates(git, known, fork.as_deref()).unwrap_or_default();
+    let (found, not_utf8) = scan::candidates(git, known, fork.as_deref()).unwrap_or_default();
     let reason = format!(
         "origin/{} could not be fetched: {detail}",
         ctx.config.fleet.base
@@ -165,8 +183,9 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
         })
         .collect();
     let paths = found.into_iter().map(|c| c.path).collect();
-    DocsReport::halted(
+    let report = DocsReport::halted(
         Halt::new(HaltReason::OriginUnreachable, paths).with_detail(detail),
         decisions,
-    )
+    );
+    with_not_utf8(report, &not_utf8)
 }
