@@ -4,6 +4,7 @@
 //! worker (`worker --once`) with a shell script as its agent, the real local tracker, and
 //! the fake `gh` of tests/support where GitHub is the backend.
 
+mod fleet;
 mod support;
 
 use std::ffi::OsString;
@@ -594,4 +595,210 @@ fn a_doc_name_that_is_not_utf8_does_not_strand_the_other_docs() {
         fs::read(adr.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md"))).unwrap(),
         b"latin-1\n"
     );
+}
+
+// ---- 6. raw bytes on the operator's terminal and in logs ----
+
+/// A title that would clear the screen, retitle the terminal, return the carriage and add a
+/// forged line, and labels with commas, spaces, control bytes and `req:` garbage, written
+/// straight into the local store as a person (or a sync tool) could.
+const HOSTILE_TITLE_TOML: &str =
+    r#"evil\u001b[2J\u001b]0;pwned\u0007\r\nFAKE: claimed #999\u009b\u007f"#;
+const HOSTILE_TITLE_SHOWN: &str = r"evil\e[2J\e]0;pwned\x07\r\nFAKE: claimed #999\u{9b}\x7f";
+
+fn write_issue(f: &Fx, n: u64, title_toml: &str, labels_toml: &str, body_toml: &str) {
+    let dir = f.tracker.dir().join("issues");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join(format!("{n}.toml")),
+        format!(
+            "number = {n}\ntitle = \"{title_toml}\"\nstate = \"OPEN\"\nlabels = {labels_toml}\n\
+             created_at = \"2026-01-01T00:00:00Z\"\nbody = \"{body_toml}\"\n"
+        ),
+    )
+    .unwrap();
+    fs::write(
+        f.tracker.dir().join("meta.toml"),
+        format!("next_issue = {}\nnext_pr = 1\n", n + 1),
+    )
+    .unwrap();
+}
+
+/// Nothing a terminal acts on: no C0 control but the line breaks, no DEL, no C1 control.
+fn assert_terminal_safe(what: &str, out: &str) {
+    let bad: Vec<char> = out
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(bad.is_empty(), "{what}: raw {bad:?} in {out:?}");
+}
+
+#[test]
+fn issue_list_and_show_escape_control_bytes_and_json_stays_exact() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    write_issue(
+        &f,
+        1,
+        HOSTILE_TITLE_TOML,
+        r#"["ready-for-agent", "a,b", "with space", "x\u001b[31m"]"#,
+        r"line one\r\nline \u001b[1mtwo\n",
+    );
+    let bin = |args: &[&str]| {
+        let o = f
+            .env
+            .bin()
+            .arg("--repo")
+            .arg(&f.repo.path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", describe(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let list = bin(&["issue", "list"]);
+    assert_terminal_safe("issue list", &list);
+    assert_eq!(
+        list,
+        format!("#1 OPEN {HOSTILE_TITLE_SHOWN} [ready-for-agent, a,b, with space, x\\e[31m]\n")
+    );
+    let show = bin(&["issue", "show", "1"]);
+    assert_terminal_safe("issue show", &show);
+    assert!(
+        show.starts_with(&format!("#1 {HOSTILE_TITLE_SHOWN}\n")),
+        "{show}"
+    );
+    assert!(show.contains("\nline one\\r\nline \\e[1mtwo\n"), "{show}");
+    // --json stays exact: the title byte for byte.
+    let json: serde_json::Value =
+        serde_json::from_str(&bin(&["issue", "show", "1", "--json"])).unwrap();
+    assert_eq!(
+        json["title"],
+        "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nFAKE: claimed #999\u{9b}\u{7f}"
+    );
+}
+
+/// The built-in worker's `claimed #N (title)` line (what lands in the slot log) is one
+/// line with the title's control bytes escaped; the agent still gets the title exact.
+#[test]
+fn the_workers_claim_line_escapes_the_title() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    write_issue(&f, 1, HOSTILE_TITLE_TOML, r#"["ready-for-agent"]"#, "");
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    let err = String::from_utf8(o.stderr.clone()).unwrap();
+    assert_terminal_safe("worker stdout", &out);
+    assert_terminal_safe("worker stderr", &err);
+    let claimed: Vec<&str> = out.lines().filter(|l| l.contains("claimed #")).collect();
+    assert_eq!(
+        claimed,
+        vec![format!(
+            "worker w1: claimed #1 ({HOSTILE_TITLE_SHOWN}); attempt 1-a1"
+        )],
+        "{out}"
+    );
+    assert_eq!(
+        f.read_seen("title.file"),
+        "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nFAKE: claimed #999\u{9b}\u{7f}".as_bytes()
+    );
+}
+
+/// `req:` garbage and labels with commas or spaces promote nothing, and the sweep's
+/// lines are one each and safe for a terminal.
+#[test]
+fn req_label_garbage_keeps_an_issue_blocked_with_one_safe_line() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let closed = f.tracker.create("blocker", "", &[]).unwrap();
+    f.tracker.close(closed).unwrap();
+    let cases = [
+        r#"["blocked:dependency", "req:1,2"]"#,
+        r#"["blocked:dependency", "req: 1"]"#,
+        r#"["blocked:dependency", "req:x\u001b[2J"]"#,
+        r#"["blocked:dependency", "req:99999999999999999999999"]"#,
+        r#"["blocked:dependency", "req:-1"]"#,
+        r#"["blocked:dependency", "req:"]"#,
+    ];
+    for (i, labels) in cases.iter().enumerate() {
+        write_issue(&f, i as u64 + 2, "blocked", labels, "");
+    }
+    let o = f
+        .env
+        .bin()
+        .arg("--repo")
+        .arg(&f.repo.path)
+        .args(["sweep", "--only", "unblock"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    assert_terminal_safe("sweep", &out);
+    let kept: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("unblock keep #"))
+        .collect();
+    assert_eq!(kept.len(), cases.len(), "{out}");
+    assert!(!out.contains("unblock promote"), "{out}");
+    for n in 2..2 + cases.len() as u64 {
+        assert_eq!(f.labels(n)[0], "blocked:dependency", "#{n}");
+    }
+}
+
+/// `RED_AFK_TRUNK` that git would read as an option is refused at config time, exit 78,
+/// naming the variable; nothing is fetched and no issue is claimed.
+#[test]
+fn a_trunk_git_would_read_as_an_option_is_a_config_error() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let o = f
+        .env
+        .bin()
+        .arg("--repo")
+        .arg(&f.repo.path)
+        .args(["sweep", "--only", "docs-sweep"])
+        .env("RED_AFK_TRUNK", "--upload-pack=touch pwned")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("RED_AFK_TRUNK: fleet.base must be a branch name"),
+        "{err}"
+    );
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_TRUNK", "--upload-pack=touch pwned"));
+    let o = f.run_worker(&["--once"], &vars);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(!f.repo.path.join("pwned").exists());
+}
+
+/// `status` shows a runner from `RED_AFK_RUNNER` (and every other text) escaped.
+#[test]
+fn status_escapes_a_hostile_runner() {
+    let mut fl = fleet::Fleet::new("while true; do sleep 0.1; done\n", fleet::FAST_TIMING);
+    fl.extra_env.push((
+        "RED_AFK_RUNNER".into(),
+        "evil\u{1b}[2J\r\nfleet: target=99".into(),
+    ));
+    fl.start(&["run", "--workers", "1"]);
+    fl.wait_workers(1);
+    let o = fl.run_cmd(&["status"]);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    assert_terminal_safe("status", &out);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("fleet: ")).count(),
+        1,
+        "{out}"
+    );
+    assert!(
+        out.contains(r"runner=evil\e[2J\r\nfleet: target=99"),
+        "{out}"
+    );
+    let o = fl.run_cmd(&["stop"]);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert!(fl.wait_exit().code().is_some());
 }
