@@ -437,23 +437,7 @@ impl Builder {
     }
 
     fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
-        const NUMERIC: [(&str, &str); 11] = [
-            ("RED_AFK_TARGET", "fleet.workers"),
-            ("RED_AFK_POLL_S", "timing.tick_s"),
-            ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
-            ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
-            ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
-            ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
-            ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
-            ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
-            ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
-            ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
-            (
-                "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
-                "timing.unblock_interval_s",
-            ),
-        ];
-        for (var, key) in NUMERIC {
+        for (var, key) in NUMERIC_ENV {
             let Some(raw) = env.get(var) else { continue };
             let x = parse_env_u64(var, key, raw)?;
             check_bounds(&Origin::Env(var), key, x)?;
@@ -566,6 +550,25 @@ impl Builder {
         Ok(())
     }
 }
+
+/// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
+/// check ([`check_bounds`]).
+pub const NUMERIC_ENV: [(&str, &str); 11] = [
+    ("RED_AFK_TARGET", "fleet.workers"),
+    ("RED_AFK_POLL_S", "timing.tick_s"),
+    ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
+    ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
+    ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
+    ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
+    ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
+    ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
+    ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
+    ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
+    (
+        "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
+        "timing.unblock_interval_s",
+    ),
+];
 
 /// The longest duration any source may set: ten years, in seconds. Far beyond any sensible
 /// value, and far enough from `u64::MAX` that no sum of durations overflows.

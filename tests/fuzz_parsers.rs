@@ -69,29 +69,21 @@ fn config_file(b: &[u8]) {
     );
 }
 
-/// Every variable the config reads, each set to a piece of the input.
-const ENV_VARS: [&str; 14] = [
-    "RED_AFK_TARGET",
-    "RED_AFK_TRUNK",
-    "RED_AFK_RUNNER",
-    "RED_AFK_POLL_S",
-    "RED_AFK_FAST_DEATH_S",
-    "RED_AFK_CIRCUIT_K",
-    "RED_AFK_CIRCUIT_WINDOW_S",
-    "RED_AFK_HALF_OPEN_BASE_S",
-    "RED_AFK_HALF_OPEN_CAP_S",
-    "RED_AFK_STOP_GRACE_S",
-    "RED_AFK_STALL_THRESHOLD_S",
-    "RED_AFK_STALL_KILL_THRESHOLD_S",
-    "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
-    "RED_AFK_LIVENESS_S",
-];
+/// Every variable the config reads: the numeric ones, the base, the runner, and the
+/// worker's liveness interval.
+fn env_vars() -> Vec<&'static str> {
+    config::NUMERIC_ENV
+        .iter()
+        .map(|(var, _)| *var)
+        .chain(["RED_AFK_TRUNK", "RED_AFK_RUNNER", "RED_AFK_LIVENESS_S"])
+        .collect()
+}
 
-/// The input split on `\n` into values for [`ENV_VARS`], in order.
+/// The input split on `\n` into values for [`env_vars`], in order.
 fn config_env(b: &[u8]) {
     let t = text(b);
-    let env: HashMap<String, String> = ENV_VARS
-        .iter()
+    let env: HashMap<String, String> = env_vars()
+        .into_iter()
         .zip(t.split('\n'))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();

@@ -91,6 +91,20 @@ impl Fx {
         c
     }
 
+    /// The binary on this repo: `afk-supervisor --repo <repo> <args>`.
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut c = self.env.bin();
+        c.arg("--repo").arg(&self.repo.path).args(args);
+        c
+    }
+
+    /// [`Fx::cli`] run to its end; exit 0 is required and stdout returned.
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", describe(&o));
+        String::from_utf8(o.stdout).expect("stdout is UTF-8")
+    }
+
     fn run_worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
         self.worker(args, vars).output().unwrap()
     }
@@ -479,16 +493,7 @@ fn the_reaper_spares_branch_names_that_are_not_utf8() {
         update_ref(&f.env, dir, plain.as_bytes(), "refs/heads/main");
     }
     for round in 0..2 {
-        let o = f
-            .env
-            .bin()
-            .arg("--repo")
-            .arg(&f.repo.path)
-            .arg("reap")
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(0), "round {round}: {}", describe(&o));
-        let out = String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8");
+        let out = f.cli_ok(&["reap"]);
         let shown = format!("afk/{n}-caf\\xe9\\xff — name is not UTF-8");
         let expected_counts = if round == 0 {
             "remote-afk=2 local-afk=2"
@@ -546,16 +551,7 @@ fn a_doc_name_that_is_not_utf8_does_not_strand_the_other_docs() {
     for name in landing {
         fs::write(adr.join(name), format!("{name}\n")).unwrap();
     }
-    let o = f
-        .env
-        .bin()
-        .arg("--repo")
-        .arg(&f.repo.path)
-        .args(["sweep", "--only", "docs-sweep"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
-    let out = String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8");
+    let out = f.cli_ok(&["sweep", "--only", "docs-sweep"]);
     assert!(!out.contains('\x1b'), "{out:?}");
     let skipped: Vec<&str> = out.lines().filter(|l| l.contains("not UTF-8")).collect();
     assert_eq!(
@@ -643,25 +639,13 @@ fn issue_list_and_show_escape_control_bytes_and_json_stays_exact() {
         r#"["ready-for-agent", "a,b", "with space", "x\u001b[31m"]"#,
         r"line one\r\nline \u001b[1mtwo\n",
     );
-    let bin = |args: &[&str]| {
-        let o = f
-            .env
-            .bin()
-            .arg("--repo")
-            .arg(&f.repo.path)
-            .args(args)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", describe(&o));
-        String::from_utf8(o.stdout).unwrap()
-    };
-    let list = bin(&["issue", "list"]);
+    let list = f.cli_ok(&["issue", "list"]);
     assert_terminal_safe("issue list", &list);
     assert_eq!(
         list,
         format!("#1 OPEN {HOSTILE_TITLE_SHOWN} [ready-for-agent, a,b, with space, x\\e[31m]\n")
     );
-    let show = bin(&["issue", "show", "1"]);
+    let show = f.cli_ok(&["issue", "show", "1"]);
     assert_terminal_safe("issue show", &show);
     assert!(
         show.starts_with(&format!("#1 {HOSTILE_TITLE_SHOWN}\n")),
@@ -670,7 +654,7 @@ fn issue_list_and_show_escape_control_bytes_and_json_stays_exact() {
     assert!(show.contains("\nline one\\r\nline \\e[1mtwo\n"), "{show}");
     // --json stays exact: the title byte for byte.
     let json: serde_json::Value =
-        serde_json::from_str(&bin(&["issue", "show", "1", "--json"])).unwrap();
+        serde_json::from_str(&f.cli_ok(&["issue", "show", "1", "--json"])).unwrap();
     assert_eq!(
         json["title"],
         "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nFAKE: claimed #999\u{9b}\u{7f}"
@@ -721,16 +705,7 @@ fn req_label_garbage_keeps_an_issue_blocked_with_one_safe_line() {
     for (i, labels) in cases.iter().enumerate() {
         write_issue(&f, i as u64 + 2, "blocked", labels, "");
     }
-    let o = f
-        .env
-        .bin()
-        .arg("--repo")
-        .arg(&f.repo.path)
-        .args(["sweep", "--only", "unblock"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
-    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    let out = f.cli_ok(&["sweep", "--only", "unblock"]);
     assert_terminal_safe("sweep", &out);
     let kept: Vec<&str> = out
         .lines()
@@ -753,11 +728,7 @@ fn a_trunk_git_would_read_as_an_option_is_a_config_error() {
         .create("Any", "body", &["ready-for-agent"])
         .unwrap();
     let o = f
-        .env
-        .bin()
-        .arg("--repo")
-        .arg(&f.repo.path)
-        .args(["sweep", "--only", "docs-sweep"])
+        .cli(&["sweep", "--only", "docs-sweep"])
         .env("RED_AFK_TRUNK", "--upload-pack=touch pwned")
         .output()
         .unwrap();

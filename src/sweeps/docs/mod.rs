@@ -106,10 +106,10 @@ fn judge_and_land(
 ) -> Result<DocsReport, ScanError> {
     let git = ctx.git;
     let base = ctx.config.fleet.base.as_str();
-    match judge::plan(&judged, precedent) {
-        Plan::Clean => Ok(DocsReport::clean(judge::decisions(&judged, base, None))),
+    match judge::plan(judged, precedent) {
+        Plan::Clean => Ok(DocsReport::clean(judge::decisions(judged, base, None))),
         Plan::Halt(h) => {
-            let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+            let d = judge::decisions(judged, base, Some(Ending::Halted(&h)));
             Ok(DocsReport::halted(h, d))
         }
         Plan::Land(items) if ctx.dry_run => Ok(DocsReport {
@@ -117,7 +117,7 @@ fn judge_and_land(
                 outcome: DocsOutcome::Land,
                 files: items.len(),
             },
-            decisions: judge::decisions(&judged, base, Some(Ending::WouldLand)),
+            decisions: judge::decisions(judged, base, Some(Ending::WouldLand)),
             halt: None,
             landed: None,
         }),
@@ -130,7 +130,7 @@ fn judge_and_land(
             };
             match land::land(&lane, &items) {
                 Ok(None) => {
-                    let mut d = judge::decisions(&judged, base, Some(Ending::Landed));
+                    let mut d = judge::decisions(judged, base, Some(Ending::Landed));
                     for x in d.iter_mut().filter(|x| x.verdict == "land") {
                         x.verdict = "keep".into();
                         x.reason = format!(
@@ -144,14 +144,14 @@ fn judge_and_land(
                         outcome: DocsOutcome::Land,
                         files: items.len(),
                     },
-                    decisions: judge::decisions(&judged, base, Some(Ending::Landed)),
+                    decisions: judge::decisions(judged, base, Some(Ending::Landed)),
                     halt: None,
                     landed: Some(landed),
                 }),
                 Err(e) => {
                     let paths = items.iter().map(|i| i.path.clone()).collect();
                     let h = Halt::new(HaltReason::LandingFailed, paths).with_detail(e.to_string());
-                    let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+                    let d = judge::decisions(judged, base, Some(Ending::Halted(&h)));
                     Ok(DocsReport::halted(h, d))
                 }
             }
