@@ -460,23 +460,7 @@ impl Builder {
     }
 
     fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
-        const NUMERIC: [(&str, &str); 11] = [
-            ("RED_AFK_TARGET", "fleet.workers"),
-            ("RED_AFK_POLL_S", "timing.tick_s"),
-            ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
-            ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
-            ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
-            ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
-            ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
-            ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
-            ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
-            ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
-            (
-                "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
-                "timing.unblock_interval_s",
-            ),
-        ];
-        for (var, key) in NUMERIC {
+        for (var, key) in NUMERIC_ENV {
             let Some(raw) = env.get(var) else { continue };
             let x = parse_env_u64(var, key, raw)?;
             check_bounds(&Origin::Env(var), key, x)?;
@@ -504,6 +488,7 @@ impl Builder {
         }
         if let Some(b) = &f.base {
             self.cfg.fleet.base = b.clone();
+            self.origins.insert("fleet.base", Origin::Flag("--base"));
         }
         if let Some(k) = f.tracker {
             self.cfg.tracker.kind = k;
@@ -543,6 +528,20 @@ impl Builder {
                 self.origin_of("fleet.base")
             )));
         }
+        // The base is placed on git command lines (fetch refspecs, `origin/<base>`): a
+        // value git would read as an option, or that is no branch name, is refused here,
+        // naming where it came from, instead of failing later as an unreachable origin.
+        if let Err(e) = crate::git::check_branch_name(&self.cfg.fleet.base) {
+            let why = match e {
+                crate::git::GitError::BadName { why, .. } => why,
+                _ => "not a branch name",
+            };
+            return Err(ConfigError(format!(
+                "{}: fleet.base must be a branch name, got {:?}: {why}",
+                self.origin_of("fleet.base"),
+                excerpt(&self.cfg.fleet.base)
+            )));
+        }
         for key in ["worker.command", "agent.command"] {
             let cmd = if key == "worker.command" {
                 &self.cfg.worker.command
@@ -574,6 +573,25 @@ impl Builder {
         Ok(())
     }
 }
+
+/// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
+/// check ([`check_bounds`]).
+pub const NUMERIC_ENV: [(&str, &str); 11] = [
+    ("RED_AFK_TARGET", "fleet.workers"),
+    ("RED_AFK_POLL_S", "timing.tick_s"),
+    ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
+    ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
+    ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
+    ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
+    ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
+    ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
+    ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
+    ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
+    (
+        "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
+        "timing.unblock_interval_s",
+    ),
+];
 
 /// The longest duration any source may set: ten years, in seconds. Far beyond any sensible
 /// value, and far enough from `u64::MAX` that no sum of durations overflows.
@@ -856,6 +874,52 @@ mod tests {
         );
         let err = from_file("[tracker]\nrepo = \"nope\"\n").unwrap_err().0;
         assert!(err.contains("OWNER/NAME"), "{err}");
+    }
+
+    /// The base goes on git command lines: a value git would take as an option, or that is
+    /// no branch name, is a config error naming its source, from the environment and the
+    /// file alike.
+    #[test]
+    fn a_base_that_is_no_branch_name_is_refused() {
+        for bad in [
+            "--upload-pack=x",
+            "-x",
+            "a..b",
+            "a b",
+            "x.lock",
+            "a\u{1b}[2J",
+            "refs/heads/x",
+        ] {
+            let err = resolve(None, &env(&[("RED_AFK_TRUNK", bad)]), &Overrides::default())
+                .unwrap_err()
+                .0;
+            assert!(
+                err.starts_with("RED_AFK_TRUNK: fleet.base must be a branch name"),
+                "{err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        let text = "[fleet]\nbase = \"--upload-pack=touch /tmp/x\"\n";
+        let err = resolve(
+            Some((Path::new("c.toml"), text)),
+            &env(&[]),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            err.starts_with("c.toml:2:8: fleet.base must be a branch name"),
+            "{err}"
+        );
+        for good in ["main", "release/1.x", "dev-2"] {
+            let c = resolve(
+                None,
+                &env(&[("RED_AFK_TRUNK", good)]),
+                &Overrides::default(),
+            )
+            .unwrap();
+            assert_eq!(c.fleet.base, good);
+        }
     }
 
     /// The environment passes the file's bound check: a huge number in any variable is

@@ -185,14 +185,18 @@ fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
         Ok(None) => return Ok(None),
         Err(e) => return Err(format!("start token {}: {e}", path.display())),
     };
-    let text = String::from_utf8_lossy(&bytes);
-    text.trim().parse::<u64>().map(Some).map_err(|_| {
-        format!(
-            "start token {} not a number: {:?}",
-            path.display(),
-            excerpt(text.trim())
-        )
-    })
+    parse_start_token(&bytes)
+        .map(Some)
+        .map_err(|why| format!("start token {} {why}", path.display()))
+}
+
+/// Parses a `.start` file's content: the start time in clock ticks, a decimal (surrounding
+/// whitespace tolerated).
+pub fn parse_start_token(bytes: &[u8]) -> Result<u64, String> {
+    let text = String::from_utf8_lossy(bytes);
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| format!("not a number: {:?}", excerpt(text.trim())))
 }
 
 /// Judges a pid file, with its `.start` where one exists (SPEC §2). Corrupt content is

@@ -1,5 +1,6 @@
 //! Text helpers for the one-line messages every error is reported as: where in a file a
-//! parse failed, and a child's multi-line stderr or a huge argv folded and clipped.
+//! parse failed, a child's multi-line stderr or a huge argv folded and clipped, and outside
+//! text (issue titles, branch and file names) made safe to show on a terminal or in a log.
 
 /// Longest rendering of an argv, a list or stderr put in a message; a batch over thousands
 /// of branches would otherwise make a message of hundreds of kilobytes.
@@ -8,6 +9,63 @@ pub const MESSAGE_MAX: usize = 600;
 /// Longest piece of outside input (a config key or value, a file's content) quoted in a
 /// message; longer pieces are cut there and end in `…`.
 pub const QUOTE_MAX: usize = 80;
+
+/// `s` made safe to show to a person on a terminal or in a line-based log: every control
+/// character (C0 including TAB, CR, LF and ESC, DEL, and the C1 controls U+0080..U+009F)
+/// becomes a visible escape (`\t`, `\r`, `\n`, `\e`, `\0`, otherwise `\x7f` or
+/// `\u{9b}`), as do the line and paragraph separators and the bidirectional overrides
+/// (U+2028, U+2029, U+202A..U+202E, U+2066..U+2069), which can split a line or reorder
+/// what a reader sees. Ordinary Unicode, quotes, backslashes and spaces are kept as they
+/// are. The result is one line that cannot move the cursor, change colours, or split a
+/// log record. The one place outside text is escaped for display.
+pub fn escape(s: &str) -> String {
+    if !s.chars().any(needs_escape) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// A multi-line text (an issue body) shown line by line: every line [`escape`]d, the line
+/// breaks between them kept, so it reads as written but cannot rewrite the terminal.
+pub fn escape_lines(s: &str) -> String {
+    s.split('\n').map(escape).collect::<Vec<_>>().join("\n")
+}
+
+/// [`escape`] for bytes that may not be UTF-8 (a branch or file name from git or the file
+/// system): valid UTF-8 runs are escaped as text, every other byte is shown as `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            push_escaped(&mut out, c);
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\0' => out.push_str("\\0"),
+        '\u{1b}' => out.push_str("\\e"),
+        c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+        c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        c => out.push(c),
+    }
+}
 
 /// `s` cut after [`QUOTE_MAX`] characters, with `…` when something was cut.
 pub fn excerpt(s: &str) -> String {
@@ -132,6 +190,22 @@ mod tests {
         );
         let spaced = clip_quoted(&format!("bad \"{}\"", "a b ".repeat(1 << 18)));
         assert!(spaced.len() < MESSAGE_MAX + 100, "{}", spaced.len());
+    }
+
+    #[test]
+    fn control_characters_are_shown_as_escapes() {
+        assert_eq!(escape("plain é ✓ \"q\" a\\b"), "plain é ✓ \"q\" a\\b");
+        assert_eq!(
+            escape("a\u{1b}[2Jb\rc\nd\te\0f\u{7f}g\u{9b}h\u{7}"),
+            "a\\e[2Jb\\rc\\nd\\te\\0f\\x7fg\\u{9b}h\\x07"
+        );
+        assert_eq!(escape("x\u{2028}y\u{202e}z"), "x\\u{2028}y\\u{202e}z");
+        assert_eq!(escape_bytes(b"afk/1-\xff\n\xc3\xa9"), "afk/1-\\xff\\né");
+        let all: String = (0u8..=0x7f)
+            .map(char::from)
+            .chain('\u{80}'..='\u{9f}')
+            .collect();
+        assert!(!escape(&all).chars().any(char::is_control));
     }
 
     #[test]

@@ -178,7 +178,18 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
             path: path.to_path_buf(),
             source: io::ErrorKind::NotFound.into(),
         })?;
-    let text = String::from_utf8_lossy(&bytes);
+    decode_events(&bytes).map_err(|(line, msg)| LogError::Decode {
+        path: path.to_path_buf(),
+        line,
+        msg,
+    })
+}
+
+/// Every complete record of a TOONL log's bytes ([`read_events`] without the file): the
+/// events, or the 1-based line of the first malformed record that is not a torn write and
+/// why.
+pub fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, (usize, String)> {
+    let text = String::from_utf8_lossy(bytes);
     let complete = match text.rfind('\n') {
         Some(i) => &text[..i],
         None => "",
@@ -195,11 +206,7 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
             header = Some(line);
             continue;
         }
-        let decode = |msg: String| LogError::Decode {
-            path: path.to_path_buf(),
-            line: i + 1,
-            msg,
-        };
+        let decode = |msg: String| (i + 1, msg);
         let torn = lines.get(i + 1).is_some_and(|next| next.starts_with("[]{"));
         let parsed = match header {
             Some(h) => decode_row(h, line),

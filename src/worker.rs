@@ -28,6 +28,7 @@ use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
 use crate::pidfile;
 use crate::sweeps::{SweepCtx, SweepName, worker_tree};
+use crate::text;
 use crate::timeutil;
 use crate::toonl;
 use crate::tracker::{LabeledIssue, Tracker, labels};
@@ -427,8 +428,9 @@ impl Worker<'_> {
             &worktree,
         );
         println!(
-            "worker {}: claimed #{n} ({title}); attempt {n}-a{attempt}",
-            self.wenv.worker_id
+            "worker {}: claimed #{n} ({}); attempt {n}-a{attempt}",
+            self.wenv.worker_id,
+            text::escape(&title)
         );
 
         // Set once the agent has finished its work: from then on, a failure must not hand
@@ -467,7 +469,11 @@ impl Worker<'_> {
                     // claims belt to finish the hand-off, never to requeue.
                     self.post_ending(n, &claim, &body, true);
                     edited?;
-                    eprintln!("worker {}: #{n} set aside: {why}", self.wenv.worker_id);
+                    eprintln!(
+                        "worker {}: #{n} set aside: {}",
+                        self.wenv.worker_id,
+                        text::escape(&why)
+                    );
                     Ok(Outcome::SetAside)
                 }
                 AgentEnd::Exited(0) => {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use afk_supervisor::git::{ChangeKind, GitError, PathChange};
+use afk_supervisor::git::{ChangeKind, Changes, GitError, PathChange};
 use support::{TestEnv, wait_until};
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -24,7 +24,11 @@ fn pc(path: &str, kind: ChangeKind) -> PathChange {
     }
 }
 
-fn sorted(mut v: Vec<PathChange>) -> Vec<PathChange> {
+/// The UTF-8 paths of a listing, sorted; every fixture here has UTF-8 names only.
+fn sorted(c: impl Into<Changes>) -> Vec<PathChange> {
+    let c = c.into();
+    assert!(c.not_utf8.is_empty(), "{:?}", c.not_utf8);
+    let mut v = c.paths;
     v.sort();
     v
 }
@@ -543,7 +547,8 @@ fn changed_paths_sees_every_kind_of_work_tree_change() {
     // Excluded subtrees drop out.
     let got = git
         .changed_paths_excluding(".red/", &[".red/tmp/", ".red/private/"])
-        .unwrap();
+        .unwrap()
+        .paths;
     assert!(
         got.iter()
             .all(|c| !c.path.starts_with(".red/tmp/") && !c.path.starts_with(".red/private/"))
@@ -559,6 +564,7 @@ fn changed_paths_sees_every_kind_of_work_tree_change() {
     assert!(
         git.changed_paths("")
             .unwrap()
+            .paths
             .contains(&pc("outside.md", ChangeKind::Modified))
     );
 }
@@ -645,11 +651,13 @@ fn paths_changed_ahead_of_base_include_deletions() {
     assert!(
         git.paths_changed_ahead("origin/main", "src")
             .unwrap()
+            .paths
             .contains(&pc("src/lib.rs", ChangeKind::Added))
     );
     assert!(
         git.paths_changed_ahead_excluding("origin/main", ".red/", &[".red/adr/"])
             .unwrap()
+            .paths
             .is_empty()
     );
     // Commits the base has and HEAD lacks do not count (three-dot).
@@ -658,6 +666,7 @@ fn paths_changed_ahead_of_base_include_deletions() {
     assert!(
         git.paths_changed_ahead("origin/main", ".red/")
             .unwrap()
+            .paths
             .is_empty()
     );
     assert!(git.paths_changed_ahead("origin/missing", ".red/").is_err());

@@ -4,6 +4,7 @@
 //! worker (`worker --once`) with a shell script as its agent, the real local tracker, and
 //! the fake `gh` of tests/support where GitHub is the backend.
 
+mod fleet;
 mod support;
 
 use std::ffi::OsString;
@@ -88,6 +89,20 @@ impl Fx {
             .env("AFK_TEST_SEEN", self.seen())
             .envs(vars.iter().copied());
         c
+    }
+
+    /// The binary on this repo: `afk-supervisor --repo <repo> <args>`.
+    fn cli(&self, args: &[&str]) -> Command {
+        let mut c = self.env.bin();
+        c.arg("--repo").arg(&self.repo.path).args(args);
+        c
+    }
+
+    /// [`Fx::cli`] run to its end; exit 0 is required and stdout returned.
+    fn cli_ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", describe(&o));
+        String::from_utf8(o.stdout).expect("stdout is UTF-8")
     }
 
     fn run_worker(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
@@ -425,4 +440,336 @@ fn worker_ids_git_refuses_fall_back_to_a_solo_id_before_claiming() {
         assert_eq!(branches.len(), 1, "{bad}: {branches:?}");
         assert!(branches[0].starts_with("afk/solo-"), "{bad}: {branches:?}");
     }
+}
+
+// ---- 4. names that are not UTF-8, start with `-` or carry newlines ----
+
+/// `git -C dir update-ref <name> <rev>` with a name of raw bytes.
+fn update_ref(env: &TestEnv, dir: &std::path::Path, name: &[u8], rev: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let o = env
+        .command("git")
+        .arg("-C")
+        .arg(dir)
+        .arg("update-ref")
+        .arg(std::ffi::OsStr::from_bytes(name))
+        .arg(rev)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+}
+
+/// Every ref under `prefix` in `dir`, as raw bytes.
+fn refs(env: &TestEnv, dir: &std::path::Path, prefix: &str) -> Vec<Vec<u8>> {
+    let o = env
+        .command("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["for-each-ref", "--format=%(refname)", prefix])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe(&o));
+    o.stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// A closed issue's branch whose name is not UTF-8, locally and on origin: the reaper
+/// spares it on both sides with one line saying why, still reaps the ordinary branch of the
+/// same issue, and exits 0. Before the fix it deleted the U+FFFD-mangled name: `reaped
+/// (remote)` for a branch still there, every run, and exit 1 on the local side.
+#[test]
+fn the_reaper_spares_branch_names_that_are_not_utf8() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f.tracker.create("Done", "", &[]).unwrap();
+    f.tracker.close(n).unwrap();
+    let mut odd = format!("refs/heads/afk/{n}-caf").into_bytes();
+    odd.extend_from_slice(b"\xe9\xff");
+    let plain = format!("refs/heads/afk/{n}-plain");
+    for dir in [&f.repo.path, &f.repo.origin] {
+        update_ref(&f.env, dir, &odd, "refs/heads/main");
+        update_ref(&f.env, dir, plain.as_bytes(), "refs/heads/main");
+    }
+    for round in 0..2 {
+        let out = f.cli_ok(&["reap"]);
+        let shown = format!("afk/{n}-caf\\xe9\\xff — name is not UTF-8");
+        let expected_counts = if round == 0 {
+            "remote-afk=2 local-afk=2"
+        } else {
+            "remote-afk=1 local-afk=1"
+        };
+        assert!(out.contains(expected_counts), "round {round}: {out}");
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.contains("name is not UTF-8"))
+                .collect::<Vec<_>>(),
+            vec![
+                format!("spared (remote): {shown}"),
+                format!("spared (local): {shown}")
+            ],
+            "round {round}: {out}"
+        );
+        let reaped: Vec<&str> = out.lines().filter(|l| l.starts_with("reaped")).collect();
+        if round == 0 {
+            assert_eq!(
+                reaped,
+                vec![
+                    format!("reaped (remote): afk/{n}-plain #{n} — issue closed"),
+                    format!("reaped (local): afk/{n}-plain #{n} — issue closed"),
+                ],
+                "{out}"
+            );
+        } else {
+            assert!(reaped.is_empty(), "round {round}: {out}");
+        }
+    }
+    assert_eq!(
+        refs(&f.env, &f.repo.path, "refs/heads/afk/"),
+        vec![odd.clone()]
+    );
+    assert_eq!(refs(&f.env, &f.repo.origin, "refs/heads/afk/"), vec![odd]);
+}
+
+/// Stranded docs with hostile names under `.red/adr/`: one whose name is not UTF-8 is
+/// skipped with one line saying why, while the others (a leading `-`, a newline, an ESC
+/// sequence) land byte for byte and are shown escaped, one line each. Before the fix the one
+/// name failed the sweep's whole status parse, at every boot, and nothing landed.
+#[test]
+fn a_doc_name_that_is_not_utf8_does_not_strand_the_other_docs() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = Fx::new(Agent::Script("exit 0"));
+    let adr = f.repo.path.join(".red/adr");
+    fs::create_dir_all(&adr).unwrap();
+    fs::write(
+        adr.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md")),
+        "latin-1\n",
+    )
+    .unwrap();
+    let landing = ["-rf.md", "two\nlines.md", "esc\x1b[2J.md"];
+    for name in landing {
+        fs::write(adr.join(name), format!("{name}\n")).unwrap();
+    }
+    let out = f.cli_ok(&["sweep", "--only", "docs-sweep"]);
+    assert!(!out.contains('\x1b'), "{out:?}");
+    let skipped: Vec<&str> = out.lines().filter(|l| l.contains("not UTF-8")).collect();
+    assert_eq!(
+        skipped,
+        vec![
+            "docs-sweep skip .red/adr/caf\\xe9.md: name is not UTF-8: the sweep cannot land it; land it by hand"
+        ],
+        "{out}"
+    );
+    for shown in [
+        ".red/adr/-rf.md",
+        ".red/adr/two\\nlines.md",
+        ".red/adr/esc\\e[2J.md",
+    ] {
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with(&format!("docs-sweep land {shown} ")))
+                .count(),
+            1,
+            "{shown}: {out}"
+        );
+    }
+    for name in landing {
+        let o = f.env.git_output(
+            &f.repo.origin,
+            &["cat-file", "-p", &format!("main:.red/adr/{name}")],
+        );
+        assert_eq!(
+            o.stdout,
+            format!("{name}\n").as_bytes(),
+            "{name:?}: {}",
+            describe(&o)
+        );
+    }
+    // The skipped doc is still only here, untouched.
+    assert_eq!(
+        fs::read(adr.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md"))).unwrap(),
+        b"latin-1\n"
+    );
+}
+
+// ---- 6. raw bytes on the operator's terminal and in logs ----
+
+/// A title that would clear the screen, retitle the terminal, return the carriage and add a
+/// forged line, and labels with commas, spaces, control bytes and `req:` garbage, written
+/// straight into the local store as a person (or a sync tool) could.
+const HOSTILE_TITLE_TOML: &str =
+    r#"evil\u001b[2J\u001b]0;pwned\u0007\r\nFAKE: claimed #999\u009b\u007f"#;
+const HOSTILE_TITLE_SHOWN: &str = r"evil\e[2J\e]0;pwned\x07\r\nFAKE: claimed #999\u{9b}\x7f";
+
+fn write_issue(f: &Fx, n: u64, title_toml: &str, labels_toml: &str, body_toml: &str) {
+    let dir = f.tracker.dir().join("issues");
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join(format!("{n}.toml")),
+        format!(
+            "number = {n}\ntitle = \"{title_toml}\"\nstate = \"OPEN\"\nlabels = {labels_toml}\n\
+             created_at = \"2026-01-01T00:00:00Z\"\nbody = \"{body_toml}\"\n"
+        ),
+    )
+    .unwrap();
+    fs::write(
+        f.tracker.dir().join("meta.toml"),
+        format!("next_issue = {}\nnext_pr = 1\n", n + 1),
+    )
+    .unwrap();
+}
+
+/// Nothing a terminal acts on: no C0 control but the line breaks, no DEL, no C1 control.
+fn assert_terminal_safe(what: &str, out: &str) {
+    let bad: Vec<char> = out
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(bad.is_empty(), "{what}: raw {bad:?} in {out:?}");
+}
+
+#[test]
+fn issue_list_and_show_escape_control_bytes_and_json_stays_exact() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    write_issue(
+        &f,
+        1,
+        HOSTILE_TITLE_TOML,
+        r#"["ready-for-agent", "a,b", "with space", "x\u001b[31m"]"#,
+        r"line one\r\nline \u001b[1mtwo\n",
+    );
+    let list = f.cli_ok(&["issue", "list"]);
+    assert_terminal_safe("issue list", &list);
+    assert_eq!(
+        list,
+        format!("#1 OPEN {HOSTILE_TITLE_SHOWN} [ready-for-agent, a,b, with space, x\\e[31m]\n")
+    );
+    let show = f.cli_ok(&["issue", "show", "1"]);
+    assert_terminal_safe("issue show", &show);
+    assert!(
+        show.starts_with(&format!("#1 {HOSTILE_TITLE_SHOWN}\n")),
+        "{show}"
+    );
+    assert!(show.contains("\nline one\\r\nline \\e[1mtwo\n"), "{show}");
+    // --json stays exact: the title byte for byte.
+    let json: serde_json::Value =
+        serde_json::from_str(&f.cli_ok(&["issue", "show", "1", "--json"])).unwrap();
+    assert_eq!(
+        json["title"],
+        "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nFAKE: claimed #999\u{9b}\u{7f}"
+    );
+}
+
+/// The built-in worker's `claimed #N (title)` line (what lands in the slot log) is one
+/// line with the title's control bytes escaped; the agent still gets the title exact.
+#[test]
+fn the_workers_claim_line_escapes_the_title() {
+    let f = Fx::new(Agent::Script(RECORDING_AGENT));
+    write_issue(&f, 1, HOSTILE_TITLE_TOML, r#"["ready-for-agent"]"#, "");
+    let o = f.run_worker(&["--once"], &SUPERVISED);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    let err = String::from_utf8(o.stderr.clone()).unwrap();
+    assert_terminal_safe("worker stdout", &out);
+    assert_terminal_safe("worker stderr", &err);
+    let claimed: Vec<&str> = out.lines().filter(|l| l.contains("claimed #")).collect();
+    assert_eq!(
+        claimed,
+        vec![format!(
+            "worker w1: claimed #1 ({HOSTILE_TITLE_SHOWN}); attempt 1-a1"
+        )],
+        "{out}"
+    );
+    assert_eq!(
+        f.read_seen("title.file"),
+        "evil\u{1b}[2J\u{1b}]0;pwned\u{7}\r\nFAKE: claimed #999\u{9b}\u{7f}".as_bytes()
+    );
+}
+
+/// `req:` garbage and labels with commas or spaces promote nothing, and the sweep's
+/// lines are one each and safe for a terminal.
+#[test]
+fn req_label_garbage_keeps_an_issue_blocked_with_one_safe_line() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let closed = f.tracker.create("blocker", "", &[]).unwrap();
+    f.tracker.close(closed).unwrap();
+    let cases = [
+        r#"["blocked:dependency", "req:1,2"]"#,
+        r#"["blocked:dependency", "req: 1"]"#,
+        r#"["blocked:dependency", "req:x\u001b[2J"]"#,
+        r#"["blocked:dependency", "req:99999999999999999999999"]"#,
+        r#"["blocked:dependency", "req:-1"]"#,
+        r#"["blocked:dependency", "req:"]"#,
+    ];
+    for (i, labels) in cases.iter().enumerate() {
+        write_issue(&f, i as u64 + 2, "blocked", labels, "");
+    }
+    let out = f.cli_ok(&["sweep", "--only", "unblock"]);
+    assert_terminal_safe("sweep", &out);
+    let kept: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("unblock keep #"))
+        .collect();
+    assert_eq!(kept.len(), cases.len(), "{out}");
+    assert!(!out.contains("unblock promote"), "{out}");
+    for n in 2..2 + cases.len() as u64 {
+        assert_eq!(f.labels(n)[0], "blocked:dependency", "#{n}");
+    }
+}
+
+/// `RED_AFK_TRUNK` that git would read as an option is refused at config time, exit 78,
+/// naming the variable; nothing is fetched and no issue is claimed.
+#[test]
+fn a_trunk_git_would_read_as_an_option_is_a_config_error() {
+    let f = Fx::new(Agent::Script("exit 0"));
+    let n = f
+        .tracker
+        .create("Any", "body", &["ready-for-agent"])
+        .unwrap();
+    let o = f
+        .cli(&["sweep", "--only", "docs-sweep"])
+        .env("RED_AFK_TRUNK", "--upload-pack=touch pwned")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("RED_AFK_TRUNK: fleet.base must be a branch name"),
+        "{err}"
+    );
+    let mut vars = SUPERVISED.to_vec();
+    vars.push(("RED_AFK_TRUNK", "--upload-pack=touch pwned"));
+    let o = f.run_worker(&["--once"], &vars);
+    assert_eq!(o.status.code(), Some(78), "{}", describe(&o));
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert!(!f.repo.path.join("pwned").exists());
+}
+
+/// `status` shows a runner from `RED_AFK_RUNNER` (and every other text) escaped.
+#[test]
+fn status_escapes_a_hostile_runner() {
+    let mut fl = fleet::Fleet::new("while true; do sleep 0.1; done\n", fleet::FAST_TIMING);
+    fl.extra_env.push((
+        "RED_AFK_RUNNER".into(),
+        "evil\u{1b}[2J\r\nfleet: target=99".into(),
+    ));
+    fl.start(&["run", "--workers", "1"]);
+    fl.wait_workers(1);
+    let o = fl.run_cmd(&["status"]);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    assert_terminal_safe("status", &out);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("fleet: ")).count(),
+        1,
+        "{out}"
+    );
+    assert!(
+        out.contains(r"runner=evil\e[2J\r\nfleet: target=99"),
+        "{out}"
+    );
+    let o = fl.run_cmd(&["stop"]);
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    assert!(fl.wait_exit().code().is_some());
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::Failure;
+use crate::text;
 use crate::tracker::local::{Issue, ListFilter, StateFilter};
 use crate::tracker::select::{self, Backend};
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, Tracker, TrackerError};
@@ -248,10 +249,10 @@ fn list(backend: &Backend, filter: ListFilter, limit: usize, json: bool) -> Resu
         let mut line = format!("#{} {}", r.number, r.state);
         if let Some(t) = &r.title {
             line.push(' ');
-            line.push_str(t);
+            line.push_str(&text::escape(t));
         }
         if !r.labels.is_empty() {
-            line.push_str(&format!(" [{}]", r.labels.join(", ")));
+            line.push_str(&format!(" [{}]", text::escape(&r.labels.join(", "))));
         }
         println!("{line}");
     }
@@ -279,24 +280,28 @@ fn show(backend: &Backend, number: u64, json: bool) -> Result<(), Failure> {
         return print_json(&issue);
     }
     match &issue.title {
-        Some(t) => println!("#{number} {t}"),
+        Some(t) => println!("#{number} {}", text::escape(t)),
         None => println!("#{number}"),
     }
     println!("state: {}", issue.state);
-    println!("labels: {}", issue.labels.join(", "));
+    println!("labels: {}", text::escape(&issue.labels.join(", ")));
     if let Some(c) = &issue.created_at {
-        println!("created: {c}");
+        println!("created: {}", text::escape(c));
     }
     if let Some(c) = &issue.closed_at {
-        println!("closed: {c}");
+        println!("closed: {}", text::escape(c));
     }
     match (&issue.body, &issue.comments) {
         (Some(body), Some(comments)) => {
             if !body.is_empty() {
-                println!("\n{}", body.trim_end());
+                println!("\n{}", text::escape_lines(body.trim_end()));
             }
             for c in comments {
-                println!("\n--- comment {}\n{}", c.at, c.body.trim_end());
+                println!(
+                    "\n--- comment {}\n{}",
+                    text::escape(&c.at),
+                    text::escape_lines(c.body.trim_end())
+                );
             }
         }
         _ => println!("(title, body and comments: `gh issue view {number}`)"),

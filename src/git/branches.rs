@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 
-use super::parse::{self, HEADS};
+use super::parse::{self, HEADS, Names};
 use super::{Git, Worktree};
 use super::{GitError, GitResult, REMOTE, args, check_branch_name, check_rev, chunks};
 
@@ -15,38 +15,60 @@ pub const AFK_HEADS: &str = "refs/heads/afk/";
 
 impl Git {
     /// Local branches under `afk/`, nested ones included, as short names (`afk/12-fix`).
+    /// Names that are not UTF-8 are left out; [`Git::local_afk_listing`] has them.
     pub fn local_afk_branches(&self) -> GitResult<Vec<String>> {
+        Ok(self.local_afk_listing()?.utf8)
+    }
+
+    /// Local branches under `afk/`: the UTF-8 names, and apart from them the names that
+    /// are not UTF-8, as bytes (never decoded into a name git does not have).
+    pub fn local_afk_listing(&self) -> GitResult<Names<String>> {
         self.local_branches_under(AFK_HEADS)
     }
 
-    /// Every local branch, short names.
+    /// Every local branch whose name is UTF-8, short names.
     pub fn local_branches(&self) -> GitResult<Vec<String>> {
-        self.local_branches_under(HEADS)
+        Ok(self.local_branches_under(HEADS)?.utf8)
     }
 
-    fn local_branches_under(&self, prefix: &str) -> GitResult<Vec<String>> {
+    fn local_branches_under(&self, prefix: &str) -> GitResult<Names<String>> {
         let done = self.ok(args(["for-each-ref", "--format=%(refname)", prefix]))?;
-        Ok(parse::branch_names(&done.stdout(), prefix))
+        Ok(parse::branch_names(&done.out.stdout, prefix))
     }
 
-    /// Branches under `afk/` on `origin`, short names, sorted.
+    /// Branches under `afk/` on `origin` whose names are UTF-8, short names, sorted.
     pub fn remote_afk_branches(&self) -> GitResult<Vec<String>> {
         Ok(self.remote_afk_heads()?.into_keys().collect())
     }
 
-    /// Branches under `afk/` on `origin` with the commit each points at.
-    pub fn remote_afk_heads(&self) -> GitResult<BTreeMap<String, String>> {
-        self.remote_heads_under(AFK_HEADS)
+    /// Branches under `afk/` on `origin`, sorted, and apart from them the names that are
+    /// not UTF-8, as bytes.
+    pub fn remote_afk_listing(&self) -> GitResult<Names<String>> {
+        let heads = self.remote_heads_under(AFK_HEADS)?;
+        let mut utf8: Vec<String> = heads.utf8.into_iter().map(|(b, _)| b).collect();
+        utf8.sort();
+        utf8.dedup();
+        Ok(Names {
+            utf8,
+            not_utf8: heads.not_utf8,
+        })
     }
 
-    fn remote_heads_under(&self, prefix: &str) -> GitResult<BTreeMap<String, String>> {
+    /// Branches under `afk/` on `origin` (UTF-8 names) with the commit each points at.
+    pub fn remote_afk_heads(&self) -> GitResult<BTreeMap<String, String>> {
+        Ok(self
+            .remote_heads_under(AFK_HEADS)?
+            .utf8
+            .into_iter()
+            .collect())
+    }
+
+    fn remote_heads_under(&self, prefix: &str) -> GitResult<Names<(String, String)>> {
         let pattern = format!("{prefix}*");
         // `--heads` keeps the server from advertising anything but branches (a GitHub repo
         // also has thousands of refs/pull/*).
         let done = self.ok(args(["ls-remote", "--heads", REMOTE, &pattern]))?;
-        let heads =
-            parse::ls_remote_heads(&done.stdout(), prefix).map_err(|w| done.parse_err(w))?;
-        Ok(heads.into_iter().collect())
+        parse::ls_remote_heads(&done.out.stdout, prefix).map_err(|w| done.parse_err(w))
     }
 
     /// All worktrees of the repository: the main checkout and every linked one.
@@ -78,7 +100,8 @@ impl Git {
             &merged,
             HEADS,
         ]))?;
-        let merged: BTreeSet<String> = parse::branch_names(&done.stdout(), HEADS)
+        let merged: BTreeSet<String> = parse::branch_names(&done.out.stdout, HEADS)
+            .utf8
             .into_iter()
             .collect();
         Ok(branches
@@ -177,7 +200,12 @@ impl Git {
     }
 
     fn remote_branch_set(&self) -> GitResult<BTreeSet<String>> {
-        Ok(self.remote_heads_under(HEADS)?.into_keys().collect())
+        Ok(self
+            .remote_heads_under(HEADS)?
+            .utf8
+            .into_iter()
+            .map(|(b, _)| b)
+            .collect())
     }
 
     /// Whether a remote named `origin` is configured (reachable or not). A local-only

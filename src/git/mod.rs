@@ -6,7 +6,7 @@
 //! over thousands of branches stays a handful of processes. [`Git::calls`] counts them.
 
 mod branches;
-mod parse;
+pub mod parse;
 mod paths;
 mod worktree;
 
@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::cmd::{self, Argv, RunOpts};
 use crate::text::{clip, one_line};
 
-pub use parse::{ChangeKind, PathChange, Worktree};
+pub use parse::{ChangeKind, Changes, Names, PathChange, Worktree};
 
 /// Default deadline of one git call; fetch and push get the same, local reads rarely need it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

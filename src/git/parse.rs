@@ -31,8 +31,11 @@ pub struct Worktree {
     pub path: PathBuf,
     /// `None` for a bare repository entry.
     pub head: Option<String>,
-    /// Short branch name (`afk/12-x`); `None` when detached or bare.
+    /// Short branch name (`afk/12-x`); `None` when detached or bare, or when the name is
+    /// not UTF-8 (then it is in [`Worktree::branch_not_utf8`]).
     pub branch: Option<String>,
+    /// The short branch name's bytes when they are not UTF-8.
+    pub branch_not_utf8: Option<Vec<u8>>,
     pub bare: bool,
     pub detached: bool,
     pub locked: bool,
@@ -42,6 +45,35 @@ pub struct Worktree {
 }
 
 pub(crate) const HEADS: &str = "refs/heads/";
+
+/// Paths git reported, split by whether they are UTF-8. Only UTF-8 paths are ever passed
+/// back to git or the file system by this crate; the others are kept as bytes so a caller
+/// can say, one line each, that it leaves them alone, instead of acting on a lossily
+/// decoded name that does not exist (or failing on the whole listing).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub paths: Vec<PathChange>,
+    /// Paths that are not UTF-8, in the order git gave them. For a rename or copy with one
+    /// such side, both sides are here: landing only the other half would lose the file.
+    pub not_utf8: Vec<Vec<u8>>,
+}
+
+impl From<Vec<PathChange>> for Changes {
+    fn from(paths: Vec<PathChange>) -> Self {
+        Changes {
+            paths,
+            not_utf8: Vec::new(),
+        }
+    }
+}
+
+/// Ref names git listed, split by whether they are UTF-8 (see [`Changes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names<T> {
+    pub utf8: Vec<T>,
+    /// Short names (without `refs/heads/`) that are not UTF-8, as git gave them.
+    pub not_utf8: Vec<Vec<u8>>,
+}
 
 fn utf8(bytes: &[u8]) -> Result<String, String> {
     String::from_utf8(bytes.to_vec())
@@ -68,9 +100,9 @@ pub fn nul_list(bytes: &[u8]) -> Result<Vec<String>, String> {
 }
 
 /// `git status --porcelain=v1 -z`: `XY PATH\0`, and for a rename or copy `XY NEW\0OLD\0`.
-pub fn status_z(bytes: &[u8]) -> Result<Vec<PathChange>, String> {
+pub fn status_z(bytes: &[u8]) -> Result<Changes, String> {
     let fields = nul_fields(bytes);
-    let mut out = Vec::new();
+    let mut out = Changes::default();
     let mut i = 0;
     while i < fields.len() {
         let rec = fields[i];
@@ -82,25 +114,39 @@ pub fn status_z(bytes: &[u8]) -> Result<Vec<PathChange>, String> {
             ));
         }
         let (x, y) = (rec[0], rec[1]);
-        let path = utf8(&rec[3..])?;
+        let raw = &rec[3..];
         let moved = matches!(x, b'R' | b'C') || matches!(y, b'R' | b'C');
         let orig = if moved {
             let Some(o) = fields.get(i) else {
-                return Err(format!("rename record for {path:?} lacks its source path"));
+                return Err(format!(
+                    "rename record for {:?} lacks its source path",
+                    String::from_utf8_lossy(raw)
+                ));
             };
             i += 1;
-            Some(utf8(o)?)
+            Some(*o)
         } else {
             None
         };
+        let (Ok(path), Ok(orig)) = (
+            std::str::from_utf8(raw),
+            orig.map(std::str::from_utf8).transpose(),
+        ) else {
+            out.not_utf8.push(raw.to_vec());
+            out.not_utf8.extend(orig.map(<[u8]>::to_vec));
+            continue;
+        };
         let kind = status_kind(x, y);
-        out.push(PathChange { path, kind });
+        out.paths.push(PathChange {
+            path: path.to_string(),
+            kind,
+        });
         // A copy leaves its source in place; a rename removes it.
         if let Some(o) = orig
             && (x == b'R' || y == b'R')
         {
-            out.push(PathChange {
-                path: o,
+            out.paths.push(PathChange {
+                path: o.to_string(),
                 kind: ChangeKind::Deleted,
             });
         }
@@ -124,9 +170,9 @@ fn status_kind(x: u8, y: u8) -> ChangeKind {
 }
 
 /// `git diff --name-status -z`: `S\0PATH\0`, and for a rename or copy `R100\0OLD\0NEW\0`.
-pub fn name_status_z(bytes: &[u8]) -> Result<Vec<PathChange>, String> {
+pub fn name_status_z(bytes: &[u8]) -> Result<Changes, String> {
     let fields = nul_fields(bytes);
-    let mut out = Vec::new();
+    let mut out = Changes::default();
     let mut i = 0;
     while i < fields.len() {
         let status = fields[i];
@@ -142,17 +188,27 @@ pub fn name_status_z(bytes: &[u8]) -> Result<Vec<PathChange>, String> {
                 String::from_utf8_lossy(status)
             ));
         }
-        let first = utf8(fields[i])?;
+        let record = &fields[i..i + need];
+        i += need;
+        let Ok(names) = record
+            .iter()
+            .map(|f| std::str::from_utf8(f).map(str::to_string))
+            .collect::<Result<Vec<String>, _>>()
+        else {
+            out.not_utf8.extend(record.iter().map(|f| f.to_vec()));
+            continue;
+        };
+        let first = names[0].clone();
         if moved {
-            let new = utf8(fields[i + 1])?;
+            let new = names[1].clone();
             let kind = if letter == b'R' {
                 ChangeKind::Renamed
             } else {
                 ChangeKind::Added
             };
-            out.push(PathChange { path: new, kind });
+            out.paths.push(PathChange { path: new, kind });
             if letter == b'R' {
-                out.push(PathChange {
+                out.paths.push(PathChange {
                     path: first,
                     kind: ChangeKind::Deleted,
                 });
@@ -169,9 +225,8 @@ pub fn name_status_z(bytes: &[u8]) -> Result<Vec<PathChange>, String> {
                     ));
                 }
             };
-            out.push(PathChange { path: first, kind });
+            out.paths.push(PathChange { path: first, kind });
         }
-        i += need;
     }
     Ok(out)
 }
@@ -201,6 +256,7 @@ pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
                 path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
                 head: None,
                 branch: None,
+                branch_not_utf8: None,
                 bare: false,
                 detached: false,
                 locked: false,
@@ -217,9 +273,15 @@ pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
         match key {
             b"HEAD" => w.head = value.map(utf8).transpose()?,
             b"branch" => {
-                let full = utf8(value.ok_or("branch attribute without a ref")?)?;
+                let full = value.ok_or("branch attribute without a ref")?;
                 // A worktree on a ref outside refs/heads/ holds no branch.
-                w.branch = full.strip_prefix(HEADS).map(str::to_string);
+                let Some(short) = full.strip_prefix(HEADS.as_bytes()) else {
+                    continue;
+                };
+                match std::str::from_utf8(short) {
+                    Ok(b) => w.branch = Some(b.to_string()),
+                    Err(_) => w.branch_not_utf8 = Some(short.to_vec()),
+                }
             }
             b"bare" => w.bare = true,
             b"detached" => w.detached = true,
@@ -235,29 +297,52 @@ pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
     Ok(out)
 }
 
+/// Lines of git output as bytes (a ref name cannot hold a newline), `\r\n` tolerated.
+fn byte_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty())
+}
+
 /// Full refnames, one per line (`for-each-ref --format=%(refname)`), turned into short
 /// branch names; lines outside `prefix` are dropped.
-pub fn branch_names(text: &str, prefix: &str) -> Vec<String> {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.strip_prefix(HEADS))
-        .map(str::to_string)
-        .collect()
+pub fn branch_names(bytes: &[u8], prefix: &str) -> Names<String> {
+    let mut out = Names::default();
+    for line in byte_lines(bytes).filter(|l| l.starts_with(prefix.as_bytes())) {
+        let Some(short) = line.strip_prefix(HEADS.as_bytes()) else {
+            continue;
+        };
+        match std::str::from_utf8(short) {
+            Ok(s) => out.utf8.push(s.to_string()),
+            Err(_) => out.not_utf8.push(short.to_vec()),
+        }
+    }
+    out
 }
 
 /// `git ls-remote` lines `<sha>\t<ref>` turned into `(short branch, sha)` for refs under
 /// `prefix`. ls-remote patterns match ref tails, so the prefix is checked again here.
-pub fn ls_remote_heads(text: &str, prefix: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let Some((sha, name)) = line.split_once('\t') else {
-            return Err(format!("malformed ls-remote line {line:?}"));
+pub fn ls_remote_heads(bytes: &[u8], prefix: &str) -> Result<Names<(String, String)>, String> {
+    let mut out = Names::default();
+    for line in byte_lines(bytes) {
+        let Some(tab) = line.iter().position(|b| *b == b'\t') else {
+            return Err(format!(
+                "malformed ls-remote line {:?}",
+                crate::text::excerpt(&String::from_utf8_lossy(line))
+            ));
         };
-        if !name.starts_with(prefix) || name.ends_with("^{}") {
+        let (sha, name) = (&line[..tab], &line[tab + 1..]);
+        if !name.starts_with(prefix.as_bytes()) || name.ends_with(b"^{}") {
             continue;
         }
-        if let Some(short) = name.strip_prefix(HEADS) {
-            out.push((short.to_string(), sha.to_string()));
+        let Some(short) = name.strip_prefix(HEADS.as_bytes()) else {
+            continue;
+        };
+        let sha = utf8(sha)?;
+        match std::str::from_utf8(short) {
+            Ok(s) => out.utf8.push((s.to_string(), sha)),
+            Err(_) => out.not_utf8.push(short.to_vec()),
         }
     }
     Ok(out)
@@ -279,7 +364,7 @@ mod tests {
     fn status_plain_records() {
         let raw = b" M src/a.rs\0 D gone.md\0?? new dir/with space.md\0!! .red/adr/x.md\0A  added\0M  staged\0";
         assert_eq!(
-            status_z(raw).unwrap(),
+            status_z(raw).unwrap().paths,
             vec![
                 pc("src/a.rs", Modified),
                 pc("gone.md", Deleted),
@@ -295,7 +380,7 @@ mod tests {
     fn status_rename_is_new_then_old() {
         let raw = "R  docs/new é.md\0docs/old.md\0 M after\0".as_bytes();
         assert_eq!(
-            status_z(raw).unwrap(),
+            status_z(raw).unwrap().paths,
             vec![
                 pc("docs/new é.md", Renamed),
                 pc("docs/old.md", Deleted),
@@ -307,14 +392,14 @@ mod tests {
     #[test]
     fn status_copy_keeps_source() {
         let raw = b"C  copy\0orig\0";
-        assert_eq!(status_z(raw).unwrap(), vec![pc("copy", Added)]);
+        assert_eq!(status_z(raw).unwrap().paths, vec![pc("copy", Added)]);
     }
 
     #[test]
     fn status_worktree_rename_of_intent_to_add() {
         let raw = b" R b\0a\0";
         assert_eq!(
-            status_z(raw).unwrap(),
+            status_z(raw).unwrap().paths,
             vec![pc("b", Renamed), pc("a", Deleted)]
         );
     }
@@ -323,7 +408,7 @@ mod tests {
     fn status_path_with_newline_and_arrow() {
         let raw = b"?? odd\nname -> x\0";
         assert_eq!(
-            status_z(raw).unwrap(),
+            status_z(raw).unwrap().paths,
             vec![pc("odd\nname -> x", Untracked)]
         );
     }
@@ -343,8 +428,7 @@ mod tests {
     fn status_errors_are_reported() {
         assert!(status_z(b"R  only-new\0").unwrap_err().contains("source"));
         assert!(status_z(b"XY\0").unwrap_err().contains("malformed"));
-        assert!(status_z(b"?? \xff\xfe\0").unwrap_err().contains("UTF-8"));
-        assert_eq!(status_z(b"").unwrap(), vec![]);
+        assert_eq!(status_z(b"").unwrap(), Changes::default());
     }
 
     #[test]
@@ -353,7 +437,7 @@ mod tests {
             "M\0a.md\0A\0dir/b c.md\0D\0old.md\0R087\0from.md\0to é.md\0C100\0src\0dst\0T\0link\0"
                 .as_bytes();
         assert_eq!(
-            name_status_z(raw).unwrap(),
+            name_status_z(raw).unwrap().paths,
             vec![
                 pc("a.md", Modified),
                 pc("dir/b c.md", Added),
@@ -374,7 +458,7 @@ mod tests {
                 .contains("lacks")
         );
         assert!(name_status_z(b"Z\0p\0").unwrap_err().contains("unknown"));
-        assert_eq!(name_status_z(b"").unwrap(), vec![]);
+        assert_eq!(name_status_z(b"").unwrap(), Changes::default());
     }
 
     #[test]
@@ -404,25 +488,57 @@ worktree /d\0HEAD cccc\0detached\0prunable gitdir file points to non-existent lo
 
     #[test]
     fn branch_names_strip_and_filter() {
-        let text = "refs/heads/afk/1-a\nrefs/heads/afk/w/2-b\nrefs/heads/main\n";
+        let text = b"refs/heads/afk/1-a\nrefs/heads/afk/w/2-b\nrefs/heads/main\n";
         assert_eq!(
-            branch_names(text, "refs/heads/afk/"),
+            branch_names(text, "refs/heads/afk/").utf8,
             vec!["afk/1-a", "afk/w/2-b"]
         );
-        assert_eq!(branch_names(text, HEADS).len(), 3);
+        assert_eq!(branch_names(text, HEADS).utf8.len(), 3);
     }
 
     #[test]
     fn ls_remote_filters_tail_matches() {
-        let text = "aaa\trefs/heads/afk/1-a\nbbb\trefs/heads/x/refs/heads/afk/2\nccc\trefs/heads/afk/w/3-c\n";
+        let text = b"aaa\trefs/heads/afk/1-a\nbbb\trefs/heads/x/refs/heads/afk/2\nccc\trefs/heads/afk/w/3-c\n";
         assert_eq!(
-            ls_remote_heads(text, "refs/heads/afk/").unwrap(),
+            ls_remote_heads(text, "refs/heads/afk/").unwrap().utf8,
             vec![
                 ("afk/1-a".to_string(), "aaa".to_string()),
                 ("afk/w/3-c".to_string(), "ccc".to_string())
             ]
         );
-        assert!(ls_remote_heads("garbage\n", HEADS).is_err());
+        assert!(ls_remote_heads(b"garbage\n", HEADS).is_err());
+    }
+
+    /// A name that is not UTF-8 is set apart as bytes, never decoded lossily into a name
+    /// that does not exist, and never fails the rest of the listing.
+    #[test]
+    fn names_that_are_not_utf8_are_set_apart() {
+        let raw = b"?? .red/adr/\xff.md\0?? .red/adr/ok.md\0R  .red/adr/new\xfe\0.red/adr/old.md\0";
+        let c = status_z(raw).unwrap();
+        assert_eq!(c.paths, vec![pc(".red/adr/ok.md", Untracked)]);
+        assert_eq!(
+            c.not_utf8,
+            vec![
+                b".red/adr/\xff.md".to_vec(),
+                b".red/adr/new\xfe".to_vec(),
+                b".red/adr/old.md".to_vec()
+            ]
+        );
+        let c = name_status_z(b"A\0x\xff\0M\0y\0").unwrap();
+        assert_eq!(c.paths, vec![pc("y", Modified)]);
+        assert_eq!(c.not_utf8, vec![b"x\xff".to_vec()]);
+        let n = branch_names(
+            b"refs/heads/afk/1-\xff\nrefs/heads/afk/2-b\n",
+            "refs/heads/afk/",
+        );
+        assert_eq!(n.utf8, vec!["afk/2-b"]);
+        assert_eq!(n.not_utf8, vec![b"afk/1-\xff".to_vec()]);
+        let n = ls_remote_heads(b"aaa\trefs/heads/afk/1-\xff\n", "refs/heads/afk/").unwrap();
+        assert!(n.utf8.is_empty());
+        assert_eq!(n.not_utf8, vec![b"afk/1-\xff".to_vec()]);
+        let w = worktree_list_z(b"worktree /r\0HEAD aa\0branch refs/heads/afk/\xff\0\0").unwrap();
+        assert_eq!(w[0].branch, None);
+        assert_eq!(w[0].branch_not_utf8.as_deref(), Some(&b"afk/\xff"[..]));
     }
 
     #[test]

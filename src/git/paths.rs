@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 
-use super::parse::{self, PathChange};
+use super::parse::{self, Changes};
 use super::{Git, GitResult, args, check_rev, top_literal};
 
 /// `:(top,exclude,literal)<prefix>`: leaves a subtree out of a walk.
@@ -19,18 +19,14 @@ impl Git {
     /// Work-tree changes under `prefix` against HEAD: modified, staged, deleted, renamed,
     /// untracked and ignored files, each ignored or untracked file listed on its own (an
     /// ignored directory is walked, except a nested repository or worktree, which git
-    /// reports as one `dir/` entry).
-    pub fn changed_paths(&self, prefix: &str) -> GitResult<Vec<PathChange>> {
+    /// reports as one `dir/` entry). Paths that are not UTF-8 come apart, as bytes.
+    pub fn changed_paths(&self, prefix: &str) -> GitResult<Changes> {
         self.changed_paths_excluding(prefix, &[])
     }
 
     /// [`Git::changed_paths`] without the subtrees in `excluded` (e.g. `.red/tmp/`), which
     /// git then does not walk at all.
-    pub fn changed_paths_excluding(
-        &self,
-        prefix: &str,
-        excluded: &[&str],
-    ) -> GitResult<Vec<PathChange>> {
+    pub fn changed_paths_excluding(&self, prefix: &str, excluded: &[&str]) -> GitResult<Changes> {
         // `--ignored=traditional` with `--untracked-files=all` lists the files inside an
         // ignored directory; `matching` would collapse a wholly ignored `.red/adr/` into
         // one directory entry and hide the docs in it.
@@ -51,7 +47,7 @@ impl Git {
 
     /// Paths changed under `prefix` by the commits on HEAD that `base_ref` lacks (the
     /// three-dot diff from their merge base), deletions included.
-    pub fn paths_changed_ahead(&self, base_ref: &str, prefix: &str) -> GitResult<Vec<PathChange>> {
+    pub fn paths_changed_ahead(&self, base_ref: &str, prefix: &str) -> GitResult<Changes> {
         self.paths_changed_ahead_excluding(base_ref, prefix, &[])
     }
 
@@ -61,7 +57,7 @@ impl Git {
         base_ref: &str,
         prefix: &str,
         excluded: &[&str],
-    ) -> GitResult<Vec<PathChange>> {
+    ) -> GitResult<Changes> {
         check_rev(base_ref)?;
         let range = format!("{base_ref}...HEAD");
         let mut a = args([

@@ -17,6 +17,7 @@ use crate::fsutil::atomic_write;
 use crate::layout::Layout;
 use crate::pidfile::{self, NotLive};
 use crate::process;
+use crate::text;
 use crate::timeutil::now_epoch;
 
 #[derive(Debug, thiserror::Error)]
@@ -177,7 +178,14 @@ pub fn render_status(r: &StatusReport) -> String {
         .map_or("unknown".to_string(), |n| n.to_string());
     out.push_str(&format!(
         "fleet: target={} live={} parked={} deaths={} respawns={} (last {}s) ready-for-agent={ready} shrink-mode={} runner={}\n",
-        f.target, f.live, f.parked, f.deaths, f.respawns, f.window_s, f.shrink_mode, f.runner
+        f.target,
+        f.live,
+        f.parked,
+        f.deaths,
+        f.respawns,
+        f.window_s,
+        f.shrink_mode,
+        text::excerpt(&text::escape(&f.runner))
     ));
     out.push_str(&format!(
         "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
@@ -188,7 +196,9 @@ pub fn render_status(r: &StatusReport) -> String {
             "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
             s.slot,
             s.pid.map_or("-".into(), |p| p.to_string()),
-            s.worker_id.as_deref().unwrap_or("-"),
+            s.worker_id
+                .as_deref()
+                .map_or("-".into(), |w| text::excerpt(&text::escape(w))),
             s.state,
             s.uptime_s.map_or("-".into(), human_duration),
             s.restarts,

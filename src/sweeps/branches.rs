@@ -8,6 +8,8 @@
 //! (independent of how many branches there are), decides, and deletes in one call per side.
 //!
 //! Rules, in the order they are applied to each branch:
+//! - a name that is not UTF-8 is spared (`name is not UTF-8`): it is never decoded lossily
+//!   into a name git does not have, so it is neither deleted by mistake nor reported reaped;
 //! - a name that is not `afk/<N>-<slug>` or `afk/<worker>/<N>-<slug>` is spared (unrecognised);
 //! - a local branch checked out by any worktree is spared, whatever its issue;
 //! - an open issue, or one the tracker could not answer for (unclassified), spares its branches;
@@ -27,6 +29,7 @@ use crate::boot::{BootError, BootReport, BranchCounts};
 use crate::git::{Git, GitError};
 use crate::layout::parse_positive;
 use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::text;
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerError, TrackerResult,
 };
@@ -147,18 +150,16 @@ impl BranchDecision {
     /// `spared (local): <branch> — <reason>`. A dry run says `would reap` instead of `reaped`.
     pub fn line(&self, dry_run: bool) -> String {
         let side = self.side.as_str();
+        let (branch, reason) = (text::escape(&self.branch), text::escape(&self.reason));
         match (self.action, self.issue) {
             (Action::Reap, Some(n)) => {
                 let verb = if dry_run { "would reap" } else { "reaped" };
-                format!("{verb} ({side}): {} #{n} — {}", self.branch, self.reason)
+                format!("{verb} ({side}): {branch} #{n} — {reason}")
             }
             (Action::NotReaped, Some(n)) => {
-                format!(
-                    "not reaped ({side}): {} #{n} — {}",
-                    self.branch, self.reason
-                )
+                format!("not reaped ({side}): {branch} #{n} — {reason}")
             }
-            _ => format!("spared ({side}): {} — {}", self.branch, self.reason),
+            _ => format!("spared ({side}): {branch} — {reason}"),
         }
     }
 
@@ -197,6 +198,10 @@ pub struct Inventory {
     pub remote: Vec<String>,
     /// Local `afk/*` branches.
     pub local: Vec<String>,
+    /// `afk/*` branches on `origin` whose names are not UTF-8, as bytes: always spared.
+    pub remote_not_utf8: Vec<Vec<u8>>,
+    /// Local `afk/*` branches whose names are not UTF-8, as bytes: always spared.
+    pub local_not_utf8: Vec<Vec<u8>>,
     /// Branches checked out by any worktree of the repo.
     pub worktrees: BTreeSet<String>,
     /// Local branches already merged into [`Inventory::base_ref`]. Only the branches
@@ -225,11 +230,26 @@ pub fn merge_candidates(
 /// Judges every branch: remote side first, then local, each in name order.
 pub fn decide(inv: &Inventory, class: &Classification) -> Vec<BranchDecision> {
     let mut out = Vec::with_capacity(inv.remote.len() + inv.local.len());
-    for (side, names) in [(Side::Remote, &inv.remote), (Side::Local, &inv.local)] {
+    let sides = [
+        (Side::Remote, &inv.remote, &inv.remote_not_utf8),
+        (Side::Local, &inv.local, &inv.local_not_utf8),
+    ];
+    for (side, names, not_utf8) in sides {
         let mut names: Vec<&String> = names.iter().collect();
         names.sort();
         names.dedup();
         out.extend(names.into_iter().map(|b| decide_one(side, b, inv, class)));
+        let mut odd: Vec<&Vec<u8>> = not_utf8.iter().collect();
+        odd.sort();
+        odd.dedup();
+        out.extend(odd.into_iter().map(|raw| BranchDecision {
+            side,
+            branch: text::escape_bytes(raw),
+            issue: None,
+            class: None,
+            action: Action::Spare,
+            reason: "name is not UTF-8".into(),
+        }));
     }
     out
 }
@@ -371,19 +391,20 @@ pub fn run(
         Err(e) => return Err(need("fetching the base from origin")(e)),
     };
     let remote = if has_origin {
-        git.remote_afk_branches()
+        git.remote_afk_listing()
             .map_err(need("listing afk/* branches on origin"))?
     } else {
-        Vec::new()
+        Default::default()
     };
     let local = git
-        .local_afk_branches()
+        .local_afk_listing()
         .map_err(need("listing local afk/* branches"))?;
     let worktrees = git.worktree_branches().map_err(need("listing worktrees"))?;
 
     let names_an_issue = remote
+        .utf8
         .iter()
-        .chain(&local)
+        .chain(&local.utf8)
         .any(|b| parse_branch(b).is_some());
     let (class, tracker_calls) = if names_an_issue {
         (
@@ -399,7 +420,7 @@ pub fn run(
     } else {
         base.to_string()
     };
-    let candidates = merge_candidates(&local, &worktrees, &class);
+    let candidates = merge_candidates(&local.utf8, &worktrees, &class);
     let merged = if candidates.is_empty() {
         BTreeSet::new()
     } else {
@@ -407,15 +428,17 @@ pub fn run(
             .map_err(need("checking which branches are merged"))?
     };
     let inv = Inventory {
-        remote,
-        local,
+        remote: remote.utf8,
+        local: local.utf8,
+        remote_not_utf8: remote.not_utf8,
+        local_not_utf8: local.not_utf8,
         worktrees,
         merged,
         base_ref,
     };
     let mut report = ReapReport {
-        remote_afk: inv.remote.len(),
-        local_afk: inv.local.len(),
+        remote_afk: inv.remote.len() + inv.remote_not_utf8.len(),
+        local_afk: inv.local.len() + inv.local_not_utf8.len(),
         decisions: decide(&inv, &class),
         tracker_error: class.error().cloned(),
         delete_errors: Vec::new(),
@@ -592,6 +615,7 @@ mod tests {
             ]
             .into(),
             base_ref: "origin/main".into(),
+            ..Inventory::default()
         }
     }
 
@@ -642,6 +666,26 @@ mod tests {
         assert_eq!(
             merge_candidates(&inv.local, &inv.worktrees, &c),
             names(&["afk/3-gone", "afk/4-gone-unmerged"])
+        );
+    }
+
+    /// A name that is not UTF-8 is spared on both sides with one line saying so; nothing
+    /// reaps (or reports reaping) its lossily decoded look-alike.
+    #[test]
+    fn names_that_are_not_utf8_are_spared() {
+        let c = batch(&[(2, IssueState::Closed)]);
+        let inv = Inventory {
+            remote_not_utf8: vec![b"afk/2-\xff".to_vec()],
+            local_not_utf8: vec![b"afk/2-\xff\x1b".to_vec()],
+            ..Inventory::default()
+        };
+        let lines: Vec<String> = decide(&inv, &c).iter().map(|d| d.line(false)).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "spared (remote): afk/2-\\xff — name is not UTF-8",
+                "spared (local): afk/2-\\xff\\e — name is not UTF-8",
+            ]
         );
     }
 

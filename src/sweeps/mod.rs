@@ -22,6 +22,7 @@ use std::str::FromStr;
 use crate::config::Config;
 use crate::git::Git;
 use crate::layout::Layout;
+use crate::text;
 use crate::tracker::Tracker;
 
 /// What every sweep gets.
@@ -51,18 +52,25 @@ pub struct Decision {
 
 impl Decision {
     /// One line for people: `orphans remove .red/tmp/workers/w1/5-a1 #5 [CLOSED]: issue closed`.
+    /// Subject, state and reason carry outside text (paths, names, labels, titles), so
+    /// they are shown through [`text::escape`].
     pub fn line(&self) -> String {
-        let mut line = format!("{} {} {}", self.sweep, self.verdict, self.subject);
+        let mut line = format!(
+            "{} {} {}",
+            self.sweep,
+            text::escape(&self.verdict),
+            text::escape(&self.subject)
+        );
         if let Some(n) = self.issue
             && !self.subject.starts_with('#')
         {
             line.push_str(&format!(" #{n}"));
         }
         if let Some(s) = &self.state {
-            line.push_str(&format!(" [{s}]"));
+            line.push_str(&format!(" [{}]", text::escape(s)));
         }
         line.push_str(": ");
-        line.push_str(&self.reason);
+        line.push_str(&text::escape(&self.reason));
         line
     }
 }

@@ -24,6 +24,7 @@ use crate::boot::{BootError, BootReport};
 use crate::layout::parse_positive;
 use crate::sweeps::transition::{self, Posted, Transition};
 use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::text;
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
 pub mod belt;
@@ -171,9 +172,10 @@ pub enum Verdict {
 /// Judges one blocked issue from its dependencies and the blockers' states.
 pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdict {
     match deps {
-        Dependencies::Malformed(label) => {
-            Verdict::Keep(format!("malformed dependency label {label:?}"))
-        }
+        Dependencies::Malformed(label) => Verdict::Keep(format!(
+            "malformed dependency label {:?}",
+            text::excerpt(label)
+        )),
         Dependencies::None => {
             Verdict::Keep("no dependency named (no req:<N> label, no `## Blocked by` list)".into())
         }
@@ -188,7 +190,11 @@ pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdic
             if waiting.is_empty() {
                 Verdict::Promote(v.clone())
             } else {
-                Verdict::Keep(format!("waiting on {}", waiting.join(", ")))
+                let count = waiting.len();
+                Verdict::Keep(format!(
+                    "waiting on {}",
+                    text::clip(waiting.join(", "), count, "blockers")
+                ))
             }
         }
     }
@@ -238,7 +244,11 @@ impl UnblockReport {
                     ("promote", true) => "would promote",
                     _ => "kept",
                 };
-                format!("{verb} {} — {}", d.subject, d.reason)
+                format!(
+                    "{verb} {} — {}",
+                    text::escape(&d.subject),
+                    text::escape(&d.reason)
+                )
             })
             .collect()
     }
@@ -483,5 +493,32 @@ mod tests {
             judge(&Dependencies::Malformed("req:x".into()), state),
             Verdict::Keep(_)
         ));
+    }
+
+    /// 10,000 open blockers make one short line, not 188 KB, that still says how many.
+    #[test]
+    fn a_long_wait_list_is_clipped() {
+        let many: Vec<u64> = (1..=10_000).collect();
+        let Verdict::Keep(reason) = judge(&Dependencies::Labels(many), |_| BlockerState::Open)
+        else {
+            panic!("promoted with open blockers");
+        };
+        assert!(
+            reason.len() < 2 * crate::text::MESSAGE_MAX,
+            "{}",
+            reason.len()
+        );
+        assert!(
+            reason.starts_with("waiting on #1 (open), #2 (open)"),
+            "{reason}"
+        );
+        assert!(reason.ends_with("10000 blockers in all)"), "{reason}");
+        let Verdict::Keep(reason) = judge(
+            &Dependencies::Malformed(format!("req:{}", "x".repeat(100_000))),
+            |_| BlockerState::Open,
+        ) else {
+            panic!("promoted a malformed label");
+        };
+        assert!(reason.len() < 200, "{}", reason.len());
     }
 }

@@ -17,7 +17,7 @@ use super::{
     TrackerResult,
 };
 use crate::cmd::{self, Argv, RunError, RunOpts};
-use crate::text::one_line;
+use crate::text::{clip_quoted, excerpt, one_line};
 
 /// A tracker backed by the GitHub CLI.
 #[derive(Debug, Clone)]
@@ -151,9 +151,14 @@ impl GhTracker {
         }
     }
 
-    fn run_json<T: DeserializeOwned>(&self, args: &[&str]) -> TrackerResult<T> {
+    /// Runs gh and reads its JSON with one of the [`parse`] functions.
+    fn run_parsed<T>(
+        &self,
+        args: &[&str],
+        parser: fn(&str) -> Result<T, String>,
+    ) -> TrackerResult<T> {
         let stdout = self.run(args, true)?;
-        serde_json::from_str(&stdout).map_err(|e| {
+        parser(&stdout).map_err(|e| {
             TrackerError::new(
                 ErrorKind::Failed,
                 render(&self.argv(args, true)),
@@ -275,15 +280,86 @@ struct GhLabeledRow {
     labels: Vec<GhLabel>,
 }
 
-fn parse_state(argv: &Argv, s: &str) -> TrackerResult<IssueState> {
+fn parse_state(s: &str) -> Result<IssueState, String> {
     match s.to_ascii_uppercase().as_str() {
         "OPEN" => Ok(IssueState::Open),
         "CLOSED" => Ok(IssueState::Closed),
-        other => Err(TrackerError::new(
-            ErrorKind::Failed,
-            render(argv),
-            format!("unexpected JSON from gh: unknown issue state {other:?}"),
-        )),
+        other => Err(format!("unknown issue state {:?}", excerpt(other))),
+    }
+}
+
+fn json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| clip_quoted(&e.to_string()))
+}
+
+/// The pure readers of gh's JSON output, one per call shape: outside data in, a value or
+/// the reason it is not one out (the caller adds the command line).
+pub mod parse {
+    use super::*;
+
+    /// `gh issue list --json number,state,labels,closedAt`.
+    pub fn list_all(text: &str) -> Result<Vec<IssueSummary>, String> {
+        let rows: Vec<GhListRow> = json(text)?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(IssueSummary {
+                    number: r.number,
+                    state: parse_state(&r.state)?,
+                    labels: names(r.labels),
+                    closed_at: closed_at(r.closed_at),
+                })
+            })
+            .collect()
+    }
+
+    /// `gh issue view <N> --json state,labels`.
+    pub fn view(text: &str) -> Result<IssueView, String> {
+        let v: GhView = json(text)?;
+        Ok(IssueView {
+            state: parse_state(&v.state)?,
+            labels: names(v.labels),
+        })
+    }
+
+    /// `gh issue list … --json number,body,labels`.
+    pub fn labeled(text: &str) -> Result<Vec<LabeledIssue>, String> {
+        let rows: Vec<GhLabeledRow> = json(text)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| LabeledIssue {
+                number: r.number,
+                body: r.body.unwrap_or_default(),
+                labels: names(r.labels),
+                title: None,
+            })
+            .collect())
+    }
+
+    /// `gh issue view <N> --json state,labels,comments`: the comments' bodies.
+    pub fn comments(text: &str) -> Result<Vec<String>, String> {
+        Ok(thread(text)?.comments.into_iter().map(|c| c.body).collect())
+    }
+
+    /// `gh issue view <N> --json state,labels,comments`: state, labels and the comments
+    /// with their times (for the claim marks).
+    pub fn thread(text: &str) -> Result<super::super::IssueThread, String> {
+        let v: GhThread = json(text)?;
+        Ok(super::super::IssueThread {
+            state: parse_state(&v.state)?,
+            labels: names(v.labels),
+            comments: v
+                .comments
+                .into_iter()
+                .map(|c| crate::claim::marks::Comment {
+                    at: c
+                        .created_at
+                        .as_deref()
+                        .and_then(crate::timeutil::parse_rfc3339)
+                        .map(crate::timeutil::epoch_secs),
+                    body: c.body,
+                })
+                .collect(),
+        })
     }
 }
 
@@ -334,16 +410,7 @@ impl GhTracker {
         ];
         args.extend_from_slice(order);
         args.extend(["--json", "number,body,labels"]);
-        let rows: Vec<GhLabeledRow> = self.run_json(&args)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| LabeledIssue {
-                number: r.number,
-                body: r.body.unwrap_or_default(),
-                labels: names(r.labels),
-                title: None,
-            })
-            .collect())
+        self.run_parsed(&args, parse::labeled)
     }
 }
 
@@ -385,28 +452,13 @@ impl Tracker for GhTracker {
             "--json",
             "number,state,labels,closedAt",
         ];
-        let rows: Vec<GhListRow> = self.run_json(&args)?;
-        let argv = self.argv(&args, true);
-        rows.into_iter()
-            .map(|r| {
-                Ok(IssueSummary {
-                    number: r.number,
-                    state: parse_state(&argv, &r.state)?,
-                    labels: names(r.labels),
-                    closed_at: closed_at(r.closed_at),
-                })
-            })
-            .collect()
+        self.run_parsed(&args, parse::list_all)
     }
 
     fn view(&self, number: u64) -> TrackerResult<IssueView> {
         let n = number.to_string();
         let args = ["issue", "view", n.as_str(), "--json", "state,labels"];
-        let v: GhView = self.run_json(&args)?;
-        Ok(IssueView {
-            state: parse_state(&self.argv(&args, true), &v.state)?,
-            labels: names(v.labels),
-        })
+        self.run_parsed(&args, parse::view)
     }
 
     fn edit_labels(&self, number: u64, add: &[&str], remove: &[&str]) -> TrackerResult<()> {
@@ -455,23 +507,7 @@ impl Tracker for GhTracker {
             "--json",
             "state,labels,comments",
         ];
-        let v: GhThread = self.run_json(&args)?;
-        Ok(super::IssueThread {
-            state: parse_state(&self.argv(&args, true), &v.state)?,
-            labels: names(v.labels),
-            comments: v
-                .comments
-                .into_iter()
-                .map(|c| crate::claim::marks::Comment {
-                    at: c
-                        .created_at
-                        .as_deref()
-                        .and_then(crate::timeutil::parse_rfc3339)
-                        .map(crate::timeutil::epoch_secs),
-                    body: c.body,
-                })
-                .collect(),
-        })
+        self.run_parsed(&args, parse::thread)
     }
 
     fn shared_across_checkouts(&self) -> bool {

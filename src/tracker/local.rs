@@ -556,17 +556,39 @@ fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option
         Ok(None) => return Ok(None),
         Err(e) => return Err(io_failed(op, path, e.into())),
     };
-    toml::from_str(&text).map(Some).map_err(|e| {
-        let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((1, 1));
+    parse_toml(&text).map(Some).map_err(|e| {
         failed(
             op,
             format!(
-                "{}:{line}:{col}: {} (fix or remove the file; it was left unchanged)",
-                path.display(),
-                clip_quoted(e.message().trim())
+                "{}:{e} (fix or remove the file; it was left unchanged)",
+                path.display()
             ),
         )
     })
+}
+
+/// One of the store's TOML records read from its text: the value, or `LINE:COL: reason` on
+/// one line.
+fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    toml::from_str(text).map_err(|e| {
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+        format!("{line}:{col}: {}", clip_quoted(e.message().trim()))
+    })
+}
+
+/// An issue file (`issues/<N>.toml`) read from its text (pure, for tests and fuzzing).
+pub fn parse_issue(text: &str) -> Result<Issue, String> {
+    parse_toml(text)
+}
+
+/// A pull-request file (`prs/<N>.toml`) read from its text.
+pub fn parse_pull_request(text: &str) -> Result<PullRequest, String> {
+    parse_toml(text)
+}
+
+/// `meta.toml` read from its text: the next issue and pull-request numbers.
+pub fn parse_meta(text: &str) -> Result<(u64, u64), String> {
+    parse_toml::<Meta>(text).map(|m| (m.next_issue, m.next_pr))
 }
 
 fn write_toml<T: Serialize>(path: &Path, value: &T, op: &str) -> TrackerResult<()> {

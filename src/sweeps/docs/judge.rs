@@ -133,7 +133,8 @@ impl Halt {
         let list = if self.paths.is_empty() {
             "(none)".to_string()
         } else {
-            self.paths.join(", ")
+            let n = self.paths.len();
+            crate::text::clip(crate::text::escape(&self.paths.join(", ")), n, "paths")
         };
         format!("Docs Sweep halted ({}): {list}", self.reason)
     }

@@ -84,14 +84,32 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
         return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
     }
     let fork = scan::fork_point(git, &base_ref)?;
-    let found = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
+    let (found, not_utf8) = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
     let (judged, precedent) =
         scan::judge_all(git, ctx.layout.repo(), &base_ref, fork.as_deref(), found)?;
+    let report = judge_and_land(ctx, &judged, precedent)?;
+    Ok(with_not_utf8(report, &not_utf8))
+}
 
-    match judge::plan(&judged, precedent) {
-        Plan::Clean => Ok(DocsReport::clean(judge::decisions(&judged, base, None))),
+/// The report with a `skip` decision for each doc path that is not UTF-8; the outcome and
+/// counts are those of the other docs.
+fn with_not_utf8(mut report: DocsReport, paths: &[Vec<u8>]) -> DocsReport {
+    report.decisions.extend(scan::not_utf8_decisions(paths));
+    report
+}
+
+/// Plans from the judged docs and, unless a dry run, lands.
+fn judge_and_land(
+    ctx: &SweepCtx<'_>,
+    judged: &[judge::Judged],
+    precedent: classify::Precedent,
+) -> Result<DocsReport, ScanError> {
+    let git = ctx.git;
+    let base = ctx.config.fleet.base.as_str();
+    match judge::plan(judged, precedent) {
+        Plan::Clean => Ok(DocsReport::clean(judge::decisions(judged, base, None))),
         Plan::Halt(h) => {
-            let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+            let d = judge::decisions(judged, base, Some(Ending::Halted(&h)));
             Ok(DocsReport::halted(h, d))
         }
         Plan::Land(items) if ctx.dry_run => Ok(DocsReport {
@@ -99,7 +117,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
                 outcome: DocsOutcome::Land,
                 files: items.len(),
             },
-            decisions: judge::decisions(&judged, base, Some(Ending::WouldLand)),
+            decisions: judge::decisions(judged, base, Some(Ending::WouldLand)),
             halt: None,
             landed: None,
         }),
@@ -112,7 +130,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
             };
             match land::land(&lane, &items) {
                 Ok(None) => {
-                    let mut d = judge::decisions(&judged, base, Some(Ending::Landed));
+                    let mut d = judge::decisions(judged, base, Some(Ending::Landed));
                     for x in d.iter_mut().filter(|x| x.verdict == "land") {
                         x.verdict = "keep".into();
                         x.reason = format!(
@@ -126,14 +144,14 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
                         outcome: DocsOutcome::Land,
                         files: items.len(),
                     },
-                    decisions: judge::decisions(&judged, base, Some(Ending::Landed)),
+                    decisions: judge::decisions(judged, base, Some(Ending::Landed)),
                     halt: None,
                     landed: Some(landed),
                 }),
                 Err(e) => {
                     let paths = items.iter().map(|i| i.path.clone()).collect();
                     let h = Halt::new(HaltReason::LandingFailed, paths).with_detail(e.to_string());
-                    let d = judge::decisions(&judged, base, Some(Ending::Halted(&h)));
+                    let d = judge::decisions(judged, base, Some(Ending::Halted(&h)));
                     Ok(DocsReport::halted(h, d))
                 }
             }
@@ -148,7 +166,7 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
     let git = ctx.git;
     let known = git.rev_parse(base_ref).ok().flatten().map(|_| base_ref);
     let fork = known.and_then(|r| scan::fork_point(git, r).ok().flatten());
-    let found = scan::candidates(git, known, fork.as_deref()).unwrap_or_default();
+    let (found, not_utf8) = scan::candidates(git, known, fork.as_deref()).unwrap_or_default();
     let reason = format!(
         "origin/{} could not be fetched: {detail}",
         ctx.config.fleet.base
@@ -165,8 +183,9 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
         })
         .collect();
     let paths = found.into_iter().map(|c| c.path).collect();
-    DocsReport::halted(
+    let report = DocsReport::halted(
         Halt::new(HaltReason::OriginUnreachable, paths).with_detail(detail),
         decisions,
-    )
+    );
+    with_not_utf8(report, &not_utf8)
 }

@@ -1,5 +1,6 @@
 //! Finding the candidates (the three signals) and judging each against the base.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::classify::{self, Candidate, DOC_PATHSPECS, Precedent, Signal};
@@ -7,6 +8,8 @@ use super::fsops::{self, Entry};
 use super::judge::{self, Judged, Observed, Verdict, WorkState};
 use super::probe;
 use crate::git::{ChangeKind, Git, GitResult};
+use crate::sweeps::{Decision, SweepName};
+use crate::text;
 
 /// Why the sweep could not even look: the repo itself misbehaves (not a halt reason; the
 /// suite reports it as a failure).
@@ -26,25 +29,45 @@ pub enum ScanError {
 /// shows each doc), and paths changed by commits on HEAD that `base_ref` lacks. `fork` is
 /// `merge-base HEAD base_ref`; without one (no base ref, unborn HEAD, unrelated histories)
 /// nothing is "ahead".
+///
+/// Doc paths that are not UTF-8 come back apart, as bytes, sorted and once each: the sweep
+/// cannot name them to git or the file system without decoding them into another name, so
+/// it reports them (see [`not_utf8_decisions`]) and judges the rest.
 pub fn candidates(
     git: &Git,
     base_ref: Option<&str>,
     fork: Option<&str>,
-) -> GitResult<Vec<Candidate>> {
+) -> GitResult<(Vec<Candidate>, Vec<Vec<u8>>)> {
     let mut found: Vec<(String, Signal)> = Vec::new();
+    let mut odd: BTreeSet<Vec<u8>> = BTreeSet::new();
     for spec in DOC_PATHSPECS {
-        for c in git.changed_paths(spec)? {
-            found.push((c.path, signal_of(c.kind)));
-        }
+        let c = git.changed_paths(spec)?;
+        odd.extend(c.not_utf8);
+        found.extend(c.paths.into_iter().map(|c| (c.path, signal_of(c.kind))));
     }
     if let (Some(base_ref), Some(_)) = (base_ref, fork) {
         for spec in DOC_PATHSPECS {
-            for c in git.paths_changed_ahead(base_ref, spec)? {
-                found.push((c.path, Signal::Ahead));
-            }
+            let c = git.paths_changed_ahead(base_ref, spec)?;
+            odd.extend(c.not_utf8);
+            found.extend(c.paths.into_iter().map(|c| (c.path, Signal::Ahead)));
         }
     }
-    Ok(classify::collect(found))
+    Ok((classify::collect(found), odd.into_iter().collect()))
+}
+
+/// One `skip` decision per doc path that is not UTF-8, shown with its bytes escaped.
+pub fn not_utf8_decisions(paths: &[Vec<u8>]) -> Vec<Decision> {
+    paths
+        .iter()
+        .map(|raw| Decision {
+            sweep: SweepName::DocsSweep,
+            subject: text::escape_bytes(raw),
+            issue: None,
+            state: None,
+            verdict: "skip".into(),
+            reason: "name is not UTF-8: the sweep cannot land it; land it by hand".into(),
+        })
+        .collect()
 }
 
 fn signal_of(kind: ChangeKind) -> Signal {
