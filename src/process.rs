@@ -29,39 +29,56 @@ impl Proc {
     }
 }
 
-/// Parses a stat line; the comm field may hold spaces and parens, so fields are counted
-/// after the last `)`.
-pub fn parse_stat(pid: i32, text: &str) -> Option<Proc> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (state): field k is f[k - 3].
-    Some(Proc {
-        pid,
-        state: f.first()?.chars().next()?,
-        ppid: f.get(1)?.parse().ok()?,
-        pgid: f.get(2)?.parse().ok()?,
-        sid: f.get(3)?.parse().ok()?,
-        start: f.get(19)?.parse().ok()?,
-    })
+impl From<&procfs::process::Stat> for Proc {
+    fn from(s: &procfs::process::Stat) -> Proc {
+        Proc {
+            pid: s.pid,
+            state: s.state,
+            ppid: s.ppid,
+            pgid: s.pgrp,
+            sid: s.session,
+            start: s.starttime,
+        }
+    }
 }
 
-/// One process, `None` when it does not exist.
+/// One process, `None` when it does not exist (`/proc/<pid>/stat`, read by `procfs`).
 pub fn read(pid: i32) -> Option<Proc> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(pid, &text)
+    let p = procfs::process::Process::new(pid).ok()?;
+    p.stat().ok().map(|s| Proc::from(&s))
 }
 
 /// Every process visible in `/proc`. Processes that vanish mid-scan are skipped.
 pub fn table() -> Vec<Proc> {
-    let Ok(dir) = fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    dir.filter_map(|e| {
-        let e = e.ok()?;
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        read(pid)
-    })
-    .collect()
+    all.filter_map(|p| p.ok()?.stat().ok().map(|s| Proc::from(&s)))
+        .collect()
+}
+
+/// A process as other tools record it: its pid and its start time in clock ticks since
+/// boot (`/proc/<pid>/stat` field 22, the `.start` token beside a pid file). Together they
+/// name one process, never a later one that was given the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcId {
+    pub pid: i32,
+    pub start: u64,
+}
+
+impl ProcId {
+    /// The live (not zombie) process with this pid, if it is the one that started then.
+    pub fn is_live(self) -> bool {
+        read(self.pid).is_some_and(|p| p.start == self.start && !p.is_zombie())
+    }
+
+    /// The process now holding `pid`, as an identity.
+    pub fn of(pid: i32) -> Option<ProcId> {
+        read(pid).map(|p| ProcId {
+            pid,
+            start: p.start,
+        })
+    }
 }
 
 /// Is any process other than a zombie still in process group `pgid`?
@@ -311,14 +328,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_session_and_group() {
-        let line = "42 (a b) c)) S 1 40 39 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1 1";
-        let p = parse_stat(42, line).unwrap();
-        assert_eq!(
-            (p.state, p.ppid, p.pgid, p.sid, p.start),
-            ('S', 1, 40, 39, 777)
+    fn own_identity_session_and_group() {
+        let me = std::process::id() as i32;
+        let p = read(me).unwrap();
+        assert_eq!(p.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(p.pgid, nix::unistd::getpgrp().as_raw());
+        assert_eq!(p.sid, own_sid());
+        let id = ProcId::of(me).unwrap();
+        assert!(id.is_live());
+        assert!(
+            !ProcId {
+                pid: me,
+                start: id.start + 1
+            }
+            .is_live(),
+            "a reused pid"
         );
-        assert!(parse_stat(1, "garbage").is_none());
+        assert!(read(i32::MAX).is_none());
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Children for Os {
     }
 
     fn is_live(&mut self, pid: i32, start: u64) -> bool {
-        process::read(pid).is_some_and(|p| p.start == start && !p.is_zombie())
+        process::ProcId { pid, start }.is_live()
     }
 
     fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind> {

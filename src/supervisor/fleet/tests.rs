@@ -33,6 +33,8 @@ struct World {
     /// Workers that ignore SIGTERM (only SIGKILL ends them).
     stubborn: HashSet<i32>,
     fail_spawns: bool,
+    /// What `usage` reports per worker.
+    usage: HashMap<i32, Usage>,
     calls: Vec<Call>,
 }
 
@@ -117,7 +119,7 @@ impl Children for Double {
         self.0.borrow().groups.contains(&leader)
     }
     fn usage(&mut self, _leaders: &[i32]) -> HashMap<i32, Usage> {
-        HashMap::new()
+        self.0.borrow().usage.clone()
     }
     fn group_for(&self, _pidfd: Option<&Arc<Pidfd>>) -> Group {
         Group::Pinned
@@ -349,4 +351,51 @@ fn idle_slots_wake_in_batches() {
         woken.push(b.os.spawns() - 40);
     }
     assert_eq!(woken, vec![16, 32, 40, 40]);
+}
+
+/// A worker with no sign of life for `stall_s` is flagged, one whose tree's CPU time moves
+/// is progressing again, and past `stall_kill_s` its group is terminated.
+#[test]
+fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
+    let mut b = Bench::new(1);
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    let long_ago = crate::timeutil::now_epoch() - 1000;
+    let set_started = |b: &mut Bench, epoch: u64| {
+        let w = b.fleet.slots.get_mut(&0).unwrap().worker_mut().unwrap();
+        w.started_epoch = epoch;
+        w.cpu_moved_epoch = epoch;
+    };
+    // Started 1000 s ago (past stall_s = 600), no log, no liveness record, no CPU seen.
+    set_started(&mut b, long_ago);
+    b.fleet.tick(b.at(1.0));
+    assert_eq!(b.count("slot.stalled"), 1, "{:?}", b.kinds());
+    // Its tree computes: the first reading is the baseline, a moved one is progress.
+    let cpu = |b: &Bench, ms: u64| {
+        b.os.0.borrow_mut().usage.insert(
+            pid,
+            Usage {
+                cpu_ms: ms,
+                rss_kib: 1024,
+                procs: 2,
+            },
+        );
+    };
+    cpu(&b, 100);
+    b.fleet.tick(b.at(2.0));
+    assert_eq!(b.count("slot.progress"), 0);
+    cpu(&b, 900);
+    b.fleet.tick(b.at(3.0));
+    assert_eq!(b.count("slot.progress"), 1, "{:?}", b.kinds());
+    let snap = b.fleet.snapshot(b.at(3.0));
+    assert_eq!(snap.slot_detail[0].cpu_ms, Some(900));
+    assert_eq!(snap.slot_detail[0].rss_kib, Some(1024));
+    // Quiet again for longer than stall_kill_s (1800 s): its group is terminated.
+    set_started(&mut b, long_ago - 1000);
+    b.fleet.tick(b.at(4.0));
+    assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
+    assert!(b.os.calls().contains(&Call::Group {
+        leader: pid,
+        sig: Signal::SIGTERM
+    }));
 }
