@@ -61,6 +61,8 @@ pub struct Worker {
     /// `None` means the built-in worker, where one exists.
     pub command: Option<Vec<String>>,
     pub runner: String,
+    /// Failed attempts of one issue after which the worker quarantines it (SPEC §11.6).
+    pub max_failed_attempts: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,8 @@ pub struct Timing {
     pub stall_s: u64,
     pub stall_kill_s: u64,
     pub unblock_interval_s: u64,
+    /// The longest one attempt's agent may run before the worker stops it (SPEC §11.6).
+    pub attempt_max_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +133,7 @@ impl Default for Config {
             worker: Worker {
                 command: None,
                 runner: "claude".into(),
+                max_failed_attempts: 3,
             },
             agent: Agent { command: None },
             tracker: TrackerCfg {
@@ -147,6 +152,7 @@ impl Default for Config {
                 stall_s: 600,
                 stall_kill_s: 1800,
                 unblock_interval_s: 60,
+                attempt_max_s: 7200,
             },
             sweeps: Sweeps {
                 attempt_max_age_days: 14,
@@ -208,6 +214,7 @@ struct FileFleet {
 struct FileWorker {
     command: S<Vec<String>>,
     runner: S<String>,
+    max_failed_attempts: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -237,6 +244,7 @@ struct FileTiming {
     stall_s: S<u64>,
     stall_kill_s: S<u64>,
     unblock_interval_s: S<u64>,
+    attempt_max_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -398,6 +406,11 @@ impl Builder {
         if let Some(x) = self.take("worker.runner", d.worker.runner) {
             self.cfg.worker.runner = x;
         }
+        if let Some(x) =
+            self.take_u64("worker.max_failed_attempts", d.worker.max_failed_attempts)?
+        {
+            self.cfg.worker.max_failed_attempts = x;
+        }
         if let Some(x) = self.take("agent.command", d.agent.command) {
             self.cfg.agent.command = Some(x);
         }
@@ -408,7 +421,7 @@ impl Builder {
             self.cfg.tracker.repo = Some(x);
         }
         let t = d.timing;
-        let fields: [(&'static str, S<u64>); 11] = [
+        let fields: [(&'static str, S<u64>); 12] = [
             ("tracker.timeout_s", d.tracker.timeout_s),
             ("timing.tick_s", t.tick_s),
             ("timing.fast_death_s", t.fast_death_s),
@@ -420,6 +433,7 @@ impl Builder {
             ("timing.stall_s", t.stall_s),
             ("timing.stall_kill_s", t.stall_kill_s),
             ("timing.unblock_interval_s", t.unblock_interval_s),
+            ("timing.attempt_max_s", t.attempt_max_s),
         ];
         for (key, v) in fields {
             if let Some(x) = self.take_u64(key, v)? {
@@ -454,6 +468,7 @@ impl Builder {
             "timing.stall_s" => t.stall_s = x,
             "timing.stall_kill_s" => t.stall_kill_s = x,
             "timing.unblock_interval_s" => t.unblock_interval_s = x,
+            "timing.attempt_max_s" => t.attempt_max_s = x,
             "fleet.workers" => self.cfg.fleet.workers = x as usize,
             _ => {}
         }
@@ -504,6 +519,18 @@ impl Builder {
             return Err(ConfigError(format!(
                 "{}: timing.circuit_k must be at least 1 (0 would trip the circuit before any death)",
                 self.origin_of("timing.circuit_k")
+            )));
+        }
+        if self.cfg.worker.max_failed_attempts == 0 {
+            return Err(ConfigError(format!(
+                "{}: worker.max_failed_attempts must be at least 1",
+                self.origin_of("worker.max_failed_attempts")
+            )));
+        }
+        if t.attempt_max_s == 0 {
+            return Err(ConfigError(format!(
+                "{}: timing.attempt_max_s must be at least 1",
+                self.origin_of("timing.attempt_max_s")
             )));
         }
         if t.stall_kill_s <= t.stall_s {
@@ -665,7 +692,7 @@ pub fn env_seconds(
 }
 
 fn static_key(key: &str) -> &'static str {
-    const KEYS: [&str; 11] = [
+    const KEYS: [&str; 12] = [
         "fleet.workers",
         "timing.tick_s",
         "timing.fast_death_s",
@@ -677,6 +704,7 @@ fn static_key(key: &str) -> &'static str {
         "timing.stall_s",
         "timing.stall_kill_s",
         "timing.unblock_interval_s",
+        "timing.attempt_max_s",
     ];
     KEYS.iter()
         .find(|k| **k == key)

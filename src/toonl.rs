@@ -165,6 +165,34 @@ pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String,
     Ok(format!("{row}\n"))
 }
 
+/// Appends one record to a TOONL file that several processes may append to: one
+/// `write` of the row (with the header first when the file is new), through
+/// [`open_append`], so a symlink, FIFO or directory at the path is refused, never written
+/// through or waited on. Two writers creating the file at once may both write a header;
+/// readers accept a header repeated.
+pub fn append_record(
+    path: &Path,
+    fields: &[&str],
+    json: serde_json::Value,
+) -> Result<(), LogError> {
+    let io_err = |source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let row = encode_record(fields, json).map_err(|msg| LogError::Encode {
+        path: path.to_path_buf(),
+        msg,
+    })?;
+    let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
+    let fresh = f.metadata().map_err(io_err)?.len() == 0;
+    let text = if fresh {
+        format!("{}{row}", header_line(fields))
+    } else {
+        row
+    };
+    f.write_all(text.as_bytes()).map_err(io_err)
+}
+
 /// Reads every complete record. A line torn by a crash mid-write (the last line without
 /// its newline, or a bad row directly followed by the header a new writer wrote on
 /// reopening) is skipped; any other malformed line is an error naming its line.
@@ -189,6 +217,14 @@ pub fn read_events(path: &Path) -> Result<Vec<Event>, LogError> {
 /// events, or the 1-based line of the first malformed record that is not a torn write and
 /// why.
 pub fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, (usize, String)> {
+    decode_records(bytes)
+}
+
+/// Every complete record of any TOONL file's bytes, each decoded as a `T` (the rules of
+/// [`decode_events`]: a torn write is skipped, another malformed line is an error).
+pub fn decode_records<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<Vec<T>, (usize, String)> {
     let text = String::from_utf8_lossy(bytes);
     let complete = match text.rfind('\n') {
         Some(i) => &text[..i],
@@ -221,7 +257,7 @@ pub fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, (usize, String)> {
     Ok(events)
 }
 
-fn decode_row(header: &str, line: &str) -> Result<Event, String> {
+fn decode_row<T: serde::de::DeserializeOwned>(header: &str, line: &str) -> Result<T, String> {
     let doc = format!("{header}\n{line}\n");
     let mut reader = ToonlRowReader::new(io::Cursor::new(doc.into_bytes()));
     let value = reader

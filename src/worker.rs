@@ -26,6 +26,7 @@ use crate::config::{self, Config, ConfigError};
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
+use crate::ledger;
 use crate::pidfile;
 use crate::sweeps::{SweepCtx, SweepName, worker_tree};
 use crate::text;
@@ -265,6 +266,8 @@ enum Outcome {
     /// The agent could not be started for this issue's data: handed to a human.
     SetAside,
     AgentFailed,
+    /// The agent ran past `timing.attempt_max_s`; the issue went back to the queue.
+    Capped,
     Interrupted(i32),
 }
 
@@ -297,8 +300,10 @@ impl Worker<'_> {
             };
             let outcome = self.work_issue(&issue, claim)?;
             match outcome {
-                Outcome::Done | Outcome::SetAside if once => return Ok(exit::OK),
-                Outcome::Done | Outcome::SetAside => {}
+                Outcome::Done | Outcome::SetAside | Outcome::Capped if once => {
+                    return Ok(exit::OK);
+                }
+                Outcome::Done | Outcome::SetAside | Outcome::Capped => {}
                 Outcome::AgentFailed => return Ok(exit::FAILED),
                 Outcome::Interrupted(code) => return Ok(code),
             }
@@ -403,6 +408,50 @@ impl Worker<'_> {
         .map_err(|e| Failure::failed(e.to_string()))
     }
 
+    fn over_limit(&self, records: &[ledger::Record]) -> bool {
+        ledger::failures(records) as u64 >= self.config.worker.max_failed_attempts
+    }
+
+    /// Takes issue `n` out of the queue for good (SPEC §11.6): the comment listing every
+    /// attempt (ending with the hand-off mark), then `ready-for-human` and
+    /// `afk:quarantined` in place of `running` and `ready-for-agent`, then the ledger's
+    /// `quarantined` record, from which a later retry counts afresh.
+    fn quarantine(
+        &self,
+        n: u64,
+        claim: &TakenClaim,
+        records: &[ledger::Record],
+    ) -> Result<(), Failure> {
+        let body = ledger::quarantine_comment(records, labels::QUARANTINED);
+        self.post_ending(n, claim, &body, true);
+        let edit = || {
+            self.tracker.edit_labels(
+                n,
+                &[labels::READY_FOR_HUMAN, labels::QUARANTINED],
+                &[labels::RUNNING, labels::READY_FOR_AGENT],
+            )
+        };
+        match &claim.marks {
+            Some(_) => tracked::retry(edit),
+            None => edit(),
+        }
+        .map_err(|e| Failure::failed(e.to_string()))?;
+        let record = ledger::Record::now(
+            Some(&self.wenv.worker_id),
+            None,
+            ledger::Outcome::Quarantined,
+        );
+        if let Err(e) = ledger::append(self.layout, n, &record) {
+            eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+        }
+        eprintln!(
+            "worker {}: #{n} quarantined after {} failed attempt(s)",
+            self.wenv.worker_id,
+            ledger::failures(records)
+        );
+        Ok(())
+    }
+
     fn work_issue(&self, issue: &LabeledIssue, claim: TakenClaim) -> Result<Outcome, Failure> {
         let n = issue.number;
         let title = issue_title(issue);
@@ -419,6 +468,24 @@ impl Worker<'_> {
         ) {
             branch = format!("{branch}-a{attempt}");
         }
+        let records = ledger::read(self.layout, n).unwrap_or_else(|e| {
+            // Unreadable: no quarantine and no resume on a guess; the attempt runs afresh.
+            eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+            Vec::new()
+        });
+        if ledger::failures(&records) as u64 >= self.config.worker.max_failed_attempts {
+            // Deaths recorded by restores brought the issue to its limit: no new attempt.
+            let quarantined = self.quarantine(n, &claim, &records);
+            if let Err(e) = claim.local.release() {
+                eprintln!(
+                    "worker {}: releasing claim of #{n}: {e}",
+                    self.wenv.worker_id
+                );
+            }
+            quarantined?;
+            return Ok(Outcome::SetAside);
+        }
+        let resume = ledger::resume_branch(&records).map(str::to_string);
         let mut state = AttemptFile::new(
             &attempt_dir,
             &self.wenv.worker_id,
@@ -432,6 +499,28 @@ impl Worker<'_> {
             self.wenv.worker_id,
             text::escape(&title)
         );
+        let started = state.state.started_at.clone();
+        let end = |outcome: ledger::Outcome, branch: &str| {
+            let head = Git::new(&worktree)
+                .rev_parse("HEAD")
+                .ok()
+                .flatten()
+                .or_else(|| {
+                    self.git
+                        .rev_parse(&format!("refs/heads/{branch}"))
+                        .ok()
+                        .flatten()
+                });
+            let record =
+                ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
+                    .on_branch(branch, head);
+            let mut records = records.clone();
+            if let Err(e) = ledger::append(self.layout, n, &record) {
+                eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+            }
+            records.push(record);
+            records
+        };
 
         // Set once the agent has finished its work: from then on, a failure must not hand
         // the issue back to the queue, or the work would be done twice.
@@ -444,14 +533,44 @@ impl Worker<'_> {
                 ))
             })?;
             state.write("worktree")?;
-            let start_point = self.prepare_start_point();
+            let start_point = self.prepare_start_point(resume.as_deref());
             self.git
                 .worktree_add(&worktree, &branch, &start_point)
                 .map_err(|e| Failure::failed(e.to_string()))?;
             state.write("agent")?;
-            let status = self.run_agent(issue, &title, &branch, &worktree, &attempt_dir)?;
+            let status = self.run_agent(
+                issue,
+                &title,
+                &branch,
+                &worktree,
+                &attempt_dir,
+                resume.as_deref(),
+            )?;
             match status {
                 AgentEnd::Signalled(code) => Ok(Outcome::Interrupted(code)),
+                AgentEnd::Capped => {
+                    state.write("failed")?;
+                    // Nothing is committed on the agent's behalf; what it committed is pushed
+                    // so the next attempt, on any host, resumes from it.
+                    let pushed = match self.publish(&worktree, &branch, &start_point) {
+                        Ok(_) => String::new(),
+                        Err(e) => {
+                            format!(" (push failed: {e}; the commits are in the local branch)")
+                        }
+                    };
+                    let records = end(ledger::Outcome::WallClockCapped, &branch);
+                    if self.over_limit(&records) {
+                        self.quarantine(n, &claim, &records)?;
+                        return Ok(Outcome::Capped);
+                    }
+                    let body = format!(
+                        "🤖 /afk attempt {n}-a{attempt} reached the wall-clock cap ({}s) and was stopped; its work is on branch `{branch}`{pushed}, where the next attempt resumes. Returning to ready-for-agent.",
+                        self.config.timing.attempt_max_s
+                    );
+                    self.post_ending(n, &claim, &body, false);
+                    self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                    Ok(Outcome::Capped)
+                }
                 AgentEnd::NotStarted(StartFailure::Host(why)) => {
                     // The host's fault, not the issue's: the issue goes back untouched (the
                     // interruption path below) and the supervisor parks the slot.
@@ -461,6 +580,7 @@ impl Worker<'_> {
                     // Every worker would fail the same way on this issue: never requeue it.
                     finished.set(true);
                     state.write("set-aside")?;
+                    end(ledger::Outcome::SetAside, &branch);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     let body = format!(
                         "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
@@ -495,12 +615,18 @@ impl Worker<'_> {
                     if self.post_ending(n, &claim, &body, true) {
                         state.set_envelope_posted();
                     }
+                    end(ledger::Outcome::Done, &branch);
                     edited?;
                     state.write("done")?;
                     Ok(Outcome::Done)
                 }
                 AgentEnd::Exited(code) => {
                     state.write("failed")?;
+                    let records = end(ledger::Outcome::AgentFailed(code), &branch);
+                    if self.over_limit(&records) {
+                        self.quarantine(n, &claim, &records)?;
+                        return Ok(Outcome::AgentFailed);
+                    }
                     let body = format!(
                         "🤖 /afk attempt {n}-a{attempt} failed (agent exit {code}); returning to ready-for-agent."
                     );
@@ -523,6 +649,7 @@ impl Worker<'_> {
                 .tracker
                 .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
             let _ = state.write("interrupted");
+            end(ledger::Outcome::GivenBack, &branch);
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
         }
@@ -550,8 +677,25 @@ impl Worker<'_> {
         result
     }
 
-    /// `origin/<base>` freshly fetched when possible, else whatever the checkout has.
-    fn prepare_start_point(&self) -> String {
+    /// The branch a capped attempt left (`origin/<branch>` freshly fetched, else the local
+    /// branch) when resuming; else `origin/<base>` freshly fetched when possible, else
+    /// whatever the checkout has.
+    fn prepare_start_point(&self, resume: Option<&str>) -> String {
+        if let Some(b) = resume {
+            let remote = format!("origin/{b}");
+            if self.git.fetch_base(b).is_ok() && matches!(self.git.rev_parse(&remote), Ok(Some(_)))
+            {
+                return remote;
+            }
+            let local = format!("refs/heads/{b}");
+            if matches!(self.git.rev_parse(&local), Ok(Some(_))) {
+                return local;
+            }
+            eprintln!(
+                "worker {}: branch {b} to resume is gone; starting from the base",
+                self.wenv.worker_id
+            );
+        }
         let base = &self.config.fleet.base;
         if let Err(e) = self.git.fetch_base(base) {
             eprintln!(
@@ -589,8 +733,13 @@ impl Worker<'_> {
         branch: &str,
         worktree: &Path,
         attempt_dir: &Path,
+        resume: Option<&str>,
     ) -> Result<AgentEnd, Failure> {
         let mut cmd = Command::new(&self.agent[0]);
+        match resume {
+            Some(b) => cmd.env("RED_AFK_RESUME_BRANCH", b),
+            None => cmd.env_remove("RED_AFK_RESUME_BRANCH"),
+        };
         cmd.args(&self.agent[1..])
             .current_dir(worktree)
             .env("RED_AFK_ISSUE", issue.number.to_string())
@@ -620,6 +769,10 @@ impl Worker<'_> {
         let mut seen = worktree_fingerprint(&wt);
         let every = Duration::from_secs(self.wenv.liveness_s);
         let mut next_look = timeutil::deadline(Instant::now(), every);
+        let cap = timeutil::deadline(
+            Instant::now(),
+            Duration::from_secs(self.config.timing.attempt_max_s),
+        );
         loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
@@ -654,6 +807,17 @@ impl Worker<'_> {
                 );
                 return Ok(AgentEnd::Signalled(code));
             }
+            if Instant::now() >= cap {
+                eprintln!(
+                    "worker {}: #{} reached the wall-clock cap ({}s); stopping the agent",
+                    self.wenv.worker_id, issue.number, self.config.timing.attempt_max_s
+                );
+                stop_agent(
+                    &mut child,
+                    Duration::from_secs(self.config.timing.stop_grace_s),
+                );
+                return Ok(AgentEnd::Capped);
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -661,6 +825,8 @@ impl Worker<'_> {
 
 enum AgentEnd {
     Exited(i32),
+    /// Stopped at the wall-clock cap.
+    Capped,
     Signalled(i32),
     NotStarted(StartFailure),
 }
@@ -752,22 +918,53 @@ fn env_form(text: &str) -> (String, bool) {
     (value, whole)
 }
 
-/// The agent shares the worker's process group, so a supervisor's group signal already
-/// reached it; this covers a signal sent to the worker alone.
+/// Stops the agent and every process it started: SIGTERM to the whole tree, `grace` for
+/// it to end, then SIGKILL to whatever is left. The agent shares the worker's process
+/// group (so a supervisor's group signal reaches it), so its tree is found by parent
+/// links, each process kept by its identity (pid and start time) so a reused pid is
+/// never signalled.
 fn stop_agent(child: &mut Child, grace: Duration) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let pid = Pid::from_raw(child.id() as i32);
-    let _ = kill(pid, Signal::SIGTERM);
+    let tree = agent_tree(child.id() as i32);
+    let signal = |sig: Signal| {
+        for p in tree.iter().filter(|p| p.is_live()) {
+            let _ = kill(Pid::from_raw(p.pid), sig);
+        }
+    };
+    signal(Signal::SIGTERM);
     let deadline = timeutil::deadline(Instant::now(), grace);
+    let mut agent_done = false;
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
+        agent_done = agent_done || matches!(child.try_wait(), Ok(Some(_)));
+        if agent_done && !tree[1..].iter().any(|p| p.is_live()) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    signal(Signal::SIGKILL);
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The agent (first) and its live descendants, as identities.
+fn agent_tree(root: i32) -> Vec<crate::process::ProcId> {
+    let table = crate::process::table();
+    let mut pids = vec![root];
+    let mut i = 0;
+    while i < pids.len() {
+        let parent = pids[i];
+        pids.extend(
+            table
+                .iter()
+                .filter(|p| p.ppid == parent && !p.is_zombie())
+                .map(|p| p.pid),
+        );
+        i += 1;
+    }
+    pids.into_iter()
+        .filter_map(crate::process::ProcId::of)
+        .collect()
 }
 
 /// What the agent has done to its worktree so far: HEAD plus the porcelain status.
@@ -779,27 +976,14 @@ fn worktree_fingerprint(wt: &Git) -> Option<String> {
 }
 
 fn append_liveness(path: &Path, issue: u64, stage: &str) {
-    use std::io::Write;
     let record = json!({
         "ts": timeutil::now_rfc3339_millis(),
         "pid": std::process::id(),
         "issue": issue,
         "stage": stage,
     });
-    let Ok(row) = toonl::encode_record(&LIVENESS_FIELDS, record) else {
-        return;
-    };
-    // A symlink, FIFO or directory planted at the path is refused, never written through
-    // or waited on; the stall check then falls back on the slot log.
-    if let Ok(mut f) = crate::fsutil::open_append(path) {
-        let fresh = f.metadata().is_ok_and(|m| m.len() == 0);
-        let text = if fresh {
-            format!("{}{row}", toonl::header_line(&LIVENESS_FIELDS))
-        } else {
-            row
-        };
-        let _ = f.write_all(text.as_bytes());
-    }
+    // A refused or failed write leaves the stall check to fall back on the slot log.
+    let _ = toonl::append_record(path, &LIVENESS_FIELDS, record);
 }
 
 /// The title of a listed issue; the gh listing carries only the body, so there the first

@@ -122,9 +122,11 @@ fn the_issue_commands_on_the_local_store() {
             "created_at",
             "closed_at",
             "body",
-            "comments"
+            "comments",
+            "attempts"
         ]
     );
+    assert_eq!(one["attempts"], json!([]), "no attempt ledger yet");
     assert_eq!(one["body"], "Body\nline");
     assert_eq!(one["comments"][0]["body"], "🤖 hello");
     assert!(one["comments"][0]["at"].as_str().unwrap().ends_with('Z'));

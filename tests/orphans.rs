@@ -213,7 +213,16 @@ fn every_row_of_the_fate_table() {
         gone(f.w1(n, 1));
         assert_eq!(labels(&f.t, n), vec!["ready-for-agent"]);
         assert_eq!(comments(&f.t, n), vec![RESTORE_COMMENT.to_string()]);
+        // The dead worker's attempt ends in the ledger, once.
+        let ledger = afk_supervisor::ledger::read(&f.tree.layout, n).unwrap();
+        let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
+        assert_eq!(outcomes, vec![afk_supervisor::ledger::Outcome::WorkerDied]);
     }
+    assert!(
+        afk_supervisor::ledger::read(&f.tree.layout, f.run_live_claim)
+            .unwrap()
+            .is_empty()
+    );
     gone(f.w1(f.run_dead_claim, 2));
     assert!(
         !f.tree

@@ -21,11 +21,16 @@ struct Fixture {
 impl Fixture {
     /// A repo whose config runs `agent` (shell script text) as the agent.
     fn new(agent: Option<&str>) -> Self {
+        Self::with_timing(agent, "")
+    }
+
+    /// As [`Fixture::new`], with more `[timing]` lines.
+    fn with_timing(agent: Option<&str>, timing: &str) -> Self {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
         let red = repo.path.join(".red");
         fs::create_dir_all(&red).unwrap();
-        let mut cfg = String::from("[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n");
+        let mut cfg = format!("[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n{timing}");
         if let Some(script) = agent {
             let path = env.path().join("agent.sh");
             fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
@@ -69,6 +74,19 @@ impl Fixture {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    /// Runs `worker --once` under a supervisor's variables and checks its exit code.
+    fn work_once(&self, want: i32) -> Output {
+        let o = self.run(&["worker", "--once"], &SUPERVISED);
+        assert_eq!(
+            o.status.code(),
+            Some(want),
+            "{}\n{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        o
     }
 
     fn issue(&self, n: u64) -> Value {
@@ -359,4 +377,180 @@ fn an_agent_that_changes_its_worktree_records_progress() {
     assert_eq!(stages[0], "agent");
     assert!(stages.len() >= 2, "{stages:?}");
     assert!(stages[1..].iter().all(|s| s == "progress"), "{stages:?}");
+}
+
+fn attempts(f: &Fixture, n: u64) -> Vec<Value> {
+    f.issue(n)["attempts"].as_array().unwrap().clone()
+}
+
+/// An agent that always fails burns exactly `max_failed_attempts` (3) attempts; then the
+/// issue leaves the queue with one comment listing them, and no fourth attempt runs, even
+/// when someone adds `ready-for-agent` back without removing the quarantine label.
+#[test]
+fn an_always_failing_agent_is_quarantined_after_three_attempts() {
+    let marks = TestEnv::new();
+    let runs = marks.path().join("runs");
+    let f = Fixture::new(Some(&format!("echo run >> {}\nexit 3", runs.display())));
+    let n = f.new_issue("Never works", &["ready-for-agent"]);
+    for _ in 1..=3 {
+        f.work_once(1);
+    }
+    let o = f.work_once(0);
+    assert!(
+        stdout(&o).contains("no ready-for-agent issue"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(fs::read_to_string(&runs).unwrap().lines().count(), 3);
+
+    let mut labels = f.labels(n);
+    labels.sort();
+    assert_eq!(labels, vec!["afk:quarantined", "ready-for-human"]);
+    let comments = f.comments(n);
+    assert_eq!(comments.len(), 3, "{comments:?}");
+    assert_eq!(
+        comments
+            .iter()
+            .filter(|c| c.contains("failed (agent exit 3)"))
+            .count(),
+        2
+    );
+    let quarantine: Vec<&String> = comments
+        .iter()
+        .filter(|c| c.contains("quarantined this issue"))
+        .collect();
+    assert_eq!(quarantine.len(), 1, "{comments:?}");
+    let q = quarantine[0];
+    assert!(q.contains("after 3 failed attempt(s)"), "{q}");
+    assert_eq!(
+        q.matches(": agent-failed exit 3, branch `afk/w1/1-never-works")
+            .count(),
+        3,
+        "{q}"
+    );
+    assert!(q.contains("remove the `afk:quarantined` label"), "{q}");
+
+    let ledger = attempts(&f, n);
+    let outcomes: Vec<&str> = ledger
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            "agent-failed exit 3",
+            "agent-failed exit 3",
+            "agent-failed exit 3",
+            "quarantined"
+        ]
+    );
+    assert_eq!(ledger[0]["worker"], "w1");
+    assert_eq!(ledger[1]["branch"], "afk/w1/1-never-works-a2");
+    let shown = stdout(&f.run(&["issue", "show", &n.to_string()], &[]));
+    assert_eq!(
+        shown.matches("agent-failed exit 3  worker=w1").count(),
+        3,
+        "{shown}"
+    );
+
+    // Never requeued by accident: the quarantine label alone keeps workers off it.
+    let o = f.run(
+        &["issue", "label", &n.to_string(), "--add", "ready-for-agent"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    f.work_once(0);
+    assert_eq!(fs::read_to_string(&runs).unwrap().lines().count(), 3);
+    assert_eq!(f.comments(n).len(), 3);
+}
+
+/// An agent past `timing.attempt_max_s` is stopped with everything it started; what it
+/// committed is pushed (nothing is committed for it), the issue goes back, and the next
+/// attempt starts from that branch and is told so.
+#[test]
+fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
+    let marks = TestEnv::new();
+    let sleeper = marks.path().join("sleeper.pid");
+    let resumed = marks.path().join("resumed");
+    let f = Fixture::with_timing(
+        Some(&format!(
+            "if [ -z \"${{RED_AFK_RESUME_BRANCH:-}}\" ]; then\n\
+             echo one > one.txt\ngit add one.txt\ngit commit -q -m one\n\
+             echo uncommitted > two.txt\n\
+             sleep 60 &\necho $! > {sleeper}\nwait\n\
+             else\n\
+             {{ echo \"$RED_AFK_RESUME_BRANCH\"; cat one.txt; git log --format=%s; }} > {resumed}\n\
+             fi",
+            sleeper = sleeper.display(),
+            resumed = resumed.display(),
+        )),
+        "attempt_max_s = 2\n",
+    );
+    let n = f.new_issue("Slow one", &["ready-for-agent"]);
+    let o = f.work_once(0);
+    assert!(
+        stderr(&o).contains("reached the wall-clock cap (2s)"),
+        "{}",
+        stderr(&o)
+    );
+    // The agent's own child is gone too.
+    let pid = fs::read_to_string(&sleeper).unwrap().trim().to_string();
+    let gone = || {
+        fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), gone),
+        "sleeper {pid} survived"
+    );
+
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    let comments = f.comments(n);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].contains("reached the wall-clock cap (2s)"),
+        "{comments:?}"
+    );
+    assert!(
+        comments[0].contains("on branch `afk/w1/1-slow-one`"),
+        "{comments:?}"
+    );
+    let head = f
+        .env
+        .git(&f.repo.origin, &["rev-parse", "afk/w1/1-slow-one"]);
+    let files = f.env.git(
+        &f.repo.origin,
+        &["ls-tree", "--name-only", "afk/w1/1-slow-one"],
+    );
+    assert!(files.lines().any(|l| l == "one.txt"), "{files}");
+    assert!(
+        !files.lines().any(|l| l == "two.txt"),
+        "nothing committed for the agent: {files}"
+    );
+    let ledger = attempts(&f, n);
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["outcome"], "wall-clock-capped");
+    assert_eq!(ledger[0]["branch"], "afk/w1/1-slow-one");
+    assert_eq!(ledger[0]["head"], head.trim());
+
+    f.work_once(0);
+    let seen = fs::read_to_string(&resumed).unwrap();
+    let mut lines = seen.lines();
+    assert_eq!(lines.next(), Some("afk/w1/1-slow-one"));
+    assert_eq!(
+        lines.next(),
+        Some("one"),
+        "the worktree has the first attempt's file"
+    );
+    assert_eq!(lines.next(), Some("one"), "and its commit: {seen}");
+    let ledger = attempts(&f, n);
+    let outcomes: Vec<&str> = ledger
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["wall-clock-capped", "done"]);
+    assert_eq!(f.labels(n), vec!["ready-for-human"]);
 }

@@ -99,6 +99,8 @@ struct ShowJson {
     closed_at: Option<String>,
     body: Option<String>,
     comments: Option<Vec<CommentJson>>,
+    /// The attempt ledger (SPEC §11.6), oldest first.
+    attempts: Vec<crate::ledger::Record>,
 }
 
 impl From<Issue> for ShowJson {
@@ -120,6 +122,7 @@ impl From<Issue> for ShowJson {
                     })
                     .collect(),
             ),
+            attempts: Vec::new(),
         }
     }
 }
@@ -146,7 +149,7 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
             limit,
             json,
         } => list(&backend, ListFilter { state, labels }, limit, json)?,
-        IssueCommand::Show { number, json } => show(&backend, number, json)?,
+        IssueCommand::Show { number, json } => show(&backend, &ctx.layout, number, json)?,
         IssueCommand::Label {
             number,
             add,
@@ -259,8 +262,13 @@ fn list(backend: &Backend, filter: ListFilter, limit: usize, json: bool) -> Resu
     Ok(())
 }
 
-fn show(backend: &Backend, number: u64, json: bool) -> Result<(), Failure> {
-    let issue: ShowJson = match backend {
+fn show(
+    backend: &Backend,
+    layout: &crate::layout::Layout,
+    number: u64,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut issue: ShowJson = match backend {
         Backend::Local(t) => t.show(number).map_err(tracker_failure)?.into(),
         Backend::Gh(t) => {
             let v = t.view(number).map_err(tracker_failure)?;
@@ -273,9 +281,12 @@ fn show(backend: &Backend, number: u64, json: bool) -> Result<(), Failure> {
                 closed_at: None,
                 body: None,
                 comments: None,
+                attempts: Vec::new(),
             }
         }
     };
+    issue.attempts = crate::ledger::read(layout, number)
+        .map_err(|e| Failure::failed(format!("attempt ledger: {e}")))?;
     if json {
         return print_json(&issue);
     }
@@ -305,6 +316,21 @@ fn show(backend: &Backend, number: u64, json: bool) -> Result<(), Failure> {
             }
         }
         _ => println!("(title, body and comments: `gh issue view {number}`)"),
+    }
+    if !issue.attempts.is_empty() {
+        println!("\n--- attempts");
+    }
+    for r in &issue.attempts {
+        let field = |v: &Option<String>| v.as_deref().map_or("-".into(), text::escape);
+        println!(
+            "{} .. {}  {}  worker={} branch={} head={}",
+            field(&r.start),
+            text::escape(&r.end),
+            r.outcome,
+            field(&r.worker),
+            field(&r.branch),
+            field(&r.head)
+        );
     }
     Ok(())
 }

@@ -20,6 +20,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         None => println!("worker.command = (built-in worker)"),
     }
     println!("worker.runner = {:?}", c.worker.runner);
+    println!(
+        "worker.max_failed_attempts = {}",
+        c.worker.max_failed_attempts
+    );
     match &c.agent.command {
         Some(cmd) => println!("agent.command = {cmd:?}"),
         None => println!("agent.command = (none)"),
@@ -42,6 +46,7 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         ("stall_s", t.stall_s),
         ("stall_kill_s", t.stall_kill_s),
         ("unblock_interval_s", t.unblock_interval_s),
+        ("attempt_max_s", t.attempt_max_s),
     ] {
         println!("timing.{k} = {v}");
     }

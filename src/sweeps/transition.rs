@@ -142,7 +142,26 @@ pub fn restore(
         add: &[labels::READY_FOR_AGENT],
         remove: &[labels::RUNNING],
     };
-    make(tracker, &t, Posted::Marker(&records), writes).map(|()| Restored::Done)
+    make(tracker, &t, Posted::Marker(&records), writes)?;
+    // The dead worker's attempt ends in the ledger once the issue is back in the queue.
+    let record = died_record(attempt);
+    if let Err(e) = crate::ledger::append(layout, n, &record) {
+        eprintln!("afk-supervisor: #{n}: attempt ledger: {e}");
+    }
+    Ok(Restored::Done)
+}
+
+/// The `worker-died` ledger record of a restore: the worker and start time from the
+/// attempt's state file where there is one.
+fn died_record(attempt: Option<&Path>) -> crate::ledger::Record {
+    let state = attempt.and_then(|a| crate::attempt_state::AttemptState::read(a).ok().flatten());
+    let worker = state.as_ref().and_then(|s| s.worker_id.clone());
+    let start = state.as_ref().and_then(|s| s.started_at.clone());
+    crate::ledger::Record::now(
+        worker.as_deref(),
+        start.as_deref(),
+        crate::ledger::Outcome::WorkerDied,
+    )
 }
 
 fn is_file(p: &Path) -> bool {

@@ -21,16 +21,22 @@ pub mod labels {
     pub const BLOCKED_DEPENDENCY: &str = "blocked:dependency";
     pub const NEEDS_TRIAGE: &str = "needs-triage";
     pub const NEEDS_INFO: &str = "needs-info";
+    /// An issue whose attempts failed `worker.max_failed_attempts` times (SPEC §11.6).
+    pub const QUARANTINED: &str = "afk:quarantined";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
 }
 
-/// Whether a worker may claim an issue with these labels: `ready-for-agent` and neither
-/// `running` nor `blocked:dependency`. The worker's claim and the supervisor's queue count
-/// share it, so the supervisor never wakes a slot for work no worker would take.
+/// Whether a worker may claim an issue with these labels: `ready-for-agent` and none of
+/// `running`, `blocked:dependency` and `afk:quarantined`. The worker's claim and the
+/// supervisor's queue count share it, so the supervisor never wakes a slot for work no
+/// worker would take.
 pub fn is_claimable(labels: &[String]) -> bool {
     let has = |want: &str| labels.iter().any(|l| l == want);
-    has(labels::READY_FOR_AGENT) && !has(labels::RUNNING) && !has(labels::BLOCKED_DEPENDENCY)
+    has(labels::READY_FOR_AGENT)
+        && !has(labels::RUNNING)
+        && !has(labels::BLOCKED_DEPENDENCY)
+        && !has(labels::QUARANTINED)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -242,6 +248,7 @@ mod tests {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(is_claimable(&l(&["ready-for-agent", "bug"])));
         assert!(!is_claimable(&l(&["bug"])));
+        assert!(!is_claimable(&l(&["ready-for-agent", "afk:quarantined"])));
         assert!(!is_claimable(&l(&["ready-for-agent", "running"])));
         assert!(!is_claimable(&l(&[
             "ready-for-agent",

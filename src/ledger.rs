@@ -1,0 +1,295 @@
+//! The attempt ledger (SPEC §11.6): one durable TOONL file per issue,
+//! `.red/state/attempts/<N>.toonl`, with one record per attempt end. The built-in worker
+//! appends when its attempt ends; a restore of a dead worker's issue (orphan cleanup, the
+//! supervisor's release) appends `worker-died`. The ledger decides quarantine (too many
+//! failed attempts) and resume (the last attempt was capped: the next one starts from its
+//! branch).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil;
+use crate::layout::Layout;
+use crate::timeutil;
+use crate::toonl::{self, LogError};
+
+/// Header fields of a ledger file, in order.
+pub const FIELDS: [&str; 6] = ["worker", "start", "end", "outcome", "branch", "head"];
+
+/// The most bytes of one ledger read.
+pub const MAX_LEDGER_BYTES: u64 = 1 << 20;
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Outcome {
+    /// The agent exited 0; the issue went to a human.
+    Done,
+    /// The agent could not be started for this issue's data; handed to a human.
+    SetAside,
+    /// The agent exited with this code.
+    AgentFailed(i32),
+    /// The agent ran past `timing.attempt_max_s` and was stopped.
+    WallClockCapped,
+    /// The worker died mid-issue; its issue was restored by a sweep or the supervisor.
+    WorkerDied,
+    /// The worker was stopped (a fleet stop, a signal) and gave the issue back.
+    GivenBack,
+    /// Not an attempt: the worker quarantined the issue here. Failures before this record
+    /// no longer count, so a person who removes the label gives the issue a fresh budget.
+    Quarantined,
+}
+
+impl Outcome {
+    /// Whether the attempt counts towards `worker.max_failed_attempts`.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Outcome::AgentFailed(_) | Outcome::WallClockCapped | Outcome::WorkerDied
+        )
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::SetAside => f.write_str("set-aside"),
+            Outcome::AgentFailed(code) => write!(f, "agent-failed exit {code}"),
+            Outcome::WallClockCapped => f.write_str("wall-clock-capped"),
+            Outcome::WorkerDied => f.write_str("worker-died"),
+            Outcome::GivenBack => f.write_str("given-back"),
+            Outcome::Quarantined => f.write_str("quarantined"),
+        }
+    }
+}
+
+impl FromStr for Outcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "done" => Outcome::Done,
+            "set-aside" => Outcome::SetAside,
+            "wall-clock-capped" => Outcome::WallClockCapped,
+            "worker-died" => Outcome::WorkerDied,
+            "given-back" => Outcome::GivenBack,
+            "quarantined" => Outcome::Quarantined,
+            other => {
+                let code = other
+                    .strip_prefix("agent-failed exit ")
+                    .and_then(|c| c.parse().ok())
+                    .ok_or_else(|| format!("unknown attempt outcome {other:?}"))?;
+                Outcome::AgentFailed(code)
+            }
+        })
+    }
+}
+
+impl TryFrom<String> for Outcome {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Outcome> for String {
+    fn from(o: Outcome) -> String {
+        o.to_string()
+    }
+}
+
+/// One ledger record: an attempt's end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The worker id, when known.
+    pub worker: Option<String>,
+    /// RFC 3339, when known.
+    pub start: Option<String>,
+    /// RFC 3339.
+    pub end: String,
+    pub outcome: Outcome,
+    pub branch: Option<String>,
+    /// The branch's head commit at the end.
+    pub head: Option<String>,
+}
+
+impl Record {
+    /// A record ending now.
+    pub fn now(worker: Option<&str>, start: Option<&str>, outcome: Outcome) -> Self {
+        Record {
+            worker: worker.map(str::to_string),
+            start: start.map(str::to_string),
+            end: timeutil::rfc3339(std::time::SystemTime::now()),
+            outcome,
+            branch: None,
+            head: None,
+        }
+    }
+
+    pub fn on_branch(mut self, branch: &str, head: Option<String>) -> Self {
+        self.branch = Some(branch.to_string());
+        self.head = head;
+        self
+    }
+}
+
+/// The ledger file of issue `n`.
+pub fn path(layout: &Layout, n: u64) -> PathBuf {
+    layout.state().join("attempts").join(format!("{n}.toonl"))
+}
+
+/// Appends one record, as one whole line.
+pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> {
+    let file = path(layout, n);
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| LogError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let json = serde_json::to_value(record).map_err(|e| LogError::Encode {
+        path: file.clone(),
+        msg: e.to_string(),
+    })?;
+    toonl::append_record(&file, &FIELDS, json)
+}
+
+/// Every record of issue `n`, oldest first; none when there is no ledger yet.
+pub fn read(layout: &Layout, n: u64) -> Result<Vec<Record>, LogError> {
+    read_file(&path(layout, n))
+}
+
+fn read_file(file: &Path) -> Result<Vec<Record>, LogError> {
+    let bytes = match fsutil::read_small_file(file, MAX_LEDGER_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(LogError::Io {
+                path: file.to_path_buf(),
+                source: e.into(),
+            });
+        }
+    };
+    toonl::decode_records(&bytes).map_err(|(line, msg)| LogError::Decode {
+        path: file.to_path_buf(),
+        line,
+        msg,
+    })
+}
+
+/// The records since the last quarantine: the attempts that count now.
+pub fn current(records: &[Record]) -> &[Record] {
+    let from = records
+        .iter()
+        .rposition(|r| r.outcome == Outcome::Quarantined)
+        .map_or(0, |i| i + 1);
+    &records[from..]
+}
+
+/// Failed attempts since the last quarantine.
+pub fn failures(records: &[Record]) -> usize {
+    current(records)
+        .iter()
+        .filter(|r| r.outcome.is_failure())
+        .count()
+}
+
+/// The branch the next attempt resumes: that of the newest attempt when it was capped.
+pub fn resume_branch(records: &[Record]) -> Option<&str> {
+    current(records)
+        .last()
+        .filter(|r| r.outcome == Outcome::WallClockCapped)
+        .and_then(|r| r.branch.as_deref())
+}
+
+/// The quarantine comment: every counted attempt (when, outcome, branch) and how to retry.
+pub fn quarantine_comment(records: &[Record], label: &str) -> String {
+    let attempts = current(records);
+    let failed = failures(records);
+    let mut body = format!(
+        "🤖 /afk quarantined this issue after {failed} failed attempt(s); it will not be requeued automatically.\n\nAttempts:\n"
+    );
+    for r in attempts {
+        let when = match &r.start {
+            Some(s) => format!("{s} – {}", r.end),
+            None => r.end.clone(),
+        };
+        let branch = r
+            .branch
+            .as_deref()
+            .map_or(String::new(), |b| format!(", branch `{b}`"));
+        let by = r
+            .worker
+            .as_deref()
+            .map_or(String::new(), |w| format!(" (worker {w})"));
+        body.push_str(&format!("- {when}: {}{branch}{by}\n", r.outcome));
+    }
+    body.push_str(&format!(
+        "\nTo retry: fix what makes the attempts fail, then remove the `{label}` label and add `ready-for-agent` back.\n"
+    ));
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_round_trip() {
+        for o in [
+            Outcome::Done,
+            Outcome::SetAside,
+            Outcome::AgentFailed(-1),
+            Outcome::AgentFailed(137),
+            Outcome::WallClockCapped,
+            Outcome::WorkerDied,
+            Outcome::GivenBack,
+            Outcome::Quarantined,
+        ] {
+            assert_eq!(o.to_string().parse::<Outcome>(), Ok(o));
+        }
+        assert!("agent-failed exit x".parse::<Outcome>().is_err());
+        assert!("exploded".parse::<Outcome>().is_err());
+    }
+
+    #[test]
+    fn append_read_count_and_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert_eq!(read(&layout, 7).unwrap(), vec![]);
+        let failed = Record::now(
+            Some("w1"),
+            Some("2026-01-01T00:00:00Z"),
+            Outcome::AgentFailed(3),
+        )
+        .on_branch("afk/w1/7-x", Some("abc".into()));
+        append(&layout, 7, &failed).unwrap();
+        append(&layout, 7, &Record::now(None, None, Outcome::GivenBack)).unwrap();
+        append(&layout, 7, &Record::now(None, None, Outcome::WorkerDied)).unwrap();
+        let capped = Record::now(Some("w2"), None, Outcome::WallClockCapped)
+            .on_branch("afk/w2/7-x", Some("def".into()));
+        append(&layout, 7, &capped).unwrap();
+        let got = read(&layout, 7).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0], failed);
+        assert_eq!(failures(&got), 3);
+        assert_eq!(resume_branch(&got), Some("afk/w2/7-x"));
+        let text = std::fs::read_to_string(path(&layout, 7)).unwrap();
+        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head}:\n"));
+        assert_eq!(text.lines().count(), 5, "one header, one line per record");
+
+        let comment = quarantine_comment(&got, "afk:quarantined");
+        assert!(comment.contains("after 3 failed attempt(s)"), "{comment}");
+        assert!(comment.contains("agent-failed exit 3, branch `afk/w1/7-x` (worker w1)"));
+        assert!(comment.contains("remove the `afk:quarantined` label"));
+
+        append(&layout, 7, &Record::now(None, None, Outcome::Quarantined)).unwrap();
+        let got = read(&layout, 7).unwrap();
+        assert_eq!(failures(&got), 0, "a quarantine resets the count");
+        assert_eq!(resume_branch(&got), None);
+    }
+}
