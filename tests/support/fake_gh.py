@@ -12,6 +12,7 @@
 #   state.lock   flock serialising every read-modify-write of state.json
 #   calls.jsonl  one JSON array per call: the argv after the program name
 #   pids         one pid per call, written first thing
+#   hung         one pid per child a `hang` reply started (it shares the call's group)
 import copy
 import fcntl
 import json
@@ -19,6 +20,7 @@ import os
 import random
 import re
 import shlex
+import subprocess
 import sys
 import time
 
@@ -27,6 +29,7 @@ STATE = os.path.join(HERE, "state.json")
 LOCK = os.path.join(HERE, "state.lock")
 CALLS = os.path.join(HERE, "calls.jsonl")
 PIDS = os.path.join(HERE, "pids")
+HUNG = os.path.join(HERE, "hung")
 
 POSITIVE = re.compile(r"^[1-9][0-9]*$")
 
@@ -300,6 +303,13 @@ def main():
             step = {"code": 1, "stderr": CHAOS_STDERR}
         save(state)
         fcntl.flock(lock, fcntl.LOCK_UN)
+    if step and step.get("hang"):
+        # Never answers, like a gh stuck on a dead connection; its child (as a real gh's
+        # pager or credential helper would) holds the output pipes too.
+        child = subprocess.Popen(["sleep", "3600"])
+        append(HUNG, str(child.pid))
+        while True:
+            time.sleep(3600)
     if step and step.get("delay"):
         time.sleep(float(step["delay"]))
     if step and "code" in step:

@@ -22,7 +22,9 @@
 //!
 //! Scripted replies ([`FakeGh::fail_next`], [`FakeGh::respond_next`],
 //! [`FakeGh::delay_next`], [`FakeGh::pass_next`]) form one queue; each valid call takes the
-//! next entry. A delayed call sleeps, then answers normally (use it to force a timeout).
+//! next entry. A delayed call sleeps, then answers normally (use it to force a timeout); a
+//! hung call ([`FakeGh::hang_next`]) never answers and starts a child in its process group
+//! that never ends either ([`FakeGh::hung_children`]).
 //!
 //! Chaos mode ([`FakeGh::set_chaos`]): with the queue empty, each valid call fails with
 //! gh's network-error text (a transient failure) before doing anything, with probability
@@ -242,6 +244,21 @@ impl FakeGh {
     /// The next `k` calls sleep `secs` before answering normally.
     pub fn delay_next(&self, k: usize, secs: f64) {
         self.push_script(k, json!({"delay": secs}));
+    }
+
+    /// The next `k` calls never answer: each starts a `sleep` child and waits forever, so
+    /// only the caller's deadline (a kill of the call's process group) ends them.
+    pub fn hang_next(&self, k: usize) {
+        self.push_script(k, json!({"hang": true}));
+    }
+
+    /// The pids of the children hung calls started.
+    pub fn hung_children(&self) -> Vec<i32> {
+        fs::read_to_string(self.bin_dir().join("hung"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
     }
 
     /// The next `k` calls answer normally (to aim a scripted failure at a later call).
