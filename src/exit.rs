@@ -5,6 +5,8 @@ pub const FAILED: i32 = 1;
 pub const USAGE: i32 = 2;
 pub const NOT_RUNNING: i32 = 3;
 pub const BOOT_HALTED: i32 = 4;
+/// From a worker: it stopped because GitHub rate-limited it (EX_TEMPFAIL). Not a death.
+pub const RATE_LIMITED: i32 = 75;
 pub const CONFIG: i32 = 78;
 pub const SIGHUP: i32 = 129;
 pub const SIGINT: i32 = 130;

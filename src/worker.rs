@@ -32,7 +32,7 @@ use crate::sweeps::{SweepCtx, SweepName, worker_tree};
 use crate::text;
 use crate::timeutil;
 use crate::toonl;
-use crate::tracker::{LabeledIssue, Tracker, labels};
+use crate::tracker::{LabeledIssue, Tracker, TrackerError, labels};
 
 pub const BOOT_ONLY_SWEPT: &str = "boot complete (--boot-only): sweeps ran, no issues processed";
 pub const BOOT_ONLY_SKIPPED: &str =
@@ -317,7 +317,7 @@ impl Worker<'_> {
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
-            .map_err(|e| Failure::failed(e.to_string()))?;
+            .map_err(|e| tracker_failure(&e))?;
         queue.retain(|i| crate::tracker::is_claimable(&i.labels));
         queue.sort_by_key(|i| i.number);
         for issue in queue {
@@ -338,7 +338,7 @@ impl Worker<'_> {
             if !ready {
                 let _ = claim.release();
                 if let Err(e) = current {
-                    return Err(Failure::failed(e.to_string()));
+                    return Err(tracker_failure(&e));
                 }
                 continue;
             }
@@ -348,7 +348,7 @@ impl Worker<'_> {
                 &[labels::READY_FOR_AGENT],
             ) {
                 let _ = claim.release();
-                return Err(Failure::failed(e.to_string()));
+                return Err(tracker_failure(&e));
             }
             let marks = match self.claim_on_tracker(issue.number) {
                 Ok(Some(Verdict::Lost { holder })) => {
@@ -364,7 +364,7 @@ impl Worker<'_> {
                 Ok(None) => None,
                 // The local claim stays: the supervisor's release (or orphan cleanup)
                 // gives the issue back from it once this worker is gone, marks checked.
-                Err(e) => return Err(Failure::failed(e.to_string())),
+                Err(e) => return Err(Failure::new(exit_for(e.tracker_error()), e.to_string())),
             };
             return Ok(Some((
                 issue,
@@ -405,7 +405,7 @@ impl Worker<'_> {
             Some(_) => tracked::retry(edit),
             None => edit(),
         }
-        .map_err(|e| Failure::failed(e.to_string()))
+        .map_err(|e| tracker_failure(&e))
     }
 
     fn over_limit(&self, records: &[ledger::Record]) -> bool {
@@ -435,7 +435,7 @@ impl Worker<'_> {
             Some(_) => tracked::retry(edit),
             None => edit(),
         }
-        .map_err(|e| Failure::failed(e.to_string()))?;
+        .map_err(|e| tracker_failure(&e))?;
         let record = ledger::Record::now(
             Some(&self.wenv.worker_id),
             None,
@@ -916,6 +916,20 @@ fn env_form(text: &str) -> (String, bool) {
     value.truncate(end);
     let whole = value.len() == text.len();
     (value, whole)
+}
+
+/// The exit code for a tracker failure: a rate limit exits [`exit::RATE_LIMITED`], which the
+/// supervisor must not count as a death (SPEC §6); anything else 1.
+fn exit_for(e: &TrackerError) -> i32 {
+    if e.is_rate_limited() {
+        exit::RATE_LIMITED
+    } else {
+        exit::FAILED
+    }
+}
+
+fn tracker_failure(e: &TrackerError) -> Failure {
+    Failure::new(exit_for(e), e.to_string())
 }
 
 /// Stops the agent and every process it started: SIGTERM to the whole tree, `grace` for

@@ -1,15 +1,81 @@
 //! Every tracker call has a deadline (SPEC §7): a `gh` that never answers is killed with
 //! its process group at `tracker.timeout_s`, the failure is transient, and nothing acts on
-//! it. The fake gh's `hang` reply stands in for a gh stuck on a dead connection.
+//! it. The fake gh's `hang` reply stands in for a gh stuck on a dead connection. A rate
+//! limit is a class of its own: the worker exits 75 for it, changing nothing.
 
 mod support;
 
 use std::fs;
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::Duration;
 
 use afk_supervisor::tracker::{ErrorKind, Tracker};
 use support::fake_gh::{FakeGh, FakeIssue};
-use support::{TestEnv, wait_until};
+use support::{Repo, TestEnv, wait_until};
+
+/// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent only
+/// counts its runs.
+struct GhWorker {
+    env: TestEnv,
+    repo: Repo,
+    gh: FakeGh,
+    runs: PathBuf,
+}
+
+impl GhWorker {
+    fn new() -> Self {
+        let env = TestEnv::new();
+        let repo = env.repo_with_origin();
+        let runs = env.path().join("runs");
+        let agent = env.path().join("agent.sh");
+        fs::write(&agent, format!("echo run >> {}\n", runs.display())).unwrap();
+        fs::create_dir_all(repo.path.join(".red")).unwrap();
+        fs::write(
+            repo.path.join(".red/afk-supervisor.toml"),
+            format!(
+                "[agent]\ncommand = [\"sh\", \"{}\"]\n\n[tracker]\nkind = \"gh\"\n\
+                 repo = \"fake-owner/fake-repo\"\ntimeout_s = 5\n",
+                agent.display()
+            ),
+        )
+        .unwrap();
+        let gh = FakeGh::install(&env);
+        gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"]).with_body("# Do it\n")]);
+        GhWorker {
+            env,
+            repo,
+            gh,
+            runs,
+        }
+    }
+
+    fn work_once(&self) -> Output {
+        self.env
+            .bin()
+            .arg("--repo")
+            .arg(&self.repo.path)
+            .args(["worker", "--once"])
+            .env("PATH", self.gh.path_env())
+            .env("RED_AFK_SWEEPS_DONE", "1")
+            .env("RED_AFK_WORKER_ID", "w1")
+            .output()
+            .unwrap()
+    }
+
+    /// Issue 1 is as it was, no agent ran, no claim is left.
+    fn assert_untouched(&self) {
+        let issue = self.gh.issue(1).unwrap();
+        assert_eq!(issue.labels, vec!["ready-for-agent"]);
+        assert!(issue.comments.is_empty(), "{:?}", issue.comments);
+        assert!(!self.runs.exists(), "no agent ran");
+        assert!(!self.repo.path.join(".red/tmp/claims/1").exists());
+    }
+
+    fn runs(&self) -> usize {
+        fs::read_to_string(&self.runs).map_or(0, |t| t.lines().count())
+    }
+}
 
 /// Whether `pid` has ended (gone, or a zombie nobody reaped yet).
 fn ended(pid: i32) -> bool {
@@ -60,61 +126,49 @@ fn a_hung_gh_is_killed_with_its_group_and_counted_transient() {
 /// worker, with gh answering again, works the issue.
 #[test]
 fn a_worker_whose_gh_hangs_changes_nothing_and_the_next_one_works_the_issue() {
-    let env = TestEnv::new();
-    let repo = env.repo_with_origin();
-    let runs = env.path().join("runs");
-    let agent = env.path().join("agent.sh");
-    fs::write(&agent, format!("echo run >> {}\n", runs.display())).unwrap();
-    fs::create_dir_all(repo.path.join(".red")).unwrap();
-    fs::write(
-        repo.path.join(".red/afk-supervisor.toml"),
-        format!(
-            "[agent]\ncommand = [\"sh\", \"{}\"]\n\n[tracker]\nkind = \"gh\"\n\
-             repo = \"fake-owner/fake-repo\"\ntimeout_s = 5\n",
-            agent.display()
-        ),
-    )
-    .unwrap();
-    let gh = FakeGh::install(&env);
-    gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"]).with_body("# Do it\n")]);
-    gh.pass_next(1);
-    gh.hang_next(1);
-    let worker = || {
-        env.bin()
-            .arg("--repo")
-            .arg(&repo.path)
-            .args(["worker", "--once"])
-            .env("PATH", gh.path_env())
-            .env("RED_AFK_SWEEPS_DONE", "1")
-            .env("RED_AFK_WORKER_ID", "w1")
-            .output()
-            .unwrap()
-    };
-    let o = worker();
+    let w = GhWorker::new();
+    w.gh.pass_next(1);
+    w.gh.hang_next(1);
+    let o = w.work_once();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("timed out after 5s and was killed"),
         "{stderr}"
     );
-    let calls = gh.calls();
+    let calls = w.gh.calls();
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert_eq!(calls[0][..2], ["issue", "list"]);
     assert_eq!(calls[1][..2], ["issue", "view"]);
-    assert_all_ended(&gh, 2);
-    let issue = gh.issue(1).unwrap();
-    assert_eq!(issue.labels, vec!["ready-for-agent"]);
-    assert!(issue.comments.is_empty(), "{:?}", issue.comments);
-    assert!(!runs.exists(), "no agent ran");
-    assert!(!repo.path.join(".red/tmp/claims/1").exists());
+    assert_all_ended(&w.gh, 2);
+    w.assert_untouched();
 
-    let o = worker();
+    let o = w.work_once();
     assert_eq!(
         o.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    assert_eq!(fs::read_to_string(&runs).unwrap().lines().count(), 1);
-    assert_eq!(gh.issue(1).unwrap().labels, vec!["ready-for-human"]);
+    assert_eq!(w.runs(), 1);
+    assert_eq!(w.gh.issue(1).unwrap().labels, vec!["ready-for-human"]);
+}
+
+/// GitHub's rate limit on the claim check: the worker exits 75 (its own code, never a
+/// death, SPEC §6), drops its local claim and changes nothing; it retries nothing either.
+#[test]
+fn a_rate_limited_worker_exits_75_and_changes_nothing() {
+    let w = GhWorker::new();
+    w.gh.pass_next(1);
+    w.gh.fail_next(
+        1,
+        1,
+        "HTTP 403: API rate limit exceeded for user ID 1. (https://api.github.com/graphql)",
+    );
+    let o = w.work_once();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("rate-limited"), "{stderr}");
+    assert_eq!(w.gh.calls().len(), 2);
+    w.assert_untouched();
 }

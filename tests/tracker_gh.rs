@@ -141,7 +141,7 @@ fn failures_are_classified_and_name_the_command() {
         (
             1,
             "GraphQL: API rate limit exceeded for user ID 1. (repository)",
-            ErrorKind::Transient,
+            ErrorKind::RateLimited,
         ),
         (
             1,

@@ -29,6 +29,15 @@ pub enum ClaimError {
     Read { issue: u64, source: TrackerError },
 }
 
+impl ClaimError {
+    /// The tracker failure behind it.
+    pub fn tracker_error(&self) -> &TrackerError {
+        match self {
+            ClaimError::Mark { source, .. } | ClaimError::Read { source, .. } => source,
+        }
+    }
+}
+
 /// This checkout's name in marks: the host name and a hash of the canonical repo path, so
 /// two checkouts on one box are two names and one checkout keeps its name across restarts.
 pub fn this_host(layout: &Layout) -> String {

@@ -195,7 +195,14 @@ pub fn classify(code: Option<i32>, stderr: &str) -> ErrorKind {
     if NOT_FOUND.iter().any(|p| s.contains(p)) {
         return ErrorKind::NotFound;
     }
-    const TRANSIENT: [&str; 24] = [
+    // Primary ("API rate limit exceeded", HTTP 403) and secondary ("secondary rate limit",
+    // "abuse detection", HTTP 403 or 429) limits: before the transient texts, which share
+    // words with them.
+    const RATE_LIMITED: [&str; 3] = ["rate limit", "abuse detection", "http 429"];
+    if RATE_LIMITED.iter().any(|p| s.contains(p)) {
+        return ErrorKind::RateLimited;
+    }
+    const TRANSIENT: [&str; 21] = [
         "error connecting to",
         "check your internet connection",
         "could not resolve host",
@@ -212,9 +219,6 @@ pub fn classify(code: Option<i32>, stderr: &str) -> ErrorKind {
         "client.timeout exceeded",
         "unexpected eof",
         ": eof",
-        "rate limit",
-        "abuse detection",
-        "http 429",
         "bad gateway",
         "service unavailable",
         "gateway timeout",
@@ -585,12 +589,22 @@ mod tests {
             (
                 Some(1),
                 "GraphQL: API rate limit exceeded for user ID 1.",
-                Transient,
+                RateLimited,
             ),
             (
                 Some(1),
                 "You have exceeded a secondary rate limit",
-                Transient,
+                RateLimited,
+            ),
+            (
+                Some(1),
+                "HTTP 403: You have exceeded a secondary rate limit. Please wait a few minutes before you try again. (https://api.github.com/graphql)",
+                RateLimited,
+            ),
+            (
+                Some(1),
+                "HTTP 429: Too Many Requests (https://api.github.com/repos/o/r/issues)",
+                RateLimited,
             ),
             (
                 Some(1),

@@ -114,12 +114,15 @@ impl IssueView {
 }
 
 /// How a failed tracker call failed. Only `NotFound` and `Failed` may ever lead to an
-/// action; a `Transient` failure never leads to a deletion, label change or comment.
+/// action; a `Transient` or `RateLimited` failure never leads to a deletion, label change
+/// or comment. `RateLimited` (GitHub's primary or secondary rate limit) is kept apart
+/// because retrying soon makes it worse: it is waited out, not retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorKind {
     NotFound,
     Transient,
+    RateLimited,
     Failed,
 }
 
@@ -128,6 +131,7 @@ impl fmt::Display for ErrorKind {
         f.write_str(match self {
             ErrorKind::NotFound => "not found",
             ErrorKind::Transient => "transient",
+            ErrorKind::RateLimited => "rate-limited",
             ErrorKind::Failed => "failed",
         })
     }
@@ -152,8 +156,14 @@ impl TrackerError {
         }
     }
 
+    /// A failure that may pass on a retry soon (network, timeout, 5xx).
     pub fn is_transient(&self) -> bool {
         self.kind == ErrorKind::Transient
+    }
+
+    /// GitHub refused the call for its rate limit.
+    pub fn is_rate_limited(&self) -> bool {
+        self.kind == ErrorKind::RateLimited
     }
 }
 

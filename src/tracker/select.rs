@@ -106,7 +106,7 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
                 // A timeout or network failure says nothing about the login. Falling back
                 // to an empty local store would make every GitHub issue look missing, so
                 // the choice is refused until gh can answer.
-                Err(e) if e.is_transient() => Err(TrackerError::new(
+                Err(e) if e.is_transient() || e.is_rate_limited() => Err(TrackerError::new(
                     e.kind,
                     e.command,
                     format!(
