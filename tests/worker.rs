@@ -554,3 +554,44 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
     assert_eq!(outcomes, vec!["wall-clock-capped", "done"]);
     assert_eq!(f.labels(n), vec!["ready-for-human"]);
 }
+
+/// Deaths recorded by restores count too: an issue whose ledger already holds three
+/// `worker-died` attempts is quarantined by the next worker that claims it, before any
+/// agent runs.
+#[test]
+fn an_issue_that_killed_three_workers_is_quarantined_at_its_next_claim() {
+    use afk_supervisor::ledger::{self, Outcome, Record};
+    let marks = TestEnv::new();
+    let runs = marks.path().join("runs");
+    let f = Fixture::new(Some(&format!("echo run >> {}", runs.display())));
+    let n = f.new_issue("Kills workers", &["ready-for-agent"]);
+    let layout = afk_supervisor::layout::Layout::new(&f.repo.path);
+    ledger::append(&layout, n, &Record::now(None, None, Outcome::GivenBack)).unwrap();
+    for _ in 0..3 {
+        ledger::append(&layout, n, &Record::now(None, None, Outcome::WorkerDied)).unwrap();
+    }
+    let o = f.work_once(0);
+    assert!(
+        stderr(&o).contains("quarantined after 3 failed attempt(s)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!runs.exists(), "no agent ran");
+    let mut labels = f.labels(n);
+    labels.sort();
+    assert_eq!(labels, vec!["afk:quarantined", "ready-for-human"]);
+    let comments = f.comments(n);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert_eq!(
+        comments[0].matches(": worker-died").count(),
+        3,
+        "{comments:?}"
+    );
+    assert_eq!(
+        comments[0].matches(": given-back").count(),
+        1,
+        "{comments:?}"
+    );
+    assert!(f.attempt_dirs().is_empty());
+    assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
+}

@@ -1,7 +1,9 @@
-//! Every tracker call has a deadline (SPEC §7): a `gh` that never answers is killed with
-//! its process group at `tracker.timeout_s`, the failure is transient, and nothing acts on
-//! it. The fake gh's `hang` reply stands in for a gh stuck on a dead connection. A rate
-//! limit is a class of its own: the worker exits 75 for it, changing nothing.
+//! The built-in worker against the fake gh. Every tracker call has a deadline (SPEC §7): a
+//! `gh` that never answers is killed with its process group at `tracker.timeout_s`, the
+//! failure is transient, and nothing acts on it. The fake gh's `hang` reply stands in for a
+//! gh stuck on a dead connection. A rate limit is a class of its own: the worker exits 75
+//! for it, changing nothing. A quarantine on the shared tracker ends the claim with the
+//! hand-off mark (SPEC §11.5, §11.6).
 
 mod support;
 
@@ -14,8 +16,8 @@ use afk_supervisor::tracker::{ErrorKind, Tracker};
 use support::fake_gh::{FakeGh, FakeIssue};
 use support::{Repo, TestEnv, wait_until};
 
-/// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent only
-/// counts its runs.
+/// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent counts
+/// its runs, then runs `script`.
 struct GhWorker {
     env: TestEnv,
     repo: Repo,
@@ -25,17 +27,26 @@ struct GhWorker {
 
 impl GhWorker {
     fn new() -> Self {
+        Self::with("", "")
+    }
+
+    /// With `script` after the agent's count and `config` appended to the config file.
+    fn with(script: &str, config: &str) -> Self {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
         let runs = env.path().join("runs");
         let agent = env.path().join("agent.sh");
-        fs::write(&agent, format!("echo run >> {}\n", runs.display())).unwrap();
+        fs::write(
+            &agent,
+            format!("echo run >> {}\n{script}\n", runs.display()),
+        )
+        .unwrap();
         fs::create_dir_all(repo.path.join(".red")).unwrap();
         fs::write(
             repo.path.join(".red/afk-supervisor.toml"),
             format!(
                 "[agent]\ncommand = [\"sh\", \"{}\"]\n\n[tracker]\nkind = \"gh\"\n\
-                 repo = \"fake-owner/fake-repo\"\ntimeout_s = 5\n",
+                 repo = \"fake-owner/fake-repo\"\ntimeout_s = 5\n{config}",
                 agent.display()
             ),
         )
@@ -171,4 +182,56 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
     assert!(stderr.contains("rate-limited"), "{stderr}");
     assert_eq!(w.gh.calls().len(), 2);
     w.assert_untouched();
+}
+
+/// On the shared tracker the quarantine comment carries the hand-off mark as its last
+/// line, so the claims belt finishes a hand-off and never requeues the issue.
+#[test]
+fn a_quarantine_on_gh_ends_the_claim_with_the_handoff_mark() {
+    let w = GhWorker::with("exit 3", "[worker]\nmax_failed_attempts = 2\n");
+    let o = w.work_once();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(w.gh.issue(1).unwrap().labels, vec!["ready-for-agent"]);
+    let o = w.work_once();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = w.work_once();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(w.runs(), 2);
+    let issue = w.gh.issue(1).unwrap();
+    let mut labels = issue.labels.clone();
+    labels.sort();
+    assert_eq!(labels, vec!["afk:quarantined", "ready-for-human"]);
+    let quarantine: Vec<&str> = issue
+        .comments
+        .iter()
+        .map(|c| c.body.as_str())
+        .filter(|b| b.contains("quarantined this issue"))
+        .collect();
+    assert_eq!(quarantine.len(), 1, "{:?}", issue.comments);
+    assert!(
+        quarantine[0].contains("after 2 failed attempt(s)"),
+        "{}",
+        quarantine[0]
+    );
+    let last = quarantine[0]
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap();
+    assert!(last.starts_with("🤖 /afk handoff w1@"), "{last}");
 }
