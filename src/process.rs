@@ -252,8 +252,14 @@ impl AsRawFd for Pidfd {
 /// the kernel; elsewhere the leader's zombie pins the group id and `/proc` is read.
 pub fn pidfd_groups() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // A kernel that knows the flag answers for our own pidfd: 0 when we lead a group,
+    // ESRCH when we do not (a group with no members is named by our pid). One that does
+    // not know it refuses the flag with EINVAL.
     *SUPPORTED.get_or_init(|| {
-        Pidfd::open(std::process::id() as i32).is_some_and(|fd| fd.signal_group(None).is_ok())
+        Pidfd::open(std::process::id() as i32).is_some_and(|fd| match fd.signal_group(None) {
+            Ok(()) => true,
+            Err(e) => e.raw_os_error() == Some(libc::ESRCH),
+        })
     })
 }
 
