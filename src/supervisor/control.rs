@@ -6,8 +6,7 @@ use std::io;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde::Serialize;
 
 use super::lane::running_supervisor;
@@ -473,26 +472,15 @@ fn recorded_live_workers(layout: &Layout) -> Vec<(i32, u64)> {
 /// SIGKILLs each verified worker's process group (or the worker alone when it does not
 /// lead a group).
 fn kill_workers(workers: &[(i32, u64)]) -> usize {
-    let mut n = 0;
-    for &(pid, start) in workers {
-        let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
-            continue;
-        };
-        let r = if p.pgid == pid {
-            killpg(Pid::from_raw(pid), Signal::SIGKILL)
-        } else {
-            kill(Pid::from_raw(pid), Signal::SIGKILL)
-        };
-        if r.is_ok() {
-            n += 1;
-        }
-    }
-    n
+    workers
+        .iter()
+        .filter(|&&(pid, start)| process::ProcId { pid, start }.kill_tree())
+        .count()
 }
 
 /// Signals `pid` only if it is still the process that started at `start`.
 fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
-    pidfile::judge_pid(pid, Some(start)).is_live() && kill(Pid::from_raw(pid), sig).is_ok()
+    process::ProcId { pid, start }.signal(sig)
 }
 
 fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
