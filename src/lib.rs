@@ -3,7 +3,8 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map (imports point down this list, never up):
+//! Module map (imports point down this list; the exceptions left are `sweeps` importing
+//! `boot`'s report types and `claim` importing the restore text and lane from `sweeps`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
