@@ -175,15 +175,14 @@ pub fn run(
         home.finish();
         return Ok(exit::OK);
     }
-    let Some(agent) = config.agent.command.clone() else {
-        home.finish();
-        let file = config
-            .file
-            .as_ref()
-            .map_or("the config file".into(), |p| p.display().to_string());
-        return Err(Failure::config(format!(
-            "agent.command is not configured: the worker has no agent to run (set [agent] command in {file})"
-        )));
+    // Before any claim: an agent that cannot run is the host's fault (exit 78, the slot is
+    // parked), never an issue taken and given back in a crash loop.
+    let agent = match crate::program::check_agent(config, layout) {
+        Ok(_) => config.agent.command.clone().unwrap_or_default(),
+        Err(e) => {
+            home.finish();
+            return Err(Failure::config(e.to_string()));
+        }
     };
 
     let w = Worker {
@@ -201,13 +200,19 @@ pub fn run(
     code
 }
 
-/// The worker's own dir and `worker.pid`; removed again on a clean exit.
+/// The worker's own dir and `worker.pid` (after `.red/tmp/`, `.red/state/` and their
+/// `.gitignore` lines, [`crate::bootstrap`]); removed again on a clean exit.
 struct Bootstrap {
     dir: PathBuf,
 }
 
 impl Bootstrap {
     fn new(layout: &Layout, worker_id: &str) -> Result<Self, Failure> {
+        let ignore =
+            crate::bootstrap::ensure(layout).map_err(|e| Failure::failed(e.to_string()))?;
+        if let Some(note) = ignore.note() {
+            eprintln!("worker {worker_id}: {note}");
+        }
         let dir = layout
             .worker_namespace(WORKER_NAMESPACES[0])
             .join(worker_id);

@@ -125,7 +125,8 @@ impl From<Issue> for ShowJson {
 
 pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let (backend, reason) = select::resolve(&config, &ctx.layout).map_err(tracker_failure)?;
+    let (backend, reason) =
+        select::resolve(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{reason}");
     match args.command {
         IssueCommand::New {

@@ -196,7 +196,7 @@ async fn run_fleet(
         .pid(lane.pid),
     );
     for n in notes {
-        journal.write(Event::now(kind::ERROR, n));
+        journal.write(Event::now(n.kind(), n.text()));
     }
 
     let tracker = match open_tracker(&config, layout) {

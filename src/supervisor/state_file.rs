@@ -93,6 +93,10 @@ pub struct SlotDetail {
     pub started_epoch: Option<u64>,
     pub restarts: u64,
     pub issue: Option<u64>,
+    /// Why a parked slot is parked (project addition, `docs/SPEC.md` §11.6); absent
+    /// otherwise. Readers that do not know the field ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +110,9 @@ pub struct StateFile {
     pub shrink_mode: ShrinkMode,
     /// Open `ready-for-agent` issues at the last successful check; null when unknown.
     pub ready_for_agent: Option<u64>,
+    /// Why `ready_for_agent` is null (project addition, §11.6); absent when it is a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_for_agent_unknown: Option<String>,
     pub slots: SlotCounts,
     pub slot_pids: Vec<SlotPid>,
     pub churn: Churn,
@@ -189,6 +196,7 @@ mod tests {
             runner: "claude".into(),
             shrink_mode: ShrinkMode::DrainThenRetire,
             ready_for_agent: Some(3),
+            ready_for_agent_unknown: None,
             slots: SlotCounts {
                 busy: 1,
                 free: 0,
@@ -215,6 +223,7 @@ mod tests {
                     started_epoch: Some(1_767_322_000),
                     restarts: 0,
                     issue: Some(17),
+                    reason: None,
                 },
                 SlotDetail {
                     slot: 1,
@@ -224,6 +233,7 @@ mod tests {
                     started_epoch: None,
                     restarts: 5,
                     issue: None,
+                    reason: Some("agent.command is not set (x): set it".into()),
                 },
             ],
         }
@@ -257,6 +267,49 @@ mod tests {
         ] {
             assert!(text.contains(field), "{field} missing in:\n{text}");
         }
+    }
+
+    /// What a reader from before `reason` and `ready_for_agent_unknown` knew.
+    #[derive(Debug, Deserialize)]
+    struct OldDetail {
+        slot: usize,
+        state: String,
+        restarts: u64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct OldState {
+        target: usize,
+        ready_for_agent: Option<u64>,
+        #[serde(default)]
+        slot_detail: Vec<OldDetail>,
+    }
+
+    #[test]
+    fn the_added_fields_stay_readable_by_older_readers() {
+        let mut s = sample();
+        s.ready_for_agent = None;
+        s.ready_for_agent_unknown = Some("no tracker check has answered yet".into());
+        let text = encode(&s).unwrap();
+        assert!(
+            text.contains("agent.command is not set (x): set it"),
+            "{text}"
+        );
+        assert_eq!(decode(&text).unwrap(), s);
+        let old: OldState = reddb_io_toon::from_str(&text).unwrap();
+        assert_eq!((old.target, old.ready_for_agent), (2, None));
+        let details: Vec<(usize, &str, u64)> = old
+            .slot_detail
+            .iter()
+            .map(|d| (d.slot, d.state.as_str(), d.restarts))
+            .collect();
+        assert_eq!(details, vec![(0, "running", 0), (1, "parked", 5)]);
+        // And a file without them (an older writer) reads as "not known".
+        let mut plain = sample();
+        plain.slot_detail[1].reason = None;
+        let text = encode(&plain).unwrap();
+        assert!(!text.contains("reason"), "{text}");
+        assert_eq!(decode(&text).unwrap(), plain);
     }
 
     #[test]

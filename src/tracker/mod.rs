@@ -12,7 +12,7 @@ pub mod select;
 
 pub use gh::GhTracker;
 pub use local::LocalTracker;
-pub use select::{Selected, open};
+pub use select::{SelectError, Selected, open};
 
 pub mod labels {
     pub const READY_FOR_AGENT: &str = "ready-for-agent";

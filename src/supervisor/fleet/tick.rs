@@ -181,6 +181,13 @@ impl Fleet {
             runner: self.runner.clone(),
             shrink_mode: self.shrink_mode,
             ready_for_agent: self.ready,
+            ready_for_agent_unknown: match (&self.ready, &self.tracker_error) {
+                (Some(_), _) => None,
+                (None, Some(e)) => {
+                    Some(format!("tracker check failed: {}", crate::text::excerpt(e)))
+                }
+                (None, None) => Some("no tracker check has answered yet".into()),
+            },
             slots: SlotCounts {
                 busy,
                 free: total - busy - parked,
@@ -215,6 +222,7 @@ impl Fleet {
                     started_epoch: s.worker().map(|w| w.started_epoch),
                     restarts: s.restarts,
                     issue: s.worker().and_then(|w| w.issue),
+                    reason: s.park_reason(),
                 })
                 .collect(),
         }
