@@ -1,4 +1,4 @@
-//! Configuration (SPEC §10): built-in defaults, then one TOML file, then `RED_AFK_*`
+//! Configuration (`docs/SPEC.md` §10): built-in defaults, then one TOML file, then `RED_AFK_*`
 //! variables, then command-line flags. Every error names where the bad value came from
 //! (`FILE:LINE:COL: …` for the file, the variable's name for the environment) and is fatal
 //! with exit 78, because a supervisor running on a half-understood config is worse than
@@ -306,7 +306,7 @@ fn read_file(p: &Path) -> Result<String, ConfigError> {
     }
 }
 
-/// Loads the full configuration with the SPEC §10 precedence.
+/// Loads the full configuration with the `docs/SPEC.md` §10 precedence.
 pub fn load(
     explicit: Option<&Path>,
     layout: &Layout,
@@ -542,7 +542,7 @@ impl Builder {
 
     /// `worker.runner` set nowhere: the agent's program name (`claude` for
     /// `["/usr/local/bin/claude", ...]`), so `status` names what really runs; with no
-    /// agent, the SPEC default `claude`.
+    /// agent, the `docs/SPEC.md` default `claude`.
     fn default_runner(&mut self) {
         if self.origins.contains_key("worker.runner") {
             return;
@@ -826,7 +826,7 @@ mod tests {
             resolve_with_sources(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
         assert_eq!(c.worker.runner, "codex");
         assert!(src.describe("worker.runner").contains("agent.command[0]"));
-        // Set anywhere, it wins; with no agent it is the SPEC default.
+        // Set anywhere, it wins; with no agent it is the `docs/SPEC.md` default.
         let set = format!("{text}[worker]\nrunner = \"claude\"\n");
         assert_eq!(from_file(&set).unwrap().worker.runner, "claude");
         let e = env(&[("RED_AFK_RUNNER", "gemini")]);

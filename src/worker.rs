@@ -2,9 +2,9 @@
 //!
 //! One worker process claims `ready-for-agent` issues one at a time and runs the configured
 //! agent on each in an isolated git worktree. Under a supervisor (`RED_AFK_SWEEPS_DONE=1`)
-//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first (SPEC §6).
+//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first (`docs/SPEC.md` §6).
 //!
-//! Exit codes follow SPEC §6: 0 done (queue empty or `--once` finished), 78 when the host is
+//! Exit codes follow `docs/SPEC.md` §6: 0 done (queue empty or `--once` finished), 78 when the host is
 //! misconfigured (no agent command) so the supervisor parks the slot instead of looping,
 //! anything else a death.
 
@@ -46,7 +46,7 @@ pub struct WorkerOpts {
     pub boot_only: bool,
 }
 
-/// What the supervisor tells a worker through `RED_AFK_*` (SPEC §6).
+/// What the supervisor tells a worker through `RED_AFK_*` (`docs/SPEC.md` §6).
 #[derive(Debug, Clone)]
 pub struct WorkerEnv {
     pub sweeps_done: bool,
@@ -344,7 +344,7 @@ impl Worker<'_> {
         let worktree = attempt_dir.join("worktree");
         let mut branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
         // A kept worktree of an earlier attempt by the same worker id still holds the plain
-        // name; the attempt suffix keeps the SPEC §8 shape `afk/<worker>/<N>-<slug>`.
+        // name; the attempt suffix keeps the `docs/SPEC.md` §8 shape `afk/<worker>/<N>-<slug>`.
         if matches!(
             self.git.rev_parse(&format!("refs/heads/{branch}")),
             Ok(Some(_))
@@ -757,7 +757,7 @@ pub fn next_attempt(layout: &Layout, issue: u64) -> u64 {
     max + 1
 }
 
-/// The attempt's `afk.state.json` (SPEC §3), rewritten atomically at each stage.
+/// The attempt's `afk.state.json` (`docs/SPEC.md` §3), rewritten atomically at each stage.
 struct AttemptFile {
     dir: PathBuf,
     state: AttemptState,

@@ -1,4 +1,4 @@
-//! The boot suite's precheck (SPEC §5): when what every sweep takes for granted is missing,
+//! The boot suite's precheck (`docs/SPEC.md` §5): when what every sweep takes for granted is missing,
 //! no sweep runs, the outcome says which check failed, and a supervisor still starts its
 //! workers, which run their own precheck.
 

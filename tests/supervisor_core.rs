@@ -1,4 +1,4 @@
-//! The supervisor's core with real processes: spawning with the SPEC §6 environment,
+//! The supervisor's core with real processes: spawning with the `docs/SPEC.md` §6 environment,
 //! respawn, the circuit breaker, exit 78, stalls, and start-up refusals.
 
 mod fleet;

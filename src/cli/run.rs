@@ -3,8 +3,8 @@
 //! Before the supervisor takes its lane, everything an operator must fix is checked, each
 //! refusal one line with its exit code (`docs/SPEC.md` §9, §11.5), and nothing is created:
 //! the agent the built-in worker would run (exit 78) and the tracker (exit 78 when `gh` is
-//! not logged in for a GitHub project). Then the bootstrap (`.red/tmp/`, `.red/state/`,
-//! their `.gitignore` lines) and the fleet.
+//! not logged in for a GitHub project). Then the fleet, whose start-up includes the
+//! bootstrap (`.red/tmp/`, `.red/state/`, their `.gitignore` lines; `crate::bootstrap`).
 
 use std::sync::Arc;
 
@@ -45,11 +45,6 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
             "afk-supervisor: warning: fleet.workers = 0 ({}): the fleet starts with no worker; grow it with `afk-supervisor scale N`",
             sources.describe("fleet.workers")
         );
-    }
-    let ignore =
-        crate::bootstrap::ensure(&ctx.layout).map_err(|e| Failure::failed(e.to_string()))?;
-    if let Some(note) = ignore.note() {
-        eprintln!("afk-supervisor: {note}");
     }
     sup_run::run(&ctx.layout, config, opener)
 }

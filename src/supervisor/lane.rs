@@ -1,4 +1,4 @@
-//! The supervisor lane `.red/tmp/supervisors/default/` (SPEC §4): the lock that makes one
+//! The supervisor lane `.red/tmp/supervisors/default/` (`docs/SPEC.md` §4): the lock that makes one
 //! supervisor per repo, the pid file with its start token, and the control files.
 
 use std::fs::{self, File, TryLockError};

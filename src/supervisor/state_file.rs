@@ -1,7 +1,7 @@
-//! `state.toon`, the heartbeat snapshot (SPEC §4).
+//! `state.toon`, the heartbeat snapshot (`docs/SPEC.md` §4).
 //!
 //! Written atomically every tick and after every transition; `status`, `scale`, `stop` and
-//! the next supervisor's takeover read it. The SPEC §4 fields come first, exactly as named
+//! the next supervisor's takeover read it. The `docs/SPEC.md` §4 fields come first, exactly as named
 //! there; `slot_detail` is this tool's addition for `status` and takeover, and readers
 //! that do not know it ignore it.
 

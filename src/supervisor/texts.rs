@@ -1,4 +1,4 @@
-//! The event-log kinds and the SPEC §5 message texts, in one place so the fixed wording
+//! The event-log kinds and the `docs/SPEC.md` §5 message texts, in one place so the fixed wording
 //! other tools grep for cannot drift.
 
 pub mod kind {
