@@ -22,8 +22,10 @@ pub struct IssueArgs {
 pub enum IssueCommand {
     /// Open an issue (local tracker); prints its number.
     New {
+        /// The issue's title.
         #[arg(long)]
         title: String,
+        /// The issue's body (Markdown); empty by default.
         #[arg(long, default_value = "")]
         body: String,
         /// A label to put on it; repeat for several.
@@ -47,25 +49,38 @@ pub enum IssueCommand {
     },
     /// Show one issue.
     Show {
+        /// The issue's number.
         number: u64,
+        /// Print JSON (labels, state, title, body and comments).
         #[arg(long)]
         json: bool,
     },
     /// Add and remove labels in one change.
     Label {
+        /// The issue's number.
         number: u64,
+        /// A label to add; repeat for several.
         #[arg(long = "add", value_name = "LABEL")]
         add: Vec<String>,
+        /// A label to remove; repeat for several.
         #[arg(long = "remove", value_name = "LABEL")]
         remove: Vec<String>,
     },
     /// Close an issue (local tracker).
-    Close { number: u64 },
+    Close {
+        /// The issue's number.
+        number: u64,
+    },
     /// Reopen a closed issue (local tracker).
-    Reopen { number: u64 },
+    Reopen {
+        /// The issue's number.
+        number: u64,
+    },
     /// Add a comment.
     Comment {
+        /// The issue's number.
         number: u64,
+        /// The comment's text.
         #[arg(long)]
         body: String,
     },

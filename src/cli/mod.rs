@@ -224,3 +224,67 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag and positional of every (sub)command says what it is for, and a flag
+    /// with a fixed set of values names them.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+                let flag = matches!(
+                    arg.get_action(),
+                    clap::ArgAction::SetTrue | clap::ArgAction::SetFalse | clap::ArgAction::Count
+                );
+                let values: Vec<String> = if flag {
+                    Vec::new()
+                } else {
+                    arg.get_possible_values()
+                        .iter()
+                        .map(|v| v.get_name().to_string())
+                        .collect()
+                };
+                for v in &values {
+                    if !help.contains(v.as_str()) {
+                        missing.push(format!("{path} {id}: help does not name {v}"));
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.is_hide_set() {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let cli = Cli::command();
+        walk(&cli, "afk-supervisor", &mut missing);
+        // Values clap cannot list (parsed with FromStr) are named in the help by hand.
+        let scale = cli.find_subcommand("scale").expect("scale");
+        let mode = scale
+            .get_arguments()
+            .find(|a| a.get_id() == "shrink_mode")
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for v in ["drain-then-retire", "hard-kill"] {
+            if !mode.contains(v) {
+                missing.push(format!("scale --shrink-mode: help does not name {v}"));
+            }
+        }
+        assert!(missing.is_empty(), "{missing:#?}");
+    }
+}
