@@ -164,20 +164,26 @@ fn without_an_agent_the_host_is_misconfigured() {
     let n = f.new_issue("Needs an agent", &["ready-for-agent"]);
     let o = f.run(&["worker", "--once"], &SUPERVISED);
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
-    let err = stderr(&o);
+    let line = the_error_line(&o);
+    assert!(
+        line.starts_with("afk-supervisor: agent.command is not set (")
+            && line.contains(".red/afk-supervisor.toml"),
+        "{line}"
+    );
+    // Nothing was claimed.
+    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert_nothing_claimed(&f);
+}
+
+/// The worker's one error line (beside it on stderr: the tracker it chose).
+fn the_error_line(o: &Output) -> String {
+    let err = stderr(o);
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("afk-supervisor:"))
         .collect();
     assert_eq!(lines.len(), 1, "{err}");
-    assert!(
-        lines[0].starts_with("afk-supervisor: agent.command is not set (")
-            && lines[0].contains(".red/afk-supervisor.toml"),
-        "{err}"
-    );
-    // Nothing was claimed.
-    assert_eq!(f.labels(n), vec!["ready-for-agent"]);
-    assert_nothing_claimed(&f);
+    lines[0].to_string()
 }
 
 /// No claim dir, no attempt dir, no worker shell: the worker stopped before claiming.
@@ -215,17 +221,12 @@ fn an_agent_that_cannot_be_executed_is_refused_before_any_claim() {
         fs::write(&cfg, format!("{base}[agent]\ncommand = [{program:?}]\n")).unwrap();
         let o = f.run(&["worker", "--once"], &SUPERVISED);
         assert_eq!(o.status.code(), Some(78), "{program}: {}", stderr(&o));
-        let err = stderr(&o);
-        let lines: Vec<&str> = err
-            .lines()
-            .filter(|l| l.starts_with("afk-supervisor:"))
-            .collect();
-        assert_eq!(lines.len(), 1, "{err}");
+        let line = the_error_line(&o);
         assert!(
-            lines[0].starts_with(&format!("afk-supervisor: agent.command[0] = {program:?} ("))
-                && lines[0].contains(&cfg.display().to_string())
-                && lines[0].contains(&why),
-            "{err}"
+            line.starts_with(&format!("afk-supervisor: agent.command[0] = {program:?} ("))
+                && line.contains(&cfg.display().to_string())
+                && line.contains(&why),
+            "{line}"
         );
         assert_eq!(f.labels(n), vec!["ready-for-agent"]);
         assert!(f.comments(n).is_empty());
