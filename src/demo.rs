@@ -421,14 +421,18 @@ impl Watch {
                 let n = issue.number;
                 let seen = self.seen.entry(n).or_default();
                 seen.title.clone_from(&issue.title);
-                let active = issue.has_label(labels::RUNNING) || slots.contains_key(&n);
-                if seen.claimed.is_none() && (active || issue.has_label(labels::READY_FOR_HUMAN)) {
-                    seen.claimed = Some(now);
+                // Claimed once its attempt dir (which names the slot) exists: the worker makes
+                // it right after labelling the issue `running`.
+                let handed = issue.has_label(labels::READY_FOR_HUMAN);
+                if seen.slot.is_none() {
                     seen.slot = slots.get(&n).copied();
+                }
+                if seen.claimed.is_none() && (slots.contains_key(&n) || handed) {
+                    seen.claimed = Some(now);
                     let slot = seen.slot.map_or("?".to_string(), |s| s.to_string());
                     let _ = writeln!(out, "#{n} claimed by slot {slot}");
                 }
-                if issue.has_label(labels::READY_FOR_HUMAN) && self.done.insert(n) {
+                if handed && self.done.insert(n) {
                     let took = seen.claimed.map(|c| now.saturating_duration_since(c));
                     seen.took = took;
                     let _ = writeln!(
