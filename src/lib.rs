@@ -18,10 +18,12 @@
 
 pub mod attempt_state;
 pub mod boot;
+pub mod bootstrap;
 pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod demo;
 pub mod diagnostics;
 pub mod exit;
 pub mod fsutil;
@@ -29,6 +31,7 @@ pub mod git;
 pub mod layout;
 pub mod pidfile;
 pub mod process;
+pub mod program;
 pub mod supervisor;
 pub mod sweeps;
 pub mod text;
