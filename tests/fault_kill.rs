@@ -74,10 +74,25 @@ fn kill_supervisor(f: &mut Fleet) {
 
 fn assert_within_target(f: &Fleet, when: &str) {
     let workers = live_workers(f);
+    let detail: Vec<String> = workers
+        .iter()
+        .map(|&pid| {
+            let p = process::read(pid);
+            let id = process::environ(pid)
+                .and_then(|e| {
+                    process::env_value(&e, "RED_AFK_WORKER_ID")
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                })
+                .unwrap_or_default();
+            format!("{pid} {id} {p:?}")
+        })
+        .collect();
     assert!(
         workers.len() <= TARGET,
-        "{when}: {} live workers for a target of {TARGET}: {workers:?}\n{}",
+        "{when}: {} live workers for a target of {TARGET}:\n{}\nstate: {:?}\n{}",
         workers.len(),
+        detail.join("\n"),
+        f.state().map(|s| s.slot_pids),
         f.dump()
     );
 }
