@@ -3,7 +3,7 @@
 # `while :; do sh worker; done` loops, the same shell-script workers for each, in one run.
 #
 #   bash bench/compare.sh 2>&1 | tee /tmp/bench-compare.txt
-#   SIZES="64 256 1000" IDLE_S=30 RESPAWNS=500 SUPERVISORS="afk supervisord s6 floor" bash bench/compare.sh
+#   SIZES="64 256 1000" IDLE_S=30 RESPAWNS=500 SUPERVISORS="afk afk-bg supervisord s6 floor" bash bench/compare.sh
 #
 # For every size N of SIZES, an idle fleet of N workers (`exec sleep 100000`): the
 # supervisor's RSS and PSS (KiB), threads, CPU time (utime+stime) over IDLE_S s idle,
@@ -13,6 +13,12 @@
 # in the same slot) and the supervisor's CPU per respawn over RESPAWNS respawns.
 # "The supervisor" is afk-supervisor's process, supervisord's python process, s6-svscan plus
 # all its s6-supervise children (summed), and for the floor the loop shells (summed).
+# Each supervisor leads its own session (setsid), as under systemd or in a tmux pane; the
+# column afk-bg is afk-supervisor started as a plain background job of this script instead
+# (not a process-group leader), which today makes it take its /proc-reading fallback path.
+# CPU is utime+stime from /proc/PID/stat (clock ticks, all threads, not reaped children's)
+# and, finer, the sum of the threads' /proc/PID/task/TID/schedstat (blind to threads that
+# ended in between).
 # afk-supervisor runs with fast_death_s = 0 in the respawn workload (no circuit); s6 waits 1 s
 # before restarting a service that died within 1 s, which is reported as it is.
 #
@@ -280,6 +286,7 @@ run_respawn() { # SUP
   ROOT=$PID
   r=$(h respawn "$dir" "$n" "$RESPAWNS" "$RESPAWN_TIMEOUT" "$SPEC") || r="error"
   stop_run "$run" "$dir"
+  res "$section" "stop-all (ms)" "$sup" "$STOP_MS"
   set -- $r
   if [ "${1:-}" = ok ]; then
     res "$section" "CPU per respawn (ms, utime+stime)" "$sup" "$2"
@@ -327,7 +334,9 @@ h table "$RESULTS"
 echo
 echo "ratios are afk-supervisor's figure divided by the other's (lower is better for afk-supervisor,"
 echo "except respawns per second);"
-echo "'=' both 0, 'inf' the other is 0. RSS and threads are summed over the processes measured"
+echo "'=' both 0, 'inf' the other is 0. afk-bg is afk-supervisor started as a background job"
+echo "(not a process-group leader); every other column leads its own session (setsid)."
+echo "RSS and threads are summed over the processes measured"
 echo "(s6: s6-svscan + every s6-supervise; floor: every loop shell); PSS shares libraries fairly."
 if [ -s "$NOTES" ]; then
   echo

@@ -5,14 +5,17 @@
 #   IDLE_S=60 WORKERS=64 RESPAWNS=30 bash bench/supervisor.sh
 #
 # Everything runs in a temp repo with shell-script workers; the fleet is stopped at the end.
+# For the side-by-side comparison with supervisord, s6 and a floor at 64/256/1,000 workers,
+# see bench/compare.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORKERS=${WORKERS:-64}
 IDLE_S=${IDLE_S:-60}
 RESPAWNS=${RESPAWNS:-30}
 
-cargo build --release --quiet
-BIN=$PWD/target/release/afk-supervisor
+# Ask cargo where the binary is, so CARGO_TARGET_DIR is honoured.
+BIN=$(cargo build --release --quiet --message-format=json-render-diagnostics |
+  python3 "$PWD/bench/compare.py" exe afk-supervisor)
 TMP=$(mktemp -d)
 [ -n "${KEEP_TMP:-}" ] && echo "tmp: $TMP" >&2
 SUP=""

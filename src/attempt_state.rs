@@ -1,4 +1,4 @@
-//! The attempt state file `afk.state.json` (SPEC §3).
+//! The attempt state file `afk.state.json` (`docs/SPEC.md` §3).
 //!
 //! Other tools write this file too, so reading is lenient about what may be missing and
 //! strict about what is there: a field of the wrong type makes the file corrupt, and a
@@ -133,7 +133,7 @@ impl AttemptState {
         atomic_write(&path, &text).map_err(|e| StateError::Io { path, source: e })
     }
 
-    /// `envelope.posted`; missing means not posted (SPEC §3).
+    /// `envelope.posted`; missing means not posted (`docs/SPEC.md` §3).
     pub fn envelope_posted(&self) -> bool {
         self.envelope
             .as_ref()

@@ -1,4 +1,4 @@
-//! The boot sweep suite: every sweep once, in order, with one summary line (SPEC §5).
+//! The boot sweep suite: every sweep once, in order, with one summary line (`docs/SPEC.md` §5).
 //!
 //! The supervisor calls [`run_suite`] exactly once per lifetime before spawning workers;
 //! `afk-supervisor sweep` calls it for a solo run. A halt (docs sweep or probe) means no
@@ -68,7 +68,7 @@ pub struct BootReport {
 }
 
 impl BootReport {
-    /// The fixed SPEC §5 summary line.
+    /// The fixed `docs/SPEC.md` §5 summary line.
     pub fn summary(&self) -> String {
         let o = &self.orphans;
         let b = &self.branches;
@@ -110,7 +110,7 @@ pub enum BootError {
 }
 
 impl BootError {
-    /// The event-log text for this outcome (SPEC §5).
+    /// The event-log text for this outcome (`docs/SPEC.md` §5).
     pub fn log_message(&self) -> String {
         match self {
             BootError::Halted(msg) => format!("boot sweeps halted: {msg}"),
@@ -158,7 +158,7 @@ impl SuiteRun {
         matches!(self.end, Err(BootError::Halted(_)))
     }
 
-    /// The event-log text for how the suite ended (SPEC §5).
+    /// The event-log text for how the suite ended (`docs/SPEC.md` §5).
     pub fn log_message(&self) -> String {
         match &self.end {
             Ok(()) => self.report.summary(),

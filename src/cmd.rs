@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 /// A command line, kept as data so errors can name it exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,7 +209,7 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         }
         let now = Instant::now();
         if killed_at.is_none() && deadline.is_some_and(|d| now >= d) {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            crate::process::signal_own_group(pid, Signal::SIGKILL);
             killed_at = Some(now);
             timed_out = status.is_none();
         }
@@ -388,7 +387,7 @@ mod tests {
         });
         let gc = pid_from(&pidf);
         let Ok(result) = rx.recv_timeout(Duration::from_secs(60)) else {
-            let _ = nix::sys::signal::kill(Pid::from_raw(gc), Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(gc), Signal::SIGKILL);
             panic!("run waited for the background process holding its pipes");
         };
         // The direct child finished: its status and the output read so far are the result.

@@ -1,4 +1,4 @@
-//! Configuration (SPEC §10): built-in defaults, then one TOML file, then `RED_AFK_*`
+//! Configuration (`docs/SPEC.md` §10): built-in defaults, then one TOML file, then `RED_AFK_*`
 //! variables, then command-line flags. Every error names where the bad value came from
 //! (`FILE:LINE:COL: …` for the file, the variable's name for the environment) and is fatal
 //! with exit 78, because a supervisor running on a half-understood config is worse than
@@ -61,7 +61,7 @@ pub struct Worker {
     /// `None` means the built-in worker, where one exists.
     pub command: Option<Vec<String>>,
     pub runner: String,
-    /// Failed attempts of one issue after which the worker quarantines it (SPEC §11.6).
+    /// Failed attempts of one issue after which the worker quarantines it (`docs/SPEC.md` §11.10).
     pub max_failed_attempts: u64,
 }
 
@@ -90,7 +90,7 @@ pub struct Timing {
     pub stall_s: u64,
     pub stall_kill_s: u64,
     pub unblock_interval_s: u64,
-    /// The longest one attempt's agent may run before the worker stops it (SPEC §11.6).
+    /// The longest one attempt's agent may run before the worker stops it (`docs/SPEC.md` §11.10).
     pub attempt_max_s: u64,
 }
 
@@ -260,10 +260,12 @@ struct FileClaims {
     stale_after_s: S<u64>,
 }
 
-/// Where a value came from, for error messages.
+/// Where a value came from, for error messages and `config`.
 #[derive(Debug, Clone)]
 enum Origin {
     Default(&'static str),
+    /// `worker.runner` unset: the file name of `agent.command[0]`.
+    AgentProgram,
     File {
         path: PathBuf,
         line: usize,
@@ -277,9 +279,32 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::Default(key) => write!(f, "<defaults>: {key}"),
+            Origin::AgentProgram => write!(f, "<defaults>: worker.runner from agent.command[0]"),
             Origin::File { path, line, col } => write!(f, "{}:{line}:{col}", path.display()),
             Origin::Env(var) => write!(f, "{var}"),
             Origin::Flag(flag) => write!(f, "{flag}"),
+        }
+    }
+}
+
+/// Where each resolved value came from, for `afk-supervisor config`.
+#[derive(Debug, Clone, Default)]
+pub struct Sources(HashMap<&'static str, Origin>);
+
+impl Sources {
+    /// `default`, `file PATH:LINE:COL`, `env RED_AFK_…`, `flag --…`, or for `worker.runner`
+    /// taken from the agent, `default (the agent's program name, agent.command[0])`.
+    pub fn describe(&self, key: &str) -> String {
+        match self.0.get(key) {
+            None | Some(Origin::Default(_)) => "default".into(),
+            Some(Origin::AgentProgram) => {
+                "default (the agent's program name, agent.command[0])".into()
+            }
+            Some(Origin::File { path, line, col }) => {
+                format!("file {}:{line}:{col}", path.display())
+            }
+            Some(Origin::Env(var)) => format!("env {var}"),
+            Some(Origin::Flag(flag)) => format!("flag {flag}"),
         }
     }
 }
@@ -309,19 +334,29 @@ fn read_file(p: &Path) -> Result<String, ConfigError> {
     }
 }
 
-/// Loads the full configuration with the SPEC §10 precedence.
+/// Loads the full configuration with the `docs/SPEC.md` §10 precedence.
 pub fn load(
     explicit: Option<&Path>,
     layout: &Layout,
     env: &HashMap<String, String>,
     flags: &Overrides,
 ) -> Result<Config, ConfigError> {
+    load_with_sources(explicit, layout, env, flags).map(|(c, _)| c)
+}
+
+/// [`load`], and where each value came from.
+pub fn load_with_sources(
+    explicit: Option<&Path>,
+    layout: &Layout,
+    env: &HashMap<String, String>,
+    flags: &Overrides,
+) -> Result<(Config, Sources), ConfigError> {
     let file = find_file(explicit, layout)?;
     let text = match &file {
         Some(p) => Some(read_file(p)?),
         None => None,
     };
-    resolve(file.as_deref().zip(text.as_deref()), env, flags)
+    resolve_with_sources(file.as_deref().zip(text.as_deref()), env, flags)
 }
 
 /// Resolves from an optional `(path, text)` file, an environment and flags. Pure, for tests.
@@ -330,6 +365,15 @@ pub fn resolve(
     env: &HashMap<String, String>,
     flags: &Overrides,
 ) -> Result<Config, ConfigError> {
+    resolve_with_sources(file, env, flags).map(|(c, _)| c)
+}
+
+/// [`resolve`], and where each value came from.
+pub fn resolve_with_sources(
+    file: Option<(&Path, &str)>,
+    env: &HashMap<String, String>,
+    flags: &Overrides,
+) -> Result<(Config, Sources), ConfigError> {
     let mut b = Builder {
         cfg: Config::default(),
         origins: HashMap::new(),
@@ -351,7 +395,8 @@ pub fn resolve(
     b.apply_env(env)?;
     b.apply_flags(flags);
     b.validate()?;
-    Ok(b.cfg)
+    b.default_runner();
+    Ok((b.cfg, Sources(b.origins)))
 }
 
 struct Builder {
@@ -507,9 +552,35 @@ impl Builder {
         }
         if let Some(k) = f.tracker {
             self.cfg.tracker.kind = k;
+            self.origins
+                .insert("tracker.kind", Origin::Flag("--tracker"));
         }
         if let Some(r) = &f.runner {
             self.cfg.worker.runner = r.clone();
+            self.origins
+                .insert("worker.runner", Origin::Flag("--runner"));
+        }
+    }
+
+    /// `worker.runner` set nowhere: the agent's program name (`claude` for
+    /// `["/usr/local/bin/claude", ...]`), so `status` names what really runs; with no
+    /// agent, the `docs/SPEC.md` default `claude`.
+    fn default_runner(&mut self) {
+        if self.origins.contains_key("worker.runner") {
+            return;
+        }
+        let name = self
+            .cfg
+            .agent
+            .command
+            .as_ref()
+            .and_then(|c| c.first())
+            .and_then(|p| Path::new(p).file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !n.is_empty());
+        if let Some(name) = name {
+            self.cfg.worker.runner = name;
+            self.origins.insert("worker.runner", Origin::AgentProgram);
         }
     }
 
@@ -792,6 +863,47 @@ mod tests {
         };
         let c = resolve(Some((p, text)), &e, &f).unwrap();
         assert_eq!(c.fleet.workers, 9);
+    }
+
+    #[test]
+    fn sources_name_flag_env_file_or_default() {
+        let text = "[fleet]\nworkers = 3\n[timing]\ntick_s = 7\n";
+        let p = Path::new("c.toml");
+        let e = env(&[("RED_AFK_TARGET", "5"), ("RED_AFK_TRUNK", "dev")]);
+        let f = Overrides {
+            tracker: Some(TrackerKind::Local),
+            ..Default::default()
+        };
+        let (c, src) = resolve_with_sources(Some((p, text)), &e, &f).unwrap();
+        assert_eq!(c.fleet.workers, 5);
+        assert_eq!(src.describe("fleet.workers"), "env RED_AFK_TARGET");
+        assert_eq!(src.describe("fleet.base"), "env RED_AFK_TRUNK");
+        assert_eq!(src.describe("timing.tick_s"), "file c.toml:4:10");
+        assert_eq!(src.describe("tracker.kind"), "flag --tracker");
+        assert_eq!(src.describe("timing.stall_s"), "default");
+        let f = Overrides {
+            workers: Some(1),
+            ..Default::default()
+        };
+        let (_, src) = resolve_with_sources(None, &e, &f).unwrap();
+        assert_eq!(src.describe("fleet.workers"), "flag --workers");
+    }
+
+    #[test]
+    fn the_runner_defaults_to_the_agents_program_name() {
+        let p = Path::new("c.toml");
+        let text = "[agent]\ncommand = [\"/opt/bin/codex\", \"--yolo\"]\n";
+        let (c, src) =
+            resolve_with_sources(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c.worker.runner, "codex");
+        assert!(src.describe("worker.runner").contains("agent.command[0]"));
+        // Set anywhere, it wins; with no agent it is the `docs/SPEC.md` default.
+        let set = format!("{text}[worker]\nrunner = \"claude\"\n");
+        assert_eq!(from_file(&set).unwrap().worker.runner, "claude");
+        let e = env(&[("RED_AFK_RUNNER", "gemini")]);
+        let c = resolve(Some((p, text)), &e, &Overrides::default()).unwrap();
+        assert_eq!(c.worker.runner, "gemini");
+        assert_eq!(from_file("").unwrap().worker.runner, "claude");
     }
 
     #[test]

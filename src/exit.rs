@@ -1,4 +1,4 @@
-//! Exit codes (SPEC §9) and the one error type that reaches the edge of the program.
+//! Exit codes (`docs/SPEC.md` §9) and the one error type that reaches the edge of the program.
 
 pub const OK: i32 = 0;
 pub const FAILED: i32 = 1;

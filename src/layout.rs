@@ -1,4 +1,4 @@
-//! The fixed layout of `.red/` under a repo (SPEC §1, §4).
+//! The fixed layout of `.red/` under a repo (`docs/SPEC.md` §1, §4).
 //!
 //! Every path the tool touches is built here, so the names other tools depend on live in
 //! exactly one place and a sweep cannot invent a path outside the registered lanes.
@@ -109,7 +109,7 @@ impl Layout {
     }
 }
 
-/// `<file>.start` beside a pid file: the recorded process start time (SPEC §2).
+/// `<file>.start` beside a pid file: the recorded process start time (`docs/SPEC.md` §2).
 pub fn start_file(pid_file: &Path) -> PathBuf {
     sibling_with_suffix(pid_file, ".start")
 }

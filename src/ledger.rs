@@ -1,4 +1,4 @@
-//! The attempt ledger (SPEC §11.6): one durable TOONL file per issue,
+//! The attempt ledger (`docs/SPEC.md` §11.10): one durable TOONL file per issue,
 //! `.red/state/attempts/<N>.toonl`, with one record per attempt end. The built-in worker
 //! appends when its attempt ends; a restore of a dead worker's issue (orphan cleanup, the
 //! supervisor's release) appends `worker-died`. The ledger decides quarantine (too many

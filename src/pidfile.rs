@@ -1,11 +1,11 @@
-//! Pid files and process identity (SPEC §2).
+//! Pid files and process identity (`docs/SPEC.md` §2).
 //!
 //! A pid alone is not an identity: pids are reused. Where this tool writes a pid file it
 //! also writes `<file>.start` with the process start time (field 22 of `/proc/<pid>/stat`),
 //! and a pid only counts as live when that start time still matches.
 //!
 //! Three judgements, not two: a pid file whose *content* is corrupt names no process and
-//! is dead (SPEC §2), but a *file* that cannot be read safely (a directory, a FIFO, a
+//! is dead (`docs/SPEC.md` §2), but a *file* that cannot be read safely (a directory, a FIFO, a
 //! symlink, an unreadable file) or a start token that cannot be read proves nothing either
 //! way, so it is [`Liveness::Unknown`] and callers keep what it guards and signal nothing.
 
@@ -199,7 +199,7 @@ pub fn parse_start_token(bytes: &[u8]) -> Result<u64, String> {
         .map_err(|_| format!("not a number: {:?}", excerpt(text.trim())))
 }
 
-/// Judges a pid file, with its `.start` where one exists (SPEC §2). Corrupt content is
+/// Judges a pid file, with its `.start` where one exists (`docs/SPEC.md` §2). Corrupt content is
 /// dead; a file that cannot be read safely, or a start token that cannot be read or parsed
 /// (identity can be neither proven nor disproven), is unknown.
 pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {

@@ -79,6 +79,32 @@ impl ProcId {
             start: p.start,
         })
     }
+
+    /// Sends `sig` to this process, only if it is still the one that started at `start`.
+    pub fn signal(self, sig: nix::sys::signal::Signal) -> bool {
+        self.is_live() && nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), sig).is_ok()
+    }
+
+    /// SIGKILL to the group this process leads, or to it alone when it leads none; only if
+    /// it is still the process that started at `start`.
+    pub fn kill_tree(self) -> bool {
+        let Some(p) = read(self.pid).filter(|p| p.start == self.start && !p.is_zombie()) else {
+            return false;
+        };
+        let sig = nix::sys::signal::Signal::SIGKILL;
+        let pid = nix::unistd::Pid::from_raw(self.pid);
+        if p.pgid == self.pid {
+            nix::sys::signal::killpg(pid, sig).is_ok()
+        } else {
+            nix::sys::signal::kill(pid, sig).is_ok()
+        }
+    }
+}
+
+/// Sends `sig` to process group `pgid`: for a group this process created and still holds
+/// (a command it runs and has not reaped), whose id therefore cannot have been reused.
+pub fn signal_own_group(pgid: i32, sig: nix::sys::signal::Signal) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), sig).is_ok()
 }
 
 /// Is any process other than a zombie still in process group `pgid`?
@@ -252,8 +278,14 @@ impl AsRawFd for Pidfd {
 /// the kernel; elsewhere the leader's zombie pins the group id and `/proc` is read.
 pub fn pidfd_groups() -> bool {
     static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // A kernel that knows the flag answers for our own pidfd: 0 when we lead a group,
+    // ESRCH when we do not (a group with no members is named by our pid). One that does
+    // not know it refuses the flag with EINVAL.
     *SUPPORTED.get_or_init(|| {
-        Pidfd::open(std::process::id() as i32).is_some_and(|fd| fd.signal_group(None).is_ok())
+        Pidfd::open(std::process::id() as i32).is_some_and(|fd| match fd.signal_group(None) {
+            Ok(()) => true,
+            Err(e) => e.raw_os_error() == Some(libc::ESRCH),
+        })
     })
 }
 

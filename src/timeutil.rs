@@ -18,7 +18,7 @@ pub fn deadline(now: Instant, d: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// RFC 3339 UTC with milliseconds, e.g. `2026-11-30T07:40:35.123Z` (SPEC §5 `ts`).
+/// RFC 3339 UTC with milliseconds, e.g. `2026-11-30T07:40:35.123Z` (`docs/SPEC.md` §5 `ts`).
 pub fn now_rfc3339_millis() -> String {
     rfc3339_millis(SystemTime::now())
 }

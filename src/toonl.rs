@@ -1,4 +1,4 @@
-//! The TOONL event log `supervisor.log.toonl` (SPEC §5).
+//! The TOONL event log `supervisor.log.toonl` (`docs/SPEC.md` §5).
 //!
 //! Cells are encoded by `reddb-io-toon` so quoting follows TOON exactly. Each record is
 //! written with one `write` call of a whole line, so a crash leaves at most a truncated

@@ -2,9 +2,9 @@
 //!
 //! One worker process claims `ready-for-agent` issues one at a time and runs the configured
 //! agent on each in an isolated git worktree. Under a supervisor (`RED_AFK_SWEEPS_DONE=1`)
-//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first (SPEC §6).
+//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first (`docs/SPEC.md` §6).
 //!
-//! Exit codes follow SPEC §6: 0 done (queue empty or `--once` finished), 78 when the host is
+//! Exit codes follow `docs/SPEC.md` §6: 0 done (queue empty or `--once` finished), 78 when the host is
 //! misconfigured (no agent command) so the supervisor parks the slot instead of looping,
 //! anything else a death.
 
@@ -49,7 +49,7 @@ pub struct WorkerOpts {
     pub boot_only: bool,
 }
 
-/// What the supervisor tells a worker through `RED_AFK_*` (SPEC §6).
+/// What the supervisor tells a worker through `RED_AFK_*` (`docs/SPEC.md` §6).
 #[derive(Debug, Clone)]
 pub struct WorkerEnv {
     pub sweeps_done: bool,
@@ -178,15 +178,14 @@ pub fn run(
         home.finish();
         return Ok(exit::OK);
     }
-    let Some(agent) = config.agent.command.clone() else {
-        home.finish();
-        let file = config
-            .file
-            .as_ref()
-            .map_or("the config file".into(), |p| p.display().to_string());
-        return Err(Failure::config(format!(
-            "agent.command is not configured: the worker has no agent to run (set [agent] command in {file})"
-        )));
+    // Before any claim: an agent that cannot run is the host's fault (exit 78, the slot is
+    // parked), never an issue taken and given back in a crash loop.
+    let agent = match crate::program::check_agent(config, layout) {
+        Ok(_) => config.agent.command.clone().unwrap_or_default(),
+        Err(e) => {
+            home.finish();
+            return Err(Failure::config(e.to_string()));
+        }
     };
 
     let w = Worker {
@@ -204,13 +203,19 @@ pub fn run(
     code
 }
 
-/// The worker's own dir and `worker.pid`; removed again on a clean exit.
+/// The worker's own dir and `worker.pid` (after `.red/tmp/`, `.red/state/` and their
+/// `.gitignore` lines, [`crate::bootstrap`]); removed again on a clean exit.
 struct Bootstrap {
     dir: PathBuf,
 }
 
 impl Bootstrap {
     fn new(layout: &Layout, worker_id: &str) -> Result<Self, Failure> {
+        let ignore =
+            crate::bootstrap::ensure(layout).map_err(|e| Failure::failed(e.to_string()))?;
+        if let Some(note) = ignore.note() {
+            eprintln!("worker {worker_id}: {note}");
+        }
         let dir = layout
             .worker_namespace(WORKER_NAMESPACES[0])
             .join(worker_id);
@@ -412,7 +417,7 @@ impl Worker<'_> {
         ledger::failures(records) as u64 >= self.config.worker.max_failed_attempts
     }
 
-    /// Takes issue `n` out of the queue for good (SPEC §11.6): the comment listing every
+    /// Takes issue `n` out of the queue for good (`docs/SPEC.md` §11.10): the comment listing every
     /// attempt (ending with the hand-off mark), then `ready-for-human` and
     /// `afk:quarantined` in place of `running` and `ready-for-agent`, then the ledger's
     /// `quarantined` record, from which a later retry counts afresh.
@@ -461,7 +466,7 @@ impl Worker<'_> {
         let worktree = attempt_dir.join("worktree");
         let mut branch = format!("afk/{}/{n}-{slug}", self.wenv.worker_id);
         // A kept worktree of an earlier attempt by the same worker id still holds the plain
-        // name; the attempt suffix keeps the SPEC §8 shape `afk/<worker>/<N>-<slug>`.
+        // name; the attempt suffix keeps the `docs/SPEC.md` §8 shape `afk/<worker>/<N>-<slug>`.
         if matches!(
             self.git.rev_parse(&format!("refs/heads/{branch}")),
             Ok(Some(_))
@@ -1031,7 +1036,7 @@ pub fn next_attempt(layout: &Layout, issue: u64) -> u64 {
     max + 1
 }
 
-/// The attempt's `afk.state.json` (SPEC §3), rewritten atomically at each stage.
+/// The attempt's `afk.state.json` (`docs/SPEC.md` §3), rewritten atomically at each stage.
 struct AttemptFile {
     dir: PathBuf,
     state: AttemptState,

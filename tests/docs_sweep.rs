@@ -911,7 +911,7 @@ fn a_failing_gh_merge_removes_the_branch_each_time_with_distinct_names() {
         assert_eq!(f.lane_branches_on_origin(), "");
     }
     assert_eq!(f.origin_main(), head);
-    // No gh call beyond SPEC §7's: the PR closes on GitHub when its head branch goes.
+    // No gh call beyond `docs/SPEC.md` §7's: the PR closes on GitHub when its head branch goes.
     let calls = gh.calls();
     let verbs: Vec<_> = calls.iter().map(|c| c[..2].join(" ")).collect();
     assert_eq!(verbs, ["pr create", "pr merge", "pr create", "pr merge"]);

@@ -5,7 +5,7 @@
 //! file, garbage) is planted, and the test checks that nothing wedges (SIGTERM or `stop`
 //! is answered before a deadline), memory stays bounded (the supervisor's peak RSS), the
 //! one-line error names the file, the exit code is right and nothing is deleted that the
-//! SPEC does not allow.
+//! `docs/SPEC.md` does not allow.
 
 mod fleet;
 mod support;
@@ -261,7 +261,7 @@ fn hostile_config_file_is_one_short_line_and_exit_78() {
 }
 
 /// Hostile lane files at start that the supervisor can run with: each is reported as one
-/// line naming the file, the fleet starts, its own files are replaced (the SPEC lets the
+/// line naming the file, the fleet starts, its own files are replaced (the `docs/SPEC.md` lets the
 /// supervisor rewrite them), nothing else is deleted, memory stays bounded, and SIGTERM is
 /// answered.
 fn start_with(planted: &[(LanePath, Form)], logged: &[&str]) {

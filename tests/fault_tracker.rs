@@ -273,7 +273,7 @@ fn seeded_chaos_on_gh_converges_after_one_clean_round() {
             &w.end(gh_end(&gh)),
             &format!("seed {seed} ({failed} failures)"),
         );
-        // Every call chaos made was a SPEC argv: the fake refuses anything else with exit
+        // Every call chaos made was a `docs/SPEC.md` argv: the fake refuses anything else with exit
         // 2, which no round survives unnoticed (the end state would differ).
         assert!(
             gh.calls().iter().all(|c| c[0] == "issue"),

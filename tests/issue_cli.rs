@@ -341,14 +341,21 @@ fn auto_falls_back_to_local_and_says_why() {
     assert!(fake.calls().is_empty());
 
     set_origin(&env, &repo, "https://github.com/acme/widgets.git");
+    // Not logged in: refused (exit 78, one line saying what to do), never an empty store.
     fake.set_auth(false);
     let out = with_fake(&env, &fake, &repo.path, &["issue", "list"]);
-    assert!(out.status.success());
-    let why = reason(&out);
-    assert!(
-        why.starts_with("tracker: local (origin is on GitHub but `gh auth status` failed: exit 1: You are not logged into any GitHub hosts"),
-        "{why}"
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "afk-supervisor: tracker.kind = auto: origin is on GitHub but gh is not logged in \
+         (`gh auth status`: exit 1: You are not logged into any GitHub hosts. Run gh auth login \
+         to authenticate.): run gh auth login, or set tracker.kind = \"local\"\n"
     );
+    assert!(
+        !repo.path.join(".red/state").exists(),
+        "no local store made"
+    );
+    fake.set_auth(true);
 
     // No gh at all: a PATH with git only.
     let bin = env.path().join("git-only");

@@ -1,4 +1,4 @@
-//! The boot suite's precheck (SPEC §5): when what every sweep takes for granted is missing,
+//! The boot suite's precheck (`docs/SPEC.md` §5): when what every sweep takes for granted is missing,
 //! no sweep runs, the outcome says which check failed, and a supervisor still starts its
 //! workers, which run their own precheck.
 
@@ -10,26 +10,45 @@ use support::TestEnv;
 use support::fake_gh::FakeGh;
 
 #[test]
-fn sweep_outside_a_git_work_tree_fails_its_precheck_and_touches_nothing() {
+fn outside_a_git_work_tree_every_command_is_refused_and_nothing_is_touched() {
     let env = TestEnv::new();
     let dir = env.path().join("not-a-repo");
     std::fs::create_dir_all(dir.join(".red/tmp/workers/w1/5-a1")).unwrap();
-    let out = env
-        .bin()
-        .arg("--repo")
-        .arg(&dir)
-        .args(["--tracker", "local", "sweep"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("boot sweeps: precheck FAILED (git: ")
-            && err.contains("— workers will run their own precheck"),
-        "{err}"
-    );
+    let plain = env.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    for (repo, args) in [
+        (&dir, &["--tracker", "local", "sweep"][..]),
+        (&plain, &["--workers", "1"][..]),
+        (&plain, &["run"][..]),
+        (&plain, &["worker", "--once"][..]),
+        (&plain, &["issue", "list"][..]),
+    ] {
+        let out = env
+            .bin()
+            .arg("--repo")
+            .arg(repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err,
+            format!(
+                "afk-supervisor: --repo {}: not a git work tree; pass a checkout's directory (git init, or git clone)\n",
+                repo.display()
+            ),
+            "{args:?}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("boot sweeps"));
+    }
+    // Nothing was created or removed.
     assert!(dir.join(".red/tmp/workers/w1/5-a1").is_dir());
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("boot sweeps complete"));
+    assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0);
+    // The same mistake from the working directory, for comparison.
+    let out = env.bin().current_dir(&plain).arg("run").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The supervisor's core with real processes: spawning with the SPEC §6 environment,
+//! The supervisor's core with real processes: spawning with the `docs/SPEC.md` §6 environment,
 //! respawn, the circuit breaker, exit 78, stalls, and start-up refusals.
 
 mod fleet;
@@ -287,16 +287,14 @@ fn a_second_supervisor_is_refused_and_the_first_is_unaffected() {
 }
 
 #[test]
-fn without_worker_command_the_built_in_worker_runs_and_a_missing_agent_parks_the_slot() {
+fn without_worker_command_the_built_in_worker_runs() {
     let mut f = Fleet::new("exit 0\n", FAST_TIMING);
-    f.write_config(&format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"));
+    f.write_config(&format!(
+        "[tracker]\nkind = \"local\"\n[agent]\ncommand = [\"/bin/true\"]\n\n{FAST_TIMING}"
+    ));
     f.start(&["--workers", "1"]);
-    // The built-in worker exits 78 without an agent.command: parked, never retried.
-    let parked = f.wait_events("slot.parked", 1);
-    assert_eq!(
-        parked[0].msg,
-        "fatal host configuration: slot 0 parked without retry"
-    );
+    // An empty queue: the built-in worker exits 0 and the slot idles.
+    f.wait_events("slot.idle", 1);
     let start = &f.events_of("supervisor.start")[0];
     assert!(
         start
@@ -306,9 +304,8 @@ fn without_worker_command_the_built_in_worker_runs_and_a_missing_agent_parks_the
         start.msg
     );
     assert!(start.msg.contains(env!("CARGO_BIN_EXE_afk-supervisor")));
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("slot.spawn"), 1);
+    assert_eq!(f.count("slot.parked"), 0);
+    // A missing agent is refused before the start (tests/first_run_errors.rs).
 }
 
 #[test]

@@ -82,6 +82,7 @@ fn stop_reports_recorded_workers_still_alive() {
         runner: "claude".into(),
         shrink_mode: Default::default(),
         ready_for_agent: None,
+        ready_for_agent_unknown: None,
         slots: Default::default(),
         slot_pids: vec![SlotPid {
             slot: 0,

@@ -226,11 +226,12 @@ fn a_sweep_failure_is_one_line_and_exit_1() {
     assert!(elsewhere.path().join("workers/w1/5-a1").exists());
 }
 
-/// The reviewer's case: origin is on GitHub but gh is not logged in, so `auto` picks the
-/// empty local store, where no issue exists. The choice is printed, and a dead worker's
-/// dirs fall back to the mtime TTL instead of all being removed.
+/// The reviewer's case: origin is on GitHub but gh is not logged in. `auto` no longer picks
+/// the empty local store: the sweep is refused (exit 78, one line) and nothing is touched.
+/// Asked for that store on purpose (`--tracker local`), where no issue exists, a dead
+/// worker's dirs fall back to the mtime TTL instead of all being removed.
 #[test]
-fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
+fn auto_with_gh_logged_out_is_refused_and_an_empty_local_store_keeps_dirs_by_mtime() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     env.git(
@@ -245,22 +246,31 @@ fn auto_on_an_empty_local_store_says_so_and_keeps_dirs_by_mtime() {
     let stale = tree.attempt(&w, "42-a1", Some(&state_json(None)), 7 * DAY + MIN);
     let bare = tree.attempt(&w, "43-a1", None, 2 * DAY);
     let claim = tree.claim(41, Pid::Dead(dead_pid()));
-    let mut cmd = env.bin();
-    gh.apply(&mut cmd);
-    let out = cmd
-        .arg("--repo")
-        .arg(&repo.path)
-        .args(["--tracker", "auto", "sweep", "--only", "orphans"])
-        .output()
-        .unwrap();
+    let sweep = |kind: &str| {
+        let mut cmd = env.bin();
+        gh.apply(&mut cmd);
+        cmd.arg("--repo")
+            .arg(&repo.path)
+            .args(["--tracker", kind, "sweep", "--only", "orphans"])
+            .output()
+            .unwrap()
+    };
+    let out = sweep("auto");
+    assert_eq!(out.status.code(), Some(78));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.ends_with("run gh auth login, or set tracker.kind = \"local\"\n"),
+        "{err}"
+    );
+    assert!(waiting.exists() && stale.exists() && bare.exists() && claim.exists());
+    assert!(stdout(&out).is_empty());
+
+    let out = sweep("local");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let choices: Vec<&str> = err.lines().filter(|l| l.starts_with("tracker: ")).collect();
-    assert_eq!(choices.len(), 1, "{err}");
-    assert!(
-        choices[0].starts_with("tracker: local (origin is on GitHub but `gh auth status` failed"),
-        "{err}"
-    );
+    assert_eq!(choices, vec!["tracker: local (requested)"], "{err}");
     assert!(waiting.exists(), "a dir inside its 7-day TTL was removed");
     assert!(!stale.exists());
     assert!(!bare.exists());

@@ -329,12 +329,14 @@ fn the_fake_refuses_anything_outside_the_contract() {
         );
     }
     assert!(view_err(&fake).is_transient());
-    // The binary finds the fake first on PATH.
+    // The binary finds the fake first on PATH (in a checkout: `--repo` must be one).
+    let checkout = env.path().join("checkout");
+    env.git(env.path(), &["init", "-q", checkout.to_str().unwrap()]);
     let out = env
         .bin()
         .env("PATH", fake.path_env())
         .args(["--repo"])
-        .arg(env.path())
+        .arg(&checkout)
         .args(["--tracker", "gh", "issue", "list", "--json"])
         .output()
         .unwrap();

@@ -182,13 +182,74 @@ fn without_an_agent_the_host_is_misconfigured() {
     let n = f.new_issue("Needs an agent", &["ready-for-agent"]);
     let o = f.run(&["worker", "--once"], &SUPERVISED);
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    let line = the_error_line(&o);
     assert!(
-        stderr(&o).contains("agent.command is not configured"),
-        "{}",
-        stderr(&o)
+        line.starts_with("afk-supervisor: agent.command is not set (")
+            && line.contains(".red/afk-supervisor.toml"),
+        "{line}"
     );
     // Nothing was claimed.
     assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+    assert_nothing_claimed(&f);
+}
+
+/// The worker's one error line (beside it on stderr: the tracker it chose).
+fn the_error_line(o: &Output) -> String {
+    let err = stderr(o);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("afk-supervisor:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    lines[0].to_string()
+}
+
+/// No claim dir, no attempt dir, no worker shell: the worker stopped before claiming.
+fn assert_nothing_claimed(f: &Fixture) {
+    let claims = f.repo.path.join(".red/tmp/claims");
+    assert_eq!(
+        fs::read_dir(&claims).map_or(0, |d| d.count()),
+        0,
+        "no claim dir"
+    );
+    assert!(f.attempt_dirs().is_empty(), "no attempt dir");
+    assert_eq!(fs::read_dir(f.workers_dir()).map_or(0, |d| d.count()), 0);
+}
+
+#[test]
+fn an_agent_that_cannot_be_executed_is_refused_before_any_claim() {
+    let f = Fixture::new(None);
+    let not_exec = f.env.path().join("agent-not-executable.sh");
+    fs::write(&not_exec, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(&not_exec, fs::Permissions::from_mode(0o644)).unwrap();
+    let cfg = f.repo.path.join(".red/afk-supervisor.toml");
+    let base = fs::read_to_string(&cfg).unwrap();
+    let n = f.new_issue("Needs a real agent", &["ready-for-agent"]);
+    for (program, why) in [
+        ("/no/such/agent".to_string(), ": does not exist".to_string()),
+        (
+            not_exec.display().to_string(),
+            ": is not executable".to_string(),
+        ),
+        (
+            "no-such-agent-on-path".to_string(),
+            ": not found on PATH".to_string(),
+        ),
+    ] {
+        fs::write(&cfg, format!("{base}[agent]\ncommand = [{program:?}]\n")).unwrap();
+        let o = f.run(&["worker", "--once"], &SUPERVISED);
+        assert_eq!(o.status.code(), Some(78), "{program}: {}", stderr(&o));
+        let line = the_error_line(&o);
+        assert!(
+            line.starts_with(&format!("afk-supervisor: agent.command[0] = {program:?} ("))
+                && line.contains(&cfg.display().to_string())
+                && line.contains(&why),
+            "{line}"
+        );
+        assert_eq!(f.labels(n), vec!["ready-for-agent"]);
+        assert!(f.comments(n).is_empty());
+        assert_nothing_claimed(&f);
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! failure is transient, and nothing acts on it. The fake gh's `hang` reply stands in for a
 //! gh stuck on a dead connection. A rate limit is a class of its own: the worker exits 75
 //! for it, changing nothing. A quarantine on the shared tracker ends the claim with the
-//! hand-off mark (SPEC §11.5, §11.6).
+//! hand-off mark (`docs/SPEC.md` §11.5, §11.10).
 
 mod support;
 

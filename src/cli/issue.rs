@@ -23,8 +23,10 @@ pub struct IssueArgs {
 pub enum IssueCommand {
     /// Open an issue (local tracker); prints its number.
     New {
+        /// The issue's title.
         #[arg(long)]
         title: String,
+        /// The issue's body (Markdown); empty by default.
         #[arg(long, default_value = "")]
         body: String,
         /// A label to put on it; repeat for several.
@@ -48,25 +50,38 @@ pub enum IssueCommand {
     },
     /// Show one issue.
     Show {
+        /// The issue's number.
         number: u64,
+        /// Print JSON (labels, state, title, body and comments).
         #[arg(long)]
         json: bool,
     },
     /// Add and remove labels in one change.
     Label {
+        /// The issue's number.
         number: u64,
+        /// A label to add; repeat for several.
         #[arg(long = "add", value_name = "LABEL")]
         add: Vec<String>,
+        /// A label to remove; repeat for several.
         #[arg(long = "remove", value_name = "LABEL")]
         remove: Vec<String>,
     },
     /// Close an issue (local tracker).
-    Close { number: u64 },
+    Close {
+        /// The issue's number.
+        number: u64,
+    },
     /// Reopen a closed issue (local tracker).
-    Reopen { number: u64 },
+    Reopen {
+        /// The issue's number.
+        number: u64,
+    },
     /// Add a comment.
     Comment {
+        /// The issue's number.
         number: u64,
+        /// The comment's text.
         #[arg(long)]
         body: String,
     },
@@ -99,7 +114,7 @@ struct ShowJson {
     closed_at: Option<String>,
     body: Option<String>,
     comments: Option<Vec<CommentJson>>,
-    /// The attempt ledger (SPEC §11.6), oldest first.
+    /// The attempt ledger (`docs/SPEC.md` §11.10), oldest first.
     attempts: Vec<crate::ledger::Record>,
 }
 
@@ -129,7 +144,8 @@ impl From<Issue> for ShowJson {
 
 pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let (backend, reason) = select::resolve(&config, &ctx.layout).map_err(tracker_failure)?;
+    let (backend, reason) =
+        select::resolve(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{reason}");
     match args.command {
         IssueCommand::New {

@@ -10,6 +10,7 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+mod demo;
 mod issue;
 mod reap;
 mod run;
@@ -66,6 +67,11 @@ pub enum Command {
     Reap(reap::ReapArgs),
     /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
     Unblock(unblock::UnblockArgs),
+    /// A scratch repo, a local tracker with issues, a real fleet and a summary: the first run.
+    Demo(demo::DemoArgs),
+    /// The demo's stand-in agent: commits `notes/issue-<N>.md` in its worktree.
+    #[command(hide = true)]
+    DemoAgent,
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -78,11 +84,19 @@ pub struct Ctx {
 
 impl Ctx {
     /// Loads the config with command-line overrides applied on top; errors are exit 78.
-    pub fn config(&self, mut overrides: Overrides) -> Result<Config, Failure> {
+    pub fn config(&self, overrides: Overrides) -> Result<Config, Failure> {
+        self.config_with_sources(overrides).map(|(c, _)| c)
+    }
+
+    /// [`Ctx::config`], and where each value came from.
+    pub fn config_with_sources(
+        &self,
+        mut overrides: Overrides,
+    ) -> Result<(Config, config::Sources), Failure> {
         if overrides.tracker.is_none() {
             overrides.tracker = self.tracker;
         }
-        config::load(
+        config::load_with_sources(
             self.config_file.as_deref(),
             &self.layout,
             &config::process_env(),
@@ -120,6 +134,12 @@ where
 }
 
 fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    // The demo makes its own repo; its agent runs in a worktree it is given.
+    let command = match cli.command {
+        Some(Command::Demo(args)) => return demo::run(&args),
+        Some(Command::DemoAgent) => return demo::agent(),
+        other => other,
+    };
     let repo = resolve_repo(cli.repo.as_deref())?;
     let ctx = Ctx {
         layout: Layout::new(repo),
@@ -127,7 +147,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         tracker: cli.tracker,
     };
     let top_run_args = cli.run.workers.is_some();
-    match cli.command {
+    match command {
         Some(Command::Run(args)) if top_run_args && args.workers.is_none() => {
             run::run(&ctx, &cli.run)
         }
@@ -144,34 +164,128 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
+        Some(Command::Demo(_) | Command::DemoAgent) => unreachable_demo(),
         None => run::run(&ctx, &cli.run),
     }
 }
 
-/// `--repo DIR`, else the git top-level of the working directory.
-pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    if let Some(dir) = explicit {
-        if !dir.is_dir() {
-            return Err(Failure::usage(format!(
-                "--repo {}: not a directory",
-                dir.display()
-            )));
-        }
-        return std::fs::canonicalize(dir)
-            .map_err(|e| Failure::usage(format!("--repo {}: {e}", dir.display())));
+/// A tracker that could not be chosen: exit 78 when the fix is the operator's
+/// configuration (`gh auth login`, `tracker.kind`), else exit 1.
+pub fn select_failure(e: crate::tracker::SelectError) -> Failure {
+    if e.is_config() {
+        Failure::config(e.to_string())
+    } else {
+        Failure::failed(format!("issue tracker: {e}"))
     }
+}
+
+/// The demo commands were dispatched before the repo was resolved.
+fn unreachable_demo() -> Result<i32, Failure> {
+    Err(Failure::failed("internal error: demo dispatched twice"))
+}
+
+/// `--repo DIR`, else the working directory: either way the git top-level of a work tree.
+/// Anything else is a usage error (exit 2) before anything is created, so a mistyped
+/// `--repo` never grows a `.red/` in a directory that is not a checkout.
+pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
+    let (dir, name) = match explicit {
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(Failure::usage(format!(
+                    "--repo {}: not a directory",
+                    dir.display()
+                )));
+            }
+            (dir.to_path_buf(), format!("--repo {}", dir.display()))
+        }
+        None => (PathBuf::from("."), "the working directory".to_string()),
+    };
     let out = std::process::Command::new("git")
-        .args(["rev-parse", "--show-toplevel"])
+        .arg("-C")
+        .arg(&dir)
+        .args(["rev-parse", "--is-inside-work-tree", "--show-toplevel"])
+        .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
             Failure::failed(format!(
                 "git rev-parse --show-toplevel: cannot run git: {e}"
             ))
         })?;
-    if !out.status.success() {
-        return Err(Failure::usage(
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let inside = lines.next() == Some("true");
+    let top = lines.next().map(str::trim).filter(|t| !t.is_empty());
+    match (out.status.success() && inside, top) {
+        (true, Some(top)) => Ok(PathBuf::from(top)),
+        _ if explicit.is_some() => Err(Failure::usage(format!(
+            "{name}: not a git work tree; pass a checkout's directory (git init, or git clone)"
+        ))),
+        _ => Err(Failure::usage(
             "not inside a git repository: run from a checkout or pass --repo DIR",
-        ));
+        )),
     }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag and positional of every (sub)command says what it is for, and a flag
+    /// with a fixed set of values names them.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+                let flag = matches!(
+                    arg.get_action(),
+                    clap::ArgAction::SetTrue | clap::ArgAction::SetFalse | clap::ArgAction::Count
+                );
+                let values: Vec<String> = if flag {
+                    Vec::new()
+                } else {
+                    arg.get_possible_values()
+                        .iter()
+                        .map(|v| v.get_name().to_string())
+                        .collect()
+                };
+                for v in &values {
+                    if !help.contains(v.as_str()) {
+                        missing.push(format!("{path} {id}: help does not name {v}"));
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.is_hide_set() {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let cli = Cli::command();
+        walk(&cli, "afk-supervisor", &mut missing);
+        // Values clap cannot list (parsed with FromStr) are named in the help by hand.
+        let scale = cli.find_subcommand("scale").expect("scale");
+        let mode = scale
+            .get_arguments()
+            .find(|a| a.get_id() == "shrink_mode")
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default();
+        for v in ["drain-then-retire", "hard-kill"] {
+            if !mode.contains(v) {
+                missing.push(format!("scale --shrink-mode: help does not name {v}"));
+            }
+        }
+        assert!(missing.is_empty(), "{missing:#?}");
+    }
 }

@@ -17,8 +17,7 @@ pub struct ReapArgs {
 
 pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let selected =
-        select::open(&config, &ctx.layout).map_err(|e| Failure::failed(format!("tracker: {e}")))?;
+    let selected = select::open(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{}", selected.reason);
     let git = Git::new(ctx.layout.repo());
     let report = branches::run(

@@ -1,4 +1,10 @@
 //! `afk-supervisor run` (and the bare `afk-supervisor --workers N`).
+//!
+//! Before the supervisor takes its lane, everything an operator must fix is checked, each
+//! refusal one line with its exit code (`docs/SPEC.md` §9, §11.6), and nothing is created:
+//! the agent the built-in worker would run (exit 78) and the tracker (exit 78 when `gh` is
+//! not logged in for a GitHub project). Then the fleet, whose start-up includes the
+//! bootstrap (`.red/tmp/`, `.red/state/`, their `.gitignore` lines; `crate::bootstrap`).
 
 use std::sync::Arc;
 
@@ -8,27 +14,46 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::Failure;
 use crate::supervisor::run::{self as sup_run, TrackerOpener};
-use crate::tracker::select;
+use crate::tracker::select::{self, Selected};
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
-    /// Number of worker slots (overrides fleet.workers and RED_AFK_TARGET).
+    /// Number of worker slots (overrides fleet.workers and RED_AFK_TARGET); 0 starts an
+    /// empty fleet, grown later with `scale`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: Option<u16>,
 }
 
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
-    let config = ctx.config(Overrides {
+    let (config, sources) = ctx.config_with_sources(Overrides {
         workers: args.workers.map(usize::from),
         ..Overrides::default()
     })?;
-    sup_run::run(&ctx.layout, config, tracker_opener())
+    if config.worker.command.is_none() {
+        // The built-in worker would exit 78 on every slot: refuse before anything exists.
+        crate::program::check_agent(&config, &ctx.layout)
+            .map_err(|e| Failure::config(e.to_string()))?;
+    }
+    let opener = match select::open(&config, &ctx.layout) {
+        Ok(selected) => tracker_opener(Ok(selected)),
+        Err(e) if e.is_config() => return Err(crate::cli::select_failure(e)),
+        // Anything else (a transient gh failure) is the supervisor's to log and live with.
+        Err(e) => tracker_opener(Err(e.to_string())),
+    };
+    if config.fleet.workers == 0 {
+        eprintln!(
+            "afk-supervisor: warning: fleet.workers = 0 ({}): the fleet starts with no worker; grow it with `afk-supervisor scale N`",
+            sources.describe("fleet.workers")
+        );
+    }
+    sup_run::run(&ctx.layout, config, opener)
 }
 
-/// The configured backend (`tracker.kind`, `--tracker`), with the reason it was chosen.
-fn tracker_opener() -> TrackerOpener {
-    Box::new(|config, layout| {
-        let selected = select::open(config, layout).map_err(|e| e.to_string())?;
+/// Hands the supervisor the backend chosen above (`tracker.kind`, `--tracker`) with the
+/// reason it was chosen, or the error to log.
+fn tracker_opener(chosen: Result<Selected, String>) -> TrackerOpener {
+    Box::new(move |_config, _layout| {
+        let selected = chosen?;
         Ok((Arc::from(selected.tracker), selected.reason))
     })
 }

@@ -16,7 +16,8 @@ pub struct ScaleArgs {
     /// The new number of worker slots.
     #[arg(value_name = "N")]
     pub target: usize,
-    /// How surplus workers go when shrinking.
+    /// How surplus workers go when shrinking: drain-then-retire (each finishes its current
+    /// issue, then is not replaced) or hard-kill (stopped at once, their issues given back).
     #[arg(long, value_name = "MODE", default_value = "drain-then-retire")]
     pub shrink_mode: ShrinkMode,
     /// Seconds to wait for the supervisor's heartbeat to show the new target

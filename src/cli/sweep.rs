@@ -34,8 +34,8 @@ fn parse_only(s: &str) -> Result<SweepList, String> {
 
 pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let selected = crate::tracker::open(&config, &ctx.layout)
-        .map_err(|e| Failure::failed(format!("issue tracker: {e}")))?;
+    let selected =
+        crate::tracker::open(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     // Which store the fates below rest on: an empty local store chosen by `auto` must be
     // visible at a glance.
     eprintln!("{}", selected.reason);

@@ -37,8 +37,7 @@ pub struct UnblockArgs {
 
 pub fn run(ctx: &Ctx, args: &UnblockArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let selected =
-        select::open(&config, &ctx.layout).map_err(|e| Failure::failed(format!("tracker: {e}")))?;
+    let selected = select::open(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{}", selected.reason);
     let tracker = selected.tracker.as_ref();
     let label = ctx.layout.repo().display().to_string();

@@ -20,8 +20,7 @@ pub struct WorkerArgs {
 
 pub fn run(ctx: &Ctx, args: WorkerArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    let selected =
-        tracker::open(&config, &ctx.layout).map_err(|e| Failure::failed(e.to_string()))?;
+    let selected = tracker::open(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{}", selected.reason);
     let wenv =
         WorkerEnv::from_env(&config::process_env(), &config).map_err(|e| Failure::config(e.0))?;

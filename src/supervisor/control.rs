@@ -6,8 +6,7 @@ use std::io;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde::Serialize;
 
 use super::lane::running_supervisor;
@@ -59,6 +58,8 @@ pub struct FleetInfo {
     pub respawns: usize,
     pub window_s: u64,
     pub ready_for_agent: Option<u64>,
+    /// Why `ready_for_agent` is null; null when it is a number.
+    pub ready_for_agent_unknown: Option<String>,
     pub shrink_mode: ShrinkMode,
     pub runner: String,
 }
@@ -76,6 +77,8 @@ pub struct SlotRow {
     /// The worker tree's CPU time (ms) and resident memory (KiB) at the last tick.
     pub cpu_ms: Option<u64>,
     pub rss_kib: Option<u64>,
+    /// Why a parked slot is parked; null for every other state.
+    pub reason: Option<String>,
 }
 
 /// The running supervisor's view, from its heartbeat.
@@ -100,6 +103,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 respawns: 0,
                 window_s: 0,
                 ready_for_agent: None,
+                ready_for_agent_unknown: Some("no heartbeat yet (boot sweeps running)".into()),
                 shrink_mode: ShrinkMode::default(),
                 runner: String::new(),
             },
@@ -125,6 +129,14 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
             respawns: s.churn.respawns,
             window_s: s.churn.window_s,
             ready_for_agent: s.ready_for_agent,
+            ready_for_agent_unknown: match s.ready_for_agent {
+                Some(_) => None,
+                None => Some(
+                    s.ready_for_agent_unknown
+                        .clone()
+                        .unwrap_or_else(|| "not reported by this supervisor".into()),
+                ),
+            },
             shrink_mode: s.shrink_mode,
             runner: s.runner.clone(),
         },
@@ -141,6 +153,7 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
                 issue: d.issue,
                 cpu_ms: d.cpu_ms,
                 rss_kib: d.rss_kib,
+                reason: d.reason.clone(),
             })
             .collect(),
     }
@@ -173,9 +186,11 @@ pub fn render_status(r: &StatusReport) -> String {
     };
     out.push_str(&format!("supervisor pid={} {hb}\n", r.supervisor.pid));
     let f = &r.fleet;
-    let ready = f
-        .ready_for_agent
-        .map_or("unknown".to_string(), |n| n.to_string());
+    let ready = match (f.ready_for_agent, &f.ready_for_agent_unknown) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(why)) => format!("unknown ({why})"),
+        (None, None) => "unknown".to_string(),
+    };
     out.push_str(&format!(
         "fleet: target={} live={} parked={} deaths={} respawns={} (last {}s) ready-for-agent={ready} shrink-mode={} runner={}\n",
         f.target,
@@ -207,6 +222,9 @@ pub fn render_status(r: &StatusReport) -> String {
             s.rss_kib.map_or("-".into(), human_kib),
             s.issue.map_or("-".into(), |n| format!("#{n}")),
         ));
+        if let Some(why) = &s.reason {
+            out.push_str(&format!("      parked: {why}\n"));
+        }
     }
     out
 }
@@ -473,26 +491,15 @@ fn recorded_live_workers(layout: &Layout) -> Vec<(i32, u64)> {
 /// SIGKILLs each verified worker's process group (or the worker alone when it does not
 /// lead a group).
 fn kill_workers(workers: &[(i32, u64)]) -> usize {
-    let mut n = 0;
-    for &(pid, start) in workers {
-        let Some(p) = process::read(pid).filter(|p| p.start == start && !p.is_zombie()) else {
-            continue;
-        };
-        let r = if p.pgid == pid {
-            killpg(Pid::from_raw(pid), Signal::SIGKILL)
-        } else {
-            kill(Pid::from_raw(pid), Signal::SIGKILL)
-        };
-        if r.is_ok() {
-            n += 1;
-        }
-    }
-    n
+    workers
+        .iter()
+        .filter(|&&(pid, start)| process::ProcId { pid, start }.kill_tree())
+        .count()
 }
 
 /// Signals `pid` only if it is still the process that started at `start`.
 fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
-    pidfile::judge_pid(pid, Some(start)).is_live() && kill(Pid::from_raw(pid), sig).is_ok()
+    process::ProcId { pid, start }.signal(sig)
 }
 
 fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {

@@ -1,4 +1,4 @@
-//! The supervisor lane `.red/tmp/supervisors/default/` (SPEC §4): the lock that makes one
+//! The supervisor lane `.red/tmp/supervisors/default/` (`docs/SPEC.md` §4): the lock that makes one
 //! supervisor per repo, the pid file with its start token, and the control files.
 
 use std::fs::{self, File, TryLockError};
@@ -20,6 +20,34 @@ pub enum LaneError {
     Io { path: PathBuf, source: io::Error },
 }
 
+/// Something [`Lane::acquire`] found worth logging: routine housekeeping (a regular
+/// control file a previous run left, removed) or a problem (a corrupt or hostile file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneNote {
+    Housekeeping(String),
+    Problem(String),
+}
+
+impl LaneNote {
+    /// The event-log kind: `supervisor.housekeeping` or `supervisor.error`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LaneNote::Housekeeping(_) => super::texts::kind::HOUSEKEEPING,
+            LaneNote::Problem(_) => super::texts::kind::ERROR,
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        match self {
+            LaneNote::Housekeeping(t) | LaneNote::Problem(t) => t,
+        }
+    }
+
+    pub fn contains(&self, needle: &str) -> bool {
+        self.text().contains(needle)
+    }
+}
+
 /// The held lane. The lock lives as long as this value (the descriptor is close-on-exec,
 /// so no worker inherits it and outlives the supervisor holding it).
 #[derive(Debug)]
@@ -33,7 +61,7 @@ pub struct Lane {
 impl Lane {
     /// Takes the lock; on success writes the pid file and removes stale control files.
     /// Returns the lane and notes worth logging (a corrupt previous pid file, for one).
-    pub fn acquire(layout: &Layout) -> Result<(Lane, Vec<String>), LaneError> {
+    pub fn acquire(layout: &Layout) -> Result<(Lane, Vec<LaneNote>), LaneError> {
         let lock_path = layout.supervisor_lock();
         let io_err = |path: PathBuf| move |source| LaneError::Io { path, source };
         fs::create_dir_all(layout.supervisor_lane()).map_err(io_err(layout.supervisor_lane()))?;
@@ -64,18 +92,18 @@ impl Lane {
         match pidfile::liveness(&pid_path, MissingStart::Dead) {
             Liveness::Dead {
                 reason: DeadReason::Corrupt(why),
-            } => notes.push(format!(
+            } => notes.push(LaneNote::Problem(format!(
                 "{}: previous pid file corrupt ({why}); replaced",
                 pid_path.display()
-            )),
-            Liveness::Live { pid, .. } => notes.push(format!(
+            ))),
+            Liveness::Live { pid, .. } => notes.push(LaneNote::Problem(format!(
                 "{}: previous pid {pid} is live but does not hold the lock; replaced",
                 pid_path.display()
-            )),
+            ))),
             // The lock, not the pid file, says who runs: this process holds it.
-            Liveness::Unknown { reason } => notes.push(format!(
+            Liveness::Unknown { reason } => notes.push(LaneNote::Problem(format!(
                 "previous pid file cannot be judged ({reason}); replaced"
-            )),
+            ))),
             _ => {}
         }
         let me = std::process::id() as i32;
@@ -84,13 +112,20 @@ impl Lane {
             // Looked at, never followed: a symlink goes as a link. A directory is not ours
             // to remove; the loop then reports it once as not a regular file.
             match fs::symlink_metadata(&stale) {
-                Ok(m) if m.is_dir() => notes.push(format!(
+                Ok(m) if m.is_dir() => notes.push(LaneNote::Problem(format!(
                     "{}: is a directory, not a control file; left in place and ignored",
                     stale.display()
-                )),
-                Ok(_) => {
+                ))),
+                Ok(m) => {
                     remove_file_if_exists(&stale).map_err(io_err(stale.clone()))?;
-                    notes.push(format!("{}: stale file removed", stale.display()));
+                    let text = format!("{}: stale file removed", stale.display());
+                    // A regular file a previous run left is routine; a FIFO or a link
+                    // planted there is not.
+                    notes.push(if m.is_file() {
+                        LaneNote::Housekeeping(text)
+                    } else {
+                        LaneNote::Problem(text)
+                    });
                 }
                 Err(_) => {}
             }
@@ -192,6 +227,11 @@ mod tests {
                 .any(|n| n.contains("previous pid file corrupt"))
         );
         assert!(!layout.resize_file().exists());
+        // A routine leftover is housekeeping, not an error.
+        assert!(notes.contains(&LaneNote::Housekeeping(format!(
+            "{}: stale file removed",
+            layout.resize_file().display()
+        ))));
         let me = std::process::id() as i32;
         assert_eq!(running_supervisor(&layout), Ok((me, lane.start)));
         let before = fs::read(layout.supervisor_pid()).unwrap();

@@ -1,4 +1,4 @@
-//! The fleet supervisor (SPEC §4–§6): start-up, slots, the tick, and the control files.
+//! The fleet supervisor (`docs/SPEC.md` §4–§6): start-up, slots, the tick, and the control files.
 
 pub mod children;
 pub mod circuit;

@@ -5,7 +5,7 @@
 //! the next supervisor's boot sweep, hiding the issue from every other worker for the whole
 //! life of this one. Once the worker's process group is confirmed gone, each claim whose pid
 //! file names that worker (pid and, when recorded, start time) is released here: a `running`
-//! issue gets the SPEC §7 comment and then `ready-for-agent` back
+//! issue gets the `docs/SPEC.md` §7 comment and then `ready-for-agent` back
 //! ([`transition::restore`]), and only then the claim dir goes.
 //!
 //! Runs on a short-lived thread (tracker calls are slow). A tracker failure at any step

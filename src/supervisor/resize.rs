@@ -1,4 +1,4 @@
-//! `resize.toon`: the scale directive (SPEC §4), written by `scale`, read every tick.
+//! `resize.toon`: the scale directive (`docs/SPEC.md` §4), written by `scale`, read every tick.
 
 use std::io;
 use std::path::Path;

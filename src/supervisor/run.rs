@@ -208,7 +208,16 @@ async fn run_fleet(
         .pid(lane.pid),
     );
     for n in notes {
-        journal.write(Event::now(kind::ERROR, n));
+        journal.write(Event::now(n.kind(), n.text()));
+    }
+    // The bootstrap every worker also runs: `.red/state/` and the `.gitignore` lines.
+    match crate::bootstrap::ensure(layout) {
+        Ok(g) => {
+            if let Some(note) = g.note() {
+                journal.write(Event::now(kind::HOUSEKEEPING, note));
+            }
+        }
+        Err(e) => journal.write(Event::now(kind::ERROR, e.to_string())),
     }
 
     let tracker = match open_tracker(&config, layout) {

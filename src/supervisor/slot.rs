@@ -85,6 +85,8 @@ pub struct Slot {
     /// long it lived. The next queue check either finds the queue changed (the worker took
     /// something: respawn) or confirms "nothing claimable" (stay idle until it changes).
     pub unclaimable: Option<Unclaimable>,
+    /// Why the slot is parked for good: the last line its worker wrote before exit 78.
+    pub fatal_reason: Option<String>,
 }
 
 impl Slot {
@@ -97,6 +99,7 @@ impl Slot {
             restarts: 0,
             retiring: false,
             unclaimable: None,
+            fatal_reason: None,
         }
     }
 
@@ -122,6 +125,19 @@ impl Slot {
         matches!(self.phase, Phase::Idle { .. })
     }
 
+    /// Why a parked slot is parked (`state.toon` `slot_detail[].reason`); `None` otherwise.
+    pub fn park_reason(&self) -> Option<String> {
+        match &self.phase {
+            Phase::Fatal => Some(self.fatal_reason.clone().unwrap_or_else(|| {
+                "worker exited 78 (host misconfigured); parked without retry".into()
+            })),
+            Phase::CircuitOpen => {
+                Some("circuit open: workers died fast; waiting for the half-open probe".into())
+            }
+            _ => None,
+        }
+    }
+
     /// The `status` word: running, idle, parked, half-open, retiring or stalled.
     pub fn state_word(&self) -> &'static str {
         match &self.phase {
@@ -136,5 +152,73 @@ impl Slot {
             Phase::Idle { .. } => "idle",
             Phase::Fatal | Phase::CircuitOpen => "parked",
         }
+    }
+}
+
+/// Most bytes of a slot log's end read for a parked slot's reason.
+const REASON_TAIL_BYTES: u64 = 4096;
+/// Longest reason kept: a worker's one-line error naming a key and a file fits.
+const REASON_MAX_CHARS: usize = 400;
+
+/// The reason an exit-78 worker gave: the last non-empty line of its slot log (a worker
+/// reports its failure there as one line), bounded, never following a link.
+pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let fallback = || {
+        format!(
+            "worker exited 78 (host misconfigured); see {}",
+            log.display()
+        )
+    };
+    let opts = {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true);
+        o
+    };
+    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
+    else {
+        return fallback();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    let read = f
+        .seek(SeekFrom::Start(len.saturating_sub(REASON_TAIL_BYTES)))
+        .and_then(|_| f.take(REASON_TAIL_BYTES).read_to_end(&mut tail));
+    if read.is_err() {
+        return fallback();
+    }
+    let text = String::from_utf8_lossy(&tail);
+    text.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| {
+            let l = l.strip_prefix("afk-supervisor: ").unwrap_or(l);
+            match l.char_indices().nth(REASON_MAX_CHARS) {
+                Some((end, _)) => format!("{}…", &l[..end]),
+                None => l.to_string(),
+            }
+        })
+        .unwrap_or_else(fallback)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_is_the_logs_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("slot.log");
+        std::fs::write(
+            &log,
+            "tracker: local (requested)\nafk-supervisor: agent.command is not set (x)\n\n",
+        )
+        .unwrap();
+        assert_eq!(fatal_reason_from_log(&log), "agent.command is not set (x)");
+        let missing = dir.path().join("none.log");
+        assert!(fatal_reason_from_log(&missing).starts_with("worker exited 78"));
+        let big = "y".repeat(10_000);
+        std::fs::write(&log, format!("{big}\nlast one")).unwrap();
+        assert_eq!(fatal_reason_from_log(&log), "last one");
     }
 }

@@ -1,7 +1,7 @@
-//! `state.toon`, the heartbeat snapshot (SPEC §4).
+//! `state.toon`, the heartbeat snapshot (`docs/SPEC.md` §4).
 //!
 //! Written atomically every tick and after every transition; `status`, `scale`, `stop` and
-//! the next supervisor's takeover read it. The SPEC §4 fields come first, exactly as named
+//! the next supervisor's takeover read it. The `docs/SPEC.md` §4 fields come first, exactly as named
 //! there; `slot_detail` is this tool's addition for `status` and takeover, and readers
 //! that do not know it ignore it.
 
@@ -100,6 +100,10 @@ pub struct SlotDetail {
     /// Resident memory of the worker's process tree at the last tick, KiB.
     #[serde(default)]
     pub rss_kib: Option<u64>,
+    /// Why a parked slot is parked (project addition, `docs/SPEC.md` §11.7); absent
+    /// otherwise. Readers that do not know the field ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +117,9 @@ pub struct StateFile {
     pub shrink_mode: ShrinkMode,
     /// Open `ready-for-agent` issues at the last successful check; null when unknown.
     pub ready_for_agent: Option<u64>,
+    /// Why `ready_for_agent` is null (project addition, §11.7); absent when it is a number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_for_agent_unknown: Option<String>,
     pub slots: SlotCounts,
     pub slot_pids: Vec<SlotPid>,
     pub churn: Churn,
@@ -196,6 +203,7 @@ mod tests {
             runner: "claude".into(),
             shrink_mode: ShrinkMode::DrainThenRetire,
             ready_for_agent: Some(3),
+            ready_for_agent_unknown: None,
             slots: SlotCounts {
                 busy: 1,
                 free: 0,
@@ -224,6 +232,7 @@ mod tests {
                     issue: Some(17),
                     cpu_ms: Some(1250),
                     rss_kib: Some(20480),
+                    reason: None,
                 },
                 SlotDetail {
                     slot: 1,
@@ -235,6 +244,7 @@ mod tests {
                     issue: None,
                     cpu_ms: None,
                     rss_kib: None,
+                    reason: Some("agent.command is not set (x): set it".into()),
                 },
             ],
         }
@@ -268,6 +278,49 @@ mod tests {
         ] {
             assert!(text.contains(field), "{field} missing in:\n{text}");
         }
+    }
+
+    /// What a reader from before `reason` and `ready_for_agent_unknown` knew.
+    #[derive(Debug, Deserialize)]
+    struct OldDetail {
+        slot: usize,
+        state: String,
+        restarts: u64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct OldState {
+        target: usize,
+        ready_for_agent: Option<u64>,
+        #[serde(default)]
+        slot_detail: Vec<OldDetail>,
+    }
+
+    #[test]
+    fn the_added_fields_stay_readable_by_older_readers() {
+        let mut s = sample();
+        s.ready_for_agent = None;
+        s.ready_for_agent_unknown = Some("no tracker check has answered yet".into());
+        let text = encode(&s).unwrap();
+        assert!(
+            text.contains("agent.command is not set (x): set it"),
+            "{text}"
+        );
+        assert_eq!(decode(&text).unwrap(), s);
+        let old: OldState = reddb_io_toon::from_str(&text).unwrap();
+        assert_eq!((old.target, old.ready_for_agent), (2, None));
+        let details: Vec<(usize, &str, u64)> = old
+            .slot_detail
+            .iter()
+            .map(|d| (d.slot, d.state.as_str(), d.restarts))
+            .collect();
+        assert_eq!(details, vec![(0, "running", 0), (1, "parked", 5)]);
+        // And a file without them (an older writer) reads as "not known".
+        let mut plain = sample();
+        plain.slot_detail[1].reason = None;
+        let text = encode(&plain).unwrap();
+        assert!(!text.contains("reason"), "{text}");
+        assert_eq!(decode(&text).unwrap(), plain);
     }
 
     #[test]
@@ -324,12 +377,15 @@ mod tests {
             d.rss_kib = None;
         }
         let text = encode(&s).unwrap();
-        let old = text
-            .replace(
-                "{slot,state,pid,worker_id,started_epoch,restarts,issue,cpu_ms,rss_kib}",
-                "{slot,state,pid,worker_id,started_epoch,restarts,issue}",
-            )
-            .replace(",null,null\n", "\n");
+        // As written before the fields existed: their lines gone.
+        let old: String = text
+            .lines()
+            .filter(|l| {
+                let t = l.trim_start().trim_start_matches("- ");
+                !t.starts_with("cpu_ms:") && !t.starts_with("rss_kib:")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
         assert!(!old.contains("cpu_ms"), "{old}");
         assert_eq!(decode(&old).unwrap(), s, "{old}");
     }

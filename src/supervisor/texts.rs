@@ -1,4 +1,4 @@
-//! The event-log kinds and the SPEC §5 message texts, in one place so the fixed wording
+//! The event-log kinds and the `docs/SPEC.md` §5 message texts, in one place so the fixed wording
 //! other tools grep for cannot drift.
 
 pub mod kind {
@@ -11,6 +11,8 @@ pub mod kind {
     pub const RESIZE: &str = "supervisor.resize";
     pub const STOP: &str = "supervisor.stop";
     pub const ERROR: &str = "supervisor.error";
+    /// Routine clean-up at start (a previous run's regular `resize.toon` removed): no error.
+    pub const HOUSEKEEPING: &str = "supervisor.housekeeping";
     pub const PERIODIC: &str = "supervisor.periodic";
     pub const TRACKER: &str = "supervisor.tracker";
     pub const TRACKER_ERROR: &str = "tracker.error";

@@ -1,4 +1,4 @@
-//! The branch reaper (seed *On-Demand Branch Reaper*, SPEC §8): deletes `afk/*` branches
+//! The branch reaper (seed *On-Demand Branch Reaper*, `docs/SPEC.md` §8): deletes `afk/*` branches
 //! whose issue is done, on `origin` and locally, and spares everything it cannot be sure of.
 //!
 //! The work is split so the rules can be read and tested apart from git and the tracker:
@@ -146,7 +146,7 @@ pub struct BranchDecision {
 }
 
 impl BranchDecision {
-    /// The SPEC §8 line: `reaped (remote): <branch> #<N> — <reason>` or
+    /// The `docs/SPEC.md` §8 line: `reaped (remote): <branch> #<N> — <reason>` or
     /// `spared (local): <branch> — <reason>`. A dry run says `would reap` instead of `reaped`.
     pub fn line(&self, dry_run: bool) -> String {
         let side = self.side.as_str();
@@ -320,7 +320,7 @@ pub struct ReapReport {
 }
 
 impl ReapReport {
-    /// `afk branch counts: remote-afk=N local-afk=N` (SPEC §8).
+    /// `afk branch counts: remote-afk=N local-afk=N` (`docs/SPEC.md` §8).
     pub fn counts_line(&self) -> String {
         format!(
             "afk branch counts: remote-afk={} local-afk={}",

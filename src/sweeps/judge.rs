@@ -1,5 +1,5 @@
 //! The liveness judgements orphan cleanup and the attempt cap share: what a worker's
-//! `worker.pid` says about its dir, and the re-check right before a removal (SPEC §1:
+//! `worker.pid` says about its dir, and the re-check right before a removal (`docs/SPEC.md` §1:
 //! liveness is judged again right before deleting, and what cannot be judged is kept).
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The one deletion primitive every sweep uses (SPEC §1 safety rules).
+//! The one deletion primitive every sweep uses (`docs/SPEC.md` §1 safety rules).
 //!
 //! A sweep bug must not be able to reach durable state. So every removal goes through
 //! [`Lane::remove`], which refuses a path unless it lies lexically inside a registered lane
@@ -249,7 +249,7 @@ fn not_a_dir(dir: BorrowedFd<'_>, name: &CStr, e: &io::Error) -> Option<FileKind
     Some(stat_at(dir, name).map_or(FileKind::Other, |m| m.kind))
 }
 
-/// The registered lanes (SPEC §1): inside a worker namespace, `claims/`, `logs/` or
+/// The registered lanes (`docs/SPEC.md` §1): inside a worker namespace, `claims/`, `logs/` or
 /// `supervisors/` (never the lane root itself), the docs-sweep worktree, and numeric legacy
 /// `work-<N>` dirs. Slug-named `work-*` dirs are manual worktrees and never registered.
 fn is_registered(names: &[&OsStr]) -> bool {

@@ -1,4 +1,4 @@
-//! The boot sweeps (SPEC §1, seed BOOT-SWEEPS.md). One module per sweep; each takes a
+//! The boot sweeps (`docs/SPEC.md` §1, seed BOOT-SWEEPS.md). One module per sweep; each takes a
 //! [`SweepCtx`] and returns its own report. Safety first: sweeps delete only inside the
 //! registered lanes of `.red/tmp/`, never follow symlinks, and never act on a transient
 //! tracker failure.

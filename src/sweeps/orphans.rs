@@ -1,4 +1,4 @@
-//! Orphan cleanup (seed BOOT-SWEEPS.md *Orphan Cleanup*, SPEC §1–§3, §7).
+//! Orphan cleanup (seed BOOT-SWEEPS.md *Orphan Cleanup*, `docs/SPEC.md` §1–§3, §7).
 //!
 //! Four passes, in this order: legacy flat `work-<N>` dirs of dead processes; attempt dirs
 //! of dead workers, each decided by its issue's tracker state; stale claims of dead
@@ -43,7 +43,7 @@ use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, SweepName};
 use crate::tracker::{Tracker, labels};
 
-/// The SPEC §7 restore comment, verbatim.
+/// The `docs/SPEC.md` §7 restore comment, verbatim.
 pub const RESTORE_COMMENT: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -560,7 +560,7 @@ impl Pass<'_> {
         }
     }
 
-    /// Posts the SPEC §7 comment and puts `ready-for-agent` back in place of `running`
+    /// Posts the `docs/SPEC.md` §7 comment and puts `ready-for-agent` back in place of `running`
     /// ([`transition::restore`]), unless a live process holds the claim by now. Any tracker
     /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
     /// restored from, and the issue is not tried again in this pass.

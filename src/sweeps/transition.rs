@@ -29,7 +29,7 @@ use crate::layout::Layout;
 use crate::sweeps::orphans::RESTORE_COMMENT;
 use crate::tracker::{Tracker, TrackerError, labels};
 
-/// The file a restore leaves in its record once the SPEC §7 restore comment is posted.
+/// The file a restore leaves in its record once the `docs/SPEC.md` §7 restore comment is posted.
 pub const RESTORE_MARKER: &str = "restore-commented";
 
 /// One transition: a comment, then a label change on the same issue.
@@ -116,7 +116,7 @@ pub fn make(
         .map_err(TransitionError::Labels)
 }
 
-/// The SPEC §7 restore of issue `n`: the restore comment, then `ready-for-agent` in place
+/// The `docs/SPEC.md` §7 restore of issue `n`: the restore comment, then `ready-for-agent` in place
 /// of `running`. Its records are the claim dir and, when given, the attempt dir being
 /// judged; the caller removes them only once this succeeded. On a tracker several
 /// checkouts share, the issue's claim marks are read first (one call) and an issue another

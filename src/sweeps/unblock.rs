@@ -1,5 +1,5 @@
 //! The unblock sweep: promotes an open `blocked:dependency` issue to `ready-for-agent` once
-//! every issue it depends on is closed (SPEC §7, seed *Unblock belt*).
+//! every issue it depends on is closed (`docs/SPEC.md` §7, seed *Unblock belt*).
 //!
 //! There is ONE promotion core, [`pass`]; the boot suite, `afk-supervisor unblock` and the
 //! belt ([`belt::Belt`]) all call it, so the rules and the audit comment are the same
@@ -30,10 +30,10 @@ use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, Trac
 pub mod belt;
 pub mod lock;
 
-/// `--limit` of the blocked listing (SPEC §7).
+/// `--limit` of the blocked listing (`docs/SPEC.md` §7).
 pub const BLOCKED_LIMIT: usize = 200;
 
-/// The SPEC §7 audit comment, naming the blockers.
+/// The `docs/SPEC.md` §7 audit comment, naming the blockers.
 pub fn comment_text(blockers: &[u64]) -> String {
     format!(
         "🤖 /afk unblocked: all dependencies closed ({}).",

@@ -1,4 +1,4 @@
-//! The `gh` backend: the GitHub CLI run with exactly the argv of SPEC §7, never through a
+//! The `gh` backend: the GitHub CLI run with exactly the argv of `docs/SPEC.md` §7, never through a
 //! shell, each call under a deadline that kills gh's whole process group.
 //!
 //! Every failure is classified (not found / transient / failed) from the exit status and

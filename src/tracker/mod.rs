@@ -1,4 +1,4 @@
-//! The issue tracker behind one interface (SPEC §7): the `gh` CLI or the embedded `local`
+//! The issue tracker behind one interface (`docs/SPEC.md` §7): the `gh` CLI or the embedded `local`
 //! store. Sweeps and the supervisor only ever see [`Tracker`], so every behaviour can be
 //! exercised against the real local backend and against `gh` with a fake on `PATH`.
 
@@ -12,7 +12,7 @@ pub mod select;
 
 pub use gh::GhTracker;
 pub use local::LocalTracker;
-pub use select::{Selected, open};
+pub use select::{SelectError, Selected, open};
 
 pub mod labels {
     pub const READY_FOR_AGENT: &str = "ready-for-agent";
@@ -21,7 +21,7 @@ pub mod labels {
     pub const BLOCKED_DEPENDENCY: &str = "blocked:dependency";
     pub const NEEDS_TRIAGE: &str = "needs-triage";
     pub const NEEDS_INFO: &str = "needs-info";
-    /// An issue whose attempts failed `worker.max_failed_attempts` times (SPEC §11.6).
+    /// An issue whose attempts failed `worker.max_failed_attempts` times (`docs/SPEC.md` §11.10).
     pub const QUARANTINED: &str = "afk:quarantined";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
@@ -96,7 +96,7 @@ pub struct LabeledIssue {
     pub number: u64,
     pub body: String,
     pub labels: Vec<String>,
-    /// Known on the local backend; the SPEC §7 gh argv does not ask for it.
+    /// Known on the local backend; the `docs/SPEC.md` §7 gh argv does not ask for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
 }
@@ -241,7 +241,7 @@ pub trait Tracker: Send + Sync {
     /// Leaves no open pull request whose head is `head`, once the caller has deleted (or
     /// tried to delete) that branch on `origin` because its landing failed. A merged one
     /// stays as it is. The default does nothing, which is right for GitHub: it closes a pull
-    /// request by itself when its head branch is deleted, and SPEC §7 has no `gh pr close`
+    /// request by itself when its head branch is deleted, and `docs/SPEC.md` §7 has no `gh pr close`
     /// argv to call.
     fn pr_abandon(&self, head: &str) -> TrackerResult<()> {
         let _ = head;

@@ -1,10 +1,12 @@
 //! Choosing the tracker backend (`--tracker auto|gh|local`, `tracker.kind`).
 //!
-//! `auto` uses GitHub only when both halves hold: the project is on github.com (`origin`
-//! points there, or `tracker.repo` names it) and `gh` is logged in. Anything else gets the embedded store, and the one-line reason says why, so
-//! an operator who expected GitHub sees at once what is missing. The one exception: when
-//! `gh auth status` fails transiently (timeout, network), the choice is an error rather
-//! than a silent switch to an empty local store.
+//! `auto` uses GitHub when the project is on github.com (`origin` points there, or
+//! `tracker.repo` names it) and `gh` is installed; anything else gets the embedded store, and
+//! the one-line reason says why. A GitHub project whose `gh` is not logged in is refused
+//! ([`SelectError::NotLoggedIn`], exit 78: `run gh auth login, or set tracker.kind =
+//! "local"`), and so is one whose `gh auth status` fails transiently (timeout, network):
+//! either way a silent switch to an empty local store would make every GitHub issue look
+//! missing.
 
 use std::time::Duration;
 
@@ -12,6 +14,29 @@ use super::{GhTracker, LocalTracker, Tracker, TrackerError};
 use crate::config::{Config, TrackerKind};
 use crate::git::Git;
 use crate::layout::Layout;
+
+/// Why no backend was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    /// A GitHub project, `tracker.kind = auto`, and `gh` is not logged in: a configuration
+    /// error (exit 78), never a silent empty local store.
+    #[error(
+        "tracker.kind = auto: {because} but gh is not logged in ({detail}): run gh auth login, or set tracker.kind = \"local\""
+    )]
+    NotLoggedIn {
+        because: &'static str,
+        detail: String,
+    },
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+}
+
+impl SelectError {
+    /// Whether this is the operator's configuration to fix (exit 78).
+    pub fn is_config(&self) -> bool {
+        matches!(self, SelectError::NotLoggedIn { .. })
+    }
+}
 
 /// The chosen backend, boxed, and why it was chosen (e.g. `tracker: local (origin is not on
 /// GitHub)`), for commands to print once on stderr.
@@ -44,7 +69,7 @@ impl Backend {
 }
 
 /// Opens the backend the configuration asks for; see [`resolve`].
-pub fn open(config: &Config, layout: &Layout) -> Result<Selected, TrackerError> {
+pub fn open(config: &Config, layout: &Layout) -> Result<Selected, SelectError> {
     let (backend, reason) = resolve(config, layout)?;
     Ok(Selected {
         tracker: backend.into_boxed(),
@@ -55,7 +80,7 @@ pub fn open(config: &Config, layout: &Layout) -> Result<Selected, TrackerError> 
 /// Picks the backend and says why. For `gh`, the repository passed as `--repo` is
 /// `tracker.repo`, else the one `origin` names, so gh never guesses from other remotes and
 /// `pr merge --delete-branch` never touches the local checkout.
-pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), TrackerError> {
+pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), SelectError> {
     let timeout = Duration::from_secs(config.tracker.timeout_s);
     let git = Git::new(layout.repo());
     let origin = origin_url(&git);
@@ -106,25 +131,32 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Tr
                 // A timeout or network failure says nothing about the login. Falling back
                 // to an empty local store would make every GitHub issue look missing, so
                 // the choice is refused until gh can answer.
-                Err(e) if e.is_transient() || e.is_rate_limited() => Err(TrackerError::new(
-                    e.kind,
-                    e.command,
-                    format!(
-                        "{because} but gh could not say whether it is logged in \
+                Err(e) if e.is_transient() || e.is_rate_limited() => {
+                    Err(SelectError::Tracker(TrackerError::new(
+                        e.kind,
+                        e.command,
+                        format!(
+                            "{because} but gh could not say whether it is logged in \
                          (retry, or pass --tracker gh|local): {}",
-                        e.detail
-                    ),
-                )),
-                Err(e) => Ok((
-                    local(),
-                    format!(
-                        "tracker: local ({because} but `gh auth status` failed: {})",
-                        e.detail
-                    ),
-                )),
+                            e.detail
+                        ),
+                    )))
+                }
+                Err(e) => Err(SelectError::NotLoggedIn {
+                    because,
+                    detail: format!("`gh auth status`: {}", first_line(&e.detail)),
+                }),
             }
         }
     }
+}
+
+/// The first non-empty line of a tool's message, so an error stays one line.
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("failed")
 }
 
 fn with_host(host: &str, repo: &str) -> String {

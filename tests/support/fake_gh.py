@@ -1,7 +1,7 @@
 # A fake GitHub CLI for tests. Installed as `gh` by tests/support/fake_gh.rs, which
 # prepends a shebang naming the python3 interpreter it found.
 #
-# It accepts exactly the argv of SPEC section 7 plus the worker's oldest-first claim
+# It accepts exactly the argv of docs/SPEC.md section 7 plus the worker's oldest-first claim
 # listing (`--search sort:created-asc`), each optionally with `--repo X` (never on
 # `auth status`, which the real gh rejects) and answers from `state.json` beside this
 # script. Anything else exits 2 with `unknown gh invocation: <argv>` on stderr.

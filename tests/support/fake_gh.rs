@@ -2,7 +2,7 @@
 //!
 //! [`FakeGh::install`] writes an executable `gh` (a Python 3 script, `fake_gh.py`) into
 //! `<TestEnv>/fake-gh/bin/`, backed by `state.json` beside it. It accepts exactly the argv of
-//! SPEC §7 plus the worker's oldest-first claim listing (`--search sort:created-asc`), each
+//! `docs/SPEC.md` §7 plus the worker's oldest-first claim listing (`--search sort:created-asc`), each
 //! with or without `--repo X` (never on `auth status`, which the real gh
 //! rejects), and exits 2 with `unknown gh invocation: <argv>` on anything else. Every call is
 //! logged, so tests can count calls and check argv.
@@ -29,7 +29,7 @@
 //! Chaos mode ([`FakeGh::set_chaos`]): with the queue empty, each valid call fails with
 //! gh's network-error text (a transient failure) before doing anything, with probability
 //! `rate`, drawn from a generator seeded with the seed and the call's index, so a fixed
-//! seed replays the same failures. An argv outside SPEC §7 is still refused first.
+//! seed replays the same failures. An argv outside `docs/SPEC.md` §7 is still refused first.
 #![allow(dead_code)]
 
 use std::ffi::OsString;

@@ -537,6 +537,7 @@ impl Fleet {
             ExitKind::Code(78) => {
                 if let Some(slot) = self.slots.get_mut(&idx) {
                     slot.phase = Phase::Fatal;
+                    slot.fatal_reason = Some(super::slot::fatal_reason_from_log(&w.log));
                 }
                 self.log(Event::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
             }

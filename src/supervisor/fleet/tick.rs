@@ -218,6 +218,13 @@ impl Fleet {
             runner: self.runner.clone(),
             shrink_mode: self.shrink_mode,
             ready_for_agent: self.ready,
+            ready_for_agent_unknown: match (&self.ready, &self.tracker_error) {
+                (Some(_), _) => None,
+                (None, Some(e)) => {
+                    Some(format!("tracker check failed: {}", crate::text::excerpt(e)))
+                }
+                (None, None) => Some("no tracker check has answered yet".into()),
+            },
             slots: SlotCounts {
                 busy,
                 free: total - busy - parked,
@@ -254,6 +261,7 @@ impl Fleet {
                     issue: s.worker().and_then(|w| w.issue),
                     cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
                     rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
+                    reason: s.park_reason(),
                 })
                 .collect(),
         }

@@ -1,0 +1,56 @@
+//! `afk-supervisor demo` and the hidden `demo-agent` it runs (see `crate::demo`).
+
+use clap::Args;
+
+use crate::demo::{self, DemoError, DemoOpts};
+use crate::exit::{self, Failure};
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Worker slots in the demo fleet (1 to 16).
+    #[arg(long, value_name = "W", default_value_t = 3)]
+    pub workers: usize,
+    /// Issues to file (1 to 50); when more than one, the last is blocked by #1.
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub issues: usize,
+    /// Build the scratch project here (must be absent or empty) instead of a new temp dir.
+    #[arg(long, value_name = "D")]
+    pub dir: Option<std::path::PathBuf>,
+    /// Keep the scratch project (repo, origin, logs) after a successful run.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("demo: this binary's path is unknown: {e}")))?;
+    let opts = DemoOpts {
+        workers: args.workers,
+        issues: args.issues,
+        dir: args.dir.clone(),
+        keep: args.keep,
+    };
+    let mut out = std::io::stdout();
+    match demo::run(&opts, &exe, &mut out) {
+        Ok(_) => Ok(exit::OK),
+        Err(DemoError::Usage(m)) => Err(Failure::usage(m)),
+        Err(DemoError::Failed { what, kept }) => Err(Failure::failed(match kept {
+            Some(dir) => format!(
+                "demo failed: {what}; logs kept in {} (supervisor.out, repo/.red/tmp/supervisors/default/supervisor.log.toonl, repo/.red/tmp/logs/)",
+                dir.display()
+            ),
+            None => format!("demo failed: {what}"),
+        })),
+    }
+}
+
+/// `demo-agent`: what the demo's workers run as their agent.
+pub fn agent() -> Result<i32, Failure> {
+    match demo::demo_agent(&crate::config::process_env()) {
+        Ok(line) => {
+            println!("{line}");
+            Ok(exit::OK)
+        }
+        Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),
+    }
+}

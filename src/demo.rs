@@ -1,0 +1,689 @@
+//! `afk-supervisor demo`: the first ten minutes, in one command.
+//!
+//! Builds a scratch project (a real git repo with a bare `origin`), files issues on the
+//! embedded local tracker (the last one blocked by #1 through `req:1` /
+//! `blocked:dependency`), and starts a real supervisor, a child of this same binary, whose
+//! workers run the built-in demo agent ([`demo_agent`]: it commits a note in the issue's
+//! worktree). It watches only what any operator can read, the supervisor's TOONL event log,
+//! the tracker and the attempt dirs (`docs/SPEC.md` §1, §3, §5), and prints a line as each
+//! issue is claimed and handed to a human. When #1 is handed over it closes #1, as a person
+//! merging the work would, so the supervisor's unblock belt promotes the blocked issue.
+//! Once every issue is `ready-for-human` it stops the fleet and prints a summary.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::git::Git;
+use crate::layout::{Layout, WORKER_NAMESPACES};
+use crate::toonl;
+use crate::tracker::labels;
+use crate::tracker::local::{ListFilter, LocalTracker, StateFilter};
+
+/// What `demo` was asked for.
+#[derive(Debug, Clone)]
+pub struct DemoOpts {
+    pub workers: usize,
+    pub issues: usize,
+    /// Where to build the scratch project (must be absent or empty); default a new temp dir.
+    pub dir: Option<PathBuf>,
+    /// Keep the scratch dir after a successful run.
+    pub keep: bool,
+}
+
+/// Why the demo failed. `kept` is the scratch dir, left in place for a look at the logs.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Bad options, found before anything was created.
+    #[error("{0}")]
+    Usage(String),
+    #[error("{what}")]
+    Failed { what: String, kept: Option<PathBuf> },
+}
+
+impl DemoError {
+    fn failed(what: impl Into<String>, kept: &Path) -> Self {
+        DemoError::Failed {
+            what: what.into(),
+            kept: Some(kept.to_path_buf()),
+        }
+    }
+}
+
+/// What the demo saw, for its summary (and for tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DemoSummary {
+    pub issues: usize,
+    pub ready_for_human: usize,
+    pub attempts: usize,
+    pub deaths: usize,
+    pub respawns: usize,
+    pub wall: Duration,
+}
+
+/// The most issues and workers the demo takes: it is a demonstration, not a load test.
+pub const MAX_DEMO_ISSUES: usize = 50;
+pub const MAX_DEMO_WORKERS: usize = 16;
+
+/// How long the agent pretends to think, so a claim is visible before it is handed over.
+const AGENT_PAUSE: Duration = Duration::from_millis(400);
+/// How often the demo looks at the log and the tracker.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Runs the demo, printing progress to `out`; `exe` is this binary (supervisor, workers and
+/// agent are all it).
+pub fn run(opts: &DemoOpts, exe: &Path, out: &mut dyn Write) -> Result<DemoSummary, DemoError> {
+    if opts.workers == 0 || opts.workers > MAX_DEMO_WORKERS {
+        return Err(DemoError::Usage(format!(
+            "--workers {}: the demo takes 1 to {MAX_DEMO_WORKERS} workers",
+            opts.workers
+        )));
+    }
+    if opts.issues == 0 || opts.issues > MAX_DEMO_ISSUES {
+        return Err(DemoError::Usage(format!(
+            "--issues {}: the demo takes 1 to {MAX_DEMO_ISSUES} issues",
+            opts.issues
+        )));
+    }
+    let started = Instant::now();
+    let scratch = scratch_dir(opts.dir.as_deref())?;
+    let result = run_in(opts, exe, &scratch, started, out);
+    match result {
+        Ok(summary) => {
+            let kept = if opts.keep {
+                Some(scratch.clone())
+            } else {
+                std::fs::remove_dir_all(&scratch).ok().map_or_else(
+                    || Some(scratch.clone()), // could not remove: say where it is
+                    |()| None,
+                )
+            };
+            print_summary(out, &summary, &scratch, kept.is_some());
+            Ok(summary)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A new `afk-demo.<pid>.<k>` under `$TMPDIR`, made with an exclusive `mkdir`.
+fn fresh_temp_dir() -> Result<PathBuf, DemoError> {
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut last = None;
+    for k in 0..100u32 {
+        let p = base.join(format!(
+            "afk-demo.{}.{}",
+            std::process::id(),
+            nanos.wrapping_add(k)
+        ));
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                last = Some(e);
+                break;
+            }
+        }
+    }
+    Err(DemoError::Failed {
+        what: format!(
+            "{}: cannot create a scratch dir: {}",
+            base.display(),
+            last.map_or("no free name".into(), |e| e.to_string())
+        ),
+        kept: None,
+    })
+}
+
+/// `dir` (created; refused unless absent or empty), else a fresh `afk-demo.XXXXXX` under
+/// `$TMPDIR`.
+fn scratch_dir(dir: Option<&Path>) -> Result<PathBuf, DemoError> {
+    let usage = |d: &Path, why: String| DemoError::Usage(format!("--dir {}: {why}", d.display()));
+    let path = match dir {
+        Some(d) => {
+            match std::fs::read_dir(d) {
+                Ok(mut entries) => {
+                    if entries.next().is_some() {
+                        return Err(usage(d, "not empty; pass a new or empty directory".into()));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(d).map_err(|e| usage(d, e.to_string()))?;
+                }
+                Err(e) => return Err(usage(d, e.to_string())),
+            }
+            d.to_path_buf()
+        }
+        None => fresh_temp_dir()?,
+    };
+    std::fs::canonicalize(&path).map_err(|e| usage(&path, e.to_string()))
+}
+
+fn run_in(
+    opts: &DemoOpts,
+    exe: &Path,
+    scratch: &Path,
+    started: Instant,
+    out: &mut dyn Write,
+) -> Result<DemoSummary, DemoError> {
+    let repo = scratch.join("repo");
+    let layout = Layout::new(&repo);
+    make_repo(scratch, &repo, exe, opts.workers)?;
+    let tracker = LocalTracker::new(&layout, Git::new(&repo));
+    let blocked = seed_issues(&tracker, opts.issues).map_err(|e| DemoError::failed(e, scratch))?;
+    let _ = writeln!(
+        out,
+        "demo: {} issues filed in {}{}; starting a fleet of {}",
+        opts.issues,
+        repo.display(),
+        blocked.map_or(String::new(), |b| format!(" (#{b} blocked by #1)")),
+        opts.workers
+    );
+    let sup_out = scratch.join("supervisor.out");
+    let mut child = start_supervisor(exe, &repo, &sup_out)
+        .map_err(|e| DemoError::failed(format!("cannot start the supervisor: {e}"), scratch))?;
+    let deadline = Duration::from_secs(40 + 2 * opts.issues as u64);
+    let mut watch = Watch::new(&layout, opts.issues, blocked);
+    let outcome = watch.follow(&tracker, &mut child, started, deadline, out);
+    let stopped = stop_supervisor(&mut child);
+    let log = layout.event_log();
+    let counts = fleet_counts(&log);
+    let what = match (outcome, stopped) {
+        (Ok(()), Ok(())) => None,
+        (Err(e), _) => Some(e),
+        (Ok(()), Err(e)) => Some(e),
+    };
+    if let Some(what) = what {
+        return Err(DemoError::failed(what, scratch));
+    }
+    let (deaths, respawns) = counts.map_err(|e| DemoError::failed(e, scratch))?;
+    watch.print_table(out);
+    Ok(DemoSummary {
+        issues: opts.issues,
+        ready_for_human: watch.done.len(),
+        attempts: watch.attempts(),
+        deaths,
+        respawns,
+        wall: started.elapsed(),
+    })
+}
+
+/// The scratch project: `origin.git` (bare) and `repo` (its clone with one commit), with a
+/// repo-local git identity so nothing depends on the user's git config, and the demo's
+/// `.red/afk-supervisor.toml`.
+fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<(), DemoError> {
+    let origin = scratch.join("origin.git");
+    let fail = |e: String| DemoError::failed(e, scratch);
+    let git = Git::new(scratch);
+    let s = |p: &Path| p.display().to_string();
+    git.run(&["init", "-q", "--bare", "-b", "main", &s(&origin)])
+        .map_err(|e| fail(e.to_string()))?;
+    git.run(&["init", "-q", "-b", "main", &s(repo)])
+        .map_err(|e| fail(e.to_string()))?;
+    let r = Git::new(repo);
+    for (k, v) in [
+        ("user.name", "AFK demo"),
+        ("user.email", "afk-demo@example.invalid"),
+        ("commit.gpgsign", "false"),
+    ] {
+        r.run(&["config", k, v]).map_err(|e| fail(e.to_string()))?;
+    }
+    std::fs::write(repo.join("README.md"), "# demo project\n")
+        .map_err(|e| fail(format!("{}: {e}", repo.join("README.md").display())))?;
+    r.run(&["add", "README.md"])
+        .map_err(|e| fail(e.to_string()))?;
+    r.run(&["commit", "-q", "-m", "initial commit"])
+        .map_err(|e| fail(e.to_string()))?;
+    r.run(&["remote", "add", "origin", &s(&origin)])
+        .map_err(|e| fail(e.to_string()))?;
+    r.run(&["push", "-q", "-u", "origin", "main"])
+        .map_err(|e| fail(e.to_string()))?;
+    let layout = Layout::new(repo);
+    std::fs::create_dir_all(layout.red()).map_err(|e| fail(e.to_string()))?;
+    let agent = toml::Value::Array(vec![
+        toml::Value::String(exe.display().to_string()),
+        toml::Value::String("demo-agent".into()),
+    ]);
+    let config = format!(
+        "# written by `afk-supervisor demo`\n\
+         [fleet]\nworkers = {workers}\n\n\
+         [tracker]\nkind = \"local\"\n\n\
+         [agent]\ncommand = {agent}\n\n\
+         [timing]\ntick_s = 1\nunblock_interval_s = 1\nstop_grace_s = 2\n"
+    );
+    std::fs::write(layout.repo_config(), config)
+        .map_err(|e| fail(format!("{}: {e}", layout.repo_config().display())))
+}
+
+/// Files `n` issues: `n - 1` ready for an agent and, when `n > 1`, a last one blocked by #1.
+/// Returns the blocked issue's number.
+fn seed_issues(tracker: &LocalTracker, n: usize) -> Result<Option<u64>, String> {
+    let ready = if n > 1 { n - 1 } else { n };
+    for i in 1..=ready {
+        tracker
+            .create(
+                &format!("Demo task {i}"),
+                &format!("Write notes/issue-{i}.md and commit it."),
+                &[labels::READY_FOR_AGENT],
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    if n == 1 {
+        return Ok(None);
+    }
+    tracker
+        .create(
+            "Follow-up to demo task 1",
+            "Needs #1 closed first.",
+            &[labels::BLOCKED_DEPENDENCY, "req:1"],
+        )
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// `<exe> --repo R run`, its output to `supervisor.out`, without the caller's `RED_AFK_*`
+/// variables (the demo's config must be what runs).
+fn start_supervisor(exe: &Path, repo: &Path, out: &Path) -> std::io::Result<Child> {
+    let log = std::fs::File::create(out)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--repo").arg(repo).arg("run");
+    for (k, _) in std::env::vars_os() {
+        let k_str = k.to_string_lossy();
+        if k_str.starts_with("RED_AFK_")
+            || matches!(&*k_str, "GIT_DIR" | "GIT_WORK_TREE" | "GIT_INDEX_FILE")
+        {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+}
+
+/// SIGTERM, then up to 20 s for the fleet to stop (workers get `stop_grace_s` = 2 s), then
+/// SIGKILL.
+fn stop_supervisor(child: &mut Child) -> Result<(), String> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Ok(Some(status)) = child.try_wait() {
+        return Err(format!("the supervisor ended early ({status})"));
+    }
+    let pid = Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    let deadline = crate::timeutil::deadline(Instant::now(), Duration::from_secs(20));
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(status)) if matches!(status.code(), Some(0 | 143)) => return Ok(()),
+            Ok(Some(status)) => return Err(format!("the supervisor stopped with {status}")),
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => return Err(format!("waiting for the supervisor: {e}")),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    Err("the supervisor did not stop within 20s of SIGTERM; killed".into())
+}
+
+/// Deaths and respawns, from the event log: a death is a worker's end by anything but
+/// exit 0 or 78 before the stop; a respawn is every spawn in a slot after its first.
+fn fleet_counts(log: &Path) -> Result<(usize, usize), String> {
+    let events = toonl::read_events(log).map_err(|e| e.to_string())?;
+    let mut spawned: BTreeSet<u64> = BTreeSet::new();
+    let (mut deaths, mut respawns) = (0, 0);
+    for ev in &events {
+        match ev.kind.as_str() {
+            "supervisor.stop" => break,
+            "slot.spawn" => {
+                if let Some(slot) = ev.slot
+                    && !spawned.insert(slot)
+                {
+                    respawns += 1;
+                }
+            }
+            "slot.exit" if !(ev.msg.contains(" exit 0 ") || ev.msg.contains(" exit 78 ")) => {
+                deaths += 1
+            }
+            _ => {}
+        }
+    }
+    Ok((deaths, respawns))
+}
+
+/// One issue as the demo followed it.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    title: String,
+    slot: Option<usize>,
+    claimed: Option<Instant>,
+    took: Option<Duration>,
+}
+
+/// The demo's view of the run, built from the tracker, the attempt dirs and the event log.
+struct Watch {
+    layout: Layout,
+    issues: usize,
+    blocked: Option<u64>,
+    seen: BTreeMap<u64, Seen>,
+    done: BTreeSet<u64>,
+    closed_blocker: bool,
+    unblocked: bool,
+    log_lines: usize,
+}
+
+impl Watch {
+    fn new(layout: &Layout, issues: usize, blocked: Option<u64>) -> Self {
+        Watch {
+            layout: layout.clone(),
+            issues,
+            blocked,
+            seen: BTreeMap::new(),
+            done: BTreeSet::new(),
+            closed_blocker: false,
+            unblocked: false,
+            log_lines: 0,
+        }
+    }
+
+    /// Follows the run until every issue is `ready-for-human`, the supervisor ends, or the
+    /// deadline passes.
+    fn follow(
+        &mut self,
+        tracker: &LocalTracker,
+        child: &mut Child,
+        started: Instant,
+        limit: Duration,
+        out: &mut dyn Write,
+    ) -> Result<(), String> {
+        let deadline = crate::timeutil::deadline(started, limit);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!(
+                    "the supervisor ended before the issues were done ({status})"
+                ));
+            }
+            self.report_log(out);
+            let all = tracker
+                .list(&ListFilter {
+                    state: StateFilter::All,
+                    labels: Vec::new(),
+                })
+                .map_err(|e| format!("reading the tracker: {e}"))?;
+            let slots = self.attempt_slots();
+            let now = Instant::now();
+            let mut issues = all;
+            issues.sort_by_key(|i| i.number);
+            for issue in &issues {
+                let n = issue.number;
+                let seen = self.seen.entry(n).or_default();
+                seen.title.clone_from(&issue.title);
+                // Claimed once its attempt dir (which names the slot) exists: the worker makes
+                // it right after labelling the issue `running`.
+                let handed = issue.has_label(labels::READY_FOR_HUMAN);
+                if seen.slot.is_none() {
+                    seen.slot = slots.get(&n).copied();
+                }
+                if seen.claimed.is_none() && (slots.contains_key(&n) || handed) {
+                    seen.claimed = Some(now);
+                    let slot = seen.slot.map_or("?".to_string(), |s| s.to_string());
+                    let _ = writeln!(out, "#{n} claimed by slot {slot}");
+                }
+                if handed && self.done.insert(n) {
+                    let took = seen.claimed.map(|c| now.saturating_duration_since(c));
+                    seen.took = took;
+                    let _ = writeln!(
+                        out,
+                        "#{n} done in {:.1}s → ready-for-human",
+                        took.unwrap_or_default().as_secs_f64()
+                    );
+                }
+            }
+            if let Some(b) = self.blocked {
+                let dependent = issues.iter().find(|i| i.number == b);
+                if !self.closed_blocker && self.done.contains(&1) {
+                    // A person merges #1's work and closes it: the belt's cue.
+                    tracker.close(1).map_err(|e| format!("closing #1: {e}"))?;
+                    self.closed_blocker = true;
+                }
+                if self.closed_blocker
+                    && !self.unblocked
+                    && dependent.is_some_and(|d| !d.has_label(labels::BLOCKED_DEPENDENCY))
+                {
+                    self.unblocked = true;
+                    let _ = writeln!(out, "#1 closed; #{b} unblocked");
+                }
+            }
+            if self.done.len() >= self.issues {
+                self.report_log(out);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let waiting: Vec<String> = issues
+                    .iter()
+                    .filter(|i| !i.has_label(labels::READY_FOR_HUMAN))
+                    .map(|i| format!("#{} [{}]", i.number, i.labels.join(",")))
+                    .collect();
+                return Err(format!(
+                    "timed out after {}s with issues not handed over: {}",
+                    limit.as_secs(),
+                    waiting.join(" ")
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// New event-log records worth a line: deaths, parked slots, tripped circuits.
+    fn report_log(&mut self, out: &mut dyn Write) {
+        let Ok(events) = toonl::read_events(&self.layout.event_log()) else {
+            return;
+        };
+        for ev in events.iter().skip(self.log_lines) {
+            let slot = ev.slot.map_or(String::new(), |s| format!("slot {s}: "));
+            let worth = match ev.kind.as_str() {
+                "slot.exit" => !(ev.msg.contains(" exit 0 ") || ev.msg.contains(" exit 78 ")),
+                "slot.parked" | "circuit.trip" | "supervisor.error" | "tracker.error" => true,
+                _ => false,
+            };
+            if worth {
+                let _ = writeln!(out, "  {slot}{} ({})", ev.msg, ev.kind);
+            }
+        }
+        self.log_lines = events.len();
+    }
+
+    /// Issue number → slot, from the attempt dirs (`<ns>/<worker-id>/<N>-a<k>/`) of the
+    /// supervisor's workers, whose ids are `sup-<pid>-slot-<i>-<n>`.
+    fn attempt_slots(&self) -> BTreeMap<u64, usize> {
+        let mut found = BTreeMap::new();
+        for (worker, n, _) in self.attempt_dirs() {
+            if let Some(slot) = slot_of_worker(&worker) {
+                found.insert(n, slot);
+            }
+        }
+        found
+    }
+
+    /// Every attempt dir: (worker id, issue, attempt).
+    fn attempt_dirs(&self) -> Vec<(String, u64, u64)> {
+        let mut found = Vec::new();
+        for ns in WORKER_NAMESPACES {
+            let Ok(workers) = std::fs::read_dir(self.layout.worker_namespace(ns)) else {
+                continue;
+            };
+            for w in workers.flatten() {
+                let worker = w.file_name().to_string_lossy().into_owned();
+                let Ok(attempts) = std::fs::read_dir(w.path()) else {
+                    continue;
+                };
+                for a in attempts.flatten() {
+                    if let Some((n, k)) =
+                        crate::layout::parse_attempt_dir(&a.file_name().to_string_lossy())
+                    {
+                        found.push((worker.clone(), n, k));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    fn attempts(&self) -> usize {
+        self.attempt_dirs().len()
+    }
+
+    fn print_table(&self, out: &mut dyn Write) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<6} {:<26} {:>4} {:>7}  STATE",
+            "ISSUE", "TITLE", "SLOT", "TIME"
+        );
+        for (n, s) in &self.seen {
+            let state = if self.done.contains(n) {
+                labels::READY_FOR_HUMAN
+            } else {
+                "-"
+            };
+            let _ = writeln!(
+                out,
+                "{:<6} {:<26} {:>4} {:>7}  {state}{}",
+                format!("#{n}"),
+                s.title.chars().take(26).collect::<String>(),
+                s.slot.map_or("?".into(), |x| x.to_string()),
+                s.took
+                    .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
+                if *n == 1 && self.closed_blocker {
+                    " (closed)"
+                } else {
+                    ""
+                },
+            );
+        }
+    }
+}
+
+/// The slot in a supervisor-made worker id `sup-<pid>-slot-<i>-<n>`.
+fn slot_of_worker(id: &str) -> Option<usize> {
+    let rest = id.strip_prefix("sup-")?;
+    let (_, rest) = rest.split_once("-slot-")?;
+    let (slot, _) = rest.split_once('-')?;
+    slot.parse().ok()
+}
+
+fn print_summary(out: &mut dyn Write, s: &DemoSummary, scratch: &Path, kept: bool) {
+    let layout = Layout::new(scratch.join("repo"));
+    let where_ = |p: PathBuf| {
+        if kept {
+            p.display().to_string()
+        } else {
+            format!("{} (removed; pass --keep to keep it)", p.display())
+        }
+    };
+    let _ = writeln!(out);
+    let _ = writeln!(out, "demo summary");
+    for (k, v) in [
+        (
+            "issues",
+            format!("{} ({} ready-for-human)", s.issues, s.ready_for_human),
+        ),
+        ("attempts", s.attempts.to_string()),
+        ("deaths", s.deaths.to_string()),
+        ("respawns", s.respawns.to_string()),
+        ("wall time", format!("{:.1}s", s.wall.as_secs_f64())),
+        ("repo", where_(layout.repo().to_path_buf())),
+        ("event log", where_(layout.event_log())),
+    ] {
+        let _ = writeln!(out, "  {k:<10} {v}");
+    }
+}
+
+/// The built-in demo agent (`afk-supervisor demo-agent`), run by the worker in the issue's
+/// worktree: writes `notes/issue-<N>.md` and commits it. A stand-in for a coding agent.
+pub fn demo_agent(env: &std::collections::HashMap<String, String>) -> Result<String, String> {
+    let issue = env
+        .get("RED_AFK_ISSUE")
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or("RED_AFK_ISSUE is not set to an issue number: run me from the built-in worker")?;
+    let title = env.get("RED_AFK_ISSUE_TITLE").map_or("", String::as_str);
+    let branch = env.get("RED_AFK_BRANCH").map_or("", String::as_str);
+    let cwd = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
+    let note = format!("notes/issue-{issue}.md");
+    std::fs::create_dir_all(cwd.join("notes")).map_err(|e| format!("notes/: {e}"))?;
+    std::fs::write(
+        cwd.join(&note),
+        format!("# {title}\n\nWorked unattended on branch {branch}.\n"),
+    )
+    .map_err(|e| format!("{note}: {e}"))?;
+    std::thread::sleep(AGENT_PAUSE);
+    let git = Git::new(&cwd);
+    git.run(&["add", "--", &note]).map_err(|e| e.to_string())?;
+    git.run(&["commit", "-q", "-m", &format!("afk: #{issue} {title}")])
+        .map_err(|e| e.to_string())?;
+    Ok(format!("demo agent: committed {note}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_from_worker_ids() {
+        assert_eq!(slot_of_worker("sup-123-slot-2-7"), Some(2));
+        assert_eq!(slot_of_worker("sup-1-slot-10-1"), Some(10));
+        assert_eq!(slot_of_worker("solo-5"), None);
+        assert_eq!(slot_of_worker("sup-1-slot-x-1"), None);
+    }
+
+    #[test]
+    fn counts_from_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.toonl");
+        let mut log = toonl::EventLog::open(&path).unwrap();
+        let ev = |kind: &str, slot: usize, msg: &str| toonl::Event::now(kind, msg).slot(slot);
+        for e in [
+            ev("slot.spawn", 0, "spawned worker a"),
+            ev("slot.spawn", 1, "spawned worker b"),
+            ev("slot.exit", 0, "worker a exit 0 after 1.0s"),
+            ev("slot.spawn", 0, "spawned worker c"),
+            ev("slot.exit", 1, "worker b exit 1 after 1.0s"),
+            ev("slot.exit", 0, "worker c exit 78 after 1.0s"),
+            ev("supervisor.stop", 0, "stop"),
+            ev("slot.exit", 1, "worker d killed by SIGTERM after 1.0s"),
+        ] {
+            log.append(&e).unwrap();
+        }
+        assert_eq!(fleet_counts(&path).unwrap(), (1, 1));
+    }
+
+    #[test]
+    fn options_are_bounded_before_anything_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("d");
+        let mut sink = Vec::new();
+        for (w, n) in [(0, 3), (1, 0), (MAX_DEMO_WORKERS + 1, 1)] {
+            let opts = DemoOpts {
+                workers: w,
+                issues: n,
+                dir: Some(target.clone()),
+                keep: true,
+            };
+            let r = run(&opts, Path::new("/bin/false"), &mut sink);
+            assert!(matches!(r, Err(DemoError::Usage(_))), "{w} {n}");
+        }
+        assert!(!target.exists());
+        std::fs::create_dir_all(target.join("x")).unwrap();
+        let opts = DemoOpts {
+            workers: 1,
+            issues: 1,
+            dir: Some(target.clone()),
+            keep: true,
+        };
+        let r = run(&opts, Path::new("/bin/false"), &mut sink);
+        assert!(matches!(r, Err(DemoError::Usage(m)) if m.contains("not empty")));
+    }
+}

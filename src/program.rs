@@ -1,0 +1,192 @@
+//! Whether the configured agent can be run, checked before anything is claimed or spawned
+//! (`docs/SPEC.md` §9, §11.5): the supervisor refuses to start with exit 78 and the
+//! built-in worker exits 78, so a missing agent parks a fleet with one line that names the
+//! key instead of tripping circuits over a crash loop.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+use crate::layout::Layout;
+
+/// Why the agent cannot be run; each message is one line naming `agent.command` and the
+/// file it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    #[error(
+        "agent.command is not set ({from}): the built-in worker has no agent to run; set [agent] command = [\"/path/to/agent\", ...] there"
+    )]
+    Missing { from: String },
+    #[error("agent.command is empty ({from}): name the agent's program as its first element")]
+    Empty { from: String },
+    #[error("agent.command[0] = {program:?} ({from}): {why}")]
+    NotRunnable {
+        program: String,
+        from: String,
+        why: String,
+    },
+}
+
+/// Where `agent.command` came from, for messages.
+fn source_of(config: &Config, layout: &Layout) -> String {
+    match &config.file {
+        Some(f) => f.display().to_string(),
+        None => format!(
+            "no config file; {} does not exist",
+            layout.repo_config().display()
+        ),
+    }
+}
+
+/// The agent's argv, checked: set, non-empty, and its program an executable file (looked up
+/// on `PATH` as `execvp` does; a relative path with a `/` is taken from the repo). Returns the
+/// resolved program path.
+pub fn check_agent(config: &Config, layout: &Layout) -> Result<PathBuf, AgentError> {
+    let source = || source_of(config, layout);
+    let Some(argv) = &config.agent.command else {
+        return Err(AgentError::Missing { from: source() });
+    };
+    let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
+        return Err(AgentError::Empty { from: source() });
+    };
+    let path = std::env::var_os("PATH");
+    find_program(program, path.as_deref(), layout.repo()).map_err(|why| AgentError::NotRunnable {
+        program: program.clone(),
+        from: source(),
+        why,
+    })
+}
+
+/// Resolves `program` like `execvp`: with a `/` it is that path (relative to `base`),
+/// else the first executable regular file named so in a `PATH` entry (an empty entry is
+/// `base`). The error says what is wrong in a few words.
+pub fn find_program(program: &str, path: Option<&OsStr>, base: &Path) -> Result<PathBuf, String> {
+    if program.contains('/') {
+        let p = base.join(program);
+        return executable(&p).map(|()| p);
+    }
+    // glibc's default when PATH is unset.
+    let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
+    let mut refused: Option<(PathBuf, String)> = None;
+    for dir in path.as_bytes().split(|b| *b == b':') {
+        let dir = if dir.is_empty() {
+            base.to_path_buf()
+        } else {
+            base.join(OsStr::from_bytes(dir))
+        };
+        let candidate = dir.join(program);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(why) if candidate.exists() && refused.is_none() => {
+                refused = Some((candidate, why));
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match refused {
+        Some((p, why)) => format!("{} {why}", p.display()),
+        None => "not found on PATH".into(),
+    })
+}
+
+/// `Ok` when `p` (links followed) is a regular file this process may execute.
+fn executable(p: &Path) -> Result<(), String> {
+    let meta = match std::fs::metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("does not exist".into());
+        }
+        Err(e) => return Err(format!("cannot be examined: {e}")),
+    };
+    if meta.is_dir() {
+        return Err("is a directory, not a program".into());
+    }
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    nix::unistd::access(p, nix::unistd::AccessFlags::X_OK)
+        .map_err(|_| "is not executable (chmod +x it)".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(dir: &Path, name: &str, mode: u32) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    #[test]
+    fn programs_resolve_like_execvp() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        script(&a, "agent", 0o644);
+        let good = script(&b, "agent", 0o755);
+        let path = format!("{}:{}", a.display(), b.display());
+        assert_eq!(
+            find_program("agent", Some(OsStr::new(&path)), d.path()),
+            Ok(good.clone())
+        );
+        assert_eq!(
+            find_program(good.to_str().unwrap(), None, Path::new("/")),
+            Ok(good)
+        );
+        assert_eq!(
+            find_program("b/agent", None, d.path()),
+            Ok(d.path().join("b/agent"))
+        );
+        let only_a = a.display().to_string();
+        let e = find_program("agent", Some(OsStr::new(&only_a)), d.path()).unwrap_err();
+        // Even root is refused a file with no execute bit at all.
+        assert!(e.contains("is not executable"), "{e}");
+        assert_eq!(
+            find_program("nope", Some(OsStr::new(&only_a)), d.path()),
+            Err("not found on PATH".into())
+        );
+        assert_eq!(
+            find_program("/no/such/agent", None, d.path()),
+            Err("does not exist".into())
+        );
+        assert!(
+            find_program("a", Some(OsStr::new("")), d.path())
+                .unwrap_err()
+                .contains("is a directory")
+        );
+    }
+
+    #[test]
+    fn the_agent_check_names_the_key_and_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        let layout = Layout::new(d.path());
+        let mut config = Config::default();
+        let e = check_agent(&config, &layout).unwrap_err().to_string();
+        assert!(
+            e.starts_with("agent.command is not set (no config file; ") && !e.contains('\n'),
+            "{e}"
+        );
+        config.file = Some(d.path().join("c.toml"));
+        config.agent.command = Some(vec!["/no/such/agent".into()]);
+        let e = check_agent(&config, &layout).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "agent.command[0] = \"/no/such/agent\" ({}): does not exist",
+                d.path().join("c.toml").display()
+            )
+        );
+        config.agent.command = Some(vec![]);
+        assert!(matches!(
+            check_agent(&config, &layout),
+            Err(AgentError::Empty { .. })
+        ));
+        config.agent.command = Some(vec!["/bin/sh".into()]);
+        assert_eq!(check_agent(&config, &layout), Ok(PathBuf::from("/bin/sh")));
+    }
+}
