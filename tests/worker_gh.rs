@@ -61,8 +61,10 @@ impl GhWorker {
         }
     }
 
-    fn work_once(&self) -> Output {
-        self.env
+    /// Runs `worker --once` under a supervisor's variables and checks its exit code.
+    fn work_once(&self, want: i32) -> Output {
+        let o = self
+            .env
             .bin()
             .arg("--repo")
             .arg(&self.repo.path)
@@ -71,7 +73,14 @@ impl GhWorker {
             .env("RED_AFK_SWEEPS_DONE", "1")
             .env("RED_AFK_WORKER_ID", "w1")
             .output()
-            .unwrap()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(want),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
     }
 
     /// Issue 1 is as it was, no agent ran, no claim is left.
@@ -140,9 +149,8 @@ fn a_worker_whose_gh_hangs_changes_nothing_and_the_next_one_works_the_issue() {
     let w = GhWorker::new();
     w.gh.pass_next(1);
     w.gh.hang_next(1);
-    let o = w.work_once();
+    let o = w.work_once(1);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("timed out after 5s and was killed"),
         "{stderr}"
@@ -154,13 +162,7 @@ fn a_worker_whose_gh_hangs_changes_nothing_and_the_next_one_works_the_issue() {
     assert_all_ended(&w.gh, 2);
     w.assert_untouched();
 
-    let o = w.work_once();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    w.work_once(0);
     assert_eq!(w.runs(), 1);
     assert_eq!(w.gh.issue(1).unwrap().labels, vec!["ready-for-human"]);
 }
@@ -176,9 +178,8 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
         1,
         "HTTP 403: API rate limit exceeded for user ID 1. (https://api.github.com/graphql)",
     );
-    let o = w.work_once();
+    let o = w.work_once(75);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(75), "{stderr}");
     assert!(stderr.contains("rate-limited"), "{stderr}");
     assert_eq!(w.gh.calls().len(), 2);
     w.assert_untouched();
@@ -189,28 +190,10 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
 #[test]
 fn a_quarantine_on_gh_ends_the_claim_with_the_handoff_mark() {
     let w = GhWorker::with("exit 3", "[worker]\nmax_failed_attempts = 2\n");
-    let o = w.work_once();
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    w.work_once(1);
     assert_eq!(w.gh.issue(1).unwrap().labels, vec!["ready-for-agent"]);
-    let o = w.work_once();
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let o = w.work_once();
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    w.work_once(1);
+    w.work_once(0);
     assert_eq!(w.runs(), 2);
     let issue = w.gh.issue(1).unwrap();
     let mut labels = issue.labels.clone();
