@@ -79,6 +79,10 @@ fn a_killed_workers_claim_is_released_and_its_issue_restored() {
     f.wait_events("supervisor.tick", ticks + 2);
     assert_eq!(f.count("slot.restore"), 1, "{}", f.dump());
     assert_eq!(f.comments_of(1).len(), 1);
+    // The dead worker's attempt ends in the issue's ledger, once.
+    let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
+    let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [afk_supervisor::ledger::Outcome::WorkerDied]);
 }
 
 #[test]
