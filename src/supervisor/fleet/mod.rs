@@ -541,6 +541,17 @@ impl Fleet {
                 }
                 self.log(Event::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
             }
+            ExitKind::Code(crate::exit::RATE_LIMITED) => {
+                // The tracker said wait, not that the worker is broken: no death, no circuit.
+                // The slot idles until a queue check (the next tick's) finds work again.
+                let msg = format!(
+                    "slot {idx} idle: worker {} met a tracker rate limit (exit {}); not a death, \
+                     the next queue check decides",
+                    w.id,
+                    crate::exit::RATE_LIMITED
+                );
+                self.log(Event::now(kind::IDLE, msg).slot(idx));
+            }
             ExitKind::Code(0) => {
                 let closed = self
                     .slots

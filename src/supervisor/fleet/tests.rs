@@ -399,3 +399,20 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
         sig: Signal::SIGTERM
     }));
 }
+
+/// A worker that meets a tracker rate limit exits 75: not a death (no circuit trip, however
+/// often), the slot idles and the next queue check with work wakes it.
+#[test]
+fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
+    let mut b = Bench::new(1);
+    b.start();
+    for i in 0..6 {
+        b.end(0, ExitKind::Code(exit::RATE_LIMITED), 1.0 + f64::from(i));
+        assert_eq!(b.phase(0), "idle");
+        b.fleet
+            .on_queue(Ok(BTreeSet::from([3])), b.at(1.5 + f64::from(i)));
+    }
+    assert_eq!(b.count("circuit.trip"), 0, "{:?}", b.kinds());
+    assert_eq!(b.os.spawns(), 7);
+    assert_eq!(b.phase(0), "running");
+}
