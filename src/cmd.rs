@@ -176,11 +176,17 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
+    // Registered before anyone can see it end: the supervisor's orphan reaper must leave
+    // this child to its waiter here (see [`is_running`]).
+    let mut running = lock_running();
     let mut child = cmd.spawn().map_err(|source| RunError::Spawn {
         argv: argv.clone(),
         source,
     })?;
     let pid = child.id() as i32;
+    running.insert(pid);
+    drop(running);
+    let _registered = Registered(pid);
     let pidfd = crate::process::pidfd_open(pid);
     let mut input = opts
         .stdin
@@ -312,6 +318,40 @@ fn feed(input: &mut Option<(Option<std::process::ChildStdin>, Vec<u8>, usize)>) 
         }
     }
     *stdin = None;
+}
+
+/// The commands this process is running through [`run`], by pid, until each is reaped.
+static RUNNING: std::sync::Mutex<Option<std::collections::HashSet<i32>>> =
+    std::sync::Mutex::new(None);
+
+struct RunningSet<'a>(std::sync::MutexGuard<'a, Option<std::collections::HashSet<i32>>>);
+
+impl RunningSet<'_> {
+    fn insert(&mut self, pid: i32) {
+        self.0.get_or_insert_with(Default::default).insert(pid);
+    }
+}
+
+fn lock_running() -> RunningSet<'static> {
+    RunningSet(RUNNING.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Removes the pid from the running set when the call ends, however it ends.
+struct Registered(i32);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(set) = lock_running().0.as_mut() {
+            set.remove(&self.0);
+        }
+    }
+}
+
+/// Whether `pid` is a command [`run`] started and will reap itself. A zombie child of
+/// this process that is not one (a command's own child, reparented to a supervisor that is
+/// a child subreaper) is nobody's to wait for, and is reaped by the supervisor.
+pub fn is_running(pid: i32) -> bool {
+    lock_running().0.as_ref().is_some_and(|s| s.contains(&pid))
 }
 
 /// How long the output of a killed group is still collected.

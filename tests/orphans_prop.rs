@@ -331,15 +331,20 @@ fn changed_outside(
     pinned: &[PathBuf],
 ) -> Vec<PathBuf> {
     let frozen = |p: &PathBuf| pinned.contains(p) || !mutable.iter().any(|m| p.starts_with(m));
+    // The attempt ledger is durable and append-only: a restore adds its `worker-died`
+    // record there, and nothing in it may ever go.
+    let ledger = |p: &PathBuf| p.starts_with(".red/state/attempts");
     let mut out: Vec<PathBuf> = before
         .iter()
-        .filter(|(p, n)| frozen(p) && after.get(*p) != Some(n))
+        .filter(|(p, n)| {
+            frozen(p) && after.get(*p) != Some(n) && !(ledger(p) && after.contains_key(*p))
+        })
         .map(|(p, _)| p.clone())
         .collect();
     out.extend(
         after
             .keys()
-            .filter(|p| frozen(p) && !before.contains_key(*p))
+            .filter(|p| frozen(p) && !before.contains_key(*p) && !ledger(p))
             .cloned(),
     );
     out

@@ -153,3 +153,28 @@ fn a_dead_workers_escaped_descendants_are_ended_while_the_fleet_runs() {
     let live = f.wait_workers(1);
     assert!(alive(live[0]));
 }
+
+/// A repo with no `origin`: the boot sweeps' git calls leave a child of theirs reparented to
+/// the supervisor (a child subreaper) as a zombie in its own session. That zombie must not
+/// hold up the reaping of everything behind it: a fleet whose workers keep dying (each
+/// leaving its `sleep` to be reaped) still stops at once, with 143 and no give-up.
+#[test]
+fn a_fleet_of_dying_workers_without_origin_stops_cleanly() {
+    let timing = FAST_TIMING.replace("fast_death_s = 1", "fast_death_s = 0");
+    let mut f = Fleet::new("sleep 0.2\nexit 1\n", &timing);
+    f.env.git(&f.repo, &["remote", "remove", "origin"]);
+    f.start(&["--workers", "4"]);
+    f.wait_events("slot.exit", 24);
+    fleet::kill(f.sup_pid(), nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
+    assert!(
+        !f.dump().contains("giving up"),
+        "the stop gave up:\n{}",
+        f.dump()
+    );
+    assert!(
+        wait_until(WAIT, || f.tagged().is_empty()),
+        "left: {:?}",
+        f.tagged()
+    );
+}

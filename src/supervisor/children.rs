@@ -47,8 +47,8 @@ pub trait Children {
     /// How our own child ended, `None` while it runs. The child is reaped unless
     /// `keep_zombie` (its zombie then pins its group id).
     fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind>;
-    /// A zombie child of ours, without reaping it: its pid, and whether it belongs to a
-    /// command the supervisor runs and waits for itself (never to be reaped here).
+    /// A zombie child of ours, without reaping it: its pid, and whether it is a command
+    /// the supervisor runs and waits for itself (never to be reaped here).
     fn next_zombie(&mut self) -> Option<(i32, bool)>;
     /// Reaps a zombie child of ours.
     fn reap(&mut self, pid: i32);
@@ -168,8 +168,9 @@ impl Children for Os {
 
     fn next_zombie(&mut self) -> Option<(i32, bool)> {
         let (pid, _) = process::peek_zombie_child()?;
-        let ours = process::read(pid).is_none_or(|p| p.sid == self.my_sid);
-        Some((pid, ours))
+        // Only a command `cmd::run` still waits for is left alone; anything else in our
+        // session (a command's child reparented to us) would block every orphan behind it.
+        Some((pid, crate::cmd::is_running(pid)))
     }
 
     fn reap(&mut self, pid: i32) {

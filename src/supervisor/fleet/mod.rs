@@ -130,6 +130,8 @@ pub struct Fleet {
     unidle_backlog: (usize, u64),
     /// Every process action goes through here (the OS, or a test double).
     children: Box<dyn Children>,
+    /// When the workers' CPU and memory were last read.
+    usage_read_at: Option<Instant>,
 }
 
 mod scaling;
@@ -191,6 +193,7 @@ impl Fleet {
             retired: HashMap::new(),
             unidle_backlog: (0, 0),
             children: Box::new(Os::new(tx.clone())),
+            usage_read_at: None,
             tx,
         }
     }

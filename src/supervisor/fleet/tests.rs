@@ -382,17 +382,20 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
         );
     };
     cpu(&b, 100);
-    b.fleet.tick(b.at(2.0));
+    b.fleet.tick(b.at(70.0));
     assert_eq!(b.count("slot.progress"), 0);
+    // Read once a minute: a tick sooner changes nothing.
     cpu(&b, 900);
-    b.fleet.tick(b.at(3.0));
+    b.fleet.tick(b.at(100.0));
+    assert_eq!(b.count("slot.progress"), 0);
+    b.fleet.tick(b.at(140.0));
     assert_eq!(b.count("slot.progress"), 1, "{:?}", b.kinds());
-    let snap = b.fleet.snapshot(b.at(3.0));
+    let snap = b.fleet.snapshot(b.at(140.0));
     assert_eq!(snap.slot_detail[0].cpu_ms, Some(900));
     assert_eq!(snap.slot_detail[0].rss_kib, Some(1024));
     // Quiet again for longer than stall_kill_s (1800 s): its group is terminated.
     set_started(&mut b, long_ago - 1000);
-    b.fleet.tick(b.at(4.0));
+    b.fleet.tick(b.at(150.0));
     assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
     assert!(b.os.calls().contains(&Call::Group {
         leader: pid,

@@ -4,6 +4,9 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+/// How often the workers' CPU and memory are read.
+const USAGE_EVERY: Duration = Duration::from_secs(60);
+
 impl Fleet {
     // ---- timers ----
 
@@ -121,7 +124,17 @@ impl Fleet {
 
     /// The CPU and memory of every worker's tree (one `/proc` read and one sysinfo read
     /// of just those processes); a tree whose CPU time moved made progress.
-    fn measure_workers(&mut self) {
+    fn measure_workers(&mut self, now: Instant) {
+        // A `/proc` read and a sysinfo read of every worker's tree cost most of an idle
+        // tick at a large fleet: once a minute is enough for `status` and for a stall
+        // threshold measured in minutes.
+        if self
+            .usage_read_at
+            .is_some_and(|t| now.saturating_duration_since(t) < USAGE_EVERY)
+        {
+            return;
+        }
+        self.usage_read_at = Some(now);
         let leaders: Vec<i32> = self
             .slots
             .values()
@@ -142,7 +155,7 @@ impl Fleet {
     }
 
     fn check_stalls(&mut self, now: Instant) {
-        self.measure_workers();
+        self.measure_workers(now);
         let now_e = now_epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.slots.keys().copied().collect();
