@@ -16,6 +16,7 @@ pub mod git;
 pub mod layout;
 pub mod pidfile;
 pub mod process;
+pub mod service_unit;
 pub mod supervisor;
 pub mod sweeps;
 pub mod text;

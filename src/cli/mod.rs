@@ -18,6 +18,7 @@ mod show_config;
 mod status;
 mod stop;
 mod sweep;
+mod systemd;
 mod unblock;
 mod worker;
 
@@ -66,6 +67,8 @@ pub enum Command {
     Reap(reap::ReapArgs),
     /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
     Unblock(unblock::UnblockArgs),
+    /// Install or remove the systemd user unit of this repo's fleet.
+    Systemd(systemd::SystemdArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -144,6 +147,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
+        Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

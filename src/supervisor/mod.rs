@@ -6,6 +6,7 @@ pub mod control;
 pub mod fleet;
 pub mod journal;
 pub mod lane;
+pub mod notify;
 pub mod reaper;
 pub mod release;
 pub mod resize;

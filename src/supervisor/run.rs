@@ -17,6 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::Journal;
 use super::lane::{Lane, LaneError};
+use super::notify::Notifier;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -229,6 +230,7 @@ async fn run_fleet(
     let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
+            Notifier::from_env().stopping();
             journal.write(Event::now(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
@@ -274,12 +276,26 @@ async fn run_fleet(
     );
     fleet.set_tracker(tracker.clone());
     fleet.start(adoptees, dead, had_state);
+    let mut notifier = Notifier::from_env();
+    let live = fleet.snapshot(Instant::now()).slot_pids.len();
+    notifier.ready(&format!(
+        "started: target={} live={live}",
+        config.fleet.workers
+    ));
     let mut periodic = match &tracker {
         Ok(t) => periodic_tasks(&config, layout, t),
         Err(_) => Vec::new(),
     };
 
-    let code = event_loop(&mut fleet, &mut rx, &mut signals, &mut periodic, &tx).await;
+    let code = event_loop(
+        &mut fleet,
+        &mut rx,
+        &mut signals,
+        &mut notifier,
+        &mut periodic,
+        &tx,
+    )
+    .await;
     fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
@@ -296,6 +312,7 @@ async fn event_loop(
     fleet: &mut Fleet,
     rx: &mut UnboundedReceiver<Msg>,
     signals: &mut SignalSet,
+    notifier: &mut Notifier,
     periodic: &mut [Periodic],
     tx: &UnboundedSender<Msg>,
 ) -> i32 {
@@ -329,6 +346,7 @@ async fn event_loop(
             _ = signals.term.recv() => fleet.begin_stop(exit::SIGTERM, "SIGTERM", Instant::now()),
             _ = signals.int.recv() => fleet.begin_stop(exit::SIGINT, "SIGINT", Instant::now()),
             _ = signals.hup.recv() => fleet.begin_stop(exit::SIGHUP, "SIGHUP", Instant::now()),
+            _ = notifier.watchdog_due() => notifier.watchdog(),
             _ = tokio::time::sleep_until(deadline.into()) => {}
         }
         let now = Instant::now();
@@ -342,7 +360,11 @@ async fn event_loop(
             }
         }
         fleet.heartbeat_if_changed(Instant::now());
+        if let Some(line) = fleet.take_tick_line() {
+            notifier.status(&line);
+        }
         if let Some(stop) = fleet.stopping() {
+            notifier.stopping();
             if fleet.stop_complete(Instant::now()) {
                 return stop.code;
             }
