@@ -14,6 +14,7 @@ pub mod exit;
 pub mod fsutil;
 pub mod git;
 pub mod layout;
+pub mod logs;
 pub mod pidfile;
 pub mod process;
 pub mod service_unit;

@@ -44,6 +44,22 @@ impl Event {
         }
     }
 
+    /// One line for people: `ts kind [slot=S] [pid=P] [issue=N]: msg`, every part with
+    /// control characters escaped.
+    pub fn human_line(&self) -> String {
+        let mut line = format!("{} {}", self.ts, self.kind);
+        if let Some(s) = self.slot {
+            line.push_str(&format!(" slot={s}"));
+        }
+        if let Some(p) = self.pid {
+            line.push_str(&format!(" pid={p}"));
+        }
+        if let Some(i) = self.issue {
+            line.push_str(&format!(" issue={i}"));
+        }
+        crate::text::escape(&format!("{line}: {}", self.msg))
+    }
+
     pub fn slot(mut self, slot: usize) -> Self {
         self.slot = Some(slot as u64);
         self

@@ -11,6 +11,7 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod issue;
+mod logs;
 mod reap;
 mod run;
 mod scale;
@@ -67,6 +68,9 @@ pub enum Command {
     Reap(reap::ReapArgs),
     /// Promote blocked:dependency issues whose blockers are all closed (once, or --watch).
     Unblock(unblock::UnblockArgs),
+    /// Show the event log (`--follow`, `--slot I`, `--kind K`, `--since 15m`, `--json`),
+    /// or a slot's worker output (`--slot I --worker-output`).
+    Logs(logs::LogsArgs),
     /// Install or remove the systemd user unit of this repo's fleet.
     Systemd(systemd::SystemdArgs),
 }
@@ -147,6 +151,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
+        Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }

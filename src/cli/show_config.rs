@@ -50,5 +50,8 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         c.sweeps.attempt_max_age_days
     );
     println!("sweeps.attempt_max_count = {}", c.sweeps.attempt_max_count);
+    println!("log.max_bytes = {}", c.log.max_bytes);
+    println!("log.keep = {}", c.log.keep);
+    println!("log.slot_log_days = {}", c.log.slot_log_days);
     Ok(0)
 }

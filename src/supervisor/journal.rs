@@ -24,14 +24,7 @@ impl Journal {
 
     pub fn write(&mut self, ev: Event) {
         if self.echo {
-            let mut line = format!("{} {}", ev.ts, ev.kind);
-            if let Some(s) = ev.slot {
-                line.push_str(&format!(" slot={s}"));
-            }
-            if let Some(p) = ev.pid {
-                line.push_str(&format!(" pid={p}"));
-            }
-            eprintln!("{line}: {}", ev.msg);
+            eprintln!("{}", ev.human_line());
         }
         if let Err(e) = self.log.append(&ev)
             && !self.failed
