@@ -644,8 +644,8 @@ fn bounds(key: &str) -> (u64, u64) {
         | "claims.stale_after_s" => (1, MAX_SECONDS),
         "sweeps.attempt_max_age_days" => (0, 36500),
         "sweeps.attempt_max_count" => (1, 1_000_000),
-        // Room for a header and a record, and at most 1 TiB.
-        "log.max_bytes" => (4096, 1 << 40),
+        // Room for a header and a few records, and at most 1 TiB.
+        "log.max_bytes" => (1024, 1 << 40),
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
         _ => (0, MAX_SECONDS),

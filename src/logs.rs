@@ -269,18 +269,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, LogsError> {
 pub fn generations(log: &Path, keep: usize) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = (1..=keep)
         .rev()
-        .map(|i| rotated(log, i))
+        .map(|i| toonl::rotated(log, i))
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
         .collect();
     out.push(log.to_path_buf());
     out
-}
-
-/// `supervisor.log.toonl.<i>`.
-pub fn rotated(log: &Path, i: usize) -> PathBuf {
-    let mut name = log.as_os_str().to_os_string();
-    name.push(format!(".{i}"));
-    PathBuf::from(name)
 }
 
 /// The slot's newest slot log: the one in the latest `logs/<yyyy-mm-dd>/` folder that

@@ -12,6 +12,7 @@ pub mod release;
 pub mod resize;
 pub mod run;
 pub mod slot;
+pub mod slot_logs;
 pub mod spawn;
 pub mod stall;
 pub mod state_file;

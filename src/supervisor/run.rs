@@ -15,7 +15,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::fleet::{Adoptee, Fleet, Msg};
-use super::journal::Journal;
+use super::journal::{Journal, Rotation};
 use super::lane::{Lane, LaneError};
 use super::notify::Notifier;
 use super::spawn;
@@ -34,11 +34,13 @@ use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker};
 
 /// A task the loop runs on the blocking pool every `interval` (first run one interval after
-/// start-up, the boot suite having just done the same work). Its `Ok` text or error is
-/// logged as `supervisor.periodic`.
+/// start-up, the boot suite having just done the same work, unless `at_start`). Its `Ok`
+/// text or error is logged as `supervisor.periodic`.
 pub struct Periodic {
     pub name: &'static str,
     pub interval: Duration,
+    /// Also run once as the loop starts (work the boot suite does not do).
+    pub at_start: bool,
     pub task: Arc<Mutex<PeriodicTask>>,
 }
 
@@ -67,6 +69,7 @@ pub fn periodic_tasks(
         Periodic {
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
+            at_start: false,
             task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
                 Arc::clone(tracker),
                 layout.repo().display().to_string(),
@@ -75,9 +78,24 @@ pub fn periodic_tasks(
         Periodic {
             name: "claims-belt",
             interval: crate::claim::stale::interval(config.claims.stale_after_s),
+            at_start: false,
             task: Arc::new(Mutex::new(Box::new(move || stale.pass()))),
         },
     ]
+}
+
+/// Housekeeping that needs no tracker: slot log folders past `log.slot_log_days` go, at
+/// start-up and daily.
+pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
+    let (layout, days) = (layout.clone(), config.log.slot_log_days);
+    vec![Periodic {
+        name: "slot-logs",
+        interval: super::slot_logs::INTERVAL,
+        at_start: true,
+        task: Arc::new(Mutex::new(Box::new(move || {
+            super::slot_logs::expire(&layout, days, std::time::SystemTime::now())
+        }))),
+    }]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker
@@ -182,7 +200,12 @@ async fn run_fleet(
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
     // the lane is released before anything is spawned.
+    let rotation = Rotation {
+        max_bytes: config.log.max_bytes,
+        keep: config.log.keep,
+    };
     let journal = Journal::open(&layout.event_log(), true)
+        .map(|j| j.rotating(rotation))
         .map_err(|e| e.to_string())
         .and_then(|j| crate::fsutil::check_replaceable(&layout.state_file()).map(|()| j));
     let mut journal = match journal {
@@ -286,6 +309,7 @@ async fn run_fleet(
         Ok(t) => periodic_tasks(&config, layout, t),
         Err(_) => Vec::new(),
     };
+    periodic.extend(housekeeping_tasks(&config, layout));
 
     let code = event_loop(
         &mut fleet,
@@ -318,7 +342,10 @@ async fn event_loop(
 ) -> i32 {
     let mut due: Vec<Instant> = periodic
         .iter()
-        .map(|p| timeutil::deadline(Instant::now(), p.interval))
+        .map(|p| match p.at_start {
+            true => Instant::now(),
+            false => timeutil::deadline(Instant::now(), p.interval),
+        })
         .collect();
     let running: Vec<Arc<AtomicBool>> = periodic
         .iter()
