@@ -8,7 +8,7 @@
 //! following the file keeps its descriptor on the old one and finds the new one by its
 //! inode; nothing is ever copied and truncated.
 
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::toonl::{self, Event, EventLog, LogError};
@@ -50,22 +50,29 @@ impl Journal {
     }
 
     pub fn write(&mut self, ev: Event) {
-        if self.echo {
-            eprintln!("{}", ev.human_line());
+        // A terminal that went away (a tmux session killed, an ssh link dropped) must not
+        // end the supervisor mid-stop: the echo is dropped once stderr fails, the log stays.
+        if self.echo && writeln!(io::stderr(), "{}", ev.human_line()).is_err() {
+            self.echo = false;
         }
         if self.log.size() >= self.rotate_at
             && let Err(e) = self.rotate()
         {
-            eprintln!("afk-supervisor: event log: rotating: {e}");
+            self.report(&format!("afk-supervisor: event log: rotating: {e}"));
             let step = self.rotation.map_or(u64::MAX, |r| r.max_bytes);
             self.rotate_at = self.log.size().saturating_add(step);
         }
         if let Err(e) = self.log.append(&ev)
             && !self.failed
         {
-            eprintln!("afk-supervisor: event log: {e}");
+            self.report(&format!("afk-supervisor: event log: {e}"));
             self.failed = true;
         }
+    }
+
+    /// A problem of the log itself, on stderr (where else), never a panic.
+    fn report(&self, line: &str) {
+        let _ = writeln!(io::stderr(), "{line}");
     }
 
     fn rotate(&mut self) -> Result<(), LogError> {

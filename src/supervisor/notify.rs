@@ -87,7 +87,11 @@ impl Notifier {
             && !self.failed
         {
             self.failed = true;
-            eprintln!("afk-supervisor: notifying the service manager: {e}");
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "afk-supervisor: notifying the service manager: {e}"
+            );
         }
     }
 }

@@ -7,6 +7,7 @@
 //! due deadline (tick, circuit probe, group kill).
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -324,7 +325,8 @@ async fn run_fleet(
     fleet.heartbeat(Instant::now());
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
     if let Err(e) = lane.release() {
-        eprintln!("afk-supervisor: removing pid files: {e}");
+        // Never a panic on a terminal that went away (see the journal's echo).
+        let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
     }
     Ok(code)
 }
@@ -400,7 +402,7 @@ async fn event_loop(
                 // fleet is gone while these still run.
                 let left = fleet.leftovers();
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
-                eprintln!("afk-supervisor: {msg}");
+                let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                 fleet.log(Event::now(kind::ERROR, msg));
                 return exit::FAILED;
             }
