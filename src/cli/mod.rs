@@ -20,6 +20,7 @@ mod status;
 mod stop;
 mod sweep;
 mod systemd;
+mod tmux;
 mod unblock;
 mod worker;
 
@@ -71,6 +72,8 @@ pub enum Command {
     /// Show the event log (`--follow`, `--slot I`, `--kind K`, `--since 15m`, `--json`),
     /// or a slot's worker output (`--slot I --worker-output`).
     Logs(logs::LogsArgs),
+    /// Run the fleet in a tmux session: the supervisor, and `status --watch` beside it.
+    Tmux(tmux::TmuxArgs),
     /// Install or remove the systemd user unit of this repo's fleet.
     Systemd(systemd::SystemdArgs),
 }
@@ -152,6 +155,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
+        Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
