@@ -102,6 +102,34 @@ fn ready_after_the_workers_then_status_per_tick_watchdog_and_stopping() {
     }
 }
 
+/// A service manager that never reads: its socket's queue fills, and the fleet must still
+/// run its loop (ticks, a stop) instead of blocking on a send.
+#[test]
+fn a_notify_socket_nobody_reads_never_blocks_the_event_loop() {
+    let mut f = Fleet::new(WORKER, FAST_TIMING);
+    let path = f.file("notify.sock");
+    let _sock = UnixDatagram::bind(&path).unwrap();
+    f.extra_env
+        .push(("NOTIFY_SOCKET".into(), path.display().to_string()));
+    // A ping every 10 ms fills any queue within the first tick.
+    f.extra_env.push(("WATCHDOG_USEC".into(), "20000".into()));
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    fleet::kill(f.sup_pid(), Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
+    let err = fleet::read(&f.file("supervisor-0.err"));
+    assert_eq!(
+        err.matches(
+            "notifying the service manager: the service manager is not reading; messages dropped"
+        )
+        .count(),
+        1,
+        "{err}"
+    );
+}
+
 #[test]
 fn without_notify_socket_the_fleet_runs_and_stops_as_before() {
     let mut f = Fleet::new(WORKER, FAST_TIMING);

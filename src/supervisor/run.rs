@@ -254,7 +254,9 @@ async fn run_fleet(
     let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
-            Notifier::from_env().stopping();
+            let mut notifier = Notifier::from_env();
+            notifier.stopping();
+            notifier.finish();
             journal.write(Event::now(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
@@ -321,6 +323,7 @@ async fn run_fleet(
         &tx,
     )
     .await;
+    notifier.finish();
     fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
