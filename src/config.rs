@@ -108,6 +108,17 @@ pub struct Claims {
     pub stale_after_s: u64,
 }
 
+/// The event log's rotation and the slot logs' age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogCfg {
+    /// `supervisor.log.toonl` is rotated once a write would take it past this size.
+    pub max_bytes: u64,
+    /// Rotated generations kept (`.1` the newest); 0 keeps none.
+    pub keep: usize,
+    /// Per-day slot log folders older than this many days are deleted.
+    pub slot_log_days: u64,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -120,6 +131,7 @@ pub struct Config {
     pub timing: Timing,
     pub sweeps: Sweeps,
     pub claims: Claims,
+    pub log: LogCfg,
 }
 
 impl Default for Config {
@@ -161,6 +173,11 @@ impl Default for Config {
             claims: Claims {
                 stale_after_s: 7200,
             },
+            log: LogCfg {
+                max_bytes: 10 << 20,
+                keep: 5,
+                slot_log_days: 7,
+            },
         }
     }
 }
@@ -198,6 +215,8 @@ struct FileDoc {
     sweeps: FileSweeps,
     #[serde(default)]
     claims: FileClaims,
+    #[serde(default)]
+    log: FileLog,
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -258,6 +277,14 @@ struct FileSweeps {
 #[serde(deny_unknown_fields)]
 struct FileClaims {
     stale_after_s: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLog {
+    max_bytes: S<u64>,
+    keep: S<u64>,
+    slot_log_days: S<u64>,
 }
 
 /// Where a value came from, for error messages and `config`.
@@ -496,6 +523,15 @@ impl Builder {
         if let Some(x) = self.take_u64("claims.stale_after_s", d.claims.stale_after_s)? {
             self.cfg.claims.stale_after_s = x;
         }
+        if let Some(x) = self.take_u64("log.max_bytes", d.log.max_bytes)? {
+            self.cfg.log.max_bytes = x;
+        }
+        if let Some(x) = self.take_u64("log.keep", d.log.keep)? {
+            self.cfg.log.keep = x as usize;
+        }
+        if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
+            self.cfg.log.slot_log_days = x;
+        }
         Ok(())
     }
 
@@ -706,6 +742,10 @@ fn bounds(key: &str) -> (u64, u64) {
         | "claims.stale_after_s" => (1, MAX_SECONDS),
         "sweeps.attempt_max_age_days" => (0, 36500),
         "sweeps.attempt_max_count" => (1, 1_000_000),
+        // Room for a header and a few records, and at most 1 TiB.
+        "log.max_bytes" => (1024, 1 << 40),
+        "log.keep" => (0, 1000),
+        "log.slot_log_days" => (1, 36500),
         _ => (0, MAX_SECONDS),
     }
 }

@@ -44,6 +44,22 @@ impl Event {
         }
     }
 
+    /// One line for people: `ts kind [slot=S] [pid=P] [issue=N]: msg`, every part with
+    /// control characters escaped.
+    pub fn human_line(&self) -> String {
+        let mut line = format!("{} {}", self.ts, self.kind);
+        if let Some(s) = self.slot {
+            line.push_str(&format!(" slot={s}"));
+        }
+        if let Some(p) = self.pid {
+            line.push_str(&format!(" pid={p}"));
+        }
+        if let Some(i) = self.issue {
+            line.push_str(&format!(" issue={i}"));
+        }
+        crate::text::escape(&format!("{line}: {}", self.msg))
+    }
+
     pub fn slot(mut self, slot: usize) -> Self {
         self.slot = Some(slot as u64);
         self
@@ -80,6 +96,8 @@ pub enum LogError {
 pub struct EventLog {
     path: PathBuf,
     file: File,
+    /// Bytes in the file as this writer knows it (what was there, the header, its rows).
+    size: u64,
 }
 
 impl EventLog {
@@ -106,11 +124,17 @@ impl EventLog {
         Ok(EventLog {
             path: path.to_path_buf(),
             file,
+            size: len + header.len() as u64,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's size as this writer left it.
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     pub fn append(&mut self, event: &Event) -> Result<(), LogError> {
@@ -123,8 +147,17 @@ impl EventLog {
             .map_err(|source| LogError::Io {
                 path: self.path.clone(),
                 source,
-            })
+            })?;
+        self.size += line.len() as u64;
+        Ok(())
     }
+}
+
+/// The `i`th rotated generation of a log: `supervisor.log.toonl.<i>` (`.1` the newest).
+pub fn rotated(log: &Path, i: usize) -> PathBuf {
+    let mut name = log.as_os_str().to_os_string();
+    name.push(format!(".{i}"));
+    PathBuf::from(name)
 }
 
 /// Whether the log's last byte is a newline, read through a safe open of the same file.

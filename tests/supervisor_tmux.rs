@@ -123,3 +123,138 @@ fn ctrl_c_in_a_tmux_pane_stops_the_fleet() {
         f.dump()
     );
 }
+
+fn have_tmux() -> bool {
+    let ok = Command::new("tmux").arg("-V").output().is_ok();
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tmux is missing under CI: .ci/run installs it"
+        );
+        eprintln!("SKIPPED: tmux is not installed");
+    }
+    ok
+}
+
+#[test]
+fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops_all() {
+    if !have_tmux() {
+        return;
+    }
+    let f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    let tmpdir = f.file("tmux-tmp");
+    fs::create_dir_all(&tmpdir).unwrap();
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let tmux = Tmux {
+        socket: tmpdir.join(format!("tmux-{uid}/default")),
+    };
+    let run = |args: &[&str]| {
+        let out = f
+            .cmd(args)
+            .env("TMUX_TMPDIR", &tmpdir)
+            .env_remove("TMUX")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run(&["tmux", "--session", "afk.test", "--workers", "2"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>()[..2],
+        [
+            "tmux session afk_test: window 0 the supervisor, window 1 status --watch",
+            "attach:  tmux attach -t 'afk_test'",
+        ]
+    );
+    let started = wait_until(WAIT, || {
+        f.state().is_some_and(|s| s.slot_pids.len() == 2)
+            && supervisor_pid(&f).is_some_and(fleet::alive)
+    });
+    assert!(started, "fleet did not start in tmux; log:\n{}", f.dump());
+    let sup = supervisor_pid(&f).unwrap();
+    let workers = f.worker_pids();
+
+    // The second window shows the live table with both workers running.
+    let mut pane = String::new();
+    let shown = wait_until(WAIT, || {
+        pane = tmux.run(&["capture-pane", "-p", "-t", "=afk_test:status"]);
+        pane.contains("SLOT") && pane.matches(" running ").count() == 2
+    });
+    assert!(shown, "status pane:\n{pane}");
+    assert!(pane.contains(&format!("supervisor pid={sup}")), "{pane}");
+    let first = tmux.run(&["capture-pane", "-p", "-t", "=afk_test:supervisor"]);
+    assert!(
+        first.contains("supervisor.start"),
+        "supervisor pane:\n{first}"
+    );
+
+    // Asked again: the session is reused, nothing new started.
+    let again = run(&["tmux", "--session", "afk.test"]);
+    assert!(
+        again.starts_with("tmux session afk_test exists; reusing it\n"),
+        "{again}"
+    );
+    assert_eq!(supervisor_pid(&f), Some(sup));
+
+    tmux.run(&["kill-session", "-t", "=afk_test"]);
+    assert!(
+        wait_until(WAIT, || !fleet::alive(sup)),
+        "supervisor outlived its session"
+    );
+    for w in workers {
+        assert!(
+            wait_until(WAIT, || !fleet::alive(w)),
+            "worker {w} outlived the session"
+        );
+    }
+    assert!(
+        wait_until(WAIT, || f.tagged().is_empty()),
+        "left behind: {:?}",
+        f.tagged()
+    );
+    assert!(
+        f.events_of("supervisor.stop")
+            .iter()
+            .any(|e| e.msg.contains("SIGHUP")),
+        "{}",
+        f.dump()
+    );
+    assert!(!f.layout.supervisor_pid().exists());
+}
+
+#[test]
+fn status_watch_off_a_terminal_prints_plain_snapshots() {
+    use std::io::{BufRead, BufReader};
+    let mut f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    f.start(&["--workers", "1"]);
+    let pids = f.wait_workers(1);
+    let mut child = f
+        .cmd(&["status", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let mut frames = 0;
+    let mut seen = Vec::new();
+    while frames < 2 {
+        let line = lines.next().expect("status --watch ended").unwrap();
+        if line.starts_with("afk-supervisor status  ") {
+            frames += 1;
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = seen.join("\n");
+    assert!(
+        !text.contains('\u{1b}'),
+        "escape codes off a terminal: {text:?}"
+    );
+    assert!(text.contains(&format!("{:<5} {:<8}", 0, pids[0])), "{text}");
+    fleet::kill(f.sup_pid(), nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143));
+}

@@ -12,6 +12,7 @@ use crate::layout::Layout;
 
 mod demo;
 mod issue;
+mod logs;
 mod reap;
 mod run;
 mod scale;
@@ -19,6 +20,8 @@ mod show_config;
 mod status;
 mod stop;
 mod sweep;
+mod systemd;
+mod tmux;
 mod unblock;
 mod worker;
 
@@ -72,6 +75,13 @@ pub enum Command {
     /// The demo's stand-in agent: commits `notes/issue-<N>.md` in its worktree.
     #[command(hide = true)]
     DemoAgent,
+    /// Show the event log (`--follow`, `--slot I`, `--kind K`, `--since 15m`, `--json`),
+    /// or a slot's worker output (`--slot I --worker-output`).
+    Logs(logs::LogsArgs),
+    /// Run the fleet in a tmux session: the supervisor, and `status --watch` beside it.
+    Tmux(tmux::TmuxArgs),
+    /// Install or remove the systemd user unit of this repo's fleet.
+    Systemd(systemd::SystemdArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -165,6 +175,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
         Some(Command::Demo(_) | Command::DemoAgent) => unreachable_demo(),
+        Some(Command::Logs(args)) => logs::run(&ctx, &args),
+        Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
+        Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

@@ -69,5 +69,9 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         "sweeps.attempt_max_count",
         c.sweeps.attempt_max_count.to_string(),
     );
+    line("log.max_bytes", c.log.max_bytes.to_string());
+    line("log.keep", c.log.keep.to_string());
+    line("log.slot_log_days", c.log.slot_log_days.to_string());
+    line("claims.stale_after_s", c.claims.stale_after_s.to_string());
     Ok(0)
 }

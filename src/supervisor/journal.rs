@@ -1,43 +1,203 @@
 //! The supervisor's event log with an echo on stderr for an operator watching the
 //! foreground. A failed append is reported once, never fatal: losing a log line must not
 //! take the fleet down.
+//!
+//! Rotation by size: once the file has reached `max_bytes`, the next write first renames
+//! `.N-1` to `.N` … `.1` to `.2` and the log to `.1` (the oldest beyond `keep` is replaced),
+//! then opens a new file, which starts with the TOONL header. Renames only: a reader
+//! following the file keeps its descriptor on the old one and finds the new one by its
+//! inode; nothing is ever copied and truncated.
 
-use std::path::Path;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
-use crate::toonl::{Event, EventLog, LogError};
+use crate::toonl::{self, Event, EventLog, LogError};
+
+/// When the event log rotates and how many generations stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    pub max_bytes: u64,
+    pub keep: usize,
+}
 
 #[derive(Debug)]
 pub struct Journal {
     log: EventLog,
     echo: bool,
     failed: bool,
+    rotation: Option<Rotation>,
+    /// After a failed rotation, the size at which the next one is tried (not every write).
+    rotate_at: u64,
 }
 
 impl Journal {
+    /// A journal that never rotates.
     pub fn open(path: &Path, echo: bool) -> Result<Self, LogError> {
         Ok(Journal {
             log: EventLog::open(path)?,
             echo,
             failed: false,
+            rotation: None,
+            rotate_at: u64::MAX,
         })
     }
 
+    /// Rotates by `rotation` from now on.
+    pub fn rotating(mut self, rotation: Rotation) -> Self {
+        self.rotation = Some(rotation);
+        self.rotate_at = rotation.max_bytes;
+        self
+    }
+
     pub fn write(&mut self, ev: Event) {
-        if self.echo {
-            let mut line = format!("{} {}", ev.ts, ev.kind);
-            if let Some(s) = ev.slot {
-                line.push_str(&format!(" slot={s}"));
-            }
-            if let Some(p) = ev.pid {
-                line.push_str(&format!(" pid={p}"));
-            }
-            eprintln!("{line}: {}", ev.msg);
+        // A terminal that went away (a tmux session killed, an ssh link dropped) must not
+        // end the supervisor mid-stop: the echo is dropped once stderr fails, the log stays.
+        if self.echo && writeln!(io::stderr(), "{}", ev.human_line()).is_err() {
+            self.echo = false;
+        }
+        if self.log.size() >= self.rotate_at
+            && let Err(e) = self.rotate()
+        {
+            self.report(&format!("afk-supervisor: event log: rotating: {e}"));
+            let step = self.rotation.map_or(u64::MAX, |r| r.max_bytes);
+            self.rotate_at = self.log.size().saturating_add(step);
         }
         if let Err(e) = self.log.append(&ev)
             && !self.failed
         {
-            eprintln!("afk-supervisor: event log: {e}");
+            self.report(&format!("afk-supervisor: event log: {e}"));
             self.failed = true;
         }
+    }
+
+    /// A problem of the log itself, on stderr (where else), never a panic.
+    fn report(&self, line: &str) {
+        let _ = writeln!(io::stderr(), "{line}");
+    }
+
+    fn rotate(&mut self) -> Result<(), LogError> {
+        let Some(r) = self.rotation else {
+            return Ok(());
+        };
+        let path = self.log.path().to_path_buf();
+        let io_err = |path: PathBuf| move |source| LogError::Io { path, source };
+        for i in (1..r.keep).rev() {
+            let from = toonl::rotated(&path, i);
+            match std::fs::rename(&from, toonl::rotated(&path, i + 1)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(from)(e)),
+                _ => {}
+            }
+        }
+        if r.keep == 0 {
+            std::fs::remove_file(&path).map_err(io_err(path.clone()))?;
+        } else {
+            std::fs::rename(&path, toonl::rotated(&path, 1)).map_err(io_err(path.clone()))?;
+        }
+        self.log = EventLog::open(&path)?;
+        self.rotate_at = r.max_bytes;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn rotates_by_rename_keeps_n_and_every_file_starts_with_the_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("supervisor.log.toonl");
+        let rotation = Rotation {
+            max_bytes: 200,
+            keep: 2,
+        };
+        let mut j = Journal::open(&path, false).unwrap().rotating(rotation);
+        let ino = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(p).unwrap().ino()
+        };
+        let mut written = Vec::new();
+        let mut rotations = 0;
+        for i in 0..40 {
+            let ev = Event::now("supervisor.tick", format!("tick number {i}"));
+            written.push(ev.clone());
+            let before = ino(&path);
+            j.write(ev);
+            if ino(&path) != before {
+                // Renamed, not copied: the old file lives on as `.1`.
+                assert_eq!(ino(&toonl::rotated(&path, 1)), before);
+                rotations += 1;
+            }
+        }
+        assert!(rotations >= 3, "{rotations}");
+        assert_eq!(
+            names(dir.path()),
+            [
+                "supervisor.log.toonl",
+                "supervisor.log.toonl.1",
+                "supervisor.log.toonl.2"
+            ]
+        );
+        // Renamed, not copied: the first file lives on under another name.
+        let mut read = Vec::new();
+        for p in [
+            toonl::rotated(&path, 2),
+            toonl::rotated(&path, 1),
+            path.clone(),
+        ] {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(
+                text.starts_with("[]{ts,kind,slot,pid,issue,msg}:\n"),
+                "{text}"
+            );
+            assert!(
+                text.len() < 200 + 100,
+                "{} is {} bytes",
+                p.display(),
+                text.len()
+            );
+            read.extend(toonl::read_events(&p).unwrap());
+        }
+        // The newest records, in order, with none lost between the files.
+        assert_eq!(read, written[written.len() - read.len()..]);
+        assert!(read.len() < written.len());
+    }
+
+    #[test]
+    fn keep_zero_starts_over_and_a_failed_rotation_keeps_logging() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("supervisor.log.toonl");
+        let mut j = Journal::open(&path, false).unwrap().rotating(Rotation {
+            max_bytes: 100,
+            keep: 0,
+        });
+        for i in 0..10 {
+            j.write(Event::now("supervisor.tick", format!("t{i}")));
+        }
+        assert_eq!(names(dir.path()), ["supervisor.log.toonl"]);
+        let last = toonl::read_events(&path).unwrap();
+        assert_eq!(last.last().map(|e| e.msg.as_str()), Some("t9"));
+
+        // A directory where `.1` goes: the rename fails, the records still land.
+        let path = dir.path().join("other.toonl");
+        std::fs::create_dir_all(toonl::rotated(&path, 1).join("x")).unwrap();
+        let mut j = Journal::open(&path, false).unwrap().rotating(Rotation {
+            max_bytes: 100,
+            keep: 1,
+        });
+        for i in 0..10 {
+            j.write(Event::now("supervisor.tick", format!("t{i}")));
+        }
+        let evs = toonl::read_events(&path).unwrap();
+        assert_eq!(evs.len(), 10);
     }
 }

@@ -7,6 +7,7 @@
 //! due deadline (tick, circuit probe, group kill).
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,8 +16,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::fleet::{Adoptee, Fleet, Msg};
-use super::journal::Journal;
+use super::journal::{Journal, Rotation};
 use super::lane::{Lane, LaneError};
+use super::notify::Notifier;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -33,11 +35,13 @@ use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker};
 
 /// A task the loop runs on the blocking pool every `interval` (first run one interval after
-/// start-up, the boot suite having just done the same work). Its `Ok` text or error is
-/// logged as `supervisor.periodic`.
+/// start-up, the boot suite having just done the same work, unless `at_start`). Its `Ok`
+/// text or error is logged as `supervisor.periodic`.
 pub struct Periodic {
     pub name: &'static str,
     pub interval: Duration,
+    /// Also run once as the loop starts (work the boot suite does not do).
+    pub at_start: bool,
     pub task: Arc<Mutex<PeriodicTask>>,
 }
 
@@ -66,6 +70,7 @@ pub fn periodic_tasks(
         Periodic {
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
+            at_start: false,
             task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
                 Arc::clone(tracker),
                 layout.repo().display().to_string(),
@@ -74,9 +79,24 @@ pub fn periodic_tasks(
         Periodic {
             name: "claims-belt",
             interval: crate::claim::stale::interval(config.claims.stale_after_s),
+            at_start: false,
             task: Arc::new(Mutex::new(Box::new(move || stale.pass()))),
         },
     ]
+}
+
+/// Housekeeping that needs no tracker: slot log folders past `log.slot_log_days` go, at
+/// start-up and daily.
+pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
+    let (layout, days) = (layout.clone(), config.log.slot_log_days);
+    vec![Periodic {
+        name: "slot-logs",
+        interval: super::slot_logs::INTERVAL,
+        at_start: true,
+        task: Arc::new(Mutex::new(Box::new(move || {
+            super::slot_logs::expire(&layout, days, std::time::SystemTime::now())
+        }))),
+    }]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker
@@ -181,7 +201,12 @@ async fn run_fleet(
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
     // the lane is released before anything is spawned.
+    let rotation = Rotation {
+        max_bytes: config.log.max_bytes,
+        keep: config.log.keep,
+    };
     let journal = Journal::open(&layout.event_log(), true)
+        .map(|j| j.rotating(rotation))
         .map_err(|e| e.to_string())
         .and_then(|j| crate::fsutil::check_replaceable(&layout.state_file()).map(|()| j));
     let mut journal = match journal {
@@ -238,6 +263,9 @@ async fn run_fleet(
     let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
+            let mut notifier = Notifier::from_env();
+            notifier.stopping();
+            notifier.finish();
             journal.write(Event::now(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
@@ -283,17 +311,34 @@ async fn run_fleet(
     );
     fleet.set_tracker(tracker.clone());
     fleet.start(adoptees, dead, had_state);
+    let mut notifier = Notifier::from_env();
+    let live = fleet.snapshot(Instant::now()).slot_pids.len();
+    notifier.ready(&format!(
+        "started: target={} live={live}",
+        config.fleet.workers
+    ));
     let mut periodic = match &tracker {
         Ok(t) => periodic_tasks(&config, layout, t),
         Err(_) => Vec::new(),
     };
+    periodic.extend(housekeeping_tasks(&config, layout));
 
-    let code = event_loop(&mut fleet, &mut rx, &mut signals, &mut periodic, &tx).await;
+    let code = event_loop(
+        &mut fleet,
+        &mut rx,
+        &mut signals,
+        &mut notifier,
+        &mut periodic,
+        &tx,
+    )
+    .await;
+    notifier.finish();
     fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
     if let Err(e) = lane.release() {
-        eprintln!("afk-supervisor: removing pid files: {e}");
+        // Never a panic on a terminal that went away (see the journal's echo).
+        let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
     }
     Ok(code)
 }
@@ -305,12 +350,16 @@ async fn event_loop(
     fleet: &mut Fleet,
     rx: &mut UnboundedReceiver<Msg>,
     signals: &mut SignalSet,
+    notifier: &mut Notifier,
     periodic: &mut [Periodic],
     tx: &UnboundedSender<Msg>,
 ) -> i32 {
     let mut due: Vec<Instant> = periodic
         .iter()
-        .map(|p| timeutil::deadline(Instant::now(), p.interval))
+        .map(|p| match p.at_start {
+            true => Instant::now(),
+            false => timeutil::deadline(Instant::now(), p.interval),
+        })
         .collect();
     let running: Vec<Arc<AtomicBool>> = periodic
         .iter()
@@ -338,6 +387,7 @@ async fn event_loop(
             _ = signals.term.recv() => fleet.begin_stop(exit::SIGTERM, "SIGTERM", Instant::now()),
             _ = signals.int.recv() => fleet.begin_stop(exit::SIGINT, "SIGINT", Instant::now()),
             _ = signals.hup.recv() => fleet.begin_stop(exit::SIGHUP, "SIGHUP", Instant::now()),
+            _ = notifier.watchdog_due() => notifier.watchdog(),
             _ = tokio::time::sleep_until(deadline.into()) => {}
         }
         let now = Instant::now();
@@ -351,7 +401,11 @@ async fn event_loop(
             }
         }
         fleet.heartbeat_if_changed(Instant::now());
+        if let Some(line) = fleet.take_tick_line() {
+            notifier.status(&line);
+        }
         if let Some(stop) = fleet.stopping() {
+            notifier.stopping();
             if fleet.stop_complete(Instant::now()) {
                 return stop.code;
             }
@@ -360,7 +414,7 @@ async fn event_loop(
                 // fleet is gone while these still run.
                 let left = fleet.leftovers();
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
-                eprintln!("afk-supervisor: {msg}");
+                let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                 fleet.log(Event::now(kind::ERROR, msg));
                 return exit::FAILED;
             }

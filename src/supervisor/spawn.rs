@@ -91,6 +91,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
             cmd.env_remove(k);
         }
     }
+    // The service manager's channel is the supervisor's alone: a worker must not speak
+    // for the unit (nor believe a watchdog is watching it).
+    for k in super::notify::SERVICE_MANAGER_VARS {
+        cmd.env_remove(k);
+    }
     cmd.envs(
         spec.env
             .iter()

@@ -90,6 +90,8 @@ pub struct Fleet {
     churn_respawns: VecDeque<Instant>,
     tick_deaths: usize,
     tick_respawns: usize,
+    /// The last tick line not yet taken by the service manager's `STATUS=`.
+    tick_line: Option<String>,
     resize_reported: Option<String>,
     /// The last report of something not a regular file at the stop sentinel's path.
     stop_file_reported: Option<String>,
@@ -175,6 +177,7 @@ impl Fleet {
             churn_respawns: VecDeque::new(),
             tick_deaths: 0,
             tick_respawns: 0,
+            tick_line: None,
             resize_reported: None,
             stop_file_reported: None,
             tracker_error: None,
@@ -259,6 +262,11 @@ impl Fleet {
         if self.dirty {
             self.heartbeat(now);
         }
+    }
+
+    /// The tick line written since the last call, if any (for the service manager).
+    pub fn take_tick_line(&mut self) -> Option<String> {
+        self.tick_line.take()
     }
 
     pub fn stopping(&self) -> Option<Stopping> {

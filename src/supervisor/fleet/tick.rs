@@ -117,7 +117,9 @@ impl Fleet {
         };
         self.tick_deaths = 0;
         self.tick_respawns = 0;
-        self.log(Event::now(kind::TICK, texts::tick(&counts)));
+        let line = texts::tick(&counts);
+        self.tick_line = Some(line.clone());
+        self.log(Event::now(kind::TICK, line));
     }
 
     // ---- stalls ----

@@ -1,0 +1,136 @@
+//! `afk-supervisor logs [--follow] [--slot I [--worker-output]] [--kind K] [--since D] [--json]`.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use clap::Args;
+
+use crate::cli::Ctx;
+use crate::config::Overrides;
+use crate::exit::{self, Failure};
+use crate::logs::{self, Filter, LineTail, LogsError, Seen, Tail};
+
+/// Between two looks at a followed file (a CLI command, not the supervisor's loop).
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// Keep reading as the log grows (and across its rotation) until interrupted.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Only the records of this slot.
+    #[arg(long, value_name = "I")]
+    pub slot: Option<usize>,
+    /// With --slot: that slot's worker output (its newest slot log) instead of the events.
+    #[arg(long, requires = "slot")]
+    pub worker_output: bool,
+    /// Only this kind, or every kind under a dotted prefix (`slot`, `circuit`).
+    #[arg(long, value_name = "K")]
+    pub kind: Option<String>,
+    /// Only records newer than this (90s, 15m, 2h, 1d).
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// One JSON object per line (for jq).
+    #[arg(long, conflicts_with = "worker_output")]
+    pub json: bool,
+}
+
+fn failed(e: LogsError) -> Failure {
+    match e {
+        LogsError::Duration(_) => Failure::usage(e.to_string()),
+        _ => Failure::failed(e.to_string()),
+    }
+}
+
+/// Writes lines to stdout; a closed pipe (`| head`) ends the command quietly.
+fn emit(lines: impl IntoIterator<Item = String>) -> Result<bool, Failure> {
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        if let Err(e) = writeln!(out, "{l}") {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(false);
+            }
+            return Err(Failure::failed(format!("stdout: {e}")));
+        }
+    }
+    out.flush().map(|()| true).or_else(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => Ok(false),
+        _ => Err(Failure::failed(format!("stdout: {e}"))),
+    })
+}
+
+fn report_skipped(path: &Path, skipped: &[String]) {
+    for s in skipped {
+        eprintln!(
+            "afk-supervisor: {}: skipped a line that is not a record: {}",
+            path.display(),
+            crate::text::excerpt(&crate::text::escape(s))
+        );
+    }
+}
+
+pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
+    if args.worker_output {
+        return worker_output(ctx, args);
+    }
+    let since = match &args.since {
+        Some(s) => Some(SystemTime::now() - logs::parse_duration(s).map_err(failed)?),
+        None => None,
+    };
+    let filter = Filter {
+        slot: args.slot.map(|s| s as u64),
+        kind: args.kind.clone(),
+        since,
+    };
+    let config = ctx.config(Overrides::default())?;
+    let log = ctx.layout.event_log();
+    // The rotated generations first, oldest first; then the live log (followed).
+    for path in logs::generations(&log, config.log.keep) {
+        let mut tail = Tail::new(&path);
+        loop {
+            let batch = tail.poll().map_err(failed)?;
+            report_skipped(&path, &batch.skipped);
+            let lines = batch.events.iter().filter(|e| filter.matches(e)).map(|e| {
+                if args.json {
+                    serde_json::to_string(e).unwrap_or_default()
+                } else {
+                    e.human_line()
+                }
+            });
+            if !emit(lines)? {
+                return Ok(exit::OK);
+            }
+            if !(args.follow && path == log) {
+                report_skipped(&path, &tail.finish());
+                break;
+            }
+            std::thread::sleep(FOLLOW_EVERY);
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
+    let slot = args.slot.unwrap_or_default();
+    let path = logs::newest_slot_log(&ctx.layout, slot).map_err(failed)?;
+    let mut tail = LineTail::new(&path);
+    loop {
+        let mut lines: Vec<String> = tail
+            .poll()
+            .map_err(failed)?
+            .into_iter()
+            .filter_map(|s| match s {
+                Seen::Line(l) => Some(crate::text::escape_bytes(&l)),
+                Seen::NewFile => None,
+            })
+            .collect();
+        if !args.follow && !tail.partial().is_empty() {
+            lines.push(crate::text::escape_bytes(tail.partial()));
+        }
+        if !emit(lines)? || !args.follow {
+            return Ok(exit::OK);
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+    }
+}

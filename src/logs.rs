@@ -1,0 +1,343 @@
+//! Reading the event log for people: a [`Tail`] that yields every complete record of
+//! `supervisor.log.toonl` as it grows, across rotations (the file replaced by a rename:
+//! same path, another inode), holding back a truncated last line until it is complete,
+//! and a [`Filter`] on slot, kind and age.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::fsutil::{self, Links};
+use crate::layout::Layout;
+use crate::toonl::{self, Event};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogsError {
+    #[error("{path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: fsutil::SmallFileError,
+    },
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{0}: not a duration (e.g. 90s, 15m, 2h, 1d)")]
+    Duration(String),
+    #[error("no worker output for slot {slot} under {dir}")]
+    NoSlotLog { slot: usize, dir: PathBuf },
+}
+
+/// What a [`LineTail`] saw: a complete line (without its newline), or that the path now
+/// names another file (rotated) or one cut short (truncated), read from its start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Line(Vec<u8>),
+    NewFile,
+}
+
+/// Follows one file path line by line: reads what was appended since the last call,
+/// holds back a last line without its newline, and notices when the file at the path is
+/// another one (rotated by a rename: other inode) or shorter (truncated in place).
+#[derive(Debug)]
+pub struct LineTail {
+    path: PathBuf,
+    file: Option<(File, (u64, u64))>,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl LineTail {
+    pub fn new(path: &Path) -> LineTail {
+        LineTail {
+            path: path.to_path_buf(),
+            file: None,
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// Everything new since the last call. A missing file is not an error (not yet
+    /// written, or between a rotation's rename and the reopen).
+    pub fn poll(&mut self) -> Result<Vec<Seen>, LogsError> {
+        let mut seen = Vec::new();
+        let current = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if let Some((_, id)) = &self.file
+            && current != Some(*id)
+        {
+            // Rotated: finish the old file (its writer may have appended before the
+            // rename), then start the new one from its first byte.
+            self.read_open(&mut seen)?;
+            self.file = None;
+            self.offset = 0;
+            self.partial.clear();
+            if current.is_some() {
+                seen.push(Seen::NewFile);
+            }
+        }
+        if self.file.is_none() && current.is_some() {
+            let mut opts = std::fs::OpenOptions::new();
+            opts.read(true);
+            let opened =
+                fsutil::open_regular(&self.path, opts, Links::Refuse).map_err(|source| {
+                    LogsError::Open {
+                        path: self.path.clone(),
+                        source,
+                    }
+                })?;
+            if let Some(f) = opened {
+                let m = f.metadata().map_err(|source| self.read_err(source))?;
+                self.file = Some((f, (m.dev(), m.ino())));
+            }
+        }
+        self.read_open(&mut seen)?;
+        Ok(seen)
+    }
+
+    /// The last line read so far that has no newline yet.
+    pub fn partial(&self) -> &[u8] {
+        &self.partial
+    }
+
+    fn read_err(&self, source: io::Error) -> LogsError {
+        LogsError::Read {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn read_open(&mut self, seen: &mut Vec<Seen>) -> Result<(), LogsError> {
+        let Some((file, _)) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        let read = file.metadata().and_then(|m| {
+            if m.len() < self.offset {
+                // Truncated in place: what was read is gone; read from the start again.
+                self.offset = 0;
+                self.partial.clear();
+                seen.push(Seen::NewFile);
+            }
+            file.seek(SeekFrom::Start(self.offset))?;
+            file.take(toonl::MAX_READ_BYTES).read_to_end(&mut bytes)
+        });
+        let n = read.map_err(|source| self.read_err(source))?;
+        self.offset += n as u64;
+        self.partial.extend_from_slice(&bytes);
+        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
+            return Ok(());
+        };
+        let rest = self.partial.split_off(end + 1);
+        let complete = std::mem::replace(&mut self.partial, rest);
+        // `complete` ends with its newline: the lines are what it separates.
+        let body = &complete[..complete.len() - 1];
+        seen.extend(body.split(|b| *b == b'\n').map(|l| Seen::Line(l.to_vec())));
+        Ok(())
+    }
+}
+
+/// What a [`Tail`] read: records, and lines that were not records (reported, skipped).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub events: Vec<Event>,
+    pub skipped: Vec<String>,
+}
+
+/// The records of a followed event log. A line torn by a crash (a bad line directly
+/// followed by the header its successor wrote on reopening) is skipped silently; a
+/// truncated last line waits for its newline.
+#[derive(Debug)]
+pub struct Tail {
+    lines: LineTail,
+    /// The header in force for the lines that follow.
+    header: Option<String>,
+    /// A complete line that did not decode, held until the next line shows whether it
+    /// was torn (a header follows) or malformed.
+    suspect: Option<String>,
+}
+
+impl Tail {
+    pub fn new(path: &Path) -> Tail {
+        Tail {
+            lines: LineTail::new(path),
+            header: None,
+            suspect: None,
+        }
+    }
+
+    /// Every record appended since the last call.
+    pub fn poll(&mut self) -> Result<Batch, LogsError> {
+        let mut batch = Batch::default();
+        for s in self.lines.poll()? {
+            match s {
+                Seen::NewFile => {
+                    self.flush_suspect(&mut batch);
+                    self.header = None;
+                }
+                Seen::Line(l) => self.line(&String::from_utf8_lossy(&l), &mut batch),
+            }
+        }
+        Ok(batch)
+    }
+
+    /// The end of a one-off read: a malformed last line is reported now.
+    pub fn finish(&mut self) -> Vec<String> {
+        let mut batch = Batch::default();
+        self.flush_suspect(&mut batch);
+        batch.skipped
+    }
+
+    fn line(&mut self, line: &str, batch: &mut Batch) {
+        if line.starts_with("[]{") && line.ends_with("}:") {
+            // A bad line right before a header is a torn write: skipped without a word.
+            self.suspect = None;
+            self.header = Some(line.to_string());
+            return;
+        }
+        self.flush_suspect(batch);
+        let Some(header) = &self.header else {
+            batch.skipped.push(line.to_string());
+            return;
+        };
+        match toonl::decode_events(format!("{header}\n{line}\n").as_bytes()) {
+            Ok(evs) => batch.events.extend(evs),
+            Err(_) => self.suspect = Some(line.to_string()),
+        }
+    }
+
+    fn flush_suspect(&mut self, batch: &mut Batch) {
+        if let Some(s) = self.suspect.take() {
+            batch.skipped.push(s);
+        }
+    }
+}
+
+/// Which records to show.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub slot: Option<u64>,
+    /// A kind (`slot.exit`) or a dotted prefix of kinds (`slot`, `circuit`).
+    pub kind: Option<String>,
+    pub since: Option<SystemTime>,
+}
+
+impl Filter {
+    pub fn matches(&self, ev: &Event) -> bool {
+        if self.slot.is_some() && ev.slot != self.slot {
+            return false;
+        }
+        if let Some(k) = &self.kind
+            && ev.kind != *k
+            && !ev.kind.starts_with(&format!("{k}."))
+        {
+            return false;
+        }
+        if let Some(since) = self.since {
+            // A record without a readable time is shown rather than hidden.
+            if let Some(t) = crate::timeutil::parse_rfc3339(&ev.ts)
+                && t < since
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// `90`, `90s`, `15m`, `2h`, `1d`.
+pub fn parse_duration(s: &str) -> Result<Duration, LogsError> {
+    let bad = || LogsError::Duration(s.to_string());
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(secs).map(Duration::from_secs).ok_or_else(bad)
+}
+
+/// The rotated logs, oldest first (`.N` … `.1`), then the live one.
+pub fn generations(log: &Path, keep: usize) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = (1..=keep)
+        .rev()
+        .map(|i| toonl::rotated(log, i))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .collect();
+    out.push(log.to_path_buf());
+    out
+}
+
+/// The slot's newest slot log: the one in the latest `logs/<yyyy-mm-dd>/` folder that
+/// has one.
+pub fn newest_slot_log(layout: &Layout, slot: usize) -> Result<PathBuf, LogsError> {
+    let dir = layout.logs();
+    let none = || LogsError::NoSlotLog {
+        slot,
+        dir: dir.clone(),
+    };
+    let mut days: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|_| none())?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|d| is_day(d))
+        .collect();
+    days.sort();
+    days.iter()
+        .rev()
+        .map(|d| layout.slot_log(d, slot))
+        .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+        .ok_or_else(none)
+}
+
+/// `yyyy-mm-dd`.
+pub fn is_day(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert!(parse_duration("1w").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn kind_filter_takes_a_kind_or_a_dotted_prefix() {
+        let f = Filter {
+            kind: Some("slot".into()),
+            ..Filter::default()
+        };
+        assert!(f.matches(&Event::now("slot.exit", "x")));
+        assert!(!f.matches(&Event::now("slotted", "x")));
+        assert!(!f.matches(&Event::now("supervisor.tick", "x")));
+    }
+
+    #[test]
+    fn days() {
+        assert!(is_day("2026-12-01"));
+        assert!(!is_day("2026-12-1"));
+        assert!(!is_day("notadaydir"));
+    }
+}
