@@ -25,6 +25,8 @@ impl Logs {
         let env = TestEnv::new();
         let repo = env.path().join("repo");
         std::fs::create_dir_all(&repo).unwrap();
+        // `--repo` must name a checkout.
+        env.git(&repo, &["init", "-q"]);
         let layout = Layout::new(&repo);
         Logs { env, repo, layout }
     }

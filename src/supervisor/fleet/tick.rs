@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-/// How often the workers' CPU and memory are read.
+/// How often, at most, the workers' CPU and memory are read (sooner when `stall_s` is short).
 const USAGE_EVERY: Duration = Duration::from_secs(60);
 
 impl Fleet {
@@ -130,9 +130,12 @@ impl Fleet {
         // A `/proc` read and a sysinfo read of every worker's tree cost most of an idle
         // tick at a large fleet: once a minute is enough for `status` and for a stall
         // threshold measured in minutes.
+        // Often enough for the stall check to see a computing tree move well inside
+        // `stall_s`.
+        let every = USAGE_EVERY.min(Duration::from_secs((self.timing.stall_s / 4).max(1)));
         if self
             .usage_read_at
-            .is_some_and(|t| now.saturating_duration_since(t) < USAGE_EVERY)
+            .is_some_and(|t| now.saturating_duration_since(t) < every)
         {
             return;
         }
