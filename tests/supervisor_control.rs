@@ -352,20 +352,15 @@ fn the_losing_supervisor_names_the_winner() {
     fs::create_dir_all(f.layout.supervisor_lane()).unwrap();
     fs::write(f.layout.supervisor_pid(), "999999\n").unwrap();
     for round in 0..3 {
-        let mut a = f
-            .cmd(&["--workers", "1"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut b = f
-            .cmd(&["--workers", "1"])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let launch = || {
+            f.cmd(&["--workers", "1"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (mut a, mut b) = (launch(), launch());
         let mut loser = None;
         assert!(wait_until(WAIT, || {
             if let Ok(Some(s)) = a.try_wait() {

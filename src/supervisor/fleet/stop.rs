@@ -101,6 +101,13 @@ impl Fleet {
     /// this fleet wherever it was reparented. The second covers what adopted workers left:
     /// their escaped descendants went to init when the previous supervisor died.
     fn strays(&mut self) -> Vec<process::Proc> {
+        let keep = self.covered();
+        self.children.strays(&keep, &self.layout.supervisor_lane())
+    }
+
+    /// Processes a stray search must leave alone: every worker (own or adopted, running
+    /// or its group still being cleaned up) and our unwatched children.
+    fn covered(&self) -> HashSet<i32> {
         let mut keep = self.kept_children();
         keep.extend(self.reaper.leaders());
         keep.extend(
@@ -108,7 +115,7 @@ impl Fleet {
                 .values()
                 .filter_map(|s| s.worker().map(|w| w.pid)),
         );
-        self.children.strays(&keep, &self.layout.supervisor_lane())
+        keep
     }
 
     /// After an ended worker's group is gone, its descendants that escaped the group (they
@@ -143,13 +150,7 @@ impl Fleet {
         if pending.is_empty() {
             return;
         }
-        let mut keep = self.kept_children();
-        keep.extend(self.reaper.leaders());
-        keep.extend(
-            self.slots
-                .values()
-                .filter_map(|s| s.worker().map(|w| w.pid)),
-        );
+        let keep = self.covered();
         let ended: Vec<(String, bool)> = pending.iter().map(|p| (p.1.clone(), p.2)).collect();
         let found = self
             .children
