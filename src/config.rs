@@ -182,6 +182,46 @@ impl Default for Config {
     }
 }
 
+/// The keys of the tracker timeout and every `timing.*` duration, in the documented order:
+/// one list for reading them from the file and for showing them.
+pub const TIMING_KEYS: [&str; 12] = [
+    "tracker.timeout_s",
+    "timing.tick_s",
+    "timing.fast_death_s",
+    "timing.circuit_k",
+    "timing.circuit_window_s",
+    "timing.half_open_base_s",
+    "timing.half_open_cap_s",
+    "timing.stop_grace_s",
+    "timing.stall_s",
+    "timing.stall_kill_s",
+    "timing.unblock_interval_s",
+    "timing.attempt_max_s",
+];
+
+impl Config {
+    /// The value of one of [`TIMING_KEYS`] (or `fleet.workers`); `None` for other keys.
+    pub fn number(&self, key: &str) -> Option<u64> {
+        let t = &self.timing;
+        Some(match key {
+            "tracker.timeout_s" => self.tracker.timeout_s,
+            "timing.tick_s" => t.tick_s,
+            "timing.fast_death_s" => t.fast_death_s,
+            "timing.circuit_k" => u64::from(t.circuit_k),
+            "timing.circuit_window_s" => t.circuit_window_s,
+            "timing.half_open_base_s" => t.half_open_base_s,
+            "timing.half_open_cap_s" => t.half_open_cap_s,
+            "timing.stop_grace_s" => t.stop_grace_s,
+            "timing.stall_s" => t.stall_s,
+            "timing.stall_kill_s" => t.stall_kill_s,
+            "timing.unblock_interval_s" => t.unblock_interval_s,
+            "timing.attempt_max_s" => t.attempt_max_s,
+            "fleet.workers" => self.fleet.workers as u64,
+            _ => return None,
+        })
+    }
+}
+
 /// A configuration error: always exit 78.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -493,21 +533,22 @@ impl Builder {
             self.cfg.tracker.repo = Some(x);
         }
         let t = d.timing;
-        let fields: [(&'static str, S<u64>); 12] = [
-            ("tracker.timeout_s", d.tracker.timeout_s),
-            ("timing.tick_s", t.tick_s),
-            ("timing.fast_death_s", t.fast_death_s),
-            ("timing.circuit_k", t.circuit_k),
-            ("timing.circuit_window_s", t.circuit_window_s),
-            ("timing.half_open_base_s", t.half_open_base_s),
-            ("timing.half_open_cap_s", t.half_open_cap_s),
-            ("timing.stop_grace_s", t.stop_grace_s),
-            ("timing.stall_s", t.stall_s),
-            ("timing.stall_kill_s", t.stall_kill_s),
-            ("timing.unblock_interval_s", t.unblock_interval_s),
-            ("timing.attempt_max_s", t.attempt_max_s),
+        // In the order of TIMING_KEYS.
+        let values: [S<u64>; 12] = [
+            d.tracker.timeout_s,
+            t.tick_s,
+            t.fast_death_s,
+            t.circuit_k,
+            t.circuit_window_s,
+            t.half_open_base_s,
+            t.half_open_cap_s,
+            t.stop_grace_s,
+            t.stall_s,
+            t.stall_kill_s,
+            t.unblock_interval_s,
+            t.attempt_max_s,
         ];
-        for (key, v) in fields {
+        for (key, v) in TIMING_KEYS.into_iter().zip(values) {
             if let Some(x) = self.take_u64(key, v)? {
                 self.set_u64(key, x);
             }
@@ -1164,5 +1205,16 @@ mod tests {
             env_seconds(&e, "RED_AFK_LIVENESS_S", "liveness_s", 1),
             Ok(Some(5))
         );
+    }
+
+    /// Every listed key reads back (the `config` command shows them all).
+    #[test]
+    fn every_timing_key_has_a_value() {
+        let c = Config::default();
+        for key in TIMING_KEYS {
+            assert!(c.number(key).is_some(), "{key}");
+        }
+        assert_eq!(c.number("timing.tick_s"), Some(c.timing.tick_s));
+        assert_eq!(c.number("no.such.key"), None);
     }
 }

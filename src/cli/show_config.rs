@@ -3,7 +3,7 @@
 //! followed by its source: `default`, `file PATH:LINE:COL`, `env RED_AFK_…` or `flag --…`.
 
 use crate::cli::Ctx;
-use crate::config::Overrides;
+use crate::config::{self, Overrides};
 use crate::exit::Failure;
 
 pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
@@ -44,22 +44,8 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         "tracker.repo",
         c.tracker.repo.clone().unwrap_or("(from origin)".into()),
     );
-    line("tracker.timeout_s", c.tracker.timeout_s.to_string());
-    let t = &c.timing;
-    for (k, v) in [
-        ("timing.tick_s", t.tick_s),
-        ("timing.fast_death_s", t.fast_death_s),
-        ("timing.circuit_k", u64::from(t.circuit_k)),
-        ("timing.circuit_window_s", t.circuit_window_s),
-        ("timing.half_open_base_s", t.half_open_base_s),
-        ("timing.half_open_cap_s", t.half_open_cap_s),
-        ("timing.stop_grace_s", t.stop_grace_s),
-        ("timing.stall_s", t.stall_s),
-        ("timing.stall_kill_s", t.stall_kill_s),
-        ("timing.unblock_interval_s", t.unblock_interval_s),
-        ("timing.attempt_max_s", t.attempt_max_s),
-    ] {
-        line(k, v.to_string());
+    for key in config::TIMING_KEYS {
+        line(key, c.number(key).unwrap_or_default().to_string());
     }
     line(
         "sweeps.attempt_max_age_days",
