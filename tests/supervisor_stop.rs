@@ -92,6 +92,9 @@ fn stop_reports_recorded_workers_still_alive() {
         churn: Default::default(),
         last_progress_epoch: 0,
         slot_detail: Vec::new(),
+        paused: None,
+        fleet_circuit: None,
+        quarantined: None,
     };
     state_file::write(&f.layout.state_file(), &state).unwrap();
 

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::lane::running_supervisor;
 use super::resize::{self, Resize};
-use super::state_file::{self, ShrinkMode, StateFile, StateFileError};
+use super::state_file::{self, FleetCircuit, FleetPause, ShrinkMode, StateFile, StateFileError};
 use crate::fsutil::atomic_write;
 use crate::layout::Layout;
 use crate::pidfile::{self, NotLive};
@@ -62,6 +62,12 @@ pub struct FleetInfo {
     pub ready_for_agent_unknown: Option<String>,
     pub shrink_mode: ShrinkMode,
     pub runner: String,
+    /// The fleet waits out a tracker rate limit; null otherwise.
+    pub paused: Option<FleetPause>,
+    /// The fleet-wide circuit when open or probing; null otherwise.
+    pub circuit: Option<FleetCircuit>,
+    /// Open issues labelled `afk:quarantined`; null when unknown.
+    pub quarantined: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -106,6 +112,9 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 ready_for_agent_unknown: Some("no heartbeat yet (boot sweeps running)".into()),
                 shrink_mode: ShrinkMode::default(),
                 runner: String::new(),
+                paused: None,
+                circuit: None,
+                quarantined: None,
             },
             slots: Vec::new(),
         });
@@ -139,6 +148,9 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
             },
             shrink_mode: s.shrink_mode,
             runner: s.runner.clone(),
+            paused: s.paused.clone(),
+            circuit: s.fleet_circuit.clone(),
+            quarantined: s.quarantined,
         },
         slots: s
             .slot_detail

@@ -126,6 +126,38 @@ pub struct StateFile {
     pub last_progress_epoch: u64,
     #[serde(default)]
     pub slot_detail: Vec<SlotDetail>,
+    /// The fleet waits out a tracker rate limit (project addition, §11.7); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<FleetPause>,
+    /// The fleet-wide circuit, when open or probing (project addition, §11.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_circuit: Option<FleetCircuit>,
+    /// Open issues labelled `afk:quarantined` at the last successful queue check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<u64>,
+}
+
+/// Why and until when the whole fleet holds back what costs tracker calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetPause {
+    /// One line, e.g. `rate limited: API rate limit exceeded for user ID 1`.
+    pub reason: String,
+    /// When the fleet resumes by itself (epoch seconds); null when no reset time is known
+    /// and the pause lasts one backoff step.
+    pub until_epoch: Option<u64>,
+}
+
+/// The fleet parked as a whole because most slots tripped their circuits in one window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetCircuit {
+    /// `open` (every slot parked, waiting for the probe) or `probing` (one slot probes).
+    pub state: String,
+    /// The last exit codes and the last lines of one slot log, as one line.
+    pub reason: String,
+    /// When the single probe is (or was) spawned (epoch seconds).
+    pub probe_epoch: Option<u64>,
+    /// Slots whose circuits tripped within the window.
+    pub tripped_slots: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -247,6 +279,9 @@ mod tests {
                     reason: Some("agent.command is not set (x): set it".into()),
                 },
             ],
+            paused: None,
+            fleet_circuit: None,
+            quarantined: None,
         }
     }
 

@@ -282,6 +282,9 @@ impl Fleet {
                     reason: s.park_reason(),
                 })
                 .collect(),
+            paused: None,
+            fleet_circuit: None,
+            quarantined: None,
         }
     }
 
