@@ -885,7 +885,7 @@ fn reap_pass(n: usize) -> u64 {
 #[test]
 fn a_reap_pass_costs_the_same_few_calls_for_any_number_of_branches() {
     // list x2, worktree list, merged query, one delete per side. The 2,000-branch figure is
-    // measured by `cargo run --release --example git_reap_bench`; a name list that size
+    // measured by `cargo bench --bench git_reap`; a name list that size
     // still fits one argv (see the `chunks` unit test), so the count is the same there.
     assert_eq!(reap_pass(10), 6);
     assert_eq!(reap_pass(200), 6);

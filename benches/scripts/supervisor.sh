@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Supervisor figures: respawn delay, memory with 64 idle workers, CPU time over 60 s idle.
 #
-#   bash bench/supervisor.sh            # builds the release binary, prints the three figures
-#   IDLE_S=60 WORKERS=64 RESPAWNS=30 bash bench/supervisor.sh
+#   bash benches/scripts/supervisor.sh            # builds the release binary, prints the three figures
+#   IDLE_S=60 WORKERS=64 RESPAWNS=30 bash benches/scripts/supervisor.sh
 #
 # Everything runs in a temp repo with shell-script workers; the fleet is stopped at the end.
 # For the side-by-side comparison with supervisord, s6 and a floor at 64/256/1,000 workers,
-# see bench/compare.sh.
+# see benches/scripts/compare.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 WORKERS=${WORKERS:-64}
 IDLE_S=${IDLE_S:-60}
 RESPAWNS=${RESPAWNS:-30}
 
 # Ask cargo where the binary is, so CARGO_TARGET_DIR is honoured.
 BIN=$(cargo build --release --quiet --message-format=json-render-diagnostics |
-  python3 "$PWD/bench/compare.py" exe afk-supervisor)
+  python3 "$PWD/benches/scripts/compare.py" exe afk-supervisor)
 TMP=$(mktemp -d)
 [ -n "${KEEP_TMP:-}" ] && echo "tmp: $TMP" >&2
 SUP=""

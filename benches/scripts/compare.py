@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of bench/compare.sh: waits, /proc readings, statistics and the final table.
+"""Helper of benches/scripts/compare.sh: waits, /proc readings, statistics and the final table.
 
 Every wait takes a timeout in seconds and returns; nothing here can hang. Pid sets ("SPEC")
 are comma-separated items: a pid, `c:PID` (the children of PID, read from /proc at the time

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Times the local tracker through the release binary: creating N issues one command at a
 # time, one label edit, and listing them all (what a sweep's "list all" costs on `local`).
-# Usage: bench/local-tracker.sh [N]   (default 1000)
+# Usage: benches/scripts/local-tracker.sh [N]   (default 1000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 n="${1:-1000}"
 cargo build --release --quiet
 bin="$PWD/target/release/afk-supervisor"

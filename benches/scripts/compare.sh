@@ -2,8 +2,8 @@
 # Side-by-side supervisor benchmark: afk-supervisor, supervisord, s6 and a floor of plain
 # `while :; do sh worker; done` loops, the same shell-script workers for each, in one run.
 #
-#   bash bench/compare.sh 2>&1 | tee /tmp/bench-compare.txt
-#   SIZES="64 256 1000" IDLE_S=30 RESPAWNS=500 SUPERVISORS="afk afk-bg supervisord s6 floor" bash bench/compare.sh
+#   bash benches/scripts/compare.sh 2>&1 | tee /tmp/bench-compare.txt
+#   SIZES="64 256 1000" IDLE_S=30 RESPAWNS=500 SUPERVISORS="afk afk-bg supervisord s6 floor" bash benches/scripts/compare.sh
 #
 # For every size N of SIZES, an idle fleet of N workers (`exec sleep 100000`): the
 # supervisor's RSS and PSS (KiB), threads, CPU time (utime+stime) over IDLE_S s idle,
@@ -30,7 +30,7 @@
 # touched: each is tracked by pid and carries BENCH_TAG=<this run> in its environment, which
 # the exit trap uses to kill anything left. Every wait has a deadline.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SIZES=${SIZES:-"64 256 1000"}
 IDLE_S=${IDLE_S:-30}
 RESPAWNS=${RESPAWNS:-500}
@@ -43,7 +43,7 @@ SETTLE_S=${SETTLE_S:-2}
 BEGIN=$SECONDS
 
 PY=$(python3 -c 'import sys; print(sys.executable)') # the real interpreter, not a shim
-HELPER=$PWD/bench/compare.py
+HELPER=$PWD/benches/scripts/compare.py
 h() { "$PY" "$HELPER" "$@"; }
 log() { echo "[compare +$((SECONDS - BEGIN))s] $*" >&2; }
 

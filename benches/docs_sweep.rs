@@ -2,7 +2,7 @@
 //! a few hundred ADRs, and a `.red/tmp/` full of ignored worker build output.
 //!
 //! ```sh
-//! cargo run --release --example docs_sweep_bench [ignored_files]
+//! cargo bench --bench docs_sweep -- [ignored_files]
 //! ```
 //!
 //! Prints the median wall time and git process count of a clean sweep (the common boot)
@@ -67,10 +67,15 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this once, small, as a
+    // smoke test of the bench itself.
+    let bench = std::env::args().any(|a| a == "--bench");
     let ignored: usize = std::env::args()
-        .nth(1)
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
         .and_then(|a| a.parse().ok())
-        .unwrap_or(50_000);
+        .unwrap_or(if bench { 50_000 } else { 200 });
+    let (tracked, clean_runs, land_runs) = if bench { (5_000, 7, 5) } else { (500, 1, 1) };
     let env = Env::new();
     let origin = env.dir.path().join("origin.git");
     let p = &env.dir.path().join("repo");
@@ -92,7 +97,7 @@ fn main() {
     env.git(p, &["remote", "add", "origin", origin.to_str().unwrap()]);
 
     // 5,000 tracked source files, 300 tracked ADRs, `.red/tmp/` ignored.
-    for i in 0..5_000 {
+    for i in 0..tracked {
         let f = p.join(format!("src/m{}/f{i}.rs", i % 50));
         fs::create_dir_all(f.parent().unwrap()).unwrap();
         fs::write(f, format!("// {i}\n")).unwrap();
@@ -135,7 +140,7 @@ fn main() {
 
     let mut clean = Vec::new();
     let mut clean_calls = 0;
-    for _ in 0..7 {
+    for _ in 0..clean_runs {
         let before = git.calls();
         let t = Instant::now();
         let r = docs::run(&ctx).expect("sweep");
@@ -146,7 +151,7 @@ fn main() {
 
     let mut land = Vec::new();
     let mut land_calls = 0;
-    for round in 0..5 {
+    for round in 0..land_runs {
         for i in 0..10 {
             fs::write(
                 p.join(format!(".red/adr/{i:04}.md")),
@@ -186,7 +191,7 @@ fn main() {
         naive.push(t.elapsed());
     }
 
-    println!("repo: 5000 tracked files, 300 ADRs, {ignored} ignored files under .red/tmp/");
+    println!("repo: {tracked} tracked files, 300 ADRs, {ignored} ignored files under .red/tmp/");
     println!(
         "clean sweep:        median {:>7.1} ms, {clean_calls} git processes",
         median(clean).as_secs_f64() * 1e3

@@ -1,7 +1,7 @@
 //! Times a reap-style pass of the git layer over N AFK branches (default 2000) held locally
 //! and on a local bare `origin`, and prints the git calls each step cost.
 //!
-//! `cargo run --release --example git_reap_bench -- 2000`
+//! `cargo bench --bench git_reap -- 2000`
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -12,9 +12,13 @@ use afk_supervisor::git::Git;
 use anyhow::{Context, Result, bail};
 
 fn main() -> Result<()> {
-    let n: usize = match std::env::args().nth(1) {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this once, small, as a
+    // smoke test of the bench itself.
+    let bench = std::env::args().any(|a| a == "--bench");
+    let n: usize = match std::env::args().skip(1).find(|a| !a.starts_with("--")) {
         Some(a) => a.parse().context("N must be a number")?,
-        None => 2000,
+        None if bench => 2000,
+        None => 50,
     };
     let dir = tempfile::tempdir()?;
     let home = dir.path().join("home");
