@@ -5,7 +5,6 @@ mod fleet;
 mod support;
 
 use std::fs;
-use std::time::Duration;
 
 use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::Signal;
@@ -93,10 +92,14 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
         now.len() == 2 && !now.contains(&victim)
     });
     assert!(respawned, "not respawned:\n{}", f.dump());
-    for _ in 0..20 {
+    // Keep watching through two whole ticks after the respawn: a second spawn for the same
+    // death (a tick that still counted the dead worker, say) would happen within them.
+    let ticks = f.count("supervisor.tick");
+    let watched = wait_until(WAIT, || {
         max_live = max_live.max(f.live_script_processes());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        f.count("supervisor.tick") >= ticks + 2
+    });
+    assert!(watched, "no two ticks after the respawn:\n{}", f.dump());
     assert!(max_live <= 2, "{max_live} workers were live at once");
     assert_eq!(f.count("slot.spawn"), before + 1);
     let exit = f

@@ -231,22 +231,25 @@ fn blockers_known_from_the_blocked_listing_need_no_second_list() {
 
 #[test]
 fn a_failing_tracker_never_promotes() {
-    // (reply queue, calls expected before the pass gives up); an empty reply lets the
-    // call through to the fake's store.
+    // (reply queue, calls expected before the pass gives up, how it gives up); an empty
+    // reply lets the call through to the fake's store.
     type Reply<'a> = (i32, &'a str, &'a str);
-    let cases: [(&[Reply], Vec<&str>); 5] = [
+    let cases: [(&[Reply], Vec<&str>, GivesUp); 5] = [
         (
             &[(1, "", "HTTP 502: Bad Gateway")],
             vec!["issue list --label"],
+            GivesUp::Fails("listing blocked issues failed"),
         ),
         (
             &[(0, "[]x", "")],
             // Malformed JSON from the blocked listing.
             vec!["issue list --label"],
+            GivesUp::Fails("listing blocked issues failed"),
         ),
         (
             &[(0, "", ""), (1, "", "error connecting to api.github.com")],
             vec!["issue list --label", "issue list"],
+            GivesUp::Fails("listing blocker states failed"),
         ),
         (
             &[
@@ -255,6 +258,7 @@ fn a_failing_tracker_never_promotes() {
                 (1, "", "HTTP 503: Service Unavailable"),
             ],
             vec!["issue list --label", "issue list", "issue view"],
+            GivesUp::WriteError(2),
         ),
         (
             &[
@@ -270,9 +274,10 @@ fn a_failing_tracker_never_promotes() {
                 "issue view",
                 "issue comment",
             ],
+            GivesUp::WriteError(2),
         ),
     ];
-    for (replies, want) in cases {
+    for (replies, want, gives_up) in cases {
         let env = TestEnv::new();
         let gh = gh_fixture(&env);
         for (code, out, err) in replies {
@@ -283,9 +288,18 @@ fn a_failing_tracker_never_promotes() {
             }
         }
         let t = gh.tracker(None);
-        if let Ok(r) = unblock::pass(&t, false) {
-            assert!(r.promoted.is_empty(), "{replies:?}: {r:?}");
-            assert!(r.write_error.is_some(), "{replies:?}");
+        match (unblock::pass(&t, false), gives_up) {
+            // A failed read ends the pass before any write.
+            (Err(e), GivesUp::Fails(what)) => {
+                assert!(e.to_string().contains(what), "{replies:?}: {e}")
+            }
+            // A failed write ends the pass with the issue it stopped at, nothing promoted.
+            (Ok(r), GivesUp::WriteError(n)) => {
+                assert!(r.promoted.is_empty(), "{replies:?}: {r:?}");
+                let w = r.write_error.expect("a write error");
+                assert_eq!(w.issue, n, "{replies:?}");
+            }
+            (got, want) => panic!("{replies:?}: expected {want:?}, got {got:?}"),
         }
         assert_eq!(verbs(&gh), want, "{replies:?}");
         for n in [2, 3] {
@@ -295,6 +309,15 @@ fn a_failing_tracker_never_promotes() {
             assert!(i.comments.is_empty());
         }
     }
+}
+
+/// How a pass over a failing tracker ends.
+#[derive(Debug, Clone, Copy)]
+enum GivesUp {
+    /// `Err`, naming the read that failed.
+    Fails(&'static str),
+    /// `Ok` with no promotion and the write error of this issue.
+    WriteError(u64),
 }
 
 #[test]

@@ -14,12 +14,22 @@ use afk_supervisor::pidfile;
 pub const DAY: Duration = Duration::from_secs(86_400);
 pub const MIN: Duration = Duration::from_secs(60);
 
-/// The pid of a process that has exited and been reaped.
+/// The pid of a process that has exited. It is left a zombie, never reaped while the test
+/// binary runs, so the kernel cannot hand its pid to a new process: a reaped pid could be
+/// reused under load (pid_max may be 32768) and read as live, a test of "dead" turning
+/// into a test of whatever took the number.
 pub fn dead_pid() -> i32 {
-    let mut c = Command::new("true").spawn().expect("spawn true");
-    let pid = c.id() as i32;
-    c.wait().expect("wait true");
-    pid
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    let c = Command::new("true").spawn().expect("spawn true");
+    let pid = c.id();
+    // Wait for the exit but leave the zombie in place (WNOWAIT); dropping `c` reaps nothing.
+    waitid(
+        Id::Pid(nix::unistd::Pid::from_raw(pid as i32)),
+        WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+    )
+    .expect("waitid true");
+    drop(c);
+    pid as i32
 }
 
 /// A live `sleep` that is killed and reaped when dropped.
