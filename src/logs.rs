@@ -495,7 +495,11 @@ mod tests {
         // The whole file read: slot 3 too.
         let all = last_event_per_slot(&log, 1 << 30).unwrap();
         assert_eq!(all.len(), 3);
-        assert!(last_event_per_slot(&dir.path().join("none"), 4096).unwrap().is_empty());
+        assert!(
+            last_event_per_slot(&dir.path().join("none"), 4096)
+                .unwrap()
+                .is_empty()
+        );
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         let err = last_event_per_slot(&fifo, 4096).unwrap_err().to_string();

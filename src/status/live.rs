@@ -1,5 +1,5 @@
 //! `status --watch` on a terminal: the screen of [`super::view`] redrawn in place once a
-//! second on the alternate screen, until `q`, Esc or Ctrl-C (or SIGTERM/SIGHUP) ends the
+//! second on the alternate screen, until `q`, Esc or Ctrl-C (or SIGTERM) ends the
 //! view. The view only reads the fleet's files; ending it never signals the fleet. The
 //! terminal is given back as it was (main screen, cooked mode, cursor shown) on every way
 //! out, a panic included, because a guard's drop does it.
@@ -60,13 +60,10 @@ pub fn run(
     mut fetch: impl FnMut() -> Result<StatusReport, String>,
 ) -> io::Result<()> {
     // Raw mode turns Ctrl-C into a key; these catch it when it still arrives as a signal,
-    // and a terminal hung up or a `kill`, so the terminal is restored on each.
+    // and a `kill`, so the terminal is restored on each. A hang-up keeps its default (the
+    // view ends at once): there is no terminal left to restore.
     let quit = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&quit))?;
     }
     let _guard = TerminalGuard::enter()?;

@@ -233,7 +233,10 @@ pub(crate) mod tests {
             "agent.command not configured"
         );
         assert_eq!(slot_reason_words(&r.slots[0], NOW), None);
-        assert_eq!(boot_words(r.fleet.boot_suite.as_ref().unwrap()), "clean 1.2s");
+        assert_eq!(
+            boot_words(r.fleet.boot_suite.as_ref().unwrap()),
+            "clean 1.2s"
+        );
         assert_eq!(tracker_words(&r.fleet), "local, 7 ready-for-agent");
         assert_eq!(issue_words(&r.slots[0]), "#17 Fix the \\e[2Jparser");
         assert_eq!(cpu_words(125), "12.5%");
@@ -249,6 +252,9 @@ pub(crate) mod tests {
             reason: "rate limited".into(),
             until_epoch: None,
         };
-        assert_eq!(pause_words(&p, NOW), "paused: rate limited, for one backoff step");
+        assert_eq!(
+            pause_words(&p, NOW),
+            "paused: rate limited, for one backoff step"
+        );
     }
 }

@@ -122,7 +122,10 @@ mod tests {
             lines[1].starts_with("fleet: target=4 live=1 parked=2 idle=1 deaths=6 respawns=5 (last 120s) ready-for-agent=7 "),
             "{text}"
         );
-        assert_eq!(lines[2], "boot suite: clean 1.2s  tracker: local  quarantined: 2");
+        assert_eq!(
+            lines[2],
+            "boot suite: clean 1.2s  tracker: local  quarantined: 2"
+        );
         assert_eq!(
             lines[3],
             "paused: rate limited: API rate limit exceeded, resumes in 4m"

@@ -89,7 +89,11 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
         }
     };
     head.extend(header_lines(report, p));
-    let rows: Vec<Row> = report.slots.iter().map(|r| slot_row(r, report.epoch, p)).collect();
+    let rows: Vec<Row> = report
+        .slots
+        .iter()
+        .map(|r| slot_row(r, report.epoch, p))
+        .collect();
     let [top, table, foot] = Layout::vertical([
         Constraint::Length(head.len() as u16),
         Constraint::Fill(1),
@@ -99,7 +103,15 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
     frame.render_widget(Paragraph::new(head), top);
     let header = Row::new(
         [
-            "SLOT", "STATE", "PID", "WORKER", "ISSUE", "UPTIME", "RST", "CPU", "MEM",
+            "SLOT",
+            "STATE",
+            "PID",
+            "WORKER",
+            "ISSUE",
+            "UPTIME",
+            "RST",
+            "CPU",
+            "MEM",
             "LAST EVENT / WHY PARKED",
         ]
         .map(Cell::from),
@@ -148,7 +160,14 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
             "fleet: target {}  live {}  idle {}  ",
             f.target, f.live, f.idle
         )),
-        Span::styled(parked, if f.parked > 0 { p.fg(Color::Red) } else { Style::default() }),
+        Span::styled(
+            parked,
+            if f.parked > 0 {
+                p.fg(Color::Red)
+            } else {
+                Style::default()
+            },
+        ),
         Span::raw(format!(
             "  deaths {}  respawns {} in {}",
             f.deaths,
@@ -160,7 +179,11 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
         fleet.push(Span::raw("  "));
         fleet.push(Span::styled(
             format!("quarantined {q}"),
-            if q > 0 { p.fg(Color::Magenta) } else { Style::default() },
+            if q > 0 {
+                p.fg(Color::Magenta)
+            } else {
+                Style::default()
+            },
         ));
     }
     let mut lines = vec![Line::from(sup), Line::from(fleet)];
@@ -242,7 +265,10 @@ mod tests {
         let b = render(true, Ok(&r));
         let text = lines(&b).join("\n");
         let l: Vec<&str> = text.lines().map(str::trim_end).collect();
-        assert_eq!(l[0], "afk-supervisor status  /src/repo  2027-01-15T08:00:02Z");
+        assert_eq!(
+            l[0],
+            "afk-supervisor status  /src/repo  2027-01-15T08:00:02Z"
+        );
         assert_eq!(
             l[1],
             "supervisor pid=4242  up 1h02m  heartbeat 1s ago  boot suite: clean 1.2s  tracker: local, 7 ready-for-agent"
@@ -260,11 +286,21 @@ mod tests {
             "fleet circuit open: 3 slots tripped: exits 1 1 1: boom, probe in 1m"
         );
         assert!(l[5].starts_with("SLOT STATE     PID     WORKER "), "{text}");
-        let row = |i: usize| l.iter().find(|x| x.starts_with(&format!("{i}    "))).unwrap();
-        assert!(row(0).contains("running   5001    sup-4242-slot-0-3"), "{text}");
+        let row = |i: usize| {
+            l.iter()
+                .find(|x| x.starts_with(&format!("{i}    ")))
+                .unwrap()
+        };
+        assert!(
+            row(0).contains("running   5001    sup-4242-slot-0-3"),
+            "{text}"
+        );
         assert!(row(0).contains("#17 Fix the \\e[2Jparser"), "{text}");
         assert!(row(0).contains("3m05s  2   12.5%  20.0M"), "{text}");
-        assert!(row(0).ends_with("08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3"), "{text}");
+        assert!(
+            row(0).ends_with("08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3"),
+            "{text}"
+        );
         assert!(row(1).contains("idle"), "{text}");
         assert!(row(2).ends_with("agent.command not configured"), "{text}");
         assert!(
@@ -284,7 +320,10 @@ mod tests {
     #[test]
     fn without_colour_no_cell_has_one() {
         let r = report();
-        for b in [render(false, Ok(&r)), render(false, Err("no supervisor running"))] {
+        for b in [
+            render(false, Ok(&r)),
+            render(false, Err("no supervisor running")),
+        ] {
             assert!(
                 b.content
                     .iter()

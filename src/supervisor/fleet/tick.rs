@@ -292,9 +292,9 @@ impl Fleet {
                     reason: s.park_reason(),
                     title: s.issue_title(),
                     cpu_permille: s.cpu_permille(),
-                    probe_epoch: s.probe_at().map(|t| {
-                        epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()
-                    }),
+                    probe_epoch: s
+                        .probe_at()
+                        .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
                 })
                 .collect(),
             paused: None,
