@@ -140,10 +140,12 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
     if let Some(up) = r.supervisor.uptime_s {
         sup.push_str(&format!("  up {}", human_duration(up)));
     }
-    match r.supervisor.heartbeat_age_s {
-        Some(age) => sup.push_str(&format!("  heartbeat {} ago", human_duration(age))),
-        None => sup.push_str("  no heartbeat yet (boot sweeps running)"),
-    }
+    let Some(age) = r.supervisor.heartbeat_age_s else {
+        // Before the first heartbeat there is no fleet to describe yet.
+        sup.push_str("  no heartbeat yet (boot sweeps running)");
+        return vec![Line::from(sup)];
+    };
+    sup.push_str(&format!("  heartbeat {} ago", human_duration(age)));
     if let Some(b) = &f.boot_suite {
         sup.push_str(&format!("  boot suite: {}", boot_words(b)));
     }
@@ -315,6 +317,25 @@ mod tests {
         assert_eq!(b[(x, y)].fg, Color::Green);
         let (y, x) = find(&b, "paused:");
         assert_eq!(b[(x, y)].fg, Color::Yellow);
+    }
+
+    #[test]
+    fn before_the_first_heartbeat_only_the_supervisor_is_shown() {
+        let mut r = report();
+        r.supervisor.heartbeat_age_s = None;
+        r.supervisor.heartbeat_epoch = None;
+        r.slots.clear();
+        let b = render(true, Ok(&r));
+        let l = lines(&b);
+        assert_eq!(
+            l[1].trim_end(),
+            "supervisor pid=4242  up 1h02m  no heartbeat yet (boot sweeps running)"
+        );
+        assert!(
+            !l.iter()
+                .any(|x| x.contains("fleet:") || x.contains("tracker")),
+            "{l:#?}"
+        );
     }
 
     #[test]
