@@ -4,23 +4,38 @@
 //!
 //! They are not the event log: `supervisor.log.toonl` is the record of what the fleet did
 //! (a contract other tools read); these say why and how long, for whoever debugs it.
+//! `--log-format json` makes them one JSON object per line, for a log collector; the event
+//! log stays TOONL whatever the format.
 
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
+/// How diagnostics are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human line per event.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`, span data).
+    Json,
+}
+
 /// Installs the subscriber when `RUST_LOG` is set. Keep the guard until the process ends:
 /// dropping it flushes what is still queued.
-pub fn init() -> Option<WorkerGuard> {
+pub fn init(format: LogFormat) -> Option<WorkerGuard> {
     let filter = std::env::var_os("RUST_LOG")?;
     let filter = EnvFilter::try_new(filter.to_string_lossy()).unwrap_or_else(|e| {
         eprintln!("afk-supervisor: RUST_LOG ignored: {e}");
         EnvFilter::new("off")
     });
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let installed = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
-        .with_target(true)
-        .try_init();
+        .with_target(true);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
     installed.ok().map(|()| guard)
 }

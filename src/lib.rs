@@ -6,6 +6,7 @@
 //! Module map (imports point down this list; the exceptions left are `sweeps` importing
 //! `boot`'s report types and `claim` importing the restore text and lane from `sweeps`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
+//! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
 //!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
@@ -13,8 +14,8 @@
 //!   `sweeps` (the boot sweep suite and the belts).
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
-//!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,
-//!   `diagnostics`.
+//!   `attempt_state`, `toonl`, `logs` (reading the event log and slot logs), `config`,
+//!   `layout`, `fsutil`, `text`, `timeutil`, `exit`, `diagnostics`.
 
 pub mod attempt_state;
 pub mod boot;
@@ -35,6 +36,7 @@ pub mod pidfile;
 pub mod process;
 pub mod program;
 pub mod service_unit;
+pub mod status;
 pub mod supervisor;
 pub mod sweeps;
 pub mod text;

@@ -299,6 +299,142 @@ pub fn newest_slot_log(layout: &Layout, slot: usize) -> Result<PathBuf, LogsErro
         .ok_or_else(none)
 }
 
+/// Most bytes of the event log's end [`last_event_per_slot`] reads: thousands of records,
+/// whatever the log's size.
+pub const LAST_EVENTS_BYTES: u64 = 256 << 10;
+
+/// Each slot's newest record among the last `max_bytes` of the event log. Only the end is
+/// read (a slot with no record there has none), the file opened without following a link
+/// or blocking on a FIFO; the first, cut line and any line that is not a record are
+/// skipped. The log's lines all share one header ([`toonl::FIELDS`]), so a line read
+/// without the header above it still decodes.
+pub fn last_event_per_slot(
+    log: &Path,
+    max_bytes: u64,
+) -> Result<std::collections::BTreeMap<u64, Event>, LogsError> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    let open_err = |source| LogsError::Open {
+        path: log.to_path_buf(),
+        source,
+    };
+    let read_err = |source| LogsError::Read {
+        path: log.to_path_buf(),
+        source,
+    };
+    let Some(mut f) = fsutil::open_regular(log, opts, Links::Refuse).map_err(open_err)? else {
+        return Ok(out);
+    };
+    let len = f.metadata().map_err(read_err)?.len();
+    let from = len.saturating_sub(max_bytes);
+    let mut bytes = Vec::new();
+    f.seek(SeekFrom::Start(from))
+        .and_then(|_| f.take(max_bytes).read_to_end(&mut bytes))
+        .map_err(read_err)?;
+    let mut body = bytes.as_slice();
+    if from > 0 {
+        // The first line is (probably) cut: whatever precedes its newline goes.
+        body = match body.iter().position(|b| *b == b'\n') {
+            Some(i) => &body[i + 1..],
+            None => &[],
+        };
+    }
+    let header = toonl::header_line(&toonl::FIELDS);
+    let complete = match body.iter().rposition(|b| *b == b'\n') {
+        Some(i) => &body[..i],
+        None => &[],
+    };
+    for line in complete.split(|b| *b == b'\n') {
+        if line.is_empty() || line.starts_with(b"[]{") {
+            continue;
+        }
+        let mut one = header.clone().into_bytes();
+        one.extend_from_slice(line);
+        one.push(b'\n');
+        if let Ok(evs) = toonl::decode_events(&one) {
+            for ev in evs {
+                if let Some(slot) = ev.slot {
+                    out.insert(slot, ev);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Follows one slot's worker output across the per-day folders: a worker writes to the
+/// folder of the day it started in, so when a newer day's log of the slot appears (the
+/// slot's next worker after midnight), the rest of the current one is read and the newer
+/// one is followed from its start.
+#[derive(Debug)]
+pub struct SlotLogFollower {
+    layout: Layout,
+    slot: usize,
+    current: PathBuf,
+    tail: LineTail,
+}
+
+/// What [`SlotLogFollower::poll`] read: lines, and the path it moved to, if it did.
+#[derive(Debug, Default)]
+pub struct SlotLogLines {
+    pub lines: Vec<Vec<u8>>,
+    pub switched_to: Option<PathBuf>,
+}
+
+impl SlotLogFollower {
+    /// Starts at the slot's newest log.
+    pub fn new(layout: &Layout, slot: usize) -> Result<SlotLogFollower, LogsError> {
+        let current = newest_slot_log(layout, slot)?;
+        Ok(SlotLogFollower {
+            layout: layout.clone(),
+            slot,
+            tail: LineTail::new(&current),
+            current,
+        })
+    }
+
+    pub fn current(&self) -> &Path {
+        &self.current
+    }
+
+    /// The last line read so far that has no newline yet.
+    pub fn partial(&self) -> &[u8] {
+        self.tail.partial()
+    }
+
+    /// Everything new: the current file's growth, then, when a newer day's log exists,
+    /// that file from its start.
+    pub fn poll(&mut self) -> Result<SlotLogLines, LogsError> {
+        let mut out = SlotLogLines::default();
+        self.drain(&mut out.lines)?;
+        if let Ok(newest) = newest_slot_log(&self.layout, self.slot)
+            && newest != self.current
+            && newest.parent() > self.current.parent()
+        {
+            // A torn last line of the old file is shown as it is: nothing appends to it
+            // once its worker is gone.
+            if !self.tail.partial().is_empty() {
+                out.lines.push(self.tail.partial().to_vec());
+            }
+            self.tail = LineTail::new(&newest);
+            self.current = newest.clone();
+            out.switched_to = Some(newest);
+            self.drain(&mut out.lines)?;
+        }
+        Ok(out)
+    }
+
+    fn drain(&mut self, lines: &mut Vec<Vec<u8>>) -> Result<(), LogsError> {
+        for s in self.tail.poll()? {
+            if let Seen::Line(l) = s {
+                lines.push(l);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `yyyy-mm-dd`.
 pub fn is_day(name: &str) -> bool {
     let b = name.as_bytes();
@@ -332,6 +468,42 @@ mod tests {
         assert!(f.matches(&Event::now("slot.exit", "x")));
         assert!(!f.matches(&Event::now("slotted", "x")));
         assert!(!f.matches(&Event::now("supervisor.tick", "x")));
+    }
+
+    #[test]
+    fn each_slots_last_event_comes_from_the_logs_end_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("supervisor.log.toonl");
+        let mut text = toonl::header_line(&toonl::FIELDS);
+        let row = |ev: &Event| toonl::encode_row(ev).unwrap();
+        text.push_str(&row(&Event::now("slot.spawn", "old of slot 3").slot(3)));
+        // Far more than the bytes read, so slot 3's record is out of reach.
+        for i in 0..4000 {
+            text.push_str(&row(&Event::now("supervisor.tick", format!("tick {i}"))));
+        }
+        text.push_str(&row(&Event::now("slot.spawn", "first of 0").slot(0)));
+        text.push_str(&row(&Event::now("slot.exit", "worker x exited 1").slot(1)));
+        text.push_str(&toonl::header_line(&toonl::FIELDS));
+        text.push_str(&row(&Event::now("slot.spawn", "second of 0").slot(0)));
+        text.push_str("garbage line that is no record\n");
+        text.push_str("[]{torn");
+        std::fs::write(&log, &text).unwrap();
+        assert!(text.len() as u64 > 4 * 4096);
+        let got = last_event_per_slot(&log, 4096).unwrap();
+        let msgs: Vec<(u64, &str)> = got.iter().map(|(k, v)| (*k, v.msg.as_str())).collect();
+        assert_eq!(msgs, vec![(0, "second of 0"), (1, "worker x exited 1")]);
+        // The whole file read: slot 3 too.
+        let all = last_event_per_slot(&log, 1 << 30).unwrap();
+        assert_eq!(all.len(), 3);
+        assert!(
+            last_event_per_slot(&dir.path().join("none"), 4096)
+                .unwrap()
+                .is_empty()
+        );
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = last_event_per_slot(&fifo, 4096).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 
     #[test]

@@ -95,6 +95,8 @@ fn stop_reports_recorded_workers_still_alive() {
         paused: None,
         fleet_circuit: None,
         quarantined: None,
+        boot_suite: None,
+        tracker_kind: None,
     };
     state_file::write(&f.layout.state_file(), &state).unwrap();
 

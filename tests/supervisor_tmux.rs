@@ -1,5 +1,6 @@
 //! An operator's tmux pane: the supervisor runs in the foreground of a real tmux session,
-//! Ctrl-C in that pane stops the whole fleet (exit 130), and nothing of it is left behind.
+//! Ctrl-C in that pane stops the whole fleet (exit 130), and nothing of it is left behind;
+//! `status --watch` in a pane is the live view, and `q` or Ctrl-C there ends the view only.
 
 mod fleet;
 mod support;
@@ -256,5 +257,140 @@ fn status_watch_off_a_terminal_prints_plain_snapshots() {
     );
     assert!(text.contains(&format!("{:<5} {:<8}", 0, pids[0])), "{text}");
     fleet::kill(f.sup_pid(), nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143));
+}
+
+/// The pane's shell line: the test's isolated environment, then `args` to the binary, then
+/// its exit code written to `exit_file`.
+fn pane_line(f: &Fleet, extra_env: &str, args: &str, exit_file: &std::path::Path) -> String {
+    // NO_COLOR only where the round asks for it (the test environment sets it for all).
+    let mut line = String::from("env -u NO_COLOR");
+    for (k, v) in f.env.vars().into_iter().filter(|(k, _)| k != "NO_COLOR") {
+        line.push_str(&format!(
+            " {}={}",
+            k.to_string_lossy(),
+            shell_quote(&v.to_string_lossy())
+        ));
+    }
+    line.push_str(&format!(
+        " AFK_TEST_TAG={} {extra_env} {} --repo {} {args}; echo $? > {}",
+        shell_quote(&f.tag),
+        shell_quote(env!("CARGO_BIN_EXE_afk-supervisor")),
+        shell_quote(&f.repo.display().to_string()),
+        shell_quote(&exit_file.display().to_string()),
+    ));
+    line
+}
+
+/// The rows of the live view whose state cell is `running`.
+fn running_rows(pane: &str) -> Vec<&str> {
+    pane.lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("running"))
+        .collect()
+}
+
+#[test]
+fn status_watch_in_a_tmux_pane_is_live_and_q_or_ctrl_c_end_the_view_not_the_fleet() {
+    if !have_tmux() {
+        return;
+    }
+    let mut f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    let sup = f.start(&["--workers", "2"]);
+    let workers = f.wait_workers(2);
+    let tmux = Tmux {
+        socket: f.env.path().join("tmux.sock"),
+    };
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "view",
+        "-x",
+        "200",
+        "-y",
+        "30",
+        "sh",
+    ]);
+    for (round, (env, key)) in [("", "q"), ("NO_COLOR=1", "C-c")].into_iter().enumerate() {
+        let exit_file = f.file(&format!("view-exit-{round}"));
+        let line = pane_line(&f, env, "status --watch", &exit_file);
+        tmux.run(&["send-keys", "-t", "view", &line, "Enter"]);
+
+        // The live rows: both workers running, by pid, under the fleet line.
+        let mut pane = String::new();
+        let shown = wait_until(WAIT, || {
+            pane = tmux.run(&["capture-pane", "-p", "-t", "view"]);
+            let rows = running_rows(&pane);
+            rows.len() == 2
+                && workers
+                    .iter()
+                    .all(|w| rows.iter().any(|r| r.contains(&format!(" {w} "))))
+        });
+        assert!(shown, "round {round}: live view:\n{pane}");
+        assert!(pane.contains(&format!("supervisor pid={sup}")), "{pane}");
+        assert!(
+            pane.contains("fleet: target 2  live 2  idle 0  parked 0"),
+            "{pane}"
+        );
+        assert!(pane.contains("boot suite: clean "), "{pane}");
+        assert!(pane.contains("slot.spawn: spawned worker"), "{pane}");
+        assert!(pane.contains("q or Ctrl-C: quit this view"), "{pane}");
+        // Redrawn in place: the title line's clock moves, the screen does not scroll.
+        let title = |p: &str| p.lines().next().unwrap_or_default().to_string();
+        let first = title(&pane);
+        assert!(
+            first.starts_with("afk-supervisor status  "),
+            "round {round}:\n{pane}"
+        );
+        let mut again = String::new();
+        assert!(
+            wait_until(WAIT, || {
+                again = tmux.run(&["capture-pane", "-p", "-t", "view"]);
+                title(&again) != first && title(&again).starts_with("afk-supervisor status  ")
+            }),
+            "no redraw:\n{again}"
+        );
+        assert_eq!(running_rows(&again).len(), 2, "{again}");
+        // Colour on a terminal; none under NO_COLOR (green, as tmux reports it: SGR 32
+        // or 38;5;2; bold alone is not colour).
+        let styled = tmux.run(&["capture-pane", "-p", "-e", "-t", "view"]);
+        let coloured = [
+            "\u{1b}[32m",
+            "\u{1b}[38;5;2m",
+            "\u{1b}[31m",
+            "\u{1b}[38;5;1m",
+        ]
+        .iter()
+        .any(|sgr| styled.contains(sgr));
+        assert_eq!(
+            coloured,
+            env.is_empty(),
+            "round {round} ({env}):\n{styled:?}"
+        );
+
+        tmux.run(&["send-keys", "-t", "view", key]);
+        assert!(
+            wait_until(WAIT, || exit_file.exists()),
+            "round {round}: the view did not end on {key}:\n{}",
+            tmux.run(&["capture-pane", "-p", "-t", "view"])
+        );
+        assert!(
+            wait_until(WAIT, || fs::read_to_string(&exit_file)
+                .is_ok_and(|t| t.trim() == "0")),
+            "round {round}: exit {:?}",
+            fs::read_to_string(&exit_file)
+        );
+        // The terminal is given back: the view's screen is gone from the pane.
+        let after = tmux.run(&["capture-pane", "-p", "-t", "view"]);
+        assert!(!after.contains("LAST EVENT"), "round {round}:\n{after}");
+        // And the fleet never noticed.
+        assert!(fleet::alive(sup), "the supervisor ended with the view");
+        for w in &workers {
+            assert!(fleet::alive(*w), "worker {w} ended with the view");
+        }
+        assert_eq!(f.worker_pids().len(), 2);
+        assert_eq!(f.count("supervisor.stop"), 0, "{}", f.dump());
+    }
+    fleet::kill(sup, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
-use crate::logs::{self, Filter, LineTail, LogsError, Seen, Tail};
+use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -22,7 +22,8 @@ pub struct LogsArgs {
     /// Only the records of this slot.
     #[arg(long, value_name = "I")]
     pub slot: Option<usize>,
-    /// With --slot: that slot's worker output (its newest slot log) instead of the events.
+    /// With --slot: that slot's worker output (its newest slot log) instead of the events;
+    /// with --follow it moves on to a newer day's log of the slot when one appears.
     #[arg(long, requires = "slot")]
     pub worker_output: bool,
     /// Only this kind, or every kind under a dotted prefix (`slot`, `circuit`).
@@ -113,20 +114,20 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
 
 fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
     let slot = args.slot.unwrap_or_default();
-    let path = logs::newest_slot_log(&ctx.layout, slot).map_err(failed)?;
-    let mut tail = LineTail::new(&path);
+    let mut follower = SlotLogFollower::new(&ctx.layout, slot).map_err(failed)?;
     loop {
-        let mut lines: Vec<String> = tail
-            .poll()
-            .map_err(failed)?
-            .into_iter()
-            .filter_map(|s| match s {
-                Seen::Line(l) => Some(crate::text::escape_bytes(&l)),
-                Seen::NewFile => None,
-            })
+        let polled = follower.poll().map_err(failed)?;
+        let mut lines: Vec<String> = polled
+            .lines
+            .iter()
+            .map(|l| crate::text::escape_bytes(l))
             .collect();
-        if !args.follow && !tail.partial().is_empty() {
-            lines.push(crate::text::escape_bytes(tail.partial()));
+        if !args.follow && !follower.partial().is_empty() {
+            lines.push(crate::text::escape_bytes(follower.partial()));
+        }
+        if let Some(p) = &polled.switched_to {
+            // On stderr, so the output stays the worker's alone.
+            eprintln!("afk-supervisor: slot {slot}: now following {}", p.display());
         }
         if !emit(lines)? || !args.follow {
             return Ok(exit::OK);

@@ -41,6 +41,10 @@ pub struct Cli {
     /// Issue tracker backend: auto, gh or local.
     #[arg(long, global = true, value_name = "KIND")]
     pub tracker: Option<TrackerKind>,
+    /// How diagnostics (`RUST_LOG`) are written on stderr: text or json (one object per
+    /// line). The event log is TOONL either way.
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text")]
+    pub log_format: crate::diagnostics::LogFormat,
     /// With no subcommand, `afk-supervisor --workers N` runs the fleet (same as `run`).
     #[command(flatten)]
     pub run: run::RunArgs,
@@ -122,7 +126,6 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let _diagnostics = crate::diagnostics::init();
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -134,6 +137,7 @@ where
             };
         }
     };
+    let _diagnostics = crate::diagnostics::init(cli.log_format);
     match dispatch(cli) {
         Ok(code) => code,
         Err(f) => {

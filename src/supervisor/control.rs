@@ -1,6 +1,6 @@
 //! The control commands' logic: `status`, `scale` and `stop` talk to a running supervisor
 //! only through the lane's files and signals, and signal nothing whose pid and start token
-//! they have not both verified.
+//! they have not both verified. How a [`StatusReport`] looks to a person is `crate::status`.
 
 use std::io;
 use std::thread;
@@ -11,13 +11,15 @@ use serde::Serialize;
 
 use super::lane::running_supervisor;
 use super::resize::{self, Resize};
-use super::state_file::{self, FleetCircuit, FleetPause, ShrinkMode, StateFile, StateFileError};
+use super::state_file::{
+    self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, StateFile, StateFileError,
+};
 use crate::fsutil::atomic_write;
 use crate::layout::Layout;
 use crate::pidfile::{self, NotLive};
 use crate::process;
-use crate::text;
 use crate::timeutil::now_epoch;
+use crate::toonl::Event;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -38,6 +40,8 @@ pub struct StatusReport {
     pub supervisor: SupervisorInfo,
     pub fleet: FleetInfo,
     pub slots: Vec<SlotRow>,
+    /// When this report was made (epoch seconds): what its relative times count from.
+    pub epoch: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,6 +51,8 @@ pub struct SupervisorInfo {
     /// The last heartbeat (`state.toon` `epoch`); null before the first one (boot sweeps).
     pub heartbeat_epoch: Option<u64>,
     pub heartbeat_age_s: Option<u64>,
+    /// How long the supervisor has run; null when its start cannot be read.
+    pub uptime_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,6 +74,12 @@ pub struct FleetInfo {
     pub circuit: Option<FleetCircuit>,
     /// Open issues labelled `afk:quarantined`; null when unknown.
     pub quarantined: Option<u64>,
+    /// Slots idle (their last worker found nothing to claim).
+    pub idle: usize,
+    /// How the boot suite ended; null from a supervisor that does not say.
+    pub boot_suite: Option<BootSuite>,
+    /// `gh` or `local`; null when the tracker could not be opened.
+    pub tracker_kind: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,6 +97,14 @@ pub struct SlotRow {
     pub rss_kib: Option<u64>,
     /// Why a parked slot is parked; null for every other state.
     pub reason: Option<String>,
+    /// The issue's title, when the worker recorded it.
+    pub title: Option<String>,
+    /// CPU use of the worker's tree, thousandths of a core (see `state.toon`).
+    pub cpu_permille: Option<u64>,
+    /// When an open circuit's half-open probe is due (epoch seconds).
+    pub probe_epoch: Option<u64>,
+    /// The slot's newest event-log record, from the log's end only; null when none is there.
+    pub last_event: Option<Event>,
 }
 
 /// The running supervisor's view, from its heartbeat.
@@ -100,6 +120,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 start_time: start,
                 heartbeat_epoch: None,
                 heartbeat_age_s: None,
+                uptime_s: process::start_epoch(start).map(|t| now.saturating_sub(t)),
             },
             fleet: FleetInfo {
                 target: 0,
@@ -115,20 +136,37 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 paused: None,
                 circuit: None,
                 quarantined: None,
+                idle: 0,
+                boot_suite: None,
+                tracker_kind: None,
             },
             slots: Vec::new(),
+            epoch: now,
         });
     };
-    Ok(report_from(&s, start, now))
+    // The log's end only, read here in the reader's process: never the supervisor's work.
+    let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
+        .unwrap_or_default();
+    Ok(report_from(&s, start, now, &last))
 }
 
-fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
+/// Most bytes of the event log's end read for each slot's last event.
+const LAST_EVENTS_BYTES: u64 = crate::logs::LAST_EVENTS_BYTES;
+
+fn report_from(
+    s: &StateFile,
+    start: u64,
+    now: u64,
+    last: &std::collections::BTreeMap<u64, Event>,
+) -> StatusReport {
     StatusReport {
+        epoch: now,
         supervisor: SupervisorInfo {
             pid: s.pid,
             start_time: start,
             heartbeat_epoch: Some(s.epoch),
             heartbeat_age_s: Some(now.saturating_sub(s.epoch)),
+            uptime_s: process::start_epoch(start).map(|t| now.saturating_sub(t)),
         },
         fleet: FleetInfo {
             target: s.target,
@@ -151,6 +189,9 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
             paused: s.paused.clone(),
             circuit: s.fleet_circuit.clone(),
             quarantined: s.quarantined,
+            idle: s.slot_detail.iter().filter(|d| d.state == "idle").count(),
+            boot_suite: s.boot_suite.clone(),
+            tracker_kind: s.tracker_kind.clone(),
         },
         slots: s
             .slot_detail
@@ -166,79 +207,13 @@ fn report_from(s: &StateFile, start: u64, now: u64) -> StatusReport {
                 cpu_ms: d.cpu_ms,
                 rss_kib: d.rss_kib,
                 reason: d.reason.clone(),
+                title: d.title.clone(),
+                cpu_permille: d.cpu_permille,
+                probe_epoch: d.probe_epoch,
+                last_event: last.get(&(d.slot as u64)).cloned(),
             })
             .collect(),
     }
-}
-
-/// `812K`, `14.2M`, `1.3G`.
-pub fn human_kib(k: u64) -> String {
-    match k {
-        0..1024 => format!("{k}K"),
-        1024..1_048_576 => format!("{:.1}M", k as f64 / 1024.0),
-        _ => format!("{:.1}G", k as f64 / 1_048_576.0),
-    }
-}
-
-/// `1h02m`, `3m05s`, `42s`.
-pub fn human_duration(s: u64) -> String {
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-/// The human table.
-pub fn render_status(r: &StatusReport) -> String {
-    let mut out = String::new();
-    let hb = match (r.supervisor.heartbeat_age_s, r.supervisor.heartbeat_epoch) {
-        (Some(age), Some(_)) => format!("heartbeat {} ago", human_duration(age)),
-        _ => "no heartbeat yet (boot sweeps running)".to_string(),
-    };
-    out.push_str(&format!("supervisor pid={} {hb}\n", r.supervisor.pid));
-    let f = &r.fleet;
-    let ready = match (f.ready_for_agent, &f.ready_for_agent_unknown) {
-        (Some(n), _) => n.to_string(),
-        (None, Some(why)) => format!("unknown ({why})"),
-        (None, None) => "unknown".to_string(),
-    };
-    out.push_str(&format!(
-        "fleet: target={} live={} parked={} deaths={} respawns={} (last {}s) ready-for-agent={ready} shrink-mode={} runner={}\n",
-        f.target,
-        f.live,
-        f.parked,
-        f.deaths,
-        f.respawns,
-        f.window_s,
-        f.shrink_mode,
-        text::excerpt(&text::escape(&f.runner))
-    ));
-    out.push_str(&format!(
-        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
-        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "ISSUE"
-    ));
-    for s in &r.slots {
-        out.push_str(&format!(
-            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
-            s.slot,
-            s.pid.map_or("-".into(), |p| p.to_string()),
-            s.worker_id
-                .as_deref()
-                .map_or("-".into(), |w| text::excerpt(&text::escape(w))),
-            s.state,
-            s.uptime_s.map_or("-".into(), human_duration),
-            s.restarts,
-            s.cpu_ms
-                .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
-            s.rss_kib.map_or("-".into(), human_kib),
-            s.issue.map_or("-".into(), |n| format!("#{n}")),
-        ));
-        if let Some(why) = &s.reason {
-            out.push_str(&format!("      parked: {why}\n"));
-        }
-    }
-    out
 }
 
 // ---- scale ----
@@ -530,13 +505,6 @@ fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(human_duration(5), "5s");
-        assert_eq!(human_duration(65), "1m05s");
-        assert_eq!(human_duration(3725), "1h02m");
-    }
 
     #[test]
     fn outcome_lines() {

@@ -260,6 +260,7 @@ async fn run_fleet(
     };
 
     // Boot suite: exactly once in this supervisor's life, before anything is spawned.
+    let boot_began = Instant::now();
     let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
@@ -310,6 +311,7 @@ async fn run_fleet(
         tx.clone(),
     );
     fleet.set_tracker(tracker.clone());
+    fleet.set_boot_suite(state_file::BootSuite::of(&boot, boot_began.elapsed()));
     fleet.start(adoptees, dead, had_state);
     let mut notifier = Notifier::from_env();
     let live = fleet.snapshot(Instant::now()).slot_pids.len();

@@ -87,6 +87,18 @@ pub struct Slot {
     pub unclaimable: Option<Unclaimable>,
     /// Why the slot is parked for good: the last line its worker wrote before exit 78.
     pub fatal_reason: Option<String>,
+    /// What `status` shows of the current worker beyond its process.
+    pub shown: Shown,
+}
+
+/// Facts about a slot's current worker kept for `status`, each tagged with what it belongs
+/// to so a respawn or a new issue never shows the last one's.
+#[derive(Debug, Clone, Default)]
+pub struct Shown {
+    /// The issue number and its title, read once from the attempt's `afk.state.json`.
+    pub title: Option<(u64, String)>,
+    /// The worker's pid and its tree's CPU use in thousandths of a core.
+    pub cpu_permille: Option<(i32, u64)>,
 }
 
 impl Slot {
@@ -100,6 +112,7 @@ impl Slot {
             retiring: false,
             unclaimable: None,
             fatal_reason: None,
+            shown: Shown::default(),
         }
     }
 
@@ -131,11 +144,49 @@ impl Slot {
             Phase::Fatal => Some(self.fatal_reason.clone().unwrap_or_else(|| {
                 "worker exited 78 (host misconfigured); parked without retry".into()
             })),
-            Phase::CircuitOpen => {
-                Some("circuit open: workers died fast; waiting for the half-open probe".into())
-            }
+            Phase::CircuitOpen => Some(match self.circuit.state() {
+                circuit::State::Open { step: 0, .. } => {
+                    let p = self.circuit.params();
+                    format!(
+                        "circuit open: {} fast deaths within {}s",
+                        p.k,
+                        p.window.as_secs()
+                    )
+                }
+                circuit::State::Open { step, .. } => {
+                    format!("circuit open: the half-open probe died fast ({step} in a row)")
+                }
+                _ => "circuit open: workers died fast; waiting for the half-open probe".into(),
+            }),
             _ => None,
         }
+    }
+
+    /// When a parked slot's half-open probe is due; `None` unless its circuit is open.
+    pub fn probe_at(&self) -> Option<Instant> {
+        match (&self.phase, self.circuit.state()) {
+            (Phase::CircuitOpen, circuit::State::Open { probe_at, .. }) => Some(probe_at),
+            _ => None,
+        }
+    }
+
+    /// The title of the current worker's issue, when known.
+    pub fn issue_title(&self) -> Option<String> {
+        let issue = self.worker()?.issue?;
+        self.shown
+            .title
+            .as_ref()
+            .filter(|(n, _)| *n == issue)
+            .map(|(_, t)| t.clone())
+    }
+
+    /// The current worker's CPU use, thousandths of a core.
+    pub fn cpu_permille(&self) -> Option<u64> {
+        let pid = self.worker()?.pid;
+        self.shown
+            .cpu_permille
+            .filter(|(p, _)| *p == pid)
+            .map(|(_, c)| c)
     }
 
     /// The `status` word: running, idle, parked, half-open, retiring or stalled.

@@ -104,6 +104,16 @@ pub struct SlotDetail {
     /// otherwise. Readers that do not know the field ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The title of `issue`, as the worker's attempt state records it (§11.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The worker tree's CPU use between the last two usage reads (or since its start
+    /// when there is one read), in thousandths of one core: 1000 is one core busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_permille: Option<u64>,
+    /// When an open circuit's half-open probe is due (epoch seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_epoch: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +145,37 @@ pub struct StateFile {
     /// Open issues labelled `afk:quarantined` at the last successful queue check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined: Option<u64>,
+    /// How this supervisor's boot suite ended (§11.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_suite: Option<BootSuite>,
+    /// The tracker backend the fleet uses (`gh` or `local`); absent when it could not be
+    /// opened (`ready_for_agent_unknown` then says why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracker_kind: Option<String>,
+}
+
+/// The boot suite's end as `status` shows it: `clean`, `failed: <why>` or
+/// `precheck failed: <check>` (a halted suite starts no fleet), and how long it took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootSuite {
+    pub result: String,
+    pub elapsed_ms: u64,
+}
+
+impl BootSuite {
+    pub fn of(run: &crate::boot::SuiteRun, elapsed: std::time::Duration) -> BootSuite {
+        use crate::boot::BootError;
+        let result = match &run.end {
+            Ok(()) => "clean".to_string(),
+            Err(BootError::Halted(m)) => format!("halted: {m}"),
+            Err(BootError::Failed(m)) => format!("failed: {m}"),
+            Err(BootError::Precheck(c)) => format!("precheck failed: {c}"),
+        };
+        BootSuite {
+            result: crate::text::one_line(&result),
+            elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 /// Why and until when the whole fleet holds back what costs tracker calls.
@@ -265,6 +306,9 @@ mod tests {
                     cpu_ms: Some(1250),
                     rss_kib: Some(20480),
                     reason: None,
+                    title: Some("Fix the thing".into()),
+                    cpu_permille: Some(125),
+                    probe_epoch: None,
                 },
                 SlotDetail {
                     slot: 1,
@@ -277,11 +321,19 @@ mod tests {
                     cpu_ms: None,
                     rss_kib: None,
                     reason: Some("agent.command is not set (x): set it".into()),
+                    title: None,
+                    cpu_permille: None,
+                    probe_epoch: None,
                 },
             ],
             paused: None,
             fleet_circuit: None,
             quarantined: None,
+            boot_suite: Some(BootSuite {
+                result: "clean".into(),
+                elapsed_ms: 1200,
+            }),
+            tracker_kind: Some("local".into()),
         }
     }
 

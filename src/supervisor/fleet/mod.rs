@@ -134,6 +134,8 @@ pub struct Fleet {
     children: Box<dyn Children>,
     /// When the workers' CPU and memory were last read.
     usage_read_at: Option<Instant>,
+    /// How the boot suite ended, for `status`.
+    boot_suite: Option<state_file::BootSuite>,
 }
 
 mod scaling;
@@ -197,6 +199,7 @@ impl Fleet {
             unidle_backlog: (0, 0),
             children: Box::new(Os::new(tx.clone())),
             usage_read_at: None,
+            boot_suite: None,
             tx,
         }
     }

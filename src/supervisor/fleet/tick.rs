@@ -139,7 +139,7 @@ impl Fleet {
         {
             return;
         }
-        self.usage_read_at = Some(now);
+        let previous_read = self.usage_read_at.replace(now);
         let leaders: Vec<i32> = self
             .slots
             .values()
@@ -150,11 +150,17 @@ impl Fleet {
         }
         let usage = self.children.usage(&leaders);
         let now_e = now_epoch();
-        for w in self.slots.values_mut().filter_map(Slot::worker_mut) {
+        for slot in self.slots.values_mut() {
+            let Phase::Running(w) = &mut slot.phase else {
+                continue;
+            };
             let u = usage.get(&w.pid).copied();
             if u.map(|u| u.cpu_ms) != w.usage.map(|u| u.cpu_ms) && w.usage.is_some() {
                 w.cpu_moved_epoch = now_e;
             }
+            slot.shown.cpu_permille = u
+                .and_then(|u| cpu_permille(w, u, previous_read, now))
+                .map(|c| (w.pid, c));
             w.usage = u;
         }
     }
@@ -165,11 +171,15 @@ impl Fleet {
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.slots.keys().copied().collect();
         for idx in idxs {
-            let Some(w) = self.slots.get_mut(&idx).and_then(Slot::worker_mut) else {
+            let Some(slot) = self.slots.get_mut(&idx) else {
+                continue;
+            };
+            let Phase::Running(w) = &mut slot.phase else {
                 continue;
             };
             let attempt = stall::current_attempt(&self.layout, &w.id);
             w.issue = attempt.as_ref().map(|a| a.issue);
+            note_title(&mut slot.shown, attempt.as_ref());
             w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref())
                 .max(w.cpu_moved_epoch);
             self.last_progress_epoch = self.last_progress_epoch.max(w.progress_epoch);
@@ -280,12 +290,24 @@ impl Fleet {
                     cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
                     rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
                     reason: s.park_reason(),
+                    title: s.issue_title(),
+                    cpu_permille: s.cpu_permille(),
+                    probe_epoch: s
+                        .probe_at()
+                        .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
                 })
                 .collect(),
             paused: None,
             fleet_circuit: None,
             quarantined: None,
+            boot_suite: self.boot_suite.clone(),
+            tracker_kind: self.tracker.as_ref().ok().map(|t| t.kind().to_string()),
         }
+    }
+
+    /// How the boot suite ended, for `state.toon`.
+    pub fn set_boot_suite(&mut self, boot: state_file::BootSuite) {
+        self.boot_suite = Some(boot);
     }
 
     pub fn write_state(&mut self, snap: &StateFile) {
@@ -307,5 +329,51 @@ impl Fleet {
         self.dirty = false;
         let snap = self.snapshot(now);
         self.write_state(&snap);
+    }
+}
+
+/// Longest issue title kept for `status` (the whole title reaches the agent as a file).
+const TITLE_MAX_CHARS: usize = 200;
+
+/// The tree's CPU use in thousandths of a core: over the interval since the previous read
+/// when this worker was measured then, else since its start. The supervisor computes it
+/// because only it knows when each read was taken; a reader of `state.toon` would divide
+/// by the wrong interval.
+fn cpu_permille(
+    w: &Worker,
+    u: crate::supervisor::usage::Usage,
+    previous_read: Option<Instant>,
+    now: Instant,
+) -> Option<u64> {
+    let (used_ms, since) = match (w.usage, previous_read) {
+        (Some(before), Some(t)) => (u.cpu_ms.saturating_sub(before.cpu_ms), t),
+        _ => (u.cpu_ms, w.started),
+    };
+    let wall_ms = u64::try_from(now.saturating_duration_since(since).as_millis()).ok()?;
+    (wall_ms > 0).then(|| used_ms.saturating_mul(1000) / wall_ms)
+}
+
+/// Remembers the title of the issue `attempt` works, read from its `afk.state.json` once
+/// per issue (again only while the worker has not recorded it yet).
+fn note_title(shown: &mut super::super::slot::Shown, attempt: Option<&stall::Attempt>) {
+    let Some(a) = attempt else {
+        return;
+    };
+    if shown.title.as_ref().is_some_and(|(n, _)| *n == a.issue) {
+        return;
+    }
+    let title = crate::attempt_state::AttemptState::read(&a.dir)
+        .ok()
+        .flatten()
+        .and_then(|st| st.current)
+        .filter(|c| c.number.is_none_or(|n| n == a.issue))
+        .and_then(|c| c.title)
+        .filter(|t| !t.trim().is_empty());
+    if let Some(t) = title {
+        let t = match t.char_indices().nth(TITLE_MAX_CHARS) {
+            Some((end, _)) => format!("{}…", &t[..end]),
+            None => t,
+        };
+        shown.title = Some((a.issue, t));
     }
 }
