@@ -12,6 +12,7 @@
 //! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
 //!   `sweeps` (the boot sweep suite and the belts).
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
+//! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,
 //!   `diagnostics`.
@@ -31,6 +32,7 @@ pub mod git;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
+pub mod pause;
 pub mod pidfile;
 pub mod process;
 pub mod program;
