@@ -513,6 +513,7 @@ impl Fleet {
                 pid: w.pid,
                 start: w.start,
                 id: w.id.clone(),
+                stalled: w.kill == Some(KillReason::Stall),
             });
         }
         let lived = now.saturating_duration_since(w.started);
