@@ -70,7 +70,13 @@ pub fn read(state_dir: &Path) -> Result<Option<Pause>, String> {
     };
     reddb_io_toon::from_str::<Pause>(&text)
         .map(Some)
-        .map_err(|e| format!("{}: not a pause record: {}", p.display(), crate::text::clip_quoted(&e.to_string())))
+        .map_err(|e| {
+            format!(
+                "{}: not a pause record: {}",
+                p.display(),
+                crate::text::clip_quoted(&e.to_string())
+            )
+        })
 }
 
 /// The pause holding now, if any; an unreadable file holds nothing.
@@ -96,8 +102,8 @@ pub fn record(state_dir: &Path, reason: &str, until_epoch: u64) -> std::io::Resu
         until_epoch: until,
         since_epoch: now,
     };
-    let text = reddb_io_toon::to_string(&pause)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let text =
+        reddb_io_toon::to_string(&pause).map_err(|e| std::io::Error::other(e.to_string()))?;
     atomic_write(&path(state_dir), format!("{text}\n").as_bytes())?;
     Ok(pause)
 }
@@ -124,12 +130,20 @@ mod tests {
         let now = now_epoch();
         assert_eq!(read(dir.path()), Ok(None));
         assert!(active(dir.path()).is_none());
-        let p = record(dir.path(), "rate limited: API rate limit exceeded", now + 30).unwrap();
+        let p = record(
+            dir.path(),
+            "rate limited: API rate limit exceeded",
+            now + 30,
+        )
+        .unwrap();
         assert_eq!(p.until_epoch, now + 30);
         assert_eq!(active(dir.path()), Some(p.clone()));
         // A shorter one keeps the longer; a longer one replaces it.
         assert_eq!(record(dir.path(), "other", now + 10).unwrap(), p);
-        assert_eq!(record(dir.path(), "later", now + 50).unwrap().until_epoch, now + 50);
+        assert_eq!(
+            record(dir.path(), "later", now + 50).unwrap().until_epoch,
+            now + 50
+        );
         // Absurd resets are clamped.
         let far = record(dir.path(), "far", now + 1_000_000).unwrap();
         assert!(far.until_epoch <= now_epoch() + MAX_PAUSE_S);

@@ -124,9 +124,23 @@ fn a_crash_releases_only_the_dead_workers_claims() {
 /// failure), not `worker-died`, when its issue is restored.
 #[test]
 fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
-    let timing = FAST_TIMING.replace("stall_s = 600\nstall_kill_s = 1200", "stall_s = 1\nstall_kill_s = 2");
-    let f = Fleet::new(CLAIM_THEN_WAIT, &format!("[tracker]\nkind = \"local\"\n\n{timing}")).with_bin();
-    let out = f.run_cmd(&["issue", "new", "--title", "work", "--label", "ready-for-agent"]);
+    let timing = FAST_TIMING.replace(
+        "stall_s = 600\nstall_kill_s = 1200",
+        "stall_s = 1\nstall_kill_s = 2",
+    );
+    let f = Fleet::new(
+        CLAIM_THEN_WAIT,
+        &format!("[tracker]\nkind = \"local\"\n\n{timing}"),
+    )
+    .with_bin();
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "work",
+        "--label",
+        "ready-for-agent",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let mut f = f;
     f.start(&["--workers", "1"]);
@@ -136,6 +150,11 @@ fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
     assert_eq!(restored[0].issue, Some(1));
     let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
     let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
-    assert_eq!(outcomes, [afk_supervisor::ledger::Outcome::Stalled], "{}", f.dump());
+    assert_eq!(
+        outcomes,
+        [afk_supervisor::ledger::Outcome::Stalled],
+        "{}",
+        f.dump()
+    );
     assert!(afk_supervisor::ledger::Outcome::Stalled.is_failure());
 }

@@ -128,7 +128,14 @@ pub fn restore(
     attempt: Option<&Path>,
     writes: &mut usize,
 ) -> Result<Restored, TransitionError> {
-    restore_as(tracker, layout, n, attempt, writes, crate::ledger::Outcome::WorkerDied)
+    restore_as(
+        tracker,
+        layout,
+        n,
+        attempt,
+        writes,
+        crate::ledger::Outcome::WorkerDied,
+    )
 }
 
 /// [`restore`], ending the attempt in the ledger with `outcome` (the supervisor's stall
@@ -170,11 +177,7 @@ fn died_record(attempt: Option<&Path>, outcome: crate::ledger::Outcome) -> crate
     let state = attempt.and_then(|a| crate::attempt_state::AttemptState::read(a).ok().flatten());
     let worker = state.as_ref().and_then(|s| s.worker_id.clone());
     let start = state.as_ref().and_then(|s| s.started_at.clone());
-    crate::ledger::Record::now(
-        worker.as_deref(),
-        start.as_deref(),
-        outcome,
-    )
+    crate::ledger::Record::now(worker.as_deref(), start.as_deref(), outcome)
 }
 
 fn is_file(p: &Path) -> bool {

@@ -29,7 +29,9 @@ pub struct Pace {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PaceError {
     /// The budget stays spent past the caller's deadline.
-    #[error("{file}: {budget} writes in the last {window_s}s; the next slot opens past the call's deadline")]
+    #[error(
+        "{file}: {budget} writes in the last {window_s}s; the next slot opens past the call's deadline"
+    )]
     Exhausted {
         file: String,
         budget: usize,
@@ -80,7 +82,8 @@ impl Pace {
     /// One look under the lock: `None` when a write was taken (and recorded), else how
     /// long until the oldest recorded write leaves the window.
     fn try_take(&self) -> Result<Option<Duration>, PaceError> {
-        let named = |e: &dyn std::fmt::Display| PaceError::File(format!("{}: {e}", self.file.display()));
+        let named =
+            |e: &dyn std::fmt::Display| PaceError::File(format!("{}: {e}", self.file.display()));
         if let Some(dir) = self.file.parent() {
             std::fs::create_dir_all(dir).map_err(|e| named(&e))?;
         }
@@ -164,6 +167,9 @@ mod tests {
         std::fs::remove_file(pace.file()).unwrap();
         nix::unistd::mkfifo(pace.file(), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let e = pace.acquire(Instant::now()).unwrap_err();
-        assert!(matches!(&e, PaceError::File(m) if m.contains(FILE_NAME)), "{e}");
+        assert!(
+            matches!(&e, PaceError::File(m) if m.contains(FILE_NAME)),
+            "{e}"
+        );
     }
 }
