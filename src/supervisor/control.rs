@@ -214,6 +214,11 @@ pub fn render_status(r: &StatusReport) -> String {
         f.shrink_mode,
         text::excerpt(&text::escape(&f.runner))
     ));
+    out.push_str(&super::fleet_circuit::status_lines(
+        f.paused.as_ref(),
+        f.circuit.as_ref(),
+        f.quarantined,
+    ));
     out.push_str(&format!(
         "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
         "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "ISSUE"

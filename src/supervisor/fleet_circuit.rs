@@ -258,6 +258,39 @@ impl FleetCircuit {
     }
 }
 
+/// `status`'s lines for what holds the whole fleet back and the quarantine count: one
+/// each, only when there is something to say.
+pub fn status_lines(
+    paused: Option<&state_file::FleetPause>,
+    circuit: Option<&state_file::FleetCircuit>,
+    quarantined: Option<u64>,
+) -> String {
+    let mut out = String::new();
+    if let Some(p) = paused {
+        let until = p.until_epoch.map_or("unknown".into(), |e| {
+            crate::timeutil::rfc3339(std::time::UNIX_EPOCH + Duration::from_secs(e))
+        });
+        out.push_str(&format!(
+            "paused: until {until}: {}\n",
+            crate::text::excerpt(&crate::text::escape(&p.reason))
+        ));
+    }
+    if let Some(c) = circuit {
+        out.push_str(&format!(
+            "fleet circuit: {} ({} slots tripped): {}\n",
+            c.state,
+            c.tripped_slots,
+            crate::text::excerpt(&crate::text::escape(&c.reason))
+        ));
+    }
+    if let Some(n) = quarantined.filter(|n| *n > 0) {
+        out.push_str(&format!(
+            "quarantined: {n} issue(s) labelled afk:quarantined (remove the label to retry)\n"
+        ));
+    }
+    out
+}
+
 /// Lines of one slot log quoted in the reason.
 const REASON_LINES: usize = 3;
 /// The most read from the end of that log.
