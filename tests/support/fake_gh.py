@@ -157,8 +157,11 @@ def handle(argv, state):
     if match(rest, ["api", "rate_limit"]) is not None:
         if repo is not None:
             unknown(argv)
-        reset = int((state.get("rate_limit") or {}).get("reset", time.time() + 3600))
-        spent = time.time() < reset
+        limit = state.get("rate_limit")
+        reset = int(limit["reset"]) if limit else int(time.time()) + 3600
+        # Without a scripted limit nothing is spent (a scripted rate-limit reply is then a
+        # secondary-style limit with no reset to report).
+        spent = bool(limit) and time.time() < reset
         limits = {
             name: {"limit": 5000, "remaining": 0 if spent else 5000, "reset": reset, "used": 5000 if spent else 0}
             for name in ("core", "graphql")
