@@ -7,11 +7,13 @@
 //! `boot`'s report types and `claim` importing the restore text and lane from `sweeps`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
-//!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
-//!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
+//!   machine), `children` (its only door to processes), `reaper`, `circuit` (one slot's),
+//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lane`,
+//!   `state_file`, `journal`, `usage`, `stall`.
 //! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
 //!   `sweeps` (the boot sweep suite and the belts).
-//! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
+//! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget), `git`,
+//!   `cmd` (running a command with a deadline).
 //! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,

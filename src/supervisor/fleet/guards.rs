@@ -9,11 +9,6 @@ use crate::supervisor::fleet_circuit::{self, ProbeEnd};
 impl Fleet {
     // ---- the rate-limit pause ----
 
-    /// Whether the fleet waits out a rate limit (the loop skips the tracker belts then).
-    pub fn is_paused(&self) -> bool {
-        self.paused.is_some()
-    }
-
     /// A queue check found the pause file in force: the fleet holds every spawn, wake-up
     /// and queue check until its end. Logged once per pause; a longer one found later
     /// only moves the resume time.
