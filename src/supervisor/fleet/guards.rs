@@ -110,13 +110,20 @@ impl Fleet {
         self.unidle_backlog = (0, self.unidle_backlog.1);
     }
 
-    /// The fleet's probe in slot `idx` ended (`clean`: exit 0). Returns whether that
-    /// closed the circuit.
-    pub(super) fn end_fleet_probe(&mut self, idx: usize, clean: bool, now: Instant) -> bool {
+    /// The fleet's probe in slot `idx` ended (`clean`: exit 0). When that closes the
+    /// circuit, the probe's slot respawns with the others if `respawn` (a death; a clean
+    /// exit idles and an exit 78 parks it as usual). Returns whether it closed.
+    pub(super) fn end_fleet_probe(
+        &mut self,
+        idx: usize,
+        clean: bool,
+        respawn: bool,
+        now: Instant,
+    ) -> bool {
         let params = self.params;
         match self.fleet_circuit.on_probe_end(now, clean, &params) {
             Some(ProbeEnd::Closed { lived }) => {
-                if !clean && let Some(slot) = self.slots.get_mut(&idx) {
+                if respawn && let Some(slot) = self.slots.get_mut(&idx) {
                     slot.phase = Phase::CircuitOpen;
                 }
                 self.close_fleet_circuit(idx, lived, now);

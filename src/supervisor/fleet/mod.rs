@@ -484,7 +484,7 @@ impl Fleet {
         self.churn_deaths.push_back(now);
         if self.fleet_circuit.probe_slot() == Some(idx) {
             // The fleet's probe could not even start.
-            self.end_fleet_probe(idx, false, now);
+            self.end_fleet_probe(idx, false, true, now);
             return false;
         }
         let window_s = self.timing.circuit_window_s;
@@ -581,9 +581,10 @@ impl Fleet {
         }
         if self.fleet_circuit.probe_slot() == Some(idx) {
             let clean = matches!(exit, ExitKind::Code(0));
-            self.end_fleet_probe(idx, clean, now);
+            let fatal = matches!(exit, ExitKind::Code(78));
+            self.end_fleet_probe(idx, clean, !clean && !fatal, now);
             // A clean probe idles like any clean exit; 78 still parks its slot for good.
-            if !clean && !matches!(exit, ExitKind::Code(78)) {
+            if !clean && !fatal {
                 return;
             }
         }

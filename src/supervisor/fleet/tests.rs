@@ -536,3 +536,25 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     assert_eq!(b.phase(0), "running");
     assert_eq!(b.phase(1), "running");
 }
+
+/// A fleet probe that exits 0 closes the fleet circuit and idles like any clean exit; the
+/// other parked slots spawn at once.
+#[test]
+fn a_fleet_probe_that_exits_0_closes_the_circuit() {
+    let mut b = Bench::new(2);
+    b.start();
+    let mut t = 0.0;
+    for _ in 0..5 {
+        for slot in 0..2 {
+            t += 0.5;
+            b.end(slot, ExitKind::Code(1), t);
+        }
+    }
+    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    b.fleet.service(b.at(t + 61.0));
+    let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
+    b.end(probe, ExitKind::Code(0), t + 62.0);
+    assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.phase(probe), "idle");
+    assert_eq!(b.phase(1 - probe), "running");
+}
