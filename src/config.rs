@@ -76,6 +76,11 @@ pub struct TrackerCfg {
     /// `OWNER/NAME`; `None` means "from origin".
     pub repo: Option<String>,
     pub timeout_s: u64,
+    /// Content-creating gh calls (comments, label edits, pull requests) allowed across
+    /// the checkout's processes in any `pace_window_s` (`docs/SPEC.md` §11.11).
+    pub max_writes_per_min: u64,
+    /// The pace's window: 60 s; shorter only to test the pace quickly.
+    pub pace_window_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +97,31 @@ pub struct Timing {
     pub unblock_interval_s: u64,
     /// The longest one attempt's agent may run before the worker stops it (`docs/SPEC.md` §11.10).
     pub attempt_max_s: u64,
+    /// The share of the slots whose circuits must trip within one circuit window for the
+    /// whole fleet to park behind one probe (`docs/SPEC.md` §11.12), in (0, 1].
+    pub fleet_circuit_fraction: Fraction,
+}
+
+/// A number in (0, 1], kept as thousandths so the configuration stays `Eq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fraction(pub u32);
+
+impl Fraction {
+    pub fn get(self) -> f64 {
+        f64::from(self.0) / 1000.0
+    }
+
+    /// `fraction` of `n`, rounded up, at least 1.
+    pub fn of(self, n: usize) -> usize {
+        let x = (n as u64).saturating_mul(u64::from(self.0)).div_ceil(1000);
+        usize::try_from(x).unwrap_or(usize::MAX).max(1)
+    }
+}
+
+impl fmt::Display for Fraction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +182,8 @@ impl Default for Config {
                 kind: TrackerKind::Auto,
                 repo: None,
                 timeout_s: 30,
+                max_writes_per_min: 20,
+                pace_window_s: 60,
             },
             timing: Timing {
                 tick_s: 15,
@@ -165,6 +197,7 @@ impl Default for Config {
                 stall_kill_s: 1800,
                 unblock_interval_s: 60,
                 attempt_max_s: 7200,
+                fleet_circuit_fraction: Fraction(500),
             },
             sweeps: Sweeps {
                 attempt_max_age_days: 14,
@@ -184,8 +217,10 @@ impl Default for Config {
 
 /// The keys of the tracker timeout and every `timing.*` duration, in the documented order:
 /// one list for reading them from the file and for showing them.
-pub const TIMING_KEYS: [&str; 12] = [
+pub const TIMING_KEYS: [&str; 14] = [
     "tracker.timeout_s",
+    "tracker.max_writes_per_min",
+    "tracker.pace_window_s",
     "timing.tick_s",
     "timing.fast_death_s",
     "timing.circuit_k",
@@ -205,6 +240,8 @@ impl Config {
         let t = &self.timing;
         Some(match key {
             "tracker.timeout_s" => self.tracker.timeout_s,
+            "tracker.max_writes_per_min" => self.tracker.max_writes_per_min,
+            "tracker.pace_window_s" => self.tracker.pace_window_s,
             "timing.tick_s" => t.tick_s,
             "timing.fast_death_s" => t.fast_death_s,
             "timing.circuit_k" => u64::from(t.circuit_k),
@@ -288,6 +325,8 @@ struct FileTracker {
     kind: S<TrackerKind>,
     repo: S<String>,
     timeout_s: S<u64>,
+    max_writes_per_min: S<u64>,
+    pace_window_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -304,6 +343,7 @@ struct FileTiming {
     stall_kill_s: S<u64>,
     unblock_interval_s: S<u64>,
     attempt_max_s: S<u64>,
+    fleet_circuit_fraction: S<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -534,8 +574,10 @@ impl Builder {
         }
         let t = d.timing;
         // In the order of TIMING_KEYS.
-        let values: [S<u64>; 12] = [
+        let values: [S<u64>; 14] = [
             d.tracker.timeout_s,
+            d.tracker.max_writes_per_min,
+            d.tracker.pace_window_s,
             t.tick_s,
             t.fast_death_s,
             t.circuit_k,
@@ -552,6 +594,15 @@ impl Builder {
             if let Some(x) = self.take_u64(key, v)? {
                 self.set_u64(key, x);
             }
+        }
+        if let Some(x) = self.take("timing.fleet_circuit_fraction", t.fleet_circuit_fraction) {
+            if !(x > 0.0 && x <= 1.0) {
+                return Err(ConfigError(format!(
+                    "{}: timing.fleet_circuit_fraction = {x} is out of range (above 0, at most 1)",
+                    self.origin_of("timing.fleet_circuit_fraction")
+                )));
+            }
+            self.cfg.timing.fleet_circuit_fraction = Fraction(((x * 1000.0).round() as u32).max(1));
         }
         if let Some(x) =
             self.take_u64("sweeps.attempt_max_age_days", d.sweeps.attempt_max_age_days)?
@@ -580,6 +631,8 @@ impl Builder {
         let t = &mut self.cfg.timing;
         match key {
             "tracker.timeout_s" => self.cfg.tracker.timeout_s = x,
+            "tracker.max_writes_per_min" => self.cfg.tracker.max_writes_per_min = x,
+            "tracker.pace_window_s" => self.cfg.tracker.pace_window_s = x,
             "timing.tick_s" => t.tick_s = x,
             "timing.fast_death_s" => t.fast_death_s = x,
             "timing.circuit_k" => t.circuit_k = u32::try_from(x).unwrap_or(u32::MAX),
@@ -777,7 +830,9 @@ pub const MAX_SECONDS: u64 = 10 * 365 * 24 * 3600;
 fn bounds(key: &str) -> (u64, u64) {
     match key {
         "fleet.workers" => (0, 1024),
+        "tracker.max_writes_per_min" => (1, 10_000),
         "tracker.timeout_s"
+        | "tracker.pace_window_s"
         | "timing.tick_s"
         | "timing.unblock_interval_s"
         | "claims.stale_after_s" => (1, MAX_SECONDS),

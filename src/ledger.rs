@@ -36,6 +36,9 @@ pub enum Outcome {
     WallClockCapped,
     /// The worker died mid-issue; its issue was restored by a sweep or the supervisor.
     WorkerDied,
+    /// The supervisor killed the worker for making no progress (`timing.stall_kill_s`);
+    /// its issue was restored. A failure like `worker-died`.
+    Stalled,
     /// The worker was stopped (a fleet stop, a signal) and gave the issue back.
     GivenBack,
     /// Not an attempt: the worker quarantined the issue here. Failures before this record
@@ -48,7 +51,10 @@ impl Outcome {
     pub fn is_failure(self) -> bool {
         matches!(
             self,
-            Outcome::AgentFailed(_) | Outcome::WallClockCapped | Outcome::WorkerDied
+            Outcome::AgentFailed(_)
+                | Outcome::WallClockCapped
+                | Outcome::WorkerDied
+                | Outcome::Stalled
         )
     }
 }
@@ -61,6 +67,7 @@ impl fmt::Display for Outcome {
             Outcome::AgentFailed(code) => write!(f, "agent-failed exit {code}"),
             Outcome::WallClockCapped => f.write_str("wall-clock-capped"),
             Outcome::WorkerDied => f.write_str("worker-died"),
+            Outcome::Stalled => f.write_str("stalled"),
             Outcome::GivenBack => f.write_str("given-back"),
             Outcome::Quarantined => f.write_str("quarantined"),
         }
@@ -76,6 +83,7 @@ impl FromStr for Outcome {
             "set-aside" => Outcome::SetAside,
             "wall-clock-capped" => Outcome::WallClockCapped,
             "worker-died" => Outcome::WorkerDied,
+            "stalled" => Outcome::Stalled,
             "given-back" => Outcome::GivenBack,
             "quarantined" => Outcome::Quarantined,
             other => {
@@ -247,6 +255,7 @@ mod tests {
             Outcome::AgentFailed(137),
             Outcome::WallClockCapped,
             Outcome::WorkerDied,
+            Outcome::Stalled,
             Outcome::GivenBack,
             Outcome::Quarantined,
         ] {

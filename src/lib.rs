@@ -8,11 +8,14 @@
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
-//!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
-//!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
+//!   machine), `children` (its only door to processes), `reaper`, `circuit` (one slot's),
+//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lane`,
+//!   `state_file`, `journal`, `usage`, `stall`.
 //! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
 //!   `sweeps` (the boot sweep suite and the belts).
-//! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
+//! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget), `git`,
+//!   `cmd` (running a command with a deadline).
+//! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `attempt_state`, `toonl`, `logs` (reading the event log and slot logs), `config`,
 //!   `layout`, `fsutil`, `text`, `timeutil`, `exit`, `diagnostics`.
@@ -32,6 +35,7 @@ pub mod git;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
+pub mod pause;
 pub mod pidfile;
 pub mod process;
 pub mod program;

@@ -319,6 +319,7 @@ impl Worker<'_> {
     /// backend lists oldest first, so the 200 looked at are the queue's head however long
     /// it is.
     fn claim_next(&self) -> Result<Option<(LabeledIssue, TakenClaim)>, Failure> {
+        crate::pause::worker_gate(self.layout)?;
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)

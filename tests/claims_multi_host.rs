@@ -62,11 +62,14 @@ impl Hosts {
         let agent = env.path().join("agent.sh");
         fs::write(&agent, AGENT).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
+        // The write pace (tested in fleet_limits.rs) is set far above what these runs
+        // write, so the claims are measured at full speed.
         for c in &clones {
             fs::create_dir_all(c.join(".red")).unwrap();
             let config = format!(
                 "[fleet]\nworkers = 2\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\n\
-                 [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\n\
+                 [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\
+                 max_writes_per_min = 600\n\n\
                  [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = 3600\n\n[claims]\nstale_after_s = {stale_after_s}\n",
@@ -256,6 +259,19 @@ fn kind(argv: &[String]) -> &'static str {
             "--json",
             "number,body,labels",
         ] if ["ready-for-agent", "running", "blocked:dependency"].contains(l) => "list-label",
+        // The supervisor's quarantine count, at most once a minute (SPEC §7).
+        [
+            "issue",
+            "list",
+            "--label",
+            "afk:quarantined",
+            "--state",
+            "open",
+            "--limit",
+            _,
+            "--json",
+            "number,body,labels",
+        ] => "list-quarantined",
         ["issue", "view", _, "--json", "state,labels"] => "view",
         ["issue", "view", _, "--json", "state,labels,comments"] => "thread",
         ["issue", "edit", _, "--add-label", _, "--remove-label", _] => "edit",

@@ -119,3 +119,42 @@ fn a_crash_releases_only_the_dead_workers_claims() {
     assert!(other.join("pid").exists());
     assert!(f.comments_of(2).is_empty());
 }
+
+/// A worker the supervisor kills for making no progress ends its attempt `stalled` (a
+/// failure), not `worker-died`, when its issue is restored.
+#[test]
+fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
+    let timing = FAST_TIMING.replace(
+        "stall_s = 600\nstall_kill_s = 1200",
+        "stall_s = 1\nstall_kill_s = 2",
+    );
+    let f = Fleet::new(
+        CLAIM_THEN_WAIT,
+        &format!("[tracker]\nkind = \"local\"\n\n{timing}"),
+    )
+    .with_bin();
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "work",
+        "--label",
+        "ready-for-agent",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let mut f = f;
+    f.start(&["--workers", "1"]);
+    claimer(&f);
+    f.wait_events("slot.stall-kill", 1);
+    let restored = f.wait_events("slot.restore", 1);
+    assert_eq!(restored[0].issue, Some(1));
+    let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
+    let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [afk_supervisor::ledger::Outcome::Stalled],
+        "{}",
+        f.dump()
+    );
+    assert!(afk_supervisor::ledger::Outcome::Stalled.is_failure());
+}

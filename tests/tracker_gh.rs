@@ -440,6 +440,7 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
                 .map(drop),
         ),
         ("pr merge", t.pr_merge("docs/x")),
+        ("api rate_limit", t.rate_limit_reset().map(drop)),
     ];
     const USAGE: [&str; 9] = [
         "unknown flag",
@@ -475,4 +476,99 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
     );
     assert!(detail.contains("gh.invalid"), "auth status: {e}");
     eprintln!("real gh, auth status: {e}");
+}
+
+/// A tracker sharing the fleet's files under `state`.
+fn fleet_tracker(fake: &FakeGh, state: &std::path::Path) -> GhTracker {
+    fake.tracker(Some("o/r")).with_fleet(
+        state,
+        afk_supervisor::tracker::pace::Pace::new(state, 20, Duration::from_secs(60)),
+    )
+}
+
+/// A primary rate limit: the reset comes from `gh api rate_limit` (exactly that argv), the
+/// pause is recorded, and every later repository call is refused unsent until it.
+#[test]
+fn a_primary_rate_limit_records_the_reset_and_later_calls_are_not_sent() {
+    let (env, fake) = fixture();
+    let state = env.path().join("state");
+    let reset = afk_supervisor::timeutil::now_epoch() + 30;
+    fake.set_rate_limit(Some(reset));
+    let t = fleet_tracker(&fake, &state);
+    assert_eq!(t.rate_limit_reset().unwrap(), Some(reset));
+    fake.clear_calls();
+    let e = t.view(1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::RateLimited, "{e}");
+    assert_eq!(
+        fake.calls(),
+        vec![
+            s(&[
+                "issue",
+                "view",
+                "1",
+                "--json",
+                "state,labels",
+                "--repo",
+                "o/r"
+            ]),
+            s(&["api", "rate_limit"]),
+        ]
+    );
+    let pause = afk_supervisor::pause::active(&state).expect("paused");
+    assert_eq!(pause.until_epoch, reset);
+    assert!(
+        pause.reason.contains("API rate limit exceeded"),
+        "{}",
+        pause.reason
+    );
+    for _ in 0..3 {
+        let e = t.comment(1, "hello").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::RateLimited);
+        assert!(
+            e.detail.starts_with("not called: fleet paused until "),
+            "{e}"
+        );
+    }
+    assert_eq!(fake.calls().len(), 2, "nothing sent while paused");
+    assert_eq!(fake.rate_limit_hits(), 1);
+    // `gh auth status` costs no quota and still runs.
+    t.auth_status().unwrap();
+}
+
+/// A secondary limit names no reset in `gh api rate_limit`: a minute, without asking;
+/// a `retry-after` in gh's message is used as it is.
+#[test]
+fn secondary_limits_pause_a_minute_or_for_the_retry_after() {
+    let (env, fake) = fixture();
+    let state = env.path().join("state");
+    let t = fleet_tracker(&fake, &state);
+    fake.fail_next(1, 1, "HTTP 403: You have exceeded a secondary rate limit. Please wait a few minutes before you try again.");
+    assert_eq!(t.view(1).unwrap_err().kind, ErrorKind::RateLimited);
+    assert_eq!(
+        fake.calls().len(),
+        1,
+        "no rate_limit call for a secondary limit"
+    );
+    let p = afk_supervisor::pause::active(&state).unwrap();
+    let d = afk_supervisor::pause::DEFAULT_PAUSE_S;
+    assert!((d - 1..=d).contains(&(p.until_epoch - p.since_epoch)));
+
+    let state2 = env.path().join("state2");
+    let t2 = fleet_tracker(&fake, &state2);
+    fake.fail_next(1, 1, "HTTP 429: Too Many Requests\nRetry-After: 120");
+    assert_eq!(t2.view(1).unwrap_err().kind, ErrorKind::RateLimited);
+    let p = afk_supervisor::pause::active(&state2).unwrap();
+    assert!((119..=120).contains(&(p.until_epoch - p.since_epoch)));
+}
+
+/// The fake accepts `gh api rate_limit` only as the SPEC spells it.
+#[test]
+fn the_fake_refuses_rate_limit_with_a_repo() {
+    let (_env, fake) = fixture();
+    let out = std::process::Command::new(fake.program())
+        .args(["api", "rate_limit", "--repo", "o/r"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown gh invocation"));
 }

@@ -181,8 +181,20 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
     let o = w.work_once(75);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("rate-limited"), "{stderr}");
-    assert_eq!(w.gh.calls().len(), 2);
+    // The third call asks for the reset; none is spent, so the pause is a minute.
+    let calls = w.gh.calls();
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(calls[2], ["api", "rate_limit"]);
+    let pause =
+        afk_supervisor::pause::active(&afk_supervisor::layout::Layout::new(&w.repo.path).state())
+            .expect("the fleet paused");
+    // A minute from when gh answered (the record may be stamped a second later).
+    let d = afk_supervisor::pause::DEFAULT_PAUSE_S;
+    assert!((d - 1..=d).contains(&(pause.until_epoch - pause.since_epoch)));
     w.assert_untouched();
+    // The next worker claims nothing while the pause holds and calls nothing.
+    w.work_once(75);
+    assert_eq!(w.gh.calls().len(), 3);
 }
 
 /// On the shared tracker the quarantine comment carries the hand-off mark as its last

@@ -48,6 +48,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         line(key, c.number(key).unwrap_or_default().to_string());
     }
     line(
+        "timing.fleet_circuit_fraction",
+        c.timing.fleet_circuit_fraction.to_string(),
+    );
+    line(
         "sweeps.attempt_max_age_days",
         c.sweeps.attempt_max_age_days.to_string(),
     );

@@ -207,6 +207,12 @@ impl Circuit {
         self.fast_deaths.clear();
     }
 
+    /// Closed with a clean slate: the fleet-wide circuit's probe proved the worker runs,
+    /// for every slot at once.
+    pub fn reset(&mut self) {
+        self.close();
+    }
+
     /// The next instant at which this breaker wants attention (probe due or probe proven).
     pub fn next_deadline(&self) -> Option<Instant> {
         match self.state {

@@ -4,6 +4,7 @@ pub mod children;
 pub mod circuit;
 pub mod control;
 pub mod fleet;
+pub mod fleet_circuit;
 pub mod journal;
 pub mod lane;
 pub mod notify;

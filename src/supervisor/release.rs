@@ -31,6 +31,8 @@ pub struct DeadWorker {
     pub pid: i32,
     pub start: u64,
     pub id: String,
+    /// Killed by the supervisor for making no progress: its attempt ends `stalled`.
+    pub stalled: bool,
 }
 
 /// Issues whose claim dir names `w` (pid, and start when the claim recorded one).
@@ -88,7 +90,11 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         // another checkout holds by its claim marks is not ours to give back.
         let mut elsewhere = None;
         if restore {
-            match transition::restore(tracker, layout, n, None, &mut 0) {
+            let outcome = match w.stalled {
+                true => crate::ledger::Outcome::Stalled,
+                false => crate::ledger::Outcome::WorkerDied,
+            };
+            match transition::restore_as(tracker, layout, n, None, &mut 0, outcome) {
                 Ok(transition::Restored::Done) => {}
                 Ok(transition::Restored::HeldElsewhere(h)) => {
                     restore = false;

@@ -71,18 +71,34 @@ pub fn periodic_tasks(
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
             at_start: false,
-            task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
-                Arc::clone(tracker),
-                layout.repo().display().to_string(),
-            )))),
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                Box::new(crate::sweeps::unblock::belt::task(
+                    Arc::clone(tracker),
+                    layout.repo().display().to_string(),
+                )),
+            ))),
         },
         Periodic {
             name: "claims-belt",
             interval: crate::claim::stale::interval(config.claims.stale_after_s),
             at_start: false,
-            task: Arc::new(Mutex::new(Box::new(move || stale.pass()))),
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                Box::new(move || stale.pass()),
+            ))),
         },
     ]
+}
+
+/// A tracker belt that skips its run while the fleet is paused for a rate limit
+/// (`crate::pause`); read on the blocking pool, where the task runs.
+fn unless_paused(layout: &Layout, mut task: PeriodicTask) -> PeriodicTask {
+    let state = layout.state();
+    Box::new(move || match crate::pause::active(&state) {
+        Some(p) => Ok(format!("skipped: fleet paused {}", p.describe())),
+        None => task(),
+    })
 }
 
 /// Housekeeping that needs no tracker: slot log folders past `log.slot_log_days` go, at
@@ -430,6 +446,9 @@ fn handle(fleet: &mut Fleet, msg: Msg) {
         Msg::ChildEnded { pid, start } => fleet.own_child_ended(pid, start, now),
         Msg::Exited { pid, start, kind } => fleet.on_exit(pid, start, kind, now),
         Msg::Queue(r) => fleet.on_queue(r, now),
+        Msg::Paused(p) => fleet.on_paused(p, now),
+        Msg::PauseFile(e) => fleet.on_pause_file(e),
+        Msg::Quarantined(n) => fleet.on_quarantined(n),
         Msg::Log(ev) => fleet.log(ev),
     }
 }

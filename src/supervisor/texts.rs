@@ -35,6 +35,14 @@ pub mod kind {
     pub const CIRCUIT_HALF_OPEN: &str = "circuit.half-open";
     pub const CIRCUIT_REPARKED: &str = "circuit.re-parked";
     pub const CIRCUIT_CLOSED: &str = "circuit.closed";
+    /// The whole fleet waits out a tracker rate limit (`docs/SPEC.md` §11.11).
+    pub const FLEET_PAUSED: &str = "fleet.paused";
+    pub const FLEET_RESUMED: &str = "fleet.resumed";
+    /// The fleet-wide circuit (`docs/SPEC.md` §11.12).
+    pub const FLEET_CIRCUIT_OPEN: &str = "fleet.circuit-open";
+    pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
+    pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
+    pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
 }
 
 pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {

@@ -128,6 +128,26 @@ pub fn restore(
     attempt: Option<&Path>,
     writes: &mut usize,
 ) -> Result<Restored, TransitionError> {
+    restore_as(
+        tracker,
+        layout,
+        n,
+        attempt,
+        writes,
+        crate::ledger::Outcome::WorkerDied,
+    )
+}
+
+/// [`restore`], ending the attempt in the ledger with `outcome` (the supervisor's stall
+/// kill records `stalled`).
+pub fn restore_as(
+    tracker: &dyn Tracker,
+    layout: &Layout,
+    n: u64,
+    attempt: Option<&Path>,
+    writes: &mut usize,
+    outcome: crate::ledger::Outcome,
+) -> Result<Restored, TransitionError> {
     let host = crate::claim::tracked::this_host(layout);
     if let Some(h) =
         crate::claim::tracked::held_elsewhere(tracker, n, &host).map_err(TransitionError::Check)?
@@ -144,7 +164,7 @@ pub fn restore(
     };
     make(tracker, &t, Posted::Marker(&records), writes)?;
     // The dead worker's attempt ends in the ledger once the issue is back in the queue.
-    let record = died_record(attempt);
+    let record = died_record(attempt, outcome);
     if let Err(e) = crate::ledger::append(layout, n, &record) {
         eprintln!("afk-supervisor: #{n}: attempt ledger: {e}");
     }
@@ -153,15 +173,11 @@ pub fn restore(
 
 /// The `worker-died` ledger record of a restore: the worker and start time from the
 /// attempt's state file where there is one.
-fn died_record(attempt: Option<&Path>) -> crate::ledger::Record {
+fn died_record(attempt: Option<&Path>, outcome: crate::ledger::Outcome) -> crate::ledger::Record {
     let state = attempt.and_then(|a| crate::attempt_state::AttemptState::read(a).ok().flatten());
     let worker = state.as_ref().and_then(|s| s.worker_id.clone());
     let start = state.as_ref().and_then(|s| s.started_at.clone());
-    crate::ledger::Record::now(
-        worker.as_deref(),
-        start.as_deref(),
-        crate::ledger::Outcome::WorkerDied,
-    )
+    crate::ledger::Record::now(worker.as_deref(), start.as_deref(), outcome)
 }
 
 fn is_file(p: &Path) -> bool {

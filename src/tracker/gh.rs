@@ -4,10 +4,15 @@
 //! Every failure is classified (not found / transient / failed) from the exit status and
 //! gh's stderr, because the sweeps must never act on a transient failure: a timeout, a
 //! network error, a rate limit or a 5xx must never look like "the issue is gone".
+//!
+//! With the checkout's state dir known ([`GhTracker::with_fleet`]), a rate-limited answer
+//! pauses the whole fleet until GitHub's reset ([`crate::pause`]), every call of this
+//! tracker is refused unsent while the pause holds, and content-creating calls are paced
+//! across the fleet ([`super::pace`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -27,6 +32,9 @@ pub struct GhTracker {
     timeout: Duration,
     dir: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
+    /// The checkout's `.red/state/` (the pause file) and the write pace; `None` outside a
+    /// checkout's fleet (some unit tests).
+    fleet: Option<(PathBuf, super::pace::Pace)>,
 }
 
 impl GhTracker {
@@ -39,7 +47,74 @@ impl GhTracker {
             timeout,
             dir: None,
             env: Vec::new(),
+            fleet: None,
         }
+    }
+
+    /// Shares the fleet's pause (`state_dir`/`fleet-pause.toon`) and write pace with every
+    /// other process of the checkout.
+    pub fn with_fleet(mut self, state_dir: impl Into<PathBuf>, pace: super::pace::Pace) -> Self {
+        self.fleet = Some((state_dir.into(), pace));
+        self
+    }
+
+    /// `gh api rate_limit`: the latest reset (epoch seconds) among the limits that are
+    /// spent; `None` when none is (a secondary limit, or the reset already passed). The
+    /// endpoint costs no quota.
+    pub fn rate_limit_reset(&self) -> TrackerResult<Option<u64>> {
+        let out = self.run(&["api", "rate_limit"], false)?;
+        parse::rate_limit_reset(&out).map_err(|e| {
+            TrackerError::new(
+                ErrorKind::Failed,
+                "gh api rate_limit",
+                format!("unexpected JSON from gh: {e}"),
+            )
+        })
+    }
+
+    /// Records the fleet-wide pause after a rate-limited answer: until the reset GitHub
+    /// names in its message, else the one `gh api rate_limit` reports, else a minute.
+    fn pause_fleet(&self, stderr: &str) {
+        let Some((state_dir, _)) = &self.fleet else {
+            return;
+        };
+        let now = crate::timeutil::now_epoch();
+        let until = reset_in_message(stderr, now)
+            .or_else(|| {
+                (!is_secondary(stderr))
+                    .then(|| self.rate_limit_reset().ok().flatten())
+                    .flatten()
+            })
+            .unwrap_or(now + crate::pause::DEFAULT_PAUSE_S);
+        let reason = format!("rate limited: {}", one_line(stderr));
+        if let Err(e) = crate::pause::record(state_dir, &reason, until) {
+            eprintln!(
+                "afk-supervisor: {}: {e}",
+                crate::pause::path(state_dir).display()
+            );
+        }
+    }
+
+    /// A content-creating call: paced across the fleet, then run.
+    fn run_write(&self, args: &[&str]) -> TrackerResult<String> {
+        if let Some((_, pace)) = &self.fleet {
+            let deadline = crate::timeutil::deadline(
+                Instant::now(),
+                self.timeout.saturating_add(Duration::from_secs(60)),
+            );
+            if let Err(e) = pace.acquire(deadline) {
+                let kind = match e {
+                    super::pace::PaceError::Exhausted { .. } => ErrorKind::Transient,
+                    super::pace::PaceError::File(_) => ErrorKind::Failed,
+                };
+                return Err(TrackerError::new(
+                    kind,
+                    render(&self.argv(args, true)),
+                    format!("not called: write pace: {e}"),
+                ));
+            }
+        }
+        self.run(args, true)
     }
 
     /// Runs this program instead of `gh` from `PATH` (tests point it at a fake).
@@ -114,11 +189,25 @@ impl GhTracker {
             stdin: None,
         };
         let command = render(&argv);
+        // Repository calls cost quota; `auth status` and `api rate_limit` do not.
+        if with_repo
+            && let Some((state_dir, _)) = &self.fleet
+            && let Some(p) = crate::pause::active(state_dir)
+        {
+            return Err(TrackerError::new(
+                ErrorKind::RateLimited,
+                command,
+                format!("not called: fleet paused {}", p.describe()),
+            ));
+        }
         match cmd::run(&argv, self.timeout, &opts) {
             Ok(out) if out.status.success() => Ok(out.stdout_str()),
             Ok(out) => {
                 let stderr = out.stderr_str();
                 let kind = classify(out.status.code(), &stderr);
+                if kind == ErrorKind::RateLimited && with_repo {
+                    self.pause_fleet(&stderr);
+                }
                 let detail = match out.status.code() {
                     Some(code) => format!("exit {code}: {}", one_line(&stderr)),
                     None => format!("killed by a signal: {}", one_line(&stderr)),
@@ -231,6 +320,35 @@ pub fn classify(code: Option<i32>, stderr: &str) -> ErrorKind {
     ErrorKind::Failed
 }
 
+/// GitHub's secondary ("abuse") limit: no reset in `gh api rate_limit`, which reports only
+/// the primary ones.
+fn is_secondary(stderr: &str) -> bool {
+    let s = stderr.to_lowercase();
+    s.contains("secondary rate limit") || s.contains("abuse detection") || s.contains("http 429")
+}
+
+/// A reset named in gh's message: `retry after N` / `retry-after: N` seconds, or an
+/// `x-ratelimit-reset: EPOCH` header line.
+pub fn reset_in_message(stderr: &str, now: u64) -> Option<u64> {
+    let s = stderr.to_lowercase();
+    let number_after = |key: &str| -> Option<u64> {
+        let i = s.find(key)? + key.len();
+        let digits: String = s[i..]
+            .trim_start_matches([' ', ':'])
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    if let Some(at) = number_after("x-ratelimit-reset") {
+        return Some(at);
+    }
+    ["retry-after", "retry after"]
+        .iter()
+        .find_map(|k| number_after(k))
+        .map(|secs| now.saturating_add(secs))
+}
+
 /// `HTTP 5xx` anywhere in the (lower-cased) text.
 fn has_http_5xx(s: &str) -> bool {
     s.match_indices("http 5").any(|(i, _)| {
@@ -337,6 +455,25 @@ pub mod parse {
                 title: None,
             })
             .collect())
+    }
+
+    /// `gh api rate_limit`: the latest `reset` among the resources whose `remaining` is 0.
+    pub fn rate_limit_reset(text: &str) -> Result<Option<u64>, String> {
+        #[derive(Deserialize)]
+        struct Limit {
+            remaining: u64,
+            reset: u64,
+        }
+        #[derive(Deserialize)]
+        struct Limits {
+            resources: std::collections::BTreeMap<String, Limit>,
+        }
+        let l: Limits = json(text)?;
+        Ok(l.resources
+            .values()
+            .filter(|r| r.remaining == 0)
+            .map(|r| r.reset)
+            .max())
     }
 
     /// `gh issue view <N> --json state,labels,comments`: the comments' bodies.
@@ -484,12 +621,12 @@ impl Tracker for GhTracker {
         if !remove.is_empty() {
             args.extend(["--remove-label", remove_csv.as_str()]);
         }
-        self.run(&args, true).map(|_| ())
+        self.run_write(&args).map(|_| ())
     }
 
     fn comment(&self, number: u64, body: &str) -> TrackerResult<()> {
         let n = number.to_string();
-        self.run(&["issue", "comment", n.as_str(), "--body", body], true)
+        self.run_write(&["issue", "comment", n.as_str(), "--body", body])
             .map(|_| ())
     }
 
@@ -533,12 +670,9 @@ impl Tracker for GhTracker {
     }
 
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {
-        let out = self.run(
-            &[
-                "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
-            ],
-            true,
-        )?;
+        let out = self.run_write(&[
+            "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
+        ])?;
         // gh prints the new PR's URL as its last line of stdout.
         Ok(out
             .lines()

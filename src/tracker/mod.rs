@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod gh;
 pub mod local;
+pub mod pace;
 pub mod select;
 
 pub use gh::GhTracker;

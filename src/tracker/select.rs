@@ -85,8 +85,16 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Se
     let git = Git::new(layout.repo());
     let origin = origin_url(&git);
     let from_origin = origin.as_deref().and_then(repo_from_url);
-    let gh =
-        |repo: Option<String>| GhTracker::new(repo, timeout).in_dir(layout.repo().to_path_buf());
+    let pace = super::pace::Pace::new(
+        &layout.state(),
+        config.tracker.max_writes_per_min,
+        Duration::from_secs(config.tracker.pace_window_s),
+    );
+    let gh = |repo: Option<String>| {
+        GhTracker::new(repo, timeout)
+            .in_dir(layout.repo().to_path_buf())
+            .with_fleet(layout.state(), pace.clone())
+    };
     let local = || Backend::Local(LocalTracker::new(layout, git.clone()).with_timeout(timeout));
     match config.tracker.kind {
         TrackerKind::Local => Ok((local(), "tracker: local (requested)".into())),

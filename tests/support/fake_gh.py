@@ -13,6 +13,11 @@
 #   calls.jsonl  one JSON array per call: the argv after the program name
 #   pids         one pid per call, written first thing
 #   hung         one pid per child a `hang` reply started (it shares the call's group)
+#   stamps.jsonl one JSON object per call: {"t": epoch seconds, "argv": [...]}
+#
+# A `rate_limit: {"reset": EPOCH, "hits": N}` in state.json makes every repository call
+# fail as GitHub's primary rate limit does until EPOCH (counting them in `hits`), and
+# `gh api rate_limit` report the core and graphql limits spent until EPOCH.
 import copy
 import fcntl
 import json
@@ -30,6 +35,8 @@ LOCK = os.path.join(HERE, "state.lock")
 CALLS = os.path.join(HERE, "calls.jsonl")
 PIDS = os.path.join(HERE, "pids")
 HUNG = os.path.join(HERE, "hung")
+STAMPS = os.path.join(HERE, "stamps.jsonl")
+RATE_LIMIT_STDERR = "GraphQL: API rate limit exceeded for user ID 1.\n"
 
 POSITIVE = re.compile(r"^[1-9][0-9]*$")
 
@@ -146,6 +153,21 @@ def handle(argv, state):
     """Runs one call against `state` (mutated in place); raises Reply."""
     rest, repo = split_repo(argv)
     url = "https://github.com/" + (repo or state["repo"])
+
+    if match(rest, ["api", "rate_limit"]) is not None:
+        if repo is not None:
+            unknown(argv)
+        limit = state.get("rate_limit")
+        reset = int(limit["reset"]) if limit else int(time.time()) + 3600
+        # Without a scripted limit nothing is spent (a scripted rate-limit reply is then a
+        # secondary-style limit with no reset to report).
+        spent = bool(limit) and time.time() < reset
+        limits = {
+            name: {"limit": 5000, "remaining": 0 if spent else 5000, "reset": reset, "used": 5000 if spent else 0}
+            for name in ("core", "graphql")
+        }
+        limits["search"] = {"limit": 30, "remaining": 30, "reset": int(time.time()) + 60, "used": 0}
+        raise Reply(0, stdout=dump({"resources": limits, "rate": limits["core"]}))
 
     if match(rest, ["auth", "status"]) is not None:
         if repo is not None:
@@ -292,6 +314,7 @@ def main():
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         append(CALLS, json.dumps(argv))
+        append(STAMPS, json.dumps({"t": time.time(), "argv": argv}))
         state = load()
         # An argv outside the contract is refused before any scripted reply is used, so a
         # scripted failure can never hide a wrong invocation.
@@ -299,6 +322,11 @@ def main():
         if probe.code == 2:
             finish(probe)
         step = state["script"].pop(0) if state["script"] else None
+        limit = state.get("rate_limit")
+        if step is None and limit and argv[:2] not in (["auth", "status"], ["api", "rate_limit"]):
+            if time.time() < float(limit["reset"]):
+                limit["hits"] = limit.get("hits", 0) + 1
+                step = {"code": 1, "stderr": RATE_LIMIT_STDERR}
         if step is None and chaos_strikes(state):
             step = {"code": 1, "stderr": CHAOS_STDERR}
         save(state)

@@ -280,6 +280,42 @@ impl FakeGh {
     }
 
     /// Calls chaos mode has failed since [`FakeGh::set_chaos`].
+    /// Every repository call fails with GitHub's primary rate-limit message until `reset`
+    /// (epoch seconds), and `gh api rate_limit` names that reset; `None` lifts it.
+    pub fn set_rate_limit(&self, reset: Option<u64>) {
+        self.edit(|st| {
+            st["rate_limit"] = match reset {
+                Some(r) => json!({"reset": r, "hits": 0}),
+                None => Value::Null,
+            };
+        });
+    }
+
+    /// Calls refused for the rate limit so far.
+    pub fn rate_limit_hits(&self) -> u64 {
+        self.state()["rate_limit"]["hits"].as_u64().unwrap_or(0)
+    }
+
+    /// Every call with the time it was made (epoch seconds).
+    pub fn stamped_calls(&self) -> Vec<(f64, Vec<String>)> {
+        let text = std::fs::read_to_string(self.bin_dir().join("stamps.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| {
+                let t = v["t"].as_f64().unwrap_or(0.0);
+                let argv = v["argv"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (t, argv)
+            })
+            .collect()
+    }
+
     pub fn chaos_failures(&self) -> u64 {
         self.state()["chaos"]["failed"].as_u64().unwrap_or(0)
     }

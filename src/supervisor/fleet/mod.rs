@@ -46,6 +46,13 @@ pub enum Msg {
     },
     /// The claimable `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<BTreeSet<u64>, String>),
+    /// The fleet is paused for a rate limit (read from the pause file): the queue check
+    /// that found it did not call the tracker.
+    Paused(crate::pause::Pause),
+    /// The pause file could not be read (it pauses nothing): reported once.
+    PauseFile(String),
+    /// Open issues labelled `afk:quarantined`, counted beside a queue check.
+    Quarantined(u64),
     Log(Event),
 }
 
@@ -136,8 +143,20 @@ pub struct Fleet {
     usage_read_at: Option<Instant>,
     /// How the boot suite ended, for `status`.
     boot_suite: Option<state_file::BootSuite>,
+    /// The fleet-wide rate-limit pause in force and when it ends (`crate::pause`).
+    paused: Option<(crate::pause::Pause, Instant)>,
+    /// The last unreadable pause file reported.
+    pause_file_error: Option<String>,
+    /// Open `afk:quarantined` issues at the last count, and when it was asked for.
+    quarantined: Option<u64>,
+    quarantine_asked: Option<Instant>,
+    /// The fleet-wide circuit (`fleet_circuit`).
+    fleet_circuit: super::fleet_circuit::FleetCircuit,
+    /// Each slot's last exit and log, for the fleet circuit's reason.
+    last_exits: BTreeMap<usize, (String, std::path::PathBuf)>,
 }
 
+mod guards;
 mod scaling;
 mod stop;
 #[cfg(test)]
@@ -200,6 +219,14 @@ impl Fleet {
             children: Box::new(Os::new(tx.clone())),
             usage_read_at: None,
             boot_suite: None,
+            paused: None,
+            pause_file_error: None,
+            quarantined: None,
+            quarantine_asked: None,
+            fleet_circuit: super::fleet_circuit::FleetCircuit::new(
+                config.timing.fleet_circuit_fraction,
+            ),
+            last_exits: BTreeMap::new(),
             tx,
         }
     }
@@ -362,6 +389,11 @@ impl Fleet {
             if self.stopping.is_some() || idx >= self.target {
                 return;
             }
+            // A paused fleet starts nothing that would claim (the slot idles until the
+            // resume's queue check), and an open fleet circuit only its one probe.
+            if self.paused.is_some() || !self.fleet_circuit.may_spawn(idx) {
+                return;
+            }
             let Some(slot) = self.slots.get(&idx) else {
                 return;
             };
@@ -453,11 +485,22 @@ impl Fleet {
     fn death(&mut self, idx: usize, now: Instant, started: Instant) -> bool {
         self.tick_deaths += 1;
         self.churn_deaths.push_back(now);
+        if self.fleet_circuit.probe_slot() == Some(idx) {
+            // The fleet's probe could not even start.
+            self.end_fleet_probe(idx, false, true, now);
+            return false;
+        }
         let window_s = self.timing.circuit_window_s;
+        let fleet_open = self.fleet_circuit.is_open();
         let Some(slot) = self.slots.get_mut(&idx) else {
             return false;
         };
         match slot.circuit.on_death(now, started) {
+            Verdict::Respawn { .. } if fleet_open => {
+                // Parked with the rest of the fleet until its probe closes the circuit.
+                slot.phase = Phase::CircuitOpen;
+                false
+            }
             Verdict::Respawn { .. } => true,
             Verdict::Tripped {
                 fast_deaths,
@@ -467,6 +510,7 @@ impl Fleet {
                 slot.phase = Phase::CircuitOpen;
                 let msg = texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
                 self.log(Event::now(kind::CIRCUIT_TRIP, msg).slot(idx));
+                self.note_slot_trip(idx, now);
                 false
             }
             Verdict::Reparked {
@@ -516,6 +560,7 @@ impl Fleet {
                 pid: w.pid,
                 start: w.start,
                 id: w.id.clone(),
+                stalled: w.kill == Some(KillReason::Stall),
             });
         }
         let lived = now.saturating_duration_since(w.started);
@@ -528,12 +573,23 @@ impl Fleet {
             .slot(idx)
             .pid(pid),
         );
+        self.last_exits
+            .insert(idx, (exit.to_string(), w.log.clone()));
         if self.stopping.is_some() {
             return;
         }
         if idx >= self.target {
             self.retire_slot(idx);
             return;
+        }
+        if self.fleet_circuit.probe_slot() == Some(idx) {
+            let clean = matches!(exit, ExitKind::Code(0));
+            let fatal = matches!(exit, ExitKind::Code(78));
+            self.end_fleet_probe(idx, clean, !clean && !fatal, now);
+            // A clean probe idles like any clean exit; 78 still parks its slot for good.
+            if !clean && !fatal {
+                return;
+            }
         }
         if retiring || w.kill == Some(KillReason::Shrink) {
             // Grown back while its worker was being retired: within the target again.
@@ -646,7 +702,11 @@ impl Fleet {
                     self.log(Event::now(kind::IDLE, msg).slot(idx));
                 }
                 self.ready_set = Some(set);
-                let idle = self.wakeable();
+                let idle = match self.paused {
+                    // A check answered just before the pause began: nothing wakes.
+                    Some(_) => Vec::new(),
+                    None => self.wakeable(),
+                };
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
                 // Slots that wake together would all claim, fetch and add worktrees at
                 // once: a batch now, the rest a batch per loop turn (see `service`).
@@ -709,7 +769,7 @@ impl Fleet {
     /// The next batch of slots a queue check said to wake, at most [`UNIDLE_PER_TURN`].
     pub(super) fn wake_backlog(&mut self, now: Instant) {
         let (left, ready) = self.unidle_backlog;
-        if left == 0 || self.stopping.is_some() {
+        if left == 0 || self.stopping.is_some() || self.paused.is_some() {
             self.unidle_backlog = (0, ready);
             return;
         }
@@ -731,7 +791,34 @@ impl Fleet {
         self.queue_inflight = true;
         let (layout, tx) = (self.layout.clone(), self.tx.clone());
         let tracker = self.tracker.clone();
+        let count_quarantined = self
+            .quarantine_asked
+            .is_none_or(|t| t.elapsed() >= QUARANTINE_EVERY);
+        if count_quarantined {
+            self.quarantine_asked = Some(Instant::now());
+        }
         self.blocking(move || {
+            // The pause is read first: a paused fleet's queue check costs no call.
+            let state_dir = layout.state();
+            let paused = || match crate::pause::read(&state_dir) {
+                Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
+                Ok(_) => None,
+                Err(e) => {
+                    let _ = tx.send(Msg::PauseFile(e));
+                    None
+                }
+            };
+            if let Some(p) = paused() {
+                let _ = tx.send(Msg::Paused(p));
+                return;
+            }
+            if count_quarantined
+                && let Ok(t) = &tracker
+                && let Ok(q) =
+                    t.list_open_with_label(crate::tracker::labels::QUARANTINED, QUEUE_LIMIT)
+            {
+                let _ = tx.send(Msg::Quarantined(q.len() as u64));
+            }
             let r = match tracker {
                 Ok(t) => t
                     .list_open_with_label(crate::tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
@@ -739,6 +826,13 @@ impl Fleet {
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(format!("tracker unavailable: {e}")),
             };
+            // A rate-limited answer has just recorded the pause (the gh backend does).
+            if r.is_err()
+                && let Some(p) = paused()
+            {
+                let _ = tx.send(Msg::Paused(p));
+                return;
+            }
             let _ = tx.send(Msg::Queue(r));
         });
     }
@@ -832,6 +926,9 @@ impl Fleet {
         }
     }
 }
+
+/// How often, at most, the quarantined issues are counted (one tracker call).
+const QUARANTINE_EVERY: Duration = Duration::from_secs(60);
 
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;

@@ -419,3 +419,142 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
     assert_eq!(b.os.spawns(), 7);
     assert_eq!(b.phase(0), "running");
 }
+
+/// Four slots whose workers all die at once: the second slot circuit to trip opens the
+/// fleet circuit; from then on each backoff step costs exactly one spawn (the probe), and
+/// a probe that lives past the fast-death time reopens every slot.
+#[test]
+fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
+    let mut b = Bench::new(4);
+    b.start();
+    let mut t = 0.0;
+    // Five rounds of fast deaths (circuit_k = 5): every slot trips.
+    for _ in 0..5 {
+        for slot in 0..4 {
+            t += 0.5;
+            if b.pid_in(slot).is_some() {
+                b.end(slot, ExitKind::Code(1), t);
+            }
+        }
+    }
+    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    let opened_at = t;
+    let before = b.os.spawns();
+    assert_eq!(before, 4 + 4 * 4, "no respawn once tripped");
+    assert!((0..4).all(|s| b.phase(s) == "parked"));
+    let snap = b.fleet.snapshot(b.at(t));
+    let fc = snap.fleet_circuit.expect("fleet circuit in state.toon");
+    assert_eq!((fc.state.as_str(), fc.tripped_slots), ("open", 2));
+    assert!(
+        fc.reason.starts_with("last exits: slot 0 "),
+        "{}",
+        fc.reason
+    );
+    // The slots' own probes (60 s after their trips) and the fleet's (60 s after it
+    // opened) fall in the same minute: one spawn in all, then one per step.
+    let mut per_step = Vec::new();
+    let mut at = opened_at;
+    for backoff in [60.0, 120.0, 240.0] {
+        let spawns = b.os.spawns();
+        for k in 0..=10 {
+            b.fleet.service(b.at(at + backoff * f64::from(k) / 10.0));
+        }
+        at += backoff;
+        b.fleet.service(b.at(at + 0.1));
+        per_step.push(b.os.spawns() - spawns);
+        let probe = (0..4)
+            .find(|s| b.pid_in(*s).is_some())
+            .expect("one probe runs");
+        assert_eq!((0..4).filter(|s| b.pid_in(*s).is_some()).count(), 1);
+        // The probe dies fast: re-parked with the next step.
+        at += 1.0;
+        b.end(probe, ExitKind::Code(1), at);
+    }
+    assert_eq!(per_step, vec![1, 1, 1], "{:?}", b.kinds());
+    assert_eq!(b.count("fleet.circuit-probe"), 3);
+    assert_eq!(b.count("fleet.circuit-reparked"), 3);
+    assert_eq!(
+        b.count("circuit.half-open"),
+        0,
+        "slot probes wait for the fleet's"
+    );
+    // The next probe (480 s) lives past fast_death (30 s): every slot reopens.
+    at += 480.5;
+    b.fleet.service(b.at(at));
+    assert_eq!(
+        b.fleet.snapshot(b.at(at)).fleet_circuit.unwrap().state,
+        "probing"
+    );
+    b.fleet.service(b.at(at + 31.0));
+    assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
+    assert!((0..4).all(|s| b.phase(s) == "running"), "{:?}", b.kinds());
+    assert!(b.fleet.snapshot(b.at(at + 31.0)).fleet_circuit.is_none());
+}
+
+/// A rate-limit pause holds every spawn and wake-up (a death is not respawned, a queue
+/// with work wakes nothing), counts no death against any circuit, is logged once however
+/// often it is seen, and ends by itself at the reset.
+#[test]
+fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
+    let mut b = Bench::new(2);
+    b.start();
+    let pause = crate::pause::Pause {
+        reason: "rate limited: API rate limit exceeded".into(),
+        until_epoch: now_epoch() + 100,
+        since_epoch: now_epoch(),
+    };
+    b.fleet.on_paused(pause.clone(), b.at(1.0));
+    b.fleet.on_paused(pause.clone(), b.at(2.0));
+    assert_eq!(b.count("fleet.paused"), 1);
+    let snap = b.fleet.snapshot(b.at(2.0));
+    assert_eq!(
+        snap.paused.map(|p| p.until_epoch),
+        Some(Some(pause.until_epoch))
+    );
+    b.end(0, ExitKind::Code(exit::RATE_LIMITED), 3.0);
+    // A plain death while paused is not respawned either.
+    b.end(1, ExitKind::Code(1), 3.2);
+    for i in 0..6 {
+        b.fleet
+            .on_queue(Ok(BTreeSet::from([4])), b.at(3.5 + f64::from(i)));
+        b.fleet.service(b.at(3.6 + f64::from(i)));
+    }
+    assert_eq!(
+        b.os.spawns(),
+        2,
+        "nothing spawned while paused: {:?}",
+        b.kinds()
+    );
+    assert_eq!((b.phase(0).as_str(), b.phase(1).as_str()), ("idle", "idle"));
+    assert_eq!(b.count("circuit.trip"), 0);
+    assert_eq!(b.count("fleet.resumed"), 0);
+    assert!(b.fleet.next_deadline(b.at(10.0)) <= b.at(1.0 + 100.0));
+    b.fleet.service(b.at(102.0));
+    assert_eq!(b.count("fleet.resumed"), 1, "{:?}", b.kinds());
+    assert!(b.fleet.snapshot(b.at(102.0)).paused.is_none());
+    b.fleet.on_queue(Ok(BTreeSet::from([4, 5])), b.at(103.0));
+    assert_eq!(b.phase(0), "running");
+    assert_eq!(b.phase(1), "running");
+}
+
+/// A fleet probe that exits 0 closes the fleet circuit and idles like any clean exit; the
+/// other parked slots spawn at once.
+#[test]
+fn a_fleet_probe_that_exits_0_closes_the_circuit() {
+    let mut b = Bench::new(2);
+    b.start();
+    let mut t = 0.0;
+    for _ in 0..5 {
+        for slot in 0..2 {
+            t += 0.5;
+            b.end(slot, ExitKind::Code(1), t);
+        }
+    }
+    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    b.fleet.service(b.at(t + 61.0));
+    let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
+    b.end(probe, ExitKind::Code(0), t + 62.0);
+    assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.phase(probe), "idle");
+    assert_eq!(b.phase(1 - probe), "running");
+}

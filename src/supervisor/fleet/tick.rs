@@ -12,10 +12,22 @@ impl Fleet {
 
     pub fn next_deadline(&self, now: Instant) -> Instant {
         let mut d = self.next_tick;
+        let held = self.slot_probes_held();
         for s in self.slots.values() {
+            if held && matches!(s.phase, Phase::CircuitOpen) {
+                // Its probe waits for the pause or the fleet circuit, whose own
+                // deadlines wake the loop.
+                continue;
+            }
             if let Some(c) = s.circuit.next_deadline() {
                 d = d.min(c);
             }
+        }
+        for g in [self.pause_deadline(), self.fleet_circuit_deadline()]
+            .into_iter()
+            .flatten()
+        {
+            d = d.min(g);
         }
         if let Some(r) = self.reaper.next_deadline() {
             d = d.min(r);
@@ -43,7 +55,9 @@ impl Fleet {
         }
         self.clean_after(&done, now);
         self.release_claims(&done);
+        self.resume_if_due(now);
         self.wake_backlog(now);
+        self.fleet_circuit_due(now);
         self.circuits(now);
         if now >= self.next_tick {
             self.next_tick =
@@ -53,13 +67,14 @@ impl Fleet {
     }
 
     fn circuits(&mut self, now: Instant) {
+        let held = self.slot_probes_held();
         let idxs: Vec<usize> = self.slots.keys().copied().collect();
         for idx in idxs {
             let Some(slot) = self.slots.get_mut(&idx) else {
                 continue;
             };
             match slot.phase {
-                Phase::CircuitOpen if slot.circuit.probe_due(now) => {
+                Phase::CircuitOpen if !held && slot.circuit.probe_due(now) => {
                     if let Some((backoff, step)) = slot.circuit.start_probe(now) {
                         slot.phase = Phase::Idle { confirmed: true };
                         let msg = texts::half_open(idx, backoff.as_secs(), step);
@@ -297,9 +312,9 @@ impl Fleet {
                         .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
                 })
                 .collect(),
-            paused: None,
-            fleet_circuit: None,
-            quarantined: None,
+            paused: self.pause_snapshot(),
+            fleet_circuit: self.fleet_circuit.snapshot(),
+            quarantined: self.quarantined_count(),
             boot_suite: self.boot_suite.clone(),
             tracker_kind: self.tracker.as_ref().ok().map(|t| t.kind().to_string()),
         }

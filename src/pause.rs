@@ -1,0 +1,174 @@
+//! The fleet-wide pause: GitHub said "rate limited", so every process of this checkout
+//! (the supervisor, its workers, the sweeps) holds back what costs API calls until the
+//! reset (`docs/SPEC.md` §11.11).
+//!
+//! The processes are separate, so the pause is a file, `.red/state/fleet-pause.toon`,
+//! written atomically by whichever process met the limit and read with the safe-open
+//! rules of [`crate::fsutil`]. It is never removed: a pause whose `until_epoch` has passed
+//! is over, so a crash can never leave the fleet paused for good, and no two processes
+//! race over deleting it. A file that cannot be read (a FIFO, garbage) pauses nothing:
+//! a planted file must not stop the fleet, and the caller reports it.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::exit::{self, Failure};
+use crate::fsutil::{atomic_write, read_small_text};
+use crate::layout::Layout;
+use crate::timeutil::{now_epoch, rfc3339};
+
+/// The file's name under `.red/state/`.
+pub const FILE_NAME: &str = "fleet-pause.toon";
+
+/// Largest pause file read (it holds one short record).
+const MAX_BYTES: u64 = 16 << 10;
+
+/// Longest pause honoured: GitHub's primary window is an hour; a reset further away is
+/// someone else's clock or a bad file, and the fleet retries after this.
+pub const MAX_PAUSE_S: u64 = 3700;
+
+/// A pause when GitHub names no reset (a secondary limit): it asks for "a few minutes".
+pub const DEFAULT_PAUSE_S: u64 = 60;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    /// One line: what GitHub said, e.g. `rate limited: API rate limit exceeded for user ID 1`.
+    pub reason: String,
+    /// When the fleet resumes by itself (epoch seconds).
+    pub until_epoch: u64,
+    /// When it was recorded (epoch seconds).
+    pub since_epoch: u64,
+}
+
+impl Pause {
+    /// Whether the pause still holds at `now` (epoch seconds).
+    pub fn active_at(&self, now: u64) -> bool {
+        now < self.until_epoch
+    }
+
+    /// `until 2026-12-01T12:00:00Z (rate limited: …)`, for log lines and errors.
+    pub fn describe(&self) -> String {
+        let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.until_epoch);
+        format!("until {} ({})", rfc3339(until), self.reason)
+    }
+}
+
+/// `.red/state/fleet-pause.toon` of the checkout whose state dir is `state_dir`.
+pub fn path(state_dir: &Path) -> PathBuf {
+    state_dir.join(FILE_NAME)
+}
+
+/// The pause recorded under `state_dir`, whether or not it is over; `Ok(None)` when none
+/// was ever recorded. The error names the file.
+pub fn read(state_dir: &Path) -> Result<Option<Pause>, String> {
+    let p = path(state_dir);
+    let text = match read_small_text(&p, MAX_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", p.display())),
+    };
+    reddb_io_toon::from_str::<Pause>(&text)
+        .map(Some)
+        .map_err(|e| {
+            format!(
+                "{}: not a pause record: {}",
+                p.display(),
+                crate::text::clip_quoted(&e.to_string())
+            )
+        })
+}
+
+/// The pause holding now, if any; an unreadable file holds nothing.
+pub fn active(state_dir: &Path) -> Option<Pause> {
+    read(state_dir)
+        .ok()
+        .flatten()
+        .filter(|p| p.active_at(now_epoch()))
+}
+
+/// Records a pause until `until_epoch` (clamped to [`MAX_PAUSE_S`] from now), unless one
+/// already holds at least that long. Returns the pause in force.
+pub fn record(state_dir: &Path, reason: &str, until_epoch: u64) -> std::io::Result<Pause> {
+    let now = now_epoch();
+    let until = until_epoch.clamp(now + 1, now + MAX_PAUSE_S);
+    if let Some(p) = active(state_dir)
+        && p.until_epoch >= until
+    {
+        return Ok(p);
+    }
+    let pause = Pause {
+        reason: crate::text::excerpt(&crate::text::one_line(reason)),
+        until_epoch: until,
+        since_epoch: now,
+    };
+    let text =
+        reddb_io_toon::to_string(&pause).map_err(|e| std::io::Error::other(e.to_string()))?;
+    atomic_write(&path(state_dir), format!("{text}\n").as_bytes())?;
+    Ok(pause)
+}
+
+/// The worker's check before it claims: while the fleet is paused it takes nothing and
+/// exits [`exit::RATE_LIMITED`], which the supervisor never counts as a death.
+pub fn worker_gate(layout: &Layout) -> Result<(), Failure> {
+    match active(&layout.state()) {
+        Some(p) => Err(Failure::new(
+            exit::RATE_LIMITED,
+            format!("fleet paused {}: not claiming", p.describe()),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_is_recorded_extended_never_shortened_and_ends_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_epoch();
+        assert_eq!(read(dir.path()), Ok(None));
+        assert!(active(dir.path()).is_none());
+        let p = record(
+            dir.path(),
+            "rate limited: API rate limit exceeded",
+            now + 30,
+        )
+        .unwrap();
+        assert_eq!(p.until_epoch, now + 30);
+        assert_eq!(active(dir.path()), Some(p.clone()));
+        // A shorter one keeps the longer; a longer one replaces it.
+        assert_eq!(record(dir.path(), "other", now + 10).unwrap(), p);
+        assert_eq!(
+            record(dir.path(), "later", now + 50).unwrap().until_epoch,
+            now + 50
+        );
+        // Absurd resets are clamped.
+        let far = record(dir.path(), "far", now + 1_000_000).unwrap();
+        assert!(far.until_epoch <= now_epoch() + MAX_PAUSE_S);
+        // An expired pause holds nothing.
+        let old = Pause {
+            reason: "old".into(),
+            until_epoch: now - 1,
+            since_epoch: now - 100,
+        };
+        let text = reddb_io_toon::to_string(&old).unwrap();
+        std::fs::write(path(dir.path()), text).unwrap();
+        assert!(active(dir.path()).is_none());
+        assert_eq!(read(dir.path()).unwrap(), Some(old));
+    }
+
+    #[test]
+    fn a_hostile_pause_file_pauses_nothing_and_names_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(path(dir.path()), "garbage {{{").unwrap();
+        assert!(active(dir.path()).is_none());
+        let e = read(dir.path()).unwrap_err();
+        assert!(e.contains(FILE_NAME), "{e}");
+        std::fs::remove_file(path(dir.path())).unwrap();
+        nix::unistd::mkfifo(&path(dir.path()), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(active(dir.path()).is_none());
+        assert!(read(dir.path()).unwrap_err().contains(FILE_NAME));
+    }
+}

@@ -1,0 +1,232 @@
+//! What holds the whole fleet back: the rate-limit pause (`crate::pause`, SPEC §11.11) and
+//! the fleet-wide circuit (`super::super::fleet_circuit`, SPEC §11.12).
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::supervisor::fleet_circuit::{self, ProbeEnd};
+
+impl Fleet {
+    // ---- the rate-limit pause ----
+
+    /// A queue check found the pause file in force: the fleet holds every spawn, wake-up
+    /// and queue check until its end. Logged once per pause; a longer one found later
+    /// only moves the resume time.
+    pub fn on_paused(&mut self, p: crate::pause::Pause, now: Instant) {
+        self.queue_inflight = false;
+        self.queue_again = false;
+        let left = Duration::from_secs(p.until_epoch.saturating_sub(now_epoch()));
+        let resume_at = crate::timeutil::deadline(now, left);
+        match &mut self.paused {
+            Some((cur, at)) => {
+                if p.until_epoch > cur.until_epoch {
+                    *cur = p;
+                    *at = resume_at;
+                    self.dirty = true;
+                }
+            }
+            None => {
+                let msg = format!(
+                    "fleet paused {}: no claims, queue checks, sweep writes or belts until then",
+                    p.describe()
+                );
+                self.log(Event::now(kind::FLEET_PAUSED, msg));
+                self.unidle_backlog = (0, self.unidle_backlog.1);
+                self.paused = Some((p, resume_at));
+            }
+        }
+    }
+
+    /// The pause file could not be read; it pauses nothing. Reported once.
+    pub fn on_pause_file(&mut self, e: String) {
+        if self.pause_file_error.as_deref() != Some(e.as_str()) {
+            self.log(Event::now(kind::ERROR, format!("{e}; it pauses nothing")));
+            self.pause_file_error = Some(e);
+        }
+    }
+
+    pub fn on_quarantined(&mut self, n: u64) {
+        self.dirty |= self.quarantined != Some(n);
+        self.quarantined = Some(n);
+    }
+
+    /// The reset has passed: the fleet resumes by itself, and the queue check that
+    /// follows wakes the idle slots (or finds a newer pause).
+    pub(super) fn resume_if_due(&mut self, now: Instant) {
+        let Some((p, at)) = &self.paused else {
+            return;
+        };
+        if now < *at {
+            return;
+        }
+        let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
+        self.paused = None;
+        self.log(Event::now(kind::FLEET_RESUMED, msg));
+        self.request_queue();
+    }
+
+    pub(super) fn pause_deadline(&self) -> Option<Instant> {
+        self.paused.as_ref().map(|(_, at)| *at)
+    }
+
+    pub(super) fn pause_snapshot(&self) -> Option<state_file::FleetPause> {
+        self.paused.as_ref().map(|(p, _)| state_file::FleetPause {
+            reason: p.reason.clone(),
+            until_epoch: Some(p.until_epoch),
+        })
+    }
+
+    pub(super) fn quarantined_count(&self) -> Option<u64> {
+        self.quarantined
+    }
+
+    // ---- the fleet-wide circuit ----
+
+    /// Slot `idx`'s own circuit tripped: maybe the fleet's opens.
+    pub(super) fn note_slot_trip(&mut self, idx: usize, now: Instant) {
+        let exits: BTreeMap<usize, String> = self
+            .last_exits
+            .iter()
+            .map(|(s, (e, _))| (*s, e.clone()))
+            .collect();
+        let log = self.last_exits.get(&idx).map(|(_, l)| l.clone());
+        let (target, params) = (self.target, self.params);
+        let Some(tripped) = self
+            .fleet_circuit
+            .on_slot_trip(idx, now, target, &params, || {
+                fleet_circuit::reason(&exits, log.as_deref())
+            })
+        else {
+            return;
+        };
+        let msg = format!(
+            "fleet circuit open: {tripped} of {target} slots tripped their circuits within {}s; \
+             the fleet is parked and one slot probes in {}s: {}",
+            self.timing.circuit_window_s,
+            params.backoff(0).as_secs(),
+            self.fleet_circuit.reason()
+        );
+        self.log(Event::now(kind::FLEET_CIRCUIT_OPEN, msg));
+        self.unidle_backlog = (0, self.unidle_backlog.1);
+    }
+
+    /// The fleet's probe in slot `idx` ended (`clean`: exit 0). When that closes the
+    /// circuit, the probe's slot respawns with the others if `respawn` (a death; a clean
+    /// exit idles and an exit 78 parks it as usual). Returns whether it closed.
+    pub(super) fn end_fleet_probe(
+        &mut self,
+        idx: usize,
+        clean: bool,
+        respawn: bool,
+        now: Instant,
+    ) -> bool {
+        let params = self.params;
+        match self.fleet_circuit.on_probe_end(now, clean, &params) {
+            Some(ProbeEnd::Closed { lived }) => {
+                if respawn && let Some(slot) = self.slots.get_mut(&idx) {
+                    slot.phase = Phase::CircuitOpen;
+                }
+                self.close_fleet_circuit(idx, lived, now);
+                true
+            }
+            Some(ProbeEnd::Reparked {
+                lived,
+                backoff,
+                step,
+            }) => {
+                if let Some(slot) = self.slots.get_mut(&idx) {
+                    slot.phase = Phase::CircuitOpen;
+                }
+                let msg = format!(
+                    "fleet circuit re-parked: the probe in slot {idx} died after {:.1}s; next probe in {}s (step {step})",
+                    lived.as_secs_f64(),
+                    backoff.as_secs()
+                );
+                self.log(Event::now(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn close_fleet_circuit(&mut self, idx: usize, lived: Duration, now: Instant) {
+        let msg = format!(
+            "fleet circuit closed: the probe in slot {idx} lived {:.1}s; every slot reopens",
+            lived.as_secs_f64()
+        );
+        self.log(Event::now(kind::FLEET_CIRCUIT_CLOSED, msg).slot(idx));
+        let mut parked = Vec::new();
+        for slot in self.slots.values_mut() {
+            slot.circuit.reset();
+            if matches!(slot.phase, Phase::CircuitOpen)
+                && slot.index < self.target
+                && !slot.retiring
+            {
+                slot.phase = Phase::Idle { confirmed: false };
+                parked.push(slot.index);
+            }
+        }
+        for i in parked {
+            self.spawn_in(i, now);
+        }
+        self.request_queue();
+    }
+
+    /// Starts the single probe when due, and closes the circuit once it lived long enough.
+    pub(super) fn fleet_circuit_due(&mut self, now: Instant) {
+        let params = self.params;
+        let probing = self.fleet_circuit.probe_slot();
+        if let Some(ProbeEnd::Closed { lived }) = self.fleet_circuit.check_probe(now, &params)
+            && let Some(idx) = probing
+        {
+            self.close_fleet_circuit(idx, lived, now);
+        }
+        if self.paused.is_some() || !self.fleet_circuit.probe_due(now) {
+            return;
+        }
+        let candidate = self
+            .slots
+            .values()
+            .find(|s| {
+                s.index < self.target
+                    && !s.retiring
+                    && s.worker().is_none()
+                    && !matches!(s.phase, Phase::Fatal)
+            })
+            .map(|s| s.index);
+        let Some(idx) = candidate else {
+            // Every slot is busy or parked for good: the same step, one backoff later.
+            self.fleet_circuit.postpone(now);
+            return;
+        };
+        let Some((backoff, step)) = self.fleet_circuit.start_probe(idx, now) else {
+            return;
+        };
+        if let Some(slot) = self.slots.get_mut(&idx) {
+            slot.phase = Phase::Idle { confirmed: true };
+        }
+        let msg = format!(
+            "fleet circuit probing with slot {idx} after {}s (step {step})",
+            backoff.as_secs()
+        );
+        self.log(Event::now(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
+        self.spawn_in(idx, now);
+    }
+
+    pub(super) fn fleet_circuit_deadline(&self) -> Option<Instant> {
+        if self.paused.is_some()
+            && !matches!(
+                self.fleet_circuit.state(),
+                fleet_circuit::State::Probing { .. }
+            )
+        {
+            return None;
+        }
+        self.fleet_circuit.next_deadline(&self.params)
+    }
+
+    /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
+    pub(super) fn slot_probes_held(&self) -> bool {
+        self.paused.is_some() || self.fleet_circuit.is_open()
+    }
+}

@@ -1,0 +1,404 @@
+//! The fleet-wide circuit (`docs/SPEC.md` §11.12): when at least
+//! `timing.fleet_circuit_fraction` of the slots trip their own circuits within one circuit
+//! window, the cause is almost never the slots (an expired token, no credits, a broken
+//! agent CLI), so the fleet parks as a whole and probes with a single slot on the
+//! half-open backoff. A broken agent then costs one probe per backoff step, not one per
+//! slot.
+//!
+//! Pure logic over instants handed in by the caller, like the slot [`Circuit`]; the
+//! fleet acts on what it answers.
+//!
+//! [`Circuit`]: super::circuit::Circuit
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::circuit::Params;
+use super::state_file;
+use crate::config::Fraction;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Closed,
+    /// Parked: nothing spawns until `probe_at`.
+    Open {
+        probe_at: Instant,
+        step: u32,
+        backoff: Duration,
+    },
+    /// One slot probes; it closes the circuit by living past the fast-death time.
+    Probing {
+        slot: usize,
+        started: Instant,
+        step: u32,
+        backoff: Duration,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct FleetCircuit {
+    fraction: Fraction,
+    /// Slot trips inside the window: when, and which slot.
+    trips: VecDeque<(Instant, usize)>,
+    state: State,
+    reason: String,
+    tripped_slots: usize,
+    /// Epoch seconds of the (next or running) probe, for `status`.
+    probe_epoch: Option<u64>,
+}
+
+/// How a probe ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeEnd {
+    /// It lived past the fast-death time (or exited 0): the circuit closed.
+    Closed { lived: Duration },
+    /// It died fast: parked again with the next step.
+    Reparked {
+        lived: Duration,
+        backoff: Duration,
+        step: u32,
+    },
+}
+
+fn epoch_at(now: Instant, at: Instant) -> u64 {
+    crate::timeutil::now_epoch().saturating_add(at.saturating_duration_since(now).as_secs())
+}
+
+impl FleetCircuit {
+    pub fn new(fraction: Fraction) -> Self {
+        FleetCircuit {
+            fraction,
+            trips: VecDeque::new(),
+            state: State::Closed,
+            reason: String::new(),
+            tripped_slots: 0,
+            probe_epoch: None,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state != State::Closed
+    }
+
+    /// Slots needed to open the circuit in a fleet of `target`: the fraction, rounded up,
+    /// and never fewer than 2 (one slot's trip is its own circuit's business).
+    pub fn threshold(&self, target: usize) -> usize {
+        self.fraction.of(target).max(2)
+    }
+
+    /// Slot `idx`'s circuit tripped at `now`. Opens the fleet circuit (returning the
+    /// number of slots tripped in the window) when enough distinct slots did; the
+    /// `reason` closure is asked only then.
+    pub fn on_slot_trip(
+        &mut self,
+        idx: usize,
+        now: Instant,
+        target: usize,
+        params: &Params,
+        reason: impl FnOnce() -> String,
+    ) -> Option<usize> {
+        if self.is_open() {
+            return None;
+        }
+        self.trips.push_back((now, idx));
+        while self
+            .trips
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > params.window)
+        {
+            self.trips.pop_front();
+        }
+        let mut slots: Vec<usize> = self.trips.iter().map(|(_, s)| *s).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        if target < 2 || slots.len() < self.threshold(target) {
+            return None;
+        }
+        let backoff = params.backoff(0);
+        let probe_at = crate::timeutil::deadline(now, backoff);
+        self.state = State::Open {
+            probe_at,
+            step: 0,
+            backoff,
+        };
+        self.trips.clear();
+        self.tripped_slots = slots.len();
+        self.reason = reason();
+        self.probe_epoch = Some(epoch_at(now, probe_at));
+        Some(slots.len())
+    }
+
+    /// Whether slot `idx` may start a worker: any while closed, only the probe's slot
+    /// while probing, none while open.
+    pub fn may_spawn(&self, idx: usize) -> bool {
+        match self.state {
+            State::Closed => true,
+            State::Probing { slot, .. } => slot == idx,
+            State::Open { .. } => false,
+        }
+    }
+
+    pub fn probe_due(&self, now: Instant) -> bool {
+        matches!(self.state, State::Open { probe_at, .. } if now >= probe_at)
+    }
+
+    /// Open → probing with `slot`; the expired backoff and the step, for the log line.
+    pub fn start_probe(&mut self, slot: usize, now: Instant) -> Option<(Duration, u32)> {
+        let State::Open { step, backoff, .. } = self.state else {
+            return None;
+        };
+        self.state = State::Probing {
+            slot,
+            started: now,
+            step,
+            backoff,
+        };
+        self.probe_epoch = Some(crate::timeutil::now_epoch());
+        Some((backoff, step))
+    }
+
+    /// No slot could probe: the same step again, one backoff later.
+    pub fn postpone(&mut self, now: Instant) {
+        if let State::Open { step, backoff, .. } = self.state {
+            let probe_at = crate::timeutil::deadline(now, backoff);
+            self.state = State::Open {
+                probe_at,
+                step,
+                backoff,
+            };
+            self.probe_epoch = Some(epoch_at(now, probe_at));
+        }
+    }
+
+    pub fn probe_slot(&self) -> Option<usize> {
+        match self.state {
+            State::Probing { slot, .. } => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// The probe has lived past the fast-death time: closed.
+    pub fn check_probe(&mut self, now: Instant, params: &Params) -> Option<ProbeEnd> {
+        let State::Probing { started, .. } = self.state else {
+            return None;
+        };
+        let lived = now.saturating_duration_since(started);
+        if lived < params.fast_death {
+            return None;
+        }
+        self.close();
+        Some(ProbeEnd::Closed { lived })
+    }
+
+    /// The probe's worker ended at `now`: `clean` (exit 0) or having lived past the
+    /// fast-death time closes the circuit; anything else parks it with the next step.
+    pub fn on_probe_end(&mut self, now: Instant, clean: bool, params: &Params) -> Option<ProbeEnd> {
+        let State::Probing { started, step, .. } = self.state else {
+            return None;
+        };
+        let lived = now.saturating_duration_since(started);
+        if clean || lived >= params.fast_death {
+            self.close();
+            return Some(ProbeEnd::Closed { lived });
+        }
+        let step = step.saturating_add(1);
+        let backoff = params.backoff(step);
+        let probe_at = crate::timeutil::deadline(now, backoff);
+        self.state = State::Open {
+            probe_at,
+            step,
+            backoff,
+        };
+        self.probe_epoch = Some(epoch_at(now, probe_at));
+        Some(ProbeEnd::Reparked {
+            lived,
+            backoff,
+            step,
+        })
+    }
+
+    fn close(&mut self) {
+        self.state = State::Closed;
+        self.trips.clear();
+        self.probe_epoch = None;
+    }
+
+    pub fn next_deadline(&self, params: &Params) -> Option<Instant> {
+        match self.state {
+            State::Closed => None,
+            State::Open { probe_at, .. } => Some(probe_at),
+            State::Probing { started, .. } => {
+                Some(crate::timeutil::deadline(started, params.fast_death))
+            }
+        }
+    }
+
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// `state.toon` `fleet_circuit`; `None` while closed.
+    pub fn snapshot(&self) -> Option<state_file::FleetCircuit> {
+        let state = match self.state {
+            State::Closed => return None,
+            State::Open { .. } => "open",
+            State::Probing { .. } => "probing",
+        };
+        Some(state_file::FleetCircuit {
+            state: state.into(),
+            reason: self.reason.clone(),
+            probe_epoch: self.probe_epoch,
+            tripped_slots: self.tripped_slots,
+        })
+    }
+}
+
+/// Lines of one slot log quoted in the reason.
+const REASON_LINES: usize = 3;
+/// The most read from the end of that log.
+const TAIL_BYTES: u64 = 4096;
+
+/// The circuit's one reason: the last exit of each slot that has one, and the last lines
+/// of `log` (one slot's), as one line.
+pub fn reason(last_exits: &BTreeMap<usize, String>, log: Option<&Path>) -> String {
+    let exits: Vec<String> = last_exits
+        .iter()
+        .map(|(slot, exit)| format!("slot {slot} {exit}"))
+        .collect();
+    let mut out = format!("last exits: {}", exits.join(", "));
+    if let Some(log) = log {
+        let tail = tail_lines(log);
+        if !tail.is_empty() {
+            out.push_str(&format!("; {} ends: {}", log.display(), tail.join(" | ")));
+        }
+    }
+    crate::text::escape(&crate::text::one_line(&out))
+}
+
+/// The last non-empty lines of a slot log, read safely (no symlink, regular files only,
+/// the last [`TAIL_BYTES`] only).
+fn tail_lines(log: &Path) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
+    else {
+        return Vec::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    if f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))
+        .and_then(|_| f.take(TAIL_BYTES).read_to_end(&mut tail))
+        .is_err()
+    {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(crate::text::excerpt)
+        .collect();
+    lines[lines.len().saturating_sub(REASON_LINES)..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Params {
+        Params {
+            fast_death: Duration::from_secs(30),
+            k: 3,
+            window: Duration::from_secs(90),
+            base_s: 60,
+            cap_s: 3600,
+        }
+    }
+
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn opens_when_the_fraction_of_slots_trips_in_one_window() {
+        let t0 = Instant::now();
+        let p = params();
+        let mut c = FleetCircuit::new(Fraction(500));
+        assert_eq!(c.threshold(4), 2);
+        assert_eq!(c.threshold(5), 3);
+        assert_eq!(c.threshold(1), 2);
+        // The same slot twice is one slot; a trip outside the window is forgotten.
+        assert_eq!(c.on_slot_trip(0, t0, 4, &p, || "r".into()), None);
+        assert_eq!(c.on_slot_trip(0, t0 + s(1), 4, &p, || "r".into()), None);
+        assert_eq!(c.on_slot_trip(1, t0 + s(200), 4, &p, || "r".into()), None);
+        assert!(!c.is_open());
+        assert_eq!(
+            c.on_slot_trip(2, t0 + s(201), 4, &p, || "why".into()),
+            Some(2)
+        );
+        assert!(c.is_open());
+        assert!(!c.may_spawn(0));
+        let snap = c.snapshot().unwrap();
+        assert_eq!((snap.state.as_str(), snap.tripped_slots), ("open", 2));
+        assert_eq!(snap.reason, "why");
+        // A fleet of one never opens it.
+        let mut one = FleetCircuit::new(Fraction(500));
+        assert_eq!(one.on_slot_trip(0, t0, 1, &p, || "r".into()), None);
+    }
+
+    #[test]
+    fn one_probe_per_step_and_a_probe_that_lives_closes() {
+        let t0 = Instant::now();
+        let p = params();
+        let mut c = FleetCircuit::new(Fraction(500));
+        c.on_slot_trip(0, t0, 2, &p, String::new);
+        c.on_slot_trip(1, t0, 2, &p, String::new);
+        assert!(!c.probe_due(t0 + s(59)));
+        assert!(c.probe_due(t0 + s(60)));
+        assert_eq!(c.start_probe(3, t0 + s(60)), Some((s(60), 0)));
+        assert!(c.may_spawn(3) && !c.may_spawn(0));
+        assert_eq!(c.start_probe(0, t0 + s(60)), None, "one probe at a time");
+        assert_eq!(
+            c.on_probe_end(t0 + s(65), false, &p),
+            Some(ProbeEnd::Reparked {
+                lived: s(5),
+                backoff: s(120),
+                step: 1
+            })
+        );
+        assert!(!c.probe_due(t0 + s(184)));
+        c.start_probe(0, t0 + s(185));
+        assert_eq!(c.check_probe(t0 + s(200), &p), None);
+        assert_eq!(
+            c.check_probe(t0 + s(215), &p),
+            Some(ProbeEnd::Closed { lived: s(30) })
+        );
+        assert!(!c.is_open() && c.may_spawn(1));
+        assert!(c.snapshot().is_none());
+    }
+
+    #[test]
+    fn the_reason_names_exits_and_the_logs_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("slot-0.log");
+        std::fs::write(&log, "one\ntwo\n\nthree\nError: token expired\n").unwrap();
+        let exits = BTreeMap::from([(0, "exit 1".to_string()), (1, "exit 2".to_string())]);
+        let r = reason(&exits, Some(&log));
+        assert!(
+            r.starts_with("last exits: slot 0 exit 1, slot 1 exit 2; "),
+            "{r}"
+        );
+        assert!(
+            r.ends_with("ends: two | three | Error: token expired"),
+            "{r}"
+        );
+        assert!(!r.contains('\n'));
+    }
+}

@@ -1,0 +1,175 @@
+//! Fleet-wide pacing of content-creating gh calls (comments, label edits, pull requests):
+//! at most `tracker.max_writes_per_min` in any `tracker.pace_window_s` (60 s) across every
+//! process of the checkout, well below GitHub's secondary limit of 80 a minute
+//! (`docs/SPEC.md` §11.11).
+//!
+//! The budget is shared through one file, `.red/state/tracker-pace`, which holds the
+//! recent write times (epoch milliseconds, one a line) and is read and rewritten only
+//! under an exclusive `flock` of itself, so several workers respect one budget. A caller
+//! over budget waits for the oldest time to leave the window, bounded by its deadline:
+//! a wait that cannot end in time fails as transient, and nothing was written.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The pace file's name under `.red/state/`.
+pub const FILE_NAME: &str = "tracker-pace";
+
+/// Largest pace file read: far more lines than any budget keeps.
+const MAX_BYTES: u64 = 256 << 10;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pace {
+    file: PathBuf,
+    budget: usize,
+    window: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PaceError {
+    /// The budget stays spent past the caller's deadline.
+    #[error(
+        "{file}: {budget} writes in the last {window_s}s; the next slot opens past the call's deadline"
+    )]
+    Exhausted {
+        file: String,
+        budget: usize,
+        window_s: u64,
+    },
+    #[error("{0}")]
+    File(String),
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Pace {
+    /// `budget` writes per `window` through the pace file under `state_dir`.
+    pub fn new(state_dir: &Path, budget: u64, window: Duration) -> Pace {
+        Pace {
+            file: state_dir.join(FILE_NAME),
+            budget: usize::try_from(budget.max(1)).unwrap_or(usize::MAX),
+            window: window.max(Duration::from_millis(1)),
+        }
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Takes one write from the budget, waiting while it is spent, until `deadline`.
+    pub fn acquire(&self, deadline: Instant) -> Result<(), PaceError> {
+        loop {
+            let wait = self.try_take()?;
+            let Some(wait) = wait else { return Ok(()) };
+            let now = Instant::now();
+            if now + wait > deadline {
+                return Err(PaceError::Exhausted {
+                    file: self.file.display().to_string(),
+                    budget: self.budget,
+                    window_s: self.window.as_secs(),
+                });
+            }
+            // Never under the lock: the others keep taking and freeing slots meanwhile.
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// One look under the lock: `None` when a write was taken (and recorded), else how
+    /// long until the oldest recorded write leaves the window.
+    fn try_take(&self) -> Result<Option<Duration>, PaceError> {
+        let named =
+            |e: &dyn std::fmt::Display| PaceError::File(format!("{}: {e}", self.file.display()));
+        if let Some(dir) = self.file.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| named(&e))?;
+        }
+        let mut opts = std::fs::OpenOptions::new();
+        opts.read(true).write(true).create(true).truncate(false);
+        let mut f = crate::fsutil::open_regular(&self.file, opts, crate::fsutil::Links::Refuse)
+            .map_err(|e| named(&e))?
+            .ok_or_else(|| named(&"vanished while opened"))?;
+        f.lock().map_err(|e| named(&e))?;
+        let mut bytes = Vec::new();
+        (&mut f)
+            .take(MAX_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(|e| named(&e))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let now = now_ms();
+        let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+        let mut times: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.trim().parse::<u64>().ok())
+            // A time in the future is another clock's or garbage: it is kept no longer
+            // than a window from now.
+            .map(|t| t.min(now))
+            .filter(|t| now.saturating_sub(*t) < window_ms)
+            .collect();
+        times.sort_unstable();
+        if times.len() >= self.budget {
+            let oldest = times[times.len() - self.budget];
+            let wait_ms = (oldest + window_ms).saturating_sub(now).max(1);
+            return Ok(Some(Duration::from_millis(wait_ms)));
+        }
+        times.push(now);
+        let body: String = times.iter().map(|t| format!("{t}\n")).collect();
+        f.set_len(0).map_err(|e| named(&e))?;
+        f.seek(SeekFrom::Start(0)).map_err(|e| named(&e))?;
+        f.write_all(body.as_bytes()).map_err(|e| named(&e))?;
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_holds_within_a_window_and_frees_as_writes_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let pace = Pace::new(dir.path(), 3, Duration::from_millis(400));
+        let far = Instant::now() + Duration::from_secs(30);
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            pace.acquire(far).unwrap();
+        }
+        // Spent: a caller with no time to wait fails, nothing recorded.
+        let e = pace.acquire(Instant::now()).unwrap_err();
+        assert!(matches!(e, PaceError::Exhausted { budget: 3, .. }), "{e}");
+        let recorded = std::fs::read_to_string(pace.file()).unwrap();
+        assert_eq!(recorded.lines().count(), 3);
+        // One that may wait gets the slot once the oldest write leaves the window.
+        pace.acquire(far).unwrap();
+        assert!(t0.elapsed() >= Duration::from_millis(400));
+        let times: Vec<u64> = std::fs::read_to_string(pace.file())
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        // Aged-out writes are dropped: what is left lies within one window of the newest.
+        assert!((1..=3).contains(&times.len()), "{times:?}");
+        let newest = *times.last().unwrap();
+        assert!(times.iter().all(|t| newest - t < 400), "{times:?}");
+    }
+
+    #[test]
+    fn garbage_lines_are_ignored_and_a_fifo_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let pace = Pace::new(dir.path(), 2, Duration::from_secs(60));
+        std::fs::write(pace.file(), "junk\n\u{0}\n99999999999999999999999\n").unwrap();
+        pace.acquire(Instant::now()).unwrap();
+        pace.acquire(Instant::now()).unwrap();
+        assert!(pace.acquire(Instant::now()).is_err());
+        std::fs::remove_file(pace.file()).unwrap();
+        nix::unistd::mkfifo(pace.file(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = pace.acquire(Instant::now()).unwrap_err();
+        assert!(
+            matches!(&e, PaceError::File(m) if m.contains(FILE_NAME)),
+            "{e}"
+        );
+    }
+}
