@@ -73,7 +73,7 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         text.lines()
-            .filter(|l| l.starts_with("paused: until "))
+            .filter(|l| l.starts_with("paused: rate limited"))
             .count(),
         1,
         "{text}"
