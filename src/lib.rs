@@ -3,14 +3,15 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map (imports point down this list; the exceptions left are `sweeps` importing
-//! `boot`'s report types and `claim` importing the restore text and lane from `sweeps`):
+//! Module map (imports point down this list; the exception left is `claim` importing the
+//! restore text and lane from `sweeps`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
 //!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
-//! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
-//!   `sweeps` (the boot sweep suite and the belts).
+//! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `sweeps`
+//!   (one module per sweep, and `suite`, which runs them at boot and folds their reports;
+//!   no sweep imports it; `boot` only re-exports it for `worker`).
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,

@@ -22,13 +22,13 @@ use super::notify::Notifier;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
-use crate::boot::{self, SuiteRun};
 use crate::config::Config;
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::pidfile;
 use crate::process;
+use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::timeutil;
 use crate::toonl::Event;
@@ -459,7 +459,7 @@ async fn run_boot(
             git: &git,
             dry_run: false,
         };
-        boot::run_suite(&ctx, &SweepName::ALL)
+        suite::run_suite(&ctx, &SweepName::ALL)
     });
     tokio::select! {
         r = suite => match r {

@@ -12,6 +12,7 @@ pub mod lane;
 pub mod orphans;
 pub mod rmtree;
 pub mod stragglers;
+pub mod suite;
 pub mod transition;
 pub mod unblock;
 pub mod worker_tree;

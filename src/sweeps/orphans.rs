@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt_state::AttemptState;
-use crate::boot::OrphanCounts;
 use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_positive};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
@@ -62,6 +61,16 @@ pub use crate::sweeps::judge::CREATION_GRACE;
 
 /// What stops a pass: the lane could not be opened, or a registered dir could not be read.
 pub type OrphanError = super::worker_tree::TreeError;
+
+/// The boot summary's `orphans removed=N restored=N kept=N`, and what else the pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OrphanCounts {
+    pub removed: usize,
+    pub restored: usize,
+    pub kept: usize,
+    pub legacy_removed: usize,
+    pub claims_released: usize,
+}
 
 /// The result of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

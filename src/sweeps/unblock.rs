@@ -20,10 +20,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 
-use crate::boot::{BootError, BootReport};
 use crate::layout::parse_positive;
 use crate::sweeps::transition::{self, Posted, Transition};
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, SweepName};
 use crate::text;
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
@@ -352,31 +351,38 @@ pub fn exclusive_pass(
     }
 }
 
-/// The boot suite's arm: one exclusive pass; `unblocked=N` and the decisions go into the
-/// report. A listing or write failure fails the sweep; another process mid-pass on the same
-/// tracker is recorded as a skip, not a failure (its pass does this one's work).
-pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
-    let label = ctx.layout.repo().display().to_string();
-    let outcome = exclusive_pass(ctx.tracker, ctx.dry_run, &lock::runtime_dir(), &label)
-        .map_err(|e| BootError::Failed(e.to_string()))?;
-    match outcome {
-        Exclusive::Done(r) => {
-            report.unblocked = r.promoted.len();
-            report.decisions.extend(r.decisions);
-            if let Some(e) = r.write_error {
-                return Err(BootError::Failed(e.to_string()));
-            }
+impl Exclusive {
+    /// How many issues the pass promoted (none when it was skipped).
+    pub fn unblocked(&self) -> usize {
+        match self {
+            Exclusive::Done(r) => r.promoted.len(),
+            Exclusive::Busy(_) => 0,
         }
-        Exclusive::Busy(holder) => report.decisions.push(Decision {
-            sweep: SweepName::Unblock,
-            subject: "blocked issues".into(),
-            issue: None,
-            state: None,
-            verdict: "skip".into(),
-            reason: format!("another unblock pass is running ({holder})"),
-        }),
     }
-    Ok(())
+
+    /// The decisions the boot suite records: the pass's, or one `skip` when another
+    /// process is mid-pass on the same tracker (its pass does this one's work).
+    pub fn decisions(&self) -> Vec<Decision> {
+        match self {
+            Exclusive::Done(r) => r.decisions.clone(),
+            Exclusive::Busy(holder) => vec![Decision {
+                sweep: SweepName::Unblock,
+                subject: "blocked issues".into(),
+                issue: None,
+                state: None,
+                verdict: "skip".into(),
+                reason: format!("another unblock pass is running ({holder})"),
+            }],
+        }
+    }
+
+    /// The write that stopped the pass, when one did.
+    pub fn write_error(&self) -> Option<&WriteError> {
+        match self {
+            Exclusive::Done(r) => r.write_error.as_ref(),
+            Exclusive::Busy(_) => None,
+        }
+    }
 }
 
 /// Posts the audit comment, then swaps the labels ([`transition::make`]): a pass that

@@ -14,12 +14,37 @@ pub mod land;
 pub mod probe;
 pub mod scan;
 
-use crate::boot::{DocsCounts, DocsOutcome};
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 
 use judge::{Ending, Halt, HaltReason, Plan};
 pub use land::{LandError, Landed};
 pub use scan::ScanError;
+
+/// How the sweep ended, as the boot summary's `docs-sweep <outcome>` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocsOutcome {
+    #[default]
+    Clean,
+    Land,
+    Halt,
+}
+
+impl DocsOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocsOutcome::Clean => "clean",
+            DocsOutcome::Land => "land",
+            DocsOutcome::Halt => "halt",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DocsCounts {
+    pub outcome: DocsOutcome,
+    pub files: usize,
+}
 
 /// What one run of the sweep did or, in a dry run, would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
