@@ -276,7 +276,7 @@ fn verdicts(r: &DocsReport) -> Vec<(String, String, String)> {
             (
                 d.subject.clone(),
                 d.state.clone().unwrap_or_default(),
-                d.verdict.clone(),
+                d.verdict.to_string(),
             )
         })
         .collect()

@@ -328,7 +328,7 @@ fn dry_run_changes_nothing_and_decides_like_the_real_run() {
     let verdicts = |r: &OrphanReport| -> Vec<(String, String)> {
         r.decisions
             .iter()
-            .map(|d| (d.subject.clone(), d.verdict.clone()))
+            .map(|d| (d.subject.clone(), d.verdict.to_string()))
             .collect()
     };
     assert_eq!(verdicts(&dry), verdicts(&real));

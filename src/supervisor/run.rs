@@ -29,7 +29,7 @@ use crate::layout::Layout;
 use crate::pidfile;
 use crate::process;
 use crate::sweeps::suite::{self, SuiteRun};
-use crate::sweeps::{SweepCtx, SweepName};
+use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
 use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker};
@@ -278,7 +278,12 @@ async fn run_fleet(
     if boot.end.is_err() {
         // What the halted or failing sweeps decided, with their causes (e.g. the git or
         // gh error behind `landing-failed`), so the log alone explains the outcome.
-        for d in boot.report.decisions.iter().filter(|d| d.verdict != "keep") {
+        for d in boot
+            .report
+            .decisions
+            .iter()
+            .filter(|d| d.verdict != Disposition::Keep)
+        {
             journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
         }
     }

@@ -20,7 +20,7 @@ use crate::sweeps::judge::{Guard, recheck_attempt};
 use crate::sweeps::lane::Lane;
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 
 /// The two caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,14 @@ pub fn gone_in_dry_run(layout: &Layout, decisions: &[Decision]) -> HashSet<PathB
     decisions
         .iter()
         .filter(|d| d.sweep == SweepName::Orphans)
-        .filter(|d| ["remove", "restore", "release"].contains(&d.verdict.as_str()))
+        .filter(|d| {
+            [
+                Disposition::Remove,
+                Disposition::Restore,
+                Disposition::Release,
+            ]
+            .contains(&d.verdict)
+        })
         .filter(|d| !d.subject.starts_with('#'))
         .map(|d| layout.repo().join(&d.subject))
         .collect()
@@ -102,7 +109,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "skip",
+                    Disposition::Skip,
                     format!("worker live (pid {pid}): its dir is not touched"),
                 );
                 continue;
@@ -111,7 +118,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "skip",
+                    Disposition::Skip,
                     "no worker.pid yet in a dir created just now",
                 );
                 continue;
@@ -121,7 +128,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "keep",
+                    Disposition::Keep,
                     format!("worker.pid cannot be judged: {reason}; its dir is not touched"),
                 );
                 continue;
@@ -142,11 +149,21 @@ pub fn run(
             match AttemptState::read(&sub.path) {
                 Err(e) => {
                     pass.report.unjudged += 1;
-                    pass.decide(&sub.path, Some(issue), "keep", format!("cannot judge: {e}"));
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Keep,
+                        format!("cannot judge: {e}"),
+                    );
                     continue;
                 }
                 Ok(Some(s)) if s.owner_is_live() => {
-                    pass.decide(&sub.path, Some(issue), "skip", "live attempt: not counted");
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Skip,
+                        "live attempt: not counted",
+                    );
                     continue;
                 }
                 Ok(_) => {}
@@ -155,7 +172,12 @@ pub fn run(
                 Ok(a) => a,
                 Err(e) => {
                     pass.report.unjudged += 1;
-                    pass.decide(&sub.path, Some(issue), "keep", format!("cannot stat: {e}"));
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Keep,
+                        format!("cannot stat: {e}"),
+                    );
                     continue;
                 }
             };
@@ -174,7 +196,12 @@ pub fn run(
     if pass.worktrees_removed
         && let Some(why) = worker_tree::prune_worktree_records(layout)
     {
-        pass.decide(Path::new("git worktree prune"), None, "skip", why);
+        pass.decide(
+            Path::new("git worktree prune"),
+            None,
+            Disposition::Skip,
+            why,
+        );
     }
     Ok(pass.report)
 }
@@ -193,7 +220,7 @@ impl Pass<'_> {
         &mut self,
         path: &Path,
         issue: Option<u64>,
-        verdict: &str,
+        verdict: Disposition,
         reason: impl Into<String>,
     ) {
         let subject = path
@@ -206,7 +233,7 @@ impl Pass<'_> {
             subject,
             issue,
             state: None,
-            verdict: verdict.to_string(),
+            verdict,
             reason: reason.into(),
         });
     }
@@ -243,7 +270,7 @@ impl Pass<'_> {
                     "within caps: newest #{rank} of its issue, age {}",
                     fmt_dur(c.age)
                 );
-                self.decide(&c.path, Some(c.issue), "keep", why);
+                self.decide(&c.path, Some(c.issue), Disposition::Keep, why);
             }
         }
     }
@@ -265,14 +292,14 @@ impl Pass<'_> {
             Ok(()) => {
                 self.worktrees_removed |= linked;
                 self.report.reclaimed += 1;
-                self.decide(&c.path, Some(c.issue), "remove", why);
+                self.decide(&c.path, Some(c.issue), Disposition::Remove, why);
             }
             Err(e) => {
                 self.report.unjudged += 1;
                 self.decide(
                     &c.path,
                     Some(c.issue),
-                    "keep",
+                    Disposition::Keep,
                     format!("{why}; not removed: {e}"),
                 );
             }

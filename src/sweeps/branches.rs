@@ -27,7 +27,7 @@ use std::fmt;
 
 use crate::git::{Git, GitError};
 use crate::layout::parse_positive;
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerError, TrackerResult,
@@ -174,11 +174,10 @@ impl BranchDecision {
             issue: self.issue,
             state: self.class.map(|c| c.as_str().to_string()),
             verdict: match self.action {
-                Action::Reap => "reap",
-                Action::Spare => "spare",
-                Action::NotReaped => "failed",
-            }
-            .to_string(),
+                Action::Reap => Disposition::Reap,
+                Action::Spare => Disposition::Spare,
+                Action::NotReaped => Disposition::Failed,
+            },
             reason: self.reason.clone(),
         }
     }
@@ -504,7 +503,7 @@ impl ReapReport {
             subject: "afk/*".into(),
             issue: None,
             state: Some(IssueClass::Unclassified.as_str().into()),
-            verdict: "warn".into(),
+            verdict: Disposition::Warn,
             reason: format!("tracker failed, every branch spared: {e}"),
         });
         warn.into_iter()

@@ -46,8 +46,7 @@ pub struct Decision {
     pub issue: Option<u64>,
     /// The tracker state or label the verdict rests on, when there is one.
     pub state: Option<String>,
-    /// e.g. `remove`, `keep`, `restore`, `reap`, `spare`, `promote`.
-    pub verdict: String,
+    pub verdict: Disposition,
     pub reason: String,
 }
 
@@ -59,7 +58,7 @@ impl Decision {
         let mut line = format!(
             "{} {} {}",
             self.sweep,
-            text::escape(&self.verdict),
+            self.verdict,
             text::escape(&self.subject)
         );
         if let Some(n) = self.issue
@@ -73,6 +72,72 @@ impl Decision {
         line.push_str(": ");
         line.push_str(&text::escape(&self.reason));
         line
+    }
+}
+
+/// What a sweep did (or, in a dry run, would do) with one subject. The word it shows is
+/// the contract (`--dry-run` lines, `--json`, the event log), so it compares equal to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Disposition {
+    Remove,
+    Keep,
+    /// Put back to `ready-for-agent`, then removed.
+    Restore,
+    /// A dead holder's claim, removed.
+    Release,
+    /// Not this sweep's to judge, or redundant: untouched and not counted.
+    Skip,
+    /// A branch deleted.
+    Reap,
+    /// A branch kept.
+    Spare,
+    /// A branch whose delete failed.
+    Failed,
+    /// A blocked issue made `ready-for-agent`.
+    Promote,
+    /// Nothing changed; something an operator should know.
+    Warn,
+    /// A stranded doc landed on the base.
+    Land,
+    /// A doc that halts the boot.
+    Halt,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Remove => "remove",
+            Disposition::Keep => "keep",
+            Disposition::Restore => "restore",
+            Disposition::Release => "release",
+            Disposition::Skip => "skip",
+            Disposition::Reap => "reap",
+            Disposition::Spare => "spare",
+            Disposition::Failed => "failed",
+            Disposition::Promote => "promote",
+            Disposition::Warn => "warn",
+            Disposition::Land => "land",
+            Disposition::Halt => "halt",
+        }
+    }
+}
+
+impl fmt::Display for Disposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Disposition {
+    fn eq(&self, word: &str) -> bool {
+        self.as_str() == word
+    }
+}
+
+impl PartialEq<&str> for Disposition {
+    fn eq(&self, word: &&str) -> bool {
+        self.as_str() == *word
     }
 }
 
@@ -159,7 +224,7 @@ mod tests {
             subject: ".red/tmp/workers/w1/5-a1".into(),
             issue: Some(5),
             state: Some("CLOSED".into()),
-            verdict: "remove".into(),
+            verdict: Disposition::Remove,
             reason: "issue closed".into(),
         };
         assert_eq!(

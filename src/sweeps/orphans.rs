@@ -39,7 +39,7 @@ use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
 use crate::sweeps::lane::Lane;
 use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::tracker::{Tracker, labels};
 
 /// The `docs/SPEC.md` §7 restore comment, verbatim.
@@ -120,35 +120,11 @@ pub fn run(
             Path::new("git worktree prune"),
             None,
             None,
-            Verdict::Skip,
+            Disposition::Skip,
             why,
         );
     }
     Ok(pass.report)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Remove,
-    Keep,
-    /// Restore `ready-for-agent` on the issue, then remove the dir.
-    Restore,
-    /// Not this sweep's to judge (live, manual, not yet born): untouched and not counted.
-    Skip,
-    /// A dead holder's claim, removed.
-    Release,
-}
-
-impl Verdict {
-    fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Remove => "remove",
-            Verdict::Keep => "keep",
-            Verdict::Restore => "restore",
-            Verdict::Skip => "skip",
-            Verdict::Release => "release",
-        }
-    }
 }
 
 /// What the fate table says about one numbered attempt dir of a dead worker.
@@ -263,7 +239,7 @@ impl Pass<'_> {
         path: &Path,
         issue: Option<u64>,
         state: Option<String>,
-        verdict: Verdict,
+        verdict: Disposition,
         reason: impl Into<String>,
     ) -> usize {
         let subject = path
@@ -276,7 +252,7 @@ impl Pass<'_> {
             subject,
             issue,
             state,
-            verdict: verdict.as_str().to_string(),
+            verdict,
             reason: reason.into(),
         });
         self.report.decisions.len() - 1
@@ -291,7 +267,7 @@ impl Pass<'_> {
         why: impl Into<String>,
     ) -> usize {
         self.report.counts.kept += 1;
-        self.decide(path, issue, state, Verdict::Keep, why)
+        self.decide(path, issue, state, Disposition::Keep, why)
     }
 
     /// Removes `path` unless `still_dead` (judged right now) says otherwise; in a dry run
@@ -323,7 +299,7 @@ impl Pass<'_> {
                     &e.path,
                     None,
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "slug-named manual worktree",
                 );
                 continue;
@@ -333,7 +309,7 @@ impl Pass<'_> {
                     &e.path,
                     Some(n),
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "not a real directory",
                 );
                 continue;
@@ -345,14 +321,14 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("afk.pid {pid} is live"),
                     );
                 }
                 Liveness::Dead {
                     reason: DeadReason::Missing,
                 } => {
-                    self.decide(&e.path, Some(n), None, Verdict::Skip, "no afk.pid");
+                    self.decide(&e.path, Some(n), None, Disposition::Skip, "no afk.pid");
                 }
                 Liveness::Dead {
                     reason: reason @ DeadReason::Corrupt(_),
@@ -373,7 +349,7 @@ impl Pass<'_> {
                                 &e.path,
                                 Some(n),
                                 None,
-                                Verdict::Remove,
+                                Disposition::Remove,
                                 format!("legacy dir, afk.pid: {reason}"),
                             );
                         }
@@ -401,7 +377,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "symlink in place of a worker dir: not walked",
                     );
                     continue;
@@ -414,7 +390,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("worker live (pid {pid})"),
                     );
                 }
@@ -423,7 +399,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "no worker.pid yet in a dir created just now",
                     );
                 }
@@ -485,7 +461,7 @@ impl Pass<'_> {
         let Some((n, _)) = parse_attempt_dir(&sub.name) else {
             let (expired, why) = ttl_check(dir_age, TTL_UNNUMBERED, "no issue number in name");
             return if expired {
-                self.remove_attempt(worker, path, None, None, Verdict::Remove, why)
+                self.remove_attempt(worker, path, None, None, Disposition::Remove, why)
             } else {
                 keep(self, None, None, why)
             };
@@ -512,7 +488,7 @@ impl Pass<'_> {
             Fate::Keep(why) => keep(self, Some(n), desc, why),
             Fate::Remove(why) => {
                 let why = format!("{why}; worker {worker_dead}");
-                self.remove_attempt(worker, path, Some(n), desc, Verdict::Remove, why)
+                self.remove_attempt(worker, path, Some(n), desc, Disposition::Remove, why)
             }
             Fate::Restore => match self.restore(n, Some(path)) {
                 Ok(RestoreOutcome::Done) => self.remove_attempt(
@@ -520,7 +496,7 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Restore,
+                    Disposition::Restore,
                     format!(
                         "running with no live claim: ready-for-agent restored; worker {worker_dead}"
                     ),
@@ -530,7 +506,7 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Remove,
+                    Disposition::Remove,
                     format!("running, claim taken meanwhile by live pid {pid}"),
                 ),
                 Ok(RestoreOutcome::HeldElsewhere(h)) => self.remove_attempt(
@@ -538,7 +514,7 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Remove,
+                    Disposition::Remove,
                     format!("running, held by {h} of another checkout: not restored"),
                 ),
                 Err(why) => keep(self, Some(n), desc, why),
@@ -554,7 +530,7 @@ impl Pass<'_> {
         path: &Path,
         issue: Option<u64>,
         state: Option<String>,
-        verdict: Verdict,
+        verdict: Disposition,
         why: String,
     ) -> Option<usize> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
@@ -610,7 +586,7 @@ impl Pass<'_> {
                 &dir,
                 None,
                 None,
-                Verdict::Skip,
+                Disposition::Skip,
                 "symlink in place of claims/: not walked",
             );
             return Ok(());
@@ -625,7 +601,7 @@ impl Pass<'_> {
                     &e.path,
                     Some(n),
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "claim is not a real directory",
                 );
                 continue;
@@ -637,7 +613,7 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("claim held by live pid {pid}"),
                     );
                     continue;
@@ -647,7 +623,7 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "no pid yet in a claim made just now",
                     );
                     continue;
@@ -692,7 +668,7 @@ impl Pass<'_> {
                             &issue_subject,
                             Some(n),
                             desc,
-                            Verdict::Restore,
+                            Disposition::Restore,
                             "running with a dead claim: ready-for-agent restored",
                         );
                         format!("claim holder dead: {reason}; issue restored")
@@ -702,7 +678,7 @@ impl Pass<'_> {
                             &issue_subject,
                             Some(n),
                             desc,
-                            Verdict::Skip,
+                            Disposition::Skip,
                             format!("claim taken meanwhile by live pid {pid}"),
                         );
                         continue;
@@ -723,10 +699,10 @@ impl Pass<'_> {
             match self.remove(&e.path, recheck) {
                 Ok(()) => {
                     self.report.counts.claims_released += 1;
-                    self.decide(&e.path, Some(n), None, Verdict::Release, why);
+                    self.decide(&e.path, Some(n), None, Disposition::Release, why);
                 }
                 Err(why) => {
-                    self.decide(&e.path, Some(n), None, Verdict::Skip, why);
+                    self.decide(&e.path, Some(n), None, Disposition::Skip, why);
                 }
             }
         }
@@ -744,7 +720,7 @@ impl Pass<'_> {
                     &w.path,
                     None,
                     None,
-                    Verdict::Keep,
+                    Disposition::Keep,
                     format!("cannot read dead worker dir: {e}"),
                 );
                 return;
@@ -767,7 +743,7 @@ impl Pass<'_> {
                 &w.path,
                 None,
                 None,
-                Verdict::Skip,
+                Disposition::Skip,
                 format!("dead worker still holds {} kept dir(s)", survey.holding),
             );
             return;
@@ -795,18 +771,18 @@ impl Pass<'_> {
         match self.remove(&w.path, recheck) {
             Ok(()) => {
                 self.report.shells_removed += 1;
-                self.decide(&w.path, None, None, Verdict::Remove, why);
+                self.decide(&w.path, None, None, Disposition::Remove, why);
                 // Kept dirs that were empty went with the shell: count them as removed.
                 for i in empty_kept {
                     self.report.counts.kept -= 1;
                     self.report.counts.removed += 1;
                     let d = &mut self.report.decisions[i];
-                    d.verdict = Verdict::Remove.as_str().to_string();
+                    d.verdict = Disposition::Remove;
                     d.reason = format!("{}; empty, removed with its dead worker shell", d.reason);
                 }
             }
             Err(why) => {
-                self.decide(&w.path, None, None, Verdict::Skip, why);
+                self.decide(&w.path, None, None, Disposition::Skip, why);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! changes nothing; it makes the backlog a worker will never pick up visible in the boot
 //! summary, with one warning naming the first few.
 
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerResult, labels,
 };
@@ -99,7 +99,7 @@ impl StragglerReport {
                 subject: "open issues".into(),
                 issue: None,
                 state: None,
-                verdict: "warn".into(),
+                verdict: Disposition::Warn,
                 reason,
             })
             .into_iter()

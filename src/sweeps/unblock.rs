@@ -22,7 +22,7 @@ use std::path::Path;
 
 use crate::layout::parse_positive;
 use crate::sweeps::transition::{self, Posted, Transition};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
 
@@ -238,9 +238,9 @@ impl UnblockReport {
         self.decisions
             .iter()
             .map(|d| {
-                let verb = match (d.verdict.as_str(), dry_run) {
-                    ("promote", false) => "promoted",
-                    ("promote", true) => "would promote",
+                let verb = match (d.verdict, dry_run) {
+                    (Disposition::Promote, false) => "promoted",
+                    (Disposition::Promote, true) => "would promote",
                     _ => "kept",
                 };
                 format!(
@@ -291,16 +291,16 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
 
     for (issue, deps) in blocked.iter().zip(&deps) {
         let subject = format!("#{}", issue.number);
-        let decision = |verdict: &str, reason: String| Decision {
+        let decision = |verdict: Disposition, reason: String| Decision {
             sweep: SweepName::Unblock,
             subject: subject.clone(),
             issue: Some(issue.number),
             state: Some(labels::BLOCKED_DEPENDENCY.into()),
-            verdict: verdict.into(),
+            verdict,
             reason,
         };
         match judge(deps, state_of) {
-            Verdict::Keep(reason) => report.decisions.push(decision("keep", reason)),
+            Verdict::Keep(reason) => report.decisions.push(decision(Disposition::Keep, reason)),
             Verdict::Promote(blockers) => {
                 let source = match deps {
                     Dependencies::Body(_) => " (from `## Blocked by`)",
@@ -309,14 +309,16 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
                 let reason = format!("all dependencies closed ({}){source}", refs(&blockers));
                 if !dry_run && let Err(error) = promote(tracker, issue.number, &blockers) {
                     report.decisions.push(decision(
-                        "keep",
+                        Disposition::Keep,
                         format!("promotion failed: {}", error.error),
                     ));
                     report.write_error = Some(error);
                     break;
                 }
                 report.promoted.push(issue.number);
-                report.decisions.push(decision("promote", reason));
+                report
+                    .decisions
+                    .push(decision(Disposition::Promote, reason));
             }
         }
     }
@@ -370,7 +372,7 @@ impl Exclusive {
                 subject: "blocked issues".into(),
                 issue: None,
                 state: None,
-                verdict: "skip".into(),
+                verdict: Disposition::Skip,
                 reason: format!("another unblock pass is running ({holder})"),
             }],
         }

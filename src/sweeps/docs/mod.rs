@@ -14,7 +14,7 @@ pub mod land;
 pub mod probe;
 pub mod scan;
 
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepCtx, SweepName};
 
 use judge::{Ending, Halt, HaltReason, Plan};
 pub use land::{LandError, Landed};
@@ -102,7 +102,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
                 subject: ".red".into(),
                 issue: None,
                 state: None,
-                verdict: "skip".into(),
+                verdict: Disposition::Skip,
                 reason: "no `origin` remote: there is no shared base to land docs into".into(),
             }]));
         }
@@ -156,8 +156,8 @@ fn judge_and_land(
             match land::land(&lane, &items) {
                 Ok(None) => {
                     let mut d = judge::decisions(judged, base, Some(Ending::Landed));
-                    for x in d.iter_mut().filter(|x| x.verdict == "land") {
-                        x.verdict = "keep".into();
+                    for x in d.iter_mut().filter(|x| x.verdict == Disposition::Land) {
+                        x.verdict = Disposition::Keep;
                         x.reason = format!(
                             "identical to origin/{base} once git's filters apply; nothing to land"
                         );
@@ -203,7 +203,7 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
             subject: c.path.clone(),
             issue: None,
             state: Some(c.signal_label()),
-            verdict: "halt".into(),
+            verdict: Disposition::Halt,
             reason: reason.clone(),
         })
         .collect();
