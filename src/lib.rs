@@ -8,7 +8,7 @@
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
-//!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
+//!   (`status`/`scale`/`stop`), `lock`, `state_file`, `journal`, `usage`, `stall`.
 //! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `sweeps`
 //!   (one module per sweep, and `suite`, which runs them at boot and folds their reports;
 //!   no sweep imports it; `boot` only re-exports it for `worker`).
@@ -35,6 +35,7 @@ pub mod logs;
 pub mod pidfile;
 pub mod process;
 pub mod program;
+pub mod safe_delete;
 pub mod service_unit;
 pub mod supervisor;
 pub mod sweeps;

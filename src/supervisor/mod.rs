@@ -5,7 +5,7 @@ pub mod circuit;
 pub mod control;
 pub mod fleet;
 pub mod journal;
-pub mod lane;
+pub mod lock;
 pub mod notify;
 pub mod reaper;
 pub mod release;

@@ -19,7 +19,7 @@ use super::texts::kind;
 use crate::fsutil::read_small_file;
 use crate::layout::{Layout, start_file};
 use crate::pidfile::{self, PidContent};
-use crate::sweeps::lane::Lane;
+use crate::safe_delete::DeleteRoot;
 use crate::sweeps::transition;
 use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
@@ -100,9 +100,9 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
                 }
             }
         }
-        let removed = Lane::open(layout)
+        let removed = DeleteRoot::open(layout)
             .map_err(|e| e.to_string())
-            .and_then(|lane| match lane {
+            .and_then(|root| match root {
                 Some(l) => l
                     .remove(&layout.claims().join(n.to_string()))
                     .map(|_| ())

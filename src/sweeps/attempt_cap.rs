@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
-use crate::sweeps::judge::{Guard, recheck_attempt};
-use crate::sweeps::lane::Lane;
+use crate::safe_delete::DeleteRoot;
+use crate::sweeps::guard::{Guard, recheck_attempt};
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, Disposition, SweepName};
@@ -38,7 +38,7 @@ impl Caps {
     }
 }
 
-/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+/// What stops a pass: `.red/tmp` could not be opened, or a registered dir could not be read.
 pub type CapError = super::worker_tree::TreeError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -86,12 +86,12 @@ pub fn run(
     dry_run: bool,
     already_gone: &HashSet<PathBuf>,
 ) -> Result<CapReport, CapError> {
-    let Some(lane) = Lane::open(layout)? else {
+    let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(CapReport::default());
     };
     let mut pass = Pass {
         layout,
-        lane,
+        root,
         dry_run,
         report: CapReport::default(),
         worktrees_removed: false,
@@ -208,7 +208,7 @@ pub fn run(
 
 struct Pass<'a> {
     layout: &'a Layout,
-    lane: Lane,
+    root: DeleteRoot,
     dry_run: bool,
     report: CapReport,
     /// A reclaimed attempt held a linked git worktree: git's record is pruned at the end.
@@ -280,9 +280,9 @@ impl Pass<'_> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(&c.path);
         let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
             if self.dry_run {
-                self.lane.check(&c.path).map_err(|e| e.to_string())
+                self.root.check(&c.path).map_err(|e| e.to_string())
             } else {
-                self.lane
+                self.root
                     .remove(&c.path)
                     .map(|_| ())
                     .map_err(|e| e.to_string())

@@ -6,11 +6,9 @@
 pub mod attempt_cap;
 pub mod branches;
 pub mod docs;
+pub mod guard;
 pub mod issue_book;
-pub mod judge;
-pub mod lane;
 pub mod orphans;
-pub mod rmtree;
 pub mod stragglers;
 pub mod suite;
 pub mod transition;

@@ -4,7 +4,7 @@
 //! of dead workers, each decided by its issue's tracker state; stale claims of dead
 //! holders; dead worker shells left empty (only pid files, `*.tmp` and empty dirs: any
 //! other file or link in it was judged by no pass and keeps it). Everything that is removed goes through
-//! [`Lane`], liveness is judged again right before each removal, and a dir that cannot be
+//! [`DeleteRoot`], liveness is judged again right before each removal, and a dir that cannot be
 //! judged (unreadable, corrupt state file) is kept and counted, never removed on a guess.
 //!
 //! Choices where the brief is silent, made on the side of keeping:
@@ -34,9 +34,9 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_positive};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::safe_delete::DeleteRoot;
+use crate::sweeps::guard::{Guard, recheck_attempt, recheck_pid_file};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
-use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
-use crate::sweeps::lane::Lane;
 use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, Disposition, SweepName};
@@ -57,9 +57,9 @@ pub const TTL_FALLBACK_WITH_STATE: Duration = Duration::from_secs(7 * 86_400);
 pub const TTL_FALLBACK_NO_STATE: Duration = DAY;
 /// A dir in an attempt's place whose name gives no issue number.
 pub const TTL_UNNUMBERED: Duration = DAY;
-pub use crate::sweeps::judge::CREATION_GRACE;
+pub use crate::sweeps::guard::CREATION_GRACE;
 
-/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+/// What stops a pass: `.red/tmp` could not be opened, or a registered dir could not be read.
 pub type OrphanError = super::worker_tree::TreeError;
 
 /// The boot summary's `orphans removed=N restored=N kept=N`, and what else the pass did.
@@ -93,12 +93,12 @@ pub fn run(
     now: SystemTime,
     dry_run: bool,
 ) -> Result<OrphanReport, OrphanError> {
-    let Some(lane) = Lane::open(layout)? else {
+    let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(OrphanReport::default());
     };
     let mut pass = Pass {
         layout,
-        lane,
+        root,
         book: IssueBook::new(tracker),
         now,
         dry_run,
@@ -222,7 +222,7 @@ struct DeadWorker {
 
 struct Pass<'a> {
     layout: &'a Layout,
-    lane: Lane,
+    root: DeleteRoot,
     book: IssueBook<'a>,
     now: SystemTime,
     dry_run: bool,
@@ -271,7 +271,7 @@ impl Pass<'_> {
     }
 
     /// Removes `path` unless `still_dead` (judged right now) says otherwise; in a dry run
-    /// only checks that the lane would allow it.
+    /// only checks that the delete root would allow it.
     fn remove(
         &self,
         path: &Path,
@@ -279,9 +279,9 @@ impl Pass<'_> {
     ) -> Result<(), String> {
         still_dead()?;
         if self.dry_run {
-            self.lane.check(path).map_err(|e| e.to_string())
+            self.root.check(path).map_err(|e| e.to_string())
         } else {
-            self.lane
+            self.root
                 .remove(path)
                 .map(|_| ())
                 .map_err(|e| e.to_string())
@@ -291,7 +291,7 @@ impl Pass<'_> {
     // ---- pass 1: legacy flat work dirs ----
 
     fn legacy(&mut self) -> Result<(), OrphanError> {
-        let tmp = self.lane.tmp().to_path_buf();
+        let tmp = self.root.tmp().to_path_buf();
         let list = entries(&tmp).map_err(|source| OrphanError::Read { path: tmp, source })?;
         for e in list.into_iter().filter(|e| e.name.starts_with("work-")) {
             let Some(n) = parse_legacy_work_dir(&e.name) else {

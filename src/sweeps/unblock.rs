@@ -162,22 +162,22 @@ impl fmt::Display for BlockerState {
 
 /// The verdict on one blocked issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Readiness {
     /// Every blocker is closed; the blockers, ascending.
     Promote(Vec<u64>),
     Keep(String),
 }
 
 /// Judges one blocked issue from its dependencies and the blockers' states.
-pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdict {
+pub fn readiness(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Readiness {
     match deps {
-        Dependencies::Malformed(label) => Verdict::Keep(format!(
+        Dependencies::Malformed(label) => Readiness::Keep(format!(
             "malformed dependency label {:?}",
             text::excerpt(label)
         )),
-        Dependencies::None => {
-            Verdict::Keep("no dependency named (no req:<N> label, no `## Blocked by` list)".into())
-        }
+        Dependencies::None => Readiness::Keep(
+            "no dependency named (no req:<N> label, no `## Blocked by` list)".into(),
+        ),
         Dependencies::Labels(v) | Dependencies::Body(v) => {
             let waiting: Vec<String> = v
                 .iter()
@@ -187,10 +187,10 @@ pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdic
                 })
                 .collect();
             if waiting.is_empty() {
-                Verdict::Promote(v.clone())
+                Readiness::Promote(v.clone())
             } else {
                 let count = waiting.len();
-                Verdict::Keep(format!(
+                Readiness::Keep(format!(
                     "waiting on {}",
                     text::clip(waiting.join(", "), count, "blockers")
                 ))
@@ -299,9 +299,9 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
             verdict,
             reason,
         };
-        match judge(deps, state_of) {
-            Verdict::Keep(reason) => report.decisions.push(decision(Disposition::Keep, reason)),
-            Verdict::Promote(blockers) => {
+        match readiness(deps, state_of) {
+            Readiness::Keep(reason) => report.decisions.push(decision(Disposition::Keep, reason)),
+            Readiness::Promote(blockers) => {
                 let source = match deps {
                     Dependencies::Body(_) => " (from `## Blocked by`)",
                     _ => "",
@@ -475,31 +475,31 @@ mod tests {
     }
 
     #[test]
-    fn judges_every_case() {
+    fn readiness_of_every_case() {
         let state = |n: u64| match n {
             1 | 2 => BlockerState::Closed,
             3 => BlockerState::Open,
             _ => BlockerState::NotFound,
         };
         assert_eq!(
-            judge(&Dependencies::Labels(vec![1, 2]), state),
-            Verdict::Promote(vec![1, 2])
+            readiness(&Dependencies::Labels(vec![1, 2]), state),
+            Readiness::Promote(vec![1, 2])
         );
         assert_eq!(
-            judge(&Dependencies::Body(vec![1, 3]), state),
-            Verdict::Keep("waiting on #3 (open)".into())
+            readiness(&Dependencies::Body(vec![1, 3]), state),
+            Readiness::Keep("waiting on #3 (open)".into())
         );
         assert_eq!(
-            judge(&Dependencies::Labels(vec![2, 3, 8]), state),
-            Verdict::Keep("waiting on #3 (open), #8 (not found)".into())
+            readiness(&Dependencies::Labels(vec![2, 3, 8]), state),
+            Readiness::Keep("waiting on #3 (open), #8 (not found)".into())
         );
         assert!(matches!(
-            judge(&Dependencies::None, state),
-            Verdict::Keep(_)
+            readiness(&Dependencies::None, state),
+            Readiness::Keep(_)
         ));
         assert!(matches!(
-            judge(&Dependencies::Malformed("req:x".into()), state),
-            Verdict::Keep(_)
+            readiness(&Dependencies::Malformed("req:x".into()), state),
+            Readiness::Keep(_)
         ));
     }
 
@@ -507,7 +507,8 @@ mod tests {
     #[test]
     fn a_long_wait_list_is_clipped() {
         let many: Vec<u64> = (1..=10_000).collect();
-        let Verdict::Keep(reason) = judge(&Dependencies::Labels(many), |_| BlockerState::Open)
+        let Readiness::Keep(reason) =
+            readiness(&Dependencies::Labels(many), |_| BlockerState::Open)
         else {
             panic!("promoted with open blockers");
         };
@@ -521,7 +522,7 @@ mod tests {
             "{reason}"
         );
         assert!(reason.ends_with("10000 blockers in all)"), "{reason}");
-        let Verdict::Keep(reason) = judge(
+        let Readiness::Keep(reason) = readiness(
             &Dependencies::Malformed(format!("req:{}", "x".repeat(100_000))),
             |_| BlockerState::Open,
         ) else {

@@ -147,13 +147,13 @@ fn judge_and_land(
             landed: None,
         }),
         Plan::Land(items) => {
-            let lane = land::LandCtx {
+            let landing = land::LandCtx {
                 git,
                 layout: ctx.layout,
                 tracker: ctx.tracker,
                 base,
             };
-            match land::land(&lane, &items) {
+            match land::land(&landing, &items) {
                 Ok(None) => {
                     let mut d = judge::decisions(judged, base, Some(Ending::Landed));
                     for x in d.iter_mut().filter(|x| x.verdict == Disposition::Land) {
