@@ -8,12 +8,14 @@
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
-//!   (`status`/`scale`/`stop`), `lock`, `state_file`, `journal`, `usage`, `stall`.
+//!   (`status`/`scale`/`stop`), `lock` (one supervisor per repo), `belt` (the
+//!   unblock pass on a timer, one belt per tracker on the host), `state_file`, `journal`, `usage`, `stall`.
 //! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `sweeps`
 //!   (one module per sweep, and `suite`, which runs them at boot and folds their reports;
 //!   no sweep imports it; `boot` only re-exports it for `worker`).
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
+//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
 //!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,
 //!   `diagnostics`.
 
@@ -29,6 +31,7 @@ pub mod diagnostics;
 pub mod exit;
 pub mod fsutil;
 pub mod git;
+pub mod host_lock;
 pub mod layout;
 pub mod ledger;
 pub mod logs;

@@ -26,7 +26,7 @@ use super::tracked;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::pidfile::{Liveness, MissingStart, liveness};
-use crate::tracker::{IssueState, Tracker, labels};
+use crate::tracker::{IssueState, Tracker, TrackerError, labels};
 
 /// What to do with one `running` issue whose thread was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,15 +110,13 @@ impl StaleBelt {
         }
     }
 
-    /// One pass; the text is logged by the supervisor.
-    pub fn pass(&mut self) -> Result<String, String> {
+    /// One pass; the text is logged by the supervisor. Only the listing of `running`
+    /// issues stops it; a failure on one issue is counted and left for the next pass.
+    pub fn pass(&mut self) -> Result<String, TrackerError> {
         if !self.tracker.shared_across_checkouts() {
             return Ok("tracker not shared across checkouts: nothing to do".into());
         }
-        let running = self
-            .tracker
-            .list_open_with_label(labels::RUNNING, 200)
-            .map_err(|e| e.to_string())?;
+        let running = self.tracker.list_open_with_label(labels::RUNNING, 200)?;
         let now = Instant::now();
         let numbers: Vec<u64> = running.iter().map(|i| i.number).collect();
         self.first_seen.retain(|n, _| numbers.contains(n));

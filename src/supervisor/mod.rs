@@ -1,5 +1,6 @@
 //! The fleet supervisor (`docs/SPEC.md` §4–§6): start-up, slots, the tick, and the control files.
 
+pub mod belt;
 pub mod children;
 pub mod circuit;
 pub mod control;

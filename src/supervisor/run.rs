@@ -71,7 +71,7 @@ pub fn periodic_tasks(
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
             at_start: false,
-            task: Arc::new(Mutex::new(Box::new(crate::sweeps::unblock::belt::task(
+            task: Arc::new(Mutex::new(Box::new(super::belt::task(
                 Arc::clone(tracker),
                 layout.repo().display().to_string(),
             )))),
@@ -80,7 +80,9 @@ pub fn periodic_tasks(
             name: "claims-belt",
             interval: crate::claim::stale::interval(config.claims.stale_after_s),
             at_start: false,
-            task: Arc::new(Mutex::new(Box::new(move || stale.pass()))),
+            task: Arc::new(Mutex::new(Box::new(move || {
+                stale.pass().map_err(|e| e.to_string())
+            }))),
         },
     ]
 }

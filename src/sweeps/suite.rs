@@ -4,12 +4,13 @@
 //! `afk-supervisor sweep` calls it for a solo run. A halt (docs sweep or probe) means no
 //! worker may start; a failure is logged and the fleet starts anyway.
 
+use crate::host_lock as lock;
 use crate::sweeps::attempt_cap::{self, Caps};
 use crate::sweeps::branches::{self, BranchCounts};
 use crate::sweeps::docs::{self, DocsCounts};
 use crate::sweeps::orphans::{self, OrphanCounts};
 use crate::sweeps::stragglers::{self, StragglerCounts};
-use crate::sweeps::unblock::{self, lock};
+use crate::sweeps::unblock;
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 
 /// Counters of one suite run; a sweep that did not run leaves zeros.

@@ -2,7 +2,7 @@
 //! every issue it depends on is closed (`docs/SPEC.md` §7, seed *Unblock belt*).
 //!
 //! There is ONE promotion core, [`pass`]; the boot suite, `afk-supervisor unblock` and the
-//! belt ([`belt::Belt`]) all call it, so the rules and the audit comment are the same
+//! belt ([`crate::supervisor::belt::Belt`]) all call it, so the rules and the audit comment are the same
 //! whichever trigger fired.
 //!
 //! Dependencies of a blocked issue: its `req:<N>` labels; with none, the `#N` references
@@ -20,14 +20,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 
+use crate::host_lock as lock;
 use crate::layout::parse_positive;
 use crate::sweeps::transition::{self, Posted, Transition};
 use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
-
-pub mod belt;
-pub mod lock;
 
 /// `--limit` of the blocked listing (`docs/SPEC.md` §7).
 pub const BLOCKED_LIMIT: usize = 200;
