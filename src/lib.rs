@@ -3,16 +3,19 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map (imports point down this list; the exception left is `claim` importing the
-//! restore text and lane from `sweeps`):
+//! Module map (imports point down this list; the exception left is `tracker` naming a
+//! thread's comments by `claim::marks::Comment`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
-//!   (`status`/`scale`/`stop`), `lock` (one supervisor per repo), `belt` (the
-//!   unblock pass on a timer, one belt per tracker on the host), `state_file`, `journal`, `usage`, `stall`.
-//! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `sweeps`
-//!   (one module per sweep, and `suite`, which runs them at boot and folds their reports;
-//!   no sweep imports it; `boot` only re-exports it for `worker`).
+//!   (`status`/`scale`/`stop`), `lock` (one supervisor per repo), `belt` (the unblock pass
+//!   on a timer, one belt per tracker on the host), `release` (a dead worker's issues back),
+//!   `state_file`, `journal`, `usage`, `stall`.
+//! - `worker` (the built-in worker; `boot` re-exports the suite by the path it imports).
+//! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
+//!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
+//! - `claim`: claims, the one home: taken, marked on the tracker, judged alive or stale,
+//!   released.
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),

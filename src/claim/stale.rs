@@ -212,7 +212,7 @@ impl StaleBelt {
         let dir = self.layout.claims().join(n.to_string());
         std::fs::symlink_metadata(&dir).ok()?;
         Some(!matches!(
-            liveness(&self.layout.claim_pid(n), MissingStart::ExistenceDecides),
+            super::liveness(&self.layout, n),
             Liveness::Dead { .. }
         ))
     }
@@ -241,10 +241,8 @@ impl StaleBelt {
             .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
             .map_err(|_| ())?;
         // A dead claim of ours would keep this checkout's workers off the issue.
-        if self.local_claim(n) == Some(false)
-            && let Ok(Some(root)) = crate::safe_delete::DeleteRoot::open(&self.layout)
-        {
-            let _ = root.remove(&self.layout.claims().join(n.to_string()));
+        if self.local_claim(n) == Some(false) {
+            let _ = super::release::remove(&self.layout, n);
         }
         Ok(())
     }

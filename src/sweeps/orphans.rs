@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt_state::AttemptState;
-use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_positive};
+use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::safe_delete::DeleteRoot;
 use crate::sweeps::guard::{Guard, recheck_attempt, recheck_pid_file};
@@ -42,8 +42,7 @@ use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
 use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::tracker::{Tracker, labels};
 
-/// The `docs/SPEC.md` §7 restore comment, verbatim.
-pub const RESTORE_COMMENT: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
+pub use crate::claim::marks::RESTORE_COMMENT;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -483,7 +482,7 @@ impl Pass<'_> {
         let facts = self.book.facts(n);
         let desc = Some(facts.describe());
         let layout = self.layout;
-        let claim = || claim_liveness(layout, n);
+        let claim = || crate::claim::liveness(layout, n);
         match fate(&facts, state.as_ref(), dir_age, claim) {
             Fate::Keep(why) => keep(self, Some(n), desc, why),
             Fate::Remove(why) => {
@@ -550,7 +549,7 @@ impl Pass<'_> {
     /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
     /// restored from, and the issue is not tried again in this pass.
     fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, String> {
-        match claim_liveness(self.layout, n) {
+        match crate::claim::liveness(self.layout, n) {
             Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
             Liveness::Unknown { reason } => {
                 return Err(format!("claim cannot be judged, not restored: {reason}"));
@@ -593,7 +592,7 @@ impl Pass<'_> {
         }
         let list = entries(&dir).map_err(|source| OrphanError::Read { path: dir, source })?;
         for e in list {
-            let Some(n) = parse_positive(&e.name) else {
+            let Some(n) = crate::claim::issue_of(&e.name) else {
                 continue;
             };
             if e.kind != Kind::Dir {
@@ -837,9 +836,6 @@ enum RestoreOutcome {
 }
 
 /// The judgement on issue `n`'s claim.
-fn claim_liveness(layout: &Layout, n: u64) -> Liveness {
-    liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides)
-}
 
 #[cfg(test)]
 mod tests {
