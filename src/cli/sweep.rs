@@ -28,7 +28,7 @@ pub struct SweepArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepList(pub Vec<SweepName>);
 
-fn parse_only(s: &str) -> Result<SweepList, String> {
+fn parse_only(s: &str) -> Result<SweepList, crate::sweeps::SweepNameError> {
     SweepName::parse_list(s).map(SweepList)
 }
 

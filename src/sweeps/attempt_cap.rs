@@ -17,7 +17,7 @@ use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
 use crate::safe_delete::DeleteRoot;
-use crate::sweeps::guard::{Guard, recheck_attempt};
+use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt};
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, Disposition, SweepName};
@@ -280,12 +280,12 @@ impl Pass<'_> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(&c.path);
         let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
             if self.dry_run {
-                self.root.check(&c.path).map_err(|e| e.to_string())
+                self.root.check(&c.path).map_err(NotRemoved::from)
             } else {
                 self.root
                     .remove(&c.path)
                     .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(NotRemoved::from)
             }
         });
         match result {

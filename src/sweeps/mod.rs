@@ -173,7 +173,7 @@ impl SweepName {
     }
 
     /// Parses `--only a,b`: names separated by commas, in any order; result in suite order.
-    pub fn parse_list(s: &str) -> Result<Vec<SweepName>, String> {
+    pub fn parse_list(s: &str) -> Result<Vec<SweepName>, SweepNameError> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let n: SweepName = part.parse()?;
@@ -182,26 +182,36 @@ impl SweepName {
             }
         }
         if out.is_empty() {
-            return Err("no sweep named".into());
+            return Err(SweepNameError::NoneNamed);
         }
         out.sort();
         Ok(out)
     }
 }
 
+/// A `--only` list that names no sweep, or a name that is none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SweepNameError {
+    #[error("unknown sweep {0:?} (expected one of: {names})", names = SweepName::names())]
+    Unknown(String),
+    #[error("no sweep named")]
+    NoneNamed,
+}
+
+impl SweepName {
+    fn names() -> String {
+        let names: Vec<&str> = SweepName::ALL.iter().map(|n| n.as_str()).collect();
+        names.join(", ")
+    }
+}
+
 impl FromStr for SweepName {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SweepNameError;
+    fn from_str(s: &str) -> Result<Self, SweepNameError> {
         SweepName::ALL
             .into_iter()
             .find(|n| n.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = SweepName::ALL.iter().map(|n| n.as_str()).collect();
-                format!(
-                    "unknown sweep {s:?} (expected one of: {})",
-                    names.join(", ")
-                )
-            })
+            .ok_or_else(|| SweepNameError::Unknown(s.to_string()))
     }
 }
 
@@ -244,6 +254,7 @@ mod tests {
         assert!(
             SweepName::parse_list("orphan")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown sweep \"orphan\"")
         );
         assert!(SweepName::parse_list(" , ").is_err());

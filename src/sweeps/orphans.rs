@@ -35,7 +35,7 @@ use crate::attempt_state::AttemptState;
 use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
 use crate::safe_delete::DeleteRoot;
-use crate::sweeps::guard::{Guard, recheck_attempt, recheck_pid_file};
+use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt, recheck_pid_file};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
 use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
@@ -69,6 +69,15 @@ pub struct OrphanCounts {
     pub kept: usize,
     pub legacy_removed: usize,
     pub claims_released: usize,
+}
+
+/// Why a `running` issue was not restored; the text is the decision's reason.
+#[derive(Debug, thiserror::Error)]
+enum NotRestored {
+    #[error("claim cannot be judged, not restored: {0}")]
+    ClaimUnjudgeable(String),
+    #[error("restore not finished: {0}")]
+    Unfinished(transition::TransitionError),
 }
 
 /// The result of one pass.
@@ -274,17 +283,15 @@ impl Pass<'_> {
     fn remove(
         &self,
         path: &Path,
-        still_dead: impl FnOnce() -> Result<(), String>,
-    ) -> Result<(), String> {
+        still_dead: impl FnOnce() -> Result<(), NotRemoved>,
+    ) -> Result<(), NotRemoved> {
         still_dead()?;
         if self.dry_run {
-            self.root.check(path).map_err(|e| e.to_string())
+            self.root.check(path)?;
         } else {
-            self.root
-                .remove(path)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            self.root.remove(path)?;
         }
+        Ok(())
     }
 
     // ---- pass 1: legacy flat work dirs ----
@@ -353,7 +360,7 @@ impl Pass<'_> {
                             );
                         }
                         Err(why) => {
-                            self.keep(&e.path, Some(n), None, why);
+                            self.keep(&e.path, Some(n), None, why.to_string());
                         }
                     }
                 }
@@ -516,7 +523,7 @@ impl Pass<'_> {
                     Disposition::Remove,
                     format!("running, held by {h} of another checkout: not restored"),
                 ),
-                Err(why) => keep(self, Some(n), desc, why),
+                Err(why) => keep(self, Some(n), desc, why.to_string()),
             },
         }
     }
@@ -548,12 +555,10 @@ impl Pass<'_> {
     /// ([`transition::restore`]), unless a live process holds the claim by now. Any tracker
     /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
     /// restored from, and the issue is not tried again in this pass.
-    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, String> {
+    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, NotRestored> {
         match crate::claim::liveness(self.layout, n) {
             Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
-            Liveness::Unknown { reason } => {
-                return Err(format!("claim cannot be judged, not restored: {reason}"));
-            }
+            Liveness::Unknown { reason } => return Err(NotRestored::ClaimUnjudgeable(reason)),
             Liveness::Dead { .. } => {}
         }
         if !self.dry_run {
@@ -566,7 +571,7 @@ impl Pass<'_> {
                 }
                 Err(e) => {
                     self.unfinished.insert(n);
-                    return Err(format!("restore not finished: {e}"));
+                    return Err(NotRestored::Unfinished(e));
                 }
             }
         }
@@ -701,7 +706,7 @@ impl Pass<'_> {
                     self.decide(&e.path, Some(n), None, Disposition::Release, why);
                 }
                 Err(why) => {
-                    self.decide(&e.path, Some(n), None, Disposition::Skip, why);
+                    self.decide(&e.path, Some(n), None, Disposition::Skip, why.to_string());
                 }
             }
         }
@@ -756,9 +761,9 @@ impl Pass<'_> {
             recheck_pid_file(&pid_file, "worker.pid")?;
             // Content that appeared since the survey keeps the shell.
             if !self.dry_run {
-                let now = ShellSurvey::of(&w.path, &w.gone).map_err(|e| e.to_string())?;
+                let now = ShellSurvey::of(&w.path, &w.gone).map_err(NotRemoved::Survey)?;
                 if !now.foreign.is_empty() || now.holding > 0 {
-                    return Err("the shell gained content since it was judged".into());
+                    return Err(NotRemoved::ShellChanged);
                 }
             }
             Ok(())
@@ -781,7 +786,7 @@ impl Pass<'_> {
                 }
             }
             Err(why) => {
-                self.decide(&w.path, None, None, Disposition::Skip, why);
+                self.decide(&w.path, None, None, Disposition::Skip, why.to_string());
             }
         }
     }

@@ -131,7 +131,7 @@ impl SuiteRun {
 /// sweep), and the suite then reports every failure together.
 pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
     if let Err(check) = precheck(ctx) {
-        return SuiteRun::precheck_failed(check);
+        return SuiteRun::precheck_failed(check.to_string());
     }
     let mut report = BootReport::default();
     let mut failures = Vec::new();
@@ -158,15 +158,23 @@ pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
 /// What every sweep takes for granted: the repo is a git work tree that git can read.
 /// (The tracker is checked where it is opened: a supervisor without one reports its own
 /// precheck failure.)
-fn precheck(ctx: &SweepCtx<'_>) -> Result<(), String> {
+fn precheck(ctx: &SweepCtx<'_>) -> Result<(), PrecheckFailed> {
     match ctx.git.run(&["rev-parse", "--is-inside-work-tree"]) {
         Ok(out) if out.trim() == "true" => Ok(()),
-        Ok(_) => Err(format!(
-            "git: {} is not a git work tree",
-            ctx.layout.repo().display()
+        Ok(_) => Err(PrecheckFailed::NotAWorkTree(
+            ctx.layout.repo().to_path_buf(),
         )),
-        Err(e) => Err(format!("git: {e}")),
+        Err(e) => Err(PrecheckFailed::Git(e)),
     }
+}
+
+/// The check [`precheck`] failed; the text is what [`BootError::Precheck`] names.
+#[derive(Debug, thiserror::Error)]
+enum PrecheckFailed {
+    #[error("git: {} is not a git work tree", .0.display())]
+    NotAWorkTree(std::path::PathBuf),
+    #[error("git: {0}")]
+    Git(crate::git::GitError),
 }
 
 /// One sweep, its report folded into the suite's. A sweep whose report carries a failure
