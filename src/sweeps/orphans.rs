@@ -840,8 +840,6 @@ enum RestoreOutcome {
     HeldElsewhere(String),
 }
 
-/// The judgement on issue `n`'s claim.
-
 #[cfg(test)]
 mod tests {
     use super::*;
