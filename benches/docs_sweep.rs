@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use afk_supervisor::boot::DocsOutcome;
 use afk_supervisor::config::Config;
 use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::SweepCtx;
 use afk_supervisor::sweeps::docs;
+use afk_supervisor::sweeps::docs::DocsOutcome;
 use afk_supervisor::tracker::LocalTracker;
 
 /// An isolated HOME and git config, as the tests use.

@@ -2,7 +2,7 @@
 //!
 //! `cargo bench --bench sweep_dry_run` builds 10,000 attempt dirs (override with
 //! `AFK_BENCH_DIRS=N`) of 1,500 issues on the real local tracker, then times
-//! 1. the suite in-process (`boot::run_suite`, dry run), counting tracker calls through a
+//! 1. the suite in-process (`suite::run_suite`, dry run), counting tracker calls through a
 //!    recording decorator around the local backend, and
 //! 2. the binary: `afk-supervisor --repo DIR --tracker local sweep --only orphans,attempt-cap
 //!    --dry-run --json`.
@@ -15,9 +15,9 @@ mod sweep_fixtures;
 
 use std::time::{Duration, Instant};
 
-use afk_supervisor::boot;
 use afk_supervisor::config::Config;
 use afk_supervisor::git::Git;
+use afk_supervisor::sweeps::suite;
 use afk_supervisor::sweeps::{SweepCtx, SweepName};
 use afk_supervisor::tracker::LocalTracker;
 use sweep_fixtures::*;
@@ -107,7 +107,7 @@ fn main() {
     };
     let only = [SweepName::Orphans, SweepName::AttemptCap];
     let t1 = Instant::now();
-    let report = boot::run_suite(&ctx, &only).into_result().expect("suite");
+    let report = suite::run_suite(&ctx, &only).into_result().expect("suite");
     let in_process = t1.elapsed();
     let calls = counting.calls();
     let count = |p: &str| calls.iter().filter(|c| c.starts_with(p)).count();

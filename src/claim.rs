@@ -1,7 +1,12 @@
-//! Claim locks `.red/tmp/claims/<N>/pid` (SPEC §1): the exclusive `mkdir` is the lock, so
-//! two workers racing for one issue can never both win, whatever the tracker says.
+//! Claims, the one home: the local lock `.red/tmp/claims/<N>/pid` (SPEC §1), whose
+//! exclusive `mkdir` makes two workers racing for one issue never both win, whatever the
+//! tracker says; the marks on the tracker that do the same across checkouts (`marks`,
+//! `tracked`); judging a claim alive or stale ([`liveness`], `stale`); and releasing a dead
+//! holder's claims (`release`). The tracker side of giving an issue back (the restore
+//! comment and labels) is `sweeps::transition`, which the releasers call.
 
 pub mod marks;
+pub mod release;
 pub mod stale;
 pub mod tracked;
 
@@ -9,8 +14,20 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::layout::Layout;
-use crate::pidfile;
+use crate::layout::{Layout, parse_positive};
+use crate::pidfile::{self, Liveness, MissingStart};
+
+/// The issue a claim dir's name gives: a positive decimal without leading zeros, as
+/// [`Claim::try_take`] writes it; any other name is not a claim.
+pub fn issue_of(dir_name: &str) -> Option<u64> {
+    parse_positive(dir_name)
+}
+
+/// Whether the claim of `n` is held: what its pid file (and start token) says, a missing
+/// file deciding "dead".
+pub fn liveness(layout: &Layout, n: u64) -> Liveness {
+    pidfile::liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides)
+}
 
 /// A held claim; released explicitly (a crashed holder's claim is released by orphan cleanup).
 #[derive(Debug)]
@@ -60,7 +77,7 @@ impl Claim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pidfile::{MissingStart, liveness};
+    use crate::pidfile::liveness;
 
     #[test]
     fn exclusive_and_releasable() {

@@ -3,20 +3,26 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map (imports point down this list; the exceptions left are `sweeps` importing
-//! `boot`'s report types and `claim` importing the restore text and lane from `sweeps`):
+//! Module map (imports point down this list; the exception left is `tracker` naming a
+//! thread's comments by `claim::marks::Comment`):
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit` (one slot's),
-//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lane`,
-//!   `state_file`, `journal`, `usage`, `stall`.
-//! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
-//!   `sweeps` (the boot sweep suite and the belts).
+//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
+//!   supervisor per repo), `belt` (the unblock pass on a timer, one belt per tracker on the
+//!   host), `release` (a dead worker's issues back), `state_file`, `journal`, `usage`,
+//!   `stall`.
+//! - `worker` (the built-in worker; `boot` re-exports the suite by the path it imports).
+//! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
+//!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
+//! - `claim`: claims, the one home: taken, marked on the tracker, judged alive or stale,
+//!   released.
 //! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget), `git`,
 //!   `cmd` (running a command with a deadline).
 //! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
+//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
 //!   `attempt_state`, `toonl`, `logs` (reading the event log and slot logs), `config`,
 //!   `layout`, `fsutil`, `text`, `timeutil`, `exit`, `diagnostics`.
 
@@ -32,6 +38,7 @@ pub mod diagnostics;
 pub mod exit;
 pub mod fsutil;
 pub mod git;
+pub mod host_lock;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
@@ -39,6 +46,7 @@ pub mod pause;
 pub mod pidfile;
 pub mod process;
 pub mod program;
+pub mod safe_delete;
 pub mod service_unit;
 pub mod status;
 pub mod supervisor;

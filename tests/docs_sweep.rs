@@ -11,11 +11,12 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use afk_supervisor::boot::{self, BootError, DocsOutcome};
 use afk_supervisor::config::Config;
 use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
+use afk_supervisor::sweeps::docs::DocsOutcome;
 use afk_supervisor::sweeps::docs::{self, DocsReport};
+use afk_supervisor::sweeps::suite::{self, BootError};
 use afk_supervisor::sweeps::{SweepCtx, SweepName};
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{LocalTracker, Tracker};
@@ -182,9 +183,9 @@ impl Fx {
         self.sweep_with(&self.local_tracker(), false)
     }
 
-    fn suite(&self, tracker: &dyn Tracker) -> Result<boot::BootReport, BootError> {
+    fn suite(&self, tracker: &dyn Tracker) -> Result<suite::BootReport, BootError> {
         let before = Primary::take(self);
-        let r = boot::run_suite(&self.ctx(tracker, false), &[SweepName::DocsSweep]).into_result();
+        let r = suite::run_suite(&self.ctx(tracker, false), &[SweepName::DocsSweep]).into_result();
         self.assert_untouched(&before);
         r
     }
@@ -275,7 +276,7 @@ fn verdicts(r: &DocsReport) -> Vec<(String, String, String)> {
             (
                 d.subject.clone(),
                 d.state.clone().unwrap_or_default(),
-                d.verdict.clone(),
+                d.verdict.to_string(),
             )
         })
         .collect()

@@ -8,7 +8,7 @@ mod sweep_fixtures;
 use std::fs;
 use std::path::Path;
 
-use afk_supervisor::sweeps::lane::{Lane, LaneError};
+use afk_supervisor::safe_delete::{DeleteError, DeleteRoot};
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
 use support::{BindMount, TestEnv};
@@ -328,7 +328,7 @@ fn dry_run_changes_nothing_and_decides_like_the_real_run() {
     let verdicts = |r: &OrphanReport| -> Vec<(String, String)> {
         r.decisions
             .iter()
-            .map(|d| (d.subject.clone(), d.verdict.clone()))
+            .map(|d| (d.subject.clone(), d.verdict.to_string()))
             .collect()
     };
     assert_eq!(verdicts(&dry), verdicts(&real));
@@ -668,7 +668,7 @@ fn a_dead_shell_holding_files_nobody_judged_is_kept() {
 fn the_lane_never_enters_a_mount_below_a_dir_it_removes() {
     let env = TestEnv::new();
     let tree = Tree::new(&env.path().join("repo"));
-    let lane = Lane::open(&tree.layout).unwrap().unwrap();
+    let lane = DeleteRoot::open(&tree.layout).unwrap().unwrap();
     let home = env.path().join("home-elsewhere");
     fs::create_dir_all(home.join("src")).unwrap();
     fs::write(home.join("src/precious"), "mine").unwrap();
@@ -680,7 +680,7 @@ fn the_lane_never_enters_a_mount_below_a_dir_it_removes() {
     // Same filesystem as the lane (a bind mount), so only the mount id tells it apart.
     let _mount = BindMount::new(&home, &sandbox);
     let err = lane.remove(&attempt).unwrap_err();
-    assert!(matches!(err, LaneError::Kept { .. }), "{err}");
+    assert!(matches!(err, DeleteError::Kept { .. }), "{err}");
     let text = err.to_string();
     assert!(text.contains("worktree/sandbox"), "{text}");
     assert!(text.contains("another filesystem"), "{text}");

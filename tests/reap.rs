@@ -406,7 +406,7 @@ fn dry_run_costs_five_git_calls_and_counts_like_the_summary() {
     assert_eq!(r.tracker_calls, 1);
     assert_eq!(
         r.counts(),
-        afk_supervisor::boot::BranchCounts {
+        afk_supervisor::sweeps::branches::BranchCounts {
             remote: 3,
             local: 2,
             spared: 8

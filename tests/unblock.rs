@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
-use afk_supervisor::sweeps::unblock::belt::{Belt, BeltPass};
+use afk_supervisor::supervisor::belt::{self, Belt, BeltPass};
 use afk_supervisor::sweeps::unblock::{self, comment_text};
 use afk_supervisor::tracker::LocalTracker;
 use support::fake_gh::{FakeGh, FakeIssue};
@@ -400,7 +400,7 @@ fn belt_task_for_the_supervisor_loop() {
     let tracker: std::sync::Arc<dyn afk_supervisor::tracker::Tracker> =
         std::sync::Arc::new(gh.tracker(Some("o/r")));
     let belt = Belt::in_dir("github:o/r", env.path().join("locks")).with_label("/repo");
-    let mut task = unblock::belt::task_with(belt, tracker);
+    let mut task = belt::task_with(belt, tracker);
     gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
     let e = task().unwrap_err();
     assert!(e.starts_with("unblock belt: pass failed:"), "{e}");

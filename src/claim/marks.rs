@@ -28,7 +28,8 @@
 
 use std::fmt;
 
-use crate::sweeps::orphans::RESTORE_COMMENT;
+/// The `docs/SPEC.md` §7 restore comment, verbatim: the mark a restored issue carries.
+pub const RESTORE_COMMENT: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
 
 const PREFIX: &str = "🤖 /afk ";
 const TAKEOVER_TAIL: &str = "; restoring ready-for-agent.";

@@ -26,11 +26,11 @@ use super::tracked;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::pidfile::{Liveness, MissingStart, liveness};
-use crate::tracker::{IssueState, Tracker, labels};
+use crate::tracker::{IssueState, Tracker, TrackerError, labels};
 
 /// What to do with one `running` issue whose thread was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Judgement {
+pub enum StaleAction {
     /// Leave it; look again after this long.
     Leave(Duration),
     /// End the claim named (or, `None`, the holderless `running`) with a takeover mark.
@@ -41,15 +41,15 @@ pub enum Judgement {
     FinishHandoff,
 }
 
-/// The judgement of a thread's standing at `now` (epoch seconds). `own_live` says whether a
+/// What to do about a thread's standing at `now` (epoch seconds). `own_live` says whether a
 /// worker id of this checkout still runs. The branch check is the caller's.
-pub fn judge(
+pub fn stale_action(
     s: &Standing,
     host: &str,
     now: u64,
     stale_after: Duration,
     own_live: impl Fn(&str) -> bool,
-) -> Judgement {
+) -> StaleAction {
     let remaining = |at: Option<u64>| {
         let age = Duration::from_secs(now.saturating_sub(at.unwrap_or(now)));
         stale_after.saturating_sub(age)
@@ -57,22 +57,22 @@ pub fn judge(
     match &s.holder {
         Some(h) if h.holder.host == host => {
             if own_live(&h.holder.worker) {
-                Judgement::Leave(stale_after)
+                StaleAction::Leave(stale_after)
             } else {
-                Judgement::TakeOver(Some((h.holder.clone(), h.nonce.clone())))
+                StaleAction::TakeOver(Some((h.holder.clone(), h.nonce.clone())))
             }
         }
         Some(h) => match remaining(h.at) {
-            r if r.is_zero() => Judgement::TakeOver(Some((h.holder.clone(), h.nonce.clone()))),
-            r => Judgement::Leave(r),
+            r if r.is_zero() => StaleAction::TakeOver(Some((h.holder.clone(), h.nonce.clone()))),
+            r => StaleAction::Leave(r),
         },
         None => {
             let at = s.last.and_then(|(_, at)| at);
             match remaining(at) {
-                _ if matches!(s.last, Some((Event::HandedOff, _))) => Judgement::FinishHandoff,
-                r if !r.is_zero() && s.last.is_some() => Judgement::Leave(r),
-                _ if matches!(s.last, Some((Event::TakenOver, _))) => Judgement::Relabel,
-                _ => Judgement::TakeOver(None),
+                _ if matches!(s.last, Some((Event::HandedOff, _))) => StaleAction::FinishHandoff,
+                r if !r.is_zero() && s.last.is_some() => StaleAction::Leave(r),
+                _ if matches!(s.last, Some((Event::TakenOver, _))) => StaleAction::Relabel,
+                _ => StaleAction::TakeOver(None),
             }
         }
     }
@@ -110,22 +110,20 @@ impl StaleBelt {
         }
     }
 
-    /// One pass; the text is logged by the supervisor.
-    pub fn pass(&mut self) -> Result<String, String> {
+    /// One pass; the text is logged by the supervisor. Only the listing of `running`
+    /// issues stops it; a failure on one issue is counted and left for the next pass.
+    pub fn pass(&mut self) -> Result<String, TrackerError> {
         if !self.tracker.shared_across_checkouts() {
             return Ok("tracker not shared across checkouts: nothing to do".into());
         }
-        let running = self
-            .tracker
-            .list_open_with_label(labels::RUNNING, 200)
-            .map_err(|e| e.to_string())?;
+        let running = self.tracker.list_open_with_label(labels::RUNNING, 200)?;
         let now = Instant::now();
         let numbers: Vec<u64> = running.iter().map(|i| i.number).collect();
         self.first_seen.retain(|n, _| numbers.contains(n));
         self.next_look.retain(|n, _| numbers.contains(n));
         self.branches.retain(|n, _| numbers.contains(n));
         let (mut looked, mut taken, mut errors) = (0, 0, 0);
-        let mut heads: Option<Result<BTreeMap<String, String>, String>> = None;
+        let mut heads: Option<crate::git::GitResult<BTreeMap<String, String>>> = None;
         for n in numbers {
             if self.local_claim(n) == Some(true) {
                 continue;
@@ -150,17 +148,15 @@ impl StaleBelt {
             let standing = marks::standing(&thread.comments);
             let epoch = crate::timeutil::now_epoch();
             let layout = &self.layout;
-            let verdict = judge(&standing, &self.host, epoch, self.stale_after, |w| {
+            let action = stale_action(&standing, &self.host, epoch, self.stale_after, |w| {
                 worker_live(layout, w)
             });
-            let verdict = match verdict {
-                Judgement::TakeOver(Some((h, nonce))) if h.host != self.host => {
-                    let heads = heads.get_or_insert_with(|| {
-                        self.git.remote_afk_heads().map_err(|e| e.to_string())
-                    });
+            let action = match action {
+                StaleAction::TakeOver(Some((h, nonce))) if h.host != self.host => {
+                    let heads = heads.get_or_insert_with(|| self.git.remote_afk_heads());
                     match heads {
                         // No look at the branch, no takeover.
-                        Err(_) => Judgement::Leave(self.stale_after),
+                        Err(_) => StaleAction::Leave(self.stale_after),
                         Ok(all) => {
                             let prefix = format!("afk/{}/{n}-", h.worker);
                             let mine: BTreeMap<String, String> = all
@@ -171,21 +167,21 @@ impl StaleBelt {
                             let before = self.branches.insert(n, mine.clone());
                             let moved = before.map_or(!mine.is_empty(), |b| b != mine);
                             if moved {
-                                Judgement::Leave(self.stale_after)
+                                StaleAction::Leave(self.stale_after)
                             } else {
-                                Judgement::TakeOver(Some((h, nonce)))
+                                StaleAction::TakeOver(Some((h, nonce)))
                             }
                         }
                     }
                 }
                 v => v,
             };
-            match verdict {
-                Judgement::Leave(d) => {
+            match action {
+                StaleAction::Leave(d) => {
                     self.next_look
                         .insert(n, now + d.max(Duration::from_secs(1)));
                 }
-                Judgement::FinishHandoff => match self.tracker.edit_labels(
+                StaleAction::FinishHandoff => match self.tracker.edit_labels(
                     n,
                     &[labels::READY_FOR_HUMAN],
                     &[labels::RUNNING],
@@ -193,11 +189,11 @@ impl StaleBelt {
                     Ok(()) => taken += 1,
                     Err(_) => errors += 1,
                 },
-                Judgement::Relabel => match self.relabel(n) {
+                StaleAction::Relabel => match self.relabel(n) {
                     Ok(()) => taken += 1,
                     Err(()) => errors += 1,
                 },
-                Judgement::TakeOver(target) => match self.take_over(n, target) {
+                StaleAction::TakeOver(target) => match self.take_over(n, target) {
                     Ok(true) => taken += 1,
                     Ok(false) => {}
                     Err(()) => errors += 1,
@@ -216,7 +212,7 @@ impl StaleBelt {
         let dir = self.layout.claims().join(n.to_string());
         std::fs::symlink_metadata(&dir).ok()?;
         Some(!matches!(
-            liveness(&self.layout.claim_pid(n), MissingStart::ExistenceDecides),
+            super::liveness(&self.layout, n),
             Liveness::Dead { .. }
         ))
     }
@@ -245,10 +241,8 @@ impl StaleBelt {
             .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
             .map_err(|_| ())?;
         // A dead claim of ours would keep this checkout's workers off the issue.
-        if self.local_claim(n) == Some(false)
-            && let Ok(Some(lane)) = crate::sweeps::lane::Lane::open(&self.layout)
-        {
-            let _ = lane.remove(&self.layout.claims().join(n.to_string()));
+        if self.local_claim(n) == Some(false) {
+            let _ = super::release::remove(&self.layout, n);
         }
         Ok(())
     }
@@ -298,12 +292,12 @@ mod tests {
         let s = thread(&[(claim("me"), 1000)]);
         let target = Some((Holder::new("w1", "me"), "aaaaaaaaaaaaaaaa".to_string()));
         assert_eq!(
-            judge(&s, "me", 1001, HOUR, |_| false),
-            Judgement::TakeOver(target)
+            stale_action(&s, "me", 1001, HOUR, |_| false),
+            StaleAction::TakeOver(target)
         );
         assert_eq!(
-            judge(&s, "me", 1_000_000, HOUR, |_| true),
-            Judgement::Leave(HOUR)
+            stale_action(&s, "me", 1_000_000, HOUR, |_| true),
+            StaleAction::Leave(HOUR)
         );
     }
 
@@ -311,20 +305,20 @@ mod tests {
     fn another_hosts_claim_waits_for_the_stale_age() {
         let s = thread(&[(claim("other"), 1000)]);
         assert_eq!(
-            judge(&s, "me", 1000 + 600, HOUR, |_| false),
-            Judgement::Leave(Duration::from_secs(3000))
+            stale_action(&s, "me", 1000 + 600, HOUR, |_| false),
+            StaleAction::Leave(Duration::from_secs(3000))
         );
         assert!(matches!(
-            judge(&s, "me", 1000 + 3600, HOUR, |_| false),
-            Judgement::TakeOver(Some(_))
+            stale_action(&s, "me", 1000 + 3600, HOUR, |_| false),
+            StaleAction::TakeOver(Some(_))
         ));
     }
 
     #[test]
     fn holderless_running_issues_wait_then_relabel_after_a_takeover() {
         assert_eq!(
-            judge(&Standing::default(), "me", 5, HOUR, |_| false),
-            Judgement::TakeOver(None)
+            stale_action(&Standing::default(), "me", 5, HOUR, |_| false),
+            StaleAction::TakeOver(None)
         );
         let t = Mark::Takeover {
             target: None,
@@ -333,10 +327,13 @@ mod tests {
         };
         let s = thread(&[(t, 1000)]);
         assert_eq!(
-            judge(&s, "me", 1010, HOUR, |_| false),
-            Judgement::Leave(Duration::from_secs(3590))
+            stale_action(&s, "me", 1010, HOUR, |_| false),
+            StaleAction::Leave(Duration::from_secs(3590))
         );
-        assert_eq!(judge(&s, "me", 9000, HOUR, |_| false), Judgement::Relabel);
+        assert_eq!(
+            stale_action(&s, "me", 9000, HOUR, |_| false),
+            StaleAction::Relabel
+        );
         let s = thread(&[
             (claim("other"), 1000),
             (
@@ -348,8 +345,8 @@ mod tests {
             ),
         ]);
         assert_eq!(
-            judge(&s, "me", 1002, HOUR, |_| false),
-            Judgement::FinishHandoff
+            stale_action(&s, "me", 1002, HOUR, |_| false),
+            StaleAction::FinishHandoff
         );
     }
 

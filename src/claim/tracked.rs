@@ -112,9 +112,9 @@ impl WonClaim {
     }
 }
 
-/// How the claim went.
+/// How the race for a claim went.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ClaimRace {
     Won(WonClaim),
     /// Another mark holds the issue (or it was handed off meanwhile): the `yielded` mark
     /// is posted (best effort) and the worker goes on.
@@ -123,13 +123,16 @@ pub enum Verdict {
     },
 }
 
+/// The name `worker.rs` imports the race's outcome by.
+pub use ClaimRace as Verdict;
+
 /// The claim step: the claim mark, the re-read, and the decision.
 pub fn claim(
     tracker: &dyn Tracker,
     issue: u64,
     worker: &str,
     host: &str,
-) -> Result<Verdict, ClaimError> {
+) -> Result<ClaimRace, ClaimError> {
     let me = Holder::new(worker, host);
     let nonce = marks::new_nonce();
     let mark = Mark::Claim {
@@ -143,7 +146,7 @@ pub fn claim(
     let standing = marks::standing(&thread.comments);
     let open = thread.state == IssueState::Open && !thread.has_label(labels::READY_FOR_HUMAN);
     if standing.holds(&nonce) && open {
-        return Ok(Verdict::Won(WonClaim { holder: me, nonce }));
+        return Ok(ClaimRace::Won(WonClaim { holder: me, nonce }));
     }
     let yielded = Mark::Yielded {
         holder: me,
@@ -155,7 +158,7 @@ pub fn claim(
         // Handed off between our check and our label switch: take back our `running`.
         let _ = tracker.edit_labels(issue, &[], &[labels::RUNNING]);
     }
-    Ok(Verdict::Lost {
+    Ok(ClaimRace::Lost {
         holder: holder_of(&standing),
     })
 }

@@ -3,11 +3,11 @@
 
 use clap::Args;
 
-use crate::boot::{self, BootError, SuiteRun};
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::git::Git;
+use crate::sweeps::suite::{self, BootError, SuiteRun};
 use crate::sweeps::{SweepCtx, SweepName};
 
 #[derive(Debug, Clone, Args)]
@@ -28,7 +28,7 @@ pub struct SweepArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepList(pub Vec<SweepName>);
 
-fn parse_only(s: &str) -> Result<SweepList, String> {
+fn parse_only(s: &str) -> Result<SweepList, crate::sweeps::SweepNameError> {
     SweepName::parse_list(s).map(SweepList)
 }
 
@@ -51,7 +51,7 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
         .only
         .as_ref()
         .map_or_else(|| SweepName::ALL.to_vec(), |l| l.0.clone());
-    let run = boot::run_suite(&sweep_ctx, &only);
+    let run = suite::run_suite(&sweep_ctx, &only);
     print_run(&run, args);
     match run.end {
         Ok(()) => Ok(exit::OK),

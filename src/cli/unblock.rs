@@ -13,8 +13,9 @@ use signal_hook::iterator::Signals;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
-use crate::sweeps::unblock::belt::{Belt, BeltPass};
-use crate::sweeps::unblock::{self, Exclusive, UnblockReport, lock};
+use crate::host_lock as lock;
+use crate::supervisor::belt::{Belt, BeltPass};
+use crate::sweeps::unblock::{self, Exclusive, UnblockReport};
 use crate::timeutil::now_rfc3339_millis;
 use crate::tracker::{Tracker, select};
 

@@ -68,13 +68,13 @@ impl Git {
         // `--heads` keeps the server from advertising anything but branches (a GitHub repo
         // also has thousands of refs/pull/*).
         let done = self.ok(args(["ls-remote", "--heads", REMOTE, &pattern]))?;
-        parse::ls_remote_heads(&done.out.stdout, prefix).map_err(|w| done.parse_err(w))
+        parse::ls_remote_heads(&done.out.stdout, prefix).map_err(|w| done.parse_err(w.0))
     }
 
     /// All worktrees of the repository: the main checkout and every linked one.
     pub fn worktrees(&self) -> GitResult<Vec<Worktree>> {
         let done = self.ok(args(["worktree", "list", "--porcelain", "-z"]))?;
-        parse::worktree_list_z(&done.out.stdout).map_err(|w| done.parse_err(w))
+        parse::worktree_list_z(&done.out.stdout).map_err(|w| done.parse_err(w.0))
     }
 
     /// Branches checked out in any worktree (git refuses to delete those).

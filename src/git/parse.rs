@@ -75,9 +75,18 @@ pub struct Names<T> {
     pub not_utf8: Vec<Vec<u8>>,
 }
 
-fn utf8(bytes: &[u8]) -> Result<String, String> {
-    String::from_utf8(bytes.to_vec())
-        .map_err(|_| format!("path is not UTF-8: {:?}", String::from_utf8_lossy(bytes)))
+/// What git printed that its parser could not read; `GitError::Parse` adds the command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+fn utf8(bytes: &[u8]) -> Result<String, ParseError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| {
+        ParseError(format!(
+            "path is not UTF-8: {:?}",
+            String::from_utf8_lossy(bytes)
+        ))
+    })
 }
 
 /// Splits NUL-terminated fields; a missing final NUL is tolerated, empty fields are kept
@@ -91,7 +100,7 @@ fn nul_fields(bytes: &[u8]) -> Vec<&[u8]> {
 }
 
 /// A NUL-separated list of UTF-8 strings (`ls-tree -z --name-only`, `check-ignore -z`).
-pub fn nul_list(bytes: &[u8]) -> Result<Vec<String>, String> {
+pub fn nul_list(bytes: &[u8]) -> Result<Vec<String>, ParseError> {
     nul_fields(bytes)
         .into_iter()
         .filter(|f| !f.is_empty())
@@ -100,7 +109,7 @@ pub fn nul_list(bytes: &[u8]) -> Result<Vec<String>, String> {
 }
 
 /// `git status --porcelain=v1 -z`: `XY PATH\0`, and for a rename or copy `XY NEW\0OLD\0`.
-pub fn status_z(bytes: &[u8]) -> Result<Changes, String> {
+pub fn status_z(bytes: &[u8]) -> Result<Changes, ParseError> {
     let fields = nul_fields(bytes);
     let mut out = Changes::default();
     let mut i = 0;
@@ -108,20 +117,20 @@ pub fn status_z(bytes: &[u8]) -> Result<Changes, String> {
         let rec = fields[i];
         i += 1;
         if rec.len() < 4 || rec[2] != b' ' {
-            return Err(format!(
+            return Err(ParseError(format!(
                 "malformed status record {:?}",
                 String::from_utf8_lossy(rec)
-            ));
+            )));
         }
         let (x, y) = (rec[0], rec[1]);
         let raw = &rec[3..];
         let moved = matches!(x, b'R' | b'C') || matches!(y, b'R' | b'C');
         let orig = if moved {
             let Some(o) = fields.get(i) else {
-                return Err(format!(
+                return Err(ParseError(format!(
                     "rename record for {:?} lacks its source path",
                     String::from_utf8_lossy(raw)
-                ));
+                )));
             };
             i += 1;
             Some(*o)
@@ -170,7 +179,7 @@ fn status_kind(x: u8, y: u8) -> ChangeKind {
 }
 
 /// `git diff --name-status -z`: `S\0PATH\0`, and for a rename or copy `R100\0OLD\0NEW\0`.
-pub fn name_status_z(bytes: &[u8]) -> Result<Changes, String> {
+pub fn name_status_z(bytes: &[u8]) -> Result<Changes, ParseError> {
     let fields = nul_fields(bytes);
     let mut out = Changes::default();
     let mut i = 0;
@@ -178,15 +187,15 @@ pub fn name_status_z(bytes: &[u8]) -> Result<Changes, String> {
         let status = fields[i];
         i += 1;
         let Some(&letter) = status.first() else {
-            return Err("empty name-status record".into());
+            return Err(ParseError("empty name-status record".into()));
         };
         let moved = matches!(letter, b'R' | b'C');
         let need = if moved { 2 } else { 1 };
         if i + need > fields.len() {
-            return Err(format!(
+            return Err(ParseError(format!(
                 "name-status record {:?} lacks its path",
                 String::from_utf8_lossy(status)
-            ));
+            )));
         }
         let record = &fields[i..i + need];
         i += need;
@@ -219,10 +228,10 @@ pub fn name_status_z(bytes: &[u8]) -> Result<Changes, String> {
                 b'D' => ChangeKind::Deleted,
                 b'M' | b'T' | b'U' | b'X' => ChangeKind::Modified,
                 other => {
-                    return Err(format!(
+                    return Err(ParseError(format!(
                         "unknown name-status letter {:?} for {first:?}",
                         other as char
-                    ));
+                    )));
                 }
             };
             out.paths.push(PathChange { path: first, kind });
@@ -232,7 +241,7 @@ pub fn name_status_z(bytes: &[u8]) -> Result<Changes, String> {
 }
 
 /// `git worktree list --porcelain -z`: attribute fields, each record ended by an empty field.
-pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
+pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, ParseError> {
     let mut out = Vec::new();
     let mut cur: Option<Worktree> = None;
     for field in nul_fields(bytes) {
@@ -250,7 +259,7 @@ pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
             if let Some(w) = cur.take() {
                 out.push(w);
             }
-            let path = value.ok_or("worktree record without a path")?;
+            let path = value.ok_or_else(|| ParseError("worktree record without a path".into()))?;
             cur = Some(Worktree {
                 // Worktree paths are filesystem bytes; on Unix any bytes form a path.
                 path: PathBuf::from(std::ffi::OsStr::from_bytes(path)),
@@ -265,15 +274,16 @@ pub fn worktree_list_z(bytes: &[u8]) -> Result<Vec<Worktree>, String> {
             continue;
         }
         let Some(w) = cur.as_mut() else {
-            return Err(format!(
+            return Err(ParseError(format!(
                 "worktree attribute {:?} before any worktree",
                 String::from_utf8_lossy(field)
-            ));
+            )));
         };
         match key {
             b"HEAD" => w.head = value.map(utf8).transpose()?,
             b"branch" => {
-                let full = value.ok_or("branch attribute without a ref")?;
+                let full =
+                    value.ok_or_else(|| ParseError("branch attribute without a ref".into()))?;
                 // A worktree on a ref outside refs/heads/ holds no branch.
                 let Some(short) = full.strip_prefix(HEADS.as_bytes()) else {
                     continue;
@@ -323,14 +333,14 @@ pub fn branch_names(bytes: &[u8], prefix: &str) -> Names<String> {
 
 /// `git ls-remote` lines `<sha>\t<ref>` turned into `(short branch, sha)` for refs under
 /// `prefix`. ls-remote patterns match ref tails, so the prefix is checked again here.
-pub fn ls_remote_heads(bytes: &[u8], prefix: &str) -> Result<Names<(String, String)>, String> {
+pub fn ls_remote_heads(bytes: &[u8], prefix: &str) -> Result<Names<(String, String)>, ParseError> {
     let mut out = Names::default();
     for line in byte_lines(bytes) {
         let Some(tab) = line.iter().position(|b| *b == b'\t') else {
-            return Err(format!(
+            return Err(ParseError(format!(
                 "malformed ls-remote line {:?}",
                 crate::text::excerpt(&String::from_utf8_lossy(line))
-            ));
+            )));
         };
         let (sha, name) = (&line[..tab], &line[tab + 1..]);
         if !name.starts_with(prefix.as_bytes()) || name.ends_with(b"^{}") {
@@ -426,8 +436,8 @@ mod tests {
 
     #[test]
     fn status_errors_are_reported() {
-        assert!(status_z(b"R  only-new\0").unwrap_err().contains("source"));
-        assert!(status_z(b"XY\0").unwrap_err().contains("malformed"));
+        assert!(status_z(b"R  only-new\0").unwrap_err().0.contains("source"));
+        assert!(status_z(b"XY\0").unwrap_err().0.contains("malformed"));
         assert_eq!(status_z(b"").unwrap(), Changes::default());
     }
 
@@ -455,9 +465,10 @@ mod tests {
         assert!(
             name_status_z(b"R100\0only\0")
                 .unwrap_err()
+                .0
                 .contains("lacks")
         );
-        assert!(name_status_z(b"Z\0p\0").unwrap_err().contains("unknown"));
+        assert!(name_status_z(b"Z\0p\0").unwrap_err().0.contains("unknown"));
         assert_eq!(name_status_z(b"").unwrap(), Changes::default());
     }
 

@@ -42,7 +42,7 @@ impl Git {
         a.push(top_literal(prefix));
         a.extend(excluded.iter().map(|e| exclude(e)));
         let done = self.ok(a)?;
-        parse::status_z(&done.out.stdout).map_err(|w| done.parse_err(w))
+        parse::status_z(&done.out.stdout).map_err(|w| done.parse_err(w.0))
     }
 
     /// Paths changed under `prefix` by the commits on HEAD that `base_ref` lacks (the
@@ -74,7 +74,7 @@ impl Git {
         a.push(top_literal(prefix));
         a.extend(excluded.iter().map(|e| exclude(e)));
         let done = self.ok(a)?;
-        parse::name_status_z(&done.out.stdout).map_err(|w| done.parse_err(w))
+        parse::name_status_z(&done.out.stdout).map_err(|w| done.parse_err(w.0))
     }
 
     /// Files tracked under `prefix` at `rev`.
@@ -92,7 +92,7 @@ impl Git {
         ]);
         a.push(top_literal(prefix));
         let done = self.ok(a)?;
-        parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w))
+        parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w.0))
     }
 
     /// Whether the ignore rules (`.gitignore` files, `info/exclude`, `core.excludesFile`)
@@ -125,7 +125,7 @@ impl Git {
             Some(0) | Some(1) => {}
             _ => return Err(done.failed()),
         }
-        let echoed = parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w))?;
+        let echoed = parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w.0))?;
         echoed
             .iter()
             .map(|e| {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
-use super::lane::running_supervisor;
+use super::lock::running_supervisor;
 use super::resize::{self, Resize};
 use super::state_file::{
     self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, StateFile, StateFileError,

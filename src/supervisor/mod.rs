@@ -1,12 +1,13 @@
 //! The fleet supervisor (`docs/SPEC.md` §4–§6): start-up, slots, the tick, and the control files.
 
+pub mod belt;
 pub mod children;
 pub mod circuit;
 pub mod control;
 pub mod fleet;
 pub mod fleet_circuit;
 pub mod journal;
-pub mod lane;
+pub mod lock;
 pub mod notify;
 pub mod reaper;
 pub mod release;

@@ -1,4 +1,5 @@
-//! Giving a dead worker's issues back.
+//! Giving a dead worker's issues back: the tracker first, then the claim
+//! ([`crate::claim::release`]), one event per issue.
 //!
 //! A worker that is killed (a crash, a signal, a stall kill, a hard-kill shrink) cannot
 //! undo its claim: `.red/tmp/claims/<N>/` and the `running` label would otherwise stay until
@@ -12,59 +13,14 @@
 //! keeps the claim: the next boot's orphan cleanup finishes the restore from it (without
 //! posting the comment twice).
 
-use std::fs;
-use std::path::Path;
-
 use super::texts::kind;
-use crate::fsutil::read_small_file;
-use crate::layout::{Layout, start_file};
-use crate::pidfile::{self, PidContent};
-use crate::sweeps::lane::Lane;
+use crate::layout::Layout;
+use crate::pidfile;
 use crate::sweeps::transition;
 use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
 
-/// The dead worker whose claims are released.
-#[derive(Debug, Clone)]
-pub struct DeadWorker {
-    pub slot: usize,
-    pub pid: i32,
-    pub start: u64,
-    pub id: String,
-    /// Killed by the supervisor for making no progress: its attempt ends `stalled`.
-    pub stalled: bool,
-}
-
-/// Issues whose claim dir names `w` (pid, and start when the claim recorded one).
-pub fn claims_of(layout: &Layout, w: &DeadWorker) -> Vec<u64> {
-    let Ok(dir) = fs::read_dir(layout.claims()) else {
-        return Vec::new();
-    };
-    let mut found: Vec<u64> = dir
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
-        .filter(|n| *n > 0 && holds(&layout.claim_pid(*n), w))
-        .collect();
-    found.sort_unstable();
-    found
-}
-
-/// Does this claim pid file name the dead worker? A start token that cannot be read proves
-/// nothing, so the claim is left to the boot sweep.
-fn holds(pid_file: &Path, w: &DeadWorker) -> bool {
-    if !matches!(pidfile::read_pid_file(pid_file), Ok(PidContent::Pid(p)) if p == w.pid) {
-        return false;
-    }
-    match read_small_file(&start_file(pid_file), pidfile::MAX_PID_FILE_BYTES) {
-        Ok(None) => true,
-        Ok(Some(bytes)) => String::from_utf8_lossy(&bytes)
-            .trim()
-            .parse::<u64>()
-            .is_ok_and(|s| s == w.start),
-        Err(_) => false,
-    }
-}
+pub use crate::claim::release::{DeadWorker, claims_of};
 
 /// Releases every claim of `w`; returns one event per issue handled.
 pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {
@@ -106,16 +62,7 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
                 }
             }
         }
-        let removed = Lane::open(layout)
-            .map_err(|e| e.to_string())
-            .and_then(|lane| match lane {
-                Some(l) => l
-                    .remove(&layout.claims().join(n.to_string()))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                None => Ok(()),
-            });
-        let claim = match removed {
+        let claim = match crate::claim::release::remove(layout, n) {
             Ok(()) => "claim removed".to_string(),
             Err(e) => format!("claim not removed: {e}"),
         };

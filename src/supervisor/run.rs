@@ -1,6 +1,6 @@
 //! `afk-supervisor run`: start-up in the SPEC order, the event loop, and the stop.
 //!
-//! Start-up: the lane lock, the pid file, the boot sweep suite exactly once, takeover of a
+//! Start-up: the supervisor lock, the pid file, the boot sweep suite exactly once, takeover of a
 //! previous supervisor's live workers, then a worker in every empty slot. The loop then
 //! waits (one thread, a current-thread tokio runtime) on the workers' pidfds, the signals,
 //! the messages of the blocking pool (tracker calls, the belt) and one timer at the next
@@ -17,19 +17,19 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::{Journal, Rotation};
-use super::lane::{Lane, LaneError};
+use super::lock::{LockError, SupervisorLock};
 use super::notify::Notifier;
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
-use crate::boot::{self, SuiteRun};
 use crate::config::Config;
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::pidfile;
 use crate::process;
-use crate::sweeps::{SweepCtx, SweepName};
+use crate::sweeps::suite::{self, SuiteRun};
+use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
 use crate::toonl::Event;
 use crate::tracker::{self, LabeledIssue, Tracker};
@@ -73,7 +73,7 @@ pub fn periodic_tasks(
             at_start: false,
             task: Arc::new(Mutex::new(unless_paused(
                 layout,
-                Box::new(crate::sweeps::unblock::belt::task(
+                Box::new(super::belt::task(
                     Arc::clone(tracker),
                     layout.repo().display().to_string(),
                 )),
@@ -85,7 +85,7 @@ pub fn periodic_tasks(
             at_start: false,
             task: Arc::new(Mutex::new(unless_paused(
                 layout,
-                Box::new(move || stale.pass()),
+                Box::new(move || stale.pass().map_err(|e| e.to_string())),
             ))),
         },
     ]
@@ -210,13 +210,13 @@ async fn run_fleet(
     let mut signals = SignalSet::install()
         .map_err(|e| Failure::failed(format!("cannot install signal handlers: {e}")))?;
     let (tx, mut rx) = unbounded_channel::<Msg>();
-    let (lane, notes) = Lane::acquire(layout).map_err(|e| match e {
-        LaneError::Busy { .. } => Failure::failed(e.to_string()),
-        LaneError::Io { .. } => Failure::failed(e.to_string()),
+    let (lock, notes) = SupervisorLock::acquire(layout).map_err(|e| match e {
+        LockError::Busy { .. } => Failure::failed(e.to_string()),
+        LockError::Io { .. } => Failure::failed(e.to_string()),
     })?;
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
-    // the lane is released before anything is spawned.
+    // the lock is released before anything is spawned.
     let rotation = Rotation {
         max_bytes: config.log.max_bytes,
         keep: config.log.keep,
@@ -228,7 +228,7 @@ async fn run_fleet(
     let mut journal = match journal {
         Ok(j) => j,
         Err(e) => {
-            let _ = lane.release();
+            let _ = lock.release();
             return Err(Failure::failed(e));
         }
     };
@@ -246,7 +246,7 @@ async fn run_fleet(
                 config.fleet.workers, config.timing.tick_s, argv
             ),
         )
-        .pid(lane.pid),
+        .pid(lock.pid),
     );
     for n in notes {
         journal.write(Event::now(n.kind(), n.text()));
@@ -287,7 +287,7 @@ async fn run_fleet(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
             ));
-            let _ = lane.release();
+            let _ = lock.release();
             return Ok(code);
         }
     };
@@ -295,12 +295,17 @@ async fn run_fleet(
     if boot.end.is_err() {
         // What the halted or failing sweeps decided, with their causes (e.g. the git or
         // gh error behind `landing-failed`), so the log alone explains the outcome.
-        for d in boot.report.decisions.iter().filter(|d| d.verdict != "keep") {
+        for d in boot
+            .report
+            .decisions
+            .iter()
+            .filter(|d| d.verdict != Disposition::Keep)
+        {
             journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
         }
     }
     if boot.is_halted() {
-        let _ = lane.release();
+        let _ = lock.release();
         return Ok(exit::BOOT_HALTED);
     }
 
@@ -322,7 +327,7 @@ async fn run_fleet(
         layout.clone(),
         &config,
         argv,
-        (lane.pid, lane.start),
+        (lock.pid, lock.start),
         journal,
         tx.clone(),
     );
@@ -353,8 +358,8 @@ async fn run_fleet(
     notifier.finish();
     fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
-    fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lane.pid));
-    if let Err(e) = lane.release() {
+    fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
+    if let Err(e) = lock.release() {
         // Never a panic on a terminal that went away (see the journal's echo).
         let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
     }
@@ -480,7 +485,7 @@ async fn run_boot(
             git: &git,
             dry_run: false,
         };
-        boot::run_suite(&ctx, &SweepName::ALL)
+        suite::run_suite(&ctx, &SweepName::ALL)
     });
     tokio::select! {
         r = suite => match r {

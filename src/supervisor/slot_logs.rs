@@ -1,14 +1,14 @@
 //! Slot logs expire: the per-day folders `.red/tmp/logs/<yyyy-mm-dd>/` older than
 //! `log.slot_log_days` are deleted, at start-up and daily (a periodic task on the blocking
 //! pool). Only day-named entries directly inside `logs/` are candidates, and each goes
-//! through [`Lane::remove`]: nothing outside `.red/tmp/logs/` is reachable, a symlink is
+//! through [`DeleteRoot::remove`]: nothing outside `.red/tmp/logs/` is reachable, a symlink is
 //! unlinked as a link and never followed, another mount is never entered.
 
 use std::time::{Duration, SystemTime};
 
 use crate::layout::Layout;
 use crate::logs::is_day;
-use crate::sweeps::lane::{Lane, RemovedKind};
+use crate::safe_delete::{DeleteRoot, RemovedKind};
 use crate::timeutil::date_utc;
 
 /// Once a day.
@@ -16,7 +16,7 @@ pub const INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// Deletes the day folders older than `days` before `now`; the text says what it did.
 pub fn expire(layout: &Layout, days: u64, now: SystemTime) -> Result<String, String> {
-    let Some(lane) = Lane::open(layout).map_err(|e| e.to_string())? else {
+    let Some(root) = DeleteRoot::open(layout).map_err(|e| e.to_string())? else {
         return Ok("nothing under .red/tmp".into());
     };
     let dir = layout.logs();
@@ -37,7 +37,7 @@ pub fn expire(layout: &Layout, days: u64, now: SystemTime) -> Result<String, Str
     let mut removed = 0;
     let mut errors = Vec::new();
     for name in &old {
-        match lane.remove(&dir.join(name)) {
+        match root.remove(&dir.join(name)) {
             Ok(r) if r.kind != RemovedKind::Absent => removed += 1,
             Ok(_) => {}
             Err(e) => errors.push(e.to_string()),

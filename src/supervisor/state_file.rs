@@ -163,8 +163,8 @@ pub struct BootSuite {
 }
 
 impl BootSuite {
-    pub fn of(run: &crate::boot::SuiteRun, elapsed: std::time::Duration) -> BootSuite {
-        use crate::boot::BootError;
+    pub fn of(run: &crate::sweeps::suite::SuiteRun, elapsed: std::time::Duration) -> BootSuite {
+        use crate::sweeps::suite::BootError;
         let result = match &run.end {
             Ok(()) => "clean".to_string(),
             Err(BootError::Halted(m)) => format!("halted: {m}"),

@@ -16,11 +16,11 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
-use crate::sweeps::judge::{Guard, recheck_attempt};
-use crate::sweeps::lane::Lane;
+use crate::safe_delete::DeleteRoot;
+use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt};
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 
 /// The two caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ impl Caps {
     }
 }
 
-/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+/// What stops a pass: `.red/tmp` could not be opened, or a registered dir could not be read.
 pub type CapError = super::worker_tree::TreeError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -56,7 +56,14 @@ pub fn gone_in_dry_run(layout: &Layout, decisions: &[Decision]) -> HashSet<PathB
     decisions
         .iter()
         .filter(|d| d.sweep == SweepName::Orphans)
-        .filter(|d| ["remove", "restore", "release"].contains(&d.verdict.as_str()))
+        .filter(|d| {
+            [
+                Disposition::Remove,
+                Disposition::Restore,
+                Disposition::Release,
+            ]
+            .contains(&d.verdict)
+        })
         .filter(|d| !d.subject.starts_with('#'))
         .map(|d| layout.repo().join(&d.subject))
         .collect()
@@ -79,12 +86,12 @@ pub fn run(
     dry_run: bool,
     already_gone: &HashSet<PathBuf>,
 ) -> Result<CapReport, CapError> {
-    let Some(lane) = Lane::open(layout)? else {
+    let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(CapReport::default());
     };
     let mut pass = Pass {
         layout,
-        lane,
+        root,
         dry_run,
         report: CapReport::default(),
         worktrees_removed: false,
@@ -102,7 +109,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "skip",
+                    Disposition::Skip,
                     format!("worker live (pid {pid}): its dir is not touched"),
                 );
                 continue;
@@ -111,7 +118,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "skip",
+                    Disposition::Skip,
                     "no worker.pid yet in a dir created just now",
                 );
                 continue;
@@ -121,7 +128,7 @@ pub fn run(
                 pass.decide(
                     &w.path,
                     None,
-                    "keep",
+                    Disposition::Keep,
                     format!("worker.pid cannot be judged: {reason}; its dir is not touched"),
                 );
                 continue;
@@ -142,11 +149,21 @@ pub fn run(
             match AttemptState::read(&sub.path) {
                 Err(e) => {
                     pass.report.unjudged += 1;
-                    pass.decide(&sub.path, Some(issue), "keep", format!("cannot judge: {e}"));
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Keep,
+                        format!("cannot judge: {e}"),
+                    );
                     continue;
                 }
                 Ok(Some(s)) if s.owner_is_live() => {
-                    pass.decide(&sub.path, Some(issue), "skip", "live attempt: not counted");
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Skip,
+                        "live attempt: not counted",
+                    );
                     continue;
                 }
                 Ok(_) => {}
@@ -155,7 +172,12 @@ pub fn run(
                 Ok(a) => a,
                 Err(e) => {
                     pass.report.unjudged += 1;
-                    pass.decide(&sub.path, Some(issue), "keep", format!("cannot stat: {e}"));
+                    pass.decide(
+                        &sub.path,
+                        Some(issue),
+                        Disposition::Keep,
+                        format!("cannot stat: {e}"),
+                    );
                     continue;
                 }
             };
@@ -174,14 +196,19 @@ pub fn run(
     if pass.worktrees_removed
         && let Some(why) = worker_tree::prune_worktree_records(layout)
     {
-        pass.decide(Path::new("git worktree prune"), None, "skip", why);
+        pass.decide(
+            Path::new("git worktree prune"),
+            None,
+            Disposition::Skip,
+            why,
+        );
     }
     Ok(pass.report)
 }
 
 struct Pass<'a> {
     layout: &'a Layout,
-    lane: Lane,
+    root: DeleteRoot,
     dry_run: bool,
     report: CapReport,
     /// A reclaimed attempt held a linked git worktree: git's record is pruned at the end.
@@ -193,7 +220,7 @@ impl Pass<'_> {
         &mut self,
         path: &Path,
         issue: Option<u64>,
-        verdict: &str,
+        verdict: Disposition,
         reason: impl Into<String>,
     ) {
         let subject = path
@@ -206,7 +233,7 @@ impl Pass<'_> {
             subject,
             issue,
             state: None,
-            verdict: verdict.to_string(),
+            verdict,
             reason: reason.into(),
         });
     }
@@ -243,7 +270,7 @@ impl Pass<'_> {
                     "within caps: newest #{rank} of its issue, age {}",
                     fmt_dur(c.age)
                 );
-                self.decide(&c.path, Some(c.issue), "keep", why);
+                self.decide(&c.path, Some(c.issue), Disposition::Keep, why);
             }
         }
     }
@@ -253,26 +280,26 @@ impl Pass<'_> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(&c.path);
         let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
             if self.dry_run {
-                self.lane.check(&c.path).map_err(|e| e.to_string())
+                self.root.check(&c.path).map_err(NotRemoved::from)
             } else {
-                self.lane
+                self.root
                     .remove(&c.path)
                     .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(NotRemoved::from)
             }
         });
         match result {
             Ok(()) => {
                 self.worktrees_removed |= linked;
                 self.report.reclaimed += 1;
-                self.decide(&c.path, Some(c.issue), "remove", why);
+                self.decide(&c.path, Some(c.issue), Disposition::Remove, why);
             }
             Err(e) => {
                 self.report.unjudged += 1;
                 self.decide(
                     &c.path,
                     Some(c.issue),
-                    "keep",
+                    Disposition::Keep,
                     format!("{why}; not removed: {e}"),
                 );
             }

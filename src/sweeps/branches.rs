@@ -25,10 +25,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
-use crate::boot::{BootError, BootReport, BranchCounts};
 use crate::git::{Git, GitError};
 use crate::layout::parse_positive;
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerError, TrackerResult,
@@ -175,11 +174,10 @@ impl BranchDecision {
             issue: self.issue,
             state: self.class.map(|c| c.as_str().to_string()),
             verdict: match self.action {
-                Action::Reap => "reap",
-                Action::Spare => "spare",
-                Action::NotReaped => "failed",
-            }
-            .to_string(),
+                Action::Reap => Disposition::Reap,
+                Action::Spare => Disposition::Spare,
+                Action::NotReaped => Disposition::Failed,
+            },
             reason: self.reason.clone(),
         }
     }
@@ -300,6 +298,14 @@ fn decide_one(side: Side, branch: &str, inv: &Inventory, class: &Classification)
         ),
         IssueClass::NotFound => spare(Some(n), Some(c), format!("issue #{n} not found")),
     }
+}
+
+/// The boot summary's `branches remote=N local=N spared=N`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BranchCounts {
+    pub remote: usize,
+    pub local: usize,
+    pub spared: usize,
 }
 
 /// What one reaper run saw and did.
@@ -488,29 +494,21 @@ fn delete_side(git: &Git, report: &mut ReapReport, side: Side) {
     report.delete_errors.push((side, error));
 }
 
-/// The boot suite's arm: `branches remote=N local=N spared=N` and one decision per branch.
-/// A git failure fails the sweep; a tracker failure only spares (every issue unclassified),
-/// recorded as a `warn` decision.
-pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
-    let r = run(ctx.git, ctx.tracker, &ctx.config.fleet.base, ctx.dry_run)
-        .map_err(|e| BootError::Failed(e.to_string()))?;
-    report.branches = r.counts();
-    if let Some(e) = &r.tracker_error {
-        report.decisions.push(Decision {
+impl ReapReport {
+    /// The decisions the boot suite records: a tracker failure (which only spares, every
+    /// issue unclassified) as one `warn`, then one per branch.
+    pub fn suite_decisions(&self) -> Vec<Decision> {
+        let warn = self.tracker_error.as_ref().map(|e| Decision {
             sweep: SweepName::Branches,
             subject: "afk/*".into(),
             issue: None,
             state: Some(IssueClass::Unclassified.as_str().into()),
-            verdict: "warn".into(),
+            verdict: Disposition::Warn,
             reason: format!("tracker failed, every branch spared: {e}"),
         });
-    }
-    report
-        .decisions
-        .extend(r.decisions.iter().map(BranchDecision::to_decision));
-    match r.delete_error() {
-        Some(e) => Err(BootError::Failed(e)),
-        None => Ok(()),
+        warn.into_iter()
+            .chain(self.decisions.iter().map(BranchDecision::to_decision))
+            .collect()
     }
 }
 

@@ -6,12 +6,11 @@
 pub mod attempt_cap;
 pub mod branches;
 pub mod docs;
+pub mod guard;
 pub mod issue_book;
-pub mod judge;
-pub mod lane;
 pub mod orphans;
-pub mod rmtree;
 pub mod stragglers;
+pub mod suite;
 pub mod transition;
 pub mod unblock;
 pub mod worker_tree;
@@ -45,8 +44,7 @@ pub struct Decision {
     pub issue: Option<u64>,
     /// The tracker state or label the verdict rests on, when there is one.
     pub state: Option<String>,
-    /// e.g. `remove`, `keep`, `restore`, `reap`, `spare`, `promote`.
-    pub verdict: String,
+    pub verdict: Disposition,
     pub reason: String,
 }
 
@@ -58,7 +56,7 @@ impl Decision {
         let mut line = format!(
             "{} {} {}",
             self.sweep,
-            text::escape(&self.verdict),
+            self.verdict,
             text::escape(&self.subject)
         );
         if let Some(n) = self.issue
@@ -72,6 +70,72 @@ impl Decision {
         line.push_str(": ");
         line.push_str(&text::escape(&self.reason));
         line
+    }
+}
+
+/// What a sweep did (or, in a dry run, would do) with one subject. The word it shows is
+/// the contract (`--dry-run` lines, `--json`, the event log), so it compares equal to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Disposition {
+    Remove,
+    Keep,
+    /// Put back to `ready-for-agent`, then removed.
+    Restore,
+    /// A dead holder's claim, removed.
+    Release,
+    /// Not this sweep's to judge, or redundant: untouched and not counted.
+    Skip,
+    /// A branch deleted.
+    Reap,
+    /// A branch kept.
+    Spare,
+    /// A branch whose delete failed.
+    Failed,
+    /// A blocked issue made `ready-for-agent`.
+    Promote,
+    /// Nothing changed; something an operator should know.
+    Warn,
+    /// A stranded doc landed on the base.
+    Land,
+    /// A doc that halts the boot.
+    Halt,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Remove => "remove",
+            Disposition::Keep => "keep",
+            Disposition::Restore => "restore",
+            Disposition::Release => "release",
+            Disposition::Skip => "skip",
+            Disposition::Reap => "reap",
+            Disposition::Spare => "spare",
+            Disposition::Failed => "failed",
+            Disposition::Promote => "promote",
+            Disposition::Warn => "warn",
+            Disposition::Land => "land",
+            Disposition::Halt => "halt",
+        }
+    }
+}
+
+impl fmt::Display for Disposition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for Disposition {
+    fn eq(&self, word: &str) -> bool {
+        self.as_str() == word
+    }
+}
+
+impl PartialEq<&str> for Disposition {
+    fn eq(&self, word: &&str) -> bool {
+        self.as_str() == *word
     }
 }
 
@@ -109,7 +173,7 @@ impl SweepName {
     }
 
     /// Parses `--only a,b`: names separated by commas, in any order; result in suite order.
-    pub fn parse_list(s: &str) -> Result<Vec<SweepName>, String> {
+    pub fn parse_list(s: &str) -> Result<Vec<SweepName>, SweepNameError> {
         let mut out = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let n: SweepName = part.parse()?;
@@ -118,26 +182,36 @@ impl SweepName {
             }
         }
         if out.is_empty() {
-            return Err("no sweep named".into());
+            return Err(SweepNameError::NoneNamed);
         }
         out.sort();
         Ok(out)
     }
 }
 
+/// A `--only` list that names no sweep, or a name that is none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SweepNameError {
+    #[error("unknown sweep {0:?} (expected one of: {names})", names = SweepName::names())]
+    Unknown(String),
+    #[error("no sweep named")]
+    NoneNamed,
+}
+
+impl SweepName {
+    fn names() -> String {
+        let names: Vec<&str> = SweepName::ALL.iter().map(|n| n.as_str()).collect();
+        names.join(", ")
+    }
+}
+
 impl FromStr for SweepName {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = SweepNameError;
+    fn from_str(s: &str) -> Result<Self, SweepNameError> {
         SweepName::ALL
             .into_iter()
             .find(|n| n.as_str() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = SweepName::ALL.iter().map(|n| n.as_str()).collect();
-                format!(
-                    "unknown sweep {s:?} (expected one of: {})",
-                    names.join(", ")
-                )
-            })
+            .ok_or_else(|| SweepNameError::Unknown(s.to_string()))
     }
 }
 
@@ -158,7 +232,7 @@ mod tests {
             subject: ".red/tmp/workers/w1/5-a1".into(),
             issue: Some(5),
             state: Some("CLOSED".into()),
-            verdict: "remove".into(),
+            verdict: Disposition::Remove,
             reason: "issue closed".into(),
         };
         assert_eq!(
@@ -180,6 +254,7 @@ mod tests {
         assert!(
             SweepName::parse_list("orphan")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown sweep \"orphan\"")
         );
         assert!(SweepName::parse_list(" , ").is_err());

@@ -4,7 +4,7 @@
 //! of dead workers, each decided by its issue's tracker state; stale claims of dead
 //! holders; dead worker shells left empty (only pid files, `*.tmp` and empty dirs: any
 //! other file or link in it was judged by no pass and keeps it). Everything that is removed goes through
-//! [`Lane`], liveness is judged again right before each removal, and a dir that cannot be
+//! [`DeleteRoot`], liveness is judged again right before each removal, and a dir that cannot be
 //! judged (unreadable, corrupt state file) is kept and counted, never removed on a guess.
 //!
 //! Choices where the brief is silent, made on the side of keeping:
@@ -32,19 +32,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::attempt_state::AttemptState;
-use crate::boot::OrphanCounts;
-use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir, parse_positive};
+use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::safe_delete::DeleteRoot;
+use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt, recheck_pid_file};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
-use crate::sweeps::judge::{Guard, recheck_attempt, recheck_pid_file};
-use crate::sweeps::lane::Lane;
 use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::tracker::{Tracker, labels};
 
-/// The `docs/SPEC.md` §7 restore comment, verbatim.
-pub const RESTORE_COMMENT: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
+pub use crate::claim::marks::RESTORE_COMMENT;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -58,10 +56,29 @@ pub const TTL_FALLBACK_WITH_STATE: Duration = Duration::from_secs(7 * 86_400);
 pub const TTL_FALLBACK_NO_STATE: Duration = DAY;
 /// A dir in an attempt's place whose name gives no issue number.
 pub const TTL_UNNUMBERED: Duration = DAY;
-pub use crate::sweeps::judge::CREATION_GRACE;
+pub use crate::sweeps::guard::CREATION_GRACE;
 
-/// What stops a pass: the lane could not be opened, or a registered dir could not be read.
+/// What stops a pass: `.red/tmp` could not be opened, or a registered dir could not be read.
 pub type OrphanError = super::worker_tree::TreeError;
+
+/// The boot summary's `orphans removed=N restored=N kept=N`, and what else the pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OrphanCounts {
+    pub removed: usize,
+    pub restored: usize,
+    pub kept: usize,
+    pub legacy_removed: usize,
+    pub claims_released: usize,
+}
+
+/// Why a `running` issue was not restored; the text is the decision's reason.
+#[derive(Debug, thiserror::Error)]
+enum NotRestored {
+    #[error("claim cannot be judged, not restored: {0}")]
+    ClaimUnjudgeable(String),
+    #[error("restore not finished: {0}")]
+    Unfinished(transition::TransitionError),
+}
 
 /// The result of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -84,12 +101,12 @@ pub fn run(
     now: SystemTime,
     dry_run: bool,
 ) -> Result<OrphanReport, OrphanError> {
-    let Some(lane) = Lane::open(layout)? else {
+    let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(OrphanReport::default());
     };
     let mut pass = Pass {
         layout,
-        lane,
+        root,
         book: IssueBook::new(tracker),
         now,
         dry_run,
@@ -111,35 +128,11 @@ pub fn run(
             Path::new("git worktree prune"),
             None,
             None,
-            Verdict::Skip,
+            Disposition::Skip,
             why,
         );
     }
     Ok(pass.report)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
-    Remove,
-    Keep,
-    /// Restore `ready-for-agent` on the issue, then remove the dir.
-    Restore,
-    /// Not this sweep's to judge (live, manual, not yet born): untouched and not counted.
-    Skip,
-    /// A dead holder's claim, removed.
-    Release,
-}
-
-impl Verdict {
-    fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Remove => "remove",
-            Verdict::Keep => "keep",
-            Verdict::Restore => "restore",
-            Verdict::Skip => "skip",
-            Verdict::Release => "release",
-        }
-    }
 }
 
 /// What the fate table says about one numbered attempt dir of a dead worker.
@@ -237,7 +230,7 @@ struct DeadWorker {
 
 struct Pass<'a> {
     layout: &'a Layout,
-    lane: Lane,
+    root: DeleteRoot,
     book: IssueBook<'a>,
     now: SystemTime,
     dry_run: bool,
@@ -254,7 +247,7 @@ impl Pass<'_> {
         path: &Path,
         issue: Option<u64>,
         state: Option<String>,
-        verdict: Verdict,
+        verdict: Disposition,
         reason: impl Into<String>,
     ) -> usize {
         let subject = path
@@ -267,7 +260,7 @@ impl Pass<'_> {
             subject,
             issue,
             state,
-            verdict: verdict.as_str().to_string(),
+            verdict,
             reason: reason.into(),
         });
         self.report.decisions.len() - 1
@@ -282,31 +275,29 @@ impl Pass<'_> {
         why: impl Into<String>,
     ) -> usize {
         self.report.counts.kept += 1;
-        self.decide(path, issue, state, Verdict::Keep, why)
+        self.decide(path, issue, state, Disposition::Keep, why)
     }
 
     /// Removes `path` unless `still_dead` (judged right now) says otherwise; in a dry run
-    /// only checks that the lane would allow it.
+    /// only checks that the delete root would allow it.
     fn remove(
         &self,
         path: &Path,
-        still_dead: impl FnOnce() -> Result<(), String>,
-    ) -> Result<(), String> {
+        still_dead: impl FnOnce() -> Result<(), NotRemoved>,
+    ) -> Result<(), NotRemoved> {
         still_dead()?;
         if self.dry_run {
-            self.lane.check(path).map_err(|e| e.to_string())
+            self.root.check(path)?;
         } else {
-            self.lane
-                .remove(path)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            self.root.remove(path)?;
         }
+        Ok(())
     }
 
     // ---- pass 1: legacy flat work dirs ----
 
     fn legacy(&mut self) -> Result<(), OrphanError> {
-        let tmp = self.lane.tmp().to_path_buf();
+        let tmp = self.root.tmp().to_path_buf();
         let list = entries(&tmp).map_err(|source| OrphanError::Read { path: tmp, source })?;
         for e in list.into_iter().filter(|e| e.name.starts_with("work-")) {
             let Some(n) = parse_legacy_work_dir(&e.name) else {
@@ -314,7 +305,7 @@ impl Pass<'_> {
                     &e.path,
                     None,
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "slug-named manual worktree",
                 );
                 continue;
@@ -324,7 +315,7 @@ impl Pass<'_> {
                     &e.path,
                     Some(n),
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "not a real directory",
                 );
                 continue;
@@ -336,14 +327,14 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("afk.pid {pid} is live"),
                     );
                 }
                 Liveness::Dead {
                     reason: DeadReason::Missing,
                 } => {
-                    self.decide(&e.path, Some(n), None, Verdict::Skip, "no afk.pid");
+                    self.decide(&e.path, Some(n), None, Disposition::Skip, "no afk.pid");
                 }
                 Liveness::Dead {
                     reason: reason @ DeadReason::Corrupt(_),
@@ -364,12 +355,12 @@ impl Pass<'_> {
                                 &e.path,
                                 Some(n),
                                 None,
-                                Verdict::Remove,
+                                Disposition::Remove,
                                 format!("legacy dir, afk.pid: {reason}"),
                             );
                         }
                         Err(why) => {
-                            self.keep(&e.path, Some(n), None, why);
+                            self.keep(&e.path, Some(n), None, why.to_string());
                         }
                     }
                 }
@@ -392,7 +383,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "symlink in place of a worker dir: not walked",
                     );
                     continue;
@@ -405,7 +396,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("worker live (pid {pid})"),
                     );
                 }
@@ -414,7 +405,7 @@ impl Pass<'_> {
                         &w.path,
                         None,
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "no worker.pid yet in a dir created just now",
                     );
                 }
@@ -476,7 +467,7 @@ impl Pass<'_> {
         let Some((n, _)) = parse_attempt_dir(&sub.name) else {
             let (expired, why) = ttl_check(dir_age, TTL_UNNUMBERED, "no issue number in name");
             return if expired {
-                self.remove_attempt(worker, path, None, None, Verdict::Remove, why)
+                self.remove_attempt(worker, path, None, None, Disposition::Remove, why)
             } else {
                 keep(self, None, None, why)
             };
@@ -498,12 +489,12 @@ impl Pass<'_> {
         let facts = self.book.facts(n);
         let desc = Some(facts.describe());
         let layout = self.layout;
-        let claim = || claim_liveness(layout, n);
+        let claim = || crate::claim::liveness(layout, n);
         match fate(&facts, state.as_ref(), dir_age, claim) {
             Fate::Keep(why) => keep(self, Some(n), desc, why),
             Fate::Remove(why) => {
                 let why = format!("{why}; worker {worker_dead}");
-                self.remove_attempt(worker, path, Some(n), desc, Verdict::Remove, why)
+                self.remove_attempt(worker, path, Some(n), desc, Disposition::Remove, why)
             }
             Fate::Restore => match self.restore(n, Some(path)) {
                 Ok(RestoreOutcome::Done) => self.remove_attempt(
@@ -511,7 +502,7 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Restore,
+                    Disposition::Restore,
                     format!(
                         "running with no live claim: ready-for-agent restored; worker {worker_dead}"
                     ),
@@ -521,7 +512,7 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Remove,
+                    Disposition::Remove,
                     format!("running, claim taken meanwhile by live pid {pid}"),
                 ),
                 Ok(RestoreOutcome::HeldElsewhere(h)) => self.remove_attempt(
@@ -529,10 +520,10 @@ impl Pass<'_> {
                     path,
                     Some(n),
                     desc,
-                    Verdict::Remove,
+                    Disposition::Remove,
                     format!("running, held by {h} of another checkout: not restored"),
                 ),
-                Err(why) => keep(self, Some(n), desc, why),
+                Err(why) => keep(self, Some(n), desc, why.to_string()),
             },
         }
     }
@@ -545,7 +536,7 @@ impl Pass<'_> {
         path: &Path,
         issue: Option<u64>,
         state: Option<String>,
-        verdict: Verdict,
+        verdict: Disposition,
         why: String,
     ) -> Option<usize> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
@@ -564,12 +555,10 @@ impl Pass<'_> {
     /// ([`transition::restore`]), unless a live process holds the claim by now. Any tracker
     /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
     /// restored from, and the issue is not tried again in this pass.
-    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, String> {
-        match claim_liveness(self.layout, n) {
+    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, NotRestored> {
+        match crate::claim::liveness(self.layout, n) {
             Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
-            Liveness::Unknown { reason } => {
-                return Err(format!("claim cannot be judged, not restored: {reason}"));
-            }
+            Liveness::Unknown { reason } => return Err(NotRestored::ClaimUnjudgeable(reason)),
             Liveness::Dead { .. } => {}
         }
         if !self.dry_run {
@@ -582,7 +571,7 @@ impl Pass<'_> {
                 }
                 Err(e) => {
                     self.unfinished.insert(n);
-                    return Err(format!("restore not finished: {e}"));
+                    return Err(NotRestored::Unfinished(e));
                 }
             }
         }
@@ -601,14 +590,14 @@ impl Pass<'_> {
                 &dir,
                 None,
                 None,
-                Verdict::Skip,
+                Disposition::Skip,
                 "symlink in place of claims/: not walked",
             );
             return Ok(());
         }
         let list = entries(&dir).map_err(|source| OrphanError::Read { path: dir, source })?;
         for e in list {
-            let Some(n) = parse_positive(&e.name) else {
+            let Some(n) = crate::claim::issue_of(&e.name) else {
                 continue;
             };
             if e.kind != Kind::Dir {
@@ -616,7 +605,7 @@ impl Pass<'_> {
                     &e.path,
                     Some(n),
                     None,
-                    Verdict::Skip,
+                    Disposition::Skip,
                     "claim is not a real directory",
                 );
                 continue;
@@ -628,7 +617,7 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         format!("claim held by live pid {pid}"),
                     );
                     continue;
@@ -638,7 +627,7 @@ impl Pass<'_> {
                         &e.path,
                         Some(n),
                         None,
-                        Verdict::Skip,
+                        Disposition::Skip,
                         "no pid yet in a claim made just now",
                     );
                     continue;
@@ -683,7 +672,7 @@ impl Pass<'_> {
                             &issue_subject,
                             Some(n),
                             desc,
-                            Verdict::Restore,
+                            Disposition::Restore,
                             "running with a dead claim: ready-for-agent restored",
                         );
                         format!("claim holder dead: {reason}; issue restored")
@@ -693,7 +682,7 @@ impl Pass<'_> {
                             &issue_subject,
                             Some(n),
                             desc,
-                            Verdict::Skip,
+                            Disposition::Skip,
                             format!("claim taken meanwhile by live pid {pid}"),
                         );
                         continue;
@@ -714,10 +703,10 @@ impl Pass<'_> {
             match self.remove(&e.path, recheck) {
                 Ok(()) => {
                     self.report.counts.claims_released += 1;
-                    self.decide(&e.path, Some(n), None, Verdict::Release, why);
+                    self.decide(&e.path, Some(n), None, Disposition::Release, why);
                 }
                 Err(why) => {
-                    self.decide(&e.path, Some(n), None, Verdict::Skip, why);
+                    self.decide(&e.path, Some(n), None, Disposition::Skip, why.to_string());
                 }
             }
         }
@@ -735,7 +724,7 @@ impl Pass<'_> {
                     &w.path,
                     None,
                     None,
-                    Verdict::Keep,
+                    Disposition::Keep,
                     format!("cannot read dead worker dir: {e}"),
                 );
                 return;
@@ -758,7 +747,7 @@ impl Pass<'_> {
                 &w.path,
                 None,
                 None,
-                Verdict::Skip,
+                Disposition::Skip,
                 format!("dead worker still holds {} kept dir(s)", survey.holding),
             );
             return;
@@ -772,9 +761,9 @@ impl Pass<'_> {
             recheck_pid_file(&pid_file, "worker.pid")?;
             // Content that appeared since the survey keeps the shell.
             if !self.dry_run {
-                let now = ShellSurvey::of(&w.path, &w.gone).map_err(|e| e.to_string())?;
+                let now = ShellSurvey::of(&w.path, &w.gone).map_err(NotRemoved::Survey)?;
                 if !now.foreign.is_empty() || now.holding > 0 {
-                    return Err("the shell gained content since it was judged".into());
+                    return Err(NotRemoved::ShellChanged);
                 }
             }
             Ok(())
@@ -786,18 +775,18 @@ impl Pass<'_> {
         match self.remove(&w.path, recheck) {
             Ok(()) => {
                 self.report.shells_removed += 1;
-                self.decide(&w.path, None, None, Verdict::Remove, why);
+                self.decide(&w.path, None, None, Disposition::Remove, why);
                 // Kept dirs that were empty went with the shell: count them as removed.
                 for i in empty_kept {
                     self.report.counts.kept -= 1;
                     self.report.counts.removed += 1;
                     let d = &mut self.report.decisions[i];
-                    d.verdict = Verdict::Remove.as_str().to_string();
+                    d.verdict = Disposition::Remove;
                     d.reason = format!("{}; empty, removed with its dead worker shell", d.reason);
                 }
             }
             Err(why) => {
-                self.decide(&w.path, None, None, Verdict::Skip, why);
+                self.decide(&w.path, None, None, Disposition::Skip, why.to_string());
             }
         }
     }
@@ -849,11 +838,6 @@ enum RestoreOutcome {
     ClaimLive(i32),
     /// Another checkout's claim mark holds the issue (SPEC §11.5).
     HeldElsewhere(String),
-}
-
-/// The judgement on issue `n`'s claim.
-fn claim_liveness(layout: &Layout, n: u64) -> Liveness {
-    liveness(&layout.claim_pid(n), MissingStart::ExistenceDecides)
 }
 
 #[cfg(test)]

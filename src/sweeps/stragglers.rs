@@ -2,14 +2,21 @@
 //! changes nothing; it makes the backlog a worker will never pick up visible in the boot
 //! summary, with one warning naming the first few.
 
-use crate::boot::{BootError, BootReport, StragglerCounts};
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::tracker::{
     DEFAULT_LIST_LIMIT, IssueState, IssueSummary, Tracker, TrackerResult, labels,
 };
 
 /// How many issue numbers the warning names before `…`.
 pub const WARN_MAX: usize = 10;
+
+/// The boot summary's `stragglers unlabeled=N triage=N info=N`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StragglerCounts {
+    pub unlabeled: usize,
+    pub triage: usize,
+    pub info: usize,
+}
 
 /// The open issues in each straggler class, ascending. An issue carrying both
 /// `needs-triage` and `needs-info` is in both lists.
@@ -92,20 +99,12 @@ impl StragglerReport {
                 subject: "open issues".into(),
                 issue: None,
                 state: None,
-                verdict: "warn".into(),
+                verdict: Disposition::Warn,
                 reason,
             })
             .into_iter()
             .collect()
     }
-}
-
-/// The boot suite's arm: counts into the report, the warning into its decisions.
-pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
-    let r = run(ctx.tracker).map_err(|e| BootError::Failed(format!("straggler check: {e}")))?;
-    report.stragglers = r.counts();
-    report.decisions.extend(r.decisions());
-    Ok(())
 }
 
 /// One batch listing, counted.

@@ -25,8 +25,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::claim::marks::Holder;
+use crate::claim::marks::RESTORE_COMMENT;
 use crate::layout::Layout;
-use crate::sweeps::orphans::RESTORE_COMMENT;
 use crate::tracker::{Tracker, TrackerError, labels};
 
 /// The file a restore leaves in its record once the `docs/SPEC.md` §7 restore comment is posted.

@@ -2,7 +2,7 @@
 //! every issue it depends on is closed (`docs/SPEC.md` §7, seed *Unblock belt*).
 //!
 //! There is ONE promotion core, [`pass`]; the boot suite, `afk-supervisor unblock` and the
-//! belt ([`belt::Belt`]) all call it, so the rules and the audit comment are the same
+//! belt ([`crate::supervisor::belt::Belt`]) all call it, so the rules and the audit comment are the same
 //! whichever trigger fired.
 //!
 //! Dependencies of a blocked issue: its `req:<N>` labels; with none, the `#N` references
@@ -20,15 +20,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::Path;
 
-use crate::boot::{BootError, BootReport};
+use crate::host_lock as lock;
 use crate::layout::parse_positive;
 use crate::sweeps::transition::{self, Posted, Transition};
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{DEFAULT_LIST_LIMIT, IssueState, LabeledIssue, Tracker, TrackerError, labels};
-
-pub mod belt;
-pub mod lock;
 
 /// `--limit` of the blocked listing (`docs/SPEC.md` §7).
 pub const BLOCKED_LIMIT: usize = 200;
@@ -163,22 +160,22 @@ impl fmt::Display for BlockerState {
 
 /// The verdict on one blocked issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Readiness {
     /// Every blocker is closed; the blockers, ascending.
     Promote(Vec<u64>),
     Keep(String),
 }
 
 /// Judges one blocked issue from its dependencies and the blockers' states.
-pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdict {
+pub fn readiness(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Readiness {
     match deps {
-        Dependencies::Malformed(label) => Verdict::Keep(format!(
+        Dependencies::Malformed(label) => Readiness::Keep(format!(
             "malformed dependency label {:?}",
             text::excerpt(label)
         )),
-        Dependencies::None => {
-            Verdict::Keep("no dependency named (no req:<N> label, no `## Blocked by` list)".into())
-        }
+        Dependencies::None => Readiness::Keep(
+            "no dependency named (no req:<N> label, no `## Blocked by` list)".into(),
+        ),
         Dependencies::Labels(v) | Dependencies::Body(v) => {
             let waiting: Vec<String> = v
                 .iter()
@@ -188,10 +185,10 @@ pub fn judge(deps: &Dependencies, state: impl Fn(u64) -> BlockerState) -> Verdic
                 })
                 .collect();
             if waiting.is_empty() {
-                Verdict::Promote(v.clone())
+                Readiness::Promote(v.clone())
             } else {
                 let count = waiting.len();
-                Verdict::Keep(format!(
+                Readiness::Keep(format!(
                     "waiting on {}",
                     text::clip(waiting.join(", "), count, "blockers")
                 ))
@@ -239,9 +236,9 @@ impl UnblockReport {
         self.decisions
             .iter()
             .map(|d| {
-                let verb = match (d.verdict.as_str(), dry_run) {
-                    ("promote", false) => "promoted",
-                    ("promote", true) => "would promote",
+                let verb = match (d.verdict, dry_run) {
+                    (Disposition::Promote, false) => "promoted",
+                    (Disposition::Promote, true) => "would promote",
                     _ => "kept",
                 };
                 format!(
@@ -292,17 +289,17 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
 
     for (issue, deps) in blocked.iter().zip(&deps) {
         let subject = format!("#{}", issue.number);
-        let decision = |verdict: &str, reason: String| Decision {
+        let decision = |verdict: Disposition, reason: String| Decision {
             sweep: SweepName::Unblock,
             subject: subject.clone(),
             issue: Some(issue.number),
             state: Some(labels::BLOCKED_DEPENDENCY.into()),
-            verdict: verdict.into(),
+            verdict,
             reason,
         };
-        match judge(deps, state_of) {
-            Verdict::Keep(reason) => report.decisions.push(decision("keep", reason)),
-            Verdict::Promote(blockers) => {
+        match readiness(deps, state_of) {
+            Readiness::Keep(reason) => report.decisions.push(decision(Disposition::Keep, reason)),
+            Readiness::Promote(blockers) => {
                 let source = match deps {
                     Dependencies::Body(_) => " (from `## Blocked by`)",
                     _ => "",
@@ -310,14 +307,16 @@ pub fn pass(tracker: &dyn Tracker, dry_run: bool) -> Result<UnblockReport, Unblo
                 let reason = format!("all dependencies closed ({}){source}", refs(&blockers));
                 if !dry_run && let Err(error) = promote(tracker, issue.number, &blockers) {
                     report.decisions.push(decision(
-                        "keep",
+                        Disposition::Keep,
                         format!("promotion failed: {}", error.error),
                     ));
                     report.write_error = Some(error);
                     break;
                 }
                 report.promoted.push(issue.number);
-                report.decisions.push(decision("promote", reason));
+                report
+                    .decisions
+                    .push(decision(Disposition::Promote, reason));
             }
         }
     }
@@ -352,31 +351,38 @@ pub fn exclusive_pass(
     }
 }
 
-/// The boot suite's arm: one exclusive pass; `unblocked=N` and the decisions go into the
-/// report. A listing or write failure fails the sweep; another process mid-pass on the same
-/// tracker is recorded as a skip, not a failure (its pass does this one's work).
-pub fn run_boot(ctx: &SweepCtx<'_>, report: &mut BootReport) -> Result<(), BootError> {
-    let label = ctx.layout.repo().display().to_string();
-    let outcome = exclusive_pass(ctx.tracker, ctx.dry_run, &lock::runtime_dir(), &label)
-        .map_err(|e| BootError::Failed(e.to_string()))?;
-    match outcome {
-        Exclusive::Done(r) => {
-            report.unblocked = r.promoted.len();
-            report.decisions.extend(r.decisions);
-            if let Some(e) = r.write_error {
-                return Err(BootError::Failed(e.to_string()));
-            }
+impl Exclusive {
+    /// How many issues the pass promoted (none when it was skipped).
+    pub fn unblocked(&self) -> usize {
+        match self {
+            Exclusive::Done(r) => r.promoted.len(),
+            Exclusive::Busy(_) => 0,
         }
-        Exclusive::Busy(holder) => report.decisions.push(Decision {
-            sweep: SweepName::Unblock,
-            subject: "blocked issues".into(),
-            issue: None,
-            state: None,
-            verdict: "skip".into(),
-            reason: format!("another unblock pass is running ({holder})"),
-        }),
     }
-    Ok(())
+
+    /// The decisions the boot suite records: the pass's, or one `skip` when another
+    /// process is mid-pass on the same tracker (its pass does this one's work).
+    pub fn decisions(&self) -> Vec<Decision> {
+        match self {
+            Exclusive::Done(r) => r.decisions.clone(),
+            Exclusive::Busy(holder) => vec![Decision {
+                sweep: SweepName::Unblock,
+                subject: "blocked issues".into(),
+                issue: None,
+                state: None,
+                verdict: Disposition::Skip,
+                reason: format!("another unblock pass is running ({holder})"),
+            }],
+        }
+    }
+
+    /// The write that stopped the pass, when one did.
+    pub fn write_error(&self) -> Option<&WriteError> {
+        match self {
+            Exclusive::Done(r) => r.write_error.as_ref(),
+            Exclusive::Busy(_) => None,
+        }
+    }
 }
 
 /// Posts the audit comment, then swaps the labels ([`transition::make`]): a pass that
@@ -467,31 +473,31 @@ mod tests {
     }
 
     #[test]
-    fn judges_every_case() {
+    fn readiness_of_every_case() {
         let state = |n: u64| match n {
             1 | 2 => BlockerState::Closed,
             3 => BlockerState::Open,
             _ => BlockerState::NotFound,
         };
         assert_eq!(
-            judge(&Dependencies::Labels(vec![1, 2]), state),
-            Verdict::Promote(vec![1, 2])
+            readiness(&Dependencies::Labels(vec![1, 2]), state),
+            Readiness::Promote(vec![1, 2])
         );
         assert_eq!(
-            judge(&Dependencies::Body(vec![1, 3]), state),
-            Verdict::Keep("waiting on #3 (open)".into())
+            readiness(&Dependencies::Body(vec![1, 3]), state),
+            Readiness::Keep("waiting on #3 (open)".into())
         );
         assert_eq!(
-            judge(&Dependencies::Labels(vec![2, 3, 8]), state),
-            Verdict::Keep("waiting on #3 (open), #8 (not found)".into())
+            readiness(&Dependencies::Labels(vec![2, 3, 8]), state),
+            Readiness::Keep("waiting on #3 (open), #8 (not found)".into())
         );
         assert!(matches!(
-            judge(&Dependencies::None, state),
-            Verdict::Keep(_)
+            readiness(&Dependencies::None, state),
+            Readiness::Keep(_)
         ));
         assert!(matches!(
-            judge(&Dependencies::Malformed("req:x".into()), state),
-            Verdict::Keep(_)
+            readiness(&Dependencies::Malformed("req:x".into()), state),
+            Readiness::Keep(_)
         ));
     }
 
@@ -499,7 +505,8 @@ mod tests {
     #[test]
     fn a_long_wait_list_is_clipped() {
         let many: Vec<u64> = (1..=10_000).collect();
-        let Verdict::Keep(reason) = judge(&Dependencies::Labels(many), |_| BlockerState::Open)
+        let Readiness::Keep(reason) =
+            readiness(&Dependencies::Labels(many), |_| BlockerState::Open)
         else {
             panic!("promoted with open blockers");
         };
@@ -513,7 +520,7 @@ mod tests {
             "{reason}"
         );
         assert!(reason.ends_with("10000 blockers in all)"), "{reason}");
-        let Verdict::Keep(reason) = judge(
+        let Readiness::Keep(reason) = readiness(
             &Dependencies::Malformed(format!("req:{}", "x".repeat(100_000))),
             |_| BlockerState::Open,
         ) else {

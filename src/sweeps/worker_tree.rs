@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime};
 
 use crate::layout::{Layout, WORKER_NAMESPACES};
 
-/// Why a sweep over the worker tree stopped: the lane could not be opened, or a registered
+/// Why a sweep over the worker tree stopped: `.red/tmp` could not be opened, or a registered
 /// dir could not be read (shared by orphan cleanup and the attempt cap).
 #[derive(Debug, thiserror::Error)]
 pub enum TreeError {
     #[error("{0}")]
-    Lane(#[from] super::lane::LaneError),
+    DeleteRoot(#[from] crate::safe_delete::DeleteError),
     #[error("{path}: cannot read: {source}")]
     Read {
         path: PathBuf,

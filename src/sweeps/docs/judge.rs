@@ -10,7 +10,7 @@
 use std::fmt;
 
 use super::classify::{Candidate, Precedent};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 
 /// The work-tree side of a doc.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,32 +251,32 @@ pub fn decisions(judged: &[Judged], base: &str, ending: Option<Ending<'_>>) -> V
             let path = &j.candidate.path;
             let (verdict, reason) = match (&j.verdict, ending) {
                 (Verdict::Skip(what), _) => (
-                    "skip",
+                    Disposition::Skip,
                     format!("{what}: the sweep copies regular files only; land it by hand"),
                 ),
                 (Verdict::Stale, _) => (
-                    "keep",
+                    Disposition::Keep,
                     format!("local copy is an older version than origin/{base}"),
                 ),
                 (_, Some(Ending::Halted(h))) if h.paths.contains(path) => {
-                    ("halt", halt_reason_text(h, j, base))
+                    (Disposition::Halt, halt_reason_text(h, j, base))
                 }
                 (_, Some(Ending::Halted(h))) => (
-                    "halt",
+                    Disposition::Halt,
                     format!("not landed: the sweep halted ({})", h.reason),
                 ),
                 (_, Some(Ending::WouldLand)) => (
-                    "land",
+                    Disposition::Land,
                     format!("{} (dry run: nothing changed)", land_text(j, base)),
                 ),
-                _ => ("land", land_text(j, base)),
+                _ => (Disposition::Land, land_text(j, base)),
             };
             Decision {
                 sweep: SweepName::DocsSweep,
                 subject: path.clone(),
                 issue: None,
                 state: Some(j.candidate.signal_label()),
-                verdict: verdict.to_string(),
+                verdict,
                 reason,
             }
         })

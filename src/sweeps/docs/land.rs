@@ -1,9 +1,9 @@
-//! The landing lane: one isolated worktree from `origin/<base>` under
+//! The landing: one isolated worktree from `origin/<base>` under
 //! `.red/tmp/docs-sweep/`, one `docs:` commit with exactly the stranded paths, one pushed
 //! branch, one pull request merged into the base through the tracker, one fetch.
 //!
 //! The primary checkout is only ever read: no commit, checkout, stash or reset happens
-//! there. Its refs gain nothing that outlives the run (the lane's local branch and its
+//! there. Its refs gain nothing that outlives the run (the landing's local branch and its
 //! remote-tracking ref are deleted at the end, success or not), and a failed run takes its
 //! branch off `origin` again and leaves no open pull request.
 
@@ -19,19 +19,19 @@ use super::fsops;
 use super::judge::{Change, LandItem};
 use crate::git::{Git, GitError, GitResult};
 use crate::layout::Layout;
-use crate::sweeps::lane::{Lane, LaneError};
+use crate::safe_delete::{DeleteError, DeleteRoot};
 use crate::tracker::{Tracker, TrackerError};
 
-/// Branches of the lane live outside `afk/` so the branch reaper, which parses issue
+/// Branches of the landing live outside `afk/` so the branch reaper, which parses issue
 /// numbers out of `afk/…`, never sees them.
 pub const BRANCH_PREFIX: &str = "afk-docs/sweep-";
 
 /// Lock file in the git common dir (shared by all worktrees of the repo, never shown by
-/// `git status`): one landing at a time, so clearing a stale lane can never pull a live
+/// `git status`): one landing at a time, so clearing a stale landing can never pull a live
 /// worktree from under another sweep.
 pub const LOCK_FILE: &str = "afk-docs-sweep.lock";
 
-/// Why the lane failed; its text is the detail of a `landing-failed` halt.
+/// Why the landing failed; its text is the detail of a `landing-failed` halt.
 #[derive(Debug, thiserror::Error)]
 pub enum LandError {
     #[error("another docs sweep is landing in this repo ({path}: {errno})")]
@@ -42,7 +42,7 @@ pub enum LandError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("clearing the stale lane: {0}")]
-    Stale(#[from] LaneError),
+    Stale(#[from] DeleteError),
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("copying {path}: {source}")]
@@ -84,7 +84,7 @@ pub struct Landed {
     pub pr: String,
 }
 
-/// Everything the lane needs.
+/// Everything the landing needs.
 pub struct LandCtx<'a> {
     /// The primary checkout (read only, plus refs).
     pub git: &'a Git,
@@ -119,56 +119,55 @@ pub fn body(items: &[LandItem], base: &str) -> String {
 /// removed and the local branch deleted whatever happens. When the landing fails after the
 /// branch reached `origin`, the branch is deleted there and its pull request abandoned
 /// (see [`undo_remote`]), so failed boots do not pile up branches and open pull requests.
-pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, LandError> {
-    let _lock = LaneLock::acquire(lane.git)?;
-    let wt = lane.layout.docs_sweep();
-    clear_stale(lane.git, lane.layout)?;
-    let branch = branch_name(lane.git)?;
-    let start = format!("refs/remotes/origin/{}", lane.base);
-    lane.git.worktree_add(&wt, &branch, &start)?;
+pub fn land(ctx: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, LandError> {
+    let _lock = LandingLock::acquire(ctx.git)?;
+    let wt = ctx.layout.docs_sweep();
+    clear_stale(ctx.git, ctx.layout)?;
+    let branch = branch_name(ctx.git)?;
+    let start = format!("refs/remotes/origin/{}", ctx.base);
+    ctx.git.worktree_add(&wt, &branch, &start)?;
 
     let mut worktree_live = true;
     let mut on_origin = false;
     let mut pr_tried = false;
     let result = (|| {
-        let Some(commit) = commit_in_worktree(lane, &wt, items)? else {
+        let Some(commit) = commit_in_worktree(ctx, &wt, items)? else {
             return Ok(None);
         };
-        if let Err(e) = lane.git.push_branch(&branch) {
+        if let Err(e) = ctx.git.push_branch(&branch) {
             // A push that timed out may still have updated origin; only a branch that is
             // provably this run's (it points at this run's commit) is ever deleted there.
             on_origin = e.is_timeout()
-                && remote_head(lane.git, &branch).ok().flatten().as_deref()
-                    == Some(commit.as_str());
+                && remote_head(ctx.git, &branch).ok().flatten().as_deref() == Some(commit.as_str());
             return Err(e.into());
         }
         on_origin = true;
         // The worktree is done once the branch is on origin; removing it before the merge
         // also lets `gh pr merge --delete-branch` delete the local branch if it tries.
-        lane.git.worktree_remove(&wt, true)?;
+        ctx.git.worktree_remove(&wt, true)?;
         worktree_live = false;
         let title = subject(items.len());
         // Set before the call: a create that failed or timed out may still have opened one.
         pr_tried = true;
-        let pr = lane
+        let pr = ctx
             .tracker
-            .pr_create(lane.base, &branch, &title, &body(items, lane.base))
+            .pr_create(ctx.base, &branch, &title, &body(items, ctx.base))
             .map_err(|source| LandError::PrCreate {
                 branch: branch.clone(),
                 source,
             })?;
-        lane.tracker
+        ctx.tracker
             .pr_merge(&branch)
             .map_err(|source| LandError::PrMerge {
                 branch: branch.clone(),
                 pr: pr.clone(),
                 source,
             })?;
-        lane.git.fetch_base(lane.base)?;
-        if !is_ancestor(lane.git, &commit, &start)? {
+        ctx.git.fetch_base(ctx.base)?;
+        if !is_ancestor(ctx.git, &commit, &start)? {
             return Err(LandError::NotOnBase {
                 pr,
-                base: lane.base.to_string(),
+                base: ctx.base.to_string(),
                 commit,
             });
         }
@@ -180,13 +179,13 @@ pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, La
     })();
 
     let mut cleanup = Vec::new();
-    if worktree_live && let Err(e) = lane.git.worktree_remove(&wt, true) {
+    if worktree_live && let Err(e) = ctx.git.worktree_remove(&wt, true) {
         cleanup.push(e.to_string());
     }
     if result.is_err() {
-        cleanup.extend(undo_remote(lane, &branch, on_origin, pr_tried));
+        cleanup.extend(undo_remote(ctx, &branch, on_origin, pr_tried));
     }
-    if let Err(e) = drop_local_refs(lane.git, &branch) {
+    if let Err(e) = drop_local_refs(ctx.git, &branch) {
         cleanup.push(e.to_string());
     }
     if cleanup.is_empty() {
@@ -212,18 +211,18 @@ pub fn land(lane: &LandCtx<'_>, items: &[LandItem]) -> Result<Option<Landed>, La
 /// Copies and deletes the stranded paths in the worktree, stages exactly those paths and
 /// commits them. Returns the commit, `None` when nothing differed after staging.
 fn commit_in_worktree(
-    lane: &LandCtx<'_>,
+    ctx: &LandCtx<'_>,
     wt: &Path,
     items: &[LandItem],
 ) -> Result<Option<String>, LandError> {
-    let wgit = lane.git.at(wt);
+    let wgit = ctx.git.at(wt);
     let mut staged = Vec::new();
     for item in items {
         if item.change == Change::Delete {
             let spec = format!(":(top,literal){}", item.path);
             wgit.run(&["rm", "-q", "--ignore-unmatch", "--", &spec])?;
         } else {
-            fsops::copy_regular(lane.layout.repo(), wt, &item.path).map_err(|source| {
+            fsops::copy_regular(ctx.layout.repo(), wt, &item.path).map_err(|source| {
                 LandError::Copy {
                     path: item.path.clone(),
                     source,
@@ -234,7 +233,7 @@ fn commit_in_worktree(
     }
     // Forced: a repo that ignores `.red/` must still get its docs committed.
     wgit.add_force(&staged)?;
-    let message = format!("{}\n\n{}", subject(items.len()), body(items, lane.base));
+    let message = format!("{}\n\n{}", subject(items.len()), body(items, ctx.base));
     Ok(wgit.commit_staged(&message)?)
 }
 
@@ -243,12 +242,12 @@ fn commit_in_worktree(
 /// error. The branch goes first: on GitHub, deleting a pull request's head branch closes
 /// the pull request, which is why the `gh` backend needs no call of its own in
 /// [`Tracker::pr_abandon`]; the local store records its pull request as closed.
-fn undo_remote(lane: &LandCtx<'_>, branch: &str, on_origin: bool, pr_tried: bool) -> Vec<String> {
+fn undo_remote(ctx: &LandCtx<'_>, branch: &str, on_origin: bool, pr_tried: bool) -> Vec<String> {
     let mut failed = Vec::new();
-    if on_origin && let Err(e) = lane.git.delete_remote_branches(&[branch.to_string()]) {
+    if on_origin && let Err(e) = ctx.git.delete_remote_branches(&[branch.to_string()]) {
         failed.push(format!("deleting {branch} on origin: {e}"));
     }
-    if pr_tried && let Err(e) = lane.tracker.pr_abandon(branch) {
+    if pr_tried && let Err(e) = ctx.tracker.pr_abandon(branch) {
         failed.push(format!("closing the pull request of {branch}: {e}"));
     }
     failed
@@ -299,15 +298,15 @@ fn branch_name(git: &Git) -> Result<String, LandError> {
     Err(LandError::NoBranchName { stem })
 }
 
-/// Removes a lane left by a crashed run, and only that path. A registered worktree goes
+/// Removes a landing worktree left by a crashed run, and only that path. A registered worktree goes
 /// through git (which also drops its admin entry); anything else there goes through the
-/// sweeps' one deletion primitive ([`crate::sweeps::lane::Lane`]: inside `.red/tmp` only,
+/// sweeps' one deletion primitive ([`crate::safe_delete::DeleteRoot`]: inside `.red/tmp` only,
 /// no symlinked parent, a symlink removed as a link). `git worktree prune` runs only when
-/// the lane is registered but its dir is gone, the one case nothing else clears.
+/// the landing worktree is registered but its dir is gone, the one case nothing else clears.
 pub fn clear_stale(git: &Git, layout: &Layout) -> Result<(), LandError> {
-    // Refuses a symlinked `.red` or `.red/tmp` up front: the lane would live (and later be
+    // Refuses a symlinked `.red` or `.red/tmp` up front: the landing would live (and later be
     // removed) somewhere outside the repo.
-    let tmp = Lane::open(layout)?;
+    let tmp = DeleteRoot::open(layout)?;
     let wt = layout.docs_sweep();
     let want = lenient_canonical(&wt);
     let registered = git
@@ -334,7 +333,7 @@ pub fn clear_stale(git: &Git, layout: &Layout) -> Result<(), LandError> {
     }
 }
 
-/// The canonical form of `p`, resolving its longest existing ancestor, so a lane whose dir
+/// The canonical form of `p`, resolving its longest existing ancestor, so a landing worktree whose dir
 /// is gone still compares equal to git's (resolved) record of it.
 fn lenient_canonical(p: &Path) -> PathBuf {
     let mut rest = Vec::new();
@@ -353,7 +352,7 @@ fn lenient_canonical(p: &Path) -> PathBuf {
     }
 }
 
-/// Deletes the lane's local branch and its remote-tracking ref (left by the push or by the
+/// Deletes the landing's local branch and its remote-tracking ref (left by the push or by the
 /// local tracker's fetch). The branch on origin is deleted by the merge, or by
 /// [`undo_remote`] when the landing failed.
 fn drop_local_refs(git: &Git, branch: &str) -> GitResult<()> {
@@ -374,11 +373,11 @@ fn is_ancestor(git: &Git, commit: &str, of: &str) -> GitResult<bool> {
 }
 
 /// An exclusive, non-blocking `flock` held for the whole landing.
-struct LaneLock {
+struct LandingLock {
     _lock: Flock<File>,
 }
 
-impl LaneLock {
+impl LandingLock {
     fn acquire(git: &Git) -> Result<Self, LandError> {
         let path = git.common_dir()?.join(LOCK_FILE);
         let file = match OpenOptions::new()
@@ -391,7 +390,7 @@ impl LaneLock {
             Err(source) => return Err(LandError::Io { path, source }),
         };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(LaneLock { _lock: lock }),
+            Ok(lock) => Ok(LandingLock { _lock: lock }),
             Err((_, errno)) => Err(LandError::Busy { path, errno }),
         }
     }

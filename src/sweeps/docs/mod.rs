@@ -14,12 +14,37 @@ pub mod land;
 pub mod probe;
 pub mod scan;
 
-use crate::boot::{DocsCounts, DocsOutcome};
-use crate::sweeps::{Decision, SweepCtx, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepCtx, SweepName};
 
 use judge::{Ending, Halt, HaltReason, Plan};
 pub use land::{LandError, Landed};
 pub use scan::ScanError;
+
+/// How the sweep ended, as the boot summary's `docs-sweep <outcome>` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocsOutcome {
+    #[default]
+    Clean,
+    Land,
+    Halt,
+}
+
+impl DocsOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocsOutcome::Clean => "clean",
+            DocsOutcome::Land => "land",
+            DocsOutcome::Halt => "halt",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DocsCounts {
+    pub outcome: DocsOutcome,
+    pub files: usize,
+}
 
 /// What one run of the sweep did or, in a dry run, would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +102,7 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
                 subject: ".red".into(),
                 issue: None,
                 state: None,
-                verdict: "skip".into(),
+                verdict: Disposition::Skip,
                 reason: "no `origin` remote: there is no shared base to land docs into".into(),
             }]));
         }
@@ -122,17 +147,17 @@ fn judge_and_land(
             landed: None,
         }),
         Plan::Land(items) => {
-            let lane = land::LandCtx {
+            let landing = land::LandCtx {
                 git,
                 layout: ctx.layout,
                 tracker: ctx.tracker,
                 base,
             };
-            match land::land(&lane, &items) {
+            match land::land(&landing, &items) {
                 Ok(None) => {
                     let mut d = judge::decisions(judged, base, Some(Ending::Landed));
-                    for x in d.iter_mut().filter(|x| x.verdict == "land") {
-                        x.verdict = "keep".into();
+                    for x in d.iter_mut().filter(|x| x.verdict == Disposition::Land) {
+                        x.verdict = Disposition::Keep;
                         x.reason = format!(
                             "identical to origin/{base} once git's filters apply; nothing to land"
                         );
@@ -178,7 +203,7 @@ fn origin_unreachable(ctx: &SweepCtx<'_>, base_ref: &str, detail: &str) -> DocsR
             subject: c.path.clone(),
             issue: None,
             state: Some(c.signal_label()),
-            verdict: "halt".into(),
+            verdict: Disposition::Halt,
             reason: reason.clone(),
         })
         .collect();

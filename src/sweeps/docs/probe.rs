@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::classify::DOC_PATHSPECS;
+use crate::git::parse::ParseError;
 use crate::git::{Git, GitError, GitResult};
 
 /// Blob ids of every doc at `rev` (one `ls-tree` of the doc roots; callers look paths
@@ -16,21 +17,21 @@ pub fn doc_blobs(git: &Git, rev: &str) -> GitResult<HashMap<String, String>> {
     let out = git.run(&args)?;
     parse_ls_tree(&out).map_err(|what| GitError::Parse {
         argv: format!("git ls-tree -r -z --full-tree {rev}"),
-        what,
+        what: what.0,
     })
 }
 
 /// Parses `git ls-tree -z` records `<mode> SP <type> SP <oid> TAB <path>`.
-pub fn parse_ls_tree(out: &str) -> Result<HashMap<String, String>, String> {
+pub fn parse_ls_tree(out: &str) -> Result<HashMap<String, String>, ParseError> {
     let mut map = HashMap::new();
     for rec in out.split('\0').filter(|r| !r.is_empty()) {
         let (meta, path) = rec
             .split_once('\t')
-            .ok_or_else(|| format!("no tab in {rec:?}"))?;
+            .ok_or_else(|| ParseError(format!("no tab in {rec:?}")))?;
         let mut f = meta.split(' ');
         let (_mode, kind, oid) = match (f.next(), f.next(), f.next()) {
             (Some(m), Some(k), Some(o)) => (m, k, o),
-            _ => return Err(format!("short record {rec:?}")),
+            _ => return Err(ParseError(format!("short record {rec:?}"))),
         };
         if kind == "blob" {
             map.insert(path.to_string(), oid.to_string());

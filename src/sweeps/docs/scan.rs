@@ -8,7 +8,7 @@ use super::fsops::{self, Entry};
 use super::judge::{self, Judged, Observed, Verdict, WorkState};
 use super::probe;
 use crate::git::{ChangeKind, Git, GitResult};
-use crate::sweeps::{Decision, SweepName};
+use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 
 /// Why the sweep could not even look: the repo itself misbehaves (not a halt reason; the
@@ -64,7 +64,7 @@ pub fn not_utf8_decisions(paths: &[Vec<u8>]) -> Vec<Decision> {
             subject: text::escape_bytes(raw),
             issue: None,
             state: None,
-            verdict: "skip".into(),
+            verdict: Disposition::Skip,
             reason: "name is not UTF-8: the sweep cannot land it; land it by hand".into(),
         })
         .collect()

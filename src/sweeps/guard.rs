@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::attempt_state::AttemptState;
+use crate::attempt_state::{AttemptState, StateError};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::safe_delete::DeleteError;
 use crate::sweeps::worker_tree::{age, worker_pid};
 
 /// A worker dir or claim without a pid file younger than this may still be being created.
@@ -45,23 +46,44 @@ impl Guard {
     }
 }
 
+/// Why a removal did not happen: the re-check right before it found a reason to keep the
+/// path, or the delete root refused or failed. The text is the decision's reason.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRemoved {
+    #[error("{what} {pid} became live")]
+    BecameLive { what: &'static str, pid: i32 },
+    #[error("{what} cannot be judged: {reason}")]
+    Unjudgeable { what: &'static str, reason: String },
+    #[error("state file now names a live pid")]
+    StateNamesLive,
+    #[error("cannot judge: {0}")]
+    StateUnreadable(StateError),
+    /// A dead worker's shell that gained content since it was judged.
+    #[error("the shell gained content since it was judged")]
+    ShellChanged,
+    #[error("{0}")]
+    Survey(std::io::Error),
+    #[error("{0}")]
+    Delete(#[from] DeleteError),
+}
+
 /// Judges `pid_file` again right before a removal: a process that became live, or a file
 /// that can no longer be judged, stops it. `what` names the file in the reason.
-pub fn recheck_pid_file(pid_file: &Path, what: &str) -> Result<(), String> {
+pub fn recheck_pid_file(pid_file: &Path, what: &'static str) -> Result<(), NotRemoved> {
     match liveness(pid_file, MissingStart::ExistenceDecides) {
-        Liveness::Live { pid, .. } => Err(format!("{what} {pid} became live")),
-        Liveness::Unknown { reason } => Err(format!("{what} cannot be judged: {reason}")),
+        Liveness::Live { pid, .. } => Err(NotRemoved::BecameLive { what, pid }),
+        Liveness::Unknown { reason } => Err(NotRemoved::Unjudgeable { what, reason }),
         Liveness::Dead { .. } => Ok(()),
     }
 }
 
 /// Right before an attempt dir is removed: its worker must still not be live, and its own
 /// state file must still be readable and name no live process.
-pub fn recheck_attempt(worker: &Path, attempt: &Path) -> Result<(), String> {
+pub fn recheck_attempt(worker: &Path, attempt: &Path) -> Result<(), NotRemoved> {
     recheck_pid_file(&worker_pid(worker), "worker.pid")?;
     match AttemptState::read(attempt) {
-        Ok(Some(s)) if s.owner_is_live() => Err("state file now names a live pid".into()),
-        Err(e) => Err(format!("cannot judge: {e}")),
+        Ok(Some(s)) if s.owner_is_live() => Err(NotRemoved::StateNamesLive),
+        Err(e) => Err(NotRemoved::StateUnreadable(e)),
         _ => Ok(()),
     }
 }
@@ -89,7 +111,9 @@ mod tests {
         fs::remove_file(worker_pid(&w)).unwrap();
         fs::create_dir(worker_pid(&w)).unwrap();
         assert!(matches!(Guard::of_worker(&w, now), Guard::Unknown(_)));
-        let err = recheck_pid_file(&worker_pid(&w), "worker.pid").unwrap_err();
+        let err = recheck_pid_file(&worker_pid(&w), "worker.pid")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cannot be judged"), "{err}");
     }
 
@@ -98,14 +122,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (w, a) = (dir.path().join("w1"), dir.path().join("w1/5-a1"));
         fs::create_dir_all(&a).unwrap();
-        assert_eq!(recheck_attempt(&w, &a), Ok(()));
+        assert!(recheck_attempt(&w, &a).is_ok());
         let me = std::process::id();
         fs::write(a.join("afk.state.json"), format!("{{\"pid\": {me}}}")).unwrap();
-        assert!(recheck_attempt(&w, &a).unwrap_err().contains("live pid"));
+        assert!(
+            recheck_attempt(&w, &a)
+                .unwrap_err()
+                .to_string()
+                .contains("live pid")
+        );
         fs::write(a.join("afk.state.json"), "{").unwrap();
         assert!(
             recheck_attempt(&w, &a)
                 .unwrap_err()
+                .to_string()
                 .contains("cannot judge")
         );
     }

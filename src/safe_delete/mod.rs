@@ -1,7 +1,8 @@
-//! The one deletion primitive every sweep uses (`docs/SPEC.md` §1 safety rules).
+//! Safe deletion: the one deletion primitive every sweep (and every other remover of
+//! `.red/tmp/` entries) uses (`docs/SPEC.md` §1 safety rules).
 //!
 //! A sweep bug must not be able to reach durable state. So every removal goes through
-//! [`Lane::remove`], which refuses a path unless it lies lexically inside a registered lane
+//! [`DeleteRoot::remove`], which refuses a path unless it lies lexically inside a registered lane
 //! of `.red/tmp/` (no `..`) and is reached physically the same way: `.red`, `.red/tmp` and
 //! every directory on the way are opened one by one with `O_NOFOLLOW` relative to the one
 //! before, so a symlink anywhere on the way is refused, even one swapped in after a check.
@@ -20,15 +21,15 @@ use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
 use crate::layout::{Layout, WORKER_NAMESPACES, parse_legacy_work_dir};
-use crate::sweeps::rmtree::{
-    self, FileKind, MountId, RmError, c_name, open_dir_at, stat_at, stat_fd,
-};
+use rmtree::{FileKind, MountId, RmError, c_name, open_dir_at, stat_at, stat_fd};
 
-pub use crate::sweeps::rmtree::RemovedKind;
+pub mod rmtree;
+
+pub use rmtree::RemovedKind;
 
 /// Why a path was refused or could not be removed.
 #[derive(Debug, thiserror::Error)]
-pub enum LaneError {
+pub enum DeleteError {
     #[error("{path}: lane root unusable: {why}")]
     Root { path: PathBuf, why: String },
     #[error("{path}: refused: {why}")]
@@ -57,7 +58,7 @@ pub struct Removed {
 
 /// `.red/tmp/` of one repo.
 #[derive(Debug, Clone)]
-pub struct Lane {
+pub struct DeleteRoot {
     repo: PathBuf,
     /// `.red/tmp` as the layout spells it: paths handed in are checked against this.
     tmp: PathBuf,
@@ -69,13 +70,13 @@ struct Root {
     mount: MountId,
 }
 
-impl Lane {
+impl DeleteRoot {
     /// Checks `.red/tmp`. `Ok(None)` when it does not exist (nothing to sweep); an error
     /// when `.red` or `.red/tmp` is a symlink or cannot be resolved, because then "inside
     /// `.red/tmp`" would mean somewhere else entirely.
-    pub fn open(layout: &Layout) -> Result<Option<Lane>, LaneError> {
+    pub fn open(layout: &Layout) -> Result<Option<DeleteRoot>, DeleteError> {
         let tmp = layout.tmp();
-        let root_err = |why: String| LaneError::Root {
+        let root_err = |why: String| DeleteError::Root {
             path: tmp.clone(),
             why,
         };
@@ -92,12 +93,12 @@ impl Lane {
                 Err(e) => return Err(root_err(e.to_string())),
             }
         }
-        let lane = Lane {
+        let this = DeleteRoot {
             repo: layout.repo().to_path_buf(),
             tmp,
         };
-        lane.root()?;
-        Ok(Some(lane))
+        this.root()?;
+        Ok(Some(this))
     }
 
     pub fn tmp(&self) -> &Path {
@@ -105,8 +106,8 @@ impl Lane {
     }
 
     /// Opens `<repo>/.red/tmp` component by component, never through a symlink.
-    fn root(&self) -> Result<Root, LaneError> {
-        let root_err = |why: String| LaneError::Root {
+    fn root(&self) -> Result<Root, DeleteError> {
+        let root_err = |why: String| DeleteError::Root {
             path: self.tmp.clone(),
             why,
         };
@@ -130,8 +131,8 @@ impl Lane {
     }
 
     /// The names below `.red/tmp` of a path that may be removed, by its spelling alone.
-    fn names<'p>(&self, path: &'p Path) -> Result<Vec<&'p OsStr>, LaneError> {
-        let refused = |why: &str| LaneError::Refused {
+    fn names<'p>(&self, path: &'p Path) -> Result<Vec<&'p OsStr>, DeleteError> {
+        let refused = |why: &str| DeleteError::Refused {
             path: path.to_path_buf(),
             why: why.to_string(),
         };
@@ -158,12 +159,12 @@ impl Lane {
         root: &Root,
         path: &Path,
         names: &[&OsStr],
-    ) -> Result<(OwnedFd, CString), LaneError> {
-        let refused = |why: String| LaneError::Refused {
+    ) -> Result<(OwnedFd, CString), DeleteError> {
+        let refused = |why: String| DeleteError::Refused {
             path: path.to_path_buf(),
             why,
         };
-        let io_err = |at: &Path, source| LaneError::Io {
+        let io_err = |at: &Path, source| DeleteError::Io {
             path: at.to_path_buf(),
             source,
         };
@@ -202,16 +203,16 @@ impl Lane {
 
     /// Checks that `path` may be removed, without touching it. Dry runs call this so a
     /// listing shows the same refusals a real run would hit.
-    pub fn check(&self, path: &Path) -> Result<(), LaneError> {
+    pub fn check(&self, path: &Path) -> Result<(), DeleteError> {
         let names = self.names(path)?;
         let root = self.root()?;
         self.open_parent(&root, path, &names).map(|_| ())
     }
 
-    /// Removes `path` after the checks of [`Lane::check`], from the descriptors those
+    /// Removes `path` after the checks of [`DeleteRoot::check`], from the descriptors those
     /// checks opened: a symlink as a link, a directory with its contents (never following
     /// links below it, never entering another mount), a file as a file.
-    pub fn remove(&self, path: &Path) -> Result<Removed, LaneError> {
+    pub fn remove(&self, path: &Path) -> Result<Removed, DeleteError> {
         let absent = || Removed {
             path: path.to_path_buf(),
             kind: RemovedKind::Absent,
@@ -221,7 +222,7 @@ impl Lane {
         let (parent, last) = match self.open_parent(&root, path, &names) {
             Ok(p) => p,
             // A parent that vanished means the path is gone too.
-            Err(LaneError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Err(DeleteError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 return Ok(absent());
             }
             Err(e) => return Err(e),
@@ -231,8 +232,8 @@ impl Lane {
                 path: path.to_path_buf(),
                 kind,
             }),
-            Err(RmError::Io { path, source }) => Err(LaneError::Io { path, source }),
-            Err(source @ RmError::Kept { .. }) => Err(LaneError::Kept {
+            Err(RmError::Io { path, source }) => Err(DeleteError::Io { path, source }),
+            Err(source @ RmError::Kept { .. }) => Err(DeleteError::Kept {
                 path: path.to_path_buf(),
                 source,
             }),
@@ -270,49 +271,49 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn setup() -> (tempfile::TempDir, Layout, Lane) {
+    fn setup() -> (tempfile::TempDir, Layout, DeleteRoot) {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
         fs::create_dir_all(layout.tmp()).unwrap();
-        let lane = Lane::open(&layout).unwrap().unwrap();
-        (dir, layout, lane)
+        let root = DeleteRoot::open(&layout).unwrap().unwrap();
+        (dir, layout, root)
     }
 
     #[test]
     fn missing_tmp_is_none_and_symlinked_tmp_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
-        assert!(Lane::open(&layout).unwrap().is_none());
+        assert!(DeleteRoot::open(&layout).unwrap().is_none());
         let elsewhere = tempfile::tempdir().unwrap();
         fs::create_dir_all(layout.red()).unwrap();
         symlink(elsewhere.path(), layout.tmp()).unwrap();
-        let err = Lane::open(&layout).unwrap_err().to_string();
+        let err = DeleteRoot::open(&layout).unwrap_err().to_string();
         assert!(err.contains("is a symlink"), "{err}");
     }
 
     #[test]
     fn removes_dirs_files_and_links_inside_lanes() {
-        let (_d, layout, lane) = setup();
+        let (_d, layout, root) = setup();
         let attempt = layout.worker_namespace("workers").join("w1/5-a1");
         fs::create_dir_all(attempt.join("worktree/src")).unwrap();
         fs::write(attempt.join("worktree/src/x"), "x").unwrap();
-        let r = lane.remove(&attempt).unwrap();
+        let r = root.remove(&attempt).unwrap();
         assert_eq!(r.kind, RemovedKind::Dir);
         assert!(!attempt.exists());
-        assert_eq!(lane.remove(&attempt).unwrap().kind, RemovedKind::Absent);
+        assert_eq!(root.remove(&attempt).unwrap().kind, RemovedKind::Absent);
 
         let pid = layout.worker_namespace("workers").join("w1/worker.pid");
         fs::write(&pid, "1").unwrap();
-        assert_eq!(lane.remove(&pid).unwrap().kind, RemovedKind::File);
+        assert_eq!(root.remove(&pid).unwrap().kind, RemovedKind::File);
 
         let legacy = layout.tmp().join("work-12");
         fs::create_dir_all(&legacy).unwrap();
-        assert_eq!(lane.remove(&legacy).unwrap().kind, RemovedKind::Dir);
+        assert_eq!(root.remove(&legacy).unwrap().kind, RemovedKind::Dir);
     }
 
     #[test]
     fn symlinks_are_unlinked_never_walked() {
-        let (_d, layout, lane) = setup();
+        let (_d, layout, root) = setup();
         let state = layout.state().join("castle");
         fs::create_dir_all(&state).unwrap();
         fs::write(state.join("keep"), "durable").unwrap();
@@ -321,37 +322,37 @@ mod tests {
         // A symlinked attempt dir: the link goes, the target stays.
         symlink(&state, w.join("7-a1")).unwrap();
         assert_eq!(
-            lane.remove(&w.join("7-a1")).unwrap().kind,
+            root.remove(&w.join("7-a1")).unwrap().kind,
             RemovedKind::Symlink
         );
         assert_eq!(fs::read_to_string(state.join("keep")).unwrap(), "durable");
         // A link inside a removed dir is unlinked, not followed.
         fs::create_dir_all(w.join("8-a1")).unwrap();
         symlink(&state, w.join("8-a1/link")).unwrap();
-        lane.remove(&w.join("8-a1")).unwrap();
+        root.remove(&w.join("8-a1")).unwrap();
         assert_eq!(fs::read_to_string(state.join("keep")).unwrap(), "durable");
         // A path reached through a symlinked worker dir is refused.
         symlink(&state, layout.worker_namespace("workers").join("w2")).unwrap();
         let through = layout.worker_namespace("workers").join("w2/keep");
-        let err = lane.remove(&through).unwrap_err().to_string();
+        let err = root.remove(&through).unwrap_err().to_string();
         assert!(err.contains("symlink on the way"), "{err}");
         assert!(state.join("keep").exists());
     }
 
     #[test]
     fn a_component_swapped_for_a_symlink_after_the_check_is_refused() {
-        let (_d, layout, lane) = setup();
+        let (_d, layout, root) = setup();
         let castle = layout.state().join("castle");
         fs::create_dir_all(castle.join("5-a1")).unwrap();
         fs::write(castle.join("5-a1/notes"), "durable").unwrap();
         let ns = layout.worker_namespace("workers");
         let attempt = ns.join("w1/5-a1");
         fs::create_dir_all(&attempt).unwrap();
-        lane.check(&attempt).unwrap();
+        root.check(&attempt).unwrap();
         // Between the dry-run check and the removal, the worker dir becomes a link.
         fs::rename(ns.join("w1"), ns.join("w1-real")).unwrap();
         symlink(&castle, ns.join("w1")).unwrap();
-        let err = lane.remove(&attempt).unwrap_err().to_string();
+        let err = root.remove(&attempt).unwrap_err().to_string();
         assert!(err.contains("symlink on the way"), "{err}");
         assert_eq!(
             fs::read_to_string(castle.join("5-a1/notes")).unwrap(),
@@ -362,7 +363,7 @@ mod tests {
         fs::create_dir_all(elsewhere.path().join("workers/w2/6-a1")).unwrap();
         fs::rename(layout.tmp(), layout.red().join("tmp-real")).unwrap();
         symlink(elsewhere.path(), layout.tmp()).unwrap();
-        let err = lane
+        let err = root
             .remove(&layout.tmp().join("workers/w2/6-a1"))
             .unwrap_err()
             .to_string();
@@ -372,7 +373,7 @@ mod tests {
 
     #[test]
     fn refuses_outside_and_unregistered() {
-        let (_d, layout, lane) = setup();
+        let (_d, layout, root) = setup();
         for p in [
             layout.state().join("x"),
             layout.tmp(),
@@ -384,13 +385,13 @@ mod tests {
             PathBuf::from("/etc/passwd"),
         ] {
             assert!(
-                matches!(lane.check(&p), Err(LaneError::Refused { .. })),
+                matches!(root.check(&p), Err(DeleteError::Refused { .. })),
                 "{}",
                 p.display()
             );
         }
         fs::create_dir_all(layout.tmp().join("work-fix-login")).unwrap();
-        assert!(lane.remove(&layout.tmp().join("work-fix-login")).is_err());
+        assert!(root.remove(&layout.tmp().join("work-fix-login")).is_err());
         assert!(layout.tmp().join("work-fix-login").exists());
     }
 }

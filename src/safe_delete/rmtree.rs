@@ -1,4 +1,4 @@
-//! Removing a tree through directory file descriptors, for [`super::lane::Lane`].
+//! Removing a tree through directory file descriptors, for [`super::DeleteRoot`].
 //!
 //! `std::fs::remove_dir_all` works from a path: a component checked a moment ago can have
 //! been swapped for a symlink by the time it is opened, and it descends into whatever is

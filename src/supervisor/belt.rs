@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::lock::{self, Acquired, HeldLock, Holder};
-use super::{Exclusive, UnblockError, UnblockReport, exclusive_pass};
+use crate::host_lock::{self as lock, Acquired, HeldLock, Holder};
+use crate::sweeps::unblock::{Exclusive, UnblockError, UnblockReport, exclusive_pass};
 use crate::tracker::Tracker;
 
 /// What one belt pass did.

@@ -1,5 +1,5 @@
-//! The supervisor lane `.red/tmp/supervisors/default/` (`docs/SPEC.md` §4): the lock that makes one
-//! supervisor per repo, the pid file with its start token, and the control files.
+//! The supervisor lock in `.red/tmp/supervisors/default/` (`docs/SPEC.md` §4): the lock that
+//! makes one supervisor per repo, the pid file with its start token, and the control files.
 
 use std::fs::{self, File, TryLockError};
 use std::io;
@@ -12,7 +12,7 @@ use crate::layout::Layout;
 use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive};
 
 #[derive(Debug, thiserror::Error)]
-pub enum LaneError {
+pub enum LockError {
     /// Another supervisor holds the lock; nothing was changed.
     #[error("supervisor already running for this project (pid={})", pid.map_or("unknown".to_string(), |p| p.to_string()))]
     Busy { pid: Option<i32> },
@@ -20,26 +20,26 @@ pub enum LaneError {
     Io { path: PathBuf, source: io::Error },
 }
 
-/// Something [`Lane::acquire`] found worth logging: routine housekeeping (a regular
+/// Something [`SupervisorLock::acquire`] found worth logging: routine housekeeping (a regular
 /// control file a previous run left, removed) or a problem (a corrupt or hostile file).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LaneNote {
+pub enum LockNote {
     Housekeeping(String),
     Problem(String),
 }
 
-impl LaneNote {
+impl LockNote {
     /// The event-log kind: `supervisor.housekeeping` or `supervisor.error`.
     pub fn kind(&self) -> &'static str {
         match self {
-            LaneNote::Housekeeping(_) => super::texts::kind::HOUSEKEEPING,
-            LaneNote::Problem(_) => super::texts::kind::ERROR,
+            LockNote::Housekeeping(_) => super::texts::kind::HOUSEKEEPING,
+            LockNote::Problem(_) => super::texts::kind::ERROR,
         }
     }
 
     pub fn text(&self) -> &str {
         match self {
-            LaneNote::Housekeeping(t) | LaneNote::Problem(t) => t,
+            LockNote::Housekeeping(t) | LockNote::Problem(t) => t,
         }
     }
 
@@ -48,22 +48,22 @@ impl LaneNote {
     }
 }
 
-/// The held lane. The lock lives as long as this value (the descriptor is close-on-exec,
+/// The held lock. The lock lives as long as this value (the descriptor is close-on-exec,
 /// so no worker inherits it and outlives the supervisor holding it).
 #[derive(Debug)]
-pub struct Lane {
+pub struct SupervisorLock {
     layout: Layout,
     _lock: File,
     pub pid: i32,
     pub start: u64,
 }
 
-impl Lane {
+impl SupervisorLock {
     /// Takes the lock; on success writes the pid file and removes stale control files.
-    /// Returns the lane and notes worth logging (a corrupt previous pid file, for one).
-    pub fn acquire(layout: &Layout) -> Result<(Lane, Vec<LaneNote>), LaneError> {
+    /// Returns the held lock and notes worth logging (a corrupt previous pid file, for one).
+    pub fn acquire(layout: &Layout) -> Result<(SupervisorLock, Vec<LockNote>), LockError> {
         let lock_path = layout.supervisor_lock();
-        let io_err = |path: PathBuf| move |source| LaneError::Io { path, source };
+        let io_err = |path: PathBuf| move |source| LockError::Io { path, source };
         fs::create_dir_all(layout.supervisor_lane()).map_err(io_err(layout.supervisor_lane()))?;
         let lock = open_lock_file(&lock_path).map_err(|e| io_err(lock_path.clone())(e.into()))?;
         let deadline = Instant::now() + HOLDER_WAIT;
@@ -74,10 +74,10 @@ impl Lane {
                     // Who holds it is the kernel's word: the pid file may not be written yet
                     // (two supervisors started together) or may name a dead predecessor.
                     if let Some(pid) = lock_holder(&lock) {
-                        return Err(LaneError::Busy { pid: Some(pid) });
+                        return Err(LockError::Busy { pid: Some(pid) });
                     }
                     if Instant::now() >= deadline {
-                        return Err(LaneError::Busy {
+                        return Err(LockError::Busy {
                             pid: live_pid_file(layout),
                         });
                     }
@@ -92,16 +92,16 @@ impl Lane {
         match pidfile::liveness(&pid_path, MissingStart::Dead) {
             Liveness::Dead {
                 reason: DeadReason::Corrupt(why),
-            } => notes.push(LaneNote::Problem(format!(
+            } => notes.push(LockNote::Problem(format!(
                 "{}: previous pid file corrupt ({why}); replaced",
                 pid_path.display()
             ))),
-            Liveness::Live { pid, .. } => notes.push(LaneNote::Problem(format!(
+            Liveness::Live { pid, .. } => notes.push(LockNote::Problem(format!(
                 "{}: previous pid {pid} is live but does not hold the lock; replaced",
                 pid_path.display()
             ))),
             // The lock, not the pid file, says who runs: this process holds it.
-            Liveness::Unknown { reason } => notes.push(LaneNote::Problem(format!(
+            Liveness::Unknown { reason } => notes.push(LockNote::Problem(format!(
                 "previous pid file cannot be judged ({reason}); replaced"
             ))),
             _ => {}
@@ -112,7 +112,7 @@ impl Lane {
             // Looked at, never followed: a symlink goes as a link. A directory is not ours
             // to remove; the loop then reports it once as not a regular file.
             match fs::symlink_metadata(&stale) {
-                Ok(m) if m.is_dir() => notes.push(LaneNote::Problem(format!(
+                Ok(m) if m.is_dir() => notes.push(LockNote::Problem(format!(
                     "{}: is a directory, not a control file; left in place and ignored",
                     stale.display()
                 ))),
@@ -122,16 +122,16 @@ impl Lane {
                     // A regular file a previous run left is routine; a FIFO or a link
                     // planted there is not.
                     notes.push(if m.is_file() {
-                        LaneNote::Housekeeping(text)
+                        LockNote::Housekeeping(text)
                     } else {
-                        LaneNote::Problem(text)
+                        LockNote::Problem(text)
                     });
                 }
                 Err(_) => {}
             }
         }
         Ok((
-            Lane {
+            SupervisorLock {
                 layout: layout.clone(),
                 _lock: lock,
                 pid: me,
@@ -220,7 +220,7 @@ mod tests {
         fs::create_dir_all(layout.supervisor_lane()).unwrap();
         fs::write(layout.supervisor_pid(), "garbage").unwrap();
         fs::write(layout.resize_file(), "target: 3\n").unwrap();
-        let (lane, notes) = Lane::acquire(&layout).unwrap();
+        let (lock, notes) = SupervisorLock::acquire(&layout).unwrap();
         assert!(
             notes
                 .iter()
@@ -228,23 +228,23 @@ mod tests {
         );
         assert!(!layout.resize_file().exists());
         // A routine leftover is housekeeping, not an error.
-        assert!(notes.contains(&LaneNote::Housekeeping(format!(
+        assert!(notes.contains(&LockNote::Housekeeping(format!(
             "{}: stale file removed",
             layout.resize_file().display()
         ))));
         let me = std::process::id() as i32;
-        assert_eq!(running_supervisor(&layout), Ok((me, lane.start)));
+        assert_eq!(running_supervisor(&layout), Ok((me, lock.start)));
         let before = fs::read(layout.supervisor_pid()).unwrap();
-        let err = Lane::acquire(&layout).unwrap_err();
+        let err = SupervisorLock::acquire(&layout).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("supervisor already running for this project (pid={me})")
         );
         assert_eq!(fs::read(layout.supervisor_pid()).unwrap(), before);
-        lane.release().unwrap();
+        lock.release().unwrap();
         assert!(!layout.supervisor_pid().exists());
         assert!(running_supervisor(&layout).is_err());
-        let (again, _) = Lane::acquire(&layout).unwrap();
+        let (again, _) = SupervisorLock::acquire(&layout).unwrap();
         drop(again);
     }
 
@@ -288,11 +288,17 @@ mod tests {
         let me = std::process::id();
         let busy = format!("supervisor already running for this project (pid={me})");
         // No pid file at all.
-        assert_eq!(Lane::acquire(&layout).unwrap_err().to_string(), busy);
+        assert_eq!(
+            SupervisorLock::acquire(&layout).unwrap_err().to_string(),
+            busy
+        );
         // A predecessor's pid file naming a live process that is not the holder (pid 1).
         fs::write(layout.supervisor_pid(), "1\n").unwrap();
         fs::write(crate::layout::start_file(&layout.supervisor_pid()), "1\n").unwrap();
-        assert_eq!(Lane::acquire(&layout).unwrap_err().to_string(), busy);
+        assert_eq!(
+            SupervisorLock::acquire(&layout).unwrap_err().to_string(),
+            busy
+        );
         assert_eq!(fs::read(layout.supervisor_pid()).unwrap(), b"1\n");
     }
 }

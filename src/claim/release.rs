@@ -1,0 +1,61 @@
+//! Releasing a dead worker's claims: which claim dirs name it, and removing one. The
+//! supervisor ([`crate::supervisor::release`]) gives the issue back on the tracker first,
+//! so the claim, the record the issue is restored from, goes last.
+
+use std::fs;
+use std::path::Path;
+
+use crate::fsutil::read_small_file;
+use crate::layout::{Layout, start_file};
+use crate::pidfile::{self, PidContent};
+use crate::safe_delete::{DeleteError, DeleteRoot};
+
+/// The dead worker whose claims are released.
+#[derive(Debug, Clone)]
+pub struct DeadWorker {
+    pub slot: usize,
+    pub pid: i32,
+    pub start: u64,
+    pub id: String,
+    /// Killed by the supervisor for making no progress: its attempt ends `stalled`.
+    pub stalled: bool,
+}
+
+/// Issues whose claim dir names `w` (pid, and start when the claim recorded one).
+pub fn claims_of(layout: &Layout, w: &DeadWorker) -> Vec<u64> {
+    let Ok(dir) = fs::read_dir(layout.claims()) else {
+        return Vec::new();
+    };
+    let mut found: Vec<u64> = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| super::issue_of(e.file_name().to_str()?))
+        .filter(|n| holds(&layout.claim_pid(*n), w))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// Does this claim pid file name the dead worker? A start token that cannot be read proves
+/// nothing, so the claim is left to the boot sweep.
+fn holds(pid_file: &Path, w: &DeadWorker) -> bool {
+    if !matches!(pidfile::read_pid_file(pid_file), Ok(PidContent::Pid(p)) if p == w.pid) {
+        return false;
+    }
+    match read_small_file(&start_file(pid_file), pidfile::MAX_PID_FILE_BYTES) {
+        Ok(None) => true,
+        Ok(Some(bytes)) => pidfile::parse_start_token(&bytes).is_ok_and(|s| s == w.start),
+        Err(_) => false,
+    }
+}
+
+/// Removes the claim dir of `n` through the safe-delete root (nothing to do without
+/// `.red/tmp`).
+pub fn remove(layout: &Layout, n: u64) -> Result<(), DeleteError> {
+    match DeleteRoot::open(layout)? {
+        Some(root) => root
+            .remove(&layout.claims().join(n.to_string()))
+            .map(|_| ()),
+        None => Ok(()),
+    }
+}
