@@ -9,13 +9,16 @@
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine), `children` (its only door to processes), `reaper`, `circuit`, `control`
 //!   (`status`/`scale`/`stop`), `lane`, `state_file`, `journal`, `usage`, `stall`.
-//! - `worker` (the built-in worker), `claim` (claims, local and on the tracker), `boot` and
+//! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
+//!   the cli turns into its exit code), `claim` (claims, local and on the tracker), `boot` and
 //!   `sweeps` (the boot sweep suite and the belts).
 //! - `tracker` (gh and the local store), `git`, `cmd` (running a command with a deadline).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
-//!   `attempt_state`, `toonl`, `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,
+//!   `attempt_state`, `toonl`, `afk_env` (every `RED_AFK_*` name, for the supervisor that
+//!   writes them and the worker, config and demo that read them), `config`, `layout`, `fsutil`, `text`, `timeutil`, `exit`,
 //!   `diagnostics`.
 
+pub mod afk_env;
 pub mod attempt_state;
 pub mod boot;
 pub mod bootstrap;

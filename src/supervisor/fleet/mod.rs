@@ -552,14 +552,21 @@ impl Fleet {
                 }
                 self.log(Event::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
             }
-            ExitKind::Code(crate::exit::RATE_LIMITED) => {
-                // The tracker said wait, not that the worker is broken: no death, no circuit.
-                // The slot idles until a queue check (the next tick's) finds work again.
+            ExitKind::Code(
+                code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
+            ) => {
+                // The tracker said wait (or could not be reached), not that the worker is
+                // broken: no death, no circuit. The slot idles until a queue check (the next
+                // tick's) finds work again.
+                let met = if code == crate::exit::RATE_LIMITED {
+                    "met a tracker rate limit"
+                } else {
+                    "found the tracker unavailable"
+                };
                 let msg = format!(
-                    "slot {idx} idle: worker {} met a tracker rate limit (exit {}); not a death, \
+                    "slot {idx} idle: worker {} {met} (exit {code}); not a death, \
                      the next queue check decides",
                     w.id,
-                    crate::exit::RATE_LIMITED
                 );
                 self.log(Event::now(kind::IDLE, msg).slot(idx));
             }
