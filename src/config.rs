@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::afk_env;
 use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
 use crate::text::{clip_quoted, excerpt, line_col};
@@ -597,22 +598,22 @@ impl Builder {
     }
 
     fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
-        for (var, key) in NUMERIC_ENV {
+        for (var, key) in afk_env::NUMERIC {
             let Some(raw) = env.get(var) else { continue };
             let x = parse_env_u64(var, key, raw)?;
             check_bounds(&Origin::Env(var), key, x)?;
             self.set_u64(key, x);
             self.origins.insert(static_key(key), Origin::Env(var));
         }
-        if let Some(v) = env.get("RED_AFK_TRUNK").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(afk_env::TRUNK).filter(|v| !v.trim().is_empty()) {
             self.cfg.fleet.base = v.trim().to_string();
             self.origins
-                .insert("fleet.base", Origin::Env("RED_AFK_TRUNK"));
+                .insert("fleet.base", Origin::Env(afk_env::TRUNK));
         }
-        if let Some(v) = env.get("RED_AFK_RUNNER").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(afk_env::RUNNER).filter(|v| !v.trim().is_empty()) {
             self.cfg.worker.runner = v.trim().to_string();
             self.origins
-                .insert("worker.runner", Origin::Env("RED_AFK_RUNNER"));
+                .insert("worker.runner", Origin::Env(afk_env::RUNNER));
         }
         Ok(())
     }
@@ -750,23 +751,8 @@ impl Builder {
 }
 
 /// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
-/// check ([`check_bounds`]).
-pub const NUMERIC_ENV: [(&str, &str); 11] = [
-    ("RED_AFK_TARGET", "fleet.workers"),
-    ("RED_AFK_POLL_S", "timing.tick_s"),
-    ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
-    ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
-    ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
-    ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
-    ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
-    ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
-    ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
-    ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
-    (
-        "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
-        "timing.unblock_interval_s",
-    ),
-];
+/// check ([`check_bounds`]). Named in [`afk_env`], their one home.
+pub use crate::afk_env::NUMERIC as NUMERIC_ENV;
 
 /// The longest duration any source may set: ten years, in seconds. Far beyond any sensible
 /// value, and far enough from `u64::MAX` that no sum of durations overflows.

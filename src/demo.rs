@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::afk_env;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::toonl;
@@ -293,7 +294,7 @@ fn start_supervisor(exe: &Path, repo: &Path, out: &Path) -> std::io::Result<Chil
     cmd.arg("--repo").arg(repo).arg("run");
     for (k, _) in std::env::vars_os() {
         let k_str = k.to_string_lossy();
-        if k_str.starts_with("RED_AFK_")
+        if crate::afk_env::is_ours(&k_str)
             || matches!(&*k_str, "GIT_DIR" | "GIT_WORK_TREE" | "GIT_INDEX_FILE")
         {
             cmd.env_remove(&k);
@@ -606,11 +607,16 @@ fn print_summary(out: &mut dyn Write, s: &DemoSummary, scratch: &Path, kept: boo
 /// worktree: writes `notes/issue-<N>.md` and commits it. A stand-in for a coding agent.
 pub fn demo_agent(env: &std::collections::HashMap<String, String>) -> Result<String, String> {
     let issue = env
-        .get("RED_AFK_ISSUE")
+        .get(afk_env::ISSUE)
         .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or("RED_AFK_ISSUE is not set to an issue number: run me from the built-in worker")?;
-    let title = env.get("RED_AFK_ISSUE_TITLE").map_or("", String::as_str);
-    let branch = env.get("RED_AFK_BRANCH").map_or("", String::as_str);
+        .ok_or_else(|| {
+            format!(
+                "{} is not set to an issue number: run me from the built-in worker",
+                afk_env::ISSUE
+            )
+        })?;
+    let title = env.get(afk_env::ISSUE_TITLE).map_or("", String::as_str);
+    let branch = env.get(afk_env::BRANCH).map_or("", String::as_str);
     let cwd = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
     let note = format!("notes/issue-{issue}.md");
     std::fs::create_dir_all(cwd.join("notes")).map_err(|e| format!("notes/: {e}"))?;
