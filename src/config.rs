@@ -52,13 +52,13 @@ impl fmt::Display for TrackerKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fleet {
+pub struct FleetConfig {
     pub workers: usize,
     pub base: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Worker {
+pub struct WorkerConfig {
     /// `None` means the built-in worker, where one exists.
     pub command: Option<Vec<String>>,
     pub runner: String,
@@ -125,8 +125,8 @@ pub struct LogCfg {
 pub struct Config {
     /// The file it was read from; `None` for built-in defaults.
     pub file: Option<PathBuf>,
-    pub fleet: Fleet,
-    pub worker: Worker,
+    pub fleet: FleetConfig,
+    pub worker: WorkerConfig,
     pub agent: Agent,
     pub tracker: TrackerCfg,
     pub timing: Timing,
@@ -139,11 +139,11 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             file: None,
-            fleet: Fleet {
+            fleet: FleetConfig {
                 workers: 2,
                 base: "main".into(),
             },
-            worker: Worker {
+            worker: WorkerConfig {
                 command: None,
                 runner: "claude".into(),
                 max_failed_attempts: 3,

@@ -17,7 +17,7 @@ use super::journal::Journal;
 use super::reaper::{Done, Group, Reaper};
 use super::release::{self, DeadWorker};
 use super::resize::{self, Found, Resize};
-use super::slot::{KillReason, Phase, Slot, Unclaimable, Worker};
+use super::slot::{KillReason, LiveWorker, Phase, Slot, Unclaimable};
 use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;
 use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
@@ -322,7 +322,7 @@ impl Fleet {
         let mut slot = Slot::new(a.slot, self.params);
         slot.spawns = a.restarts + 1;
         slot.restarts = a.restarts;
-        slot.phase = Phase::Running(Worker {
+        slot.phase = Phase::Running(LiveWorker {
             pid,
             start,
             id,
@@ -407,7 +407,7 @@ impl Fleet {
                         self.unwatched.push((s.pid, s.start));
                     }
                     if let Some(slot) = self.slots.get_mut(&idx) {
-                        slot.phase = Phase::Running(Worker {
+                        slot.phase = Phase::Running(LiveWorker {
                             pid: s.pid,
                             start: s.start,
                             id: id.clone(),
