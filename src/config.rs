@@ -28,18 +28,20 @@ pub enum TrackerKind {
 }
 
 impl std::str::FromStr for TrackerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTrackerKind;
+    fn from_str(s: &str) -> Result<Self, UnknownTrackerKind> {
         match s {
             "auto" => Ok(TrackerKind::Auto),
             "gh" => Ok(TrackerKind::Gh),
             "local" => Ok(TrackerKind::Local),
-            other => Err(format!(
-                "unknown tracker kind {other:?} (expected auto, gh or local)"
-            )),
+            other => Err(UnknownTrackerKind(other.to_string())),
         }
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tracker kind {0:?} (expected auto, gh or local)")]
+pub struct UnknownTrackerKind(pub String);
 
 impl fmt::Display for TrackerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -28,9 +28,16 @@ pub struct SweepArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepList(pub Vec<SweepName>);
 
-fn parse_only(s: &str) -> Result<SweepList, String> {
-    SweepName::parse_list(s).map(SweepList)
+fn parse_only(s: &str) -> Result<SweepList, BadSweepList> {
+    SweepName::parse_list(s)
+        .map(SweepList)
+        .map_err(BadSweepList)
 }
+
+/// `--only` names no sweep list (the sweeps' own words: which name, and the known ones).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadSweepList(String);
 
 pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;

@@ -126,6 +126,7 @@ pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
         at_start: true,
         task: Arc::new(Mutex::new(Box::new(move || {
             super::slot_logs::expire(&layout, days, std::time::SystemTime::now())
+                .map_err(|e| e.to_string())
         }))),
     }]
 }
