@@ -66,3 +66,45 @@ pub fn failure(e: WorkerError) -> Failure {
     };
     Failure::new(code, e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::{ErrorKind, TrackerError};
+
+    /// Each way a tracker call fails reaches the supervisor as its own code: a transient
+    /// failure 69 and a rate limit 75 (neither a death), anything else 1 (a death).
+    #[test]
+    fn tracker_failures_exit_by_their_kind() {
+        let code = |kind| {
+            failure(WorkerError::from(&TrackerError::new(
+                kind,
+                "gh issue list",
+                "x",
+            )))
+        };
+        let unavailable = code(ErrorKind::Transient);
+        assert_eq!(unavailable.code, exit::TRACKER_UNAVAILABLE);
+        assert_eq!(unavailable.code, 69);
+        assert_eq!(unavailable.message, "gh issue list: transient: x");
+        assert_eq!(code(ErrorKind::RateLimited).code, exit::RATE_LIMITED);
+        assert_eq!(code(ErrorKind::Failed).code, exit::FAILED);
+        assert_eq!(code(ErrorKind::NotFound).code, exit::FAILED);
+    }
+
+    #[test]
+    fn outcomes_and_host_errors_keep_the_spec_codes() {
+        assert_eq!(outcome_code(WorkerOutcome::Done), 0);
+        assert_eq!(outcome_code(WorkerOutcome::NoWork), 0);
+        assert_eq!(outcome_code(WorkerOutcome::Retired), 0);
+        assert_eq!(outcome_code(WorkerOutcome::AgentFailed), 1);
+        assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 15 }), 143);
+        assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 1 }), 129);
+        assert_eq!(failure(WorkerError::Config("no agent".into())).code, 78);
+        let halted = failure(WorkerError::BootHalted("docs".into()));
+        assert_eq!(
+            (halted.code, halted.message.as_str()),
+            (4, "boot sweeps halted: docs")
+        );
+    }
+}
