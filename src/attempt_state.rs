@@ -37,6 +37,15 @@ pub enum StateError {
     Corrupt { path: PathBuf, why: String },
 }
 
+/// Why a state file's text is not a state.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("not a JSON object")]
+    NotAnObject,
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AttemptState {
     #[serde(default = "default_version")]
@@ -110,16 +119,19 @@ impl AttemptState {
         };
         Self::parse(&bytes)
             .map(Some)
-            .map_err(|why| StateError::Corrupt { path, why })
+            .map_err(|why| StateError::Corrupt {
+                path,
+                why: why.to_string(),
+            })
     }
 
     /// Parses the JSON text of a state file; the error is serde's one-line description.
-    pub fn parse(bytes: &[u8]) -> Result<AttemptState, String> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    pub fn parse(bytes: &[u8]) -> Result<AttemptState, ParseError> {
+        let value: Value = serde_json::from_slice(bytes)?;
         if !value.is_object() {
-            return Err("not a JSON object".into());
+            return Err(ParseError::NotAnObject);
         }
-        serde_json::from_value(value).map_err(|e| e.to_string())
+        Ok(serde_json::from_value(value)?)
     }
 
     /// Writes the state file of `attempt_dir` atomically, unknown fields included.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::afk_env;
 use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
 use crate::text::{clip_quoted, excerpt, line_col};
@@ -27,18 +28,20 @@ pub enum TrackerKind {
 }
 
 impl std::str::FromStr for TrackerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTrackerKind;
+    fn from_str(s: &str) -> Result<Self, UnknownTrackerKind> {
         match s {
             "auto" => Ok(TrackerKind::Auto),
             "gh" => Ok(TrackerKind::Gh),
             "local" => Ok(TrackerKind::Local),
-            other => Err(format!(
-                "unknown tracker kind {other:?} (expected auto, gh or local)"
-            )),
+            other => Err(UnknownTrackerKind(other.to_string())),
         }
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tracker kind {0:?} (expected auto, gh or local)")]
+pub struct UnknownTrackerKind(pub String);
 
 impl fmt::Display for TrackerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -51,13 +54,13 @@ impl fmt::Display for TrackerKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fleet {
+pub struct FleetConfig {
     pub workers: usize,
     pub base: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Worker {
+pub struct WorkerConfig {
     /// `None` means the built-in worker, where one exists.
     pub command: Option<Vec<String>>,
     pub runner: String,
@@ -154,8 +157,8 @@ pub struct LogCfg {
 pub struct Config {
     /// The file it was read from; `None` for built-in defaults.
     pub file: Option<PathBuf>,
-    pub fleet: Fleet,
-    pub worker: Worker,
+    pub fleet: FleetConfig,
+    pub worker: WorkerConfig,
     pub agent: Agent,
     pub tracker: TrackerCfg,
     pub timing: Timing,
@@ -168,11 +171,11 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             file: None,
-            fleet: Fleet {
+            fleet: FleetConfig {
                 workers: 2,
                 base: "main".into(),
             },
-            worker: Worker {
+            worker: WorkerConfig {
                 command: None,
                 runner: "claude".into(),
                 max_failed_attempts: 3,
@@ -650,22 +653,22 @@ impl Builder {
     }
 
     fn apply_env(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
-        for (var, key) in NUMERIC_ENV {
+        for (var, key) in afk_env::NUMERIC {
             let Some(raw) = env.get(var) else { continue };
             let x = parse_env_u64(var, key, raw)?;
             check_bounds(&Origin::Env(var), key, x)?;
             self.set_u64(key, x);
             self.origins.insert(static_key(key), Origin::Env(var));
         }
-        if let Some(v) = env.get("RED_AFK_TRUNK").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(afk_env::TRUNK).filter(|v| !v.trim().is_empty()) {
             self.cfg.fleet.base = v.trim().to_string();
             self.origins
-                .insert("fleet.base", Origin::Env("RED_AFK_TRUNK"));
+                .insert("fleet.base", Origin::Env(afk_env::TRUNK));
         }
-        if let Some(v) = env.get("RED_AFK_RUNNER").filter(|v| !v.trim().is_empty()) {
+        if let Some(v) = env.get(afk_env::RUNNER).filter(|v| !v.trim().is_empty()) {
             self.cfg.worker.runner = v.trim().to_string();
             self.origins
-                .insert("worker.runner", Origin::Env("RED_AFK_RUNNER"));
+                .insert("worker.runner", Origin::Env(afk_env::RUNNER));
         }
         Ok(())
     }
@@ -803,23 +806,8 @@ impl Builder {
 }
 
 /// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
-/// check ([`check_bounds`]).
-pub const NUMERIC_ENV: [(&str, &str); 11] = [
-    ("RED_AFK_TARGET", "fleet.workers"),
-    ("RED_AFK_POLL_S", "timing.tick_s"),
-    ("RED_AFK_FAST_DEATH_S", "timing.fast_death_s"),
-    ("RED_AFK_CIRCUIT_K", "timing.circuit_k"),
-    ("RED_AFK_CIRCUIT_WINDOW_S", "timing.circuit_window_s"),
-    ("RED_AFK_HALF_OPEN_BASE_S", "timing.half_open_base_s"),
-    ("RED_AFK_HALF_OPEN_CAP_S", "timing.half_open_cap_s"),
-    ("RED_AFK_STOP_GRACE_S", "timing.stop_grace_s"),
-    ("RED_AFK_STALL_THRESHOLD_S", "timing.stall_s"),
-    ("RED_AFK_STALL_KILL_THRESHOLD_S", "timing.stall_kill_s"),
-    (
-        "RED_AFK_UNBLOCK_SWEEP_INTERVAL_S",
-        "timing.unblock_interval_s",
-    ),
-];
+/// check ([`check_bounds`]). Named in [`afk_env`], their one home.
+pub use crate::afk_env::NUMERIC as NUMERIC_ENV;
 
 /// The longest duration any source may set: ten years, in seconds. Far beyond any sensible
 /// value, and far enough from `u64::MAX` that no sum of durations overflows.

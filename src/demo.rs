@@ -16,11 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::afk_env;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::toonl;
-use crate::tracker::labels;
 use crate::tracker::local::{ListFilter, LocalTracker, StateFilter};
+use crate::tracker::{TrackerError, labels};
 
 /// What `demo` was asked for.
 #[derive(Debug, Clone)]
@@ -44,12 +45,56 @@ pub enum DemoError {
 }
 
 impl DemoError {
-    fn failed(what: impl Into<String>, kept: &Path) -> Self {
+    fn failed(what: impl std::fmt::Display, kept: &Path) -> Self {
         DemoError::Failed {
-            what: what.into(),
+            what: what.to_string(),
             kept: Some(kept.to_path_buf()),
         }
     }
+}
+
+/// How the demo's fleet run failed (the line `demo failed: …` says it).
+#[derive(Debug, thiserror::Error)]
+pub enum FleetFailure {
+    #[error("the supervisor ended early ({0})")]
+    EndedEarly(std::process::ExitStatus),
+    #[error("the supervisor stopped with {0}")]
+    StoppedWith(std::process::ExitStatus),
+    #[error("waiting for the supervisor: {0}")]
+    Wait(std::io::Error),
+    #[error("the supervisor did not stop within 20s of SIGTERM; killed")]
+    NoStop,
+    #[error("the supervisor ended before the issues were done ({0})")]
+    EndedBeforeDone(std::process::ExitStatus),
+    #[error("reading the tracker: {0}")]
+    ReadTracker(TrackerError),
+    #[error("closing #1: {0}")]
+    CloseBlocker(TrackerError),
+    #[error("timed out after {secs}s with issues not handed over: {}", waiting.join(" "))]
+    TimedOut { secs: u64, waiting: Vec<String> },
+    #[error(transparent)]
+    Log(#[from] toonl::LogError),
+    #[error(transparent)]
+    Seed(#[from] TrackerError),
+}
+
+/// Why the demo agent could not do its one job.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoAgentError {
+    #[error(
+        "{} is not set to an issue number: run me from the built-in worker",
+        afk_env::ISSUE
+    )]
+    NoIssue,
+    #[error("working directory: {0}")]
+    Cwd(std::io::Error),
+    #[error("{what}: {source}")]
+    Write {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
 }
 
 /// What the demo saw, for its summary (and for tests).
@@ -261,16 +306,14 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
 
 /// Files `n` issues: `n - 1` ready for an agent and, when `n > 1`, a last one blocked by #1.
 /// Returns the blocked issue's number.
-fn seed_issues(tracker: &LocalTracker, n: usize) -> Result<Option<u64>, String> {
+fn seed_issues(tracker: &LocalTracker, n: usize) -> Result<Option<u64>, TrackerError> {
     let ready = if n > 1 { n - 1 } else { n };
     for i in 1..=ready {
-        tracker
-            .create(
-                &format!("Demo task {i}"),
-                &format!("Write notes/issue-{i}.md and commit it."),
-                &[labels::READY_FOR_AGENT],
-            )
-            .map_err(|e| e.to_string())?;
+        tracker.create(
+            &format!("Demo task {i}"),
+            &format!("Write notes/issue-{i}.md and commit it."),
+            &[labels::READY_FOR_AGENT],
+        )?;
     }
     if n == 1 {
         return Ok(None);
@@ -282,7 +325,6 @@ fn seed_issues(tracker: &LocalTracker, n: usize) -> Result<Option<u64>, String> 
             &[labels::BLOCKED_DEPENDENCY, "req:1"],
         )
         .map(Some)
-        .map_err(|e| e.to_string())
 }
 
 /// `<exe> --repo R run`, its output to `supervisor.out`, without the caller's `RED_AFK_*`
@@ -293,7 +335,7 @@ fn start_supervisor(exe: &Path, repo: &Path, out: &Path) -> std::io::Result<Chil
     cmd.arg("--repo").arg(repo).arg("run");
     for (k, _) in std::env::vars_os() {
         let k_str = k.to_string_lossy();
-        if k_str.starts_with("RED_AFK_")
+        if crate::afk_env::is_ours(&k_str)
             || matches!(&*k_str, "GIT_DIR" | "GIT_WORK_TREE" | "GIT_INDEX_FILE")
         {
             cmd.env_remove(&k);
@@ -307,11 +349,11 @@ fn start_supervisor(exe: &Path, repo: &Path, out: &Path) -> std::io::Result<Chil
 
 /// SIGTERM, then up to 20 s for the fleet to stop (workers get `stop_grace_s` = 2 s), then
 /// SIGKILL.
-fn stop_supervisor(child: &mut Child) -> Result<(), String> {
+fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     if let Ok(Some(status)) = child.try_wait() {
-        return Err(format!("the supervisor ended early ({status})"));
+        return Err(FleetFailure::EndedEarly(status));
     }
     let pid = Pid::from_raw(child.id() as i32);
     let _ = kill(pid, Signal::SIGTERM);
@@ -319,20 +361,20 @@ fn stop_supervisor(child: &mut Child) -> Result<(), String> {
     while Instant::now() < deadline {
         match child.try_wait() {
             Ok(Some(status)) if matches!(status.code(), Some(0 | 143)) => return Ok(()),
-            Ok(Some(status)) => return Err(format!("the supervisor stopped with {status}")),
+            Ok(Some(status)) => return Err(FleetFailure::StoppedWith(status)),
             Ok(None) => std::thread::sleep(POLL),
-            Err(e) => return Err(format!("waiting for the supervisor: {e}")),
+            Err(e) => return Err(FleetFailure::Wait(e)),
         }
     }
     let _ = child.kill();
     let _ = child.wait();
-    Err("the supervisor did not stop within 20s of SIGTERM; killed".into())
+    Err(FleetFailure::NoStop)
 }
 
 /// Deaths and respawns, from the event log: a death is a worker's end by anything but
 /// exit 0 or 78 before the stop; a respawn is every spawn in a slot after its first.
-fn fleet_counts(log: &Path) -> Result<(usize, usize), String> {
-    let events = toonl::read_events(log).map_err(|e| e.to_string())?;
+fn fleet_counts(log: &Path) -> Result<(usize, usize), FleetFailure> {
+    let events = toonl::read_events(log)?;
     let mut spawned: BTreeSet<u64> = BTreeSet::new();
     let (mut deaths, mut respawns) = (0, 0);
     for ev in &events {
@@ -398,13 +440,11 @@ impl Watch {
         started: Instant,
         limit: Duration,
         out: &mut dyn Write,
-    ) -> Result<(), String> {
+    ) -> Result<(), FleetFailure> {
         let deadline = crate::timeutil::deadline(started, limit);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "the supervisor ended before the issues were done ({status})"
-                ));
+                return Err(FleetFailure::EndedBeforeDone(status));
             }
             self.report_log(out);
             let all = tracker
@@ -412,7 +452,7 @@ impl Watch {
                     state: StateFilter::All,
                     labels: Vec::new(),
                 })
-                .map_err(|e| format!("reading the tracker: {e}"))?;
+                .map_err(FleetFailure::ReadTracker)?;
             let slots = self.attempt_slots();
             let now = Instant::now();
             let mut issues = all;
@@ -446,7 +486,7 @@ impl Watch {
                 let dependent = issues.iter().find(|i| i.number == b);
                 if !self.closed_blocker && self.done.contains(&1) {
                     // A person merges #1's work and closes it: the belt's cue.
-                    tracker.close(1).map_err(|e| format!("closing #1: {e}"))?;
+                    tracker.close(1).map_err(FleetFailure::CloseBlocker)?;
                     self.closed_blocker = true;
                 }
                 if self.closed_blocker
@@ -467,11 +507,10 @@ impl Watch {
                     .filter(|i| !i.has_label(labels::READY_FOR_HUMAN))
                     .map(|i| format!("#{} [{}]", i.number, i.labels.join(",")))
                     .collect();
-                return Err(format!(
-                    "timed out after {}s with issues not handed over: {}",
-                    limit.as_secs(),
-                    waiting.join(" ")
-                ));
+                return Err(FleetFailure::TimedOut {
+                    secs: limit.as_secs(),
+                    waiting,
+                });
             }
             std::thread::sleep(POLL);
         }
@@ -604,26 +643,33 @@ fn print_summary(out: &mut dyn Write, s: &DemoSummary, scratch: &Path, kept: boo
 
 /// The built-in demo agent (`afk-supervisor demo-agent`), run by the worker in the issue's
 /// worktree: writes `notes/issue-<N>.md` and commits it. A stand-in for a coding agent.
-pub fn demo_agent(env: &std::collections::HashMap<String, String>) -> Result<String, String> {
+pub fn demo_agent(
+    env: &std::collections::HashMap<String, String>,
+) -> Result<String, DemoAgentError> {
     let issue = env
-        .get("RED_AFK_ISSUE")
+        .get(afk_env::ISSUE)
         .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or("RED_AFK_ISSUE is not set to an issue number: run me from the built-in worker")?;
-    let title = env.get("RED_AFK_ISSUE_TITLE").map_or("", String::as_str);
-    let branch = env.get("RED_AFK_BRANCH").map_or("", String::as_str);
-    let cwd = std::env::current_dir().map_err(|e| format!("working directory: {e}"))?;
+        .ok_or(DemoAgentError::NoIssue)?;
+    let title = env.get(afk_env::ISSUE_TITLE).map_or("", String::as_str);
+    let branch = env.get(afk_env::BRANCH).map_or("", String::as_str);
+    let cwd = std::env::current_dir().map_err(DemoAgentError::Cwd)?;
     let note = format!("notes/issue-{issue}.md");
-    std::fs::create_dir_all(cwd.join("notes")).map_err(|e| format!("notes/: {e}"))?;
+    std::fs::create_dir_all(cwd.join("notes")).map_err(|source| DemoAgentError::Write {
+        what: "notes/".into(),
+        source,
+    })?;
     std::fs::write(
         cwd.join(&note),
         format!("# {title}\n\nWorked unattended on branch {branch}.\n"),
     )
-    .map_err(|e| format!("{note}: {e}"))?;
+    .map_err(|source| DemoAgentError::Write {
+        what: note.clone(),
+        source,
+    })?;
     std::thread::sleep(AGENT_PAUSE);
     let git = Git::new(&cwd);
-    git.run(&["add", "--", &note]).map_err(|e| e.to_string())?;
-    git.run(&["commit", "-q", "-m", &format!("afk: #{issue} {title}")])
-        .map_err(|e| e.to_string())?;
+    git.run(&["add", "--", &note])?;
+    git.run(&["commit", "-q", "-m", &format!("afk: #{issue} {title}")])?;
     Ok(format!("demo agent: committed {note}"))
 }
 

@@ -5,6 +5,9 @@ pub const FAILED: i32 = 1;
 pub const USAGE: i32 = 2;
 pub const NOT_RUNNING: i32 = 3;
 pub const BOOT_HALTED: i32 = 4;
+/// From a worker: it stopped because the tracker failed transiently (EX_UNAVAILABLE:
+/// network, timeout, 5xx, a held store lock). Not a death.
+pub const TRACKER_UNAVAILABLE: i32 = 69;
 /// From a worker: it stopped because GitHub rate-limited it (EX_TEMPFAIL). Not a death.
 pub const RATE_LIMITED: i32 = 75;
 pub const CONFIG: i32 = 78;

@@ -178,19 +178,21 @@ pub fn regular_file_present(path: &Path) -> Result<bool, SmallFileError> {
 /// Whether [`atomic_write`] can replace `path`: neither it nor its `<path>.tmp` is a
 /// directory (anything else at either path is replaced). Checked at start-up for the
 /// files a process cannot run without writing.
-pub fn check_replaceable(path: &Path) -> Result<(), String> {
+pub fn check_replaceable(path: &Path) -> Result<(), NotReplaceable> {
     for p in [path.to_path_buf(), tmp_file(path)] {
         if let Ok(m) = fs::symlink_metadata(&p)
             && m.is_dir()
         {
-            return Err(format!(
-                "{}: is a directory; it cannot be written",
-                p.display()
-            ));
+            return Err(NotReplaceable(p));
         }
     }
     Ok(())
 }
+
+/// A directory where [`atomic_write`] must put a file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: is a directory; it cannot be written", .0.display())]
+pub struct NotReplaceable(pub std::path::PathBuf);
 
 /// Writes `bytes` to `path` atomically: `<path>.tmp` is written and synced, then renamed
 /// over `path`, so a reader sees the old content or the new one, never a torn write.

@@ -13,7 +13,8 @@
 //!   supervisor per repo), `belt` (the unblock pass on a timer, one belt per tracker on the
 //!   host), `release` (a dead worker's issues back), `state_file`, `journal`, `usage`,
 //!   `stall`.
-//! - `worker` (the built-in worker; `boot` re-exports the suite by the path it imports).
+//! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
+//!   the cli turns into its exit code).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
 //! - `claim`: claims, the one home: taken, marked on the tracker, judged alive or stale,
@@ -23,11 +24,13 @@
 //! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
 //! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
-//!   `attempt_state`, `toonl`, `logs` (reading the event log and slot logs), `config`,
-//!   `layout`, `fsutil`, `text`, `timeutil`, `exit`, `diagnostics`.
+//!   `attempt_state`, `toonl` (the one TOONL reader and appender), `logs` (reading the event
+//!   log and slot logs), `afk_env` (every `RED_AFK_*` name, for the supervisor that writes
+//!   them and the worker, config and demo that read them), `config`, `layout`, `fsutil`,
+//!   `text`, `timeutil`, `exit`, `diagnostics`.
 
+pub mod afk_env;
 pub mod attempt_state;
-pub mod boot;
 pub mod bootstrap;
 pub mod claim;
 pub mod cli;

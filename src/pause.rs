@@ -13,9 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::exit::{self, Failure};
 use crate::fsutil::{atomic_write, read_small_text};
-use crate::layout::Layout;
 use crate::timeutil::{now_epoch, rfc3339};
 
 /// The file's name under `.red/state/`.
@@ -106,18 +104,6 @@ pub fn record(state_dir: &Path, reason: &str, until_epoch: u64) -> std::io::Resu
         reddb_io_toon::to_string(&pause).map_err(|e| std::io::Error::other(e.to_string()))?;
     atomic_write(&path(state_dir), format!("{text}\n").as_bytes())?;
     Ok(pause)
-}
-
-/// The worker's check before it claims: while the fleet is paused it takes nothing and
-/// exits [`exit::RATE_LIMITED`], which the supervisor never counts as a death.
-pub fn worker_gate(layout: &Layout) -> Result<(), Failure> {
-    match active(&layout.state()) {
-        Some(p) => Err(Failure::new(
-            exit::RATE_LIMITED,
-            format!("fleet paused {}: not claiming", p.describe()),
-        )),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -111,19 +111,32 @@ impl std::fmt::Display for DeadReason {
 
 /// Parses pid file text the way other readers do (`Number(text.trim())`), but strictly:
 /// only a positive decimal that fits a pid is a pid.
-pub fn parse_pid(text: &str) -> Result<i32, String> {
+pub fn parse_pid(text: &str) -> Result<i32, BadNumber> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("empty".into());
+        return Err(BadNumber::Empty);
     }
     if !t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("not a number: {:?}", excerpt(t)));
+        return Err(BadNumber::NotANumber(excerpt(t)));
     }
     match t.parse::<i32>() {
-        Ok(0) => Err("zero".into()),
+        Ok(0) => Err(BadNumber::Zero),
         Ok(pid) if pid > 0 && i64::from(pid) <= max_pid() => Ok(pid),
-        _ => Err(format!("out of range: {}", excerpt(t))),
+        _ => Err(BadNumber::OutOfRange(excerpt(t))),
     }
+}
+
+/// Why a pid file's or start file's text is not its number (the text excerpted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNumber {
+    #[error("empty")]
+    Empty,
+    #[error("not a number: {0:?}")]
+    NotANumber(String),
+    #[error("zero")]
+    Zero,
+    #[error("out of range: {0}")]
+    OutOfRange(String),
 }
 
 /// The kernel's pid ceiling; 2^22 when it cannot be read.
@@ -142,7 +155,7 @@ pub fn read_pid_file(path: &Path) -> Result<PidContent, SmallFileError> {
             let text = String::from_utf8_lossy(&bytes);
             Ok(match parse_pid(&text) {
                 Ok(pid) => PidContent::Pid(pid),
-                Err(why) => PidContent::Corrupt(why),
+                Err(why) => PidContent::Corrupt(why.to_string()),
             })
         }
         Ok(None) => Ok(PidContent::Missing),
@@ -192,11 +205,11 @@ fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
 
 /// Parses a `.start` file's content: the start time in clock ticks, a decimal (surrounding
 /// whitespace tolerated).
-pub fn parse_start_token(bytes: &[u8]) -> Result<u64, String> {
+pub fn parse_start_token(bytes: &[u8]) -> Result<u64, BadNumber> {
     let text = String::from_utf8_lossy(bytes);
     text.trim()
         .parse::<u64>()
-        .map_err(|_| format!("not a number: {:?}", excerpt(text.trim())))
+        .map_err(|_| BadNumber::NotANumber(excerpt(text.trim())))
 }
 
 /// Judges a pid file, with its `.start` where one exists (`docs/SPEC.md` §2). Corrupt content is

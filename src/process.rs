@@ -171,7 +171,7 @@ pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
         .filter(|p| p.pid != me && p.sid != my_sid && !p.is_zombie())
         .filter_map(|p| {
             let env = environ(p.pid)?;
-            let retire = env_value(&env, "RED_AFK_RETIRE_FILE")?;
+            let retire = env_value(&env, crate::afk_env::RETIRE_FILE)?;
             let retire = Path::new(std::ffi::OsStr::from_bytes(retire));
             // The same directory, however its path was spelled.
             let dir = fs::metadata(retire.parent()?).ok()?;
@@ -181,8 +181,8 @@ pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
             let text = |k| env_value(&env, k).and_then(|v| std::str::from_utf8(v).ok());
             Some(FleetMember {
                 proc: p,
-                slot: text("RED_AFK_SLOT").and_then(|s| s.parse().ok()),
-                worker_id: text("RED_AFK_WORKER_ID").map(str::to_string),
+                slot: text(crate::afk_env::SLOT).and_then(|s| s.parse().ok()),
+                worker_id: text(crate::afk_env::WORKER_ID).map(str::to_string),
             })
         })
         .collect()

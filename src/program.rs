@@ -24,7 +24,31 @@ pub enum AgentError {
     NotRunnable {
         program: String,
         from: String,
-        why: String,
+        why: NotRunnable,
+    },
+}
+
+/// Why a program cannot be run, as `execvp` would find it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotRunnable {
+    #[error("does not exist")]
+    Missing,
+    /// The `stat` failed (the error's text: `io::Error` is neither `Clone` nor `Eq`).
+    #[error("cannot be examined: {0}")]
+    Unexaminable(String),
+    #[error("is a directory, not a program")]
+    Directory,
+    #[error("is not a regular file")]
+    NotRegular,
+    #[error("is not executable (chmod +x it)")]
+    NotExecutable,
+    #[error("not found on PATH")]
+    NotOnPath,
+    /// The first candidate on PATH that exists, and why it was refused.
+    #[error("{} {why}", path.display())]
+    Refused {
+        path: PathBuf,
+        why: Box<NotRunnable>,
     },
 }
 
@@ -61,14 +85,18 @@ pub fn check_agent(config: &Config, layout: &Layout) -> Result<PathBuf, AgentErr
 /// Resolves `program` like `execvp`: with a `/` it is that path (relative to `base`),
 /// else the first executable regular file named so in a `PATH` entry (an empty entry is
 /// `base`). The error says what is wrong in a few words.
-pub fn find_program(program: &str, path: Option<&OsStr>, base: &Path) -> Result<PathBuf, String> {
+pub fn find_program(
+    program: &str,
+    path: Option<&OsStr>,
+    base: &Path,
+) -> Result<PathBuf, NotRunnable> {
     if program.contains('/') {
         let p = base.join(program);
         return executable(&p).map(|()| p);
     }
     // glibc's default when PATH is unset.
     let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));
-    let mut refused: Option<(PathBuf, String)> = None;
+    let mut refused: Option<(PathBuf, NotRunnable)> = None;
     for dir in path.as_bytes().split(|b| *b == b':') {
         let dir = if dir.is_empty() {
             base.to_path_buf()
@@ -85,28 +113,30 @@ pub fn find_program(program: &str, path: Option<&OsStr>, base: &Path) -> Result<
         }
     }
     Err(match refused {
-        Some((p, why)) => format!("{} {why}", p.display()),
-        None => "not found on PATH".into(),
+        Some((path, why)) => NotRunnable::Refused {
+            path,
+            why: Box::new(why),
+        },
+        None => NotRunnable::NotOnPath,
     })
 }
 
 /// `Ok` when `p` (links followed) is a regular file this process may execute.
-fn executable(p: &Path) -> Result<(), String> {
+fn executable(p: &Path) -> Result<(), NotRunnable> {
     let meta = match std::fs::metadata(p) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err("does not exist".into());
+            return Err(NotRunnable::Missing);
         }
-        Err(e) => return Err(format!("cannot be examined: {e}")),
+        Err(e) => return Err(NotRunnable::Unexaminable(e.to_string())),
     };
     if meta.is_dir() {
-        return Err("is a directory, not a program".into());
+        return Err(NotRunnable::Directory);
     }
     if !meta.is_file() {
-        return Err("is not a regular file".into());
+        return Err(NotRunnable::NotRegular);
     }
-    nix::unistd::access(p, nix::unistd::AccessFlags::X_OK)
-        .map_err(|_| "is not executable (chmod +x it)".to_string())
+    nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).map_err(|_| NotRunnable::NotExecutable)
 }
 
 #[cfg(test)]
@@ -143,20 +173,23 @@ mod tests {
             Ok(d.path().join("b/agent"))
         );
         let only_a = a.display().to_string();
-        let e = find_program("agent", Some(OsStr::new(&only_a)), d.path()).unwrap_err();
+        let e = find_program("agent", Some(OsStr::new(&only_a)), d.path())
+            .unwrap_err()
+            .to_string();
         // Even root is refused a file with no execute bit at all.
         assert!(e.contains("is not executable"), "{e}");
         assert_eq!(
-            find_program("nope", Some(OsStr::new(&only_a)), d.path()),
+            find_program("nope", Some(OsStr::new(&only_a)), d.path()).map_err(|e| e.to_string()),
             Err("not found on PATH".into())
         );
         assert_eq!(
-            find_program("/no/such/agent", None, d.path()),
+            find_program("/no/such/agent", None, d.path()).map_err(|e| e.to_string()),
             Err("does not exist".into())
         );
         assert!(
             find_program("a", Some(OsStr::new("")), d.path())
                 .unwrap_err()
+                .to_string()
                 .contains("is a directory")
         );
     }

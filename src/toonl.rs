@@ -1,8 +1,12 @@
-//! The TOONL event log `supervisor.log.toonl` (`docs/SPEC.md` §5).
+//! The TOONL event log `supervisor.log.toonl` (`docs/SPEC.md` §5), and the one TOONL codec
+//! for every other TOONL file (a worker's `liveness.toonl`, the attempt ledger): one
+//! encoder of rows ([`encode_record`]), one appender ([`append_record`], [`EventLog`]), one
+//! reader of records ([`decode_records`], [`last_record`]).
 //!
-//! Cells are encoded by `reddb-io-toon` so quoting follows TOON exactly. Each record is
-//! written with one `write` call of a whole line, so a crash leaves at most a truncated
-//! last line, which the reader skips.
+//! Cells are encoded and decoded by `reddb-io-toon` (its `ToonlEncoder` and streaming
+//! `ToonlRowReader`) so quoting follows TOON exactly. Each record is written with one
+//! `write` call of a whole line, so a crash leaves at most a truncated last line, which the
+//! readers skip.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -76,10 +80,30 @@ impl Event {
     }
 }
 
+/// Why one record could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    #[error("{0}")]
+    Toon(#[from] reddb_io_toon::ToonlError),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("encoder produced no row")]
+    NoRow,
+    #[error("encoder produced a malformed row")]
+    MalformedRow,
+    #[error("record before any header")]
+    NoHeader,
+    #[error("no record")]
+    NoRecord,
+    #[error("record does not match the header: {0}")]
+    Mismatch(serde_json::Error),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// `msg` is a [`CodecError`]'s text (the attempt ledger builds one from its own).
     #[error("{path}: cannot encode event: {msg}")]
     Encode { path: PathBuf, msg: String },
     #[error("{path}:{line}: {msg}")]
@@ -138,9 +162,9 @@ impl EventLog {
     }
 
     pub fn append(&mut self, event: &Event) -> Result<(), LogError> {
-        let line = encode_row(event).map_err(|msg| LogError::Encode {
+        let line = encode_row(event).map_err(|e| LogError::Encode {
             path: self.path.clone(),
-            msg,
+            msg: e.to_string(),
         })?;
         self.file
             .write_all(line.as_bytes())
@@ -172,9 +196,8 @@ fn ends_with_newline(path: &Path, len: u64) -> io::Result<bool> {
 }
 
 /// Encodes one event as a row line (with its newline), without header or trailer.
-pub fn encode_row(event: &Event) -> Result<String, String> {
-    let json = serde_json::to_value(event).map_err(|e| e.to_string())?;
-    encode_record(&FIELDS, json)
+pub fn encode_row(event: &Event) -> Result<String, CodecError> {
+    encode_record(&FIELDS, serde_json::to_value(event)?)
 }
 
 /// The header line (with its newline) of a TOONL segment with these fields.
@@ -184,16 +207,16 @@ pub fn header_line(fields: &[&str]) -> String {
 
 /// Encodes any record whose keys are `fields` as one row line (with its newline), so other
 /// TOONL files (e.g. a worker's `liveness.toonl`) quote cells exactly like the event log.
-pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String, String> {
+pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String, CodecError> {
     let value = Value::from_json_value(json);
-    let mut enc = ToonlEncoder::new(',', fields).map_err(|e| e.to_string())?;
-    enc.push_value_row(&value).map_err(|e| e.to_string())?;
+    let mut enc = ToonlEncoder::new(',', fields)?;
+    enc.push_value_row(&value)?;
     let text = enc.finish();
     // finish() yields "header\nrow\n[=1]\n"; the log keeps the header per opening and
     // never closes a segment, so only the row line is taken.
-    let row = text.lines().nth(1).ok_or("encoder produced no row")?;
+    let row = text.lines().nth(1).ok_or(CodecError::NoRow)?;
     if row.contains('\n') || row.is_empty() {
-        return Err("encoder produced a malformed row".into());
+        return Err(CodecError::MalformedRow);
     }
     Ok(format!("{row}\n"))
 }
@@ -212,9 +235,9 @@ pub fn append_record(
         path: path.to_path_buf(),
         source,
     };
-    let row = encode_record(fields, json).map_err(|msg| LogError::Encode {
+    let row = encode_record(fields, json).map_err(|e| LogError::Encode {
         path: path.to_path_buf(),
-        msg,
+        msg: e.to_string(),
     })?;
     let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
     let fresh = f.metadata().map_err(io_err)?.len() == 0;
@@ -279,26 +302,41 @@ pub fn decode_records<T: serde::de::DeserializeOwned>(
         let torn = lines.get(i + 1).is_some_and(|next| next.starts_with("[]{"));
         let parsed = match header {
             Some(h) => decode_row(h, line),
-            None => Err("record before any header".to_string()),
+            None => Err(CodecError::NoHeader),
         };
         match parsed {
             Ok(ev) => events.push(ev),
             Err(_) if torn => {}
-            Err(msg) => return Err(decode(msg)),
+            Err(e) => return Err(decode(e.to_string())),
         }
     }
     Ok(events)
 }
 
-fn decode_row<T: serde::de::DeserializeOwned>(header: &str, line: &str) -> Result<T, String> {
+/// The last complete record of a TOONL text, as JSON (a trailer `[=N]` line is no record);
+/// `None` when there is none or it does not decode, so a reader falls back on something
+/// else (the stall check on the file's modification time).
+pub fn last_record(text: &str) -> Option<serde_json::Value> {
+    let complete = &text[..text.rfind('\n')?];
+    let mut header = None;
+    let mut last = None;
+    for line in complete.lines() {
+        if line.starts_with("[]{") && line.ends_with("}:") {
+            header = Some(line);
+        } else if !line.is_empty() && !line.starts_with("[=") {
+            last = header.map(|h| (h, line));
+        }
+    }
+    let (h, line) = last?;
+    decode_row(h, line).ok()
+}
+
+/// One row under its header, through the crate's streaming row reader.
+fn decode_row<T: serde::de::DeserializeOwned>(header: &str, line: &str) -> Result<T, CodecError> {
     let doc = format!("{header}\n{line}\n");
     let mut reader = ToonlRowReader::new(io::Cursor::new(doc.into_bytes()));
-    let value = reader
-        .next()
-        .ok_or("no record")?
-        .map_err(|e| e.to_string())?;
-    serde_json::from_value(value.to_json_value())
-        .map_err(|e| format!("record does not match the header: {e}"))
+    let value = reader.next().ok_or(CodecError::NoRecord)??;
+    serde_json::from_value(value.to_json_value()).map_err(CodecError::Mismatch)
 }
 
 #[cfg(test)]
@@ -363,5 +401,27 @@ mod tests {
         fs::write(&p, "[]{ts,kind,slot,pid,issue,msg}:\n\"unterminated,x\n").unwrap();
         let err = read_events(&p).unwrap_err().to_string();
         assert!(err.contains("log.toonl:"), "{err}");
+    }
+
+    /// The last complete record wins, whichever header it follows; a torn tail and a
+    /// trailer line are no record; a malformed last record is `None`, never an older one.
+    #[test]
+    fn last_record_is_the_newest_complete_one() {
+        let fields = ["ts", "stage"];
+        let row = |ts: &str| {
+            encode_record(&fields, serde_json::json!({"ts": ts, "stage": "agent"})).unwrap()
+        };
+        let text = format!(
+            "{}{}{}{}[=2]\n{{torn",
+            header_line(&fields),
+            row("a"),
+            header_line(&fields),
+            row("b, with a comma")
+        );
+        let last = last_record(&text).unwrap();
+        assert_eq!(last["ts"], "b, with a comma");
+        assert_eq!(last_record(&format!("{}\"bad\n", text)), None);
+        assert_eq!(last_record(""), None);
+        assert_eq!(last_record(&header_line(&fields)), None);
     }
 }

@@ -355,3 +355,38 @@ fn quick_workers_drain_the_whole_queue() {
         f.dump()
     );
 }
+
+/// A worker that found the tracker unavailable exits 69 (`docs/SPEC.md` §6): like 75, not a
+/// death. With work queued, every queue check wakes the slot and the worker exits 69 again
+/// at once, far quicker than `fast_death_s`, yet no tick counts a death and the circuit
+/// (3 fast deaths) never trips.
+#[test]
+fn a_worker_that_finds_the_tracker_unavailable_is_no_death_and_trips_no_circuit() {
+    let mut f = Fleet::new(
+        "exit 69\n",
+        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
+    );
+    new_issue(&f, "waiting for the tracker");
+    f.start(&["--workers", "1"]);
+    let unavailable = |f: &Fleet| {
+        f.events_of("slot.idle")
+            .into_iter()
+            .filter(|e| {
+                e.msg
+                    .contains("found the tracker unavailable (exit 69); not a death")
+            })
+            .count()
+    };
+    assert!(
+        support::wait_until(fleet::WAIT, || unavailable(&f) >= 5),
+        "{}",
+        f.dump()
+    );
+    assert!(f.count("slot.spawn") >= 5, "{}", f.dump());
+    assert_eq!(f.count("circuit.trip"), 0, "{}", f.dump());
+    let ticks = f.events_of("supervisor.tick");
+    assert!(!ticks.is_empty(), "{}", f.dump());
+    for t in &ticks {
+        assert!(t.msg.contains(" deaths=0 "), "{}", t.msg);
+    }
+}

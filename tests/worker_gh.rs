@@ -142,14 +142,15 @@ fn a_hung_gh_is_killed_with_its_group_and_counted_transient() {
 }
 
 /// The worker's claim: the confirming `view` hangs; the worker gives up at the deadline,
-/// drops its local claim, changes nothing on the tracker and runs no agent. The next
-/// worker, with gh answering again, works the issue.
+/// exits 69 (tracker unavailable, not a death: SPEC §6), drops its local claim, changes
+/// nothing on the tracker and runs no agent. The next worker, with gh answering again,
+/// works the issue.
 #[test]
 fn a_worker_whose_gh_hangs_changes_nothing_and_the_next_one_works_the_issue() {
     let w = GhWorker::new();
     w.gh.pass_next(1);
     w.gh.hang_next(1);
-    let o = w.work_once(1);
+    let o = w.work_once(69);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
         stderr.contains("timed out after 5s and was killed"),
@@ -195,6 +196,32 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
     // The next worker claims nothing while the pause holds and calls nothing.
     w.work_once(75);
     assert_eq!(w.gh.calls().len(), 3);
+}
+
+/// A dropped connection while listing the queue: a transient failure, so the worker exits
+/// 69 (tracker unavailable: the supervisor counts no death, SPEC §6) with gh's text as its
+/// one line, and nothing is claimed or changed.
+#[test]
+fn a_worker_whose_tracker_fails_transiently_exits_69_and_changes_nothing() {
+    let w = GhWorker::new();
+    w.gh.fail_next(
+        1,
+        1,
+        "error connecting to api.github.com\ncheck your internet connection or https://githubstatus.com",
+    );
+    let o = w.work_once(69);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("error connecting to api.github.com"),
+        "{stderr}"
+    );
+    let calls = w.gh.calls();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0][..2], ["issue", "list"]);
+    w.assert_untouched();
+    // gh answering again: the next worker works the issue.
+    w.work_once(0);
+    assert_eq!(w.runs(), 1);
 }
 
 /// On the shared tracker the quarantine comment carries the hand-off mark as its last

@@ -12,9 +12,9 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::Failure;
-use crate::supervisor::run::{self as sup_run, TrackerOpener};
-use crate::tracker::select::{self, Selected};
+use crate::exit::{self, Failure};
+use crate::supervisor::run::{self as sup_run, RunEnd, RunError, TrackerOpener};
+use crate::tracker::select::{self, SelectError, Selected};
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
@@ -38,7 +38,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         Ok(selected) => tracker_opener(Ok(selected)),
         Err(e) if e.is_config() => return Err(crate::cli::select_failure(e)),
         // Anything else (a transient gh failure) is the supervisor's to log and live with.
-        Err(e) => tracker_opener(Err(e.to_string())),
+        Err(e) => tracker_opener(Err(e)),
     };
     if config.fleet.workers == 0 {
         eprintln!(
@@ -46,12 +46,28 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
             sources.describe("fleet.workers")
         );
     }
-    sup_run::run(&ctx.layout, config, opener)
+    match sup_run::run(&ctx.layout, config, opener) {
+        Ok(RunEnd::Stopped(code)) => Ok(code),
+        Ok(RunEnd::BootHalted) => Ok(exit::BOOT_HALTED),
+        Err(e) => Err(run_failure(e)),
+    }
+}
+
+/// A supervisor that could not run: 78 when the config names no worker it can start, else 1.
+fn run_failure(e: RunError) -> Failure {
+    match e {
+        RunError::NoWorkerCommand(_) => Failure::config(e.to_string()),
+        RunError::EventLoop(_)
+        | RunError::Signals(_)
+        | RunError::Lock(_)
+        | RunError::Log(_)
+        | RunError::StateFile(_) => Failure::failed(e.to_string()),
+    }
 }
 
 /// Hands the supervisor the backend chosen above (`tracker.kind`, `--tracker`) with the
 /// reason it was chosen, or the error to log.
-fn tracker_opener(chosen: Result<Selected, String>) -> TrackerOpener {
+fn tracker_opener(chosen: Result<Selected, SelectError>) -> TrackerOpener {
     Box::new(move |_config, _layout| {
         let selected = chosen?;
         Ok((Arc::from(selected.tracker), selected.reason))

@@ -1,12 +1,14 @@
-//! `afk-supervisor worker`: the built-in worker a supervisor spawns per slot.
+//! `afk-supervisor worker`: the built-in worker a supervisor spawns per slot. Its exit code
+//! says how it ended (`docs/SPEC.md` §6, §9): the supervisor parks the slot on 78, idles
+//! it without a death on 69 and 75, and counts anything else but 0 and a signal a death.
 
 use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::{self, Overrides};
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::tracker;
-use crate::worker::{self, WorkerEnv, WorkerOpts};
+use crate::worker::{self, WorkerEnv, WorkerError, WorkerOpts, WorkerOutcome};
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
@@ -28,11 +30,81 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> Result<i32, Failure> {
         once: args.once,
         boot_only: args.boot_only,
     };
-    worker::run(
+    let end = worker::run(
         &ctx.layout,
         &config,
         selected.tracker.as_ref(),
         &wenv,
         &opts,
-    )
+    );
+    end.map(outcome_code).map_err(failure)
+}
+
+/// An outcome's exit code; none prints a line (the worker logged what happened).
+pub fn outcome_code(o: WorkerOutcome) -> i32 {
+    match o {
+        WorkerOutcome::Done | WorkerOutcome::NoWork | WorkerOutcome::Retired => exit::OK,
+        WorkerOutcome::AgentFailed => exit::FAILED,
+        WorkerOutcome::Interrupted { signal } => 128 + signal,
+    }
+}
+
+/// An error's exit code and its one line.
+pub fn failure(e: WorkerError) -> Failure {
+    let code = match &e {
+        WorkerError::Config(_) => exit::CONFIG,
+        WorkerError::BootHalted(_) => exit::BOOT_HALTED,
+        WorkerError::RateLimited(_) => exit::RATE_LIMITED,
+        WorkerError::TrackerUnavailable(_) => exit::TRACKER_UNAVAILABLE,
+        WorkerError::Tracker(_)
+        | WorkerError::Signals(_)
+        | WorkerError::Bootstrap(_)
+        | WorkerError::File { .. }
+        | WorkerError::Git(_)
+        | WorkerError::AttemptState(_)
+        | WorkerError::Agent(_) => exit::FAILED,
+    };
+    Failure::new(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::{ErrorKind, TrackerError};
+
+    /// Each way a tracker call fails reaches the supervisor as its own code: a transient
+    /// failure 69 and a rate limit 75 (neither a death), anything else 1 (a death).
+    #[test]
+    fn tracker_failures_exit_by_their_kind() {
+        let code = |kind| {
+            failure(WorkerError::from(&TrackerError::new(
+                kind,
+                "gh issue list",
+                "x",
+            )))
+        };
+        let unavailable = code(ErrorKind::Transient);
+        assert_eq!(unavailable.code, exit::TRACKER_UNAVAILABLE);
+        assert_eq!(unavailable.code, 69);
+        assert_eq!(unavailable.message, "gh issue list: transient: x");
+        assert_eq!(code(ErrorKind::RateLimited).code, exit::RATE_LIMITED);
+        assert_eq!(code(ErrorKind::Failed).code, exit::FAILED);
+        assert_eq!(code(ErrorKind::NotFound).code, exit::FAILED);
+    }
+
+    #[test]
+    fn outcomes_and_host_errors_keep_the_spec_codes() {
+        assert_eq!(outcome_code(WorkerOutcome::Done), 0);
+        assert_eq!(outcome_code(WorkerOutcome::NoWork), 0);
+        assert_eq!(outcome_code(WorkerOutcome::Retired), 0);
+        assert_eq!(outcome_code(WorkerOutcome::AgentFailed), 1);
+        assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 15 }), 143);
+        assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 1 }), 129);
+        assert_eq!(failure(WorkerError::Config("no agent".into())).code, 78);
+        let halted = failure(WorkerError::BootHalted("docs".into()));
+        assert_eq!(
+            (halted.code, halted.message.as_str()),
+            (4, "boot sweeps halted: docs")
+        );
+    }
 }

@@ -228,7 +228,7 @@ impl Children for Os {
                 let Some(env) = process::environ(p.pid) else {
                     continue;
                 };
-                let id = process::env_value(&env, "RED_AFK_WORKER_ID");
+                let id = process::env_value(&env, crate::afk_env::WORKER_ID);
                 if let Some(e) = ended.iter().find(|e| e.1 && id == Some(e.0.as_bytes())) {
                     out.push((e.0.clone(), p));
                 }

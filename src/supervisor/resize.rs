@@ -26,20 +26,31 @@ pub struct Resize {
     pub runner: Option<String>,
 }
 
-pub fn encode(r: &Resize) -> Result<String, String> {
-    reddb_io_toon::to_string(r)
-        .map(|s| s + "\n")
-        .map_err(|e| e.to_string())
+pub fn encode(r: &Resize) -> Result<String, reddb_io_toon::SerdeError> {
+    reddb_io_toon::to_string(r).map(|s| s + "\n")
+}
+
+/// Why a directive is refused; its text is one line, for a one-line report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectiveError {
+    /// Not TOON of a directive (the parser's words, clipped to one line).
+    #[error("{0}")]
+    Syntax(String),
+    #[error("target {0} is above {MAX_TARGET}")]
+    TooLarge(usize),
+    #[error("runner must not be empty")]
+    EmptyRunner,
 }
 
 /// Parses a directive; the error says what is wrong, for a one-line report.
-pub fn decode(text: &str) -> Result<Resize, String> {
-    let r: Resize = reddb_io_toon::from_str(text).map_err(|e| clip_quoted(&e.to_string()))?;
+pub fn decode(text: &str) -> Result<Resize, DirectiveError> {
+    let r: Resize = reddb_io_toon::from_str(text)
+        .map_err(|e| DirectiveError::Syntax(clip_quoted(&e.to_string())))?;
     if r.target > MAX_TARGET {
-        return Err(format!("target {} is above {MAX_TARGET}", r.target));
+        return Err(DirectiveError::TooLarge(r.target));
     }
     if r.runner.as_deref().is_some_and(|s| s.trim().is_empty()) {
-        return Err("runner must not be empty".into());
+        return Err(DirectiveError::EmptyRunner);
     }
     Ok(r)
 }
@@ -68,7 +79,10 @@ pub fn read(path: &Path) -> Found {
         },
         Ok(Some(raw)) => match decode(&raw) {
             Ok(r) => Found::Directive(r),
-            Err(why) => Found::Corrupt { raw, why },
+            Err(why) => Found::Corrupt {
+                raw,
+                why: why.to_string(),
+            },
         },
     }
 }
@@ -114,7 +128,7 @@ mod tests {
             "target: 5000\n",
             "target: 2\nrunner: \"\"\n",
         ] {
-            let e = decode(bad).expect_err(bad);
+            let e = decode(bad).expect_err(bad).to_string();
             assert!(!e.contains('\n'), "not one line: {e:?}");
         }
     }

@@ -23,7 +23,7 @@ use super::spawn;
 use super::state_file;
 use super::texts::kind;
 use crate::config::Config;
-use crate::exit::{self, Failure};
+use crate::exit;
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::pidfile;
@@ -32,6 +32,7 @@ use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
 use crate::toonl::Event;
+use crate::tracker::select::SelectError;
 use crate::tracker::{self, LabeledIssue, Tracker};
 
 /// A task the loop runs on the blocking pool every `interval` (first run one interval after
@@ -51,7 +52,37 @@ pub type PeriodicTask = Box<dyn FnMut() -> Result<String, String> + Send>;
 /// How the supervisor reaches the tracker (injected so the CLI chooses): the backend and
 /// the one-line reason it was chosen.
 pub type TrackerOpener =
-    Box<dyn FnOnce(&Config, &Layout) -> Result<(Arc<dyn Tracker>, String), String> + Send>;
+    Box<dyn FnOnce(&Config, &Layout) -> Result<(Arc<dyn Tracker>, String), SelectError> + Send>;
+
+/// How a supervisor run ended; `src/cli/run.rs` turns it into the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The fleet stopped with this status: 128 + the stop signal, or 1 when the loop
+    /// lost its event source (`docs/SPEC.md` §9).
+    Stopped(i32),
+    /// The boot suite halted (docs sweep or probe); nothing was spawned.
+    BootHalted,
+}
+
+/// Why the supervisor could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No `worker.command` and no path to this binary's built-in worker.
+    #[error(
+        "worker.command is not set and this binary's path is unknown ({0}); set worker.command"
+    )]
+    NoWorkerCommand(#[source] std::io::Error),
+    #[error("cannot start the event loop: {0}")]
+    EventLoop(#[source] std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[source] std::io::Error),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Log(#[from] crate::toonl::LogError),
+    #[error(transparent)]
+    StateFile(#[from] crate::fsutil::NotReplaceable),
+}
 
 /// Periodic work beside the fleet. The unblock belt runs here, independent of the boot
 /// suite, so a blocker closed by hand while the fleet runs still promotes its dependents
@@ -111,21 +142,18 @@ pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
         at_start: true,
         task: Arc::new(Mutex::new(Box::new(move || {
             super::slot_logs::expire(&layout, days, std::time::SystemTime::now())
+                .map_err(|e| e.to_string())
         }))),
     }]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker
 /// (`<exe> --repo R [--config F] --tracker K worker --once`).
-pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, Failure> {
+pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, RunError> {
     if let Some(cmd) = &config.worker.command {
         return Ok(cmd.clone());
     }
-    let exe = std::env::current_exe().map_err(|e| {
-        Failure::config(format!(
-            "worker.command is not set and this binary's path is unknown ({e}); set worker.command"
-        ))
-    })?;
+    let exe = std::env::current_exe().map_err(RunError::NoWorkerCommand)?;
     let mut argv = vec![
         exe.display().to_string(),
         "--repo".into(),
@@ -183,7 +211,11 @@ const BLOCKING_THREADS: usize = 4;
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
 /// arrives through its pidfd, signals through `tokio::signal`, tracker results from the
 /// blocking pool as [`Msg`]s, and every deadline (tick, probe, group kill) from one timer.
-pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Result<i32, Failure> {
+pub fn run(
+    layout: &Layout,
+    config: Config,
+    open_tracker: TrackerOpener,
+) -> Result<RunEnd, RunError> {
     let argv = worker_argv(&config, layout)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -191,7 +223,7 @@ pub fn run(layout: &Layout, config: Config, open_tracker: TrackerOpener) -> Resu
         .max_blocking_threads(BLOCKING_THREADS)
         .thread_name("afk-blocking")
         .build()
-        .map_err(|e| Failure::failed(format!("cannot start the event loop: {e}")))?;
+        .map_err(RunError::EventLoop)?;
     let code = rt.block_on(run_fleet(layout, config, argv, open_tracker));
     // A boot suite abandoned by a stop signal keeps running its git and gh calls to their
     // own timeouts; the process does not wait for them.
@@ -204,16 +236,12 @@ async fn run_fleet(
     config: Config,
     argv: Vec<String>,
     open_tracker: TrackerOpener,
-) -> Result<i32, Failure> {
+) -> Result<RunEnd, RunError> {
     // Signals are caught before anything is written, so none can end the process between
     // the pid file and its removal.
-    let mut signals = SignalSet::install()
-        .map_err(|e| Failure::failed(format!("cannot install signal handlers: {e}")))?;
+    let mut signals = SignalSet::install().map_err(RunError::Signals)?;
     let (tx, mut rx) = unbounded_channel::<Msg>();
-    let (lock, notes) = SupervisorLock::acquire(layout).map_err(|e| match e {
-        LockError::Busy { .. } => Failure::failed(e.to_string()),
-        LockError::Io { .. } => Failure::failed(e.to_string()),
-    })?;
+    let (lock, notes) = SupervisorLock::acquire(layout)?;
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
     // the lock is released before anything is spawned.
@@ -223,13 +251,16 @@ async fn run_fleet(
     };
     let journal = Journal::open(&layout.event_log(), true)
         .map(|j| j.rotating(rotation))
-        .map_err(|e| e.to_string())
-        .and_then(|j| crate::fsutil::check_replaceable(&layout.state_file()).map(|()| j));
+        .map_err(RunError::from)
+        .and_then(|j| {
+            crate::fsutil::check_replaceable(&layout.state_file())?;
+            Ok(j)
+        });
     let mut journal = match journal {
         Ok(j) => j,
         Err(e) => {
             let _ = lock.release();
-            return Err(Failure::failed(e));
+            return Err(e);
         }
     };
     if let Err(e) = spawn::become_subreaper() {
@@ -271,7 +302,7 @@ async fn run_fleet(
                 kind::TRACKER_ERROR,
                 format!("tracker unavailable: {e}"),
             ));
-            Err(e)
+            Err(e.to_string())
         }
     };
 
@@ -288,7 +319,7 @@ async fn run_fleet(
                 "stopped by signal during the boot sweeps",
             ));
             let _ = lock.release();
-            return Ok(code);
+            return Ok(RunEnd::Stopped(code));
         }
     };
     journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
@@ -306,7 +337,7 @@ async fn run_fleet(
     }
     if boot.is_halted() {
         let _ = lock.release();
-        return Ok(exit::BOOT_HALTED);
+        return Ok(RunEnd::BootHalted);
     }
 
     let (mut adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
@@ -363,7 +394,7 @@ async fn run_fleet(
         // Never a panic on a terminal that went away (see the journal's echo).
         let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
     }
-    Ok(code)
+    Ok(RunEnd::Stopped(code))
 }
 
 /// The loop: each arm only turns its source into a call on [`Fleet`], which decides. After

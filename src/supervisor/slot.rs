@@ -27,7 +27,7 @@ pub struct Unclaimable {
 
 /// A live worker in a slot.
 #[derive(Debug, Clone)]
-pub struct Worker {
+pub struct LiveWorker {
     pub pid: i32,
     /// Start token; with the pid, the identity other tools verify.
     pub start: u64,
@@ -55,7 +55,7 @@ pub struct Worker {
 
 #[derive(Debug, Clone)]
 pub enum Phase {
-    Running(Worker),
+    Running(LiveWorker),
     /// Exited 0; waits until the tracker shows work. `confirmed` once a queue check saw it
     /// empty (until then the idling is provisional and not logged).
     Idle {
@@ -116,14 +116,14 @@ impl Slot {
         }
     }
 
-    pub fn worker(&self) -> Option<&Worker> {
+    pub fn worker(&self) -> Option<&LiveWorker> {
         match &self.phase {
             Phase::Running(w) => Some(w),
             _ => None,
         }
     }
 
-    pub fn worker_mut(&mut self) -> Option<&mut Worker> {
+    pub fn worker_mut(&mut self) -> Option<&mut LiveWorker> {
         match &mut self.phase {
             Phase::Running(w) => Some(w),
             _ => None,

@@ -4,31 +4,49 @@
 //! through [`DeleteRoot::remove`]: nothing outside `.red/tmp/logs/` is reachable, a symlink is
 //! unlinked as a link and never followed, another mount is never entered.
 
+use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::layout::Layout;
 use crate::logs::is_day;
-use crate::safe_delete::{DeleteRoot, RemovedKind};
+use crate::safe_delete::{DeleteError, DeleteRoot, RemovedKind};
 use crate::timeutil::date_utc;
 
 /// Once a day.
 pub const INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
+#[derive(Debug, thiserror::Error)]
+pub enum ExpireError {
+    #[error(transparent)]
+    Delete(#[from] DeleteError),
+    #[error("{}: not a directory; not swept", .0.display())]
+    NotADir(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    /// Some folders went (`done` says how many), these could not.
+    #[error("{done}; kept: {}", kept.join("; "))]
+    Kept { done: String, kept: Vec<String> },
+}
+
 /// Deletes the day folders older than `days` before `now`; the text says what it did.
-pub fn expire(layout: &Layout, days: u64, now: SystemTime) -> Result<String, String> {
-    let Some(root) = DeleteRoot::open(layout).map_err(|e| e.to_string())? else {
+pub fn expire(layout: &Layout, days: u64, now: SystemTime) -> Result<String, ExpireError> {
+    let Some(root) = DeleteRoot::open(layout)? else {
         return Ok("nothing under .red/tmp".into());
     };
     let dir = layout.logs();
     match std::fs::symlink_metadata(&dir) {
         Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("{}: not a directory; not swept", dir.display())),
+        Ok(_) => return Err(ExpireError::NotADir(dir)),
         Err(_) => return Ok("no slot logs".into()),
     }
     let age = Duration::from_secs(days.saturating_mul(86_400));
     let cutoff = date_utc(now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH));
     let mut old: Vec<String> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map_err(|source| ExpireError::Read {
+            path: dir.clone(),
+            source,
+        })?
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
         .filter(|name| is_day(name) && name.as_str() < cutoff.as_str())
@@ -47,7 +65,10 @@ pub fn expire(layout: &Layout, days: u64, now: SystemTime) -> Result<String, Str
     if errors.is_empty() {
         Ok(text)
     } else {
-        Err(format!("{text}; kept: {}", errors.join("; ")))
+        Err(ExpireError::Kept {
+            done: text,
+            kept: errors,
+        })
     }
 }
 

@@ -56,16 +56,7 @@ pub fn worker_env(
     runner: &str,
     retire_file: &Path,
 ) -> Vec<(String, String)> {
-    vec![
-        ("RED_AFK_SWEEPS_DONE".into(), "1".into()),
-        ("RED_AFK_SLOT".into(), slot.to_string()),
-        ("RED_AFK_WORKER_ID".into(), worker_id.into()),
-        ("RED_AFK_RUNNER".into(), runner.into()),
-        (
-            "RED_AFK_RETIRE_FILE".into(),
-            retire_file.display().to_string(),
-        ),
-    ]
+    crate::afk_env::slot_vars(slot, worker_id, runner, retire_file)
 }
 
 pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
@@ -87,7 +78,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
         .stdout(out)
         .stderr(err);
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("RED_AFK_") {
+        if crate::afk_env::is_ours(&k.to_string_lossy()) {
             cmd.env_remove(k);
         }
     }

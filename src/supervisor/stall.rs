@@ -3,11 +3,8 @@
 //! The attempt dir also tells which issue the worker is on, for `status`.
 
 use std::fs;
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
-
-use reddb_io_toon::ToonlRowReader;
 
 use crate::fsutil::read_small_text;
 use crate::layout::{self, Layout, WORKER_NAMESPACES};
@@ -90,22 +87,7 @@ pub fn liveness_time(attempt_dir: &Path) -> Option<SystemTime> {
 }
 
 fn last_record_time(text: &str) -> Option<SystemTime> {
-    let complete = &text[..text.rfind('\n')?];
-    let mut header = None;
-    let mut last = None;
-    for line in complete.lines() {
-        if line.starts_with("[]{") && line.ends_with("}:") {
-            header = Some(line);
-        } else if !line.is_empty() && !line.starts_with("[=") {
-            last = header.map(|h| (h, line));
-        }
-    }
-    let (h, line) = last?;
-    let doc = format!("{h}\n{line}\n");
-    let value = ToonlRowReader::new(Cursor::new(doc.into_bytes()))
-        .next()?
-        .ok()?
-        .to_json_value();
+    let value = crate::toonl::last_record(text)?;
     if let Some(ts) = value.get("ts").and_then(|v| v.as_str()) {
         return parse_rfc3339(ts);
     }

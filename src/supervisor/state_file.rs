@@ -37,17 +37,19 @@ impl ShrinkMode {
 }
 
 impl std::str::FromStr for ShrinkMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownShrinkMode;
+    fn from_str(s: &str) -> Result<Self, UnknownShrinkMode> {
         match s {
             "drain-then-retire" => Ok(ShrinkMode::DrainThenRetire),
             "hard-kill" => Ok(ShrinkMode::HardKill),
-            other => Err(format!(
-                "unknown shrink mode {other:?} (expected drain-then-retire or hard-kill)"
-            )),
+            other => Err(UnknownShrinkMode(other.to_string())),
         }
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown shrink mode {0:?} (expected drain-then-retire or hard-kill)")]
+pub struct UnknownShrinkMode(pub String);
 
 impl std::fmt::Display for ShrinkMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -217,23 +219,21 @@ pub enum StateFileError {
     Encode { path: PathBuf, msg: String },
 }
 
-pub fn encode(state: &StateFile) -> Result<String, String> {
-    reddb_io_toon::to_string(state)
-        .map(|mut s| {
-            s.push('\n');
-            s
-        })
-        .map_err(|e| e.to_string())
+pub fn encode(state: &StateFile) -> Result<String, reddb_io_toon::SerdeError> {
+    reddb_io_toon::to_string(state).map(|mut s| {
+        s.push('\n');
+        s
+    })
 }
 
-pub fn decode(text: &str) -> Result<StateFile, String> {
-    reddb_io_toon::from_str(text).map_err(|e| e.to_string())
+pub fn decode(text: &str) -> Result<StateFile, reddb_io_toon::SerdeError> {
+    reddb_io_toon::from_str(text)
 }
 
 pub fn write(path: &Path, state: &StateFile) -> Result<(), StateFileError> {
-    let text = encode(state).map_err(|msg| StateFileError::Encode {
+    let text = encode(state).map_err(|e| StateFileError::Encode {
         path: path.to_path_buf(),
-        msg,
+        msg: e.to_string(),
     })?;
     atomic_write(path, text.as_bytes()).map_err(|source| StateFileError::Io {
         path: path.to_path_buf(),
@@ -253,12 +253,10 @@ pub fn read(path: &Path) -> Result<Option<StateFile>, StateFileError> {
             });
         }
     };
-    decode(&text)
-        .map(Some)
-        .map_err(|msg| StateFileError::Decode {
-            path: path.to_path_buf(),
-            msg: clip_quoted(&msg),
-        })
+    decode(&text).map(Some).map_err(|e| StateFileError::Decode {
+        path: path.to_path_buf(),
+        msg: clip_quoted(&e.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -120,18 +120,20 @@ pub enum StateFilter {
 }
 
 impl std::str::FromStr for StateFilter {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownState;
+    fn from_str(s: &str) -> Result<Self, UnknownState> {
         match s {
             "open" => Ok(StateFilter::Open),
             "closed" => Ok(StateFilter::Closed),
             "all" => Ok(StateFilter::All),
-            other => Err(format!(
-                "unknown state {other:?} (expected open, closed or all)"
-            )),
+            other => Err(UnknownState(other.to_string())),
         }
     }
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state {0:?} (expected open, closed or all)")]
+pub struct UnknownState(pub String);
 
 /// The order issues are read in, by number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -569,25 +571,38 @@ fn read_toml<T: DeserializeOwned>(path: &Path, op: &str) -> TrackerResult<Option
 
 /// One of the store's TOML records read from its text: the value, or `LINE:COL: reason` on
 /// one line.
-fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, RecordError> {
     toml::from_str(text).map_err(|e| {
         let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
-        format!("{line}:{col}: {}", clip_quoted(e.message().trim()))
+        RecordError {
+            line,
+            col,
+            reason: clip_quoted(e.message().trim()),
+        }
     })
 }
 
+/// A store record whose TOML does not parse: where, and why (clipped to one line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{col}: {reason}")]
+pub struct RecordError {
+    pub line: usize,
+    pub col: usize,
+    pub reason: String,
+}
+
 /// An issue file (`issues/<N>.toml`) read from its text (pure, for tests and fuzzing).
-pub fn parse_issue(text: &str) -> Result<Issue, String> {
+pub fn parse_issue(text: &str) -> Result<Issue, RecordError> {
     parse_toml(text)
 }
 
 /// A pull-request file (`prs/<N>.toml`) read from its text.
-pub fn parse_pull_request(text: &str) -> Result<PullRequest, String> {
+pub fn parse_pull_request(text: &str) -> Result<PullRequest, RecordError> {
     parse_toml(text)
 }
 
 /// `meta.toml` read from its text: the next issue and pull-request numbers.
-pub fn parse_meta(text: &str) -> Result<(u64, u64), String> {
+pub fn parse_meta(text: &str) -> Result<(u64, u64), RecordError> {
     parse_toml::<Meta>(text).map(|m| (m.next_issue, m.next_pr))
 }
 

@@ -17,7 +17,7 @@ use super::journal::Journal;
 use super::reaper::{Done, Group, Reaper};
 use super::release::{self, DeadWorker};
 use super::resize::{self, Found, Resize};
-use super::slot::{KillReason, Phase, Slot, Unclaimable, Worker};
+use super::slot::{KillReason, LiveWorker, Phase, Slot, Unclaimable};
 use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;
 use super::state_file::{self, Churn, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
@@ -352,7 +352,7 @@ impl Fleet {
         let mut slot = Slot::new(a.slot, self.params);
         slot.spawns = a.restarts + 1;
         slot.restarts = a.restarts;
-        slot.phase = Phase::Running(Worker {
+        slot.phase = Phase::Running(LiveWorker {
             pid,
             start,
             id,
@@ -442,7 +442,7 @@ impl Fleet {
                         self.unwatched.push((s.pid, s.start));
                     }
                     if let Some(slot) = self.slots.get_mut(&idx) {
-                        slot.phase = Phase::Running(Worker {
+                        slot.phase = Phase::Running(LiveWorker {
                             pid: s.pid,
                             start: s.start,
                             id: id.clone(),
@@ -611,14 +611,21 @@ impl Fleet {
                 }
                 self.log(Event::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
             }
-            ExitKind::Code(crate::exit::RATE_LIMITED) => {
-                // The tracker said wait, not that the worker is broken: no death, no circuit.
-                // The slot idles until a queue check (the next tick's) finds work again.
+            ExitKind::Code(
+                code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
+            ) => {
+                // The tracker said wait (or could not be reached), not that the worker is
+                // broken: no death, no circuit. The slot idles until a queue check (the next
+                // tick's) finds work again.
+                let met = if code == crate::exit::RATE_LIMITED {
+                    "met a tracker rate limit"
+                } else {
+                    "found the tracker unavailable"
+                };
                 let msg = format!(
-                    "slot {idx} idle: worker {} met a tracker rate limit (exit {}); not a death, \
+                    "slot {idx} idle: worker {} {met} (exit {code}); not a death, \
                      the next queue check decides",
                     w.id,
-                    crate::exit::RATE_LIMITED
                 );
                 self.log(Event::now(kind::IDLE, msg).slot(idx));
             }

@@ -355,7 +355,7 @@ const TITLE_MAX_CHARS: usize = 200;
 /// because only it knows when each read was taken; a reader of `state.toon` would divide
 /// by the wrong interval.
 fn cpu_permille(
-    w: &Worker,
+    w: &LiveWorker,
     u: crate::supervisor::usage::Usage,
     previous_read: Option<Instant>,
     now: Instant,

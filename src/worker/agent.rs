@@ -1,0 +1,313 @@
+//! Running the agent on one issue: its command in the worktree with the issue's variables
+//! (`docs/SPEC.md` §6, §11.2), liveness records while it runs, the wall-clock cap, and
+//! stopping it with every process it started.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::liveness::{append_liveness, worktree_fingerprint};
+use super::{Worker, WorkerError};
+use crate::afk_env;
+use crate::git::Git;
+use crate::timeutil;
+use crate::tracker::LabeledIssue;
+
+impl Worker<'_> {
+    pub(super) fn run_agent(
+        &self,
+        issue: &LabeledIssue,
+        title: &str,
+        branch: &str,
+        worktree: &Path,
+        attempt_dir: &Path,
+        resume: Option<&str>,
+    ) -> Result<AgentEnd, WorkerError> {
+        let mut cmd = Command::new(&self.agent[0]);
+        match resume {
+            Some(b) => cmd.env(afk_env::RESUME_BRANCH, b),
+            None => cmd.env_remove(afk_env::RESUME_BRANCH),
+        };
+        cmd.args(&self.agent[1..])
+            .current_dir(worktree)
+            .env(afk_env::ISSUE, issue.number.to_string())
+            .env(afk_env::BRANCH, branch)
+            .env(afk_env::WORKTREE, worktree)
+            .env(afk_env::ATTEMPT_DIR, attempt_dir)
+            .env(afk_env::RUNNER, &self.wenv.runner);
+        pass_issue_texts(&mut cmd, attempt_dir, title, &issue.body)?;
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let why = format!("agent.command {:?} could not start: {e}", self.agent[0]);
+                return match start_blame(&e) {
+                    Blame::Issue => Ok(AgentEnd::NotStarted(StartFailure::Issue(why))),
+                    Blame::Host => Ok(AgentEnd::NotStarted(StartFailure::Host(why))),
+                    Blame::Unknown => Err(WorkerError::Agent(why)),
+                };
+            }
+        };
+        // Liveness records mark progress, not mere existence: one when the agent starts, then
+        // one whenever its worktree moves (a new commit or changed files), checked every
+        // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
+        // (newest record or slot-log write) can flag and kill it.
+        let liveness = attempt_dir.join("liveness.toonl");
+        append_liveness(&liveness, issue.number, "agent");
+        let wt = Git::new(worktree);
+        let mut seen = worktree_fingerprint(&wt);
+        let every = Duration::from_secs(self.wenv.liveness_s);
+        let mut next_look = timeutil::deadline(Instant::now(), every);
+        let cap = timeutil::deadline(
+            Instant::now(),
+            Duration::from_secs(self.config.timing.attempt_max_s),
+        );
+        loop {
+            if Instant::now() >= next_look {
+                let now = worktree_fingerprint(&wt);
+                if now.is_some() && now != seen {
+                    append_liveness(&liveness, issue.number, "progress");
+                    seen = now;
+                }
+                next_look = timeutil::deadline(Instant::now(), every);
+            }
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    // A group signal reaches the agent and the worker together: the agent's
+                    // end is then an interruption, not a failed attempt.
+                    if let Some(signal) = self.stop.signal() {
+                        return Ok(AgentEnd::Signalled(signal));
+                    }
+                    use std::os::unix::process::ExitStatusExt;
+                    let code = status
+                        .code()
+                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                    return Ok(AgentEnd::Exited(code));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
+            }
+            if let Some(signal) = self.stop.signal() {
+                // Half the supervisor's grace: the worker must still have time to give the
+                // issue back before the supervisor's SIGKILL reaches the whole group.
+                stop_agent(
+                    &mut child,
+                    Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
+                );
+                return Ok(AgentEnd::Signalled(signal));
+            }
+            if Instant::now() >= cap {
+                eprintln!(
+                    "worker {}: #{} reached the wall-clock cap ({}s); stopping the agent",
+                    self.wenv.worker_id, issue.number, self.config.timing.attempt_max_s
+                );
+                stop_agent(
+                    &mut child,
+                    Duration::from_secs(self.config.timing.stop_grace_s),
+                );
+                return Ok(AgentEnd::Capped);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+pub(super) enum AgentEnd {
+    Exited(i32),
+    /// Stopped at the wall-clock cap.
+    Capped,
+    /// The worker was signalled (the number) while the agent ran.
+    Signalled(i32),
+    NotStarted(StartFailure),
+}
+
+/// Why `execve` of the agent failed, by whose fault.
+pub(super) enum StartFailure {
+    /// This issue's data (E2BIG, EINVAL): every worker would fail the same way on it.
+    Issue(String),
+    /// The host (the program is missing or not executable): exit 78, the slot is parked.
+    Host(String),
+}
+
+enum Blame {
+    Issue,
+    Host,
+    /// Anything else (out of memory, too many processes): a death, as before.
+    Unknown,
+}
+
+/// Whose fault a failed agent start is. The issue's texts are the only per-issue data in
+/// the agent's argv and environment, so an error about the size or the content of the
+/// arguments belongs to the issue; an error about the program belongs to the host.
+fn start_blame(e: &std::io::Error) -> Blame {
+    use nix::errno::Errno;
+    match e.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::E2BIG | Errno::EINVAL) => Blame::Issue,
+        Some(
+            Errno::ENOENT
+            | Errno::EACCES
+            | Errno::EPERM
+            | Errno::ENOEXEC
+            | Errno::ENOTDIR
+            | Errno::EISDIR
+            | Errno::ELOOP
+            | Errno::ENAMETOOLONG
+            | Errno::ETXTBSY,
+        ) => Blame::Host,
+        // Rust refuses a NUL in an argument or variable before it calls execve.
+        None if e.kind() == std::io::ErrorKind::InvalidInput => Blame::Issue,
+        _ => Blame::Unknown,
+    }
+}
+
+/// The most bytes of one issue text put in an environment variable. Linux refuses a
+/// single string over 128 KiB (MAX_ARG_STRLEN) and all of argv and the environment over a
+/// quarter of the stack limit; 32 KiB per text leaves room for the rest.
+pub const ENV_TEXT_MAX: usize = 32 * 1024;
+
+/// Gives the agent the issue's title and body: whole, as files in the attempt dir
+/// (`issue-title.txt`, `issue-body.md`, named by `RED_AFK_ISSUE_TITLE_FILE` and
+/// `RED_AFK_ISSUE_BODY_FILE`), and bounded in `RED_AFK_ISSUE_TITLE` / `RED_AFK_ISSUE_BODY`
+/// (NULs dropped, cut at [`ENV_TEXT_MAX`] bytes on a character boundary), with
+/// `RED_AFK_ISSUE_TITLE_TRUNCATED=1` / `RED_AFK_ISSUE_BODY_TRUNCATED=1` when the variable
+/// is not the whole text.
+fn pass_issue_texts(
+    cmd: &mut Command,
+    attempt_dir: &Path,
+    title: &str,
+    body: &str,
+) -> Result<(), WorkerError> {
+    for (var, file_var, truncated_var, name, text) in [
+        (
+            afk_env::ISSUE_TITLE,
+            afk_env::ISSUE_TITLE_FILE,
+            afk_env::ISSUE_TITLE_TRUNCATED,
+            "issue-title.txt",
+            title,
+        ),
+        (
+            afk_env::ISSUE_BODY,
+            afk_env::ISSUE_BODY_FILE,
+            afk_env::ISSUE_BODY_TRUNCATED,
+            "issue-body.md",
+            body,
+        ),
+    ] {
+        let file = attempt_dir.join(name);
+        crate::fsutil::atomic_write(&file, text.as_bytes())
+            .map_err(|e| WorkerError::file(file.clone(), "", e))?;
+        let (value, whole) = env_form(text);
+        cmd.env(file_var, &file).env(var, value);
+        if whole {
+            cmd.env_remove(truncated_var);
+        } else {
+            cmd.env(truncated_var, "1");
+        }
+    }
+    Ok(())
+}
+
+/// `text` as an environment value: NULs dropped, at most [`ENV_TEXT_MAX`] bytes, cut on a
+/// character boundary; and whether that is the whole text.
+fn env_form(text: &str) -> (String, bool) {
+    let mut value = text.replace('\0', "");
+    let mut end = value.len().min(ENV_TEXT_MAX);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value.truncate(end);
+    let whole = value.len() == text.len();
+    (value, whole)
+}
+
+/// Stops the agent and every process it started: SIGTERM to the whole tree, `grace` for
+/// it to end, then SIGKILL to whatever is left. The agent shares the worker's process
+/// group (so a supervisor's group signal reaches it), so its tree is found by parent
+/// links, each process kept by its identity (pid and start time) so a reused pid is
+/// never signalled.
+fn stop_agent(child: &mut Child, grace: Duration) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let tree = agent_tree(child.id() as i32);
+    let signal = |sig: Signal| {
+        for p in tree.iter().filter(|p| p.is_live()) {
+            let _ = kill(Pid::from_raw(p.pid), sig);
+        }
+    };
+    signal(Signal::SIGTERM);
+    let deadline = timeutil::deadline(Instant::now(), grace);
+    let mut agent_done = false;
+    while Instant::now() < deadline {
+        agent_done = agent_done || matches!(child.try_wait(), Ok(Some(_)));
+        if agent_done && !tree[1..].iter().any(|p| p.is_live()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(Signal::SIGKILL);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The agent (first) and its live descendants, as identities.
+fn agent_tree(root: i32) -> Vec<crate::process::ProcId> {
+    let table = crate::process::table();
+    let mut pids = vec![root];
+    let mut i = 0;
+    while i < pids.len() {
+        let parent = pids[i];
+        pids.extend(
+            table
+                .iter()
+                .filter(|p| p.ppid == parent && !p.is_zombie())
+                .map(|p| p.pid),
+        );
+        i += 1;
+    }
+    pids.into_iter()
+        .filter_map(crate::process::ProcId::of)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_forms_are_bounded_and_nul_free() {
+        assert_eq!(env_form("short"), ("short".into(), true));
+        assert_eq!(env_form("a\0b"), ("ab".into(), false));
+        let long = "é".repeat(ENV_TEXT_MAX);
+        let (v, whole) = env_form(&long);
+        assert!(!whole);
+        assert_eq!(v.len(), ENV_TEXT_MAX);
+        let (v, _) = env_form(&format!("x{long}"));
+        assert_eq!(v.len(), ENV_TEXT_MAX - 1, "cut before a split character");
+        assert!(long.starts_with(&v[1..]));
+    }
+
+    #[test]
+    fn start_failures_are_blamed() {
+        use std::io::{Error, ErrorKind};
+        let os = |e: nix::errno::Errno| Error::from_raw_os_error(e as i32);
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::E2BIG)),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&Error::new(ErrorKind::InvalidInput, "nul byte found")),
+            Blame::Issue
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::ENOENT)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EACCES)),
+            Blame::Host
+        ));
+        assert!(matches!(
+            start_blame(&os(nix::errno::Errno::EAGAIN)),
+            Blame::Unknown
+        ));
+    }
+}

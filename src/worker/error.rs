@@ -1,0 +1,94 @@
+//! How a worker run ends: a typed outcome, or a typed error. The exit code for each is
+//! chosen in `src/cli/worker.rs` (`docs/SPEC.md` §6, §9), so the supervisor can tell a
+//! host to park, a tracker to wait for and a real death apart.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::attempt_state::StateError;
+use crate::bootstrap::BootstrapError;
+use crate::claim::tracked::ClaimError;
+use crate::git::GitError;
+use crate::tracker::TrackerError;
+
+/// A run that ended as the worker meant it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerOutcome {
+    /// `--once` worked its issue, or `--boot-only` finished booting.
+    Done,
+    /// The queue held nothing this worker could claim.
+    NoWork,
+    /// The retire file appeared: no further issue was taken.
+    Retired,
+    /// The agent failed its issue, which went back to the queue (or to a human).
+    AgentFailed,
+    /// A signal stopped the worker; the issue it held went back to the queue.
+    Interrupted { signal: i32 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The host cannot run the agent: the slot is parked, never retried.
+    #[error("{0}")]
+    Config(String),
+    /// The solo boot's docs sweep or probe halted it.
+    #[error("boot sweeps halted: {0}")]
+    BootHalted(String),
+    /// The tracker answered *rate-limited* (SPEC §7): not a death.
+    #[error("{0}")]
+    RateLimited(String),
+    /// The tracker failed transiently (network, timeout, 5xx, a held store lock): not a
+    /// death either, the next queue check decides.
+    #[error("{0}")]
+    TrackerUnavailable(String),
+    /// The tracker refused or failed for good.
+    #[error("{0}")]
+    Tracker(String),
+    #[error("cannot install signal handler: {0}")]
+    Signals(#[source] io::Error),
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// A file or directory of the worker's own could not be written.
+    #[error("{}: {what}{source}", path.display())]
+    File {
+        path: PathBuf,
+        /// What was being done, with its `": "`, or empty.
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    AttemptState(#[from] StateError),
+    /// The agent's process could not be started or waited for (not its own exit code).
+    #[error("{0}")]
+    Agent(String),
+}
+
+impl WorkerError {
+    pub fn file(path: PathBuf, what: &'static str, source: io::Error) -> Self {
+        WorkerError::File { path, what, source }
+    }
+}
+
+impl From<&TrackerError> for WorkerError {
+    fn from(e: &TrackerError) -> Self {
+        classify(e, e.to_string())
+    }
+}
+
+impl From<&ClaimError> for WorkerError {
+    fn from(e: &ClaimError) -> Self {
+        classify(e.tracker_error(), e.to_string())
+    }
+}
+
+fn classify(e: &TrackerError, message: String) -> WorkerError {
+    if e.is_rate_limited() {
+        WorkerError::RateLimited(message)
+    } else if e.is_transient() {
+        WorkerError::TrackerUnavailable(message)
+    } else {
+        WorkerError::Tracker(message)
+    }
+}

@@ -1,0 +1,174 @@
+//! The built-in AFK worker: `afk-supervisor worker [--once] [--boot-only]`.
+//!
+//! One worker process claims `ready-for-agent` issues one at a time and runs the configured
+//! agent on each in an isolated git worktree. Under a supervisor (`RED_AFK_SWEEPS_DONE=1`)
+//! its boot is bootstrap + claim only; solo it runs the whole boot sweep suite first
+//! (`docs/SPEC.md` §6).
+//!
+//! The steps, one file each: [`home`] (its dir and pid file), [`signals`], [`queue`] (the
+//! claim), [`lifecycle`] (one issue from claim to hand-off), [`agent`] (running and
+//! stopping the agent), [`liveness`], [`attempt`] (the attempt dir's state file), [`texts`].
+//! It ends in a [`WorkerOutcome`] or a [`WorkerError`]; `src/cli/worker.rs` turns either
+//! into the exit code the supervisor reads (SPEC §6, §9).
+
+mod agent;
+mod attempt;
+mod error;
+mod home;
+mod lifecycle;
+mod liveness;
+mod queue;
+mod signals;
+mod texts;
+
+use crate::config::Config;
+use crate::git::Git;
+use crate::layout::Layout;
+use crate::sweeps::suite::{self, BootError};
+use crate::sweeps::{SweepCtx, SweepName};
+use crate::tracker::Tracker;
+
+pub use crate::afk_env::WorkerEnv;
+pub use agent::ENV_TEXT_MAX;
+pub use attempt::next_attempt;
+pub use error::{WorkerError, WorkerOutcome};
+pub use liveness::LIVENESS_FIELDS;
+pub use texts::{BOOT_ONLY_SKIPPED, BOOT_ONLY_SWEPT, slugify};
+
+use home::Home;
+use signals::StopFlag;
+
+#[derive(Debug, Clone, Default)]
+pub struct WorkerOpts {
+    /// Work at most one issue, then exit.
+    pub once: bool,
+    /// Bootstrap (and sweep, when solo), then exit without claiming.
+    pub boot_only: bool,
+}
+
+/// Runs the worker to its end.
+pub fn run(
+    layout: &Layout,
+    config: &Config,
+    tracker: &dyn Tracker,
+    wenv: &WorkerEnv,
+    opts: &WorkerOpts,
+) -> Result<WorkerOutcome, WorkerError> {
+    let stop = StopFlag::install().map_err(WorkerError::Signals)?;
+    let git = Git::new(layout.repo());
+    let home = Home::new(layout, &wenv.worker_id)?;
+
+    if !wenv.sweeps_done {
+        let ctx = SweepCtx {
+            layout,
+            config,
+            tracker,
+            git: &git,
+            dry_run: false,
+        };
+        match suite::run_suite(&ctx, &SweepName::ALL).into_result() {
+            Ok(report) => println!("{}", report.summary()),
+            Err(BootError::Halted(msg)) => {
+                home.finish();
+                return Err(WorkerError::BootHalted(msg));
+            }
+            Err(e) => {
+                eprintln!("afk-supervisor worker: {}", e.log_message())
+            }
+        }
+    }
+    if opts.boot_only {
+        println!(
+            "{}",
+            if wenv.sweeps_done {
+                BOOT_ONLY_SKIPPED
+            } else {
+                BOOT_ONLY_SWEPT
+            }
+        );
+        home.finish();
+        return Ok(WorkerOutcome::Done);
+    }
+    // Before any claim: an agent that cannot run is the host's fault (exit 78, the slot is
+    // parked), never an issue taken and given back in a crash loop.
+    let agent = match crate::program::check_agent(config, layout) {
+        Ok(_) => config.agent.command.clone().unwrap_or_default(),
+        Err(e) => {
+            home.finish();
+            return Err(WorkerError::Config(e.to_string()));
+        }
+    };
+
+    let w = Worker {
+        layout,
+        config,
+        tracker,
+        git,
+        wenv,
+        agent,
+        stop,
+        home: &home,
+    };
+    let end = w.work_loop(opts.once);
+    home.finish();
+    end
+}
+
+/// One worker's run: what every step reads.
+struct Worker<'a> {
+    layout: &'a Layout,
+    config: &'a Config,
+    tracker: &'a dyn Tracker,
+    git: Git,
+    wenv: &'a WorkerEnv,
+    agent: Vec<String>,
+    stop: StopFlag,
+    home: &'a Home,
+}
+
+/// How one issue ended.
+enum Outcome {
+    Done,
+    /// The agent could not be started for this issue's data: handed to a human.
+    SetAside,
+    AgentFailed,
+    /// The agent ran past `timing.attempt_max_s`; the issue went back to the queue.
+    Capped,
+    Interrupted {
+        signal: i32,
+    },
+}
+
+impl Worker<'_> {
+    fn work_loop(&self, once: bool) -> Result<WorkerOutcome, WorkerError> {
+        loop {
+            if let Some(signal) = self.stop.signal() {
+                return Ok(WorkerOutcome::Interrupted { signal });
+            }
+            if self.wenv.retire_requested() {
+                eprintln!(
+                    "worker {}: retire requested; not taking another issue",
+                    self.wenv.worker_id
+                );
+                return Ok(WorkerOutcome::Retired);
+            }
+            let Some((issue, claim)) = self.claim_next()? else {
+                println!(
+                    "worker {}: no ready-for-agent issue; exiting",
+                    self.wenv.worker_id
+                );
+                return Ok(WorkerOutcome::NoWork);
+            };
+            match self.work_issue(&issue, claim)? {
+                Outcome::Done | Outcome::SetAside | Outcome::Capped if once => {
+                    return Ok(WorkerOutcome::Done);
+                }
+                Outcome::Done | Outcome::SetAside | Outcome::Capped => {}
+                Outcome::AgentFailed => return Ok(WorkerOutcome::AgentFailed),
+                Outcome::Interrupted { signal } => {
+                    return Ok(WorkerOutcome::Interrupted { signal });
+                }
+            }
+        }
+    }
+}

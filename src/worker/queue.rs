@@ -1,0 +1,138 @@
+//! Taking the next issue: the queue's head, the local claim, the confirming view, the
+//! `running` label and, on a shared tracker, the claim marks (`docs/SPEC.md` §11.5); and
+//! the two acts that give a claimed issue up again (its ending comment and labels).
+
+use super::{Worker, WorkerError};
+use crate::claim::Claim;
+use crate::claim::tracked::{self, Verdict, WonClaim};
+use crate::tracker::{LabeledIssue, labels};
+
+/// A claim the worker holds: the local lock and, on a shared tracker, the won claim mark
+/// whose release mark ends every comment that gives the issue up.
+pub(super) struct TakenClaim {
+    pub local: Claim,
+    pub marks: Option<WonClaim>,
+}
+
+impl TakenClaim {
+    /// `body`, ending in the hand-off (`to_human`) or release mark when the claim was won
+    /// by marks.
+    fn ending(&self, body: &str, to_human: bool) -> String {
+        match &self.marks {
+            Some(m) => m.ending(body, to_human),
+            None => body.to_string(),
+        }
+    }
+}
+
+impl Worker<'_> {
+    pub(super) fn claim_next(&self) -> Result<Option<(LabeledIssue, TakenClaim)>, WorkerError> {
+        // While the fleet waits out a rate limit it takes nothing (and costs no call): the
+        // exit code is the rate limit's, which the supervisor never counts as a death.
+        if let Some(p) = crate::pause::active(&self.layout.state()) {
+            return Err(WorkerError::RateLimited(format!(
+                "fleet paused {}: not claiming",
+                p.describe()
+            )));
+        }
+        let mut queue = self
+            .tracker
+            .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
+            .map_err(|e| WorkerError::from(&e))?;
+        queue.retain(|i| crate::tracker::is_claimable(&i.labels));
+        queue.sort_by_key(|i| i.number);
+        for issue in queue {
+            let claim = Claim::try_take(self.layout, issue.number)
+                .map_err(|e| WorkerError::file(self.layout.claims(), "cannot claim: ", e))?;
+            let Some(claim) = claim else { continue };
+            // The listing may be stale: confirm under the claim before taking it.
+            let current = self.tracker.view(issue.number);
+            let ready = current.as_ref().is_ok_and(|v| {
+                v.state == crate::tracker::IssueState::Open
+                    && v.has_label(labels::READY_FOR_AGENT)
+                    && !v.has_label(labels::RUNNING)
+            });
+            if !ready {
+                let _ = claim.release();
+                if let Err(e) = current {
+                    return Err(WorkerError::from(&e));
+                }
+                continue;
+            }
+            if let Err(e) = self.tracker.edit_labels(
+                issue.number,
+                &[labels::RUNNING],
+                &[labels::READY_FOR_AGENT],
+            ) {
+                let _ = claim.release();
+                return Err(WorkerError::from(&e));
+            }
+            let marks = match self.claim_on_tracker(issue.number) {
+                Ok(Some(Verdict::Lost { holder })) => {
+                    let by = holder.map_or("a hand-off".to_string(), |h| h.to_string());
+                    println!(
+                        "worker {}: yielded #{} to {by}",
+                        self.wenv.worker_id, issue.number
+                    );
+                    let _ = claim.release();
+                    continue;
+                }
+                Ok(Some(Verdict::Won(won))) => Some(won),
+                Ok(None) => None,
+                // The local claim stays: the supervisor's release (or orphan cleanup)
+                // gives the issue back from it once this worker is gone, marks checked.
+                Err(e) => return Err(WorkerError::from(&e)),
+            };
+            return Ok(Some((
+                issue,
+                TakenClaim {
+                    local: claim,
+                    marks,
+                },
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The claim decided on a tracker several checkouts share (SPEC §11.5); `None` where
+    /// this checkout's local claim is all there is (the `local` store).
+    fn claim_on_tracker(&self, n: u64) -> Result<Option<Verdict>, tracked::ClaimError> {
+        if !self.tracker.shared_across_checkouts() {
+            return Ok(None);
+        }
+        let host = tracked::this_host(self.layout);
+        tracked::claim(self.tracker, n, &self.wenv.worker_id, &host).map(Some)
+    }
+
+    /// Posts a comment that gives the issue up: with its release mark, retried (the mark's
+    /// nonce makes a duplicate harmless); the local store gets it once.
+    pub(super) fn post_ending(
+        &self,
+        n: u64,
+        claim: &TakenClaim,
+        body: &str,
+        to_human: bool,
+    ) -> bool {
+        let body = claim.ending(body, to_human);
+        match &claim.marks {
+            Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
+            None => self.tracker.comment(n, &body).is_ok(),
+        }
+    }
+
+    /// The label change that gives the issue up; retried on a shared tracker (a repeated
+    /// edit changes nothing), where a failure would otherwise wait for the claims belt.
+    pub(super) fn hand_labels(
+        &self,
+        n: u64,
+        claim: &TakenClaim,
+        add: &str,
+    ) -> Result<(), WorkerError> {
+        let edit = || self.tracker.edit_labels(n, &[add], &[labels::RUNNING]);
+        match &claim.marks {
+            Some(_) => tracked::retry(edit),
+            None => edit(),
+        }
+        .map_err(|e| WorkerError::from(&e))
+    }
+}

@@ -1,0 +1,100 @@
+//! The worker's fixed texts: what `--boot-only` prints, the comments that end an attempt
+//! (`docs/SPEC.md` §11.4, §11.10), and the names an issue's title gives its branch and dir.
+
+use std::fmt::Display;
+
+use crate::tracker::LabeledIssue;
+
+pub const BOOT_ONLY_SWEPT: &str = "boot complete (--boot-only): sweeps ran, no issues processed";
+pub const BOOT_ONLY_SKIPPED: &str =
+    "boot complete (--boot-only): sweeps skipped (supervisor-owned), no issues processed";
+
+/// An attempt stopped at `timing.attempt_max_s`; `pushed` says where its commits are when
+/// the push failed (empty when it did not).
+pub fn capped(n: u64, attempt: u64, cap_s: u64, branch: &str, pushed: &str) -> String {
+    format!(
+        "🤖 /afk attempt {n}-a{attempt} reached the wall-clock cap ({cap_s}s) and was stopped; its work is on branch `{branch}`{pushed}, where the next attempt resumes. Returning to ready-for-agent."
+    )
+}
+
+/// The suffix of [`capped`] when the push failed.
+pub fn push_failed(e: &dyn Display) -> String {
+    format!(" (push failed: {e}; the commits are in the local branch)")
+}
+
+pub fn set_aside(why: &str) -> String {
+    format!(
+        "🤖 /afk set this issue aside: the agent could not be started for this issue ({why}). The full title and body reach the agent as files, so this needs a person to look at the issue before an agent takes it again."
+    )
+}
+
+/// A finished attempt: `commits` new commits pushed, or the push's error.
+pub fn finished<E: Display>(
+    n: u64,
+    attempt: u64,
+    branch: &str,
+    commits: &Result<u64, E>,
+) -> String {
+    match commits {
+        Ok(0) => format!(
+            "🤖 /afk finished attempt {n}-a{attempt}: the agent made no commits; ready for human review."
+        ),
+        Ok(k) => format!(
+            "🤖 /afk finished attempt {n}-a{attempt}: {k} commit(s) on branch `{branch}`; ready for human review."
+        ),
+        Err(e) => format!(
+            "🤖 /afk finished attempt {n}-a{attempt} but could not push `{branch}` ({e}); the work is in the local branch."
+        ),
+    }
+}
+
+pub fn failed(n: u64, attempt: u64, code: i32) -> String {
+    format!(
+        "🤖 /afk attempt {n}-a{attempt} failed (agent exit {code}); returning to ready-for-agent."
+    )
+}
+
+/// A branch/dir-safe slug of an issue title.
+pub fn slugify(title: &str) -> String {
+    let mut out = String::new();
+    for c in title.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+        if out.len() >= 40 {
+            break;
+        }
+    }
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() { "issue".into() } else { out }
+}
+
+/// The title of a listed issue; the gh listing carries only the body, so there the first
+/// line of the body stands in.
+pub fn issue_title(issue: &LabeledIssue) -> String {
+    if let Some(t) = issue.title.as_ref().filter(|t| !t.trim().is_empty()) {
+        return t.trim().to_string();
+    }
+    issue
+        .body
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.trim_start_matches('#').trim().chars().take(80).collect())
+        .unwrap_or_else(|| format!("issue {}", issue.number))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slugify("Fix the Login page!"), "fix-the-login-page");
+        assert_eq!(slugify("  ## ?? "), "issue");
+        assert_eq!(slugify("Ünïcode and stuff"), "n-code-and-stuff");
+        assert!(slugify(&"x".repeat(100)).len() <= 40);
+    }
+}
