@@ -402,7 +402,7 @@ fn belt_task_for_the_supervisor_loop() {
     let belt = Belt::in_dir("github:o/r", env.path().join("locks")).with_label("/repo");
     let mut task = belt::task_with(belt, tracker);
     gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
-    let e = task().unwrap_err();
+    let e = task().unwrap_err().to_string();
     assert!(e.starts_with("unblock belt: pass failed:"), "{e}");
     assert_eq!(task().unwrap(), "unblock belt: unblocked=2 (#2, #3)");
     assert_eq!(task().unwrap(), "unblock belt: unblocked=0");

@@ -11,6 +11,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::periodic::PeriodicError;
+
 use crate::host_lock::{self as lock, Acquired, HeldLock, Holder};
 use crate::sweeps::unblock::{Exclusive, UnblockError, UnblockReport, exclusive_pass};
 use crate::tracker::Tracker;
@@ -129,12 +131,12 @@ impl Belt {
 }
 
 /// The belt as a periodic task for the supervisor loop: each call is one [`Belt::pass`],
-/// `Ok(log line)` when it swept or skipped, `Err(log line)` when the pass or a write failed.
+/// `Ok(log line)` when it swept or skipped, `Err` with the pass when it or a write failed.
 /// `label` names this checkout in other belts' "skipped" lines (the repo path).
 pub fn task(
     tracker: Arc<dyn Tracker>,
     label: String,
-) -> impl FnMut() -> Result<String, String> + Send {
+) -> impl FnMut() -> Result<String, PeriodicError> + Send {
     let belt = Belt::new(&tracker.identity()).with_label(label);
     task_with(belt, tracker)
 }
@@ -143,11 +145,11 @@ pub fn task(
 pub fn task_with(
     mut belt: Belt,
     tracker: Arc<dyn Tracker>,
-) -> impl FnMut() -> Result<String, String> + Send {
+) -> impl FnMut() -> Result<String, PeriodicError> + Send {
     move || {
         let pass = belt.pass(tracker.as_ref());
         if pass.is_failure() {
-            Err(pass.log_line())
+            Err(PeriodicError::Belt(pass))
         } else {
             Ok(pass.log_line())
         }

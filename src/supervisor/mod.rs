@@ -9,6 +9,7 @@ pub mod fleet_circuit;
 pub mod journal;
 pub mod lock;
 pub mod notify;
+pub mod periodic;
 pub mod reaper;
 pub mod release;
 pub mod resize;

@@ -8,9 +8,9 @@
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -19,6 +19,7 @@ use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock};
 use super::notify::Notifier;
+use super::periodic::{Periodic, housekeeping_tasks, periodic_tasks, start_periodic};
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -34,20 +35,6 @@ use crate::timeutil;
 use crate::toonl::Event;
 use crate::tracker::select::SelectError;
 use crate::tracker::{self, LabeledIssue, Tracker};
-
-/// A task the loop runs on the blocking pool every `interval` (first run one interval after
-/// start-up, the boot suite having just done the same work, unless `at_start`). Its `Ok`
-/// text or error is logged as `supervisor.periodic`.
-pub struct Periodic {
-    pub name: &'static str,
-    pub interval: Duration,
-    /// Also run once as the loop starts (work the boot suite does not do).
-    pub at_start: bool,
-    pub task: Arc<Mutex<PeriodicTask>>,
-}
-
-/// The work of a [`Periodic`]: an `Ok` text or an error, logged either way.
-pub type PeriodicTask = Box<dyn FnMut() -> Result<String, String> + Send>;
 
 /// How the supervisor reaches the tracker (injected so the CLI chooses): the backend and
 /// the one-line reason it was chosen.
@@ -82,69 +69,6 @@ pub enum RunError {
     Log(#[from] crate::toonl::LogError),
     #[error(transparent)]
     StateFile(#[from] crate::fsutil::NotReplaceable),
-}
-
-/// Periodic work beside the fleet. The unblock belt runs here, independent of the boot
-/// suite, so a blocker closed by hand while the fleet runs still promotes its dependents
-/// (BOOT-SWEEPS.md, *Unblock belt*); its host-wide lock keeps one belt per tracker.
-pub fn periodic_tasks(
-    config: &Config,
-    layout: &Layout,
-    tracker: &Arc<dyn Tracker>,
-) -> Vec<Periodic> {
-    let mut stale = crate::claim::stale::StaleBelt::new(
-        Arc::clone(tracker),
-        layout,
-        config.claims.stale_after_s,
-    );
-    vec![
-        Periodic {
-            name: "unblock-belt",
-            interval: Duration::from_secs(config.timing.unblock_interval_s),
-            at_start: false,
-            task: Arc::new(Mutex::new(unless_paused(
-                layout,
-                Box::new(super::belt::task(
-                    Arc::clone(tracker),
-                    layout.repo().display().to_string(),
-                )),
-            ))),
-        },
-        Periodic {
-            name: "claims-belt",
-            interval: crate::claim::stale::interval(config.claims.stale_after_s),
-            at_start: false,
-            task: Arc::new(Mutex::new(unless_paused(
-                layout,
-                Box::new(move || stale.pass().map_err(|e| e.to_string())),
-            ))),
-        },
-    ]
-}
-
-/// A tracker belt that skips its run while the fleet is paused for a rate limit
-/// (`crate::pause`); read on the blocking pool, where the task runs.
-fn unless_paused(layout: &Layout, mut task: PeriodicTask) -> PeriodicTask {
-    let state = layout.state();
-    Box::new(move || match crate::pause::active(&state) {
-        Some(p) => Ok(format!("skipped: fleet paused {}", p.describe())),
-        None => task(),
-    })
-}
-
-/// Housekeeping that needs no tracker: slot log folders past `log.slot_log_days` go, at
-/// start-up and daily.
-pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
-    let (layout, days) = (layout.clone(), config.log.slot_log_days);
-    vec![Periodic {
-        name: "slot-logs",
-        interval: super::slot_logs::INTERVAL,
-        at_start: true,
-        task: Arc::new(Mutex::new(Box::new(move || {
-            super::slot_logs::expire(&layout, days, std::time::SystemTime::now())
-                .map_err(|e| e.to_string())
-        }))),
-    }]
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker
@@ -540,28 +464,6 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
         .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
         .map(|i| i.number)
         .collect()
-}
-
-/// One run of a periodic task on the blocking pool, unless its previous run is still going
-/// (a slow tracker never piles up runs). Its result comes back as a [`Msg::Log`].
-fn start_periodic(p: &mut Periodic, running: &Arc<AtomicBool>, tx: &UnboundedSender<Msg>) {
-    if running.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let task = Arc::clone(&p.task);
-    let (name, running, tx) = (p.name, Arc::clone(running), tx.clone());
-    tokio::task::spawn_blocking(move || {
-        let result = match task.lock() {
-            Ok(mut t) => t(),
-            Err(_) => Err("an earlier run panicked".to_string()),
-        };
-        running.store(false, Ordering::Release);
-        let msg = match result {
-            Ok(t) => format!("{name}: {t}"),
-            Err(e) => format!("{name} failed: {e}"),
-        };
-        let _ = tx.send(Msg::Log(Event::now(kind::PERIODIC, msg)));
-    });
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).

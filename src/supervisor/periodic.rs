@@ -1,0 +1,140 @@
+//! Work the supervisor loop does on a timer beside the fleet, on its blocking pool: the
+//! unblock belt, the stale-claims belt and slot-log expiry. Each run's text or error becomes
+//! one `supervisor.periodic` record; a run still going when its next is due is not doubled.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::belt::BeltPass;
+use super::fleet::Msg;
+use super::slot_logs::ExpireError;
+use super::texts::kind;
+use crate::config::Config;
+use crate::layout::Layout;
+use crate::toonl::Event;
+use crate::tracker::{Tracker, TrackerError};
+
+/// Why one run of a periodic task failed (logged as `<name> failed: <error>`).
+#[derive(Debug, thiserror::Error)]
+pub enum PeriodicError {
+    /// The unblock belt's pass, or a write within it, failed.
+    #[error("{}", .0.log_line())]
+    Belt(BeltPass),
+    /// The stale-claims belt could not read the tracker.
+    #[error(transparent)]
+    Claims(#[from] TrackerError),
+    #[error(transparent)]
+    SlotLogs(#[from] ExpireError),
+    /// An earlier run panicked while holding the task.
+    #[error("an earlier run panicked")]
+    Poisoned,
+}
+
+/// A task the loop runs on the blocking pool every `interval` (first run one interval after
+/// start-up, the boot suite having just done the same work, unless `at_start`). Its `Ok`
+/// text or error is logged as `supervisor.periodic`.
+pub struct Periodic {
+    pub name: &'static str,
+    pub interval: Duration,
+    /// Also run once as the loop starts (work the boot suite does not do).
+    pub at_start: bool,
+    pub task: Arc<Mutex<PeriodicTask>>,
+}
+
+/// The work of a [`Periodic`]: an `Ok` text or an error, logged either way.
+pub type PeriodicTask = Box<dyn FnMut() -> Result<String, PeriodicError> + Send>;
+
+/// Periodic work beside the fleet. The unblock belt runs here, independent of the boot
+/// suite, so a blocker closed by hand while the fleet runs still promotes its dependents
+/// (BOOT-SWEEPS.md, *Unblock belt*); its host-wide lock keeps one belt per tracker.
+pub fn periodic_tasks(
+    config: &Config,
+    layout: &Layout,
+    tracker: &Arc<dyn Tracker>,
+) -> Vec<Periodic> {
+    let mut stale = crate::claim::stale::StaleBelt::new(
+        Arc::clone(tracker),
+        layout,
+        config.claims.stale_after_s,
+    );
+    vec![
+        Periodic {
+            name: "unblock-belt",
+            interval: Duration::from_secs(config.timing.unblock_interval_s),
+            at_start: false,
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                Box::new(super::belt::task(
+                    Arc::clone(tracker),
+                    layout.repo().display().to_string(),
+                )),
+            ))),
+        },
+        Periodic {
+            name: "claims-belt",
+            interval: crate::claim::stale::interval(config.claims.stale_after_s),
+            at_start: false,
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                Box::new(move || Ok(stale.pass()?)),
+            ))),
+        },
+    ]
+}
+
+/// A tracker belt that skips its run while the fleet is paused for a rate limit
+/// (`crate::pause`); read on the blocking pool, where the task runs.
+fn unless_paused(layout: &Layout, mut task: PeriodicTask) -> PeriodicTask {
+    let state = layout.state();
+    Box::new(move || match crate::pause::active(&state) {
+        Some(p) => Ok(format!("skipped: fleet paused {}", p.describe())),
+        None => task(),
+    })
+}
+
+/// Housekeeping that needs no tracker: slot log folders past `log.slot_log_days` go, at
+/// start-up and daily.
+pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
+    let (layout, days) = (layout.clone(), config.log.slot_log_days);
+    vec![Periodic {
+        name: "slot-logs",
+        interval: super::slot_logs::INTERVAL,
+        at_start: true,
+        task: Arc::new(Mutex::new(Box::new(move || {
+            Ok(super::slot_logs::expire(
+                &layout,
+                days,
+                std::time::SystemTime::now(),
+            )?)
+        }))),
+    }]
+}
+
+/// One run of a periodic task on the blocking pool, unless its previous run is still going
+/// (a slow tracker never piles up runs). Its result comes back as a [`Msg::Log`].
+pub(super) fn start_periodic(
+    p: &mut Periodic,
+    running: &Arc<AtomicBool>,
+    tx: &UnboundedSender<Msg>,
+) {
+    if running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let task = Arc::clone(&p.task);
+    let (name, running, tx) = (p.name, Arc::clone(running), tx.clone());
+    tokio::task::spawn_blocking(move || {
+        let result = match task.lock() {
+            Ok(mut t) => t(),
+            Err(_) => Err(PeriodicError::Poisoned),
+        };
+        running.store(false, Ordering::Release);
+        let msg = match result {
+            Ok(t) => format!("{name}: {t}"),
+            Err(e) => format!("{name} failed: {e}"),
+        };
+        let _ = tx.send(Msg::Log(Event::now(kind::PERIODIC, msg)));
+    });
+}
