@@ -74,10 +74,15 @@ impl fmt::Display for Outcome {
     }
 }
 
-impl FromStr for Outcome {
-    type Err = String;
+/// A ledger record's outcome that is none of §11.10's words (the text excerpted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown attempt outcome {0:?}")]
+pub struct UnknownOutcome(pub String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for Outcome {
+    type Err = UnknownOutcome;
+
+    fn from_str(s: &str) -> Result<Self, UnknownOutcome> {
         Ok(match s {
             "done" => Outcome::Done,
             "set-aside" => Outcome::SetAside,
@@ -90,7 +95,7 @@ impl FromStr for Outcome {
                 let code = other
                     .strip_prefix("agent-failed exit ")
                     .and_then(|c| c.parse().ok())
-                    .ok_or_else(|| format!("unknown attempt outcome {other:?}"))?;
+                    .ok_or_else(|| UnknownOutcome(crate::text::excerpt(other)))?;
                 Outcome::AgentFailed(code)
             }
         })
@@ -98,8 +103,8 @@ impl FromStr for Outcome {
 }
 
 impl TryFrom<String> for Outcome {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = UnknownOutcome;
+    fn try_from(s: String) -> Result<Self, UnknownOutcome> {
         s.parse()
     }
 }

@@ -57,23 +57,35 @@ pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE_NAME)
 }
 
+/// Why the pause file could not be read; both name the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PauseFileError {
+    /// Not read safely (a link, not a regular file, too large) or not readable.
+    #[error("{}: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
+    #[error("{}: not a pause record: {}", path.display(), crate::text::clip_quoted(why))]
+    NotAPause { path: PathBuf, why: String },
+}
+
 /// The pause recorded under `state_dir`, whether or not it is over; `Ok(None)` when none
-/// was ever recorded. The error names the file.
-pub fn read(state_dir: &Path) -> Result<Option<Pause>, String> {
+/// was ever recorded.
+pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
     let p = path(state_dir);
     let text = match read_small_text(&p, MAX_BYTES) {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", p.display())),
+        Err(e) => {
+            return Err(PauseFileError::Unreadable {
+                path: p,
+                why: e.to_string(),
+            });
+        }
     };
     reddb_io_toon::from_str::<Pause>(&text)
         .map(Some)
-        .map_err(|e| {
-            format!(
-                "{}: not a pause record: {}",
-                p.display(),
-                crate::text::clip_quoted(&e.to_string())
-            )
+        .map_err(|e| PauseFileError::NotAPause {
+            path: p,
+            why: e.to_string(),
         })
 }
 
@@ -151,10 +163,15 @@ mod tests {
         std::fs::write(path(dir.path()), "garbage {{{").unwrap();
         assert!(active(dir.path()).is_none());
         let e = read(dir.path()).unwrap_err();
-        assert!(e.contains(FILE_NAME), "{e}");
+        assert!(e.to_string().contains(FILE_NAME), "{e}");
         std::fs::remove_file(path(dir.path())).unwrap();
         nix::unistd::mkfifo(&path(dir.path()), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(active(dir.path()).is_none());
-        assert!(read(dir.path()).unwrap_err().contains(FILE_NAME));
+        assert!(
+            read(dir.path())
+                .unwrap_err()
+                .to_string()
+                .contains(FILE_NAME)
+        );
     }
 }

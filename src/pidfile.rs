@@ -189,18 +189,29 @@ pub fn judge_pid(pid: i32, start: Option<u64>) -> Liveness {
     }
 }
 
-/// Reads `<file>.start`: `Ok(None)` when absent, `Err` text when it cannot be read or is
-/// not a number.
-fn read_start_file(pid_file: &Path) -> Result<Option<u64>, String> {
+/// Why a `.start` file proves nothing: it cannot be read safely, or is not a number.
+#[derive(Debug, thiserror::Error)]
+pub enum StartTokenError {
+    #[error("start token {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: SmallFileError,
+    },
+    #[error("start token {} {why}", path.display())]
+    Bad { path: PathBuf, why: BadNumber },
+}
+
+/// Reads `<file>.start`: `Ok(None)` when absent.
+fn read_start_file(pid_file: &Path) -> Result<Option<u64>, StartTokenError> {
     let path = start_file(pid_file);
     let bytes = match read_small_file(&path, MAX_PID_FILE_BYTES) {
         Ok(Some(b)) => b,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("start token {}: {e}", path.display())),
+        Err(source) => return Err(StartTokenError::Unreadable { path, source }),
     };
     parse_start_token(&bytes)
         .map(Some)
-        .map_err(|why| format!("start token {} {why}", path.display()))
+        .map_err(|why| StartTokenError::Bad { path, why })
 }
 
 /// Parses a `.start` file's content: the start time in clock ticks, a decimal (surrounding
@@ -242,7 +253,9 @@ pub fn liveness(pid_file: &Path, missing_start: MissingStart) -> Liveness {
                 reason: DeadReason::NoStartToken(pid),
             },
         },
-        Err(reason) => Liveness::Unknown { reason },
+        Err(e) => Liveness::Unknown {
+            reason: e.to_string(),
+        },
     }
 }
 

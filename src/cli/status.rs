@@ -48,7 +48,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
 
 fn watch(ctx: &Ctx) -> Result<i32, Failure> {
     let repo = ctx.layout.repo().display().to_string();
-    let fetch = || control::status(&ctx.layout).map_err(|e| e.to_string());
+    let fetch = || control::status(&ctx.layout);
     let stdout = std::io::stdout();
     if stdout.is_terminal() && std::io::stdin().is_terminal() {
         let no_color = std::env::var_os("NO_COLOR");

@@ -16,7 +16,7 @@ use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 
 use super::view::{self, Screen};
-use crate::supervisor::control::StatusReport;
+use crate::supervisor::control::{ControlError, StatusReport};
 
 /// Between two frames.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -57,7 +57,7 @@ fn quits(key: &crossterm::event::KeyEvent) -> bool {
 pub fn run(
     repo: &str,
     colour: bool,
-    mut fetch: impl FnMut() -> Result<StatusReport, String>,
+    mut fetch: impl FnMut() -> Result<StatusReport, ControlError>,
 ) -> io::Result<()> {
     // Raw mode turns Ctrl-C into a key; these catch it when it still arrives as a signal,
     // and a `kill`, so the terminal is restored on each. A hang-up keeps its default (the
@@ -70,7 +70,7 @@ pub fn run(
     let mut term = Terminal::new(CrosstermBackend::new(io::stdout()))?;
     term.clear()?;
     loop {
-        let report = fetch();
+        let report = fetch().map_err(|e| e.to_string());
         let time = crate::timeutil::rfc3339(std::time::SystemTime::now());
         let screen = Screen {
             repo,

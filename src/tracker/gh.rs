@@ -244,7 +244,7 @@ impl GhTracker {
     fn run_parsed<T>(
         &self,
         args: &[&str],
-        parser: fn(&str) -> Result<T, String>,
+        parser: fn(&str) -> Result<T, OutputError>,
     ) -> TrackerResult<T> {
         let stdout = self.run(args, true)?;
         parser(&stdout).map_err(|e| {
@@ -402,16 +402,26 @@ struct GhLabeledRow {
     labels: Vec<GhLabel>,
 }
 
-fn parse_state(s: &str) -> Result<IssueState, String> {
+/// Why gh's output is not the shape its call asks for (the caller adds the command line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// Not JSON of the expected shape; serde's words, cut.
+    #[error("{0}")]
+    Json(String),
+    #[error("unknown issue state {0:?}")]
+    State(String),
+}
+
+fn parse_state(s: &str) -> Result<IssueState, OutputError> {
     match s.to_ascii_uppercase().as_str() {
         "OPEN" => Ok(IssueState::Open),
         "CLOSED" => Ok(IssueState::Closed),
-        other => Err(format!("unknown issue state {:?}", excerpt(other))),
+        other => Err(OutputError::State(excerpt(other))),
     }
 }
 
-fn json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_json::from_str(text).map_err(|e| clip_quoted(&e.to_string()))
+fn json<T: DeserializeOwned>(text: &str) -> Result<T, OutputError> {
+    serde_json::from_str(text).map_err(|e| OutputError::Json(clip_quoted(&e.to_string())))
 }
 
 /// The pure readers of gh's JSON output, one per call shape: outside data in, a value or
@@ -420,7 +430,7 @@ pub mod parse {
     use super::*;
 
     /// `gh issue list --json number,state,labels,closedAt`.
-    pub fn list_all(text: &str) -> Result<Vec<IssueSummary>, String> {
+    pub fn list_all(text: &str) -> Result<Vec<IssueSummary>, OutputError> {
         let rows: Vec<GhListRow> = json(text)?;
         rows.into_iter()
             .map(|r| {
@@ -435,7 +445,7 @@ pub mod parse {
     }
 
     /// `gh issue view <N> --json state,labels`.
-    pub fn view(text: &str) -> Result<IssueView, String> {
+    pub fn view(text: &str) -> Result<IssueView, OutputError> {
         let v: GhView = json(text)?;
         Ok(IssueView {
             state: parse_state(&v.state)?,
@@ -444,7 +454,7 @@ pub mod parse {
     }
 
     /// `gh issue list … --json number,body,labels`.
-    pub fn labeled(text: &str) -> Result<Vec<LabeledIssue>, String> {
+    pub fn labeled(text: &str) -> Result<Vec<LabeledIssue>, OutputError> {
         let rows: Vec<GhLabeledRow> = json(text)?;
         Ok(rows
             .into_iter()
@@ -458,7 +468,7 @@ pub mod parse {
     }
 
     /// `gh api rate_limit`: the latest `reset` among the resources whose `remaining` is 0.
-    pub fn rate_limit_reset(text: &str) -> Result<Option<u64>, String> {
+    pub fn rate_limit_reset(text: &str) -> Result<Option<u64>, OutputError> {
         #[derive(Deserialize)]
         struct Limit {
             remaining: u64,
@@ -477,13 +487,13 @@ pub mod parse {
     }
 
     /// `gh issue view <N> --json state,labels,comments`: the comments' bodies.
-    pub fn comments(text: &str) -> Result<Vec<String>, String> {
+    pub fn comments(text: &str) -> Result<Vec<String>, OutputError> {
         Ok(thread(text)?.comments.into_iter().map(|c| c.body).collect())
     }
 
     /// `gh issue view <N> --json state,labels,comments`: state, labels and the comments
     /// with their times (for the claim marks).
-    pub fn thread(text: &str) -> Result<super::super::IssueThread, String> {
+    pub fn thread(text: &str) -> Result<super::super::IssueThread, OutputError> {
         let v: GhThread = json(text)?;
         Ok(super::super::IssueThread {
             state: parse_state(&v.state)?,

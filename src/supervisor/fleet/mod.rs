@@ -811,7 +811,7 @@ impl Fleet {
                 Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
                 Ok(_) => None,
                 Err(e) => {
-                    let _ = tx.send(Msg::PauseFile(e));
+                    let _ = tx.send(Msg::PauseFile(e.to_string()));
                     None
                 }
             };
