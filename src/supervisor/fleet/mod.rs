@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::children::{Children, Os, Started};
-use super::circuit::{self, Verdict};
+use super::circuit::{self, AfterDeath};
 use super::journal::Journal;
 use super::reaper::{Done, Group, Reaper};
 use super::release::{self, DeadWorker};
@@ -496,13 +496,13 @@ impl Fleet {
             return false;
         };
         match slot.circuit.on_death(now, started) {
-            Verdict::Respawn { .. } if fleet_open => {
+            AfterDeath::Respawn { .. } if fleet_open => {
                 // Parked with the rest of the fleet until its probe closes the circuit.
                 slot.phase = Phase::CircuitOpen;
                 false
             }
-            Verdict::Respawn { .. } => true,
-            Verdict::Tripped {
+            AfterDeath::Respawn { .. } => true,
+            AfterDeath::Tripped {
                 fast_deaths,
                 backoff,
                 ..
@@ -513,7 +513,7 @@ impl Fleet {
                 self.note_slot_trip(idx, now);
                 false
             }
-            Verdict::Reparked {
+            AfterDeath::Reparked {
                 lived,
                 backoff,
                 step,

@@ -207,8 +207,8 @@ impl Fleet {
                 w.id.clone(),
                 self.children.group_for(w.pidfd.as_ref()),
             );
-            let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
-                stall::Verdict::Kill { idle_s } => {
+            let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
+                stall::Progress::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
                     self.reaper
                         .terminate(&mut *self.children, pid, group, own, false, now);
@@ -219,14 +219,14 @@ impl Fleet {
                         ),
                     )
                 }
-                stall::Verdict::Stalled { idle_s } if !w.stalled => {
+                stall::Progress::Stalled { idle_s } if !w.stalled => {
                     w.stalled = true;
                     Event::now(
                         kind::STALLED,
                         format!("worker {id} stalled: no progress for {idle_s}s"),
                     )
                 }
-                stall::Verdict::Progressing if w.stalled => {
+                stall::Progress::Progressing if w.stalled => {
                     w.stalled = false;
                     Event::now(kind::PROGRESS, format!("worker {id} progressing again"))
                 }
