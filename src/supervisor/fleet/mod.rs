@@ -560,7 +560,7 @@ impl Fleet {
                 pid: w.pid,
                 start: w.start,
                 id: w.id.clone(),
-                stalled: w.kill == Some(KillReason::Stall),
+                outcome: KillReason::attempt_outcome(w.kill),
             });
         }
         let lived = now.saturating_duration_since(w.started);
