@@ -86,9 +86,10 @@ impl Fleet {
             ready_for_agent: self.view.ready,
             ready_for_agent_unknown: match (&self.view.ready, &self.view.tracker_error) {
                 (Some(_), _) => None,
-                (None, Some(e)) => {
-                    Some(format!("tracker check failed: {}", crate::text::excerpt(e)))
-                }
+                (None, Some(e)) => Some(format!(
+                    "tracker check failed: {}",
+                    crate::text::excerpt(&e.to_string())
+                )),
                 (None, None) => Some("no tracker check has answered yet".into()),
             },
             slots: SlotCounts {

@@ -36,6 +36,7 @@ use crate::process;
 use crate::timeutil::{date_utc, epoch_secs, now_epoch, now_rfc3339_millis};
 use crate::toonl::Event;
 use crate::tracker::Tracker;
+use crate::tracker::select::SelectError;
 
 /// What the helper threads tell the loop.
 #[derive(Debug)]
@@ -52,7 +53,7 @@ pub enum Msg {
         kind: ExitKind,
     },
     /// The claimable `ready-for-agent` issues, or why the tracker could not say.
-    Queue(Result<BTreeSet<u64>, String>),
+    Queue(Result<BTreeSet<u64>, QueueError>),
     /// The fleet is paused for a rate limit (read from the pause file): the queue check
     /// that found it did not call the tracker.
     Paused(crate::pause::Pause),
@@ -100,12 +101,12 @@ pub struct Fleet {
     stopping: Option<Stopping>,
 }
 
-/// What a new worker is started with and named by: one part because only a spawn reads
-/// it (and a resize changes the runner for the spawns that follow).
+/// What a new worker is started with and named by: one part because a spawn is what it is
+/// for (a resize changes the runner for the spawns that follow; the heartbeat shows it).
 struct Launch {
     argv: Vec<String>,
     runner: String,
-    /// This supervisor's pid and start token: the middle of every worker id it gives.
+    /// This supervisor's pid (in every worker id it gives) and start token.
     me: (i32, u64),
     /// Workers started by this supervisor: the last part of every worker id, so an id is
     /// never reused even when a slot is retired and created again.
@@ -131,6 +132,7 @@ use pool::Pool;
 use processes::Processes;
 use queue::TrackerView;
 use queue::UNIDLE_EVERY;
+pub use queue::{QueueError, TrackerUnavailable};
 use tick::Timers;
 
 impl Fleet {
@@ -175,9 +177,10 @@ impl Fleet {
         self
     }
 
-    /// The tracker the queue is checked and dead workers' claims are released through.
-    pub fn set_tracker(&mut self, tracker: Result<Arc<dyn Tracker>, String>) {
-        self.view.tracker = tracker;
+    /// The tracker the queue is checked and dead workers' claims are released through, or
+    /// why start-up could not open it.
+    pub fn set_tracker(&mut self, tracker: Result<Arc<dyn Tracker>, SelectError>) {
+        self.view.tracker = tracker.map_err(TrackerUnavailable::from);
     }
 
     /// Releases the claims of dead workers whose process group is now confirmed gone, on

@@ -10,7 +10,6 @@ use super::*;
 /// ending through `reaper`; the rest is what waits on them. One part because these are the
 /// fleet's only contact with processes: a test swaps `children` and nothing else.
 pub(super) struct Processes {
-    /// Every process action goes through here (the OS, or a test double).
     pub(super) children: Box<dyn Children>,
     pub(super) reaper: Reaper,
     /// Workers with no pidfd watch (the kernel has none, or registering it failed): own

@@ -6,7 +6,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::tracker::Tracker;
+use crate::tracker::select::SelectError;
+use crate::tracker::{Tracker, TrackerError};
+
+/// Why the fleet has no tracker to ask.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrackerUnavailable {
+    /// No tracker was set yet ([`Fleet::set_tracker`] comes right after start-up's own
+    /// opening; only a fleet built without it, as in unit tests, asks before).
+    #[error("not opened yet")]
+    NotOpened,
+    /// Opening the tracker failed at start-up.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+}
+
+/// Why a queue check has no answer. Its text is what the event log's `tracker.error` line
+/// and `status` show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("tracker unavailable: {0}")]
+    Unavailable(TrackerUnavailable),
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+}
 
 /// What the fleet knows of the tracker and the state of its checks. One part because a
 /// queue check reads and writes only this (besides waking slots), and the heartbeat shows
@@ -14,13 +37,13 @@ use crate::tracker::Tracker;
 pub(super) struct TrackerView {
     /// For the queue check and giving a dead worker's claimed issues back; the error when
     /// the tracker could not be opened.
-    pub(super) tracker: Result<Arc<dyn Tracker>, String>,
+    pub(super) tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
     /// The claimable issues' count at the last successful queue check.
     pub(super) ready: Option<u64>,
     /// The claimable issues at the last successful queue check.
     pub(super) ready_set: Option<BTreeSet<u64>>,
     /// The last tracker failure logged, so a tracker that stays down is logged once.
-    pub(super) tracker_error: Option<String>,
+    pub(super) tracker_error: Option<QueueError>,
     /// Open `afk:quarantined` issues at the last count, and when it was asked for.
     pub(super) quarantined: Option<u64>,
     pub(super) quarantine_asked: Option<Instant>,
@@ -34,7 +57,7 @@ pub(super) struct TrackerView {
 impl TrackerView {
     pub(super) fn new() -> Self {
         TrackerView {
-            tracker: Err("not opened yet".into()),
+            tracker: Err(TrackerUnavailable::NotOpened),
             ready: None,
             ready_set: None,
             tracker_error: None,
@@ -48,7 +71,7 @@ impl TrackerView {
 }
 
 impl Fleet {
-    pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, String>, now: Instant) {
+    pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, QueueError>, now: Instant) {
         self.view.queue_inflight = false;
         tracing::debug!(claimable = ?result.as_ref().map(BTreeSet::len), "queue checked");
         match result {
@@ -107,7 +130,7 @@ impl Fleet {
                 }
             }
             Err(e) => {
-                if self.view.tracker_error.as_deref() != Some(e.as_str()) {
+                if self.view.tracker_error.as_ref() != Some(&e) {
                     self.log(Event::now(
                         kind::TRACKER_ERROR,
                         format!("ready-for-agent check failed, slot states kept: {e}"),
@@ -190,8 +213,8 @@ impl Fleet {
                 Ok(t) => t
                     .list_open_with_label(crate::tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
                     .map(|v| crate::supervisor::run::claimable(&layout, &v))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(format!("tracker unavailable: {e}")),
+                    .map_err(QueueError::from),
+                Err(e) => Err(QueueError::Unavailable(e)),
             };
             // A rate-limited answer has just recorded the pause (the gh backend does).
             if r.is_err()
@@ -225,3 +248,26 @@ pub(super) const UNIDLE_PER_TURN: usize = 16;
 
 /// How soon the next batch of a wake-up follows.
 pub(super) const UNIDLE_EVERY: Duration = Duration::from_millis(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::ErrorKind;
+
+    /// The texts the event log and `status` showed when these were strings.
+    #[test]
+    fn a_queue_errors_text_is_the_one_the_log_always_showed() {
+        let unopened = QueueError::Unavailable(TrackerUnavailable::NotOpened);
+        assert_eq!(unopened.to_string(), "tracker unavailable: not opened yet");
+        let select = SelectError::NotLoggedIn {
+            because: "origin is on GitHub",
+            detail: "exit 1".into(),
+        };
+        assert_eq!(
+            QueueError::Unavailable(TrackerUnavailable::from(select.clone())).to_string(),
+            format!("tracker unavailable: {select}")
+        );
+        let call = TrackerError::new(ErrorKind::Transient, "gh issue list", "timed out");
+        assert_eq!(QueueError::from(call.clone()).to_string(), call.to_string());
+    }
+}
