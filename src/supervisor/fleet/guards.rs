@@ -29,6 +29,37 @@ impl Guards {
             last_exits: BTreeMap::new(),
         }
     }
+
+    /// When the pause in force ends.
+    pub(super) fn pause_deadline(&self) -> Option<Instant> {
+        self.paused.as_ref().map(|(_, at)| *at)
+    }
+
+    pub(super) fn pause_snapshot(&self) -> Option<state_file::FleetPause> {
+        self.paused.as_ref().map(|(p, _)| state_file::FleetPause {
+            reason: p.reason.clone(),
+            until_epoch: Some(p.until_epoch),
+        })
+    }
+
+    /// When the fleet circuit next needs the loop; a pause holds its probe (not one that
+    /// already runs).
+    pub(super) fn fleet_circuit_deadline(&self, params: &circuit::Params) -> Option<Instant> {
+        if self.paused.is_some()
+            && !matches!(
+                self.fleet_circuit.state(),
+                fleet_circuit::State::Probing { .. }
+            )
+        {
+            return None;
+        }
+        self.fleet_circuit.next_deadline(params)
+    }
+
+    /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
+    pub(super) fn slot_probes_held(&self) -> bool {
+        self.paused.is_some() || self.fleet_circuit.is_open()
+    }
 }
 
 impl Fleet {
@@ -83,20 +114,6 @@ impl Fleet {
         self.guards.paused = None;
         self.log(Event::now(kind::FLEET_RESUMED, msg));
         self.request_queue();
-    }
-
-    pub(super) fn pause_deadline(&self) -> Option<Instant> {
-        self.guards.paused.as_ref().map(|(_, at)| *at)
-    }
-
-    pub(super) fn pause_snapshot(&self) -> Option<state_file::FleetPause> {
-        self.guards
-            .paused
-            .as_ref()
-            .map(|(p, _)| state_file::FleetPause {
-                reason: p.reason.clone(),
-                until_epoch: Some(p.until_epoch),
-            })
     }
 
     // ---- the fleet-wide circuit ----
@@ -234,22 +251,5 @@ impl Fleet {
         );
         self.log(Event::now(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
         self.spawn_in(idx, now);
-    }
-
-    pub(super) fn fleet_circuit_deadline(&self) -> Option<Instant> {
-        if self.guards.paused.is_some()
-            && !matches!(
-                self.guards.fleet_circuit.state(),
-                fleet_circuit::State::Probing { .. }
-            )
-        {
-            return None;
-        }
-        self.guards.fleet_circuit.next_deadline(&self.pool.params)
-    }
-
-    /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
-    pub(super) fn slot_probes_held(&self) -> bool {
-        self.guards.paused.is_some() || self.guards.fleet_circuit.is_open()
     }
 }

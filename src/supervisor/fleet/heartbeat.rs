@@ -134,9 +134,9 @@ impl Fleet {
                         .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
                 })
                 .collect(),
-            paused: self.pause_snapshot(),
+            paused: self.guards.pause_snapshot(),
             fleet_circuit: self.guards.fleet_circuit.snapshot(),
-            quarantined: self.quarantined_count(),
+            quarantined: self.view.quarantined,
             boot_suite: self.record.boot_suite.clone(),
             tracker_kind: self
                 .view

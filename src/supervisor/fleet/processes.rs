@@ -43,6 +43,11 @@ impl Processes {
             strays_since: None,
         }
     }
+
+    /// When the next escaped descendant sent SIGTERM is due its SIGKILL.
+    pub(super) fn next_stray_kill(&self) -> Option<Instant> {
+        self.stray_kills.iter().map(|k| k.1).min()
+    }
 }
 
 impl Fleet {

@@ -231,10 +231,6 @@ impl Fleet {
         self.record.dirty |= self.view.quarantined != Some(n);
         self.view.quarantined = Some(n);
     }
-
-    pub(super) fn quarantined_count(&self) -> Option<u64> {
-        self.view.quarantined
-    }
 }
 
 /// How often, at most, the quarantined issues are counted (one tracker call).

@@ -189,10 +189,6 @@ impl Fleet {
         }
     }
 
-    pub(super) fn next_stray_kill(&self) -> Option<Instant> {
-        self.procs.stray_kills.iter().map(|k| k.1).min()
-    }
-
     /// Our children that are workers (never treated as strays).
     pub(super) fn kept_children(&self) -> HashSet<i32> {
         self.pool

@@ -29,7 +29,7 @@ impl Fleet {
 
     pub fn next_deadline(&self, now: Instant) -> Instant {
         let mut d = self.timers.next_tick;
-        let held = self.slot_probes_held();
+        let held = self.guards.slot_probes_held();
         for s in self.pool.slots.values() {
             if held && matches!(s.phase, Phase::CircuitOpen) {
                 // Its probe waits for the pause or the fleet circuit, whose own
@@ -40,16 +40,19 @@ impl Fleet {
                 d = d.min(c);
             }
         }
-        for g in [self.pause_deadline(), self.fleet_circuit_deadline()]
-            .into_iter()
-            .flatten()
+        for g in [
+            self.guards.pause_deadline(),
+            self.guards.fleet_circuit_deadline(&self.pool.params),
+        ]
+        .into_iter()
+        .flatten()
         {
             d = d.min(g);
         }
         if let Some(r) = self.procs.reaper.next_deadline() {
             d = d.min(r);
         }
-        if let Some(k) = self.next_stray_kill() {
+        if let Some(k) = self.procs.next_stray_kill() {
             d = d.min(k);
         }
         if let Some(s) = self.stopping {
@@ -84,7 +87,7 @@ impl Fleet {
     }
 
     fn circuits(&mut self, now: Instant) {
-        let held = self.slot_probes_held();
+        let held = self.guards.slot_probes_held();
         let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
         for idx in idxs {
             let Some(slot) = self.pool.slots.get_mut(&idx) else {
