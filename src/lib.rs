@@ -8,7 +8,10 @@
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
-//!   machine), `children` (its only door to processes), `reaper`, `circuit` (one slot's),
+//!   machine; its state in parts, each beside the code that uses it most: `pool` the slots
+//!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
+//!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
+//!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
 //!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
 //!   supervisor per repo), `belt` (the unblock pass on a timer, one belt per tracker on the
 //!   host), `release` (a dead worker's issues back), `state_file`, `journal`, `usage`,

@@ -89,7 +89,7 @@ impl World {
             pid,
             start: 1,
             id: "sup-1-slot-0-1".into(),
-            stalled: false,
+            outcome: afk_supervisor::ledger::Outcome::WorkerDied,
         };
         World {
             env,

@@ -158,3 +158,31 @@ fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
     );
     assert!(afk_supervisor::ledger::Outcome::Stalled.is_failure());
 }
+
+/// A worker stopped by a hard-kill shrink is the operator's doing, not the issue's failure:
+/// its issue is restored with `given-back` in the ledger, which never counts towards
+/// quarantine.
+#[test]
+fn a_hard_kill_shrinks_workers_attempt_ends_given_back_in_the_ledger() {
+    let mut f = fleet_with_issue();
+    f.start(&["--workers", "1"]);
+    let pid = claimer(&f);
+    assert_eq!(f.labels_of(1), ["running"]);
+    let out = f.run_cmd(&["scale", "0", "--shrink-mode", "hard-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
+    f.wait_events("slot.hard-kill", 1);
+    let restored = f.wait_events("slot.restore", 1);
+    assert_eq!(restored[0].issue, Some(1));
+    assert_eq!(restored[0].pid, Some(i64::from(pid)));
+    assert_eq!(f.labels_of(1), ["ready-for-agent"]);
+    assert!(!f.layout.claims().join("1").exists());
+    let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
+    let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [afk_supervisor::ledger::Outcome::GivenBack],
+        "{}",
+        f.dump()
+    );
+    assert!(!afk_supervisor::ledger::Outcome::GivenBack.is_failure());
+}

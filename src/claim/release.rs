@@ -17,8 +17,11 @@ pub struct DeadWorker {
     pub pid: i32,
     pub start: u64,
     pub id: String,
-    /// Killed by the supervisor for making no progress: its attempt ends `stalled`.
-    pub stalled: bool,
+    /// How its attempt ends in the issue's ledger once the issue is restored: `stalled`
+    /// when the supervisor killed it for making no progress, `given-back` when a hard-kill
+    /// shrink stopped it (the operator's action, not the issue's failure), else
+    /// `worker-died`.
+    pub outcome: crate::ledger::Outcome,
 }
 
 /// Issues whose claim dir names `w` (pid, and start when the claim recorded one).

@@ -57,7 +57,7 @@ pub enum State {
 
 /// What to do after a worker died (exit other than 0 and 78).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum AfterDeath {
     /// Respawn now. `fast` deaths are counted: `fast_in_window` of `k`.
     Respawn { fast: bool, fast_in_window: u32 },
     /// The K-th fast death in the window: park until the probe.
@@ -112,7 +112,7 @@ impl Circuit {
     }
 
     /// A worker started at `started` died at `now`.
-    pub fn on_death(&mut self, now: Instant, started: Instant) -> Verdict {
+    pub fn on_death(&mut self, now: Instant, started: Instant) -> AfterDeath {
         let lived = now.saturating_duration_since(started);
         let fast = lived < self.params.fast_death;
         if let State::HalfOpen { step, .. } = self.state {
@@ -124,7 +124,7 @@ impl Circuit {
                     step,
                     backoff,
                 };
-                return Verdict::Reparked {
+                return AfterDeath::Reparked {
                     lived,
                     backoff,
                     step,
@@ -134,7 +134,7 @@ impl Circuit {
             self.close();
         }
         if !fast {
-            return Verdict::Respawn {
+            return AfterDeath::Respawn {
                 fast: false,
                 fast_in_window: self.fast_in_window(now),
             };
@@ -149,13 +149,13 @@ impl Circuit {
                 step: 0,
                 backoff,
             };
-            return Verdict::Tripped {
+            return AfterDeath::Tripped {
                 fast_deaths: n,
                 backoff,
                 step: 0,
             };
         }
-        Verdict::Respawn {
+        AfterDeath::Respawn {
             fast: true,
             fast_in_window: n,
         }
@@ -258,21 +258,21 @@ mod tests {
         let mut c = Circuit::new(params());
         assert_eq!(
             c.on_death(t0 + s(1), t0),
-            Verdict::Respawn {
+            AfterDeath::Respawn {
                 fast: true,
                 fast_in_window: 1
             }
         );
         assert_eq!(
             c.on_death(t0 + s(2), t0 + s(1)),
-            Verdict::Respawn {
+            AfterDeath::Respawn {
                 fast: true,
                 fast_in_window: 2
             }
         );
         assert_eq!(
             c.on_death(t0 + s(3), t0 + s(2)),
-            Verdict::Tripped {
+            AfterDeath::Tripped {
                 fast_deaths: 3,
                 backoff: s(60),
                 step: 0
@@ -292,7 +292,7 @@ mod tests {
         // A slow death respawns and does not count.
         assert_eq!(
             c.on_death(t0 + s(100), t0 + s(2)),
-            Verdict::Respawn {
+            AfterDeath::Respawn {
                 fast: false,
                 fast_in_window: 0
             }
@@ -300,7 +300,7 @@ mod tests {
         // The first two fell out of the window.
         assert_eq!(
             c.on_death(t0 + s(101), t0 + s(100)),
-            Verdict::Respawn {
+            AfterDeath::Respawn {
                 fast: true,
                 fast_in_window: 1
             }
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(c.check_probe(probe + s(10)), None);
         assert_eq!(
             c.on_death(probe + s(5), probe),
-            Verdict::Reparked {
+            AfterDeath::Reparked {
                 lived: s(5),
                 backoff: s(120),
                 step: 1
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(c.start_probe(probe2), Some((s(120), 1)));
         assert!(matches!(
             c.on_death(probe2 + s(1), probe2),
-            Verdict::Reparked { step: 2, .. }
+            AfterDeath::Reparked { step: 2, .. }
         ));
     }
 
@@ -353,7 +353,7 @@ mod tests {
         c.on_death(t1 + s(1), t1 + s(1));
         assert!(matches!(
             c.on_death(t1 + s(2), t1 + s(2)),
-            Verdict::Tripped { step: 0, .. }
+            AfterDeath::Tripped { step: 0, .. }
         ));
     }
 
@@ -368,7 +368,7 @@ mod tests {
         c.start_probe(probe);
         assert_eq!(
             c.on_death(probe + s(31), probe),
-            Verdict::Respawn {
+            AfterDeath::Respawn {
                 fast: false,
                 fast_in_window: 0
             }
@@ -380,7 +380,7 @@ mod tests {
     fn clean_exit_of_a_probe_closes() {
         let t0 = Instant::now();
         let mut c = Circuit::new(Params { k: 1, ..params() });
-        assert!(matches!(c.on_death(t0, t0), Verdict::Tripped { .. }));
+        assert!(matches!(c.on_death(t0, t0), AfterDeath::Tripped { .. }));
         assert!(!c.on_clean_exit());
         c.start_probe(t0 + s(60));
         assert!(c.on_clean_exit());

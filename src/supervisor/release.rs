@@ -46,11 +46,7 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         // another checkout holds by its claim marks is not ours to give back.
         let mut elsewhere = None;
         if restore {
-            let outcome = match w.stalled {
-                true => crate::ledger::Outcome::Stalled,
-                false => crate::ledger::Outcome::WorkerDied,
-            };
-            match transition::restore_as(tracker, layout, n, None, &mut 0, outcome) {
+            match transition::restore_as(tracker, layout, n, None, &mut 0, w.outcome) {
                 Ok(transition::Restored::Done) => {}
                 Ok(transition::Restored::HeldElsewhere(h)) => {
                     restore = false;

@@ -226,7 +226,7 @@ async fn run_fleet(
                 kind::TRACKER_ERROR,
                 format!("tracker unavailable: {e}"),
             ));
-            Err(e.to_string())
+            Err(e)
         }
     };
 

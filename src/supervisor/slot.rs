@@ -17,6 +17,21 @@ pub enum KillReason {
     Stop,
 }
 
+impl KillReason {
+    /// How the attempt of a worker that ended holding a claim is recorded when its issue
+    /// is restored (`docs/SPEC.md` §11.10): a stall kill is the issue's failure; a hard-kill
+    /// shrink or a stop is the operator's action (given back, so it never counts towards
+    /// quarantine; a stop leaves its claims to the next boot's orphan cleanup anyway); an
+    /// end the supervisor did not ask for is a death.
+    pub fn attempt_outcome(kill: Option<KillReason>) -> crate::ledger::Outcome {
+        match kill {
+            Some(KillReason::Stall) => crate::ledger::Outcome::Stalled,
+            Some(KillReason::Shrink | KillReason::Stop) => crate::ledger::Outcome::GivenBack,
+            None => crate::ledger::Outcome::WorkerDied,
+        }
+    }
+}
+
 /// What a quick clean exit left to check: see [`Slot::unclaimable`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unclaimable {

@@ -108,21 +108,24 @@ pub fn progress_epoch(started_epoch: u64, log: &Path, attempt: Option<&Attempt>)
     started_epoch.max(log_t).max(live_t)
 }
 
+/// Where a worker stands against the stall thresholds: what [`progress`] decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Progress {
     Progressing,
     Stalled { idle_s: u64 },
     Kill { idle_s: u64 },
 }
 
-pub fn judge(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) -> Verdict {
+/// How long since the newest sign of life, measured against `stall_s` (flag it) and
+/// `kill_s` (end its group).
+pub fn progress(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) -> Progress {
     let idle_s = now_epoch.saturating_sub(progress_epoch);
     if idle_s >= kill_s {
-        Verdict::Kill { idle_s }
+        Progress::Kill { idle_s }
     } else if idle_s >= stall_s {
-        Verdict::Stalled { idle_s }
+        Progress::Stalled { idle_s }
     } else {
-        Verdict::Progressing
+        Progress::Progressing
     }
 }
 
@@ -132,15 +135,18 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn judge_thresholds() {
-        assert_eq!(judge(1000, 1000, 600, 1800), Verdict::Progressing);
-        assert_eq!(judge(1599, 1000, 600, 1800), Verdict::Progressing);
+    fn progress_thresholds() {
+        assert_eq!(progress(1000, 1000, 600, 1800), Progress::Progressing);
+        assert_eq!(progress(1599, 1000, 600, 1800), Progress::Progressing);
         assert_eq!(
-            judge(1600, 1000, 600, 1800),
-            Verdict::Stalled { idle_s: 600 }
+            progress(1600, 1000, 600, 1800),
+            Progress::Stalled { idle_s: 600 }
         );
-        assert_eq!(judge(2800, 1000, 600, 1800), Verdict::Kill { idle_s: 1800 });
-        assert_eq!(judge(10, 1000, 600, 1800), Verdict::Progressing);
+        assert_eq!(
+            progress(2800, 1000, 600, 1800),
+            Progress::Kill { idle_s: 1800 }
+        );
+        assert_eq!(progress(10, 1000, 600, 1800), Progress::Progressing);
     }
 
     #[test]

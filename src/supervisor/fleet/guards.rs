@@ -6,65 +6,31 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::supervisor::fleet_circuit::{self, ProbeEnd};
 
-impl Fleet {
-    // ---- the rate-limit pause ----
+/// What holds every slot back at once: the rate-limit pause in force and the fleet-wide
+/// circuit with what it reports. One part because a spawn, a slot's probe and a wake-up all
+/// ask the same question of both: may the fleet start anything now?
+pub(super) struct Guards {
+    /// The fleet-wide rate-limit pause in force and when it ends (`crate::pause`).
+    pub(super) paused: Option<(crate::pause::Pause, Instant)>,
+    /// The last unreadable pause file reported.
+    pub(super) pause_file_error: Option<crate::pause::PauseFileError>,
+    /// The fleet-wide circuit (`fleet_circuit`).
+    pub(super) fleet_circuit: fleet_circuit::FleetCircuit,
+    /// Each slot's last exit and log, for the fleet circuit's reason.
+    pub(super) last_exits: BTreeMap<usize, (String, std::path::PathBuf)>,
+}
 
-    /// A queue check found the pause file in force: the fleet holds every spawn, wake-up
-    /// and queue check until its end. Logged once per pause; a longer one found later
-    /// only moves the resume time.
-    pub fn on_paused(&mut self, p: crate::pause::Pause, now: Instant) {
-        self.queue_inflight = false;
-        self.queue_again = false;
-        let left = Duration::from_secs(p.until_epoch.saturating_sub(now_epoch()));
-        let resume_at = crate::timeutil::deadline(now, left);
-        match &mut self.paused {
-            Some((cur, at)) => {
-                if p.until_epoch > cur.until_epoch {
-                    *cur = p;
-                    *at = resume_at;
-                    self.dirty = true;
-                }
-            }
-            None => {
-                let msg = format!(
-                    "fleet paused {}: no claims, queue checks, sweep writes or belts until then",
-                    p.describe()
-                );
-                self.log(Event::now(kind::FLEET_PAUSED, msg));
-                self.unidle_backlog = (0, self.unidle_backlog.1);
-                self.paused = Some((p, resume_at));
-            }
+impl Guards {
+    pub(super) fn new(fleet_circuit_fraction: crate::config::Fraction) -> Self {
+        Guards {
+            paused: None,
+            pause_file_error: None,
+            fleet_circuit: fleet_circuit::FleetCircuit::new(fleet_circuit_fraction),
+            last_exits: BTreeMap::new(),
         }
     }
 
-    /// The pause file could not be read; it pauses nothing. Reported once.
-    pub fn on_pause_file(&mut self, e: String) {
-        if self.pause_file_error.as_deref() != Some(e.as_str()) {
-            self.log(Event::now(kind::ERROR, format!("{e}; it pauses nothing")));
-            self.pause_file_error = Some(e);
-        }
-    }
-
-    pub fn on_quarantined(&mut self, n: u64) {
-        self.dirty |= self.quarantined != Some(n);
-        self.quarantined = Some(n);
-    }
-
-    /// The reset has passed: the fleet resumes by itself, and the queue check that
-    /// follows wakes the idle slots (or finds a newer pause).
-    pub(super) fn resume_if_due(&mut self, now: Instant) {
-        let Some((p, at)) = &self.paused else {
-            return;
-        };
-        if now < *at {
-            return;
-        }
-        let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
-        self.paused = None;
-        self.log(Event::now(kind::FLEET_RESUMED, msg));
-        self.request_queue();
-    }
-
+    /// When the pause in force ends.
     pub(super) fn pause_deadline(&self) -> Option<Instant> {
         self.paused.as_ref().map(|(_, at)| *at)
     }
@@ -76,8 +42,78 @@ impl Fleet {
         })
     }
 
-    pub(super) fn quarantined_count(&self) -> Option<u64> {
-        self.quarantined
+    /// When the fleet circuit next needs the loop; a pause holds its probe (not one that
+    /// already runs).
+    pub(super) fn fleet_circuit_deadline(&self, params: &circuit::Params) -> Option<Instant> {
+        if self.paused.is_some()
+            && !matches!(
+                self.fleet_circuit.state(),
+                fleet_circuit::State::Probing { .. }
+            )
+        {
+            return None;
+        }
+        self.fleet_circuit.next_deadline(params)
+    }
+
+    /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
+    pub(super) fn slot_probes_held(&self) -> bool {
+        self.paused.is_some() || self.fleet_circuit.is_open()
+    }
+}
+
+impl Fleet {
+    // ---- the rate-limit pause ----
+
+    /// A queue check found the pause file in force: the fleet holds every spawn, wake-up
+    /// and queue check until its end. Logged once per pause; a longer one found later
+    /// only moves the resume time.
+    pub fn on_paused(&mut self, p: crate::pause::Pause, now: Instant) {
+        self.view.queue_inflight = false;
+        self.view.queue_again = false;
+        let left = Duration::from_secs(p.until_epoch.saturating_sub(now_epoch()));
+        let resume_at = crate::timeutil::deadline(now, left);
+        match &mut self.guards.paused {
+            Some((cur, at)) => {
+                if p.until_epoch > cur.until_epoch {
+                    *cur = p;
+                    *at = resume_at;
+                    self.record.dirty = true;
+                }
+            }
+            None => {
+                let msg = format!(
+                    "fleet paused {}: no claims, queue checks, sweep writes or belts until then",
+                    p.describe()
+                );
+                self.log(Event::now(kind::FLEET_PAUSED, msg));
+                self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
+                self.guards.paused = Some((p, resume_at));
+            }
+        }
+    }
+
+    /// The pause file could not be read; it pauses nothing. Reported once.
+    pub fn on_pause_file(&mut self, e: crate::pause::PauseFileError) {
+        if self.guards.pause_file_error.as_ref() != Some(&e) {
+            self.log(Event::now(kind::ERROR, format!("{e}; it pauses nothing")));
+            self.guards.pause_file_error = Some(e);
+        }
+    }
+
+    /// The reset has passed: the fleet resumes by itself, and the queue check that
+    /// follows wakes the idle slots (or finds a newer pause).
+    pub(super) fn resume_if_due(&mut self, now: Instant) {
+        let Some((p, at)) = &self.guards.paused else {
+            return;
+        };
+        if now < *at {
+            return;
+        }
+        let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
+        self.guards.paused = None;
+        self.log(Event::now(kind::FLEET_RESUMED, msg));
+        self.request_queue();
     }
 
     // ---- the fleet-wide circuit ----
@@ -85,17 +121,19 @@ impl Fleet {
     /// Slot `idx`'s own circuit tripped: maybe the fleet's opens.
     pub(super) fn note_slot_trip(&mut self, idx: usize, now: Instant) {
         let exits: BTreeMap<usize, String> = self
+            .guards
             .last_exits
             .iter()
             .map(|(s, (e, _))| (*s, e.clone()))
             .collect();
-        let log = self.last_exits.get(&idx).map(|(_, l)| l.clone());
-        let (target, params) = (self.target, self.params);
-        let Some(tripped) = self
-            .fleet_circuit
-            .on_slot_trip(idx, now, target, &params, || {
-                fleet_circuit::reason(&exits, log.as_deref())
-            })
+        let log = self.guards.last_exits.get(&idx).map(|(_, l)| l.clone());
+        let (target, params) = (self.pool.target, self.pool.params);
+        let Some(tripped) =
+            self.guards
+                .fleet_circuit
+                .on_slot_trip(idx, now, target, &params, || {
+                    fleet_circuit::reason(&exits, log.as_deref())
+                })
         else {
             return;
         };
@@ -104,10 +142,10 @@ impl Fleet {
              the fleet is parked and one slot probes in {}s: {}",
             self.timing.circuit_window_s,
             params.backoff(0).as_secs(),
-            self.fleet_circuit.reason()
+            self.guards.fleet_circuit.reason()
         );
         self.log(Event::now(kind::FLEET_CIRCUIT_OPEN, msg));
-        self.unidle_backlog = (0, self.unidle_backlog.1);
+        self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
     }
 
     /// The fleet's probe in slot `idx` ended (`clean`: exit 0). When that closes the
@@ -120,10 +158,10 @@ impl Fleet {
         respawn: bool,
         now: Instant,
     ) -> bool {
-        let params = self.params;
-        match self.fleet_circuit.on_probe_end(now, clean, &params) {
+        let params = self.pool.params;
+        match self.guards.fleet_circuit.on_probe_end(now, clean, &params) {
             Some(ProbeEnd::Closed { lived }) => {
-                if respawn && let Some(slot) = self.slots.get_mut(&idx) {
+                if respawn && let Some(slot) = self.pool.slots.get_mut(&idx) {
                     slot.phase = Phase::CircuitOpen;
                 }
                 self.close_fleet_circuit(idx, lived, now);
@@ -134,7 +172,7 @@ impl Fleet {
                 backoff,
                 step,
             }) => {
-                if let Some(slot) = self.slots.get_mut(&idx) {
+                if let Some(slot) = self.pool.slots.get_mut(&idx) {
                     slot.phase = Phase::CircuitOpen;
                 }
                 let msg = format!(
@@ -156,10 +194,10 @@ impl Fleet {
         );
         self.log(Event::now(kind::FLEET_CIRCUIT_CLOSED, msg).slot(idx));
         let mut parked = Vec::new();
-        for slot in self.slots.values_mut() {
+        for slot in self.pool.slots.values_mut() {
             slot.circuit.reset();
             if matches!(slot.phase, Phase::CircuitOpen)
-                && slot.index < self.target
+                && slot.index < self.pool.target
                 && !slot.retiring
             {
                 slot.phase = Phase::Idle { confirmed: false };
@@ -174,21 +212,23 @@ impl Fleet {
 
     /// Starts the single probe when due, and closes the circuit once it lived long enough.
     pub(super) fn fleet_circuit_due(&mut self, now: Instant) {
-        let params = self.params;
-        let probing = self.fleet_circuit.probe_slot();
-        if let Some(ProbeEnd::Closed { lived }) = self.fleet_circuit.check_probe(now, &params)
+        let params = self.pool.params;
+        let probing = self.guards.fleet_circuit.probe_slot();
+        if let Some(ProbeEnd::Closed { lived }) =
+            self.guards.fleet_circuit.check_probe(now, &params)
             && let Some(idx) = probing
         {
             self.close_fleet_circuit(idx, lived, now);
         }
-        if self.paused.is_some() || !self.fleet_circuit.probe_due(now) {
+        if self.guards.paused.is_some() || !self.guards.fleet_circuit.probe_due(now) {
             return;
         }
         let candidate = self
+            .pool
             .slots
             .values()
             .find(|s| {
-                s.index < self.target
+                s.index < self.pool.target
                     && !s.retiring
                     && s.worker().is_none()
                     && !matches!(s.phase, Phase::Fatal)
@@ -196,13 +236,13 @@ impl Fleet {
             .map(|s| s.index);
         let Some(idx) = candidate else {
             // Every slot is busy or parked for good: the same step, one backoff later.
-            self.fleet_circuit.postpone(now);
+            self.guards.fleet_circuit.postpone(now);
             return;
         };
-        let Some((backoff, step)) = self.fleet_circuit.start_probe(idx, now) else {
+        let Some((backoff, step)) = self.guards.fleet_circuit.start_probe(idx, now) else {
             return;
         };
-        if let Some(slot) = self.slots.get_mut(&idx) {
+        if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.phase = Phase::Idle { confirmed: true };
         }
         let msg = format!(
@@ -211,22 +251,5 @@ impl Fleet {
         );
         self.log(Event::now(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
         self.spawn_in(idx, now);
-    }
-
-    pub(super) fn fleet_circuit_deadline(&self) -> Option<Instant> {
-        if self.paused.is_some()
-            && !matches!(
-                self.fleet_circuit.state(),
-                fleet_circuit::State::Probing { .. }
-            )
-        {
-            return None;
-        }
-        self.fleet_circuit.next_deadline(&self.params)
-    }
-
-    /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
-    pub(super) fn slot_probes_held(&self) -> bool {
-        self.paused.is_some() || self.fleet_circuit.is_open()
     }
 }

@@ -11,18 +11,18 @@ impl Fleet {
     /// once per distinct content and otherwise ignored.
     pub fn apply_resize(&mut self, now: Instant) {
         match resize::read(&self.layout.resize_file()) {
-            Found::None => self.resize_reported = None,
+            Found::None => self.record.resize_reported = None,
             Found::Corrupt { raw, why } => {
                 // Keyed by content and cause: one line per distinct corruption.
                 let key = format!("{why}\u{0}{raw}");
-                if self.resize_reported.as_deref() != Some(key.as_str()) {
+                if self.record.resize_reported.as_deref() != Some(key.as_str()) {
                     let msg = format!(
                         "{}: {why}; directive ignored, target stays {}",
                         self.layout.resize_file().display(),
-                        self.target
+                        self.pool.target
                     );
                     self.log(Event::now(kind::ERROR, msg));
-                    self.resize_reported = Some(key);
+                    self.record.resize_reported = Some(key);
                 }
             }
             Found::Directive(Resize {
@@ -30,25 +30,25 @@ impl Fleet {
                 shrink_mode,
                 runner,
             }) => {
-                self.resize_reported = None;
+                self.record.resize_reported = None;
                 if let Some(r) = runner
-                    && r != self.runner
+                    && r != self.launch.runner
                 {
                     self.log(Event::now(
                         kind::RESIZE,
                         format!(
                             "runner {} -> {r} for workers spawned from now on",
-                            self.runner
+                            self.launch.runner
                         ),
                     ));
-                    self.runner = r;
+                    self.launch.runner = r;
                 }
-                if (target, shrink_mode) != (self.target, self.shrink_mode) {
+                if (target, shrink_mode) != (self.pool.target, self.pool.shrink_mode) {
                     self.log(Event::now(
                         kind::RESIZE,
                         format!(
                             "resize: target {} -> {target} (shrink-mode={shrink_mode})",
-                            self.target
+                            self.pool.target
                         ),
                     ));
                 }
@@ -60,9 +60,10 @@ impl Fleet {
     /// Converges on `target`: slots below it exist (a retiring one is kept instead of a new
     /// spawn), slots at or above it drain or are killed.
     pub(super) fn reconcile(&mut self, target: usize, mode: ShrinkMode, now: Instant) {
-        self.target = target;
-        self.shrink_mode = mode;
+        self.pool.target = target;
+        self.pool.shrink_mode = mode;
         for idx in self
+            .pool
             .slots
             .keys()
             .copied()
@@ -72,7 +73,7 @@ impl Fleet {
             self.shrink_slot(idx, mode, now);
         }
         for idx in 0..target {
-            match self.slots.get_mut(&idx) {
+            match self.pool.slots.get_mut(&idx) {
                 Some(s) if s.retiring && s.worker().is_some_and(|w| w.kill.is_none()) => {
                     self.unretire(idx);
                 }
@@ -84,7 +85,7 @@ impl Fleet {
 
     fn shrink_slot(&mut self, idx: usize, mode: ShrinkMode, now: Instant) {
         let retire_file = self.layout.retire_file(idx);
-        let Some(slot) = self.slots.get_mut(&idx) else {
+        let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
         };
         let was_retiring = slot.retiring;
@@ -100,9 +101,10 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                let group = self.children.group_for(w.pidfd.as_ref());
-                self.reaper
-                    .terminate(&mut *self.children, pid, group, own, false, now);
+                let group = self.procs.children.group_for(w.pidfd.as_ref());
+                self.procs
+                    .reaper
+                    .terminate(&mut *self.procs.children, pid, group, own, false, now);
                 self.log(
                     Event::now(
                         kind::HARD_KILL,
@@ -134,16 +136,16 @@ impl Fleet {
     }
 
     pub(super) fn retire_slot(&mut self, idx: usize) {
-        if let Some(slot) = self.slots.remove(&idx) {
+        if let Some(slot) = self.pool.slots.remove(&idx) {
             let _ = remove_file_if_exists(&self.layout.retire_file(idx));
-            self.retired.insert(idx, slot);
+            self.pool.retired.insert(idx, slot);
             self.log(Event::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
         }
     }
 
     /// A slot whose worker was being retired is within the target again.
     pub(super) fn unretire(&mut self, idx: usize) {
-        if let Some(s) = self.slots.get_mut(&idx) {
+        if let Some(s) = self.pool.slots.get_mut(&idx) {
             s.retiring = false;
             let _ = remove_file_if_exists(&self.layout.retire_file(idx));
             self.log(
@@ -159,15 +161,17 @@ impl Fleet {
     /// Creates slot `idx` again: a slot retired earlier comes back with its circuit, and a
     /// parked one (exit 78 or an open circuit) stays parked instead of starting afresh.
     fn regrow(&mut self, idx: usize, now: Instant) {
-        let Some(mut slot) = self.retired.remove(&idx) else {
-            self.slots.insert(idx, Slot::new(idx, self.params));
+        let Some(mut slot) = self.pool.retired.remove(&idx) else {
+            self.pool
+                .slots
+                .insert(idx, Slot::new(idx, self.pool.params));
             self.spawn_in(idx, now);
             return;
         };
         slot.retiring = false;
         slot.unclaimable = None;
         if slot.is_parked() {
-            self.slots.insert(idx, slot);
+            self.pool.slots.insert(idx, slot);
             self.log(
                 Event::now(
                     kind::PARKED,
@@ -178,7 +182,7 @@ impl Fleet {
             return;
         }
         slot.phase = Phase::Idle { confirmed: false };
-        self.slots.insert(idx, slot);
+        self.pool.slots.insert(idx, slot);
         self.spawn_in(idx, now);
     }
 }

@@ -18,7 +18,7 @@ impl Fleet {
                 kind::STOP,
                 format!("{why} again: killing every remaining worker group now"),
             ));
-            self.reaper.kill_all_now(now);
+            self.procs.reaper.kill_all_now(now);
             return;
         }
         let grace = Duration::from_secs(self.timing.stop_grace_s);
@@ -33,6 +33,7 @@ impl Fleet {
             ),
         });
         let live: Vec<(i32, Group, bool)> = self
+            .pool
             .slots
             .values_mut()
             .filter_map(|s| s.worker_mut())
@@ -40,7 +41,7 @@ impl Fleet {
                 w.kill = Some(KillReason::Stop);
                 (
                     w.pid,
-                    self.children.group_for(w.pidfd.as_ref()),
+                    self.procs.children.group_for(w.pidfd.as_ref()),
                     w.own_child,
                 )
             })
@@ -50,15 +51,17 @@ impl Fleet {
             format!("stopping fleet ({why}): {} workers", live.len()),
         ));
         for (pid, group, own) in live {
-            self.reaper
-                .terminate(&mut *self.children, pid, group, own, false, now);
+            self.procs
+                .reaper
+                .terminate(&mut *self.procs.children, pid, group, own, false, now);
         }
     }
 
     /// Every worker ended, every group is empty, and no descendant that escaped its
     /// group (`setsid`) is left among our children. Drives the escaped ones' termination.
     pub fn stop_complete(&mut self, now: Instant) -> bool {
-        if !(self.slots.values().all(|s| s.worker().is_none()) && self.reaper.is_empty()) {
+        if !(self.pool.slots.values().all(|s| s.worker().is_none()) && self.procs.reaper.is_empty())
+        {
             return false;
         }
         self.sweep_strays(now)
@@ -73,8 +76,8 @@ impl Fleet {
             return true;
         }
         let grace = Duration::from_secs(self.timing.stop_grace_s);
-        let first = self.strays_since.is_none();
-        let since = *self.strays_since.get_or_insert(now);
+        let first = self.procs.strays_since.is_none();
+        let since = *self.procs.strays_since.get_or_insert(now);
         if first {
             let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
             self.log(Event::now(
@@ -91,7 +94,7 @@ impl Fleet {
             Signal::SIGTERM
         };
         for p in &strays {
-            self.children.signal_stray(p, sig);
+            self.procs.children.signal_stray(p, sig);
         }
         false
     }
@@ -102,16 +105,19 @@ impl Fleet {
     /// their escaped descendants went to init when the previous supervisor died.
     fn strays(&mut self) -> Vec<process::Proc> {
         let keep = self.covered();
-        self.children.strays(&keep, &self.layout.supervisor_lane())
+        self.procs
+            .children
+            .strays(&keep, &self.layout.supervisor_lane())
     }
 
     /// Processes a stray search must leave alone: every worker (own or adopted, running
     /// or its group still being cleaned up) and our unwatched children.
     fn covered(&self) -> HashSet<i32> {
         let mut keep = self.kept_children();
-        keep.extend(self.reaper.leaders());
+        keep.extend(self.procs.reaper.leaders());
         keep.extend(
-            self.slots
+            self.pool
+                .slots
                 .values()
                 .filter_map(|s| s.worker().map(|w| w.pid)),
         );
@@ -124,19 +130,19 @@ impl Fleet {
     /// wait here and the next tick searches once for all of them ([`Self::search_strays`]).
     pub(super) fn clean_after(&mut self, done: &[Done], now: Instant) {
         for d in done {
-            if let Some(ended) = self.ended.remove(&d.leader) {
-                self.stray_search.push((d.leader, ended.0, ended.1));
+            if let Some(ended) = self.procs.ended.remove(&d.leader) {
+                self.procs.stray_search.push((d.leader, ended.0, ended.1));
             }
         }
-        let kills = std::mem::take(&mut self.stray_kills);
+        let kills = std::mem::take(&mut self.procs.stray_kills);
         for (p, kill_at) in kills {
-            if !self.children.is_live(p.pid, p.start) {
+            if !self.procs.children.is_live(p.pid, p.start) {
                 continue;
             }
             if now < kill_at {
-                self.stray_kills.push((p, kill_at));
+                self.procs.stray_kills.push((p, kill_at));
             } else {
-                self.children.signal_stray(&p, Signal::SIGKILL);
+                self.procs.children.signal_stray(&p, Signal::SIGKILL);
             }
         }
     }
@@ -146,13 +152,14 @@ impl Fleet {
     /// reparented to us; an adopted worker's went elsewhere, so the fleet is looked for by
     /// its environment across the table.
     pub(super) fn search_strays(&mut self, now: Instant) {
-        let pending = std::mem::take(&mut self.stray_search);
+        let pending = std::mem::take(&mut self.procs.stray_search);
         if pending.is_empty() {
             return;
         }
         let keep = self.covered();
         let ended: Vec<(String, bool)> = pending.iter().map(|p| (p.1.clone(), p.2)).collect();
         let found = self
+            .procs
             .children
             .escapees(&ended, &keep, &self.layout.supervisor_lane());
         let grace = Duration::from_secs(self.timing.stop_grace_s);
@@ -174,23 +181,21 @@ impl Fleet {
                 .pid(leader),
             );
             for p in strays {
-                self.children.signal_stray(&p, Signal::SIGTERM);
-                self.stray_kills
+                self.procs.children.signal_stray(&p, Signal::SIGTERM);
+                self.procs
+                    .stray_kills
                     .push((p, crate::timeutil::deadline(now, grace)));
             }
         }
     }
 
-    pub(super) fn next_stray_kill(&self) -> Option<Instant> {
-        self.stray_kills.iter().map(|k| k.1).min()
-    }
-
     /// Our children that are workers (never treated as strays).
     pub(super) fn kept_children(&self) -> HashSet<i32> {
-        self.slots
+        self.pool
+            .slots
             .values()
             .filter_map(|s| s.worker().filter(|w| w.own_child).map(|w| w.pid))
-            .chain(self.unwatched.iter().map(|(p, _)| *p))
+            .chain(self.procs.unwatched.iter().map(|(p, _)| *p))
             .collect()
     }
 
@@ -198,10 +203,11 @@ impl Fleet {
     pub fn leftovers(&mut self) -> Vec<i32> {
         let strays: Vec<i32> = self.strays().into_iter().map(|p| p.pid).collect();
         let mut left: Vec<i32> = self
+            .pool
             .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
-            .chain(self.reaper.leaders())
+            .chain(self.procs.reaper.leaders())
             .chain(strays)
             .collect();
         left.sort_unstable();

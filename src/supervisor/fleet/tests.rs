@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 // ---- the state machine through a test double: no processes, injected time ----
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use nix::sys::signal::Signal;
@@ -189,6 +189,7 @@ impl Bench {
     }
     fn pid_in(&self, slot: usize) -> Option<i32> {
         self.fleet
+            .pool
             .slots
             .get(&slot)
             .and_then(|s| s.worker().map(|w| w.pid))
@@ -202,7 +203,7 @@ impl Bench {
         self.fleet.service(now);
     }
     fn phase(&self, slot: usize) -> String {
-        self.fleet.slots[&slot].state_word().to_string()
+        self.fleet.pool.slots[&slot].state_word().to_string()
     }
     fn kinds(&self) -> Vec<String> {
         crate::toonl::read_events(&self.layout.event_log())
@@ -293,11 +294,11 @@ fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
     }));
     b.fleet.own_child_ended(surplus, 1, b.at(5.1));
     b.fleet.service(b.at(5.2));
-    assert_eq!(b.fleet.slots.len(), 2, "slot 2 retired");
+    assert_eq!(b.fleet.pool.slots.len(), 2, "slot 2 retired");
     assert_eq!(b.os.spawns(), 3, "a surplus is not replaced");
     b.fleet.reconcile(4, ShrinkMode::HardKill, b.at(6.0));
     assert_eq!(b.os.spawns(), 5);
-    assert_eq!(b.fleet.slots.len(), 4);
+    assert_eq!(b.fleet.pool.slots.len(), 4);
 }
 
 #[test]
@@ -362,7 +363,14 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     let pid = b.pid_in(0).unwrap();
     let long_ago = crate::timeutil::now_epoch() - 1000;
     let set_started = |b: &mut Bench, epoch: u64| {
-        let w = b.fleet.slots.get_mut(&0).unwrap().worker_mut().unwrap();
+        let w = b
+            .fleet
+            .pool
+            .slots
+            .get_mut(&0)
+            .unwrap()
+            .worker_mut()
+            .unwrap();
         w.started_epoch = epoch;
         w.cpu_moved_epoch = epoch;
     };

@@ -7,13 +7,30 @@ use super::*;
 /// How often, at most, the workers' CPU and memory are read (sooner when `stall_s` is short).
 const USAGE_EVERY: Duration = Duration::from_secs(60);
 
+/// When the periodic work is next due: the tick, and the workers' usage reading it does
+/// less often. One part because only the tick reads and moves them.
+pub(super) struct Timers {
+    pub(super) next_tick: Instant,
+    /// When the workers' CPU and memory were last read.
+    pub(super) usage_read_at: Option<Instant>,
+}
+
+impl Timers {
+    pub(super) fn new(now: Instant, tick_s: u64) -> Self {
+        Timers {
+            next_tick: crate::timeutil::deadline(now, Duration::from_secs(tick_s)),
+            usage_read_at: None,
+        }
+    }
+}
+
 impl Fleet {
     // ---- timers ----
 
     pub fn next_deadline(&self, now: Instant) -> Instant {
-        let mut d = self.next_tick;
-        let held = self.slot_probes_held();
-        for s in self.slots.values() {
+        let mut d = self.timers.next_tick;
+        let held = self.guards.slot_probes_held();
+        for s in self.pool.slots.values() {
             if held && matches!(s.phase, Phase::CircuitOpen) {
                 // Its probe waits for the pause or the fleet circuit, whose own
                 // deadlines wake the loop.
@@ -23,21 +40,24 @@ impl Fleet {
                 d = d.min(c);
             }
         }
-        for g in [self.pause_deadline(), self.fleet_circuit_deadline()]
-            .into_iter()
-            .flatten()
+        for g in [
+            self.guards.pause_deadline(),
+            self.guards.fleet_circuit_deadline(&self.pool.params),
+        ]
+        .into_iter()
+        .flatten()
         {
             d = d.min(g);
         }
-        if let Some(r) = self.reaper.next_deadline() {
+        if let Some(r) = self.procs.reaper.next_deadline() {
             d = d.min(r);
         }
-        if let Some(k) = self.next_stray_kill() {
+        if let Some(k) = self.procs.next_stray_kill() {
             d = d.min(k);
         }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
-        } else if self.unidle_backlog.0 > 0 {
+        } else if self.view.unidle_backlog.0 > 0 {
             d = d.min(now + UNIDLE_EVERY);
         }
         d.max(now)
@@ -45,12 +65,12 @@ impl Fleet {
 
     /// Runs whatever is due: group cleanup, circuit probes, the tick.
     pub fn service(&mut self, now: Instant) {
-        let done = self.reaper.poll(&mut *self.children, now);
+        let done = self.procs.reaper.poll(&mut *self.procs.children, now);
         for d in &done {
             tracing::debug!(leader = d.leader, killed = d.killed, "worker group gone");
         }
         if self.stopping.is_some() {
-            self.pending_release.clear();
+            self.procs.pending_release.clear();
             return;
         }
         self.clean_after(&done, now);
@@ -59,18 +79,18 @@ impl Fleet {
         self.wake_backlog(now);
         self.fleet_circuit_due(now);
         self.circuits(now);
-        if now >= self.next_tick {
-            self.next_tick =
+        if now >= self.timers.next_tick {
+            self.timers.next_tick =
                 crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
             self.tick(now);
         }
     }
 
     fn circuits(&mut self, now: Instant) {
-        let held = self.slot_probes_held();
-        let idxs: Vec<usize> = self.slots.keys().copied().collect();
+        let held = self.guards.slot_probes_held();
+        let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
         for idx in idxs {
-            let Some(slot) = self.slots.get_mut(&idx) else {
+            let Some(slot) = self.pool.slots.get_mut(&idx) else {
                 continue;
             };
             match slot.phase {
@@ -101,13 +121,13 @@ impl Fleet {
                 self.begin_stop(0, "stop file", now);
                 return;
             }
-            Ok(false) => self.stop_file_reported = None,
+            Ok(false) => self.record.stop_file_reported = None,
             // Not a stop request: reported once, then ignored.
             Err(e) => {
                 let msg = format!("{}: {e}; not a stop request, ignored", stop_file.display());
-                if self.stop_file_reported.as_deref() != Some(msg.as_str()) {
+                if self.record.stop_file_reported.as_deref() != Some(msg.as_str()) {
                     self.log(Event::now(kind::ERROR, msg.clone()));
-                    self.stop_file_reported = Some(msg);
+                    self.record.stop_file_reported = Some(msg);
                 }
             }
         }
@@ -119,21 +139,20 @@ impl Fleet {
         self.reap_orphans();
         let snap = self.snapshot(now);
         self.write_state(&snap);
-        self.dirty = false;
+        self.record.dirty = false;
+        let (deaths, respawned) = self.churn.take_tick();
         let counts = TickCounts {
             slots: snap.slots.total,
-            respawned: self.tick_respawns,
-            deaths: self.tick_deaths,
+            respawned,
+            deaths,
             parked: snap.slots.parked,
-            idle_parked: self.slots.values().filter(|s| s.is_idle()).count(),
-            ready: self.ready.unwrap_or(0),
+            idle_parked: self.pool.slots.values().filter(|s| s.is_idle()).count(),
+            ready: self.view.ready.unwrap_or(0),
             busy: snap.slots.busy,
             free: snap.slots.free,
         };
-        self.tick_deaths = 0;
-        self.tick_respawns = 0;
         let line = texts::tick(&counts);
-        self.tick_line = Some(line.clone());
+        self.record.tick_line = Some(line.clone());
         self.log(Event::now(kind::TICK, line));
     }
 
@@ -149,13 +168,15 @@ impl Fleet {
         // `stall_s`.
         let every = USAGE_EVERY.min(Duration::from_secs((self.timing.stall_s / 4).max(1)));
         if self
+            .timers
             .usage_read_at
             .is_some_and(|t| now.saturating_duration_since(t) < every)
         {
             return;
         }
-        let previous_read = self.usage_read_at.replace(now);
+        let previous_read = self.timers.usage_read_at.replace(now);
         let leaders: Vec<i32> = self
+            .pool
             .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
@@ -163,9 +184,9 @@ impl Fleet {
         if leaders.is_empty() {
             return;
         }
-        let usage = self.children.usage(&leaders);
+        let usage = self.procs.children.usage(&leaders);
         let now_e = now_epoch();
-        for slot in self.slots.values_mut() {
+        for slot in self.pool.slots.values_mut() {
             let Phase::Running(w) = &mut slot.phase else {
                 continue;
             };
@@ -184,9 +205,9 @@ impl Fleet {
         self.measure_workers(now);
         let now_e = now_epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
-        let idxs: Vec<usize> = self.slots.keys().copied().collect();
+        let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
         for idx in idxs {
-            let Some(slot) = self.slots.get_mut(&idx) else {
+            let Some(slot) = self.pool.slots.get_mut(&idx) else {
                 continue;
             };
             let Phase::Running(w) = &mut slot.phase else {
@@ -197,7 +218,7 @@ impl Fleet {
             note_title(&mut slot.shown, attempt.as_ref());
             w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref())
                 .max(w.cpu_moved_epoch);
-            self.last_progress_epoch = self.last_progress_epoch.max(w.progress_epoch);
+            self.record.last_progress_epoch = self.record.last_progress_epoch.max(w.progress_epoch);
             if w.kill.is_some() {
                 continue;
             }
@@ -205,13 +226,19 @@ impl Fleet {
                 w.pid,
                 w.own_child,
                 w.id.clone(),
-                self.children.group_for(w.pidfd.as_ref()),
+                self.procs.children.group_for(w.pidfd.as_ref()),
             );
-            let ev = match stall::judge(now_e, w.progress_epoch, stall_s, kill_s) {
-                stall::Verdict::Kill { idle_s } => {
+            let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
+                stall::Progress::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
-                    self.reaper
-                        .terminate(&mut *self.children, pid, group, own, false, now);
+                    self.procs.reaper.terminate(
+                        &mut *self.procs.children,
+                        pid,
+                        group,
+                        own,
+                        false,
+                        now,
+                    );
                     Event::now(
                         kind::STALL_KILL,
                         format!(
@@ -219,14 +246,14 @@ impl Fleet {
                         ),
                     )
                 }
-                stall::Verdict::Stalled { idle_s } if !w.stalled => {
+                stall::Progress::Stalled { idle_s } if !w.stalled => {
                     w.stalled = true;
                     Event::now(
                         kind::STALLED,
                         format!("worker {id} stalled: no progress for {idle_s}s"),
                     )
                 }
-                stall::Verdict::Progressing if w.stalled => {
+                stall::Progress::Progressing if w.stalled => {
                     w.stalled = false;
                     Event::now(kind::PROGRESS, format!("worker {id} progressing again"))
                 }
@@ -234,116 +261,6 @@ impl Fleet {
             };
             self.log(ev.slot(idx).pid(pid));
         }
-    }
-
-    // ---- the heartbeat ----
-
-    pub fn snapshot(&mut self, now: Instant) -> StateFile {
-        let window = Duration::from_secs(self.timing.circuit_window_s);
-        for q in [&mut self.churn_deaths, &mut self.churn_respawns] {
-            while q
-                .front()
-                .is_some_and(|t| now.saturating_duration_since(*t) > window)
-            {
-                q.pop_front();
-            }
-        }
-        let busy = self.slots.values().filter(|s| s.worker().is_some()).count();
-        let parked = self.slots.values().filter(|s| s.is_parked()).count();
-        let total = self.slots.len();
-        let sys_now = SystemTime::now();
-        StateFile {
-            ts: now_rfc3339_millis(),
-            epoch: epoch_secs(sys_now),
-            pid: self.me.0,
-            pid_start_time: self.me.1,
-            target: self.target,
-            runner: self.runner.clone(),
-            shrink_mode: self.shrink_mode,
-            ready_for_agent: self.ready,
-            ready_for_agent_unknown: match (&self.ready, &self.tracker_error) {
-                (Some(_), _) => None,
-                (None, Some(e)) => {
-                    Some(format!("tracker check failed: {}", crate::text::excerpt(e)))
-                }
-                (None, None) => Some("no tracker check has answered yet".into()),
-            },
-            slots: SlotCounts {
-                busy,
-                free: total - busy - parked,
-                total,
-                parked,
-            },
-            slot_pids: self
-                .slots
-                .values()
-                .filter_map(|s| {
-                    s.worker().map(|w| SlotPid {
-                        slot: s.index,
-                        pid: w.pid,
-                        start: w.start,
-                    })
-                })
-                .collect(),
-            churn: Churn {
-                deaths: self.churn_deaths.len(),
-                respawns: self.churn_respawns.len(),
-                window_s: self.timing.circuit_window_s,
-            },
-            last_progress_epoch: self.last_progress_epoch,
-            slot_detail: self
-                .slots
-                .values()
-                .map(|s| SlotDetail {
-                    slot: s.index,
-                    state: s.state_word().to_string(),
-                    pid: s.worker().map(|w| w.pid),
-                    worker_id: s.worker().map(|w| w.id.clone()),
-                    started_epoch: s.worker().map(|w| w.started_epoch),
-                    restarts: s.restarts,
-                    issue: s.worker().and_then(|w| w.issue),
-                    cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
-                    rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
-                    reason: s.park_reason(),
-                    title: s.issue_title(),
-                    cpu_permille: s.cpu_permille(),
-                    probe_epoch: s
-                        .probe_at()
-                        .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
-                })
-                .collect(),
-            paused: self.pause_snapshot(),
-            fleet_circuit: self.fleet_circuit.snapshot(),
-            quarantined: self.quarantined_count(),
-            boot_suite: self.boot_suite.clone(),
-            tracker_kind: self.tracker.as_ref().ok().map(|t| t.kind().to_string()),
-        }
-    }
-
-    /// How the boot suite ended, for `state.toon`.
-    pub fn set_boot_suite(&mut self, boot: state_file::BootSuite) {
-        self.boot_suite = Some(boot);
-    }
-
-    pub fn write_state(&mut self, snap: &StateFile) {
-        let path = self.layout.state_file();
-        match state_file::write(&path, snap) {
-            Ok(()) => self.state_error = None,
-            Err(e) => {
-                let e = e.to_string();
-                if self.state_error.as_deref() != Some(e.as_str()) {
-                    self.journal.write(Event::now(kind::ERROR, e.clone()));
-                    self.state_error = Some(e);
-                }
-            }
-        }
-    }
-
-    /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
-    pub fn heartbeat(&mut self, now: Instant) {
-        self.dirty = false;
-        let snap = self.snapshot(now);
-        self.write_state(&snap);
     }
 }
 

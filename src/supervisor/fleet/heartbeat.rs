@@ -1,0 +1,177 @@
+//! What the fleet tells: the event log, and the heartbeat `state.toon` written after
+//! every transition and at every tick.
+
+use std::time::{Instant, SystemTime};
+
+use super::*;
+
+/// The journal and what only the heartbeat carries: whether a transition is not written
+/// yet, the last tick line, the boot suite's end, the newest progress, and the failures
+/// reported once (a heartbeat that cannot be written, a stop sentinel that is not a file,
+/// a corrupt resize directive). One part because these are what the fleet has said or
+/// must still say, and nothing decides by them.
+pub(super) struct Record {
+    pub(super) journal: Journal,
+    /// Something was logged (every transition is) since the last heartbeat.
+    pub(super) dirty: bool,
+    /// The last tick line not yet taken by the service manager's `STATUS=`.
+    pub(super) tick_line: Option<String>,
+    /// The last report of a heartbeat that cannot be written (disk full, lane removed), so
+    /// it is logged once.
+    pub(super) state_error: Option<String>,
+    /// How the boot suite ended, for `status`.
+    pub(super) boot_suite: Option<state_file::BootSuite>,
+    /// The newest sign of life of any worker, epoch seconds.
+    pub(super) last_progress_epoch: u64,
+    /// The last corrupt `resize.toon` reported (its cause and content).
+    pub(super) resize_reported: Option<String>,
+    /// The last report of something not a regular file at the stop sentinel's path.
+    pub(super) stop_file_reported: Option<String>,
+}
+
+impl Record {
+    pub(super) fn new(journal: Journal) -> Self {
+        Record {
+            journal,
+            dirty: true,
+            tick_line: None,
+            state_error: None,
+            boot_suite: None,
+            last_progress_epoch: now_epoch(),
+            resize_reported: None,
+            stop_file_reported: None,
+        }
+    }
+}
+
+impl Fleet {
+    pub fn log(&mut self, ev: Event) {
+        if ev.kind != kind::TICK {
+            self.record.dirty = true;
+        }
+        self.record.journal.write(ev);
+    }
+
+    /// Writes the heartbeat if a transition happened since the last one.
+    pub fn heartbeat_if_changed(&mut self, now: Instant) {
+        if self.record.dirty {
+            self.heartbeat(now);
+        }
+    }
+
+    /// The tick line written since the last call, if any (for the service manager).
+    pub fn take_tick_line(&mut self) -> Option<String> {
+        self.record.tick_line.take()
+    }
+
+    pub fn snapshot(&mut self, now: Instant) -> StateFile {
+        let churn = self.churn.in_window(now, self.timing.circuit_window_s);
+        let busy = self
+            .pool
+            .slots
+            .values()
+            .filter(|s| s.worker().is_some())
+            .count();
+        let parked = self.pool.slots.values().filter(|s| s.is_parked()).count();
+        let total = self.pool.slots.len();
+        let sys_now = SystemTime::now();
+        StateFile {
+            ts: now_rfc3339_millis(),
+            epoch: epoch_secs(sys_now),
+            pid: self.launch.me.0,
+            pid_start_time: self.launch.me.1,
+            target: self.pool.target,
+            runner: self.launch.runner.clone(),
+            shrink_mode: self.pool.shrink_mode,
+            ready_for_agent: self.view.ready,
+            ready_for_agent_unknown: match (&self.view.ready, &self.view.tracker_error) {
+                (Some(_), _) => None,
+                (None, Some(e)) => Some(format!(
+                    "tracker check failed: {}",
+                    crate::text::excerpt(&e.to_string())
+                )),
+                (None, None) => Some("no tracker check has answered yet".into()),
+            },
+            slots: SlotCounts {
+                busy,
+                free: total - busy - parked,
+                total,
+                parked,
+            },
+            slot_pids: self
+                .pool
+                .slots
+                .values()
+                .filter_map(|s| {
+                    s.worker().map(|w| SlotPid {
+                        slot: s.index,
+                        pid: w.pid,
+                        start: w.start,
+                    })
+                })
+                .collect(),
+            churn,
+            last_progress_epoch: self.record.last_progress_epoch,
+            slot_detail: self
+                .pool
+                .slots
+                .values()
+                .map(|s| SlotDetail {
+                    slot: s.index,
+                    state: s.state_word().to_string(),
+                    pid: s.worker().map(|w| w.pid),
+                    worker_id: s.worker().map(|w| w.id.clone()),
+                    started_epoch: s.worker().map(|w| w.started_epoch),
+                    restarts: s.restarts,
+                    issue: s.worker().and_then(|w| w.issue),
+                    cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
+                    rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
+                    reason: s.park_reason(),
+                    title: s.issue_title(),
+                    cpu_permille: s.cpu_permille(),
+                    probe_epoch: s
+                        .probe_at()
+                        .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
+                })
+                .collect(),
+            paused: self.guards.pause_snapshot(),
+            fleet_circuit: self.guards.fleet_circuit.snapshot(),
+            quarantined: self.view.quarantined,
+            boot_suite: self.record.boot_suite.clone(),
+            tracker_kind: self
+                .view
+                .tracker
+                .as_ref()
+                .ok()
+                .map(|t| t.kind().to_string()),
+        }
+    }
+
+    /// How the boot suite ended, for `state.toon`.
+    pub fn set_boot_suite(&mut self, boot: state_file::BootSuite) {
+        self.record.boot_suite = Some(boot);
+    }
+
+    pub fn write_state(&mut self, snap: &StateFile) {
+        let path = self.layout.state_file();
+        match state_file::write(&path, snap) {
+            Ok(()) => self.record.state_error = None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.record.state_error.as_deref() != Some(e.as_str()) {
+                    self.record
+                        .journal
+                        .write(Event::now(kind::ERROR, e.clone()));
+                    self.record.state_error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
+    pub fn heartbeat(&mut self, now: Instant) {
+        self.record.dirty = false;
+        let snap = self.snapshot(now);
+        self.write_state(&snap);
+    }
+}

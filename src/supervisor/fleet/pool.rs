@@ -1,0 +1,60 @@
+//! The slots and the target they converge on.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::supervisor::circuit;
+use crate::supervisor::slot::Slot;
+use crate::supervisor::state_file::ShrinkMode;
+
+/// Every slot, the retired ones kept aside, and the target with its shrink mode. One part
+/// because a spawn, a resize, a wake-up and the heartbeat all read the slots against the
+/// target, and a slot moves between `slots` and `retired` only with it.
+pub(super) struct Pool {
+    pub(super) slots: BTreeMap<usize, Slot>,
+    /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
+    pub(super) retired: HashMap<usize, Slot>,
+    pub(super) target: usize,
+    pub(super) shrink_mode: ShrinkMode,
+    /// Every slot's circuit is made with these.
+    pub(super) params: circuit::Params,
+}
+
+impl Pool {
+    pub(super) fn new(target: usize, params: circuit::Params) -> Self {
+        Pool {
+            slots: BTreeMap::new(),
+            retired: HashMap::new(),
+            target,
+            shrink_mode: ShrinkMode::default(),
+            params,
+        }
+    }
+
+    /// Workers that count against the target: live, in a slot that is not retiring.
+    pub(super) fn live_in_target(&self) -> usize {
+        self.slots
+            .values()
+            .filter(|s| s.worker().is_some() && !s.retiring)
+            .count()
+    }
+
+    /// Idle slots a queue with work would wake, lowest first.
+    pub(super) fn wakeable(&self) -> Vec<usize> {
+        self.slots
+            .values()
+            .filter(|s| {
+                s.is_idle() && s.index < self.target && !s.retiring && s.unclaimable.is_none()
+            })
+            .map(|s| s.index)
+            .collect()
+    }
+
+    /// The start token of the running worker `pid` when it is our own child.
+    pub(super) fn own_worker_start(&self, pid: i32) -> Option<u64> {
+        self.slots
+            .values()
+            .filter_map(|s| s.worker())
+            .find(|w| w.pid == pid && w.own_child)
+            .map(|w| w.start)
+    }
+}

@@ -1,0 +1,269 @@
+//! The fleet's view of the tracker: the queue check (off the loop, one at a time), what it
+//! last said, and the wake-ups it decides.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::tracker::select::SelectError;
+use crate::tracker::{Tracker, TrackerError};
+
+/// Why the fleet has no tracker to ask.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrackerUnavailable {
+    /// No tracker was set yet ([`Fleet::set_tracker`] comes right after start-up's own
+    /// opening; only a fleet built without it, as in unit tests, asks before).
+    #[error("not opened yet")]
+    NotOpened,
+    /// Opening the tracker failed at start-up.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+}
+
+/// Why a queue check has no answer. Its text is what the event log's `tracker.error` line
+/// and `status` show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    #[error("tracker unavailable: {0}")]
+    Unavailable(TrackerUnavailable),
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+}
+
+/// What the fleet knows of the tracker and the state of its checks. One part because a
+/// queue check reads and writes only this (besides waking slots), and the heartbeat shows
+/// it as one: the count, or why it is unknown.
+pub(super) struct TrackerView {
+    /// For the queue check and giving a dead worker's claimed issues back; the error when
+    /// the tracker could not be opened.
+    pub(super) tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
+    /// The claimable issues' count at the last successful queue check.
+    pub(super) ready: Option<u64>,
+    /// The claimable issues at the last successful queue check.
+    pub(super) ready_set: Option<BTreeSet<u64>>,
+    /// The last tracker failure logged, so a tracker that stays down is logged once.
+    pub(super) tracker_error: Option<QueueError>,
+    /// Open `afk:quarantined` issues at the last count, and when it was asked for.
+    pub(super) quarantined: Option<u64>,
+    pub(super) quarantine_asked: Option<Instant>,
+    /// A check is running; another was asked for meanwhile (it runs after).
+    pub(super) queue_inflight: bool,
+    pub(super) queue_again: bool,
+    /// Slots a queue check said to wake that are not woken yet, and the queue depth it saw.
+    pub(super) unidle_backlog: (usize, u64),
+}
+
+impl TrackerView {
+    pub(super) fn new() -> Self {
+        TrackerView {
+            tracker: Err(TrackerUnavailable::NotOpened),
+            ready: None,
+            ready_set: None,
+            tracker_error: None,
+            quarantined: None,
+            quarantine_asked: None,
+            queue_inflight: false,
+            queue_again: false,
+            unidle_backlog: (0, 0),
+        }
+    }
+}
+
+impl Fleet {
+    pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, QueueError>, now: Instant) {
+        self.view.queue_inflight = false;
+        tracing::debug!(claimable = ?result.as_ref().map(BTreeSet::len), "queue checked");
+        match result {
+            Ok(set) => {
+                let n = set.len() as u64;
+                if self.view.tracker_error.take().is_some() {
+                    self.log(Event::now(
+                        kind::TRACKER_ERROR,
+                        format!("ready-for-agent check works again: {n} open"),
+                    ));
+                }
+                self.record.dirty |= self.view.ready != Some(n);
+                self.view.ready = Some(n);
+                // A slot idled on "nothing claimable" rejoins the others once the queue
+                // differs from what its worker saw.
+                let mut confirmed = Vec::new();
+                for slot in self.pool.slots.values_mut() {
+                    match &mut slot.unclaimable {
+                        Some(u) if u.seen != set => slot.unclaimable = None,
+                        Some(u) if !u.confirmed => {
+                            u.confirmed = true;
+                            let msg = texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
+                            confirmed.push((slot.index, msg));
+                        }
+                        _ => {}
+                    }
+                }
+                for (idx, msg) in confirmed {
+                    self.log(Event::now(kind::IDLE, msg).slot(idx));
+                }
+                self.view.ready_set = Some(set);
+                let idle = match self.guards.paused {
+                    // A check answered just before the pause began: nothing wakes.
+                    Some(_) => Vec::new(),
+                    None => self.pool.wakeable(),
+                };
+                let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
+                // Slots that wake together would all claim, fetch and add worktrees at
+                // once: a batch now, the rest a batch per loop turn (see `service`).
+                let now_wake = wake.min(UNIDLE_PER_TURN);
+                self.view.unidle_backlog = (wake - now_wake, n);
+                for &idx in &idle[..now_wake] {
+                    self.unidle(idx, n, now);
+                }
+                for &idx in &idle[wake..] {
+                    if let Some(slot) = self.pool.slots.get_mut(&idx)
+                        && let Phase::Idle { confirmed } = &mut slot.phase
+                        && !*confirmed
+                    {
+                        *confirmed = true;
+                        let msg = format!(
+                            "slot {idx} idle: worker exited 0 and no ready-for-agent issue is open"
+                        );
+                        self.log(Event::now(kind::IDLE, msg).slot(idx));
+                    }
+                }
+            }
+            Err(e) => {
+                if self.view.tracker_error.as_ref() != Some(&e) {
+                    self.log(Event::now(
+                        kind::TRACKER_ERROR,
+                        format!("ready-for-agent check failed, slot states kept: {e}"),
+                    ));
+                    self.view.tracker_error = Some(e);
+                }
+            }
+        }
+        if self.view.queue_again {
+            self.view.queue_again = false;
+            self.request_queue();
+        }
+    }
+    fn unidle(&mut self, idx: usize, ready: u64, now: Instant) {
+        self.log(
+            Event::now(
+                kind::UNIDLE,
+                format!("slot {idx} un-idled: ready-for-agent={ready}"),
+            )
+            .slot(idx),
+        );
+        self.spawn_in(idx, now);
+    }
+
+    /// The next batch of slots a queue check said to wake, at most [`UNIDLE_PER_TURN`].
+    pub(super) fn wake_backlog(&mut self, now: Instant) {
+        let (left, ready) = self.view.unidle_backlog;
+        if left == 0 || self.stopping.is_some() || self.guards.paused.is_some() {
+            self.view.unidle_backlog = (0, ready);
+            return;
+        }
+        let idle = self.pool.wakeable();
+        let batch = left.min(UNIDLE_PER_TURN).min(idle.len());
+        self.view.unidle_backlog = (if batch == 0 { 0 } else { left - batch }, ready);
+        for &idx in &idle[..batch] {
+            self.unidle(idx, ready, now);
+        }
+    }
+
+    /// Asks the tracker for the claimable issues, off the loop (a slow tracker never
+    /// delays noticing a death); one check at a time, a request during one runs after it.
+    pub(super) fn request_queue(&mut self) {
+        if self.view.queue_inflight {
+            self.view.queue_again = true;
+            return;
+        }
+        self.view.queue_inflight = true;
+        let (layout, tx) = (self.layout.clone(), self.tx.clone());
+        let tracker = self.view.tracker.clone();
+        let count_quarantined = self
+            .view
+            .quarantine_asked
+            .is_none_or(|t| t.elapsed() >= QUARANTINE_EVERY);
+        if count_quarantined {
+            self.view.quarantine_asked = Some(Instant::now());
+        }
+        self.blocking(move || {
+            // The pause is read first: a paused fleet's queue check costs no call.
+            let state_dir = layout.state();
+            let paused = || match crate::pause::read(&state_dir) {
+                Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
+                Ok(_) => None,
+                Err(e) => {
+                    let _ = tx.send(Msg::PauseFile(e));
+                    None
+                }
+            };
+            if let Some(p) = paused() {
+                let _ = tx.send(Msg::Paused(p));
+                return;
+            }
+            if count_quarantined
+                && let Ok(t) = &tracker
+                && let Ok(q) =
+                    t.list_open_with_label(crate::tracker::labels::QUARANTINED, QUEUE_LIMIT)
+            {
+                let _ = tx.send(Msg::Quarantined(q.len() as u64));
+            }
+            let r = match tracker {
+                Ok(t) => t
+                    .list_open_with_label(crate::tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
+                    .map(|v| crate::supervisor::run::claimable(&layout, &v))
+                    .map_err(QueueError::from),
+                Err(e) => Err(QueueError::Unavailable(e)),
+            };
+            // A rate-limited answer has just recorded the pause (the gh backend does).
+            if r.is_err()
+                && let Some(p) = paused()
+            {
+                let _ = tx.send(Msg::Paused(p));
+                return;
+            }
+            let _ = tx.send(Msg::Queue(r));
+        });
+    }
+
+    pub fn on_quarantined(&mut self, n: u64) {
+        self.record.dirty |= self.view.quarantined != Some(n);
+        self.view.quarantined = Some(n);
+    }
+}
+
+/// How often, at most, the quarantined issues are counted (one tracker call).
+const QUARANTINE_EVERY: Duration = Duration::from_secs(60);
+
+/// Most open `ready-for-agent` issues counted per queue check.
+const QUEUE_LIMIT: usize = 1000;
+
+/// Most idle slots woken in one loop turn; the rest follow a turn later each.
+pub(super) const UNIDLE_PER_TURN: usize = 16;
+
+/// How soon the next batch of a wake-up follows.
+pub(super) const UNIDLE_EVERY: Duration = Duration::from_millis(20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::ErrorKind;
+
+    /// The texts the event log and `status` showed when these were strings.
+    #[test]
+    fn a_queue_errors_text_is_the_one_the_log_always_showed() {
+        let unopened = QueueError::Unavailable(TrackerUnavailable::NotOpened);
+        assert_eq!(unopened.to_string(), "tracker unavailable: not opened yet");
+        let select = SelectError::NotLoggedIn {
+            because: "origin is on GitHub",
+            detail: "exit 1".into(),
+        };
+        assert_eq!(
+            QueueError::Unavailable(TrackerUnavailable::from(select.clone())).to_string(),
+            format!("tracker unavailable: {select}")
+        );
+        let call = TrackerError::new(ErrorKind::Transient, "gh issue list", "timed out");
+        assert_eq!(QueueError::from(call.clone()).to_string(), call.to_string());
+    }
+}
