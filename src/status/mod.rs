@@ -13,7 +13,7 @@ pub mod view;
 pub use plain::{human_duration, human_kib, render_status};
 
 use crate::supervisor::control::{FleetInfo, SlotRow, StatusReport};
-use crate::supervisor::state_file::{BootSuite, FleetCircuit, FleetPause};
+use crate::supervisor::state_file::{BootSuite, FleetCircuit, FleetCircuitState, FleetPause};
 use crate::text;
 
 /// `45s`, `4m`, `1h02m`: how far away something is, as a person says it.
@@ -46,11 +46,11 @@ pub fn pause_words(p: &FleetPause, now: u64) -> String {
 pub fn fleet_circuit_words(c: &FleetCircuit, now: u64) -> String {
     let mut out = format!(
         "fleet circuit {}: {} slots tripped: {}",
-        text::escape(&c.state),
+        c.state,
         c.tripped_slots,
         text::excerpt(&text::escape(&c.reason))
     );
-    if let Some(t) = c.probe_epoch.filter(|_| c.state == "open") {
+    if let Some(t) = c.probe_epoch.filter(|_| c.state == FleetCircuitState::Open) {
         out.push_str(&format!(", probe {}", due(t, now)));
     }
     out
@@ -119,7 +119,7 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
 pub(crate) mod tests {
     use super::*;
     use crate::supervisor::control::SupervisorInfo;
-    use crate::supervisor::state_file::ShrinkMode;
+    use crate::supervisor::state_file::{ShrinkMode, SlotState};
     use crate::toonl::Event;
 
     pub const NOW: u64 = 1_800_000_000;
@@ -127,11 +127,11 @@ pub(crate) mod tests {
     /// A fleet of four as a hand-made report: running with a title, idle, parked for good,
     /// parked by its circuit; paused, with its fleet circuit open and issues quarantined.
     pub fn report() -> StatusReport {
-        let slot = |i: usize, state: &str| SlotRow {
+        let slot = |i: usize, state: SlotState| SlotRow {
             slot: i,
             pid: None,
             worker_id: None,
-            state: state.into(),
+            state,
             uptime_s: None,
             restarts: 0,
             issue: None,
@@ -143,7 +143,7 @@ pub(crate) mod tests {
             probe_epoch: None,
             last_event: None,
         };
-        let mut running = slot(0, "running");
+        let mut running = slot(0, SlotState::Running);
         running.pid = Some(5001);
         running.worker_id = Some("sup-4242-slot-0-3".into());
         running.uptime_s = Some(185);
@@ -161,10 +161,10 @@ pub(crate) mod tests {
             issue: None,
             msg: "spawned worker sup-4242-slot-0-3".into(),
         });
-        let idle = slot(1, "idle");
-        let mut fatal = slot(2, "parked");
+        let idle = slot(1, SlotState::Idle);
+        let mut fatal = slot(2, SlotState::Parked);
         fatal.reason = Some("agent.command not configured".into());
-        let mut open = slot(3, "parked");
+        let mut open = slot(3, SlotState::Parked);
         open.restarts = 5;
         open.reason = Some("circuit open: 5 fast deaths within 120s".into());
         open.probe_epoch = Some(NOW + 185);
@@ -192,7 +192,7 @@ pub(crate) mod tests {
                     until_epoch: Some(NOW + 245),
                 }),
                 circuit: Some(FleetCircuit {
-                    state: "open".into(),
+                    state: FleetCircuitState::Open,
                     reason: "exits 1 1 1: boom".into(),
                     probe_epoch: Some(NOW + 60),
                     tripped_slots: 3,

@@ -13,6 +13,7 @@ use super::{
     tracker_words,
 };
 use crate::supervisor::control::{SlotRow, StatusReport};
+use crate::supervisor::state_file::SlotState;
 use crate::text;
 
 /// One frame's content.
@@ -43,14 +44,14 @@ impl Palette {
         }
     }
 
-    fn state(self, state: &str) -> Style {
+    fn state(self, state: SlotState) -> Style {
         self.fg(match state {
-            "running" => Color::Green,
-            "idle" => Color::Blue,
-            "parked" => Color::Red,
-            "half-open" | "stalled" => Color::Yellow,
-            "retiring" => Color::Cyan,
-            _ => Color::Reset,
+            SlotState::Running => Color::Green,
+            SlotState::Idle => Color::Blue,
+            SlotState::Parked => Color::Red,
+            SlotState::HalfOpen | SlotState::Stalled => Color::Yellow,
+            SlotState::Retiring => Color::Cyan,
+            SlotState::Unknown => Color::Reset,
         })
     }
 }
@@ -211,7 +212,7 @@ fn slot_row(s: &SlotRow, now: u64, p: Palette) -> Row<'static> {
     };
     Row::new(vec![
         Cell::from(s.slot.to_string()),
-        Cell::from(s.state.clone()).style(p.state(&s.state)),
+        Cell::from(s.state.to_string()).style(p.state(s.state)),
         Cell::from(s.pid.map_or("-".into(), |p| p.to_string())),
         Cell::from(s.worker_id.as_deref().map_or("-".into(), text::escape)),
         Cell::from(issue_words(s)),

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::lock::running_supervisor;
 use super::resize::{self, Resize};
 use super::state_file::{
-    self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, StateFile, StateFileError,
+    self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, SlotState, StateFile, StateFileError,
 };
 use crate::fsutil::atomic_write;
 use crate::layout::Layout;
@@ -87,8 +87,7 @@ pub struct SlotRow {
     pub slot: usize,
     pub pid: Option<i32>,
     pub worker_id: Option<String>,
-    /// running, idle, parked, half-open, retiring or stalled.
-    pub state: String,
+    pub state: SlotState,
     pub uptime_s: Option<u64>,
     pub restarts: u64,
     pub issue: Option<u64>,
@@ -189,7 +188,11 @@ fn report_from(
             paused: s.paused.clone(),
             circuit: s.fleet_circuit.clone(),
             quarantined: s.quarantined,
-            idle: s.slot_detail.iter().filter(|d| d.state == "idle").count(),
+            idle: s
+                .slot_detail
+                .iter()
+                .filter(|d| d.state == SlotState::Idle)
+                .count(),
             boot_suite: s.boot_suite.clone(),
             tracker_kind: s.tracker_kind.clone(),
         },
@@ -200,7 +203,7 @@ fn report_from(
                 slot: d.slot,
                 pid: d.pid,
                 worker_id: d.worker_id.clone(),
-                state: d.state.clone(),
+                state: d.state,
                 uptime_s: d.started_epoch.map(|t| now.saturating_sub(t)),
                 restarts: d.restarts,
                 issue: d.issue,

@@ -246,11 +246,11 @@ impl FleetCircuit {
     pub fn snapshot(&self) -> Option<state_file::FleetCircuit> {
         let state = match self.state {
             State::Closed => return None,
-            State::Open { .. } => "open",
-            State::Probing { .. } => "probing",
+            State::Open { .. } => state_file::FleetCircuitState::Open,
+            State::Probing { .. } => state_file::FleetCircuitState::Probing,
         };
         Some(state_file::FleetCircuit {
-            state: state.into(),
+            state,
             reason: self.reason.clone(),
             probe_epoch: self.probe_epoch,
             tripped_slots: self.tripped_slots,
@@ -346,7 +346,10 @@ mod tests {
         assert!(c.is_open());
         assert!(!c.may_spawn(0));
         let snap = c.snapshot().unwrap();
-        assert_eq!((snap.state.as_str(), snap.tripped_slots), ("open", 2));
+        assert_eq!(
+            (snap.state.to_string().as_str(), snap.tripped_slots),
+            ("open", 2)
+        );
         assert_eq!(snap.reason, "why");
         // A fleet of one never opens it.
         let mut one = FleetCircuit::new(Fraction(500));

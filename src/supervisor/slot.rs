@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::circuit::{self, Circuit};
+use super::state_file::SlotState;
 
 /// Why the supervisor itself ended a worker, so its end is not judged like a crash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,18 +206,18 @@ impl Slot {
     }
 
     /// The `status` word: running, idle, parked, half-open, retiring or stalled.
-    pub fn state_word(&self) -> &'static str {
+    pub fn shown_state(&self) -> SlotState {
         match &self.phase {
-            Phase::Running(_) if self.retiring => "retiring",
-            Phase::Running(w) if w.stalled => "stalled",
+            Phase::Running(_) if self.retiring => SlotState::Retiring,
+            Phase::Running(w) if w.stalled => SlotState::Stalled,
             Phase::Running(_)
                 if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) =>
             {
-                "half-open"
+                SlotState::HalfOpen
             }
-            Phase::Running(_) => "running",
-            Phase::Idle { .. } => "idle",
-            Phase::Fatal | Phase::CircuitOpen => "parked",
+            Phase::Running(_) => SlotState::Running,
+            Phase::Idle { .. } => SlotState::Idle,
+            Phase::Fatal | Phase::CircuitOpen => SlotState::Parked,
         }
     }
 }

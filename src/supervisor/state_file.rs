@@ -83,12 +83,76 @@ pub struct Churn {
     pub window_s: u64,
 }
 
+/// A slot's state, as `state.toon` and `status` word it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlotState {
+    Running,
+    Idle,
+    Parked,
+    HalfOpen,
+    Retiring,
+    Stalled,
+    /// A word this version does not know (a newer writer): read, never written.
+    #[serde(other)]
+    Unknown,
+}
+
+impl SlotState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotState::Running => "running",
+            SlotState::Idle => "idle",
+            SlotState::Parked => "parked",
+            SlotState::HalfOpen => "half-open",
+            SlotState::Retiring => "retiring",
+            SlotState::Stalled => "stalled",
+            SlotState::Unknown => "unknown",
+        }
+    }
+}
+
+/// Readers (and tests) compare against the word the file holds.
+impl PartialEq<&str> for SlotState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for SlotState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// The fleet circuit's state while it is not closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FleetCircuitState {
+    /// Every slot parked, waiting for the probe.
+    Open,
+    /// One slot probes.
+    Probing,
+    /// A word this version does not know: read, never written.
+    #[serde(other)]
+    Unknown,
+}
+
+impl std::fmt::Display for FleetCircuitState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            FleetCircuitState::Open => "open",
+            FleetCircuitState::Probing => "probing",
+            FleetCircuitState::Unknown => "unknown",
+        })
+    }
+}
+
 /// One slot as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotDetail {
     pub slot: usize,
-    /// `running`, `idle`, `parked`, `half-open`, `retiring` or `stalled`.
-    pub state: String,
+    pub state: SlotState,
     pub pid: Option<i32>,
     pub worker_id: Option<String>,
     /// When the current worker started (epoch seconds).
@@ -193,8 +257,7 @@ pub struct FleetPause {
 /// The fleet parked as a whole because most slots tripped their circuits in one window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FleetCircuit {
-    /// `open` (every slot parked, waiting for the probe) or `probing` (one slot probes).
-    pub state: String,
+    pub state: FleetCircuitState,
     /// The last exit codes and the last lines of one slot log, as one line.
     pub reason: String,
     /// When the single probe is (or was) spawned (epoch seconds).
@@ -295,7 +358,7 @@ mod tests {
             slot_detail: vec![
                 SlotDetail {
                     slot: 0,
-                    state: "running".into(),
+                    state: SlotState::Running,
                     pid: Some(5000),
                     worker_id: Some("sup-4242-slot-0-1".into()),
                     started_epoch: Some(1_767_322_000),
@@ -310,7 +373,7 @@ mod tests {
                 },
                 SlotDetail {
                     slot: 1,
-                    state: "parked".into(),
+                    state: SlotState::Parked,
                     pid: None,
                     worker_id: None,
                     started_epoch: None,
@@ -333,6 +396,23 @@ mod tests {
             }),
             tracker_kind: Some("local".into()),
         }
+    }
+
+    #[test]
+    fn states_round_trip_as_their_words_and_an_unknown_word_still_reads() {
+        let text = encode(&sample()).unwrap();
+        let back = decode(&text).unwrap();
+        let states: Vec<SlotState> = back.slot_detail.iter().map(|d| d.state).collect();
+        assert_eq!(states, vec![SlotState::Running, SlotState::Parked]);
+        assert!(
+            text.contains("running") && text.contains("parked"),
+            "{text}"
+        );
+        // A newer writer's word: the file is still read, the slot shows as unknown.
+        let newer = decode(&text.replace("running", "hibernating")).unwrap();
+        assert_eq!(newer.slot_detail[0].state, SlotState::Unknown);
+        assert_eq!(SlotState::HalfOpen.to_string(), "half-open");
+        assert_eq!(format!("{:<9}|", SlotState::Idle), "idle     |");
     }
 
     #[test]

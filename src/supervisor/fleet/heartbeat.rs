@@ -118,7 +118,7 @@ impl Fleet {
                 .values()
                 .map(|s| SlotDetail {
                     slot: s.index,
-                    state: s.state_word().to_string(),
+                    state: s.shown_state(),
                     pid: s.worker().map(|w| w.pid),
                     worker_id: s.worker().map(|w| w.id.clone()),
                     started_epoch: s.worker().map(|w| w.started_epoch),

@@ -203,7 +203,7 @@ impl Bench {
         self.fleet.service(now);
     }
     fn phase(&self, slot: usize) -> String {
-        self.fleet.pool.slots[&slot].state_word().to_string()
+        self.fleet.pool.slots[&slot].shown_state().to_string()
     }
     fn kinds(&self) -> Vec<String> {
         crate::toonl::read_events(&self.layout.event_log())
@@ -452,7 +452,10 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     assert!((0..4).all(|s| b.phase(s) == "parked"));
     let snap = b.fleet.snapshot(b.at(t));
     let fc = snap.fleet_circuit.expect("fleet circuit in state.toon");
-    assert_eq!((fc.state.as_str(), fc.tripped_slots), ("open", 2));
+    assert_eq!(
+        (fc.state.to_string().as_str(), fc.tripped_slots),
+        ("open", 2)
+    );
     assert!(
         fc.reason.starts_with("last exits: slot 0 "),
         "{}",
@@ -491,7 +494,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     b.fleet.service(b.at(at));
     assert_eq!(
         b.fleet.snapshot(b.at(at)).fleet_circuit.unwrap().state,
-        "probing"
+        crate::supervisor::state_file::FleetCircuitState::Probing
     );
     b.fleet.service(b.at(at + 31.0));
     assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
