@@ -3,34 +3,36 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map (imports point down this list; the exception left is `tracker` naming a
-//! thread's comments by `claim::marks::Comment`):
-//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure.
+//! Module map, top to bottom: a module imports only from modules below it (checked by
+//! reading every `crate::` path; the one exception is `tracker` naming a thread's comments
+//! by `claim::marks::Comment`).
+//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
+//!   `demo`, `diagnostics` (tracing) and `service_unit` (the systemd instance) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
+//! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
+//!   the cli turns into its exit code) and `program` (finding the agent's program).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine; its state in parts, each beside the code that uses it most: `pool` the slots
 //!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
 //!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
 //!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
 //!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
-//!   supervisor per repo), `belt` (the unblock pass on a timer, one belt per tracker on the
-//!   host), `release` (a dead worker's issues back), `state_file`, `journal`, `usage`,
-//!   `stall`.
-//! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
-//!   the cli turns into its exit code).
+//!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
+//!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
+//!   back), `state_file`, `journal`, `usage`, `stall`.
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
+//!   the event log and slot logs).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
-//! - `claim`: claims, the one home: taken, marked on the tracker, judged alive or stale,
-//!   released.
-//! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget), `git`,
-//!   `cmd` (running a command with a deadline).
-//! - `pause` (the fleet-wide rate-limit pause file, shared by every process of a checkout).
-//! - `process` (every OS-process fact: `/proc`, pidfds, identities, signals), `pidfile`,
-//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
-//!   `attempt_state`, `toonl` (the one TOONL reader and appender), `logs` (reading the event
-//!   log and slot logs), `afk_env` (every `RED_AFK_*` name, for the supervisor that writes
-//!   them and the worker, config and demo that read them), `config`, `layout`, `fsutil`,
-//!   `text`, `timeutil`, `exit`, `diagnostics`.
+//! - `claim` (claims, the one home: taken, marked on the tracker, judged alive or stale,
+//!   released), `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
+//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks).
+//! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget),
+//!   `config`, `pause` (the fleet-wide rate-limit pause file), `toonl` (the one TOONL reader
+//!   and appender).
+//! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
+//!   `timeutil`, `process` (every OS-process fact: `/proc`, pidfds, identities, signals),
+//!   `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
 
 pub mod afk_env;
 pub mod attempt_state;

@@ -13,6 +13,7 @@
 
 mod agent;
 mod attempt;
+mod env;
 mod error;
 mod home;
 mod lifecycle;
@@ -28,9 +29,9 @@ use crate::sweeps::suite::{self, BootError};
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::tracker::Tracker;
 
-pub use crate::afk_env::WorkerEnv;
 pub use agent::ENV_TEXT_MAX;
 pub use attempt::next_attempt;
+pub use env::WorkerEnv;
 pub use error::{WorkerError, WorkerOutcome};
 pub use liveness::LIVENESS_FIELDS;
 pub use texts::{BOOT_ONLY_SKIPPED, BOOT_ONLY_SWEPT, slugify};
