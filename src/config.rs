@@ -658,7 +658,7 @@ impl Builder {
             let x = parse_env_u64(var, key, raw)?;
             check_bounds(&Origin::Env(var), key, x)?;
             self.set_u64(key, x);
-            self.origins.insert(static_key(key), Origin::Env(var));
+            self.origins.insert(key, Origin::Env(var));
         }
         if let Some(v) = env.get(afk_env::TRUNK).filter(|v| !v.trim().is_empty()) {
             self.cfg.fleet.base = v.trim().to_string();
@@ -884,27 +884,6 @@ pub fn env_seconds(
     let x = parse_env_u64(var, what, raw)?;
     check_range(&var, what, x, (min, MAX_SECONDS))?;
     Ok(Some(x))
-}
-
-fn static_key(key: &str) -> &'static str {
-    const KEYS: [&str; 12] = [
-        "fleet.workers",
-        "timing.tick_s",
-        "timing.fast_death_s",
-        "timing.circuit_k",
-        "timing.circuit_window_s",
-        "timing.half_open_base_s",
-        "timing.half_open_cap_s",
-        "timing.stop_grace_s",
-        "timing.stall_s",
-        "timing.stall_kill_s",
-        "timing.unblock_interval_s",
-        "timing.attempt_max_s",
-    ];
-    KEYS.iter()
-        .find(|k| **k == key)
-        .copied()
-        .unwrap_or("unknown")
 }
 
 impl Timing {
