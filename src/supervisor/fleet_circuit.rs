@@ -119,17 +119,10 @@ impl FleetCircuit {
         if target < 2 || slots.len() < self.threshold(target) {
             return None;
         }
-        let backoff = params.backoff(0);
-        let probe_at = crate::timeutil::deadline(now, backoff);
-        self.state = State::Open {
-            probe_at,
-            step: 0,
-            backoff,
-        };
+        self.park(now, 0, params.backoff(0));
         self.trips.clear();
         self.tripped_slots = slots.len();
         self.reason = reason();
-        self.probe_epoch = Some(epoch_at(now, probe_at));
         Some(slots.len())
     }
 
@@ -165,13 +158,7 @@ impl FleetCircuit {
     /// No slot could probe: the same step again, one backoff later.
     pub fn postpone(&mut self, now: Instant) {
         if let State::Open { step, backoff, .. } = self.state {
-            let probe_at = crate::timeutil::deadline(now, backoff);
-            self.state = State::Open {
-                probe_at,
-                step,
-                backoff,
-            };
-            self.probe_epoch = Some(epoch_at(now, probe_at));
+            self.park(now, step, backoff);
         }
     }
 
@@ -208,6 +195,16 @@ impl FleetCircuit {
         }
         let step = step.saturating_add(1);
         let backoff = params.backoff(step);
+        self.park(now, step, backoff);
+        Some(ProbeEnd::Reparked {
+            lived,
+            backoff,
+            step,
+        })
+    }
+
+    /// Open at backoff `step`: the next probe one `backoff` after `now`.
+    fn park(&mut self, now: Instant, step: u32, backoff: Duration) {
         let probe_at = crate::timeutil::deadline(now, backoff);
         self.state = State::Open {
             probe_at,
@@ -215,11 +212,6 @@ impl FleetCircuit {
             backoff,
         };
         self.probe_epoch = Some(epoch_at(now, probe_at));
-        Some(ProbeEnd::Reparked {
-            lived,
-            backoff,
-            step,
-        })
     }
 
     fn close(&mut self) {
