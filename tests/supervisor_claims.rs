@@ -24,9 +24,14 @@ exec sleep 600
 "#;
 
 fn fleet_with_issue() -> Fleet {
+    fleet_with_issue_and(FAST_TIMING)
+}
+
+/// One `ready-for-agent` issue on the local tracker and a fleet whose workers claim it.
+fn fleet_with_issue_and(timing: &str) -> Fleet {
     let f = Fleet::new(
         CLAIM_THEN_WAIT,
-        &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
+        &format!("[tracker]\nkind = \"local\"\n\n{timing}"),
     )
     .with_bin();
     let out = f.run_cmd(&[
@@ -128,21 +133,7 @@ fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
         "stall_s = 600\nstall_kill_s = 1200",
         "stall_s = 1\nstall_kill_s = 2",
     );
-    let f = Fleet::new(
-        CLAIM_THEN_WAIT,
-        &format!("[tracker]\nkind = \"local\"\n\n{timing}"),
-    )
-    .with_bin();
-    let out = f.run_cmd(&[
-        "issue",
-        "new",
-        "--title",
-        "work",
-        "--label",
-        "ready-for-agent",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    let mut f = f;
+    let mut f = fleet_with_issue_and(&timing);
     f.start(&["--workers", "1"]);
     claimer(&f);
     f.wait_events("slot.stall-kill", 1);
