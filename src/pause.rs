@@ -68,7 +68,9 @@ pub enum PauseFileError {
 }
 
 /// The pause recorded under `state_dir`, whether or not it is over; `Ok(None)` when none
-/// was ever recorded.
+/// was ever recorded. Its end is clamped as it is read, not only as it is written: a
+/// planted or hand-edited file, or a clock stepped back since the write, must not hold
+/// the fleet longer than [`MAX_PAUSE_S`] past its record or past now.
 pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
     let p = path(state_dir);
     let text = match read_small_text(&p, MAX_BYTES) {
@@ -81,12 +83,16 @@ pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
             });
         }
     };
-    reddb_io_toon::from_str::<Pause>(&text)
-        .map(Some)
-        .map_err(|e| PauseFileError::NotAPause {
+    let mut pause =
+        reddb_io_toon::from_str::<Pause>(&text).map_err(|e| PauseFileError::NotAPause {
             path: p,
             why: e.to_string(),
-        })
+        })?;
+    pause.until_epoch = pause
+        .until_epoch
+        .min(pause.since_epoch.saturating_add(MAX_PAUSE_S))
+        .min(now_epoch().saturating_add(MAX_PAUSE_S));
+    Ok(Some(pause))
 }
 
 /// The pause holding now, if any; an unreadable file holds nothing.
@@ -155,6 +161,31 @@ mod tests {
         std::fs::write(path(dir.path()), text).unwrap();
         assert!(active(dir.path()).is_none());
         assert_eq!(read(dir.path()).unwrap(), Some(old));
+    }
+
+    #[test]
+    fn a_far_future_pause_is_clamped_as_it_is_read_and_a_later_pause_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_epoch();
+        let planted = Pause {
+            reason: "planted".into(),
+            until_epoch: now + 1_000_000_000,
+            since_epoch: now,
+        };
+        let text = reddb_io_toon::to_string(&planted).unwrap();
+        std::fs::write(path(dir.path()), format!("{text}\n")).unwrap();
+        let read_back = read(dir.path()).unwrap().unwrap();
+        assert_eq!(read_back.until_epoch, now + MAX_PAUSE_S);
+        // Recorded long ago (a clock stepped back, or an old file): over already.
+        let stale = Pause {
+            since_epoch: now - 2 * MAX_PAUSE_S,
+            ..planted
+        };
+        let text = reddb_io_toon::to_string(&stale).unwrap();
+        std::fs::write(path(dir.path()), format!("{text}\n")).unwrap();
+        assert!(active(dir.path()).is_none());
+        let p = record(dir.path(), "rate limited", now + 60).unwrap();
+        assert_eq!(p.until_epoch, now + 60);
     }
 
     #[test]

@@ -97,6 +97,11 @@ impl GhTracker {
 
     /// A content-creating call: paced across the fleet, then run.
     fn run_write(&self, args: &[&str]) -> TrackerResult<String> {
+        // A paused fleet refuses the call before it takes a slot of the budget: writes
+        // never sent must not spend the pace the fleet resumes with.
+        if let Some(refused) = self.refused_while_paused(&render(&self.argv(args, true))) {
+            return Err(refused);
+        }
         if let Some((_, pace)) = &self.fleet {
             let deadline = crate::timeutil::deadline(
                 Instant::now(),
@@ -104,7 +109,8 @@ impl GhTracker {
             );
             if let Err(e) = pace.acquire(deadline) {
                 let kind = match e {
-                    super::pace::PaceError::Exhausted { .. } => ErrorKind::Transient,
+                    super::pace::PaceError::Exhausted { .. }
+                    | super::pace::PaceError::Locked { .. } => ErrorKind::Transient,
                     super::pace::PaceError::File(_) => ErrorKind::Failed,
                 };
                 return Err(TrackerError::new(
@@ -115,6 +121,17 @@ impl GhTracker {
             }
         }
         self.run(args, true)
+    }
+
+    /// The refusal of a repository call while the fleet is paused (`crate::pause`).
+    fn refused_while_paused(&self, command: &str) -> Option<TrackerError> {
+        let (state_dir, _) = self.fleet.as_ref()?;
+        let p = crate::pause::active(state_dir)?;
+        Some(TrackerError::new(
+            ErrorKind::RateLimited,
+            command,
+            format!("not called: fleet paused {}", p.describe()),
+        ))
     }
 
     /// Runs this program instead of `gh` from `PATH` (tests point it at a fake).
@@ -190,15 +207,8 @@ impl GhTracker {
         };
         let command = render(&argv);
         // Repository calls cost quota; `auth status` and `api rate_limit` do not.
-        if with_repo
-            && let Some((state_dir, _)) = &self.fleet
-            && let Some(p) = crate::pause::active(state_dir)
-        {
-            return Err(TrackerError::new(
-                ErrorKind::RateLimited,
-                command,
-                format!("not called: fleet paused {}", p.describe()),
-            ));
+        if with_repo && let Some(refused) = self.refused_while_paused(&command) {
+            return Err(refused);
         }
         match cmd::run(&argv, self.timeout, &opts) {
             Ok(out) if out.status.success() => Ok(out.stdout_str()),

@@ -37,8 +37,26 @@ pub enum PaceError {
         budget: usize,
         window_s: u64,
     },
+    /// Another process held the pace file's lock until the caller's deadline (a stopped
+    /// process mid-write, or someone's `flock`): waiting on it blindly would outlive the
+    /// call's deadline.
+    #[error("{file}: locked by another process past the call's deadline")]
+    Locked { file: String },
     #[error("{0}")]
     File(String),
+}
+
+/// How often a held pace lock is tried again.
+const LOCK_POLL: Duration = Duration::from_millis(20);
+
+/// One look at the budget.
+enum Look {
+    /// A write was taken and recorded.
+    Taken,
+    /// The budget is spent until the oldest write leaves the window, this long from now.
+    Spent(Duration),
+    /// Another process holds the lock.
+    Busy,
 }
 
 fn now_ms() -> u64 {
@@ -64,10 +82,19 @@ impl Pace {
     /// Takes one write from the budget, waiting while it is spent, until `deadline`.
     pub fn acquire(&self, deadline: Instant) -> Result<(), PaceError> {
         loop {
-            let wait = self.try_take()?;
-            let Some(wait) = wait else { return Ok(()) };
-            let now = Instant::now();
-            if now + wait > deadline {
+            let wait = match self.try_take()? {
+                Look::Taken => return Ok(()),
+                Look::Spent(wait) => wait,
+                Look::Busy => {
+                    if Instant::now() + LOCK_POLL > deadline {
+                        return Err(PaceError::Locked {
+                            file: self.file.display().to_string(),
+                        });
+                    }
+                    LOCK_POLL
+                }
+            };
+            if Instant::now() + wait > deadline {
                 return Err(PaceError::Exhausted {
                     file: self.file.display().to_string(),
                     budget: self.budget,
@@ -79,9 +106,8 @@ impl Pace {
         }
     }
 
-    /// One look under the lock: `None` when a write was taken (and recorded), else how
-    /// long until the oldest recorded write leaves the window.
-    fn try_take(&self) -> Result<Option<Duration>, PaceError> {
+    /// One look under the lock, never waiting for it.
+    fn try_take(&self) -> Result<Look, PaceError> {
         let named =
             |e: &dyn std::fmt::Display| PaceError::File(format!("{}: {e}", self.file.display()));
         if let Some(dir) = self.file.parent() {
@@ -92,7 +118,11 @@ impl Pace {
         let mut f = crate::fsutil::open_regular(&self.file, opts, crate::fsutil::Links::Refuse)
             .map_err(|e| named(&e))?
             .ok_or_else(|| named(&"vanished while opened"))?;
-        f.lock().map_err(|e| named(&e))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(Look::Busy),
+            Err(std::fs::TryLockError::Error(e)) => return Err(named(&e)),
+        }
         let mut bytes = Vec::new();
         (&mut f)
             .take(MAX_BYTES)
@@ -113,14 +143,14 @@ impl Pace {
         if times.len() >= self.budget {
             let oldest = times[times.len() - self.budget];
             let wait_ms = (oldest + window_ms).saturating_sub(now).max(1);
-            return Ok(Some(Duration::from_millis(wait_ms)));
+            return Ok(Look::Spent(Duration::from_millis(wait_ms)));
         }
         times.push(now);
         let body: String = times.iter().map(|t| format!("{t}\n")).collect();
         f.set_len(0).map_err(|e| named(&e))?;
         f.seek(SeekFrom::Start(0)).map_err(|e| named(&e))?;
         f.write_all(body.as_bytes()).map_err(|e| named(&e))?;
-        Ok(None)
+        Ok(Look::Taken)
     }
 }
 
@@ -154,6 +184,29 @@ mod tests {
         assert!((1..=3).contains(&times.len()), "{times:?}");
         let newest = *times.last().unwrap();
         assert!(times.iter().all(|t| newest - t < 400), "{times:?}");
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_fails_the_call_at_its_deadline_not_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let pace = Pace::new(dir.path(), 5, Duration::from_secs(60));
+        pace.acquire(Instant::now()).unwrap();
+        // Another open of the file holds the flock (as a stopped process mid-write would).
+        let holder = std::fs::File::open(pace.file()).unwrap();
+        holder.lock().unwrap();
+        let e = pace
+            .acquire(Instant::now() + Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(e, PaceError::Locked { .. }), "{e}");
+        assert!(e.to_string().contains(FILE_NAME), "{e}");
+        drop(holder);
+        pace.acquire(Instant::now()).unwrap();
+        let recorded = std::fs::read_to_string(pace.file()).unwrap();
+        assert_eq!(
+            recorded.lines().count(),
+            2,
+            "the refused call took no write"
+        );
     }
 
     #[test]
