@@ -17,6 +17,18 @@ use crate::pidfile::{self, Liveness};
 /// The file name inside an attempt dir.
 pub const FILE_NAME: &str = "afk.state.json";
 
+/// Left in an attempt dir by the supervisor just before it stops a worker that made no
+/// progress (`docs/SPEC.md` §11.10): the worker, interrupted, then records its attempt as
+/// `stalled` (a failure) instead of `given-back`, so an issue whose agent always hangs
+/// reaches quarantine.
+pub const STALL_KILLED_FILE: &str = "stall-killed";
+
+/// Whether the supervisor marked the attempt in `dir` as stopped for a stall (a regular
+/// file, never followed through a link).
+pub fn stall_killed(dir: &std::path::Path) -> bool {
+    std::fs::symlink_metadata(dir.join(STALL_KILLED_FILE)).is_ok_and(|m| m.is_file())
+}
+
 /// A state file larger than this is not a state file.
 const MAX_BYTES: u64 = 1 << 20;
 

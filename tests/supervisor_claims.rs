@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 /// be killed or exits with `$AFK_TEST_EXIT`. Later workers only wait.
 const CLAIM_THEN_WAIT: &str = r#"
 if mkdir "$AFK_TEST_DIR/first" 2>/dev/null; then
-  mkdir -p .red/tmp/claims/1
+  mkdir -p .red/tmp/claims/1 ".red/tmp/workers/$RED_AFK_WORKER_ID/1-a1"
   echo $$ > .red/tmp/claims/1/pid
   "$AFK_TEST_BIN" issue label 1 --remove ready-for-agent --add running || exit 9
   echo $$ > "$AFK_TEST_DIR/claimer"
@@ -139,6 +139,24 @@ fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
     f.wait_events("slot.stall-kill", 1);
     let restored = f.wait_events("slot.restore", 1);
     assert_eq!(restored[0].issue, Some(1));
+    // The attempt was marked before the signal, for a worker that gives its issue back on
+    // SIGTERM (the built-in one) to record `stalled` itself.
+    let marked: Vec<_> = afk_supervisor::layout::WORKER_NAMESPACES
+        .iter()
+        .flat_map(|ns| {
+            fs::read_dir(f.layout.worker_namespace(ns))
+                .into_iter()
+                .flatten()
+        })
+        .flatten()
+        .map(|w| {
+            w.path()
+                .join("1-a1")
+                .join(afk_supervisor::attempt_state::STALL_KILLED_FILE)
+        })
+        .filter(|m| m.is_file())
+        .collect();
+    assert_eq!(marked.len(), 1, "{}", f.dump());
     let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
     let outcomes: Vec<_> = ledger.iter().map(|r| r.outcome).collect();
     assert_eq!(

@@ -364,8 +364,9 @@ fn empty_queue_and_retire_file_exit_zero_without_claiming() {
     assert!(f.attempt_dirs().is_empty());
 }
 
-#[test]
-fn sigterm_mid_issue_gives_the_issue_back() {
+/// A worker SIGTERMed mid-issue (`stall_mark`: after the supervisor marked the attempt
+/// as stopped for a stall) gives the issue back and ends its attempt with `outcome`.
+fn sigterm_mid_issue(stall_mark: bool, outcome: &str) {
     let marker = TestEnv::new();
     let started = marker.path().join("agent-started");
     let f = Fixture::new(Some(&format!("touch {}\nexec sleep 60", started.display())));
@@ -384,6 +385,15 @@ fn sigterm_mid_issue_gives_the_issue_back() {
         "agent never started"
     );
     assert_eq!(f.labels(n), vec!["running"]);
+    if stall_mark {
+        let attempts = f.attempt_dirs();
+        assert_eq!(attempts.len(), 1);
+        fs::write(
+            attempts[0].join(afk_supervisor::attempt_state::STALL_KILLED_FILE),
+            "",
+        )
+        .unwrap();
+    }
     // As the supervisor does: the whole group gets SIGTERM.
     nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
@@ -397,7 +407,24 @@ fn sigterm_mid_issue_gives_the_issue_back() {
         serde_json::from_slice(&fs::read(attempts[0].join("afk.state.json")).unwrap()).unwrap();
     assert_eq!(state["current"], Value::Null);
     assert_eq!(state["last"]["stage"], "interrupted");
+    let outcomes: Vec<String> = self::attempts(&f, n)
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outcomes, vec![outcome.to_string()]);
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+}
+
+#[test]
+fn sigterm_mid_issue_gives_the_issue_back() {
+    sigterm_mid_issue(false, "given-back");
+}
+
+/// Stopped for a stall, the attempt is a failure (`stalled`), so an agent that always hangs
+/// reaches quarantine instead of being requeued forever.
+#[test]
+fn a_stall_stopped_attempt_gives_the_issue_back_as_stalled() {
+    sigterm_mid_issue(true, "stalled");
 }
 
 fn liveness_stages(f: &Fixture) -> Vec<String> {

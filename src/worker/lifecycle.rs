@@ -239,7 +239,13 @@ impl Worker<'_> {
                 .tracker
                 .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
             let _ = state.write("interrupted");
-            end(ledger::Outcome::GivenBack, &branch);
+            // Stopped by the supervisor for making no progress: a failed attempt, not a
+            // give-back, or an agent that always hangs would be requeued forever.
+            let outcome = match crate::attempt_state::stall_killed(&attempt_dir) {
+                true => ledger::Outcome::Stalled,
+                false => ledger::Outcome::GivenBack,
+            };
+            end(outcome, &branch);
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
         }

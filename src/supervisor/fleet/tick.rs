@@ -231,6 +231,16 @@ impl Fleet {
             let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
                 stall::Progress::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
+                    // Marked before the signal, so the worker that gives its issue back
+                    // on SIGTERM records the attempt as stalled (a failure).
+                    if let Some(a) = &attempt {
+                        let mark = a.dir.join(crate::attempt_state::STALL_KILLED_FILE);
+                        if let Err(e) = crate::fsutil::atomic_write(&mark, b"") {
+                            self.record
+                                .journal
+                                .write(Event::now(kind::ERROR, format!("{}: {e}", mark.display())));
+                        }
+                    }
                     self.procs.reaper.terminate(
                         &mut *self.procs.children,
                         pid,
