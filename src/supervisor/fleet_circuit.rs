@@ -203,6 +203,16 @@ impl FleetCircuit {
         })
     }
 
+    /// The probe ended saying nothing about the agent (the tracker asked to wait, exit 69
+    /// or 75): the same step again, one backoff later. Returns that backoff and step.
+    pub fn on_probe_inconclusive(&mut self, now: Instant) -> Option<(Duration, u32)> {
+        let State::Probing { step, backoff, .. } = self.state else {
+            return None;
+        };
+        self.park(now, step, backoff);
+        Some((backoff, step))
+    }
+
     /// Open at backoff `step`: the next probe one `backoff` after `now`.
     fn park(&mut self, now: Instant, step: u32, backoff: Duration) {
         let probe_at = crate::timeutil::deadline(now, backoff);

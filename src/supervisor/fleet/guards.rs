@@ -187,6 +187,22 @@ impl Fleet {
         }
     }
 
+    /// The probe in `idx` ended because the tracker asked to wait: no verdict on the
+    /// agent, so the circuit stays at its step (no longer backoff) and no death counts.
+    pub(super) fn fleet_probe_inconclusive(&mut self, idx: usize, exit: &str, now: Instant) {
+        let Some((backoff, step)) = self.guards.fleet_circuit.on_probe_inconclusive(now) else {
+            return;
+        };
+        if let Some(slot) = self.pool.slots.get_mut(&idx) {
+            slot.phase = Phase::CircuitOpen;
+        }
+        let msg = format!(
+            "fleet circuit: the probe in slot {idx} ended with {exit} (the tracker asked to wait, not the agent failing); probing again in {}s (step {step})",
+            backoff.as_secs()
+        );
+        self.log(Event::now(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+    }
+
     fn close_fleet_circuit(&mut self, idx: usize, lived: Duration, now: Instant) {
         let msg = format!(
             "fleet circuit closed: the probe in slot {idx} lived {:.1}s; every slot reopens",

@@ -505,6 +505,13 @@ impl Fleet {
             return;
         }
         if self.guards.fleet_circuit.probe_slot() == Some(idx) {
+            if matches!(
+                exit,
+                ExitKind::Code(crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE)
+            ) {
+                self.fleet_probe_inconclusive(idx, &exit.to_string(), now);
+                return;
+            }
             let clean = matches!(exit, ExitKind::Code(0));
             let fatal = matches!(exit, ExitKind::Code(78));
             self.end_fleet_probe(idx, clean, !clean && !fatal, now);

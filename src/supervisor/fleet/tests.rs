@@ -502,6 +502,48 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     assert!(b.fleet.snapshot(b.at(at + 31.0)).fleet_circuit.is_none());
 }
 
+/// A fleet probe that ends with 69 or 75 met the tracker, not the agent: the circuit stays
+/// at its step (the next probe one same backoff later) and the slot is not counted dead.
+#[test]
+fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
+    let mut b = Bench::new(4);
+    b.start();
+    let mut t = 0.0;
+    for _ in 0..5 {
+        for slot in 0..4 {
+            t += 0.5;
+            if b.pid_in(slot).is_some() {
+                b.end(slot, ExitKind::Code(1), t);
+            }
+        }
+    }
+    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    // The first probe (60 s) ends with 75, then the next with 69: each time the same
+    // 60 s step again, one spawn per step.
+    let mut at = t;
+    for code in [crate::exit::RATE_LIMITED, crate::exit::TRACKER_UNAVAILABLE] {
+        let spawns = b.os.spawns();
+        at += 60.1;
+        b.fleet.service(b.at(at));
+        assert_eq!(b.os.spawns() - spawns, 1, "{:?}", b.kinds());
+        let probe = (0..4).find(|s| b.pid_in(*s).is_some()).expect("a probe");
+        at += 1.0;
+        b.end(probe, ExitKind::Code(code), at);
+        assert!((0..4).all(|s| b.pid_in(s).is_none()));
+        let fc = b
+            .fleet
+            .snapshot(b.at(at))
+            .fleet_circuit
+            .expect("still open");
+        assert_eq!(fc.state.to_string(), "open");
+        // Not yet due a minute less a second later: the step did not grow.
+        b.fleet.service(b.at(at + 59.0));
+        assert!((0..4).all(|s| b.pid_in(s).is_none()), "{:?}", b.kinds());
+    }
+    assert_eq!(b.count("fleet.circuit-reparked"), 2);
+    assert_eq!(b.count("fleet.circuit-probe"), 2);
+}
+
 /// A rate-limit pause holds every spawn and wake-up (a death is not respawned, a queue
 /// with work wakes nothing), counts no death against any circuit, is logged once however
 /// often it is seen, and ends by itself at the reset.
