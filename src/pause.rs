@@ -103,9 +103,37 @@ pub fn active(state_dir: &Path) -> Option<Pause> {
         .filter(|p| p.active_at(now_epoch()))
 }
 
+/// How long [`record`] tries for its lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The lock [`record`] holds while it reads and replaces the pause: `fleet-pause.lock`
+/// beside the file (the pause itself is replaced by rename, so it cannot carry the lock),
+/// released when the returned file is dropped. Tried for at most [`LOCK_WAIT`]; a lock
+/// that cannot be had (held that long, or a hostile file there) gives `None` and the pause
+/// is recorded without it, since a lost pause costs more than a race.
+fn record_lock(state_dir: &Path) -> Option<std::fs::File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true).write(true).create(true).truncate(false);
+    let file = state_dir.join("fleet-pause.lock");
+    let f = crate::fsutil::open_regular(&file, opts, crate::fsutil::Links::Refuse).ok()??;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Some(f),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Records a pause until `until_epoch` (clamped to [`MAX_PAUSE_S`] from now), unless one
 /// already holds at least that long. Returns the pause in force.
 pub fn record(state_dir: &Path, reason: &str, until_epoch: u64) -> std::io::Result<Pause> {
+    // Read, compare and write under one lock: two processes meeting limits at once must
+    // not let a short pause (a secondary limit's minute) overwrite a long one.
+    let _lock = record_lock(state_dir);
     let now = now_epoch();
     let until = until_epoch.clamp(now + 1, now + MAX_PAUSE_S);
     if let Some(p) = active(state_dir)
