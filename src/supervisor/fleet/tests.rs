@@ -428,6 +428,21 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
     assert_eq!(b.phase(0), "running");
 }
 
+/// Five rounds of fast deaths in every slot (circuit_k = 5): every slot circuit trips.
+/// Returns the time of the last death.
+fn trip_every_slot(b: &mut Bench, slots: usize) -> f64 {
+    let mut t = 0.0;
+    for _ in 0..5 {
+        for slot in 0..slots {
+            t += 0.5;
+            if b.pid_in(slot).is_some() {
+                b.end(slot, ExitKind::Code(1), t);
+            }
+        }
+    }
+    t
+}
+
 /// Four slots whose workers all die at once: the second slot circuit to trip opens the
 /// fleet circuit; from then on each backoff step costs exactly one spawn (the probe), and
 /// a probe that lives past the fast-death time reopens every slot.
@@ -435,16 +450,7 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
 fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     let mut b = Bench::new(4);
     b.start();
-    let mut t = 0.0;
-    // Five rounds of fast deaths (circuit_k = 5): every slot trips.
-    for _ in 0..5 {
-        for slot in 0..4 {
-            t += 0.5;
-            if b.pid_in(slot).is_some() {
-                b.end(slot, ExitKind::Code(1), t);
-            }
-        }
-    }
+    let t = trip_every_slot(&mut b, 4);
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
     let opened_at = t;
     let before = b.os.spawns();
@@ -508,15 +514,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
 fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
     let mut b = Bench::new(4);
     b.start();
-    let mut t = 0.0;
-    for _ in 0..5 {
-        for slot in 0..4 {
-            t += 0.5;
-            if b.pid_in(slot).is_some() {
-                b.end(slot, ExitKind::Code(1), t);
-            }
-        }
-    }
+    let t = trip_every_slot(&mut b, 4);
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
     // The first probe (60 s) ends with 75, then the next with 69: each time the same
     // 60 s step again, one spawn per step.
@@ -596,13 +594,7 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
 fn a_fleet_probe_that_exits_0_closes_the_circuit() {
     let mut b = Bench::new(2);
     b.start();
-    let mut t = 0.0;
-    for _ in 0..5 {
-        for slot in 0..2 {
-            t += 0.5;
-            b.end(slot, ExitKind::Code(1), t);
-        }
-    }
+    let t = trip_every_slot(&mut b, 2);
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
     b.fleet.service(b.at(t + 61.0));
     let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
