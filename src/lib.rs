@@ -30,11 +30,14 @@
 //! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget),
 //!   `config`, `pause` (the fleet-wide rate-limit pause file), `toonl` (the one TOONL reader
 //!   and appender).
+//! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
+//!   only `text`).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
 //!   `timeutil`, `process` (every OS-process fact: `/proc`, pidfds, identities, signals),
 //!   `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
 
 pub mod afk_env;
+pub mod agent_profile;
 pub mod attempt_state;
 pub mod bootstrap;
 pub mod claim;

@@ -1,6 +1,6 @@
 //! Fuzzing every parser of outside data (issue 16): pid and `.start` files,
 //! `afk.state.json`, `state.toon`, `resize.toon`, the config (file and `RED_AFK_*`), the
-//! TOONL reader, gh's JSON, git's porcelain and the local tracker's files. Each input gives
+//! TOONL reader, the agents' output (issue 20), gh's JSON, git's porcelain and the local tracker's files. Each input gives
 //! a value or an error: never a panic (a panic fails the case and proptest shrinks it).
 //!
 //! Inputs are arbitrary bytes, bytes drawn from the format's own punctuation, and mutations
@@ -160,8 +160,35 @@ fn local_meta(b: &[u8]) {
     let _ = local::parse_meta(&text(b));
 }
 
+/// An agent's output through every profile, as stdout, as stderr and as a result file,
+/// with each exit code that changes the verdict.
+fn agent_output(b: &[u8]) {
+    use afk_supervisor::agent_profile::{self, End, ProfileKind, Seen};
+    for kind in [
+        ProfileKind::Claude,
+        ProfileKind::Codex,
+        ProfileKind::Generic,
+    ] {
+        for exit_code in [0, 1, 75] {
+            let seen = Seen {
+                exit_code,
+                stdout: b,
+                stderr: b,
+                result_file: Some(b),
+                now_epoch: 1_800_000_000,
+            };
+            let (end, usage) = agent_profile::classify(kind, &seen);
+            if let End::Failed { code } = end {
+                assert_ne!(code, 0, "a failure never says exit 0");
+            }
+            assert!(usage.cost_usd.is_none_or(|c| c.is_finite() && c >= 0.0));
+        }
+    }
+}
+
 /// Every parser, by the name of its corpus dir.
-const PARSERS: [(&str, Parser); 23] = [
+const PARSERS: [(&str, Parser); 24] = [
+    ("agents", agent_output),
     ("pid", pid),
     ("start", start),
     ("attempt_state", attempt_state),
@@ -347,6 +374,7 @@ fuzz_tests! {
     fuzz_local_issue_files => "local_issue",
     fuzz_local_pr_files => "local_pr",
     fuzz_local_meta_file => "local_meta",
+    fuzz_agent_output => "agents",
 }
 
 /// Every corpus file goes through its parser as it is, and every corpus dir belongs to a

@@ -1,0 +1,136 @@
+//! Claude Code's result: `claude -p … --output-format stream-json --verbose` prints one
+//! JSON object a line (`system`/`init` with the model and session, `assistant`, `user`,
+//! and last the `result`); `--output-format json` prints the `result` object alone:
+//! `{"type":"result","subtype":"success","is_error":false,"num_turns":3,
+//! "session_id":"…","total_cost_usd":0.12,"usage":{"input_tokens":…,"output_tokens":…,
+//! "cache_read_input_tokens":…},"modelUsage":{"claude-…":{"costUSD":…}},"result":"…"}`.
+
+use super::{AccountWide, End, Seen, Usage, f64_at, json_lines, limits, str_at, u64_at};
+
+/// How many last lines of plain output or stderr are read for the CLI's own error.
+pub(crate) const TAIL_LINES: usize = 20;
+
+pub fn classify(seen: &Seen) -> (End, Usage) {
+    let events = json_lines(seen.stdout);
+    let init = events
+        .iter()
+        .find(|e| e["type"] == "system" && e["subtype"] == "init");
+    let result = events.iter().rev().find(|e| e["type"] == "result");
+    let mut usage = result.map(usage_of).unwrap_or_default();
+    if let Some(init) = init {
+        usage = usage.or(Usage {
+            model: str_at(init, "model"),
+            session_id: str_at(init, "session_id"),
+            ..Usage::default()
+        });
+    }
+    let is_error = result.is_some_and(|r| {
+        r["is_error"].as_bool().unwrap_or(false)
+            || r.get("subtype")
+                .and_then(|s| s.as_str())
+                .is_some_and(|s| s != "success")
+    });
+    if seen.exit_code == 0 && !is_error {
+        return (End::Done, usage);
+    }
+    // What the CLI itself said: the error result's text, an assistant message's error
+    // code, the last lines of stderr and of any plain (non-JSON) output.
+    let mut said = String::new();
+    if let Some(r) = result {
+        if let Some(t) = r["result"].as_str() {
+            said.push_str(t);
+            said.push('\n');
+        }
+        if let Some(errs) = r["errors"].as_array() {
+            for e in errs.iter().filter_map(|e| e.as_str()) {
+                said.push_str(e);
+                said.push('\n');
+            }
+        }
+    }
+    for e in events.iter().filter(|e| e["type"] == "assistant") {
+        if let Some(why) = e["error"].as_str().and_then(error_code) {
+            let detail = super::detail_line(&format!("assistant error {}", e["error"]));
+            return (
+                End::AccountWide {
+                    why,
+                    reset_epoch: limits::account_wide(&said, seen.now_epoch).and_then(|x| x.1),
+                    detail,
+                },
+                usage,
+            );
+        }
+    }
+    said.push_str(&tail(seen.stderr, false));
+    said.push_str(&tail(seen.stdout, true));
+    if let Some((why, reset_epoch)) = limits::account_wide(&said, seen.now_epoch) {
+        return (
+            End::AccountWide {
+                why,
+                reset_epoch,
+                detail: first_line_naming(&said),
+            },
+            usage,
+        );
+    }
+    let code = if seen.exit_code == 0 {
+        1
+    } else {
+        seen.exit_code
+    };
+    (End::Failed { code }, usage)
+}
+
+/// The stream's `error` codes on an assistant message that are the account's.
+fn error_code(code: &str) -> Option<AccountWide> {
+    match code {
+        "rate_limit" => Some(AccountWide::UsageLimit),
+        "authentication_failed" => Some(AccountWide::Login),
+        "billing_error" => Some(AccountWide::Credit),
+        _ => None,
+    }
+}
+
+fn usage_of(r: &serde_json::Value) -> Usage {
+    let u = &r["usage"];
+    let model = r["modelUsage"].as_object().and_then(|m| {
+        m.iter()
+            .max_by(|a, b| {
+                let cost = |v: &serde_json::Value| f64_at(v, "costUSD").unwrap_or(0.0);
+                cost(a.1).total_cmp(&cost(b.1))
+            })
+            .map(|(k, _)| super::detail_line(k))
+    });
+    Usage {
+        cost_usd: f64_at(r, "total_cost_usd").or_else(|| f64_at(r, "cost_usd")),
+        input_tokens: u64_at(u, "input_tokens"),
+        output_tokens: u64_at(u, "output_tokens"),
+        cache_read_tokens: u64_at(u, "cache_read_input_tokens"),
+        turns: u64_at(r, "num_turns"),
+        model,
+        session_id: str_at(r, "session_id"),
+    }
+}
+
+/// The last [`TAIL_LINES`] lines of `bytes`; with `plain_only`, those that are not JSON.
+pub(crate) fn tail(bytes: &[u8], plain_only: bool) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !plain_only || !l.trim_start().starts_with('{'))
+        .collect();
+    let from = lines.len().saturating_sub(TAIL_LINES);
+    let mut out = lines[from..].join("\n");
+    out.push('\n');
+    out
+}
+
+/// The first line of `said` that the limits recognise, else its first non-empty line.
+pub(crate) fn first_line_naming(said: &str) -> String {
+    let line = said
+        .lines()
+        .find(|l| limits::account_wide(l, 0).is_some())
+        .or_else(|| said.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or("");
+    super::detail_line(line)
+}
