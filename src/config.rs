@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::afk_env;
+use crate::agent_profile::ProfileKind;
 use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
 use crate::text::{clip_quoted, excerpt, line_col};
@@ -71,6 +72,75 @@ pub struct WorkerConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Agent {
     pub command: Option<Vec<String>>,
+    /// What the worker knows of the agent CLI (`docs/SPEC.md` §11.13): `[agent] profile`,
+    /// else from the file name of `command[0]`.
+    pub profile: ProfileKind,
+    /// `[agent] prompt`: the task's template (`{title}`, `{body_file}`, `{number}`,
+    /// `{branch}`, `{resume}`); `None` is the profile's default.
+    pub prompt: Option<String>,
+}
+
+/// Spend limits (`docs/SPEC.md` §11.13): at the day's budget the fleet claims nothing new
+/// until the next day in `timezone`; an issue over `usd_per_issue` goes to a person.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Budget {
+    pub usd_per_day: Option<Usd>,
+    pub usd_per_issue: Option<Usd>,
+    pub tokens_per_day: Option<u64>,
+    /// The day's offset from UTC in seconds (`budget.timezone`: `UTC` or `±HH:MM[:SS]`).
+    pub utc_offset_s: i32,
+}
+
+impl Budget {
+    /// Whether any daily limit is set (only then does anything read the ledger for it).
+    pub fn daily(&self) -> bool {
+        self.usd_per_day.is_some() || self.tokens_per_day.is_some()
+    }
+}
+
+/// Dollars kept as millionths, so the configuration stays `Eq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Usd(pub u64);
+
+impl Usd {
+    pub fn from_f64(x: f64) -> Usd {
+        Usd((x.max(0.0) * 1e6).round() as u64)
+    }
+    pub fn get(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+}
+
+impl fmt::Display for Usd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "${:.2}", self.get())
+    }
+}
+
+/// `UTC`, `Z`, `+02:00`, `-05:30`, `+01:00:30`: the offset in seconds.
+pub fn parse_utc_offset(s: &str) -> Option<i32> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("utc") || s == "Z" {
+        return Some(0);
+    }
+    let (sign, rest) = match s.as_bytes().first()? {
+        b'+' => (1, &s[1..]),
+        b'-' => (-1, &s[1..]),
+        _ => return None,
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.len() != 2) {
+        return None;
+    }
+    let n: Vec<i32> = parts
+        .iter()
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let (h, m, sec) = (n[0], n[1], n.get(2).copied().unwrap_or(0));
+    if h > 23 || m > 59 || sec > 59 {
+        return None;
+    }
+    Some(sign * (h * 3600 + m * 60 + sec))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +235,7 @@ pub struct Config {
     pub sweeps: Sweeps,
     pub claims: Claims,
     pub log: LogCfg,
+    pub budget: Budget,
 }
 
 impl Default for Config {
@@ -180,7 +251,11 @@ impl Default for Config {
                 runner: "claude".into(),
                 max_failed_attempts: 3,
             },
-            agent: Agent { command: None },
+            agent: Agent {
+                command: None,
+                profile: ProfileKind::Generic,
+                prompt: None,
+            },
             tracker: TrackerCfg {
                 kind: TrackerKind::Auto,
                 repo: None,
@@ -214,6 +289,7 @@ impl Default for Config {
                 keep: 5,
                 slot_log_days: 7,
             },
+            budget: Budget::default(),
         }
     }
 }
@@ -297,6 +373,8 @@ struct FileDoc {
     claims: FileClaims,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    budget: FileBudget,
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -320,6 +398,17 @@ struct FileWorker {
 #[serde(deny_unknown_fields)]
 struct FileAgent {
     command: S<Vec<String>>,
+    profile: S<ProfileKind>,
+    prompt: S<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileBudget {
+    usd_per_day: S<f64>,
+    usd_per_issue: S<f64>,
+    tokens_per_day: S<u64>,
+    timezone: S<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -506,6 +595,7 @@ pub fn resolve_with_sources(
     b.apply_flags(flags);
     b.validate()?;
     b.default_runner();
+    b.default_profile();
     Ok((b.cfg, Sources(b.origins)))
 }
 
@@ -569,6 +659,13 @@ impl Builder {
         if let Some(x) = self.take("agent.command", d.agent.command) {
             self.cfg.agent.command = Some(x);
         }
+        if let Some(x) = self.take("agent.profile", d.agent.profile) {
+            self.cfg.agent.profile = x;
+        }
+        if let Some(x) = self.take("agent.prompt", d.agent.prompt) {
+            self.cfg.agent.prompt = Some(x);
+        }
+        self.apply_budget(d.budget)?;
         if let Some(x) = self.take("tracker.kind", d.tracker.kind) {
             self.cfg.tracker.kind = x;
         }
@@ -626,6 +723,45 @@ impl Builder {
         }
         if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
             self.cfg.log.slot_log_days = x;
+        }
+        Ok(())
+    }
+
+    fn apply_budget(&mut self, b: FileBudget) -> Result<(), ConfigError> {
+        for (key, v) in [
+            ("budget.usd_per_day", b.usd_per_day),
+            ("budget.usd_per_issue", b.usd_per_issue),
+        ] {
+            let Some(x) = self.take(key, v) else { continue };
+            if !(x.is_finite() && x > 0.0 && x < 1e9) {
+                return Err(ConfigError(format!(
+                    "{}: {key} = {x} must be a number of dollars above 0",
+                    self.origin_of(key)
+                )));
+            }
+            let usd = Some(Usd::from_f64(x));
+            match key {
+                "budget.usd_per_day" => self.cfg.budget.usd_per_day = usd,
+                _ => self.cfg.budget.usd_per_issue = usd,
+            }
+        }
+        if let Some(x) = self.take_u64("budget.tokens_per_day", b.tokens_per_day)? {
+            if x == 0 {
+                return Err(ConfigError(format!(
+                    "{}: budget.tokens_per_day must be at least 1",
+                    self.origin_of("budget.tokens_per_day")
+                )));
+            }
+            self.cfg.budget.tokens_per_day = Some(x);
+        }
+        if let Some(tz) = self.take("budget.timezone", b.timezone) {
+            self.cfg.budget.utc_offset_s = parse_utc_offset(&tz).ok_or_else(|| {
+                ConfigError(format!(
+                    "{}: budget.timezone must be UTC or an offset like +02:00, got {:?}",
+                    self.origin_of("budget.timezone"),
+                    excerpt(&tz)
+                ))
+            })?;
         }
         Ok(())
     }
@@ -714,6 +850,16 @@ impl Builder {
         if let Some(name) = name {
             self.cfg.worker.runner = name;
             self.origins.insert("worker.runner", Origin::AgentProgram);
+        }
+    }
+
+    /// `agent.profile` set nowhere: the one `agent.command[0]`'s file name implies.
+    fn default_profile(&mut self) {
+        if self.origins.contains_key("agent.profile") {
+            return;
+        }
+        if let Some(p) = self.cfg.agent.command.as_ref().and_then(|c| c.first()) {
+            self.cfg.agent.profile = ProfileKind::from_program(p);
         }
     }
 

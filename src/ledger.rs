@@ -16,8 +16,26 @@ use crate::layout::Layout;
 use crate::timeutil;
 use crate::toonl::{self, LogError};
 
-/// Header fields of a ledger file, in order.
-pub const FIELDS: [&str; 6] = ["worker", "start", "end", "outcome", "branch", "head"];
+/// Header fields of a ledger file, in order: the first six of `docs/SPEC.md` §11.10, then
+/// what the attempt cost and why a failure did not count (§11.13). A file whose last
+/// header is shorter gets this header again before the next record; readers follow the
+/// newest header, and the fields an older header lacks read as `null`.
+pub const FIELDS: [&str; 14] = [
+    "worker",
+    "start",
+    "end",
+    "outcome",
+    "branch",
+    "head",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "turns",
+    "model",
+    "session_id",
+    "excused",
+];
 
 /// The most bytes of one ledger read.
 pub const MAX_LEDGER_BYTES: u64 = 1 << 20;
@@ -44,6 +62,12 @@ pub enum Outcome {
     /// Not an attempt: the worker quarantined the issue here. Failures before this record
     /// no longer count, so a person who removes the label gives the issue a fresh budget.
     Quarantined,
+    /// The agent's account could not run it (usage limit, login, credit, overload): the
+    /// issue went back untouched and the fleet paused. Never a failure.
+    AccountLimited,
+    /// Not an attempt: the issue's spend passed `budget.usd_per_issue` and it went to a
+    /// person here. Spend before this record no longer counts against the issue.
+    OverBudget,
 }
 
 impl Outcome {
@@ -70,6 +94,8 @@ impl fmt::Display for Outcome {
             Outcome::Stalled => f.write_str("stalled"),
             Outcome::GivenBack => f.write_str("given-back"),
             Outcome::Quarantined => f.write_str("quarantined"),
+            Outcome::AccountLimited => f.write_str("account-limited"),
+            Outcome::OverBudget => f.write_str("over-budget"),
         }
     }
 }
@@ -91,6 +117,8 @@ impl FromStr for Outcome {
             "stalled" => Outcome::Stalled,
             "given-back" => Outcome::GivenBack,
             "quarantined" => Outcome::Quarantined,
+            "account-limited" => Outcome::AccountLimited,
+            "over-budget" => Outcome::OverBudget,
             other => {
                 let code = other
                     .strip_prefix("agent-failed exit ")
@@ -116,7 +144,7 @@ impl From<Outcome> for String {
 }
 
 /// One ledger record: an attempt's end.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// The worker id, when known.
     pub worker: Option<String>,
@@ -128,6 +156,26 @@ pub struct Record {
     pub branch: Option<String>,
     /// The branch's head commit at the end.
     pub head: Option<String>,
+    /// What the run cost, where the agent's profile reports it (§11.13).
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    #[serde(default)]
+    pub cache_read_tokens: Option<u64>,
+    #[serde(default)]
+    pub turns: Option<u64>,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The agent's session, which an attempt resuming this one's branch resumes.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Why this failure is not the issue's own and does not count towards quarantine
+    /// (an account-wide condition was known, or the agent was failing on other issues).
+    #[serde(default)]
+    pub excused: Option<String>,
 }
 
 impl Record {
@@ -140,7 +188,34 @@ impl Record {
             outcome,
             branch: None,
             head: None,
+            cost_usd: None,
+            input_tokens: None,
+            output_tokens: None,
+            cache_read_tokens: None,
+            turns: None,
+            model: None,
+            session_id: None,
+            excused: None,
         }
+    }
+
+    /// The record with what the run cost and which session it was.
+    pub fn with_usage(mut self, u: &crate::agent_profile::Usage) -> Self {
+        self.cost_usd = u.cost_usd;
+        self.input_tokens = u.input_tokens;
+        self.output_tokens = u.output_tokens;
+        self.cache_read_tokens = u.cache_read_tokens;
+        self.turns = u.turns;
+        self.model = u.model.clone();
+        self.session_id = u.session_id.clone();
+        self
+    }
+
+    /// Input and output tokens (what `budget.tokens_per_day` counts).
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens
+            .unwrap_or(0)
+            .saturating_add(self.output_tokens.unwrap_or(0))
     }
 
     pub fn on_branch(mut self, branch: &str, head: Option<String>) -> Self {
@@ -168,7 +243,48 @@ pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> 
         path: file.clone(),
         msg: e.to_string(),
     })?;
-    toonl::append_record(&file, &FIELDS, json)
+    toonl::append_record_reheaded(&file, &FIELDS, json, !last_header_is_current(&file))
+}
+
+/// Whether the newest header in `file` is [`FIELDS`]' (a missing or empty file: yes, the
+/// appender writes the header of a new file itself).
+fn last_header_is_current(file: &Path) -> bool {
+    let Ok(Some(bytes)) = fsutil::read_small_file(file, MAX_LEDGER_BYTES) else {
+        return true;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let current = toonl::header_line(&FIELDS);
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("[]{") && l.ends_with("}:"))
+        .is_none_or(|h| h == current.trim_end())
+}
+
+/// Every issue's records, by issue number (the files under `attempts/` named `<N>.toonl`);
+/// a ledger that cannot be read is left out and named in the returned errors.
+pub fn read_all(layout: &Layout) -> (Vec<(u64, Vec<Record>)>, Vec<LogError>) {
+    let dir = layout.state().join("attempts");
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return (out, errors);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(n) = name
+            .to_str()
+            .and_then(|s| s.strip_suffix(".toonl"))
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        match read(layout, n) {
+            Ok(r) => out.push((n, r)),
+            Err(e) => errors.push(e),
+        }
+    }
+    out.sort_by_key(|(n, _)| *n);
+    (out, errors)
 }
 
 /// Every record of issue `n`, oldest first; none when there is no ledger yet.
@@ -203,11 +319,11 @@ pub fn current(records: &[Record]) -> &[Record] {
     &records[from..]
 }
 
-/// Failed attempts since the last quarantine.
+/// Failed attempts since the last quarantine that were the issue's own (not excused).
 pub fn failures(records: &[Record]) -> usize {
     current(records)
         .iter()
-        .filter(|r| r.outcome.is_failure())
+        .filter(|r| r.outcome.is_failure() && r.excused.is_none())
         .count()
 }
 
@@ -263,11 +379,51 @@ mod tests {
             Outcome::Stalled,
             Outcome::GivenBack,
             Outcome::Quarantined,
+            Outcome::AccountLimited,
+            Outcome::OverBudget,
         ] {
             assert_eq!(o.to_string().parse::<Outcome>(), Ok(o));
         }
         assert!("agent-failed exit x".parse::<Outcome>().is_err());
         assert!("exploded".parse::<Outcome>().is_err());
+    }
+
+    /// A ledger written before the cost fields reads as it did, and a record appended to
+    /// it carries its cost under a header of its own.
+    #[test]
+    fn an_old_ledger_reads_and_takes_records_with_cost() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 3);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            "[]{worker,start,end,outcome,branch,head}:\nw1,null,\"2026-01-01T00:00:00Z\",agent-failed exit 1,null,null\n",
+        )
+        .unwrap();
+        let old = read(&layout, 3).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].cost_usd, None);
+        let usage = crate::agent_profile::Usage {
+            cost_usd: Some(0.4),
+            input_tokens: Some(10),
+            session_id: Some("s1".into()),
+            ..Default::default()
+        };
+        let r = Record::now(Some("w2"), None, Outcome::AccountLimited).with_usage(&usage);
+        append(&layout, 3, &r).unwrap();
+        append(&layout, 3, &r).unwrap();
+        let got = read(&layout, 3).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[1].cost_usd, Some(0.4));
+        assert_eq!(got[2].session_id.as_deref(), Some("s1"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(
+            text.matches("[]{").count(),
+            2,
+            "one new header, not one per record"
+        );
+        assert_eq!(failures(&got), 1, "account-limited is never a failure");
     }
 
     #[test]
@@ -293,7 +449,7 @@ mod tests {
         assert_eq!(failures(&got), 3);
         assert_eq!(resume_branch(&got), Some("afk/w2/7-x"));
         let text = std::fs::read_to_string(path(&layout, 7)).unwrap();
-        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head}:\n"));
+        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head,cost_usd,"));
         assert_eq!(text.lines().count(), 5, "one header, one line per record");
 
         let comment = quarantine_comment(&got, "afk:quarantined");

@@ -21,7 +21,7 @@
 //!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
 //!   back), `state_file`, `journal`, `usage`, `stall`.
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
-//!   the event log and slot logs).
+//!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
 //! - `claim` (claims, the one home: taken, marked on the tracker, judged alive or stale,
@@ -40,6 +40,7 @@ pub mod afk_env;
 pub mod agent_profile;
 pub mod attempt_state;
 pub mod bootstrap;
+pub mod budget;
 pub mod claim;
 pub mod cli;
 pub mod cmd;

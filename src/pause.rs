@@ -1,6 +1,7 @@
-//! The fleet-wide pause: GitHub said "rate limited", so every process of this checkout
+//! The fleet-wide pauses: GitHub said "rate limited", so every process of this checkout
 //! (the supervisor, its workers, the sweeps) holds back what costs API calls until the
-//! reset (`docs/SPEC.md` §11.11).
+//! reset (`docs/SPEC.md` §11.11); and the agent's account ran out, so nothing claims until
+//! its reset (`.red/state/agent-pause.toon`, §11.13, below).
 //!
 //! The processes are separate, so the pause is a file, `.red/state/fleet-pause.toon`,
 //! written atomically by whichever process met the limit and read with the safe-open
@@ -112,9 +113,14 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// that cannot be had (held that long, or a hostile file there) gives `None` and the pause
 /// is recorded without it, since a lost pause costs more than a race.
 fn record_lock(state_dir: &Path) -> Option<std::fs::File> {
+    lock_beside(state_dir, "fleet-pause.lock")
+}
+
+/// [`record_lock`]'s lock under any name in `state_dir`.
+fn lock_beside(state_dir: &Path, name: &str) -> Option<std::fs::File> {
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true).write(true).create(true).truncate(false);
-    let file = state_dir.join("fleet-pause.lock");
+    let file = state_dir.join(name);
     let f = crate::fsutil::open_regular(&file, opts, crate::fsutil::Links::Refuse).ok()??;
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
@@ -152,9 +158,205 @@ pub fn record(state_dir: &Path, reason: &str, until_epoch: u64) -> std::io::Resu
     Ok(pause)
 }
 
+// ---- the agent pause (`docs/SPEC.md` §11.13) ----
+//
+// The agent's account (not the tracker) cannot run any issue: a usage limit, a missing or
+// expired login, exhausted credit, an overloaded provider. Its own file, beside the rate
+// limit's and with the same rules (written atomically under a lock, never removed, over by
+// time, an unreadable file pauses nothing), so neither pause's format changes the other's.
+
+/// The agent pause's file name under `.red/state/`.
+pub const AGENT_FILE_NAME: &str = "agent-pause.toon";
+
+/// Longest agent pause honoured: a weekly plan window, and a day of slack.
+pub const MAX_AGENT_PAUSE_S: u64 = 8 * 86_400;
+
+/// The first pause when the agent names no reset; each consecutive one doubles it.
+pub const AGENT_BACKOFF_BASE_S: u64 = 60;
+
+/// The longest pause of the doubling backoff.
+pub const AGENT_BACKOFF_CAP_S: u64 = 3600;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentPause {
+    /// What kind of condition, in words: `usage limit`, `login missing or expired`,
+    /// `credit exhausted`, `provider overloaded`.
+    pub kind: String,
+    /// The agent's own words, one line.
+    pub reason: String,
+    /// When the fleet probes again (epoch seconds).
+    pub until_epoch: u64,
+    pub since_epoch: u64,
+    /// Consecutive pauses without a known reset (the backoff's step); 0 once an attempt
+    /// ran the agent without an account-wide end.
+    pub step: u32,
+}
+
+impl AgentPause {
+    pub fn active_at(&self, now: u64) -> bool {
+        now < self.until_epoch
+    }
+
+    /// `usage limit until 2026-12-01T17:00:00Z (Claude AI usage limit reached|…)`.
+    pub fn describe(&self) -> String {
+        let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.until_epoch);
+        format!("{} until {} ({})", self.kind, rfc3339(until), self.reason)
+    }
+}
+
+pub fn agent_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(AGENT_FILE_NAME)
+}
+
+/// The agent pause recorded under `state_dir`, over or not; clamped as it is read.
+pub fn agent_read(state_dir: &Path) -> Result<Option<AgentPause>, PauseFileError> {
+    let p = agent_path(state_dir);
+    let text = match read_small_text(&p, MAX_BYTES) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            return Err(PauseFileError::Unreadable {
+                path: p,
+                why: e.to_string(),
+            });
+        }
+    };
+    let mut pause =
+        reddb_io_toon::from_str::<AgentPause>(&text).map_err(|e| PauseFileError::NotAPause {
+            path: p,
+            why: e.to_string(),
+        })?;
+    pause.until_epoch = pause
+        .until_epoch
+        .min(pause.since_epoch.saturating_add(MAX_AGENT_PAUSE_S))
+        .min(now_epoch().saturating_add(MAX_AGENT_PAUSE_S));
+    Ok(Some(pause))
+}
+
+/// The agent pause holding at `now`, if any; an unreadable file holds nothing.
+pub fn agent_active_at(state_dir: &Path, now: u64) -> Option<AgentPause> {
+    agent_read(state_dir)
+        .ok()
+        .flatten()
+        .filter(|p| p.active_at(now))
+}
+
+/// Records that the agent's account stopped a run: until `reset_epoch` when the agent
+/// named it, else for the next step of the doubling backoff ([`AGENT_BACKOFF_BASE_S`] …
+/// [`AGENT_BACKOFF_CAP_S`]). A pause already holding longer is kept. Returns the pause in
+/// force.
+pub fn agent_record(
+    state_dir: &Path,
+    kind: &str,
+    reason: &str,
+    reset_epoch: Option<u64>,
+) -> std::io::Result<AgentPause> {
+    let _lock = lock_beside(state_dir, "agent-pause.lock");
+    let now = now_epoch();
+    let before = agent_read(state_dir).ok().flatten();
+    if let Some(p) = before.as_ref().filter(|p| p.active_at(now))
+        && reset_epoch.is_none_or(|r| p.until_epoch >= r)
+    {
+        return Ok(p.clone());
+    }
+    let (until, step) = match reset_epoch {
+        Some(r) => (r.clamp(now + 1, now + MAX_AGENT_PAUSE_S), 0),
+        None => {
+            let step = before
+                .as_ref()
+                .map_or(0, |p| p.step.saturating_add(1).min(16));
+            let backoff = AGENT_BACKOFF_BASE_S
+                .saturating_mul(1u64 << (step.saturating_sub(1)).min(16))
+                .min(AGENT_BACKOFF_CAP_S);
+            (now + backoff, step.max(1))
+        }
+    };
+    let pause = AgentPause {
+        kind: crate::text::excerpt(&crate::text::one_line(kind)),
+        reason: crate::text::excerpt(&crate::text::one_line(reason)),
+        until_epoch: until,
+        since_epoch: now,
+        step,
+    };
+    write_agent(state_dir, &pause)?;
+    Ok(pause)
+}
+
+/// An attempt ran the agent to an end that was not account-wide: the backoff starts
+/// over. Writes only when a pause with a step is recorded, so a healthy fleet costs no
+/// write.
+pub fn agent_clear(state_dir: &Path) -> std::io::Result<()> {
+    let _lock = lock_beside(state_dir, "agent-pause.lock");
+    match agent_read(state_dir) {
+        Ok(Some(p)) if p.step > 0 && !p.active_at(now_epoch()) => {
+            write_agent(state_dir, &AgentPause { step: 0, ..p })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn write_agent(state_dir: &Path, pause: &AgentPause) -> std::io::Result<()> {
+    let text = reddb_io_toon::to_string(pause).map_err(|e| std::io::Error::other(e.to_string()))?;
+    atomic_write(&agent_path(state_dir), format!("{text}\n").as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_pause_takes_the_reset_or_a_doubling_backoff_and_pauses_nothing_when_hostile() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_epoch();
+        assert_eq!(agent_read(dir.path()), Ok(None));
+        let p = agent_record(dir.path(), "usage limit", "limit|x", Some(now + 20)).unwrap();
+        assert_eq!((p.until_epoch, p.step), (now + 20, 0));
+        assert_eq!(agent_active_at(dir.path(), now), Some(p.clone()));
+        assert!(agent_active_at(dir.path(), now + 20).is_none());
+        // A second worker meeting the same limit keeps the one in force.
+        assert_eq!(
+            agent_record(dir.path(), "usage limit", "again", None).unwrap(),
+            p
+        );
+        // Over: an unknown reset backs off 60 s, then 120 s.
+        let over = AgentPause {
+            until_epoch: now - 1,
+            ..p
+        };
+        write_agent(dir.path(), &over).unwrap();
+        let a = agent_record(dir.path(), "login missing or expired", "x", None).unwrap();
+        assert_eq!((a.until_epoch, a.step), (now_epoch() + 60, 1));
+        write_agent(
+            dir.path(),
+            &AgentPause {
+                until_epoch: now - 1,
+                ..a
+            },
+        )
+        .unwrap();
+        let b = agent_record(dir.path(), "login missing or expired", "x", None).unwrap();
+        assert_eq!((b.until_epoch - b.since_epoch, b.step), (120, 2));
+        write_agent(
+            dir.path(),
+            &AgentPause {
+                until_epoch: now - 1,
+                ..b
+            },
+        )
+        .unwrap();
+        agent_clear(dir.path()).unwrap();
+        assert_eq!(agent_read(dir.path()).unwrap().unwrap().step, 0);
+        // The rate-limit pause is untouched by all of it.
+        assert_eq!(read(dir.path()), Ok(None));
+        std::fs::write(agent_path(dir.path()), "garbage {{{").unwrap();
+        assert!(agent_active_at(dir.path(), now).is_none());
+        assert!(
+            agent_read(dir.path())
+                .unwrap_err()
+                .to_string()
+                .contains(AGENT_FILE_NAME)
+        );
+    }
 
     #[test]
     fn a_pause_is_recorded_extended_never_shortened_and_ends_by_time() {

@@ -231,6 +231,17 @@ pub fn append_record(
     fields: &[&str],
     json: serde_json::Value,
 ) -> Result<(), LogError> {
+    append_record_reheaded(path, fields, json, false)
+}
+
+/// [`append_record`], with the header written before the row also when the file is not
+/// new but `reheader` (its newest header has other fields): still one `write`.
+pub fn append_record_reheaded(
+    path: &Path,
+    fields: &[&str],
+    json: serde_json::Value,
+    reheader: bool,
+) -> Result<(), LogError> {
     let io_err = |source| LogError::Io {
         path: path.to_path_buf(),
         source,
@@ -241,7 +252,7 @@ pub fn append_record(
     })?;
     let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
     let fresh = f.metadata().map_err(io_err)?.len() == 0;
-    let text = if fresh {
+    let text = if fresh || reheader {
         format!("{}{row}", header_line(fields))
     } else {
         row

@@ -63,5 +63,26 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("log.keep", c.log.keep.to_string());
     line("log.slot_log_days", c.log.slot_log_days.to_string());
     line("claims.stale_after_s", c.claims.stale_after_s.to_string());
+    line("agent.profile", c.agent.profile.to_string());
+    line(
+        "agent.prompt",
+        c.agent
+            .prompt
+            .as_ref()
+            .map_or("(the profile's default)".into(), |p| format!("{p:?}")),
+    );
+    let usd = |u: Option<config::Usd>| u.map_or("(none)".into(), |u| u.to_string());
+    line("budget.usd_per_day", usd(c.budget.usd_per_day));
+    line("budget.usd_per_issue", usd(c.budget.usd_per_issue));
+    line(
+        "budget.tokens_per_day",
+        c.budget
+            .tokens_per_day
+            .map_or("(none)".into(), |t| t.to_string()),
+    );
+    line(
+        "budget.timezone",
+        crate::budget::offset_words(c.budget.utc_offset_s),
+    );
     Ok(0)
 }

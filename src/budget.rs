@@ -1,0 +1,252 @@
+//! What the fleet spent, from the attempt ledger, and whether a budget holds it back
+//! (`docs/SPEC.md` §11.13): the day's dollars and tokens in the configured time zone,
+//! one issue's dollars, and the rows of `afk-supervisor spend`. The clock is a parameter
+//! everywhere, so a test can turn the day.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::config::{Budget, Usd};
+use crate::ledger::{Outcome, Record};
+use crate::timeutil;
+
+/// Seconds in a day.
+const DAY_S: i64 = 86_400;
+
+/// The day (`yyyy-mm-dd`) that `epoch` falls on at UTC offset `offset_s`.
+pub fn day_of(epoch: u64, offset_s: i32) -> String {
+    let local = (epoch as i64).saturating_add(i64::from(offset_s)).max(0) as u64;
+    timeutil::date_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(local))
+}
+
+/// When the day after the one `epoch` falls on begins (epoch seconds).
+pub fn next_day_start(epoch: u64, offset_s: i32) -> u64 {
+    let local = (epoch as i64).saturating_add(i64::from(offset_s));
+    let start = local
+        .div_euclid(DAY_S)
+        .saturating_add(1)
+        .saturating_mul(DAY_S);
+    start.saturating_sub(i64::from(offset_s)).max(0) as u64
+}
+
+/// `UTC`, `+02:00`, `-05:30:15`.
+pub fn offset_words(offset_s: i32) -> String {
+    if offset_s == 0 {
+        return "UTC".into();
+    }
+    let sign = if offset_s < 0 { '-' } else { '+' };
+    let a = offset_s.unsigned_abs();
+    let mut out = format!("{sign}{:02}:{:02}", a / 3600, (a % 3600) / 60);
+    if a % 60 != 0 {
+        out.push_str(&format!(":{:02}", a % 60));
+    }
+    out
+}
+
+/// A record's end, epoch seconds; `None` when it does not parse.
+fn end_epoch(r: &Record) -> Option<u64> {
+    timeutil::parse_rfc3339(&r.end).map(timeutil::epoch_secs)
+}
+
+/// What some attempts cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Spend {
+    pub usd: f64,
+    pub tokens: u64,
+    /// Attempts that reported a cost or tokens.
+    pub runs: u64,
+}
+
+impl Spend {
+    fn add(&mut self, r: &Record) {
+        if r.cost_usd.is_none() && r.input_tokens.is_none() && r.output_tokens.is_none() {
+            return;
+        }
+        self.usd += r
+            .cost_usd
+            .filter(|c| c.is_finite() && *c >= 0.0)
+            .unwrap_or(0.0);
+        self.tokens = self.tokens.saturating_add(r.tokens());
+        self.runs += 1;
+    }
+}
+
+/// The spend of the day `now` falls on, over every issue's records.
+pub fn spend_today(all: &[(u64, Vec<Record>)], now: u64, offset_s: i32) -> Spend {
+    let today = day_of(now, offset_s);
+    let mut s = Spend::default();
+    for r in all.iter().flat_map(|(_, rs)| rs) {
+        if end_epoch(r).is_some_and(|e| day_of(e, offset_s) == today) {
+            s.add(r);
+        }
+    }
+    s
+}
+
+/// What one issue spent since its last `over-budget` hand-off.
+pub fn issue_spend(records: &[Record]) -> Spend {
+    let from = records
+        .iter()
+        .rposition(|r| r.outcome == Outcome::OverBudget)
+        .map_or(0, |i| i + 1);
+    let mut s = Spend::default();
+    for r in &records[from..] {
+        s.add(r);
+    }
+    s
+}
+
+/// The day's budget is used up: nothing is claimed until `until_epoch`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reached {
+    /// `daily budget reached: spend today $1.20 of $1.00`.
+    pub reason: String,
+    /// The start of the next day.
+    pub until_epoch: u64,
+}
+
+/// Whether the day's dollar or token budget is used up at `now`.
+pub fn daily_reached(budget: &Budget, today: &Spend, now: u64) -> Option<Reached> {
+    let until_epoch = next_day_start(now, budget.utc_offset_s);
+    if let Some(limit) = budget.usd_per_day
+        && Usd::from_f64(today.usd) >= limit
+    {
+        return Some(Reached {
+            reason: format!("daily budget reached: {}", spend_words(budget, today)),
+            until_epoch,
+        });
+    }
+    if let Some(limit) = budget.tokens_per_day
+        && today.tokens >= limit
+    {
+        return Some(Reached {
+            reason: format!("daily budget reached: {}", spend_words(budget, today)),
+            until_epoch,
+        });
+    }
+    None
+}
+
+/// `spend today $3.20 of $10.00`, `spend today 12000 of 50000 tokens`, or both.
+pub fn spend_words(budget: &Budget, today: &Spend) -> String {
+    let mut parts = Vec::new();
+    match budget.usd_per_day {
+        Some(l) => parts.push(format!("{} of {l}", Usd::from_f64(today.usd))),
+        None if budget.tokens_per_day.is_none() => parts.push(Usd::from_f64(today.usd).to_string()),
+        None => {}
+    }
+    if let Some(t) = budget.tokens_per_day {
+        parts.push(format!("{} of {t} tokens", today.tokens));
+    }
+    format!("spend today {}", parts.join(", "))
+}
+
+/// How `spend` groups its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum By {
+    Day,
+    Issue,
+}
+
+/// One row of `afk-supervisor spend`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The day (`yyyy-mm-dd`) or the issue number, as text.
+    pub key: String,
+    pub usd: f64,
+    pub tokens: u64,
+    pub runs: u64,
+}
+
+/// The spend of every record ending on or after the day `since` (`yyyy-mm-dd`), grouped.
+pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s: i32) -> Vec<Row> {
+    let mut rows: BTreeMap<(String, u64), Spend> = BTreeMap::new();
+    for (n, records) in all {
+        for r in records {
+            let Some(day) = end_epoch(r).map(|e| day_of(e, offset_s)) else {
+                continue;
+            };
+            if since.is_some_and(|s| day.as_str() < s) {
+                continue;
+            }
+            let key = match by {
+                By::Day => (day, 0),
+                By::Issue => (String::new(), *n),
+            };
+            rows.entry(key).or_default().add(r);
+        }
+    }
+    rows.into_iter()
+        .filter(|(_, s)| s.runs > 0)
+        .map(|((day, n), s)| Row {
+            key: match by {
+                By::Day => day,
+                By::Issue => format!("#{n}"),
+            },
+            usd: s.usd,
+            tokens: s.tokens,
+            runs: s.runs,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(epoch: u64, cost: f64, tokens: u64) -> Record {
+        let mut r = Record::now(None, None, Outcome::Done);
+        r.end = timeutil::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch));
+        r.cost_usd = Some(cost);
+        r.input_tokens = Some(tokens);
+        r
+    }
+
+    /// 2026-12-01T23:00:00Z.
+    const T: u64 = 1_796_166_000;
+
+    #[test]
+    fn the_day_turns_at_midnight_in_the_configured_zone() {
+        assert_eq!(day_of(T, 0), "2026-12-01");
+        assert_eq!(day_of(T, 3600), "2026-12-02");
+        assert_eq!(next_day_start(T, 0), T + 3600);
+        assert_eq!(next_day_start(T, 3600), T + 86_400);
+        assert_eq!(next_day_start(T, -3600), T + 7200);
+        assert_eq!(offset_words(-(5 * 3600 + 30 * 60)), "-05:30");
+        assert_eq!(offset_words(3661), "+01:01:01");
+    }
+
+    #[test]
+    fn a_day_budget_holds_until_the_next_day_with_an_injected_clock() {
+        let budget = Budget {
+            usd_per_day: Some(Usd::from_f64(1.0)),
+            ..Budget::default()
+        };
+        let all = vec![
+            (1, vec![at(T - 100, 0.4, 10), at(T - 90, 0.4, 10)]),
+            (2, vec![at(T - 80, 0.4, 10), at(T - 86_400, 5.0, 10)]),
+        ];
+        let today = spend_today(&all, T, 0);
+        assert_eq!(today.runs, 3);
+        let r = daily_reached(&budget, &today, T).unwrap();
+        assert_eq!(r.until_epoch, T + 3600);
+        assert_eq!(r.reason, "daily budget reached: spend today $1.20 of $1.00");
+        // The next day: nothing spent yet, nothing held.
+        let tomorrow = spend_today(&all, T + 3600, 0);
+        assert_eq!(tomorrow.runs, 0);
+        assert!(daily_reached(&budget, &tomorrow, T + 3600).is_none());
+        let tokens = Budget {
+            tokens_per_day: Some(30),
+            ..Budget::default()
+        };
+        assert!(daily_reached(&tokens, &today, T).is_some());
+        assert_eq!(spend_words(&tokens, &today), "spend today 30 of 30 tokens");
+        let by_day = report(&all, None, By::Day, 0);
+        assert_eq!(by_day.len(), 2);
+        assert_eq!(by_day[1].runs, 3);
+        let by_issue = report(&all, Some("2026-12-01"), By::Issue, 0);
+        assert_eq!(by_issue[0].key, "#1");
+        assert_eq!(by_issue[1].runs, 1);
+    }
+}
