@@ -31,6 +31,8 @@ pub const ISSUE_TITLE_FILE: &str = "RED_AFK_ISSUE_TITLE_FILE";
 pub const ISSUE_BODY_FILE: &str = "RED_AFK_ISSUE_BODY_FILE";
 pub const ISSUE_TITLE_TRUNCATED: &str = "RED_AFK_ISSUE_TITLE_TRUNCATED";
 pub const ISSUE_BODY_TRUNCATED: &str = "RED_AFK_ISSUE_BODY_TRUNCATED";
+/// Where a generic agent may write its JSON result (reset, cost, tokens; SPEC §11.13).
+pub const RESULT_FILE: &str = "RED_AFK_RESULT_FILE";
 
 // Operator → config (SPEC §10).
 pub const TRUNK: &str = "RED_AFK_TRUNK";
@@ -98,6 +100,7 @@ mod tests {
             ISSUE_BODY_FILE,
             ISSUE_TITLE_TRUNCATED,
             ISSUE_BODY_TRUNCATED,
+            RESULT_FILE,
             TRUNK,
         ];
         for n in names.into_iter().chain(NUMERIC.iter().map(|(v, _)| *v)) {

@@ -10,6 +10,9 @@ pub const BOOT_HALTED: i32 = 4;
 pub const TRACKER_UNAVAILABLE: i32 = 69;
 /// From a worker: it stopped because GitHub rate-limited it (EX_TEMPFAIL). Not a death.
 pub const RATE_LIMITED: i32 = 75;
+/// From a worker: it stopped because the agent's account ran out (usage limit, login,
+/// credit, overload) or the day's budget is used up. Not a death: the fleet holds.
+pub const AGENT_PAUSED: i32 = 76;
 pub const CONFIG: i32 = 78;
 pub const SIGHUP: i32 = 129;
 pub const SIGINT: i32 = 130;

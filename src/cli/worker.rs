@@ -1,6 +1,6 @@
 //! `afk-supervisor worker`: the built-in worker a supervisor spawns per slot. Its exit code
 //! says how it ended (`docs/SPEC.md` §6, §9): the supervisor parks the slot on 78, idles
-//! it without a death on 69 and 75, and counts anything else but 0 and a signal a death.
+//! it without a death on 69 and 75, holds the fleet on 76 (agent paused), and counts anything else but 0 and a signal a death.
 
 use clap::Args;
 
@@ -46,6 +46,7 @@ pub fn outcome_code(o: WorkerOutcome) -> i32 {
         WorkerOutcome::Done | WorkerOutcome::NoWork | WorkerOutcome::Retired => exit::OK,
         WorkerOutcome::AgentFailed => exit::FAILED,
         WorkerOutcome::Interrupted { signal } => 128 + signal,
+        WorkerOutcome::AgentPaused => exit::AGENT_PAUSED,
     }
 }
 
@@ -98,6 +99,7 @@ mod tests {
         assert_eq!(outcome_code(WorkerOutcome::NoWork), 0);
         assert_eq!(outcome_code(WorkerOutcome::Retired), 0);
         assert_eq!(outcome_code(WorkerOutcome::AgentFailed), 1);
+        assert_eq!(outcome_code(WorkerOutcome::AgentPaused), 76);
         assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 15 }), 143);
         assert_eq!(outcome_code(WorkerOutcome::Interrupted { signal: 1 }), 129);
         assert_eq!(failure(WorkerError::Config("no agent".into())).code, 78);

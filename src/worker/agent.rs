@@ -3,12 +3,13 @@
 //! stopping it with every process it started.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::liveness::{append_liveness, worktree_fingerprint};
 use super::{Worker, WorkerError};
 use crate::afk_env;
+use crate::agent_profile;
 use crate::git::Git;
 use crate::timeutil;
 use crate::tracker::LabeledIssue;
@@ -22,14 +23,34 @@ impl Worker<'_> {
         worktree: &Path,
         attempt_dir: &Path,
         resume: Option<&str>,
+        session: Option<&str>,
     ) -> Result<AgentEnd, WorkerError> {
-        let mut cmd = Command::new(&self.agent[0]);
+        let vars = agent_profile::PromptVars {
+            number: issue.number,
+            title,
+            body_file: &attempt_dir.join("issue-body.md"),
+            branch,
+            resume_branch: resume,
+        };
+        let prompt = agent_profile::prompt(self.config.agent.prompt.as_deref(), &vars);
+        let argv = agent_profile::argv(
+            self.config.agent.profile,
+            &self.agent,
+            &prompt,
+            self.config.agent.prompt.is_some(),
+            session,
+        );
+        let result_file = attempt_dir.join(RESULT_FILE_NAME);
+        let mut cmd = Command::new(&argv[0]);
         match resume {
             Some(b) => cmd.env(afk_env::RESUME_BRANCH, b),
             None => cmd.env_remove(afk_env::RESUME_BRANCH),
         };
-        cmd.args(&self.agent[1..])
+        cmd.args(&argv[1..])
             .current_dir(worktree)
+            .env(afk_env::RESULT_FILE, &result_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .env(afk_env::ISSUE, issue.number.to_string())
             .env(afk_env::BRANCH, branch)
             .env(afk_env::WORKTREE, worktree)
@@ -47,6 +68,7 @@ impl Worker<'_> {
                 };
             }
         };
+        let mut captured = Some(Captured::start(&mut child));
         // Liveness records mark progress, not mere existence: one when the agent starts, then
         // one whenever its worktree moves (a new commit or changed files), checked every
         // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
@@ -81,7 +103,22 @@ impl Worker<'_> {
                     let code = status
                         .code()
                         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                    return Ok(AgentEnd::Exited(code));
+                    let (stdout, stderr) = match captured.take() {
+                        Some(c) => c.finish(),
+                        None => (Vec::new(), Vec::new()),
+                    };
+                    let result_file = crate::fsutil::read_small_file(
+                        &result_file,
+                        agent_profile::generic::MAX_RESULT_BYTES,
+                    )
+                    .ok()
+                    .flatten();
+                    return Ok(AgentEnd::Exited(Finished {
+                        code,
+                        stdout,
+                        stderr,
+                        result_file,
+                    }));
                 }
                 Ok(None) => {}
                 Err(e) => return Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
@@ -111,8 +148,105 @@ impl Worker<'_> {
     }
 }
 
+/// The name of the agent's result file in the attempt dir (`RED_AFK_RESULT_FILE`).
+pub const RESULT_FILE_NAME: &str = "agent-result.json";
+
+/// The most bytes kept of the end of the agent's stdout (the structured result is its
+/// last line) and of its stderr; everything is still copied to the slot log.
+pub const STDOUT_TAIL_BYTES: usize = 4 << 20;
+pub const STDERR_TAIL_BYTES: usize = 64 << 10;
+
+/// How long, after the agent exits, its output is waited for: a process it left behind
+/// may hold the pipes open for good.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
+/// A run that ended by itself: its exit code and what it said.
+pub(super) struct Finished {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub result_file: Option<Vec<u8>>,
+}
+
+/// The agent's stdout and stderr being copied to the worker's own (the slot log) by one
+/// thread each, which keep the last bytes of each for the profile to read.
+pub(super) struct Captured {
+    out: Tail,
+    err: Tail,
+}
+
+struct Tail {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Captured {
+    fn start(child: &mut Child) -> Captured {
+        Captured {
+            out: Tail::copy(child.stdout.take(), false, STDOUT_TAIL_BYTES),
+            err: Tail::copy(child.stderr.take(), true, STDERR_TAIL_BYTES),
+        }
+    }
+
+    /// The kept ends of stdout and stderr, once both pipes closed or [`DRAIN_WAIT`] passed.
+    fn finish(self) -> (Vec<u8>, Vec<u8>) {
+        let deadline = timeutil::deadline(Instant::now(), DRAIN_WAIT);
+        (self.out.take(deadline), self.err.take(deadline))
+    }
+}
+
+impl Tail {
+    fn copy(src: Option<impl std::io::Read + Send + 'static>, to_stderr: bool, cap: usize) -> Tail {
+        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        if let Some(mut src) = src {
+            let keep = buf.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = match src.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    let _ = if to_stderr {
+                        std::io::stderr().lock().write_all(&chunk[..n])
+                    } else {
+                        let mut out = std::io::stdout().lock();
+                        out.write_all(&chunk[..n]).and_then(|()| out.flush())
+                    };
+                    if let Ok(mut b) = keep.lock() {
+                        b.extend_from_slice(&chunk[..n]);
+                        if b.len() > 2 * cap {
+                            let cut = b.len() - cap;
+                            b.drain(..cut);
+                        }
+                    }
+                }
+                let _ = tx.send(());
+            });
+        }
+        Tail { buf, done }
+    }
+
+    fn take(self, deadline: Instant) -> Vec<u8> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = self.done.recv_timeout(left);
+        let mut b = self
+            .buf
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default();
+        if b.len() > STDOUT_TAIL_BYTES {
+            let cut = b.len() - STDOUT_TAIL_BYTES;
+            b.drain(..cut);
+        }
+        b
+    }
+}
+
 pub(super) enum AgentEnd {
-    Exited(i32),
+    Exited(Finished),
     /// Stopped at the wall-clock cap.
     Capped,
     /// The worker was signalled (the number) while the agent ran.

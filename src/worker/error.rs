@@ -24,6 +24,9 @@ pub enum WorkerOutcome {
     AgentFailed,
     /// A signal stopped the worker; the issue it held went back to the queue.
     Interrupted { signal: i32 },
+    /// The agent's account ran out, or the day's budget is used up: the worker claimed
+    /// nothing more, and the fleet holds (exit 76, `docs/SPEC.md` §6, §11.13).
+    AgentPaused,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -10,6 +10,7 @@ use super::attempt::{AttemptFile, next_attempt};
 use super::queue::TakenClaim;
 use super::texts::{self, issue_title, slugify};
 use super::{Outcome, Worker, WorkerError};
+use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
 use crate::git::Git;
 use crate::ledger;
@@ -98,7 +99,28 @@ impl Worker<'_> {
             quarantined?;
             return Ok(Outcome::SetAside);
         }
+        match self.over_issue_budget(n, &claim, &records) {
+            Ok(false) => {}
+            handed => {
+                if let Err(e) = claim.local.release() {
+                    eprintln!(
+                        "worker {}: releasing claim of #{n}: {e}",
+                        self.wenv.worker_id
+                    );
+                }
+                handed?;
+                return Ok(Outcome::SetAside);
+            }
+        }
         let resume = ledger::resume_branch(&records).map(str::to_string);
+        // The session of the attempt whose branch this one resumes (Claude Code resumes it).
+        let session = resume.as_deref().and_then(|b| {
+            records
+                .iter()
+                .rev()
+                .filter(|r| r.branch.as_deref() == Some(b))
+                .find_map(|r| r.session_id.clone())
+        });
         let mut state = AttemptFile::new(
             &attempt_dir,
             &self.wenv.worker_id,
@@ -113,27 +135,30 @@ impl Worker<'_> {
             text::escape(&title)
         );
         let started = state.state.started_at.clone();
-        let end = |outcome: ledger::Outcome, branch: &str| {
-            let head = Git::new(&worktree)
-                .rev_parse("HEAD")
-                .ok()
-                .flatten()
-                .or_else(|| {
-                    self.git
-                        .rev_parse(&format!("refs/heads/{branch}"))
-                        .ok()
-                        .flatten()
-                });
-            let record =
-                ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
-                    .on_branch(branch, head);
-            let mut records = records.clone();
-            if let Err(e) = ledger::append(self.layout, n, &record) {
-                eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
-            }
-            records.push(record);
-            records
-        };
+        let end =
+            |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
+                let head = Git::new(&worktree)
+                    .rev_parse("HEAD")
+                    .ok()
+                    .flatten()
+                    .or_else(|| {
+                        self.git
+                            .rev_parse(&format!("refs/heads/{branch}"))
+                            .ok()
+                            .flatten()
+                    });
+                let mut record =
+                    ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
+                        .on_branch(branch, head)
+                        .with_usage(usage);
+                record.excused = excused;
+                let mut records = records.clone();
+                if let Err(e) = ledger::append(self.layout, n, &record) {
+                    eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+                }
+                records.push(record);
+                records
+            };
 
         // Set once the agent has finished its work: from then on, a failure must not hand
         // the issue back to the queue, or the work would be done twice.
@@ -153,6 +178,7 @@ impl Worker<'_> {
                 &worktree,
                 &attempt_dir,
                 resume.as_deref(),
+                session.as_deref(),
             )?;
             match status {
                 AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
@@ -164,7 +190,12 @@ impl Worker<'_> {
                         Ok(_) => String::new(),
                         Err(e) => texts::push_failed(&e),
                     };
-                    let records = end(ledger::Outcome::WallClockCapped, &branch);
+                    let records = end(
+                        ledger::Outcome::WallClockCapped,
+                        &branch,
+                        &Usage::default(),
+                        None,
+                    );
                     if self.over_limit(&records) {
                         self.quarantine(n, &claim, &records)?;
                         return Ok(Outcome::Capped);
@@ -184,7 +215,7 @@ impl Worker<'_> {
                     // Every worker would fail the same way on this issue: never requeue it.
                     finished.set(true);
                     state.write("set-aside")?;
-                    end(ledger::Outcome::SetAside, &branch);
+                    end(ledger::Outcome::SetAside, &branch, &Usage::default(), None);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     let body = texts::set_aside(&why);
                     // Posted even when the label change failed: its hand-off mark tells the
@@ -198,7 +229,75 @@ impl Worker<'_> {
                     );
                     Ok(Outcome::SetAside)
                 }
-                AgentEnd::Exited(0) => {
+                AgentEnd::Exited(fin) => {
+                    let seen = agent_profile::Seen {
+                        exit_code: fin.code,
+                        stdout: &fin.stdout,
+                        stderr: &fin.stderr,
+                        result_file: fin.result_file.as_deref(),
+                        now_epoch: crate::timeutil::now_epoch(),
+                    };
+                    let (verdict, usage) =
+                        agent_profile::classify(self.config.agent.profile, &seen);
+                    if !matches!(verdict, End::AccountWide { .. }) {
+                        // The account ran this issue: an unknown reset's backoff starts over.
+                        let _ = crate::pause::agent_clear(&self.layout.state());
+                    }
+                    match verdict {
+                        End::Done => {}
+                        End::Failed { code } => {
+                            state.write("failed")?;
+                            let excused = self.excuse(n);
+                            let records =
+                                end(ledger::Outcome::AgentFailed(code), &branch, &usage, excused);
+                            if self.over_limit(&records) {
+                                self.quarantine(n, &claim, &records)?;
+                                return Ok(Outcome::AgentFailed);
+                            }
+                            if self.over_issue_budget(n, &claim, &records)? {
+                                return Ok(Outcome::AgentFailed);
+                            }
+                            let body = texts::failed(n, attempt, code);
+                            // The release mark first: the next claim must find the claim ended.
+                            self.post_ending(n, &claim, &body, false);
+                            self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                            return Ok(Outcome::AgentFailed);
+                        }
+                        End::AccountWide {
+                            why,
+                            reset_epoch,
+                            detail,
+                        } => {
+                            state.write("account-limited")?;
+                            let kind = why.to_string();
+                            let paused = crate::pause::agent_record(
+                                &self.layout.state(),
+                                &kind,
+                                &detail,
+                                reset_epoch,
+                            );
+                            end(ledger::Outcome::AccountLimited, &branch, &usage, None);
+                            // Back to the queue with no failure comment: only the release
+                            // mark that ends the claim on a shared tracker.
+                            if let Some(m) = &claim.marks {
+                                let _ = tracked::post(self.tracker, n, &m.release_mark());
+                            }
+                            self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                            match paused {
+                                Ok(p) => eprintln!(
+                                    "worker {}: #{n} given back: agent paused: {}",
+                                    self.wenv.worker_id,
+                                    text::escape(&p.describe())
+                                ),
+                                Err(e) => eprintln!(
+                                    "worker {}: #{n} given back ({kind}); the agent pause could not be recorded: {e}",
+                                    self.wenv.worker_id
+                                ),
+                            }
+                            return Ok(Outcome::AccountLimited);
+                        }
+                        End::Interrupted => return Ok(Outcome::Interrupted { signal: 15 }),
+                    }
                     finished.set(true);
                     state.write("publish")?;
                     let commits = self.publish(&worktree, &branch, &start_point);
@@ -207,23 +306,10 @@ impl Worker<'_> {
                     if self.post_ending(n, &claim, &body, true) {
                         state.set_envelope_posted();
                     }
-                    end(ledger::Outcome::Done, &branch);
+                    end(ledger::Outcome::Done, &branch, &usage, None);
                     edited?;
                     state.write("done")?;
                     Ok(Outcome::Done)
-                }
-                AgentEnd::Exited(code) => {
-                    state.write("failed")?;
-                    let records = end(ledger::Outcome::AgentFailed(code), &branch);
-                    if self.over_limit(&records) {
-                        self.quarantine(n, &claim, &records)?;
-                        return Ok(Outcome::AgentFailed);
-                    }
-                    let body = texts::failed(n, attempt, code);
-                    // The release mark first: the next claim must find the claim ended.
-                    self.post_ending(n, &claim, &body, false);
-                    self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
-                    Ok(Outcome::AgentFailed)
                 }
             }
         })();
@@ -245,7 +331,7 @@ impl Worker<'_> {
                 true => ledger::Outcome::Stalled,
                 false => ledger::Outcome::GivenBack,
             };
-            end(outcome, &branch);
+            end(outcome, &branch, &Usage::default(), None);
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
         }
@@ -271,6 +357,90 @@ impl Worker<'_> {
             );
         }
         result
+    }
+
+    /// Hands issue `n` to a person when its spend since the last hand-off reached
+    /// `budget.usd_per_issue` (`docs/SPEC.md` §11.13): one comment giving the spend, then
+    /// `ready-for-human` in place of `running` and `ready-for-agent`, then the ledger's
+    /// `over-budget` marker. Returns whether it did.
+    fn over_issue_budget(
+        &self,
+        n: u64,
+        claim: &TakenClaim,
+        records: &[ledger::Record],
+    ) -> Result<bool, WorkerError> {
+        let Some(limit) = self.config.budget.usd_per_issue else {
+            return Ok(false);
+        };
+        let spent = crate::budget::issue_spend(records);
+        if crate::config::Usd::from_f64(spent.usd) < limit {
+            return Ok(false);
+        }
+        let body = texts::over_budget(spent.usd, spent.runs, &limit.to_string());
+        self.post_ending(n, claim, &body, true);
+        let edit = || {
+            self.tracker.edit_labels(
+                n,
+                &[labels::READY_FOR_HUMAN],
+                &[labels::RUNNING, labels::READY_FOR_AGENT],
+            )
+        };
+        match &claim.marks {
+            Some(_) => tracked::retry(edit),
+            None => edit(),
+        }
+        .map_err(|e| WorkerError::from(&e))?;
+        let marker = ledger::Record::now(
+            Some(&self.wenv.worker_id),
+            None,
+            ledger::Outcome::OverBudget,
+        );
+        if let Err(e) = ledger::append(self.layout, n, &marker) {
+            eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+        }
+        eprintln!(
+            "worker {}: #{n} handed to a person: spend ${:.2} reached budget.usd_per_issue {limit}",
+            self.wenv.worker_id, spent.usd
+        );
+        Ok(true)
+    }
+
+    /// Why a failure of issue `n` now is not the issue's own (`docs/SPEC.md` §11.13), if
+    /// it is not: an account-wide condition was recorded within the circuit window, or in
+    /// that window the agent failed on other issues and finished none.
+    fn excuse(&self, n: u64) -> Option<String> {
+        let now = crate::timeutil::now_epoch();
+        let window = self.config.timing.circuit_window_s;
+        if let Ok(Some(p)) = crate::pause::agent_read(&self.layout.state())
+            && (p.active_at(now) || now.saturating_sub(p.since_epoch) <= window)
+        {
+            return Some(format!("an account-wide condition was known ({})", p.kind));
+        }
+        let (all, _) = ledger::read_all(self.layout);
+        let since = now.saturating_sub(window);
+        let recent = |r: &&ledger::Record| {
+            crate::timeutil::parse_rfc3339(&r.end)
+                .map(crate::timeutil::epoch_secs)
+                .is_some_and(|e| e >= since)
+        };
+        let mut failing = Vec::new();
+        let mut finished = false;
+        for (m, records) in &all {
+            for r in records.iter().filter(recent) {
+                match r.outcome {
+                    ledger::Outcome::AgentFailed(_) if *m != n => failing.push(format!("#{m}")),
+                    ledger::Outcome::Done => finished = true,
+                    _ => {}
+                }
+            }
+        }
+        failing.dedup();
+        (!failing.is_empty() && !finished).then(|| {
+            format!(
+                "the agent was failing on other issues too ({}) within {window}s",
+                failing.join(", ")
+            )
+        })
     }
 
     /// The branch a capped attempt left (`origin/<branch>` freshly fetched, else the local

@@ -135,12 +135,30 @@ enum Outcome {
     AgentFailed,
     /// The agent ran past `timing.attempt_max_s`; the issue went back to the queue.
     Capped,
+    /// The agent's account stopped the run; the issue went back and the fleet pauses.
+    AccountLimited,
     Interrupted {
         signal: i32,
     },
 }
 
 impl Worker<'_> {
+    /// What holds this worker back before a claim (`docs/SPEC.md` §11.13): the agent pause
+    /// in force, or the day's budget used up.
+    fn held(&self) -> Option<String> {
+        let now = crate::timeutil::now_epoch();
+        if let Some(p) = crate::pause::agent_active_at(&self.layout.state(), now) {
+            return Some(format!("agent paused: {}", p.describe()));
+        }
+        let budget = &self.config.budget;
+        if !budget.daily() {
+            return None;
+        }
+        let (all, _) = crate::ledger::read_all(self.layout);
+        let today = crate::budget::spend_today(&all, now, budget.utc_offset_s);
+        crate::budget::daily_reached(budget, &today, now).map(|r| r.reason)
+    }
+
     fn work_loop(&self, once: bool) -> Result<WorkerOutcome, WorkerError> {
         loop {
             if let Some(signal) = self.stop.signal() {
@@ -152,6 +170,10 @@ impl Worker<'_> {
                     self.wenv.worker_id
                 );
                 return Ok(WorkerOutcome::Retired);
+            }
+            if let Some(why) = self.held() {
+                eprintln!("worker {}: {why}; not claiming", self.wenv.worker_id);
+                return Ok(WorkerOutcome::AgentPaused);
             }
             let Some((issue, claim)) = self.claim_next()? else {
                 println!(
@@ -166,6 +188,7 @@ impl Worker<'_> {
                 }
                 Outcome::Done | Outcome::SetAside | Outcome::Capped => {}
                 Outcome::AgentFailed => return Ok(WorkerOutcome::AgentFailed),
+                Outcome::AccountLimited => return Ok(WorkerOutcome::AgentPaused),
                 Outcome::Interrupted { signal } => {
                     return Ok(WorkerOutcome::Interrupted { signal });
                 }

@@ -54,6 +54,13 @@ pub fn failed(n: u64, attempt: u64, code: i32) -> String {
     )
 }
 
+/// The one comment of an issue whose spend passed `budget.usd_per_issue` (SPEC §11.13).
+pub fn over_budget(spent_usd: f64, runs: u64, limit: &str) -> String {
+    format!(
+        "🤖 /afk handed this issue to a person: its attempts cost ${spent_usd:.2} over {runs} run(s), reaching the budget of {limit} per issue (budget.usd_per_issue). To retry, add `ready-for-agent` back; its spend then counts afresh."
+    )
+}
+
 /// A branch/dir-safe slug of an issue title.
 pub fn slugify(title: &str) -> String {
     let mut out = String::new();
