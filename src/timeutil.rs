@@ -46,6 +46,15 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
         .map(SystemTime::from)
 }
 
+/// `45s`, `4m`, `1h02m`: how far away something is, as a person says it.
+pub fn coarse_duration(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 /// `yyyy-mm-dd` in UTC, the slot-log directory name.
 pub fn date_utc(t: SystemTime) -> String {
     let fmt = format_description!("[year]-[month]-[day]");

@@ -97,6 +97,8 @@ fn stop_reports_recorded_workers_still_alive() {
         quarantined: None,
         boot_suite: None,
         tracker_kind: None,
+        held: None,
+        spend: None,
     };
     state_file::write(&f.layout.state_file(), &state).unwrap();
 

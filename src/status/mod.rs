@@ -18,11 +18,7 @@ use crate::text;
 
 /// `45s`, `4m`, `1h02m`: how far away something is, as a person says it.
 pub fn coarse_duration(s: u64) -> String {
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
-    }
+    crate::timeutil::coarse_duration(s)
 }
 
 /// `in 4m`, or `now` once the time has come.
@@ -111,6 +107,12 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
     }
     if let Some(c) = &r.fleet.circuit {
         out.push(fleet_circuit_words(c, r.epoch));
+    }
+    if let Some(h) = &r.fleet.held {
+        out.push(crate::supervisor::holds::hold_words(h, r.epoch));
+    }
+    if let Some(s) = &r.fleet.spend {
+        out.push(text::escape(&s.words));
     }
     out
 }
@@ -204,6 +206,8 @@ pub(crate) mod tests {
                     elapsed_ms: 1234,
                 }),
                 tracker_kind: Some("local".into()),
+                held: None,
+                spend: None,
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

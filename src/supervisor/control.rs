@@ -80,6 +80,10 @@ pub struct FleetInfo {
     pub boot_suite: Option<BootSuite>,
     /// `gh` or `local`; null when the tracker could not be opened.
     pub tracker_kind: Option<String>,
+    /// The agent's account or the day's budget holds the fleet (§11.13); null otherwise.
+    pub held: Option<crate::supervisor::state_file::AgentHold>,
+    /// The day's spend, when a daily budget is set; null otherwise.
+    pub spend: Option<crate::supervisor::state_file::SpendToday>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,6 +142,8 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 idle: 0,
                 boot_suite: None,
                 tracker_kind: None,
+                held: None,
+                spend: None,
             },
             slots: Vec::new(),
             epoch: now,
@@ -195,6 +201,8 @@ fn report_from(
                 .count(),
             boot_suite: s.boot_suite.clone(),
             tracker_kind: s.tracker_kind.clone(),
+            held: s.held.clone(),
+            spend: s.spend.clone(),
         },
         slots: s
             .slot_detail

@@ -407,6 +407,8 @@ fn handle(fleet: &mut Fleet, msg: Msg) {
         Msg::Exited { pid, start, kind } => fleet.on_exit(pid, start, kind, now),
         Msg::Queue(r) => fleet.on_queue(r, now),
         Msg::Paused(p) => fleet.on_paused(p, now),
+        Msg::Hold(h, spend) => fleet.on_hold(h, spend, now),
+        Msg::Spend(spend) => fleet.on_spend(spend),
         Msg::PauseFile(e) => fleet.on_pause_file(e),
         Msg::Quarantined(n) => fleet.on_quarantined(n),
         Msg::Log(ev) => fleet.log(ev),

@@ -218,6 +218,38 @@ pub struct StateFile {
     /// opened (`ready_for_agent_unknown` then says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracker_kind: Option<String>,
+    /// The fleet holds its claims for the agent's account or the day's budget (project
+    /// addition, §11.13); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<AgentHold>,
+    /// The day's spend, when a daily budget is set (§11.13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spend: Option<SpendToday>,
+}
+
+/// Why the fleet claims nothing until `until_epoch` (`docs/SPEC.md` §11.13).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentHold {
+    /// `agent` (the account: then one probe at the end) or `budget` (the day's budget).
+    pub hold: String,
+    /// `usage limit`, `login missing or expired`, … or `daily budget reached: …`.
+    pub kind: String,
+    /// The agent's words, one line.
+    pub reason: String,
+    pub until_epoch: u64,
+    /// The offset of `budget.timezone`, in which `status` gives the resume time.
+    #[serde(default)]
+    pub utc_offset_s: i32,
+}
+
+/// What the fleet spent today, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendToday {
+    /// `spend today $3.20 of $10.00`.
+    pub words: String,
+    /// Dollars in millionths.
+    pub usd_micros: u64,
+    pub tokens: u64,
 }
 
 /// The boot suite's end as `status` shows it: `clean`, `failed: <why>` or
@@ -395,6 +427,8 @@ mod tests {
                 elapsed_ms: 1200,
             }),
             tracker_kind: Some("local".into()),
+            held: None,
+            spend: None,
         }
     }
 

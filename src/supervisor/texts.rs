@@ -43,6 +43,12 @@ pub mod kind {
     pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
     pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
     pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
+    /// The agent's account or the day's budget holds the fleet (`docs/SPEC.md` §11.13).
+    pub const FLEET_AGENT_PAUSED: &str = "fleet.agent-paused";
+    pub const FLEET_AGENT_PROBE: &str = "fleet.agent-probe";
+    pub const FLEET_AGENT_RESUMED: &str = "fleet.agent-resumed";
+    pub const FLEET_BUDGET_REACHED: &str = "fleet.budget-reached";
+    pub const FLEET_BUDGET_RESUMED: &str = "fleet.budget-resumed";
 }
 
 pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {

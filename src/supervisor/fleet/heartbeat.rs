@@ -61,7 +61,12 @@ impl Fleet {
 
     /// The tick line written since the last call, if any (for the service manager).
     pub fn take_tick_line(&mut self) -> Option<String> {
-        self.record.tick_line.take()
+        let line = self.record.tick_line.take()?;
+        // A hold is what a person must see first (`agent paused: usage limit, …`).
+        Some(match self.holds.words(now_epoch()) {
+            Some(h) => format!("{h}; {line}"),
+            None => line,
+        })
     }
 
     pub fn snapshot(&mut self, now: Instant) -> StateFile {
@@ -144,6 +149,8 @@ impl Fleet {
                 .as_ref()
                 .ok()
                 .map(|t| t.kind().to_string()),
+            held: self.holds.snapshot(),
+            spend: self.holds.spend.clone(),
         }
     }
 

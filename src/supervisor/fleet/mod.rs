@@ -61,6 +61,14 @@ pub enum Msg {
     PauseFile(crate::pause::PauseFileError),
     /// Open issues labelled `afk:quarantined`, counted beside a queue check.
     Quarantined(u64),
+    /// The agent's account or the day's budget holds the fleet (the queue check that
+    /// found it did not call the tracker), with the day's spend.
+    Hold(
+        crate::supervisor::holds::Hold,
+        Option<state_file::SpendToday>,
+    ),
+    /// The day's spend, read beside a queue check that found no hold.
+    Spend(Option<state_file::SpendToday>),
     Log(Event),
 }
 
@@ -99,6 +107,8 @@ pub struct Fleet {
     timers: Timers,
     record: Record,
     stopping: Option<Stopping>,
+    holds: holds::Holds,
+    budget: crate::config::Budget,
 }
 
 /// What a new worker is started with and named by: one part because a spawn is what it is
@@ -116,6 +126,7 @@ struct Launch {
 mod churn;
 mod guards;
 mod heartbeat;
+mod holds;
 mod pool;
 mod processes;
 mod queue;
@@ -165,6 +176,11 @@ impl Fleet {
             timers: Timers::new(Instant::now(), timing.tick_s),
             record: Record::new(journal),
             stopping: None,
+            holds: holds::Holds {
+                utc_offset_s: config.budget.utc_offset_s,
+                ..holds::Holds::default()
+            },
+            budget: config.budget.clone(),
             timing,
             tx,
         }
@@ -304,6 +320,10 @@ impl Fleet {
             // A paused fleet starts nothing that would claim (the slot idles until the
             // resume's queue check), and an open fleet circuit only its one probe.
             if self.guards.paused.is_some() || !self.guards.fleet_circuit.may_spawn(idx) {
+                return;
+            }
+            // Held by the agent's account or the day's budget: nothing, or only the probe.
+            if self.holds.blocks(idx) {
                 return;
             }
             let Some(slot) = self.pool.slots.get(&idx) else {
@@ -507,7 +527,11 @@ impl Fleet {
         if self.guards.fleet_circuit.probe_slot() == Some(idx) {
             if matches!(
                 exit,
-                ExitKind::Code(crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE)
+                ExitKind::Code(
+                    crate::exit::RATE_LIMITED
+                        | crate::exit::TRACKER_UNAVAILABLE
+                        | crate::exit::AGENT_PAUSED
+                )
             ) {
                 self.fleet_probe_inconclusive(idx, &exit.to_string(), now);
                 return;
@@ -519,6 +543,13 @@ impl Fleet {
             if !clean && !fatal {
                 return;
             }
+        }
+        let code = match exit {
+            ExitKind::Code(c) => Some(c),
+            _ => None,
+        };
+        if self.agent_probe_ended(idx, code) {
+            return;
         }
         if retiring || w.kill == Some(KillReason::Shrink) {
             // Grown back while its worker was being retired: within the target again.
@@ -556,6 +587,17 @@ impl Fleet {
                     w.id,
                 );
                 self.log(Event::now(kind::IDLE, msg).slot(idx));
+            }
+            ExitKind::Code(crate::exit::AGENT_PAUSED) => {
+                // The agent's account (or the day's budget) holds the whole fleet, not
+                // this slot: no death, no circuit; the queue check reads the hold.
+                let msg = format!(
+                    "slot {idx} idle: worker {} found the agent paused (exit {}); not a death",
+                    w.id,
+                    crate::exit::AGENT_PAUSED
+                );
+                self.log(Event::now(kind::IDLE, msg).slot(idx));
+                self.request_queue();
             }
             ExitKind::Code(0) => {
                 let closed = self

@@ -106,6 +106,7 @@ impl Fleet {
                 let idle = match self.guards.paused {
                     // A check answered just before the pause began: nothing wakes.
                     Some(_) => Vec::new(),
+                    None if self.holds.held.is_some() => Vec::new(),
                     None => self.pool.wakeable(),
                 };
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
@@ -179,6 +180,7 @@ impl Fleet {
         }
         self.view.queue_inflight = true;
         let (layout, tx) = (self.layout.clone(), self.tx.clone());
+        let budget = self.budget.clone();
         let tracker = self.view.tracker.clone();
         let count_quarantined = self
             .view
@@ -201,6 +203,16 @@ impl Fleet {
             if let Some(p) = paused() {
                 let _ = tx.send(Msg::Paused(p));
                 return;
+            }
+            // The agent's holds next: a held fleet's queue check costs no call either.
+            match crate::supervisor::holds::read(&layout, &budget, now_epoch()) {
+                (Some(h), spend) => {
+                    let _ = tx.send(Msg::Hold(h, spend));
+                    return;
+                }
+                (None, spend) => {
+                    let _ = tx.send(Msg::Spend(spend));
+                }
             }
             if count_quarantined
                 && let Ok(t) = &tracker

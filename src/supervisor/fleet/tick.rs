@@ -76,6 +76,7 @@ impl Fleet {
         self.clean_after(&done, now);
         self.release_claims(&done);
         self.resume_if_due(now);
+        self.hold_due(now);
         self.wake_backlog(now);
         self.fleet_circuit_due(now);
         self.circuits(now);
