@@ -17,6 +17,7 @@ mod reap;
 mod run;
 mod scale;
 mod show_config;
+mod spend;
 mod status;
 mod stop;
 mod sweep;
@@ -86,6 +87,9 @@ pub enum Command {
     Tmux(tmux::TmuxArgs),
     /// Install or remove the systemd user unit of this repo's fleet.
     Systemd(systemd::SystemdArgs),
+    /// What the agent's attempts cost, from the attempt ledger
+    /// (`spend [--since DATE] [--by issue|day] [--json]`).
+    Spend(spend::SpendArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -182,6 +186,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
+        Some(Command::Spend(args)) => spend::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

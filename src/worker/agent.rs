@@ -141,7 +141,9 @@ impl Worker<'_> {
                     &mut child,
                     Duration::from_secs(self.config.timing.stop_grace_s),
                 );
-                return Ok(AgentEnd::Capped);
+                // What it printed so far still names its session and cost.
+                let stdout = captured.take().map(|c| c.finish().0).unwrap_or_default();
+                return Ok(AgentEnd::Capped(stdout));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -247,8 +249,8 @@ impl Tail {
 
 pub(super) enum AgentEnd {
     Exited(Finished),
-    /// Stopped at the wall-clock cap.
-    Capped,
+    /// Stopped at the wall-clock cap, with the end of what it printed.
+    Capped(Vec<u8>),
     /// The worker was signalled (the number) while the agent ran.
     Signalled(i32),
     NotStarted(StartFailure),

@@ -182,7 +182,15 @@ impl Worker<'_> {
             )?;
             match status {
                 AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
-                AgentEnd::Capped => {
+                AgentEnd::Capped(stdout) => {
+                    let seen = agent_profile::Seen {
+                        exit_code: 128 + 15,
+                        stdout: &stdout,
+                        stderr: &[],
+                        result_file: None,
+                        now_epoch: crate::timeutil::now_epoch(),
+                    };
+                    let usage = agent_profile::classify(self.config.agent.profile, &seen).1;
                     state.write("failed")?;
                     // Nothing is committed on the agent's behalf; what it committed is pushed
                     // so the next attempt, on any host, resumes from it.
@@ -190,12 +198,7 @@ impl Worker<'_> {
                         Ok(_) => String::new(),
                         Err(e) => texts::push_failed(&e),
                     };
-                    let records = end(
-                        ledger::Outcome::WallClockCapped,
-                        &branch,
-                        &Usage::default(),
-                        None,
-                    );
+                    let records = end(ledger::Outcome::WallClockCapped, &branch, &usage, None);
                     if self.over_limit(&records) {
                         self.quarantine(n, &claim, &records)?;
                         return Ok(Outcome::Capped);

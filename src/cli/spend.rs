@@ -1,0 +1,81 @@
+//! `afk-supervisor spend [--since DATE] [--by issue|day] [--json]`: what the agent's
+//! attempts cost, read from the attempt ledger (`docs/SPEC.md` §11.13), by day in
+//! `budget.timezone` or by issue, with the total.
+
+use clap::{Args, ValueEnum};
+
+use crate::budget::{self, By};
+use crate::cli::Ctx;
+use crate::config::Overrides;
+use crate::exit::Failure;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ByArg {
+    Day,
+    Issue,
+}
+
+#[derive(Debug, Args)]
+pub struct SpendArgs {
+    /// Only attempts that ended on or after this day (`yyyy-mm-dd`, in `budget.timezone`).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// One row per day (the default) or per issue.
+    #[arg(long, value_enum, default_value = "day")]
+    pub by: ByArg,
+    /// One JSON object: the rows and the total.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
+    let config = ctx.config(Overrides::default())?;
+    if let Some(s) = &args.since
+        && time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]")).is_err()
+    {
+        return Err(Failure::usage(format!(
+            "--since {}: expected a day as yyyy-mm-dd",
+            crate::text::excerpt(s)
+        )));
+    }
+    let (all, errors) = crate::ledger::read_all(&ctx.layout);
+    for e in &errors {
+        eprintln!("afk-supervisor: skipped an unreadable ledger: {e}");
+    }
+    let by = match args.by {
+        ByArg::Day => By::Day,
+        ByArg::Issue => By::Issue,
+    };
+    let rows = budget::report(&all, args.since.as_deref(), by, config.budget.utc_offset_s);
+    let total = budget::Row {
+        key: "total".into(),
+        usd: rows.iter().map(|r| r.usd).sum(),
+        tokens: rows.iter().map(|r| r.tokens).sum(),
+        runs: rows.iter().map(|r| r.runs).sum(),
+    };
+    if args.json {
+        let out = serde_json::json!({
+            "by": match by { By::Day => "day", By::Issue => "issue" },
+            "timezone": budget::offset_words(config.budget.utc_offset_s),
+            "rows": rows,
+            "total": total,
+        });
+        println!("{out}");
+        return Ok(0);
+    }
+    let head = match by {
+        By::Day => "day",
+        By::Issue => "issue",
+    };
+    println!("{head:<12} {:>10} {:>12} {:>6}", "usd", "tokens", "runs");
+    for r in rows.iter().chain(std::iter::once(&total)) {
+        println!(
+            "{:<12} {:>10} {:>12} {:>6}",
+            r.key,
+            format!("${:.2}", r.usd),
+            r.tokens,
+            r.runs
+        );
+    }
+    Ok(0)
+}
