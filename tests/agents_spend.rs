@@ -459,3 +459,90 @@ fn a_poisoned_issue_among_healthy_ones_is_quarantined_after_exactly_k_runs() {
         assert!(!f.labels_of(n).iter().any(|l| l == "afk:quarantined"));
     }
 }
+
+/// An attempt stopped at the wall-clock cap printed its session; the next attempt resumes
+/// its branch and, with the claude profile, its session: `--resume <id>`, and the prompt's
+/// `{resume}` sentence names the branch.
+#[test]
+fn an_attempt_resuming_a_capped_branch_resumes_its_claude_session() {
+    let script = format!(
+        "{RECORD_RUN}if [ -z \"$RED_AFK_RESUME_BRANCH\" ]; then\n\
+           head -n 1 \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+           exec sleep 30\n\
+         fi\n\
+         cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n"
+    );
+    let mut f = agent_fleet(
+        "claude",
+        &script,
+        1,
+        1,
+        "[worker]\nmax_failed_attempts = 3\n",
+    );
+    let config = fleet::read(&f.repo.join(".red/afk-supervisor.toml")).replace(
+        "stop_grace_s = 2\n",
+        "stop_grace_s = 2\nattempt_max_s = 2\n",
+    );
+    f.write_config(&config);
+    f.start(&[]);
+    assert!(wait_until(LONG, || done(&f, 1)), "log:\n{}", f.dump());
+    let records = ledger::read(&f.layout, 1).unwrap();
+    assert_eq!(records[0].outcome, Outcome::WallClockCapped);
+    let sid = "5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41";
+    assert_eq!(records[0].session_id.as_deref(), Some(sid));
+    let all_runs = fleet::read(&f.file("runs"));
+    let branch = records[0].branch.clone().unwrap();
+    assert!(
+        all_runs.contains(&format!(
+            "continues earlier work already on branch {branch}"
+        )),
+        "{all_runs}"
+    );
+    assert!(
+        all_runs.contains(&format!("--verbose --resume {sid}\n")),
+        "{all_runs}"
+    );
+    assert_eq!(
+        all_runs.matches("--resume").count(),
+        1,
+        "only the resuming attempt: {all_runs}"
+    );
+}
+
+/// An agent that fails on every issue (a broken install) is the fleet's problem, not the
+/// issues': a failure while the agent fails on other issues too and finishes none is
+/// excused, so no issue reaches its quarantine limit.
+#[test]
+fn an_agent_failing_on_every_issue_quarantines_none_of_them() {
+    let script = format!("{RECORD_RUN}echo 'claude: cannot load module' >&2\nexit 1\n");
+    let mut f = agent_fleet(
+        "claude",
+        &script,
+        2,
+        4,
+        "[worker]\nmax_failed_attempts = 2\n",
+    );
+    f.start(&[]);
+    assert!(
+        wait_until(LONG, || runs(&f).len() >= 8),
+        "log:\n{}",
+        f.dump()
+    );
+    let excused: usize = (1..=4)
+        .map(|n| {
+            ledger::read(&f.layout, n)
+                .unwrap()
+                .iter()
+                .filter(|r| r.excused.is_some())
+                .count()
+        })
+        .sum();
+    assert!(excused > 0, "{}", f.dump());
+    for n in 1..=4 {
+        assert!(
+            !f.labels_of(n).iter().any(|l| l == "afk:quarantined"),
+            "#{n} quarantined: {:?}",
+            outcomes(&f, n)
+        );
+    }
+}
