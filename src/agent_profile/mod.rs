@@ -254,8 +254,9 @@ pub fn prompt(template: Option<&str>, v: &PromptVars) -> String {
 }
 
 /// The agent's argv: `command` and what `kind` adds so the real CLI takes the task
-/// non-interactively and prints a result the worker can read. Nothing is added that the
-/// command already sets (its own `-p`, `--output-format`, `exec`, `--json`).
+/// non-interactively and prints a result the worker can read: the prompt always (as the
+/// CLI's positional argument), and no flag the command already sets (its own `-p`,
+/// `--output-format`, `exec`, `--json`).
 /// `session` resumes an earlier session (Claude Code's `--resume`).
 pub fn argv(
     kind: ProfileKind,
@@ -269,8 +270,9 @@ pub fn argv(
     match kind {
         ProfileKind::Claude => {
             if !has("-p") && !has("--print") {
-                out.extend(["-p".into(), prompt.to_string()]);
+                out.push("-p".into());
             }
+            out.push(prompt.to_string());
             if !has("--output-format") {
                 out.extend(["--output-format".into(), "stream-json".into()]);
                 if !has("--verbose") {
@@ -404,12 +406,12 @@ mod tests {
         assert_eq!(
             argv(
                 ProfileKind::Claude,
-                &c(&["claude", "-p", "x", "--output-format", "json"]),
+                &c(&["claude", "-p", "--output-format", "json"]),
                 "do it",
                 false,
                 None
             ),
-            c(&["claude", "-p", "x", "--output-format", "json"])
+            c(&["claude", "-p", "--output-format", "json", "do it"])
         );
         assert_eq!(
             argv(ProfileKind::Codex, &c(&["codex"]), "do it", false, None),
