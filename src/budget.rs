@@ -38,7 +38,7 @@ pub fn offset_words(offset_s: i32) -> String {
     let sign = if offset_s < 0 { '-' } else { '+' };
     let a = offset_s.unsigned_abs();
     let mut out = format!("{sign}{:02}:{:02}", a / 3600, (a % 3600) / 60);
-    if a % 60 != 0 {
+    if !a.is_multiple_of(60) {
         out.push_str(&format!(":{:02}", a % 60));
     }
     out

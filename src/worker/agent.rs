@@ -22,9 +22,12 @@ impl Worker<'_> {
         branch: &str,
         worktree: &Path,
         attempt_dir: &Path,
-        resume: Option<&str>,
-        session: Option<&str>,
+        resume: Resume<'_>,
     ) -> Result<AgentEnd, WorkerError> {
+        let Resume {
+            branch: resume,
+            session,
+        } = resume;
         let vars = agent_profile::PromptVars {
             number: issue.number,
             title,
@@ -148,6 +151,14 @@ impl Worker<'_> {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// What an attempt continues: the branch of an earlier one (`RED_AFK_RESUME_BRANCH`) and
+/// that attempt's agent session, when each is known.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Resume<'a> {
+    pub branch: Option<&'a str>,
+    pub session: Option<&'a str>,
 }
 
 /// The name of the agent's result file in the attempt dir (`RED_AFK_RESULT_FILE`).

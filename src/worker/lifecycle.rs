@@ -177,8 +177,10 @@ impl Worker<'_> {
                 &branch,
                 &worktree,
                 &attempt_dir,
-                resume.as_deref(),
-                session.as_deref(),
+                super::agent::Resume {
+                    branch: resume.as_deref(),
+                    session: session.as_deref(),
+                },
             )?;
             match status {
                 AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
