@@ -60,14 +60,15 @@ pub struct Spend {
 
 impl Spend {
     fn add(&mut self, r: &Record) {
-        if r.cost_usd.is_none() && r.input_tokens.is_none() && r.output_tokens.is_none() {
+        let u = &r.usage;
+        if u.cost_usd.is_none() && u.input_tokens.is_none() && u.output_tokens.is_none() {
             return;
         }
-        self.usd += r
+        self.usd += u
             .cost_usd
             .filter(|c| c.is_finite() && *c >= 0.0)
             .unwrap_or(0.0);
-        self.tokens = self.tokens.saturating_add(r.tokens());
+        self.tokens = self.tokens.saturating_add(u.tokens());
         self.runs += 1;
     }
 }
@@ -198,8 +199,8 @@ mod tests {
     fn at(epoch: u64, cost: f64, tokens: u64) -> Record {
         let mut r = Record::now(None, None, Outcome::Done);
         r.end = timeutil::rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch));
-        r.cost_usd = Some(cost);
-        r.input_tokens = Some(tokens);
+        r.usage.cost_usd = Some(cost);
+        r.usage.input_tokens = Some(tokens);
         r
     }
 

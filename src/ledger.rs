@@ -156,22 +156,10 @@ pub struct Record {
     pub branch: Option<String>,
     /// The branch's head commit at the end.
     pub head: Option<String>,
-    /// What the run cost, where the agent's profile reports it (§11.13).
-    #[serde(default)]
-    pub cost_usd: Option<f64>,
-    #[serde(default)]
-    pub input_tokens: Option<u64>,
-    #[serde(default)]
-    pub output_tokens: Option<u64>,
-    #[serde(default)]
-    pub cache_read_tokens: Option<u64>,
-    #[serde(default)]
-    pub turns: Option<u64>,
-    #[serde(default)]
-    pub model: Option<String>,
-    /// The agent's session, which an attempt resuming this one's branch resumes.
-    #[serde(default)]
-    pub session_id: Option<String>,
+    /// What the run cost and its session, where the agent's profile reports them
+    /// (§11.13): `cost_usd` … `session_id`, flat in the record.
+    #[serde(flatten)]
+    pub usage: crate::agent_profile::Usage,
     /// Why this failure is not the issue's own and does not count towards quarantine
     /// (an account-wide condition was known, or the agent was failing on other issues).
     #[serde(default)]
@@ -188,34 +176,15 @@ impl Record {
             outcome,
             branch: None,
             head: None,
-            cost_usd: None,
-            input_tokens: None,
-            output_tokens: None,
-            cache_read_tokens: None,
-            turns: None,
-            model: None,
-            session_id: None,
+            usage: crate::agent_profile::Usage::default(),
             excused: None,
         }
     }
 
     /// The record with what the run cost and which session it was.
     pub fn with_usage(mut self, u: &crate::agent_profile::Usage) -> Self {
-        self.cost_usd = u.cost_usd;
-        self.input_tokens = u.input_tokens;
-        self.output_tokens = u.output_tokens;
-        self.cache_read_tokens = u.cache_read_tokens;
-        self.turns = u.turns;
-        self.model = u.model.clone();
-        self.session_id = u.session_id.clone();
+        self.usage = u.clone();
         self
-    }
-
-    /// Input and output tokens (what `budget.tokens_per_day` counts).
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens
-            .unwrap_or(0)
-            .saturating_add(self.output_tokens.unwrap_or(0))
     }
 
     pub fn on_branch(mut self, branch: &str, head: Option<String>) -> Self {
@@ -403,7 +372,7 @@ mod tests {
         .unwrap();
         let old = read(&layout, 3).unwrap();
         assert_eq!(old.len(), 1);
-        assert_eq!(old[0].cost_usd, None);
+        assert_eq!(old[0].usage.cost_usd, None);
         let usage = crate::agent_profile::Usage {
             cost_usd: Some(0.4),
             input_tokens: Some(10),
@@ -415,8 +384,8 @@ mod tests {
         append(&layout, 3, &r).unwrap();
         let got = read(&layout, 3).unwrap();
         assert_eq!(got.len(), 3);
-        assert_eq!(got[1].cost_usd, Some(0.4));
-        assert_eq!(got[2].session_id.as_deref(), Some("s1"));
+        assert_eq!(got[1].usage.cost_usd, Some(0.4));
+        assert_eq!(got[2].usage.session_id.as_deref(), Some("s1"));
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(
             text.matches("[]{").count(),

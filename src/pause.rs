@@ -73,7 +73,18 @@ pub enum PauseFileError {
 /// planted or hand-edited file, or a clock stepped back since the write, must not hold
 /// the fleet longer than [`MAX_PAUSE_S`] past its record or past now.
 pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
-    let p = path(state_dir);
+    let Some(mut pause) = read_record::<Pause>(path(state_dir))? else {
+        return Ok(None);
+    };
+    pause.until_epoch = pause
+        .until_epoch
+        .min(pause.since_epoch.saturating_add(MAX_PAUSE_S))
+        .min(now_epoch().saturating_add(MAX_PAUSE_S));
+    Ok(Some(pause))
+}
+
+/// One pause record at `p` read with the §11.3 rules; `Ok(None)` when there is none.
+fn read_record<T: serde::de::DeserializeOwned>(p: PathBuf) -> Result<Option<T>, PauseFileError> {
     let text = match read_small_text(&p, MAX_BYTES) {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(None),
@@ -84,16 +95,12 @@ pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
             });
         }
     };
-    let mut pause =
-        reddb_io_toon::from_str::<Pause>(&text).map_err(|e| PauseFileError::NotAPause {
+    reddb_io_toon::from_str::<T>(&text)
+        .map(Some)
+        .map_err(|e| PauseFileError::NotAPause {
             path: p,
             why: e.to_string(),
-        })?;
-    pause.until_epoch = pause
-        .until_epoch
-        .min(pause.since_epoch.saturating_add(MAX_PAUSE_S))
-        .min(now_epoch().saturating_add(MAX_PAUSE_S));
-    Ok(Some(pause))
+        })
 }
 
 /// The pause holding now, if any; an unreadable file holds nothing.
@@ -210,22 +217,9 @@ pub fn agent_path(state_dir: &Path) -> PathBuf {
 
 /// The agent pause recorded under `state_dir`, over or not; clamped as it is read.
 pub fn agent_read(state_dir: &Path) -> Result<Option<AgentPause>, PauseFileError> {
-    let p = agent_path(state_dir);
-    let text = match read_small_text(&p, MAX_BYTES) {
-        Ok(Some(t)) => t,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            return Err(PauseFileError::Unreadable {
-                path: p,
-                why: e.to_string(),
-            });
-        }
+    let Some(mut pause) = read_record::<AgentPause>(agent_path(state_dir))? else {
+        return Ok(None);
     };
-    let mut pause =
-        reddb_io_toon::from_str::<AgentPause>(&text).map_err(|e| PauseFileError::NotAPause {
-            path: p,
-            why: e.to_string(),
-        })?;
     pause.until_epoch = pause
         .until_epoch
         .min(pause.since_epoch.saturating_add(MAX_AGENT_PAUSE_S))

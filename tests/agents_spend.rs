@@ -299,9 +299,9 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
     // The finished attempts recorded what they cost.
     let r = ledger::read(&f.layout, 1).unwrap();
     let finished = r.iter().find(|r| r.outcome == Outcome::Done).unwrap();
-    assert_eq!(finished.cost_usd, Some(0.4));
+    assert_eq!(finished.usage.cost_usd, Some(0.4));
     assert_eq!(
-        finished.session_id.as_deref(),
+        finished.usage.session_id.as_deref(),
         Some("5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41")
     );
     // The claude profile passed the task as the real CLI takes it.
@@ -489,7 +489,7 @@ fn an_attempt_resuming_a_capped_branch_resumes_its_claude_session() {
     let records = ledger::read(&f.layout, 1).unwrap();
     assert_eq!(records[0].outcome, Outcome::WallClockCapped);
     let sid = "5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41";
-    assert_eq!(records[0].session_id.as_deref(), Some(sid));
+    assert_eq!(records[0].usage.session_id.as_deref(), Some(sid));
     let all_runs = fleet::read(&f.file("runs"));
     let branch = records[0].branch.clone().unwrap();
     assert!(

@@ -61,24 +61,28 @@ pub fn classify(seen: &Seen) -> (End, Usage) {
             );
         }
     }
+    (not_done(said, seen), usage)
+}
+
+/// The end of a run that did not succeed, from what the CLI `said` (its error result or
+/// events) and the last lines of stderr and of plain stdout: account-wide when those name
+/// the account's condition, else failed (exit 1 for an agent that exited 0).
+pub(crate) fn not_done(mut said: String, seen: &Seen) -> End {
     said.push_str(&tail(seen.stderr, false));
     said.push_str(&tail(seen.stdout, true));
     if let Some((why, reset_epoch)) = limits::account_wide(&said, seen.now_epoch) {
-        return (
-            End::AccountWide {
-                why,
-                reset_epoch,
-                detail: first_line_naming(&said),
-            },
-            usage,
-        );
+        return End::AccountWide {
+            why,
+            reset_epoch,
+            detail: first_line_naming(&said),
+        };
     }
     let code = if seen.exit_code == 0 {
         1
     } else {
         seen.exit_code
     };
-    (End::Failed { code }, usage)
+    End::Failed { code }
 }
 
 /// The stream's `error` codes on an assistant message that are the account's.

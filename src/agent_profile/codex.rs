@@ -4,8 +4,8 @@
 //! "output_tokens":…}}`, and on failure `{"type":"turn.failed","error":{"message":"…"}}`
 //! or `{"type":"error","message":"…"}`. It reports tokens, never dollars.
 
-use super::claude::{first_line_naming, tail};
-use super::{End, Seen, Usage, json_lines, limits, str_at, u64_at};
+use super::claude::not_done;
+use super::{End, Seen, Usage, json_lines, str_at, u64_at};
 
 pub fn classify(seen: &Seen) -> (End, Usage) {
     let events = json_lines(seen.stdout);
@@ -52,22 +52,5 @@ pub fn classify(seen: &Seen) -> (End, Usage) {
     if seen.exit_code == 0 && !failed {
         return (End::Done, usage);
     }
-    said.push_str(&tail(seen.stderr, false));
-    said.push_str(&tail(seen.stdout, true));
-    if let Some((why, reset_epoch)) = limits::account_wide(&said, seen.now_epoch) {
-        return (
-            End::AccountWide {
-                why,
-                reset_epoch,
-                detail: first_line_naming(&said),
-            },
-            usage,
-        );
-    }
-    let code = if seen.exit_code == 0 {
-        1
-    } else {
-        seen.exit_code
-    };
-    (End::Failed { code }, usage)
+    (not_done(said, seen), usage)
 }

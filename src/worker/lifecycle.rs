@@ -33,32 +33,46 @@ impl Worker<'_> {
         records: &[ledger::Record],
     ) -> Result<(), WorkerError> {
         let body = ledger::quarantine_comment(records, labels::QUARANTINED);
-        self.post_ending(n, claim, &body, true);
+        self.to_person(
+            n,
+            claim,
+            &body,
+            &[labels::READY_FOR_HUMAN, labels::QUARANTINED],
+            ledger::Outcome::Quarantined,
+        )?;
+        eprintln!(
+            "worker {}: #{n} quarantined after {} failed attempt(s)",
+            self.wenv.worker_id,
+            ledger::failures(records)
+        );
+        Ok(())
+    }
+
+    /// Hands issue `n` to a person for good: the comment `body` (ending with the hand-off
+    /// mark), then `add` in place of `running` and `ready-for-agent`, then the ledger's
+    /// `marker`, from which a later retry counts afresh.
+    fn to_person(
+        &self,
+        n: u64,
+        claim: &TakenClaim,
+        body: &str,
+        add: &[&str],
+        marker: ledger::Outcome,
+    ) -> Result<(), WorkerError> {
+        self.post_ending(n, claim, body, true);
         let edit = || {
-            self.tracker.edit_labels(
-                n,
-                &[labels::READY_FOR_HUMAN, labels::QUARANTINED],
-                &[labels::RUNNING, labels::READY_FOR_AGENT],
-            )
+            self.tracker
+                .edit_labels(n, add, &[labels::RUNNING, labels::READY_FOR_AGENT])
         };
         match &claim.marks {
             Some(_) => tracked::retry(edit),
             None => edit(),
         }
         .map_err(|e| WorkerError::from(&e))?;
-        let record = ledger::Record::now(
-            Some(&self.wenv.worker_id),
-            None,
-            ledger::Outcome::Quarantined,
-        );
+        let record = ledger::Record::now(Some(&self.wenv.worker_id), None, marker);
         if let Err(e) = ledger::append(self.layout, n, &record) {
             eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
         }
-        eprintln!(
-            "worker {}: #{n} quarantined after {} failed attempt(s)",
-            self.wenv.worker_id,
-            ledger::failures(records)
-        );
         Ok(())
     }
 
@@ -119,7 +133,7 @@ impl Worker<'_> {
                 .iter()
                 .rev()
                 .filter(|r| r.branch.as_deref() == Some(b))
-                .find_map(|r| r.session_id.clone())
+                .find_map(|r| r.usage.session_id.clone())
         });
         let mut state = AttemptFile::new(
             &attempt_dir,
@@ -382,27 +396,13 @@ impl Worker<'_> {
             return Ok(false);
         }
         let body = texts::over_budget(spent.usd, spent.runs, &limit.to_string());
-        self.post_ending(n, claim, &body, true);
-        let edit = || {
-            self.tracker.edit_labels(
-                n,
-                &[labels::READY_FOR_HUMAN],
-                &[labels::RUNNING, labels::READY_FOR_AGENT],
-            )
-        };
-        match &claim.marks {
-            Some(_) => tracked::retry(edit),
-            None => edit(),
-        }
-        .map_err(|e| WorkerError::from(&e))?;
-        let marker = ledger::Record::now(
-            Some(&self.wenv.worker_id),
-            None,
+        self.to_person(
+            n,
+            claim,
+            &body,
+            &[labels::READY_FOR_HUMAN],
             ledger::Outcome::OverBudget,
-        );
-        if let Err(e) = ledger::append(self.layout, n, &marker) {
-            eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
-        }
+        )?;
         eprintln!(
             "worker {}: #{n} handed to a person: spend ${:.2} reached budget.usd_per_issue {limit}",
             self.wenv.worker_id, spent.usd

@@ -239,18 +239,7 @@ impl Fleet {
         if self.guards.paused.is_some() || !self.guards.fleet_circuit.probe_due(now) {
             return;
         }
-        let candidate = self
-            .pool
-            .slots
-            .values()
-            .find(|s| {
-                s.index < self.pool.target
-                    && !s.retiring
-                    && s.worker().is_none()
-                    && !matches!(s.phase, Phase::Fatal)
-            })
-            .map(|s| s.index);
-        let Some(idx) = candidate else {
+        let Some(idx) = self.probe_slot() else {
             // Every slot is busy or parked for good: the same step, one backoff later.
             self.guards.fleet_circuit.postpone(now);
             return;

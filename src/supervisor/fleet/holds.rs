@@ -122,18 +122,7 @@ impl Fleet {
             self.request_queue();
             return;
         }
-        let candidate = self
-            .pool
-            .slots
-            .values()
-            .find(|s| {
-                s.index < self.pool.target
-                    && !s.retiring
-                    && s.worker().is_none()
-                    && !matches!(s.phase, Phase::Fatal)
-            })
-            .map(|s| s.index);
-        let Some(idx) = candidate else {
+        let Some(idx) = self.probe_slot() else {
             self.agent_resumed("the agent pause ended and every slot is busy");
             return;
         };
@@ -165,6 +154,21 @@ impl Fleet {
         }
         self.agent_resumed(&format!("the probe in slot {idx} ran the agent"));
         false
+    }
+
+    /// The slot a fleet-wide probe spawns in: the lowest within the target with no worker
+    /// that is neither retiring nor parked for good.
+    pub(super) fn probe_slot(&self) -> Option<usize> {
+        self.pool
+            .slots
+            .values()
+            .find(|s| {
+                s.index < self.pool.target
+                    && !s.retiring
+                    && s.worker().is_none()
+                    && !matches!(s.phase, Phase::Fatal)
+            })
+            .map(|s| s.index)
     }
 
     fn agent_resumed(&mut self, why: &str) {
