@@ -1079,6 +1079,51 @@ mod tests {
     }
 
     #[test]
+    fn agent_profile_prompt_and_budget_keys_resolve_and_bad_ones_name_their_place() {
+        let p = Path::new("c.toml");
+        let text = "[agent]\ncommand = [\"/opt/bin/codex\"]\nprompt = \"do {number}\"\n\
+                    [budget]\nusd_per_day = 10.0\nusd_per_issue = 2.5\ntokens_per_day = 9000\n\
+                    timezone = \"+02:00\"\n";
+        let c = resolve(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(
+            c.agent.profile,
+            ProfileKind::Codex,
+            "from the program's name"
+        );
+        assert_eq!(c.agent.prompt.as_deref(), Some("do {number}"));
+        assert_eq!(c.budget.usd_per_day, Some(Usd(10_000_000)));
+        assert_eq!(
+            c.budget.usd_per_issue.map(|u| u.to_string()),
+            Some("$2.50".into())
+        );
+        assert_eq!(c.budget.tokens_per_day, Some(9000));
+        assert_eq!(c.budget.utc_offset_s, 7200);
+        let set = "[agent]\ncommand = [\"claude\"]\nprofile = \"generic\"\n";
+        let c = resolve(Some((p, set)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(
+            c.agent.profile,
+            ProfileKind::Generic,
+            "an explicit profile wins"
+        );
+        for (bad, says) in [
+            (
+                "[budget]\ntimezone = \"Mars/Olympus\"\n",
+                "c.toml:2:12: budget.timezone must be UTC",
+            ),
+            (
+                "[budget]\nusd_per_day = -1.0\n",
+                "c.toml:2:15: budget.usd_per_day = -1",
+            ),
+            ("[agent]\nprofile = \"gpt\"\n", "c.toml:2:"),
+        ] {
+            let e = resolve(Some((p, bad)), &HashMap::new(), &Overrides::default()).unwrap_err();
+            assert!(e.0.starts_with(says), "{bad}: {e}");
+        }
+        assert_eq!(parse_utc_offset("-05:30"), Some(-(5 * 3600 + 30 * 60)));
+        assert_eq!(parse_utc_offset("+24:00"), None);
+    }
+
+    #[test]
     fn documented_config_file_equals_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/afk-supervisor.toml");
         let text = std::fs::read_to_string(&path).unwrap();

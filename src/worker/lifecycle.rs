@@ -266,7 +266,7 @@ impl Worker<'_> {
                         End::Done => {}
                         End::Failed { code } => {
                             state.write("failed")?;
-                            let excused = self.excuse(n);
+                            let excused = self.excuse(n, started.as_deref());
                             let records =
                                 end(ledger::Outcome::AgentFailed(code), &branch, &usage, excused);
                             if self.over_limit(&records) {
@@ -411,13 +411,17 @@ impl Worker<'_> {
     }
 
     /// Why a failure of issue `n` now is not the issue's own (`docs/SPEC.md` §11.13), if
-    /// it is not: an account-wide condition was recorded within the circuit window, or in
-    /// that window the agent failed on other issues and finished none.
-    fn excuse(&self, n: u64) -> Option<String> {
+    /// it is not: an account-wide condition holds or began while the attempt (started at
+    /// `started`, RFC 3339) ran, or within the circuit window the agent failed on other
+    /// issues and finished none.
+    fn excuse(&self, n: u64, started: Option<&str>) -> Option<String> {
         let now = crate::timeutil::now_epoch();
         let window = self.config.timing.circuit_window_s;
+        let began = started
+            .and_then(crate::timeutil::parse_rfc3339)
+            .map_or(now, crate::timeutil::epoch_secs);
         if let Ok(Some(p)) = crate::pause::agent_read(&self.layout.state())
-            && (p.active_at(now) || now.saturating_sub(p.since_epoch) <= window)
+            && (p.active_at(now) || p.since_epoch >= began)
         {
             return Some(format!("an account-wide condition was known ({})", p.kind));
         }
