@@ -11,6 +11,7 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod demo;
+mod init;
 mod issue;
 mod logs;
 mod reap;
@@ -54,6 +55,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Write .red/afk-supervisor.toml from the documented defaults (--agent, --tracker,
+    /// --workers fill in values) and the .gitignore lines; refuses to overwrite without --force.
+    Init(init::InitArgs),
     /// Print the resolved configuration and where each part came from.
     Config,
     /// Run the fleet in the foreground (the default when no subcommand is given).
@@ -168,12 +172,16 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(_) if top_run_args => Err(Failure::usage(
             "--workers belongs to `run` (or to no subcommand at all)",
         )),
-        Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Init(args)) => init::run(&ctx, &args),
+        Some(Command::Config) => ignoring_red(&ctx, show_config::run(&ctx)),
         Some(Command::Run(args)) => run::run(&ctx, &args),
         Some(Command::Status(args)) => status::run(&ctx, &args),
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
-        Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Issue(args)) => {
+            let end = issue::run(&ctx, args);
+            ignoring_red(&ctx, end)
+        }
         Some(Command::Worker(args)) => worker::run(&ctx, args),
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
@@ -184,6 +192,13 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
+}
+
+/// After a command that may have created `.red/`: its `.gitignore` lines, quietly (stderr
+/// stays the backend's one line; the README says these commands add them).
+fn ignoring_red(ctx: &Ctx, end: Result<i32, Failure>) -> Result<i32, Failure> {
+    let _ = crate::bootstrap::ignore_if_present(&ctx.layout);
+    end
 }
 
 /// A tracker that could not be chosen: exit 78 when the fix is the operator's

@@ -258,6 +258,17 @@ async fn run_fleet(
         {
             journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
         }
+    } else {
+        // The issues no worker will take, by number, once per supervisor: from the suite's
+        // one listing, so the warning costs no tracker call of its own.
+        for d in boot
+            .report
+            .decisions
+            .iter()
+            .filter(|d| d.sweep == SweepName::Stragglers && d.verdict == Disposition::Warn)
+        {
+            journal.write(Event::now(kind::STRAGGLERS, d.reason.clone()));
+        }
     }
     if boot.is_halted() {
         let _ = lock.release();

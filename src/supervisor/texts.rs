@@ -6,6 +6,8 @@ pub mod kind {
     pub const BOOT_SWEEP: &str = "supervisor.boot-sweep";
     /// One decision of a halted or failed suite, after its `boot-sweep` record.
     pub const BOOT_SWEEP_DETAIL: &str = "supervisor.boot-sweep.detail";
+    /// The straggler check's warning at boot: the open issues no worker will take.
+    pub const STRAGGLERS: &str = "supervisor.stragglers";
     pub const TAKEOVER: &str = "supervisor.takeover";
     pub const TICK: &str = "supervisor.tick";
     pub const RESIZE: &str = "supervisor.resize";
