@@ -8,8 +8,9 @@
 use std::process::{Command, Stdio};
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 3] = [
+const TOOLS: [(&str, &str, &str); 4] = [
     ("afk_has_tmux", "tmux", "-V"),
+    ("afk_has_jq", "jq", "--version"),
     ("afk_has_systemd_analyze", "systemd-analyze", "--version"),
     ("afk_has_gh", "gh", "--version"),
 ];

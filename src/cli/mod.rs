@@ -142,6 +142,10 @@ where
         }
     };
     let _diagnostics = crate::diagnostics::init(cli.log_format);
+    // JSON diagnostics own stderr; the human echo of the event log goes to stdout.
+    crate::supervisor::journal::echo_on_stdout(
+        cli.log_format == crate::diagnostics::LogFormat::Json,
+    );
     match dispatch(cli) {
         Ok(code) => code,
         Err(f) => {
