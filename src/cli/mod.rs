@@ -17,6 +17,7 @@ mod logs;
 mod reap;
 mod run;
 mod scale;
+mod shell;
 mod show_config;
 mod status;
 mod stop;
@@ -26,11 +27,35 @@ mod tmux;
 mod unblock;
 mod worker;
 
+/// `--version`: the package version, the git revision it was built from (`unknown` from a
+/// tarball) and the build date, so a bug report names the exact build.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("AFK_GIT_REV"),
+    " ",
+    env!("AFK_BUILD_DATE"),
+    ")"
+);
+
+/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    done (status: running and healthy)
+  1    failed (status: running but degraded)
+  2    usage error
+  3    status: no supervisor is running
+  4    boot halted; nothing was spawned
+  69   worker: the tracker failed transiently (not a death)
+  75   worker: rate limited, or the fleet is paused for one (not a death)
+  78   configuration error
+  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "afk-supervisor",
-    version,
-    about = "Supervise a fleet of AFK coding-agent workers"
+    version = VERSION,
+    about = "Supervise a fleet of AFK coding-agent workers",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -90,6 +115,10 @@ pub enum Command {
     Tmux(tmux::TmuxArgs),
     /// Install or remove the systemd user unit of this repo's fleet.
     Systemd(systemd::SystemdArgs),
+    /// Print a shell completion script (bash, elvish, fish, powershell, zsh).
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff): `afk-supervisor man | man -l -`.
+    Man,
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -160,6 +189,8 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let command = match cli.command {
         Some(Command::Demo(args)) => return demo::run(&args),
         Some(Command::DemoAgent) => return demo::agent(),
+        Some(Command::Completions(args)) => return shell::completions(&args),
+        Some(Command::Man) => return shell::man(),
         other => other,
     };
     let repo = resolve_repo(cli.repo.as_deref())?;
@@ -190,7 +221,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        Some(Command::Demo(_) | Command::DemoAgent) => unreachable_demo(),
+        Some(Command::Demo(_) | Command::DemoAgent | Command::Completions(_) | Command::Man) => {
+            unreachable_demo()
+        }
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),

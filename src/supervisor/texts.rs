@@ -45,6 +45,54 @@ pub mod kind {
     pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
     pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
     pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
+
+    /// Every kind above, the one list `logs --kind` (and `events --kind`) check a name
+    /// against. A unit test reads this file and fails when a kind is missing here.
+    pub const ALL: &[&str] = &[
+        START,
+        BOOT_SWEEP,
+        BOOT_SWEEP_DETAIL,
+        STRAGGLERS,
+        TAKEOVER,
+        TICK,
+        RESIZE,
+        STOP,
+        ERROR,
+        HOUSEKEEPING,
+        PERIODIC,
+        TRACKER,
+        TRACKER_ERROR,
+        SPAWN,
+        SPAWN_FAILED,
+        EXIT,
+        PARKED,
+        IDLE,
+        UNIDLE,
+        STALLED,
+        PROGRESS,
+        STALL_KILL,
+        RETIRE,
+        UNRETIRE,
+        RETIRED,
+        HARD_KILL,
+        RESTORE,
+        CIRCUIT_TRIP,
+        CIRCUIT_HALF_OPEN,
+        CIRCUIT_REPARKED,
+        CIRCUIT_CLOSED,
+        FLEET_PAUSED,
+        FLEET_RESUMED,
+        FLEET_CIRCUIT_OPEN,
+        FLEET_CIRCUIT_PROBE,
+        FLEET_CIRCUIT_REPARKED,
+        FLEET_CIRCUIT_CLOSED,
+    ];
+
+    /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet.circuit`).
+    pub fn is_known(k: &str) -> bool {
+        ALL.iter()
+            .any(|kind| *kind == k || kind.starts_with(&format!("{k}.")))
+    }
 }
 
 pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {
@@ -107,6 +155,32 @@ pub fn tick(c: &TickCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `pub const X: &str = "…"` of `mod kind` is in `kind::ALL`: a kind added
+    /// without it would be refused by `logs --kind`.
+    #[test]
+    fn every_kind_is_in_all() {
+        let src = include_str!("texts.rs");
+        let body = src.split("pub mod kind {").nth(1).unwrap();
+        let body = body.split("pub const ALL").next().unwrap();
+        let mut missing = Vec::new();
+        for line in body.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("pub const ")
+                && let Some((_, value)) = rest.split_once("= \"")
+            {
+                let value = value.trim_end_matches("\";");
+                if !kind::ALL.contains(&value) {
+                    missing.push(value.to_string());
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in kind::ALL: {missing:?}");
+        assert!(kind::is_known("slot"));
+        assert!(kind::is_known("fleet.circuit"));
+        assert!(kind::is_known("supervisor.tick"));
+        assert!(!kind::is_known("bogus"));
+        assert!(!kind::is_known("slot.ex"));
+    }
 
     #[test]
     fn fixed_texts() {
