@@ -30,6 +30,16 @@ pub fn echo_on_stdout(yes: bool) {
     ECHO_ON_STDOUT.store(yes, Ordering::Relaxed);
 }
 
+/// One line for the operator watching the foreground, where the echo goes (stdout under
+/// `--log-format json`, else stderr); not recorded in the event log.
+pub fn echo_line(line: &str) {
+    let _ = if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
+        writeln!(io::stdout(), "{line}")
+    } else {
+        writeln!(io::stderr(), "{line}")
+    };
+}
+
 #[derive(Debug)]
 pub struct Journal {
     log: EventLog,

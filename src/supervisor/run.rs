@@ -442,6 +442,9 @@ async fn run_boot(
     };
     let (layout2, config2) = (layout.clone(), config.clone());
     let began = Instant::now();
+    // Progress of a boot that may take minutes: a line per sweep start and end for the
+    // operator, and the same in systemd's STATUS= while the unit is still starting.
+    let mut notifier = Notifier::from_env();
     let suite = tokio::task::spawn_blocking(move || {
         let git = Git::new(layout2.repo());
         let ctx = SweepCtx {
@@ -451,7 +454,13 @@ async fn run_boot(
             git: &git,
             dry_run: false,
         };
-        suite::run_suite(&ctx, &SweepName::ALL)
+        let run = suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
+            let line = p.line();
+            super::journal::echo_line(&line);
+            notifier.status(&line);
+        });
+        notifier.finish();
+        run
     });
     tokio::select! {
         r = suite => match r {
