@@ -13,12 +13,14 @@ use crate::layout::Layout;
 mod demo;
 mod init;
 mod issue;
+mod list;
 mod logs;
 mod reap;
 mod run;
 mod scale;
 mod shell;
 mod show_config;
+mod start;
 mod status;
 mod stop;
 mod sweep;
@@ -87,6 +89,9 @@ pub enum Command {
     Config,
     /// Run the fleet in the foreground (the default when no subcommand is given).
     Run(run::RunArgs),
+    /// Run the fleet in the background (setsid, output to the lane's supervisor.out);
+    /// returns once the supervisor holds the lane.
+    Start(run::RunArgs),
     /// Show the running fleet: one row per slot, then the fleet totals.
     Status(status::StatusArgs),
     /// Change the running fleet's target size.
@@ -119,6 +124,9 @@ pub enum Command {
     Completions(shell::CompletionsArgs),
     /// Print the man page (roff): `afk-supervisor man | man -l -`.
     Man,
+    /// Every fleet of this user on this host: the checkouts supervisors ran in, and which
+    /// run now.
+    List(list::ListArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -191,6 +199,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::DemoAgent) => return demo::agent(),
         Some(Command::Completions(args)) => return shell::completions(&args),
         Some(Command::Man) => return shell::man(),
+        Some(Command::List(args)) => return list::run(&args),
         other => other,
     };
     let repo = resolve_repo(cli.repo.as_deref())?;
@@ -210,6 +219,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Init(args)) => init::run(&ctx, &args),
         Some(Command::Config) => ignoring_red(&ctx, show_config::run(&ctx)),
         Some(Command::Run(args)) => run::run(&ctx, &args),
+        Some(Command::Start(args)) => start::run(&ctx, &args),
         Some(Command::Status(args)) => status::run(&ctx, &args),
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
@@ -221,9 +231,13 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        Some(Command::Demo(_) | Command::DemoAgent | Command::Completions(_) | Command::Man) => {
-            unreachable_demo()
-        }
+        Some(
+            Command::Demo(_)
+            | Command::DemoAgent
+            | Command::Completions(_)
+            | Command::Man
+            | Command::List(_),
+        ) => unreachable_demo(),
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),

@@ -206,6 +206,10 @@ async fn run_fleet(
     for n in notes {
         journal.write(Event::now(n.kind(), n.text()));
     }
+    // This checkout joins the user's list of fleets (`afk-supervisor list`).
+    if let Err(e) = crate::fleets::path().and_then(|f| crate::fleets::record(&f, layout.repo())) {
+        journal.write(Event::now(kind::ERROR, format!("list of fleets: {e}")));
+    }
     // The bootstrap every worker also runs: `.red/state/` and the `.gitignore` lines.
     match crate::bootstrap::ensure(layout) {
         Ok(g) => {
