@@ -187,6 +187,14 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
         "{again}"
     );
     assert_eq!(supervisor_pid(&f), Some(sup));
+    // A new target on the existing session goes to its fleet, as `scale` sends it.
+    let scaled = run(&["tmux", "--session", "afk.test", "--workers", "3"]);
+    assert!(
+        scaled.contains("--workers 3: applied to the running fleet"),
+        "{scaled}"
+    );
+    assert!(f.state().is_some_and(|s| s.target == 3));
+    assert_eq!(supervisor_pid(&f), Some(sup));
 
     tmux.run(&["kill-session", "-t", "=afk_test"]);
     assert!(

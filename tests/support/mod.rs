@@ -52,6 +52,11 @@ impl TestEnv {
             ("GH_PROMPT_DISABLED".into(), "1".into()),
             ("NO_COLOR".into(), "1".into()),
             ("XDG_RUNTIME_DIR".into(), self.dir.path().join("run").into()),
+            // The list of fleets (`afk-supervisor list`) stays the test's own.
+            (
+                "XDG_STATE_HOME".into(),
+                self.dir.path().join("state").into(),
+            ),
         ]
     }
 
