@@ -120,7 +120,8 @@ fn one_escaped_line_per_record_with_filters_json_and_a_truncated_tail() {
     );
     assert_eq!(l.lines(&["--kind", "slot"]).len(), 2);
     assert_eq!(l.lines(&["--kind", "slot.exit"]).len(), 1);
-    assert_eq!(l.lines(&["--kind", "slo"]).len(), 0);
+    // Not a kind nor a dotted prefix of one: a usage error, not an empty output.
+    assert_eq!(l.run(&["--kind", "slo"]).status.code(), Some(2));
     let json = l.lines(&["--json", "--kind", "slot.exit"]);
     assert_eq!(json.len(), 1);
     let v: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
