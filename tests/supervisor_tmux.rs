@@ -174,7 +174,15 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
     });
     assert!(shown, "status pane:\n{pane}");
     assert!(pane.contains(&format!("supervisor pid={sup}")), "{pane}");
-    let first = tmux.run(&["capture-pane", "-p", "-t", "=afk_test:supervisor"]);
+    // The whole history: the boot progress lines may have scrolled the start off the screen.
+    let first = tmux.run(&[
+        "capture-pane",
+        "-p",
+        "-S",
+        "-",
+        "-t",
+        "=afk_test:supervisor",
+    ]);
     assert!(
         first.contains("supervisor.start"),
         "supervisor pane:\n{first}"
