@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use crate::cli::Ctx;
 use crate::cli::run::RunArgs;
-use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::supervisor::control;
 
@@ -28,14 +27,7 @@ const TAIL_LINES: usize = 5;
 
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
     // What `run` would refuse, refused here, before anything is spawned or created.
-    let config = ctx.config(Overrides {
-        workers: args.workers.map(usize::from),
-        ..Overrides::default()
-    })?;
-    if config.worker.command.is_none() {
-        crate::program::check_agent(&config, &ctx.layout)
-            .map_err(|e| Failure::config(e.to_string()))?;
-    }
+    crate::cli::run::checked_config(ctx, args)?;
     if let Ok(r) = control::status(&ctx.layout) {
         return Err(Failure::failed(format!(
             "supervisor already running for this project (pid={})",

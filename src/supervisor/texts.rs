@@ -88,7 +88,7 @@ pub mod kind {
         FLEET_CIRCUIT_CLOSED,
     ];
 
-    /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet.circuit`).
+    /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).
     pub fn is_known(k: &str) -> bool {
         ALL.iter()
             .any(|kind| *kind == k || kind.starts_with(&format!("{k}.")))
@@ -176,7 +176,8 @@ mod tests {
         }
         assert!(missing.is_empty(), "not in kind::ALL: {missing:?}");
         assert!(kind::is_known("slot"));
-        assert!(kind::is_known("fleet.circuit"));
+        assert!(kind::is_known("fleet"));
+        assert!(!kind::is_known("fleet.circuit"), "a prefix ends at a dot");
         assert!(kind::is_known("supervisor.tick"));
         assert!(!kind::is_known("bogus"));
         assert!(!kind::is_known("slot.ex"));
