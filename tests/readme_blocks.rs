@@ -117,14 +117,7 @@ fn the_readme_tested_blocks_run_as_documented() {
     assert!(steps.len() >= 5, "too few tested commands: {steps:?}");
     let env = TestEnv::new();
     let repo = env.repo_with_origin().path;
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"))
-        .parent()
-        .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = support::path_with_bin();
     let tag = format!("readme-{}", std::process::id());
     let _stop = StopFleet {
         env: &env,

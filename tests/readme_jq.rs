@@ -24,20 +24,11 @@ fn readme_line(prefix: &str) -> String {
 
 /// `sh -c line` in the repo, with the binary first on PATH as `afk-supervisor`.
 fn shell(f: &Fleet, line: &str) -> std::process::Command {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let mut c = f.env.command("sh");
     c.arg("-c")
         .arg(line)
         .current_dir(&f.repo)
-        .env("PATH", path)
+        .env("PATH", support::path_with_bin())
         .env("AFK_TEST_TAG", &f.tag)
         .stdin(Stdio::null());
     c

@@ -139,6 +139,17 @@ impl TestEnv {
     }
 }
 
+/// `PATH` with the binary under test's directory first, so a shell line's
+/// `afk-supervisor` (a README example run as written) is this build.
+pub fn path_with_bin() -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"));
+    format!(
+        "{}:{}",
+        bin.parent().unwrap_or(Path::new("/")).display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 pub struct Repo {
     pub path: PathBuf,
     pub origin: PathBuf,
