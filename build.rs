@@ -1,5 +1,6 @@
-//! Which of the test suite's outside prerequisites this machine has, as `cfg`s the tests
-//! use to `#[ignore]` themselves with the reason where one is missing.
+//! The git revision and build date `--version` prints, and which of the test suite's
+//! outside prerequisites this machine has, as `cfg`s the tests use to `#[ignore]`
+//! themselves with the reason where one is missing.
 //!
 //! Under `CI=true` every prerequisite counts as present: `.ci/run` installs them, so a
 //! missing one makes its tests fail there rather than pass unseen. Installing a tool later
@@ -8,8 +9,9 @@
 use std::process::{Command, Stdio};
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 3] = [
+const TOOLS: [(&str, &str, &str); 4] = [
     ("afk_has_tmux", "tmux", "-V"),
+    ("afk_has_jq", "jq", "--version"),
     ("afk_has_systemd_analyze", "systemd-analyze", "--version"),
     ("afk_has_gh", "gh", "--version"),
 ];
@@ -32,7 +34,68 @@ fn can_bind_mount() -> bool {
     root && runs("mount", "--version")
 }
 
+/// `git` in the manifest dir, its trimmed stdout when it succeeds.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !text.is_empty()).then_some(text)
+}
+
+/// `yyyy-mm-dd` of a day count since 1970-01-01 (Howard Hinnant's civil-from-days).
+fn civil(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// `--version`'s revision and build date. A tarball without `.git` says `unknown`; the
+/// date honours `SOURCE_DATE_EPOCH` so a reproducible build stays reproducible.
+fn version_facts() {
+    println!("cargo::rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    // A commit or checkout moves HEAD's reflog: rebuild the version then.
+    if let Some(p) = git(&["rev-parse", "--git-path", "logs/HEAD"]) {
+        println!("cargo::rerun-if-changed={p}");
+    }
+    if let Some(p) = git(&["rev-parse", "--git-path", "HEAD"]) {
+        println!("cargo::rerun-if-changed={p}");
+    }
+    // Only this crate's own checkout counts: a tarball unpacked inside another repo is not it.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let own = git(&["rev-parse", "--show-toplevel"]).is_some_and(|top| {
+        std::fs::canonicalize(top).ok() == std::fs::canonicalize(&manifest).ok()
+    });
+    let rev = own
+        .then(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .flatten()
+        .unwrap_or_else(|| "unknown".into());
+    let secs = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64)
+        });
+    println!("cargo::rustc-env=AFK_GIT_REV={rev}");
+    println!(
+        "cargo::rustc-env=AFK_BUILD_DATE={}",
+        civil(secs.div_euclid(86_400))
+    );
+}
+
 fn main() {
+    version_facts();
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rerun-if-env-changed=PATH");

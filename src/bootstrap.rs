@@ -64,6 +64,15 @@ pub fn ensure(layout: &Layout) -> Result<Gitignore, BootstrapError> {
     Ok(ensure_gitignore(&layout.repo().join(".gitignore")))
 }
 
+/// The `.gitignore` lines, once `.red/` exists: for commands that create it as a side
+/// effect (`issue new`'s local store), so `git status` never shows `?? .red/` because a
+/// command ran before the first supervisor did. `None` when there is no `.red/`.
+pub fn ignore_if_present(layout: &Layout) -> Option<Gitignore> {
+    fs::symlink_metadata(layout.red())
+        .is_ok_and(|m| m.is_dir())
+        .then(|| ensure_gitignore(&layout.repo().join(".gitignore")))
+}
+
 /// Appends the [`IGNORE_LINES`] that `path` lacks (creating it when absent).
 pub fn ensure_gitignore(path: &Path) -> Gitignore {
     let left_alone = |why: String| {

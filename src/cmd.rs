@@ -275,7 +275,11 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         target: "afk_supervisor::cmd",
         argv = %argv,
         elapsed_ms = started.elapsed().as_millis() as u64,
-        status = ?status.as_ref().map(|s| s.as_ref().ok().and_then(ExitStatus::code)),
+        // A number (or absent when killed by a signal or never reaped), never debug text.
+        status = status
+            .as_ref()
+            .and_then(|s| s.as_ref().ok())
+            .and_then(ExitStatus::code),
         timed_out,
         "command finished"
     );

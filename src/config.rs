@@ -17,6 +17,8 @@ use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
 use crate::text::{clip_quoted, excerpt, line_col};
 
+pub mod template;
+
 /// Largest config file read: the documented file with every key is about 4 KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 

@@ -107,6 +107,11 @@ impl Layout {
     pub fn event_log(&self) -> PathBuf {
         self.supervisor_lane().join("supervisor.log.toonl")
     }
+
+    /// What a supervisor started in the background (`start`) prints, appended.
+    pub fn supervisor_out(&self) -> PathBuf {
+        self.supervisor_lane().join("supervisor.out")
+    }
 }
 
 /// `<file>.start` beside a pid file: the recorded process start time (`docs/SPEC.md` §2).

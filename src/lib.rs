@@ -26,7 +26,8 @@
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
 //! - `claim` (claims, the one home: taken, marked on the tracker, judged alive or stale,
 //!   released), `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
-//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks).
+//!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
+//!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
 //! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget),
 //!   `config`, `pause` (the fleet-wide rate-limit pause file), `toonl` (the one TOONL reader
 //!   and appender).
@@ -48,6 +49,7 @@ pub mod config;
 pub mod demo;
 pub mod diagnostics;
 pub mod exit;
+pub mod fleets;
 pub mod fsutil;
 pub mod git;
 pub mod host_lock;

@@ -221,6 +221,8 @@ pub struct Filter {
     /// A kind (`slot.exit`) or a dotted prefix of kinds (`slot`, `circuit`).
     pub kind: Option<String>,
     pub since: Option<SystemTime>,
+    /// Only records at or before this time.
+    pub until: Option<SystemTime>,
 }
 
 impl Filter {
@@ -231,6 +233,12 @@ impl Filter {
         if let Some(k) = &self.kind
             && ev.kind != *k
             && !ev.kind.starts_with(&format!("{k}."))
+        {
+            return false;
+        }
+        if let Some(until) = self.until
+            && let Some(t) = crate::timeutil::parse_rfc3339(&ev.ts)
+            && t > until
         {
             return false;
         }

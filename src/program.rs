@@ -82,6 +82,20 @@ pub fn check_agent(config: &Config, layout: &Layout) -> Result<PathBuf, AgentErr
     })
 }
 
+/// `argv` with its program replaced by `program` (the path [`check_agent`] resolved), made
+/// absolute against the working directory should the repo path itself be relative: the
+/// agent runs in the worktree, where a relative path would name another file.
+pub fn with_program(argv: Option<&[String]>, program: &Path) -> Vec<String> {
+    let mut argv = argv.map(<[String]>::to_vec).unwrap_or_default();
+    let absolute = std::path::absolute(program).unwrap_or_else(|_| program.to_path_buf());
+    if let Some(first) = argv.first_mut()
+        && first.contains('/')
+    {
+        *first = absolute.to_string_lossy().into_owned();
+    }
+    argv
+}
+
 /// Resolves `program` like `execvp`: with a `/` it is that path (relative to `base`),
 /// else the first executable regular file named so in a `PATH` entry (an empty entry is
 /// `base`). The error says what is wrong in a few words.

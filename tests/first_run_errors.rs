@@ -197,7 +197,8 @@ fn zero_workers_warns_and_a_parked_slot_carries_its_reason_into_state_and_status
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 2);
     let out = f.run_cmd(&["status"]);
-    assert!(out.status.success());
+    // Running but degraded, as `systemctl is-active` would say: exit 1.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         text.lines()

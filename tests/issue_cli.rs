@@ -57,7 +57,14 @@ fn the_issue_commands_on_the_local_store() {
         ),
         "1\n"
     );
-    assert_eq!(ok(&env, r, &["issue", "new", "--title", "Second"]), "2\n");
+    assert_eq!(
+        ok(
+            &env,
+            r,
+            &["issue", "new", "--title", "Second", "--no-label"]
+        ),
+        "2\n"
+    );
     ok(
         &env,
         r,
@@ -201,7 +208,7 @@ fn label_edits_from_parallel_commands_are_all_kept() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = repo.path.clone();
-    ok(&env, &r, &["issue", "new", "--title", "x"]);
+    ok(&env, &r, &["issue", "new", "--title", "x", "--no-label"]);
     std::thread::scope(|s| {
         for i in 0..8 {
             let (env, r) = (&env, &r);

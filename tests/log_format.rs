@@ -22,20 +22,20 @@ fn log_format_json_writes_json_diagnostics_and_the_event_log_stays_toonl() {
 
     let stderr = fs::read_to_string(f.file("supervisor-0.err")).unwrap();
     let mut json = Vec::new();
+    // Every line is a JSON object: the event echo went to stdout, and values are values,
+    // never Rust debug text (`Some(Some(0))`).
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
-        if line.starts_with('{') {
-            let v: serde_json::Value =
-                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-            json.push(v);
-        } else {
-            // The other lines are the event echo (`ts kind …: msg`), never a text-format
-            // diagnostic.
-            assert!(
-                !line.contains(" DEBUG ") && !line.contains(" INFO "),
-                "a text diagnostic under --log-format json: {line}"
-            );
-        }
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        json.push(v);
     }
+    assert!(!stderr.contains("Some("), "{stderr}");
+    assert!(
+        json.iter()
+            .filter(|v| v["fields"]["message"] == "command finished")
+            .all(|v| v["fields"]["status"].is_number() || v["fields"]["status"].is_null()),
+        "{stderr}"
+    );
     assert!(!json.is_empty(), "no JSON diagnostics on stderr:\n{stderr}");
     for v in &json {
         assert!(v["timestamp"].is_string(), "{v}");

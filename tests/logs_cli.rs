@@ -120,7 +120,8 @@ fn one_escaped_line_per_record_with_filters_json_and_a_truncated_tail() {
     );
     assert_eq!(l.lines(&["--kind", "slot"]).len(), 2);
     assert_eq!(l.lines(&["--kind", "slot.exit"]).len(), 1);
-    assert_eq!(l.lines(&["--kind", "slo"]).len(), 0);
+    // Not a kind nor a dotted prefix of one: a usage error, not an empty output.
+    assert_eq!(l.run(&["--kind", "slo"]).status.code(), Some(2));
     let json = l.lines(&["--json", "--kind", "slot.exit"]);
     assert_eq!(json.len(), 1);
     let v: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
@@ -145,12 +146,13 @@ fn since_keeps_the_recent_records_and_rotated_logs_come_first() {
         let mut log = EventLog::open(std::path::Path::new(&old)).unwrap();
         log.append(&ev(
             "2026-01-01T00:00:00.000Z",
-            "supervisor.tick",
+            "supervisor.resize",
             "rotated",
         ))
         .unwrap();
         let mut log = EventLog::open(&path).unwrap();
-        log.append(&Event::now("supervisor.tick", "live")).unwrap();
+        log.append(&Event::now("supervisor.resize", "live"))
+            .unwrap();
     }
     let all = l.lines(&[]);
     assert_eq!(all.len(), 2);
@@ -160,7 +162,7 @@ fn since_keeps_the_recent_records_and_rotated_logs_come_first() {
     );
     let recent = l.lines(&["--since", "1h"]);
     assert_eq!(recent.len(), 1);
-    assert!(recent[0].ends_with("supervisor.tick: live"), "{recent:?}");
+    assert!(recent[0].ends_with("supervisor.resize: live"), "{recent:?}");
 }
 
 #[test]
@@ -218,7 +220,7 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
     ))
     .unwrap();
     let mut log = EventLog::open(&path).unwrap();
-    log.append(&ev("2026-01-01T00:00:04.000Z", "supervisor.tick", "five"))
+    log.append(&ev("2026-01-01T00:00:04.000Z", "slot.spawn", "five"))
         .unwrap();
     assert!(next().ends_with(": four, before the reopen"));
     assert!(next().ends_with(": five"));

@@ -206,8 +206,10 @@ fn exit_78_parks_the_slot_for_good() {
     assert_eq!(s.slots.busy, 1);
     assert_eq!(s.slot_detail[0].state, "parked");
     let out = f.run_cmd(&["status", "--json"]);
-    assert_eq!(out.status.code(), Some(0));
+    // A parked slot: running but degraded (exit 1, as `systemctl is-active` would say).
+    assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["health"], "degraded");
     assert_eq!(v["slots"][0]["state"], "parked");
     assert_eq!(v["slots"][1]["state"], "running");
     assert_eq!(v["fleet"]["parked"], 1);

@@ -156,7 +156,7 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
 #[test]
 fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
     let mut f = claiming_fleet_with("unblock_interval_s = 1\n");
-    let out = f.run_cmd(&["issue", "new", "--title", "blocker"]);
+    let out = f.run_cmd(&["issue", "new", "--title", "blocker", "--no-label"]);
     assert!(out.status.success(), "{out:?}");
     let out = f.run_cmd(&[
         "issue",

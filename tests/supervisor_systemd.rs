@@ -49,7 +49,21 @@ fn ready_after_the_workers_then_status_per_tick_watchdog_and_stopping() {
     f.start(&["--workers", "2"]);
 
     let deadline = Instant::now() + WAIT;
-    let first = next_message(&sock, deadline).expect("no message from the supervisor");
+    // The boot suite's progress first: a STATUS= as each sweep starts and ends.
+    let mut boot = Vec::new();
+    let first = loop {
+        let m = next_message(&sock, deadline).expect("no message from the supervisor");
+        if !m.starts_with("STATUS=boot sweeps: ") {
+            break m;
+        }
+        boot.push(m);
+    };
+    assert_eq!(boot.len(), 12, "{boot:?}");
+    assert_eq!(boot[0], "STATUS=boot sweeps: 1/6 orphans started\n");
+    assert!(
+        boot[11].starts_with("STATUS=boot sweeps: 6/6 stragglers done in "),
+        "{boot:?}"
+    );
     // READY=1 comes once the workers are recorded in the heartbeat, not before.
     let state = f.state().expect("state.toon written before READY=1");
     assert_eq!(state.slot_pids.len(), 2, "{state:?}");

@@ -174,7 +174,15 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
     });
     assert!(shown, "status pane:\n{pane}");
     assert!(pane.contains(&format!("supervisor pid={sup}")), "{pane}");
-    let first = tmux.run(&["capture-pane", "-p", "-t", "=afk_test:supervisor"]);
+    // The whole history: the boot progress lines may have scrolled the start off the screen.
+    let first = tmux.run(&[
+        "capture-pane",
+        "-p",
+        "-S",
+        "-",
+        "-t",
+        "=afk_test:supervisor",
+    ]);
     assert!(
         first.contains("supervisor.start"),
         "supervisor pane:\n{first}"
@@ -186,6 +194,14 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
         again.starts_with("tmux session afk_test exists; reusing it\n"),
         "{again}"
     );
+    assert_eq!(supervisor_pid(&f), Some(sup));
+    // A new target on the existing session goes to its fleet, as `scale` sends it.
+    let scaled = run(&["tmux", "--session", "afk.test", "--workers", "3"]);
+    assert!(
+        scaled.contains("--workers 3: applied to the running fleet"),
+        "{scaled}"
+    );
+    assert!(f.state().is_some_and(|s| s.target == 3));
     assert_eq!(supervisor_pid(&f), Some(sup));
 
     tmux.run(&["kill-session", "-t", "=afk_test"]);

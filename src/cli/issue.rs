@@ -29,9 +29,13 @@ pub enum IssueCommand {
         /// The issue's body (Markdown); empty by default.
         #[arg(long, default_value = "")]
         body: String,
-        /// A label to put on it; repeat for several.
+        /// A label to put on it; repeat for several. Without --label (and without
+        /// --no-label) the issue is labelled ready-for-agent, so the fleet takes it.
         #[arg(long = "label", value_name = "LABEL")]
         labels: Vec<String>,
+        /// File the issue with no label at all (the fleet does not take it).
+        #[arg(long, conflicts_with = "labels")]
+        no_label: bool,
     },
     /// List issues, newest first.
     List {
@@ -152,8 +156,14 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
             title,
             body,
             labels,
+            no_label,
         } => {
             let local = local_only(&backend, "issue new", "gh issue create")?;
+            let labels = if labels.is_empty() && !no_label {
+                vec![crate::tracker::labels::READY_FOR_AGENT.to_string()]
+            } else {
+                labels
+            };
             let n = local
                 .create(&title, &body, &strs(&labels))
                 .map_err(tracker_failure)?;

@@ -1,5 +1,8 @@
-//! `afk-supervisor logs [--follow] [--slot I [--worker-output]] [--kind K] [--since D] [--json]`.
+//! `afk-supervisor logs [--follow] [--slot I [--worker-output]] [--kind K] [--since W]
+//! [--until W] [-n N] [--all] [--json]`. Ticks are left out unless asked for: one a tick,
+//! they would drown everything else.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -10,6 +13,7 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
+use crate::supervisor::texts::kind;
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -26,15 +30,45 @@ pub struct LogsArgs {
     /// with --follow it moves on to a newer day's log of the slot when one appears.
     #[arg(long, requires = "slot")]
     pub worker_output: bool,
-    /// Only this kind, or every kind under a dotted prefix (`slot`, `circuit`).
+    /// Only this kind, or every kind under a dotted prefix (`slot`, `circuit`); an unknown
+    /// one is a usage error that lists the kinds.
     #[arg(long, value_name = "K")]
     pub kind: Option<String>,
-    /// Only records newer than this (90s, 15m, 2h, 1d).
+    /// Only records newer than this: a time ago (90s, 15m, 2h, 1d) or an RFC 3339 time.
     #[arg(long, value_name = "DURATION")]
     pub since: Option<String>,
     /// One JSON object per line (for jq).
     #[arg(long, conflicts_with = "worker_output")]
     pub json: bool,
+    /// Only records at or before this: a time ago (90s, 15m, 2h, 1d) or an RFC 3339 time.
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// Only the last N records that match (then, with --follow, everything new).
+    #[arg(long, short = 'n', visible_alias = "tail", value_name = "N")]
+    pub lines: Option<usize>,
+    /// Show supervisor.tick records too (hidden unless --kind supervisor.tick).
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `--since`/`--until`: an RFC 3339 time, or that long before now.
+fn when(s: &str) -> Result<SystemTime, Failure> {
+    if let Some(t) = crate::timeutil::parse_rfc3339(s.trim()) {
+        return Ok(t);
+    }
+    Ok(SystemTime::now() - logs::parse_duration(s).map_err(failed)?)
+}
+
+/// `--kind` names a known kind or a dotted prefix of some; anything else would print
+/// nothing and look like a quiet fleet.
+fn check_kind(k: &str) -> Result<(), Failure> {
+    if kind::is_known(k) {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "logs --kind {k:?}: no such kind or prefix (kinds: {})",
+        kind::ALL.join(", ")
+    )))
 }
 
 fn failed(e: LogsError) -> Failure {
@@ -75,39 +109,67 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
     if args.worker_output {
         return worker_output(ctx, args);
     }
-    let since = match &args.since {
-        Some(s) => Some(SystemTime::now() - logs::parse_duration(s).map_err(failed)?),
-        None => None,
-    };
+    if let Some(k) = &args.kind {
+        check_kind(k)?;
+    }
     let filter = Filter {
         slot: args.slot.map(|s| s as u64),
         kind: args.kind.clone(),
-        since,
+        since: args.since.as_deref().map(when).transpose()?,
+        until: args.until.as_deref().map(when).transpose()?,
     };
+    let hide_ticks = !args.all && args.kind.as_deref() != Some(kind::TICK);
+    let shown =
+        |e: &crate::toonl::Event| filter.matches(e) && !(hide_ticks && e.kind == kind::TICK);
     let config = ctx.config(Overrides::default())?;
     let log = ctx.layout.event_log();
+    // With -n, the last N lines are held back until the history is read, then printed.
+    let mut held: Option<VecDeque<String>> = args.lines.map(VecDeque::with_capacity);
     // The rotated generations first, oldest first; then the live log (followed).
     for path in logs::generations(&log, config.log.keep) {
         let mut tail = Tail::new(&path);
         loop {
             let batch = tail.poll().map_err(failed)?;
             report_skipped(&path, &batch.skipped);
-            let lines = batch.events.iter().filter(|e| filter.matches(e)).map(|e| {
+            let lines = batch.events.iter().filter(|e| shown(e)).map(|e| {
                 if args.json {
                     serde_json::to_string(e).unwrap_or_default()
                 } else {
                     e.human_line()
                 }
             });
-            if !emit(lines)? {
+            let keep_going = match (&mut held, args.lines) {
+                (Some(ring), Some(n)) => {
+                    for l in lines {
+                        if ring.len() == n {
+                            ring.pop_front();
+                        }
+                        if n > 0 {
+                            ring.push_back(l);
+                        }
+                    }
+                    true
+                }
+                _ => emit(lines)?,
+            };
+            if !keep_going {
                 return Ok(exit::OK);
             }
             if !(args.follow && path == log) {
                 report_skipped(&path, &tail.finish());
                 break;
             }
+            // Following: the history is read, so what was held back goes out now.
+            if let Some(ring) = held.take()
+                && !emit(ring)?
+            {
+                return Ok(exit::OK);
+            }
             std::thread::sleep(FOLLOW_EVERY);
         }
+    }
+    if let Some(ring) = held {
+        emit(ring)?;
     }
     Ok(exit::OK)
 }

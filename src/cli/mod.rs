@@ -11,13 +11,17 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod demo;
+mod init;
 mod issue;
+mod list;
 mod logs;
 mod reap;
 mod run;
 mod scale;
+mod shell;
 mod show_config;
 mod spend;
+mod start;
 mod status;
 mod stop;
 mod sweep;
@@ -26,11 +30,35 @@ mod tmux;
 mod unblock;
 mod worker;
 
+/// `--version`: the package version, the git revision it was built from (`unknown` from a
+/// tarball) and the build date, so a bug report names the exact build.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("AFK_GIT_REV"),
+    " ",
+    env!("AFK_BUILD_DATE"),
+    ")"
+);
+
+/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    done (status: running and healthy)
+  1    failed (status: running but degraded)
+  2    usage error
+  3    status: no supervisor is running
+  4    boot halted; nothing was spawned
+  69   worker: the tracker failed transiently (not a death)
+  75   worker: rate limited, or the fleet is paused for one (not a death)
+  78   configuration error
+  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "afk-supervisor",
-    version,
-    about = "Supervise a fleet of AFK coding-agent workers"
+    version = VERSION,
+    about = "Supervise a fleet of AFK coding-agent workers",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -55,10 +83,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Write .red/afk-supervisor.toml from the documented defaults (--agent, --tracker,
+    /// --workers fill in values) and the .gitignore lines; refuses to overwrite without --force.
+    Init(init::InitArgs),
     /// Print the resolved configuration and where each part came from.
     Config,
     /// Run the fleet in the foreground (the default when no subcommand is given).
     Run(run::RunArgs),
+    /// Run the fleet in the background (setsid, output to the lane's supervisor.out);
+    /// returns once the supervisor holds the lane.
+    Start(run::RunArgs),
     /// Show the running fleet: one row per slot, then the fleet totals.
     Status(status::StatusArgs),
     /// Change the running fleet's target size.
@@ -90,6 +124,13 @@ pub enum Command {
     /// What the agent's attempts cost, from the attempt ledger
     /// (`spend [--since DATE] [--by issue|day] [--json]`).
     Spend(spend::SpendArgs),
+    /// Print a shell completion script (bash, elvish, fish, powershell, zsh).
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff): `afk-supervisor man | man -l -`.
+    Man,
+    /// Every fleet of this user on this host: the checkouts supervisors ran in, and which
+    /// run now.
+    List(list::ListArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -142,6 +183,10 @@ where
         }
     };
     let _diagnostics = crate::diagnostics::init(cli.log_format);
+    // JSON diagnostics own stderr; the human echo of the event log goes to stdout.
+    crate::supervisor::journal::echo_on_stdout(
+        cli.log_format == crate::diagnostics::LogFormat::Json,
+    );
     match dispatch(cli) {
         Ok(code) => code,
         Err(f) => {
@@ -156,6 +201,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let command = match cli.command {
         Some(Command::Demo(args)) => return demo::run(&args),
         Some(Command::DemoAgent) => return demo::agent(),
+        Some(Command::Completions(args)) => return shell::completions(&args),
+        Some(Command::Man) => return shell::man(),
+        Some(Command::List(args)) => return list::run(&args),
         other => other,
     };
     let repo = resolve_repo(cli.repo.as_deref())?;
@@ -172,23 +220,41 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(_) if top_run_args => Err(Failure::usage(
             "--workers belongs to `run` (or to no subcommand at all)",
         )),
-        Some(Command::Config) => show_config::run(&ctx),
+        Some(Command::Init(args)) => init::run(&ctx, &args),
+        Some(Command::Config) => ignoring_red(&ctx, show_config::run(&ctx)),
         Some(Command::Run(args)) => run::run(&ctx, &args),
+        Some(Command::Start(args)) => start::run(&ctx, &args),
         Some(Command::Status(args)) => status::run(&ctx, &args),
         Some(Command::Scale(args)) => scale::run(&ctx, &args),
         Some(Command::Stop(args)) => stop::run(&ctx, &args),
-        Some(Command::Issue(args)) => issue::run(&ctx, args),
+        Some(Command::Issue(args)) => {
+            let end = issue::run(&ctx, args);
+            ignoring_red(&ctx, end)
+        }
         Some(Command::Worker(args)) => worker::run(&ctx, args),
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        Some(Command::Demo(_) | Command::DemoAgent) => unreachable_demo(),
+        Some(
+            Command::Demo(_)
+            | Command::DemoAgent
+            | Command::Completions(_)
+            | Command::Man
+            | Command::List(_),
+        ) => unreachable_demo(),
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         Some(Command::Spend(args)) => spend::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
+}
+
+/// After a command that may have created `.red/`: its `.gitignore` lines, quietly (stderr
+/// stays the backend's one line; the README says these commands add them).
+fn ignoring_red(ctx: &Ctx, end: Result<i32, Failure>) -> Result<i32, Failure> {
+    let _ = crate::bootstrap::ignore_if_present(&ctx.layout);
+    end
 }
 
 /// A tracker that could not be chosen: exit 78 when the fix is the operator's

@@ -24,7 +24,12 @@ pub struct RunArgs {
     pub workers: Option<u16>,
 }
 
-pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
+/// The config `run` (and `start`) would run with, refused (exit 78) when the built-in
+/// worker has no agent it can run, before anything exists.
+pub fn checked_config(
+    ctx: &Ctx,
+    args: &RunArgs,
+) -> Result<(crate::config::Config, crate::config::Sources), Failure> {
     let (config, sources) = ctx.config_with_sources(Overrides {
         workers: args.workers.map(usize::from),
         ..Overrides::default()
@@ -34,6 +39,11 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         crate::program::check_agent(&config, &ctx.layout)
             .map_err(|e| Failure::config(e.to_string()))?;
     }
+    Ok((config, sources))
+}
+
+pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
+    let (config, sources) = checked_config(ctx, args)?;
     let opener = match select::open(&config, &ctx.layout) {
         Ok(selected) => tracker_opener(Ok(selected)),
         Err(e) if e.is_config() => return Err(crate::cli::select_failure(e)),

@@ -6,10 +6,15 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::exit::{self, Failure};
-use crate::status::{self, live, view};
+use crate::status::{self, health, live, view};
 use crate::supervisor::control::{self, ControlError};
 
 #[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Exit status, as `systemctl is-active`: 0 running and healthy; 1 running \
+but degraded (a slot parked or probing, the fleet circuit open, the fleet paused; `degraded:` \
+says which); 3 no supervisor running (live fleet processes it left are listed)."
+)]
 pub struct StatusArgs {
     /// Print the stable JSON form (documented in the README).
     #[arg(long)]
@@ -26,24 +31,52 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
     }
     match control::status(&ctx.layout) {
         Ok(report) => {
+            let why = health::degraded(&report);
             if args.json {
-                let text = serde_json::to_string_pretty(&report)
+                let mut value = serde_json::to_value(&report)
                     .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
-                println!("{text}");
+                if let Some(map) = value.as_object_mut() {
+                    map.insert("health".into(), health::verdict(&report).into());
+                    map.insert("degraded".into(), why.clone().into());
+                }
+                println!("{}", encode(&value)?);
             } else {
                 print!("{}", status::render_status(&report));
+                if !why.is_empty() {
+                    println!("degraded: {}", why.join("; "));
+                }
             }
-            Ok(exit::OK)
+            Ok(if why.is_empty() {
+                exit::OK
+            } else {
+                exit::FAILED
+            })
         }
         Err(e @ ControlError::NotRunning(_)) => {
+            // Workers a killed supervisor left behind are the fleet all the same.
+            let live = control::live_fleet_processes(&ctx.layout);
             if args.json {
-                println!("{{\"supervisor\": null}}");
+                let value = serde_json::json!({"supervisor": null, "live_processes": live});
+                println!("{}", encode(&value)?);
             }
             eprintln!("{e}");
+            if !live.is_empty() {
+                let pids: Vec<String> = live.iter().map(i32::to_string).collect();
+                eprintln!(
+                    "but {} processes of the fleet are live (pids {}): `afk-supervisor stop --force` kills them",
+                    live.len(),
+                    pids.join(", ")
+                );
+            }
             Ok(exit::NOT_RUNNING)
         }
         Err(e) => Err(Failure::failed(e.to_string())),
     }
+}
+
+fn encode(value: &serde_json::Value) -> Result<String, Failure> {
+    serde_json::to_string_pretty(value)
+        .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))
 }
 
 fn watch(ctx: &Ctx) -> Result<i32, Failure> {

@@ -9,15 +9,21 @@ use std::process::{Command, Stdio};
 
 use clap::Args;
 
+use std::time::Duration;
+
 use crate::cli::Ctx;
+use crate::config::Overrides;
 use crate::exit::{self, Failure};
+use crate::supervisor::control::{self, ScaleOutcome};
+use crate::supervisor::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
 pub struct TmuxArgs {
     /// Session name (default: afk-<repo folder name>).
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
-    /// Number of worker slots for the supervisor (default: the config's).
+    /// Number of worker slots for the supervisor (default: the config's); on a session that
+    /// exists, sent to its running fleet as `scale N` does (an error when none runs there).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: Option<u16>,
     /// Attach to the session (or switch to it from inside tmux) once it is there.
@@ -84,6 +90,26 @@ fn env_flags() -> Vec<OsString> {
     flags
 }
 
+/// `--workers N` on a session that already runs: the new target goes to its supervisor
+/// the way `scale` sends it; when none runs there, say so instead of keeping the old one.
+fn apply_target(ctx: &Ctx, n: usize) -> Result<(), Failure> {
+    let config = ctx.config(Overrides::default())?;
+    let timeout = Duration::from_secs((3 * config.timing.tick_s).max(10));
+    match control::scale(&ctx.layout, n, ShrinkMode::default(), timeout) {
+        Ok(ScaleOutcome::Applied { .. }) => {
+            println!("--workers {n}: applied to the running fleet (as `afk-supervisor scale {n}`)");
+            Ok(())
+        }
+        Ok(outcome @ ScaleOutcome::Pending { .. }) => Err(Failure::failed(format!(
+            "--workers {n}: sent to the running fleet but not yet applied: {outcome}"
+        ))),
+        Err(e) => Err(Failure::failed(format!(
+            "--workers {n} not applied: {e}; the session's supervisor window is not running a \
+             fleet (tmux kill-session, then run this again)"
+        ))),
+    }
+}
+
 pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
     let name = session_name(ctx, args);
     if name.is_empty() {
@@ -98,6 +124,9 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
         .success();
     if exists {
         println!("tmux session {name} exists; reusing it");
+        if let Some(n) = args.workers {
+            apply_target(ctx, usize::from(n))?;
+        }
     } else {
         let mut sup: Vec<OsString> = vec!["new-session".into(), "-d".into()];
         sup.extend(env_flags());

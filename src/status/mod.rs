@@ -6,6 +6,7 @@
 //! Everything shown that came from outside the process (titles, reasons, ids, the runner,
 //! log messages) goes through [`crate::text::escape`]: a title cannot move the cursor.
 
+pub mod health;
 pub mod live;
 pub mod plain;
 pub mod view;

@@ -411,6 +411,19 @@ pub fn stop(layout: &Layout, timeout: Duration, force: bool) -> Result<StopOutco
     })
 }
 
+/// Every live process of this repo's fleet (recorded workers and any process whose
+/// environment names the lane), ascending: what `stop` would have to end. `status` lists
+/// them when no supervisor runs, so workers left by a killed supervisor are never hidden.
+pub fn live_fleet_processes(layout: &Layout) -> Vec<i32> {
+    let mut pids = still_live(&union(
+        recorded_live_workers(layout),
+        member_processes(layout),
+    ));
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The workers among the fleet's processes (session leaders with a worker id), recorded
 /// or not, as (pid, start).
 fn member_workers(layout: &Layout) -> Vec<(i32, u64)> {

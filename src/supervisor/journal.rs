@@ -10,6 +10,7 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::toonl::{self, Event, EventLog, LogError};
 
@@ -18,6 +19,25 @@ use crate::toonl::{self, Event, EventLog, LogError};
 pub struct Rotation {
     pub max_bytes: u64,
     pub keep: usize,
+}
+
+/// Where the echo goes: stderr, unless diagnostics own it (`--log-format json`), when the
+/// echo moves to stdout so stderr stays one JSON object per line for `jq` or a collector.
+static ECHO_ON_STDOUT: AtomicBool = AtomicBool::new(false);
+
+/// Sends every journal's echo to stdout (`true`) or stderr (`false`, the default).
+pub fn echo_on_stdout(yes: bool) {
+    ECHO_ON_STDOUT.store(yes, Ordering::Relaxed);
+}
+
+/// One line for the operator watching the foreground, where the echo goes (stdout under
+/// `--log-format json`, else stderr); not recorded in the event log.
+pub fn echo_line(line: &str) {
+    let _ = if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
+        writeln!(io::stdout(), "{line}")
+    } else {
+        writeln!(io::stderr(), "{line}")
+    };
 }
 
 #[derive(Debug)]
@@ -52,8 +72,16 @@ impl Journal {
     pub fn write(&mut self, ev: Event) {
         // A terminal that went away (a tmux session killed, an ssh link dropped) must not
         // end the supervisor mid-stop: the echo is dropped once stderr fails, the log stays.
-        if self.echo && writeln!(io::stderr(), "{}", ev.human_line()).is_err() {
-            self.echo = false;
+        if self.echo {
+            let line = ev.human_line();
+            let written = if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
+                writeln!(io::stdout(), "{line}")
+            } else {
+                writeln!(io::stderr(), "{line}")
+            };
+            if written.is_err() {
+                self.echo = false;
+            }
         }
         if self.log.size() >= self.rotate_at
             && let Err(e) = self.rotate()

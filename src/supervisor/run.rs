@@ -206,6 +206,10 @@ async fn run_fleet(
     for n in notes {
         journal.write(Event::now(n.kind(), n.text()));
     }
+    // This checkout joins the user's list of fleets (`afk-supervisor list`).
+    if let Err(e) = crate::fleets::path().and_then(|f| crate::fleets::record(&f, layout.repo())) {
+        journal.write(Event::now(kind::ERROR, format!("list of fleets: {e}")));
+    }
     // The bootstrap every worker also runs: `.red/state/` and the `.gitignore` lines.
     match crate::bootstrap::ensure(layout) {
         Ok(g) => {
@@ -257,6 +261,17 @@ async fn run_fleet(
             .filter(|d| d.verdict != Disposition::Keep)
         {
             journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
+        }
+    } else {
+        // The issues no worker will take, by number, once per supervisor: from the suite's
+        // one listing, so the warning costs no tracker call of its own.
+        for d in boot
+            .report
+            .decisions
+            .iter()
+            .filter(|d| d.sweep == SweepName::Stragglers && d.verdict == Disposition::Warn)
+        {
+            journal.write(Event::now(kind::STRAGGLERS, d.reason.clone()));
         }
     }
     if boot.is_halted() {
@@ -433,6 +448,9 @@ async fn run_boot(
     };
     let (layout2, config2) = (layout.clone(), config.clone());
     let began = Instant::now();
+    // Progress of a boot that may take minutes: a line per sweep start and end for the
+    // operator, and the same in systemd's STATUS= while the unit is still starting.
+    let mut notifier = Notifier::from_env();
     let suite = tokio::task::spawn_blocking(move || {
         let git = Git::new(layout2.repo());
         let ctx = SweepCtx {
@@ -442,7 +460,13 @@ async fn run_boot(
             git: &git,
             dry_run: false,
         };
-        suite::run_suite(&ctx, &SweepName::ALL)
+        let run = suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
+            let line = p.line();
+            super::journal::echo_line(&line);
+            notifier.status(&line);
+        });
+        notifier.finish();
+        run
     });
     tokio::select! {
         r = suite => match r {

@@ -6,6 +6,8 @@ pub mod kind {
     pub const BOOT_SWEEP: &str = "supervisor.boot-sweep";
     /// One decision of a halted or failed suite, after its `boot-sweep` record.
     pub const BOOT_SWEEP_DETAIL: &str = "supervisor.boot-sweep.detail";
+    /// The straggler check's warning at boot: the open issues no worker will take.
+    pub const STRAGGLERS: &str = "supervisor.stragglers";
     pub const TAKEOVER: &str = "supervisor.takeover";
     pub const TICK: &str = "supervisor.tick";
     pub const RESIZE: &str = "supervisor.resize";
@@ -49,6 +51,59 @@ pub mod kind {
     pub const FLEET_AGENT_RESUMED: &str = "fleet.agent-resumed";
     pub const FLEET_BUDGET_REACHED: &str = "fleet.budget-reached";
     pub const FLEET_BUDGET_RESUMED: &str = "fleet.budget-resumed";
+
+    /// Every kind above, the one list `logs --kind` (and `events --kind`) check a name
+    /// against. A unit test reads this file and fails when a kind is missing here.
+    pub const ALL: &[&str] = &[
+        START,
+        BOOT_SWEEP,
+        BOOT_SWEEP_DETAIL,
+        STRAGGLERS,
+        TAKEOVER,
+        TICK,
+        RESIZE,
+        STOP,
+        ERROR,
+        HOUSEKEEPING,
+        PERIODIC,
+        TRACKER,
+        TRACKER_ERROR,
+        SPAWN,
+        SPAWN_FAILED,
+        EXIT,
+        PARKED,
+        IDLE,
+        UNIDLE,
+        STALLED,
+        PROGRESS,
+        STALL_KILL,
+        RETIRE,
+        UNRETIRE,
+        RETIRED,
+        HARD_KILL,
+        RESTORE,
+        CIRCUIT_TRIP,
+        CIRCUIT_HALF_OPEN,
+        CIRCUIT_REPARKED,
+        CIRCUIT_CLOSED,
+        FLEET_PAUSED,
+        FLEET_RESUMED,
+        FLEET_CIRCUIT_OPEN,
+        FLEET_CIRCUIT_PROBE,
+        FLEET_CIRCUIT_REPARKED,
+        FLEET_CIRCUIT_CLOSED,
+        FLEET_AGENT_PAUSED,
+        FLEET_AGENT_PROBE,
+        FLEET_AGENT_RESUMED,
+        FLEET_BUDGET_REACHED,
+        FLEET_BUDGET_RESUMED,
+    ];
+
+    /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).
+    pub fn is_known(k: &str) -> bool {
+        ALL.iter()
+            .any(|kind| *kind == k || kind.starts_with(&format!("{k}.")))
+    }
 }
 
 pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {
@@ -111,6 +166,33 @@ pub fn tick(c: &TickCounts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every `pub const X: &str = "…"` of `mod kind` is in `kind::ALL`: a kind added
+    /// without it would be refused by `logs --kind`.
+    #[test]
+    fn every_kind_is_in_all() {
+        let src = include_str!("texts.rs");
+        let body = src.split("pub mod kind {").nth(1).unwrap();
+        let body = body.split("pub const ALL").next().unwrap();
+        let mut missing = Vec::new();
+        for line in body.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("pub const ")
+                && let Some((_, value)) = rest.split_once("= \"")
+            {
+                let value = value.trim_end_matches("\";");
+                if !kind::ALL.contains(&value) {
+                    missing.push(value.to_string());
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in kind::ALL: {missing:?}");
+        assert!(kind::is_known("slot"));
+        assert!(kind::is_known("fleet"));
+        assert!(!kind::is_known("fleet.circuit"), "a prefix ends at a dot");
+        assert!(kind::is_known("supervisor.tick"));
+        assert!(!kind::is_known("bogus"));
+        assert!(!kind::is_known("slot.ex"));
+    }
 
     #[test]
     fn fixed_texts() {

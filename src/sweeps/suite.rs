@@ -130,13 +130,83 @@ impl SuiteRun {
 /// does not stop the ones after it (a broken branch reaper must not starve the unblock
 /// sweep), and the suite then reports every failure together.
 pub fn run_suite(ctx: &SweepCtx<'_>, only: &[SweepName]) -> SuiteRun {
+    run_suite_with(ctx, only, &mut |_| {})
+}
+
+/// Where the suite is: told before each sweep starts and after it ends, so a boot that
+/// takes minutes shows which sweep it is in (stderr, systemd's `STATUS=`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    Started {
+        sweep: SweepName,
+        index: usize,
+        of: usize,
+    },
+    Finished {
+        sweep: SweepName,
+        index: usize,
+        of: usize,
+        elapsed: std::time::Duration,
+        failed: bool,
+    },
+}
+
+impl Progress {
+    /// `boot sweeps: 2/6 attempt-cap started`, `boot sweeps: 2/6 attempt-cap done in 0.3s`.
+    pub fn line(&self) -> String {
+        match self {
+            Progress::Started { sweep, index, of } => {
+                format!("boot sweeps: {index}/{of} {} started", sweep.as_str())
+            }
+            Progress::Finished {
+                sweep,
+                index,
+                of,
+                elapsed,
+                failed,
+            } => format!(
+                "boot sweeps: {index}/{of} {} {} in {:.1}s",
+                sweep.as_str(),
+                if *failed { "failed" } else { "done" },
+                elapsed.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// [`run_suite`], telling `progress` as each sweep starts and ends.
+pub fn run_suite_with(
+    ctx: &SweepCtx<'_>,
+    only: &[SweepName],
+    progress: &mut dyn FnMut(Progress),
+) -> SuiteRun {
     if let Err(check) = precheck(ctx) {
         return SuiteRun::precheck_failed(check.to_string());
     }
     let mut report = BootReport::default();
     let mut failures = Vec::new();
-    for name in SweepName::ALL.into_iter().filter(|n| only.contains(n)) {
-        match run_one(ctx, name, &mut report) {
+    let selected: Vec<SweepName> = SweepName::ALL
+        .into_iter()
+        .filter(|n| only.contains(n))
+        .collect();
+    let of = selected.len();
+    for (i, name) in selected.into_iter().enumerate() {
+        let index = i + 1;
+        progress(Progress::Started {
+            sweep: name,
+            index,
+            of,
+        });
+        let began = std::time::Instant::now();
+        let result = run_one(ctx, name, &mut report);
+        progress(Progress::Finished {
+            sweep: name,
+            index,
+            of,
+            elapsed: began.elapsed(),
+            failed: result.is_err(),
+        });
+        match result {
             Ok(()) => {}
             Err(halt @ BootError::Halted(_)) => {
                 return SuiteRun {

@@ -93,7 +93,9 @@ pub fn run(
     // Before any claim: an agent that cannot run is the host's fault (exit 78, the slot is
     // parked), never an issue taken and given back in a crash loop.
     let agent = match crate::program::check_agent(config, layout) {
-        Ok(_) => config.agent.command.clone().unwrap_or_default(),
+        // The program the check found is the one run: a relative `./scripts/agent.sh` is
+        // the repo's, made absolute, never looked up again from the issue's worktree.
+        Ok(program) => crate::program::with_program(config.agent.command.as_deref(), &program),
         Err(e) => {
             home.finish();
             return Err(WorkerError::Config(e.to_string()));

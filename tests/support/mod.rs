@@ -52,6 +52,11 @@ impl TestEnv {
             ("GH_PROMPT_DISABLED".into(), "1".into()),
             ("NO_COLOR".into(), "1".into()),
             ("XDG_RUNTIME_DIR".into(), self.dir.path().join("run").into()),
+            // The list of fleets (`afk-supervisor list`) stays the test's own.
+            (
+                "XDG_STATE_HOME".into(),
+                self.dir.path().join("state").into(),
+            ),
         ]
     }
 
@@ -132,6 +137,17 @@ impl TestEnv {
     pub fn bin(&self) -> Command {
         self.command(env!("CARGO_BIN_EXE_afk-supervisor"))
     }
+}
+
+/// `PATH` with the binary under test's directory first, so a shell line's
+/// `afk-supervisor` (a README example run as written) is this build.
+pub fn path_with_bin() -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"));
+    format!(
+        "{}:{}",
+        bin.parent().unwrap_or(Path::new("/")).display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }
 
 pub struct Repo {

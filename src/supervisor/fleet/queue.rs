@@ -73,7 +73,10 @@ impl TrackerView {
 impl Fleet {
     pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, QueueError>, now: Instant) {
         self.view.queue_inflight = false;
-        tracing::debug!(claimable = ?result.as_ref().map(BTreeSet::len), "queue checked");
+        tracing::debug!(
+            claimable = result.as_ref().ok().map(BTreeSet::len),
+            "queue checked"
+        );
         match result {
             Ok(set) => {
                 let n = set.len() as u64;

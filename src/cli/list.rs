@@ -1,0 +1,105 @@
+//! `afk-supervisor list [--json]`: every fleet of this user on this host, as `pm2 list`
+//! shows every app: the checkouts recorded by their supervisors, each with whether one runs
+//! now (from that checkout's pid file and heartbeat) and how it is doing.
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::exit::{self, Failure};
+use crate::layout::Layout;
+use crate::status::health;
+use crate::supervisor::control::{self, ControlError};
+
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// A JSON array, one object per checkout (repo, state, pid, target, live, health).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One row of `list`.
+#[derive(Debug, Serialize)]
+struct Row {
+    repo: String,
+    /// running, stopped, or gone (the checkout is no longer there).
+    state: &'static str,
+    pid: Option<i32>,
+    target: Option<usize>,
+    live: Option<usize>,
+    /// healthy or degraded while running; null otherwise.
+    health: Option<&'static str>,
+    /// Live fleet processes without a supervisor (what `stop --force` would end).
+    orphans: usize,
+}
+
+pub fn run(args: &ListArgs) -> Result<i32, Failure> {
+    let file = crate::fleets::path().map_err(|e| Failure::failed(e.to_string()))?;
+    let repos = crate::fleets::read(&file).map_err(|e| Failure::failed(e.to_string()))?;
+    let rows: Vec<Row> = repos
+        .iter()
+        .map(|repo| {
+            let mut row = Row {
+                repo: repo.display().to_string(),
+                state: "gone",
+                pid: None,
+                target: None,
+                live: None,
+                health: None,
+                orphans: 0,
+            };
+            if !repo.is_dir() {
+                return row;
+            }
+            let layout = Layout::new(repo);
+            match control::status(&layout) {
+                Ok(r) => {
+                    row.state = "running";
+                    row.pid = Some(r.supervisor.pid);
+                    row.target = Some(r.fleet.target);
+                    row.live = Some(r.fleet.live);
+                    row.health = Some(health::verdict(&r));
+                }
+                Err(ControlError::NotRunning(_)) | Err(_) => {
+                    row.state = "stopped";
+                    row.orphans = control::live_fleet_processes(&layout).len();
+                }
+            }
+            row
+        })
+        .collect();
+    if args.json {
+        let text = serde_json::to_string_pretty(&rows)
+            .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
+        println!("{text}");
+        return Ok(exit::OK);
+    }
+    if rows.is_empty() {
+        println!(
+            "no fleet recorded yet ({} lists every checkout a supervisor ran in)",
+            file.display()
+        );
+        return Ok(exit::OK);
+    }
+    println!(
+        "{:<8} {:>8} {:>6} {:>4} {:<9} REPO",
+        "STATE", "PID", "TARGET", "LIVE", "HEALTH"
+    );
+    for r in &rows {
+        let num = |v: Option<usize>| v.map_or("-".into(), |n| n.to_string());
+        let health = match (r.health, r.orphans) {
+            (Some(h), _) => h.to_string(),
+            (None, 0) => "-".into(),
+            (None, n) => format!("{n} orphans"),
+        };
+        println!(
+            "{:<8} {:>8} {:>6} {:>4} {:<9} {}",
+            r.state,
+            r.pid.map_or("-".into(), |p| p.to_string()),
+            num(r.target),
+            num(r.live),
+            health,
+            crate::text::escape(&r.repo)
+        );
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,44 @@
+//! `status`'s verdict, as `systemctl is-active` gives one: the exit code says whether the
+//! fleet is healthy, running but degraded, or not running, so a script or a monitor need not
+//! parse the table. A slot whose circuit is open (parked) or probing (half-open) counts as
+//! parked.
+
+use crate::supervisor::control::StatusReport;
+use crate::supervisor::state_file::SlotState;
+
+/// Running and nothing in the way.
+pub const HEALTHY: &str = "healthy";
+/// Running, but some of it is held back: a parked slot, the fleet circuit, a pause.
+pub const DEGRADED: &str = "degraded";
+
+/// Why the running fleet is degraded, one phrase each; empty when it is healthy.
+pub fn degraded(report: &StatusReport) -> Vec<String> {
+    let mut why = Vec::new();
+    let parked: Vec<String> = report
+        .slots
+        .iter()
+        .filter(|s| matches!(s.state, SlotState::Parked | SlotState::HalfOpen))
+        .map(|s| s.slot.to_string())
+        .collect();
+    if !parked.is_empty() {
+        why.push(format!("slots parked: {}", parked.join(", ")));
+    } else if report.fleet.parked > 0 {
+        why.push(format!("slots parked: {}", report.fleet.parked));
+    }
+    if report.fleet.circuit.is_some() {
+        why.push("fleet circuit open".into());
+    }
+    if report.fleet.paused.is_some() {
+        why.push("fleet paused".into());
+    }
+    why
+}
+
+/// [`HEALTHY`] or [`DEGRADED`].
+pub fn verdict(report: &StatusReport) -> &'static str {
+    if degraded(report).is_empty() {
+        HEALTHY
+    } else {
+        DEGRADED
+    }
+}
