@@ -152,6 +152,14 @@ pub struct LogCfg {
     pub slot_log_days: u64,
 }
 
+/// The rescue of a dead attempt's work (`docs/SPEC.md` §11.12).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RescueCfg {
+    /// A file bigger than this is left out of a rescue commit (and named in its message):
+    /// a core dump or a build artefact must not land in the repository's history.
+    pub max_file_bytes: u64,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -165,6 +173,7 @@ pub struct Config {
     pub sweeps: Sweeps,
     pub claims: Claims,
     pub log: LogCfg,
+    pub rescue: RescueCfg,
 }
 
 impl Default for Config {
@@ -213,6 +222,9 @@ impl Default for Config {
                 max_bytes: 10 << 20,
                 keep: 5,
                 slot_log_days: 7,
+            },
+            rescue: RescueCfg {
+                max_file_bytes: 50 << 20,
             },
         }
     }
@@ -297,6 +309,8 @@ struct FileDoc {
     claims: FileClaims,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    rescue: FileRescue,
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -368,6 +382,12 @@ struct FileLog {
     max_bytes: S<u64>,
     keep: S<u64>,
     slot_log_days: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRescue {
+    max_file_bytes: S<u64>,
 }
 
 /// Where a value came from, for error messages and `config`.
@@ -627,6 +647,9 @@ impl Builder {
         if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
             self.cfg.log.slot_log_days = x;
         }
+        if let Some(x) = self.take_u64("rescue.max_file_bytes", d.rescue.max_file_bytes)? {
+            self.cfg.rescue.max_file_bytes = x;
+        }
         Ok(())
     }
 
@@ -830,6 +853,7 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.max_bytes" => (1024, 1 << 40),
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
+        "rescue.max_file_bytes" => (1, u64::MAX),
         _ => (0, MAX_SECONDS),
     }
 }

@@ -17,7 +17,9 @@ use crate::timeutil;
 use crate::toonl::{self, LogError};
 
 /// Header fields of a ledger file, in order.
-pub const FIELDS: [&str; 6] = ["worker", "start", "end", "outcome", "branch", "head"];
+pub const FIELDS: [&str; 7] = [
+    "worker", "start", "end", "outcome", "branch", "head", "rescued",
+];
 
 /// The most bytes of one ledger read.
 pub const MAX_LEDGER_BYTES: u64 = 1 << 20;
@@ -128,6 +130,11 @@ pub struct Record {
     pub branch: Option<String>,
     /// The branch's head commit at the end.
     pub head: Option<String>,
+    /// Where the attempt's work was rescued (`docs/SPEC.md` §11.12): `<ref> <sha>`, the
+    /// ref a branch name on `origin` or a `refs/afk/rescue/<N>/a<K>` kept here. Absent in
+    /// records written before rescues existed.
+    #[serde(default)]
+    pub rescued: Option<String>,
 }
 
 impl Record {
@@ -140,7 +147,20 @@ impl Record {
             outcome,
             branch: None,
             head: None,
+            rescued: None,
         }
+    }
+
+    /// The record with the rescue of its work (`<ref> <sha>`).
+    pub fn rescued_to(mut self, reference: &str, sha: &str) -> Self {
+        self.rescued = Some(format!("{reference} {sha}"));
+        self
+    }
+
+    /// The ref and the commit the attempt's work was rescued to, when it was.
+    pub fn rescue(&self) -> Option<(&str, &str)> {
+        let r = self.rescued.as_deref()?;
+        r.split_once(' ')
     }
 
     pub fn on_branch(mut self, branch: &str, head: Option<String>) -> Self {
@@ -168,7 +188,7 @@ pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> 
         path: file.clone(),
         msg: e.to_string(),
     })?;
-    toonl::append_record(&file, &FIELDS, json)
+    toonl::append_record_current(&file, &FIELDS, json, MAX_LEDGER_BYTES)
 }
 
 /// Every record of issue `n`, oldest first; none when there is no ledger yet.
@@ -211,12 +231,22 @@ pub fn failures(records: &[Record]) -> usize {
         .count()
 }
 
-/// The branch the next attempt resumes: that of the newest attempt when it was capped.
+/// The branch the next attempt resumes: where the newest attempt's work was rescued, else
+/// that attempt's branch when it was capped. A rescue ref is a full ref
+/// (`refs/afk/rescue/<N>/a<K>`), a pushed branch a short name.
 pub fn resume_branch(records: &[Record]) -> Option<&str> {
-    current(records)
-        .last()
-        .filter(|r| r.outcome == Outcome::WallClockCapped)
-        .and_then(|r| r.branch.as_deref())
+    let last = current(records).last()?;
+    if let Some((reference, _)) = last.rescue() {
+        return Some(reference);
+    }
+    (last.outcome == Outcome::WallClockCapped)
+        .then_some(last.branch.as_deref())
+        .flatten()
+}
+
+/// How many of the records carry a rescue.
+pub fn rescued_count(records: &[Record]) -> usize {
+    records.iter().filter(|r| r.rescued.is_some()).count()
 }
 
 /// The quarantine comment: every counted attempt (when, outcome, branch) and how to retry.
@@ -293,7 +323,7 @@ mod tests {
         assert_eq!(failures(&got), 3);
         assert_eq!(resume_branch(&got), Some("afk/w2/7-x"));
         let text = std::fs::read_to_string(path(&layout, 7)).unwrap();
-        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head}:\n"));
+        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head,rescued}:\n"));
         assert_eq!(text.lines().count(), 5, "one header, one line per record");
 
         let comment = quarantine_comment(&got, "afk:quarantined");
@@ -305,5 +335,34 @@ mod tests {
         let got = read(&layout, 7).unwrap();
         assert_eq!(failures(&got), 0, "a quarantine resets the count");
         assert_eq!(resume_branch(&got), None);
+    }
+
+    #[test]
+    fn a_rescue_is_resumed_and_old_headers_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 3);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        // A ledger written before the `rescued` field: its records read, and the next
+        // append writes the current header first.
+        std::fs::write(
+            &file,
+            "[]{worker,start,end,outcome,branch,head}:\nw1,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
+        )
+        .unwrap();
+        let died = Record::now(Some("w2"), None, Outcome::WorkerDied)
+            .on_branch("afk/w2/3-x", Some("abc".into()))
+            .rescued_to("refs/afk/rescue/3/a2", "def");
+        append(&layout, 3, &died).unwrap();
+        let got = read(&layout, 3).unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].rescued, None);
+        assert_eq!(got[1], died);
+        assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
+        assert_eq!(rescued_count(&got), 1);
+        append(&layout, 3, &Record::now(None, None, Outcome::GivenBack)).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.matches("rescued}:").count(), 1, "{text}");
+        assert_eq!(resume_branch(&read(&layout, 3).unwrap()), None);
     }
 }

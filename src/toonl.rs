@@ -249,6 +249,48 @@ pub fn append_record(
     f.write_all(text.as_bytes()).map_err(io_err)
 }
 
+/// [`append_record`] to a file whose fields may have grown since it was created: when the
+/// file's newest header is not `fields`' own, the row goes under a fresh copy of the current
+/// header (readers take each row under the header above it), so an older file keeps its
+/// old rows readable and gains the new fields. The file is read up to `max_bytes` to find
+/// its header; one bigger gets the header repeated, which readers accept.
+pub fn append_record_current(
+    path: &Path,
+    fields: &[&str],
+    json: serde_json::Value,
+    max_bytes: u64,
+) -> Result<(), LogError> {
+    let header = header_line(fields);
+    // `Some(torn)` when the header must be written again; `torn` when the file does not
+    // end with a whole line (a dead writer's), which must not swallow the header.
+    let stale = match read_small_file(path, max_bytes) {
+        Ok(Some(bytes)) if !bytes.is_empty() => {
+            let text = String::from_utf8_lossy(&bytes);
+            let newest = text
+                .lines()
+                .filter(|l| l.starts_with("[]{") && l.ends_with("}:"))
+                .next_back();
+            (newest != Some(header.trim_end())).then_some(!text.ends_with('\n'))
+        }
+        _ => None,
+    };
+    let Some(torn) = stale else {
+        return append_record(path, fields, json);
+    };
+    let io_err = |source| LogError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let row = encode_record(fields, json).map_err(|e| LogError::Encode {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    })?;
+    let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
+    let nl = if torn { "\n" } else { "" };
+    f.write_all(format!("{nl}{header}{row}").as_bytes())
+        .map_err(io_err)
+}
+
 /// Reads every complete record. A line torn by a crash mid-write (the last line without
 /// its newline, or a bad row directly followed by the header a new writer wrote on
 /// reopening) is skipped; any other malformed line is an error naming its line.

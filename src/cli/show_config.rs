@@ -63,5 +63,6 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("log.keep", c.log.keep.to_string());
     line("log.slot_log_days", c.log.slot_log_days.to_string());
     line("claims.stale_after_s", c.claims.stale_after_s.to_string());
+    line("rescue.max_file_bytes", c.rescue.max_file_bytes.to_string());
     Ok(0)
 }
