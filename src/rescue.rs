@@ -79,6 +79,8 @@ pub struct Rescued {
     pub left_out: Vec<(String, u64)>,
     /// What could not be recorded or was odd about the tree (one phrase each).
     pub problems: Vec<String>,
+    /// An earlier rescue of this attempt holds the work already: nothing new was made.
+    pub already: bool,
 }
 
 impl Rescued {
@@ -136,6 +138,76 @@ pub fn worktree_of(attempt_dir: &Path) -> Option<PathBuf> {
     let is_dir = fs::symlink_metadata(&wt).is_ok_and(|m| m.is_dir());
     let has_git = fs::symlink_metadata(wt.join(".git")).is_ok_and(|m| m.is_file());
     (is_dir && has_git).then_some(wt)
+}
+
+/// What every rescue of one fleet shares: the repository, the size limit and whether to
+/// push. Built once from the config and the tracker, handed to whoever may rescue.
+#[derive(Debug, Clone)]
+pub struct Keeper {
+    pub git: Git,
+    pub max_file_bytes: u64,
+    pub push: bool,
+}
+
+/// `rescue.max_file_bytes` when no config says otherwise.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 50 << 20;
+
+impl Keeper {
+    /// The rescuer of the repository at `repo`; `push` when the tracker is shared across
+    /// checkouts (`gh`), so the work reaches `origin`.
+    pub fn new(repo: &Path, max_file_bytes: u64, push: bool) -> Self {
+        Keeper {
+            git: Git::new(repo),
+            max_file_bytes,
+            push,
+        }
+    }
+
+    /// [`rescue`] of one attempt dir, ended for `why`.
+    pub fn rescue(&self, attempt_dir: &Path, why: &str) -> Result<Option<Rescued>, RescueError> {
+        rescue(&Plan {
+            git: &self.git,
+            attempt_dir,
+            why,
+            max_file_bytes: self.max_file_bytes,
+            push: self.push,
+        })
+    }
+
+    /// The newest attempt dir of issue `n` in worker `worker_id`'s dir (any namespace),
+    /// rescued; `Ok(None)` when there is none or it holds no work.
+    pub fn rescue_newest(
+        &self,
+        layout: &layout::Layout,
+        worker_id: &str,
+        n: u64,
+        why: &str,
+    ) -> Result<Option<Rescued>, RescueError> {
+        match newest_attempt_dir(layout, worker_id, n) {
+            Some(dir) => self.rescue(&dir, why),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The newest `<N>-a<K>` dir of issue `n` directly inside worker `worker_id`'s dir, in
+/// any namespace; a link is never taken for one.
+pub fn newest_attempt_dir(layout: &layout::Layout, worker_id: &str, n: u64) -> Option<PathBuf> {
+    if worker_id.is_empty() || worker_id.contains('/') || worker_id.starts_with('.') {
+        return None;
+    }
+    layout::WORKER_NAMESPACES
+        .iter()
+        .filter_map(|ns| fs::read_dir(layout.worker_namespace(ns).join(worker_id)).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let (issue, k) = layout::parse_attempt_dir(e.file_name().to_str()?)?;
+            (issue == n).then(|| (k, e.path()))
+        })
+        .max_by_key(|(k, _)| *k)
+        .map(|(_, p)| p)
 }
 
 /// Rescues the attempt's work; `Ok(None)` when there is none to rescue (no worktree, no
@@ -216,7 +288,18 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
             .map_err(git_err)?;
         if loose == 0 {
             let _ = fs::remove_file(&index);
-            return Ok(None);
+            let keep = rescue_ref(issue, attempt);
+            let kept = wt.rev_parse(&keep).map_err(git_err)?;
+            return Ok((kept.as_deref() == Some(tip.as_str())).then(|| Rescued {
+                issue,
+                attempt,
+                reference: keep,
+                sha: tip,
+                wip: None,
+                left_out: Vec::new(),
+                problems,
+                already: true,
+            }));
         }
     }
     let keep = rescue_ref(issue, attempt);
@@ -253,6 +336,7 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
         wip,
         left_out,
         problems,
+        already: false,
     }))
 }
 
