@@ -141,8 +141,10 @@ impl Worker<'_> {
         let end = |outcome: ledger::Outcome, branch: &str| end_rescued(outcome, branch, None);
         // Every end that is not a clean hand-off keeps the work on a ref (and on `origin`
         // with `gh`) for the next attempt; what it says goes to the log and the comment.
-        let rescue = |why: &str| -> (Option<Rescued>, String) {
-            match self.keeper().rescue(&attempt_dir, why) {
+        let rescue = |why: &str, push: bool| -> (Option<Rescued>, String) {
+            let mut keeper = self.keeper();
+            keeper.push |= push;
+            match keeper.rescue(&attempt_dir, why) {
                 Ok(Some(r)) => {
                     eprintln!("worker {}: {}", self.wenv.worker_id, r.message());
                     let note = format!("; {}", r.comment_line());
@@ -181,7 +183,8 @@ impl Worker<'_> {
                     state.write("failed")?;
                     // Its work, committed or not, is rescued (pushed with `gh`) so the next
                     // attempt, on any host, resumes from it.
-                    let (rescued, pushed) = rescue("wall-clock cap");
+                    // As before rescues existed, the cap pushes to any `origin`.
+                    let (rescued, pushed) = rescue("wall-clock cap", true);
                     let records =
                         end_rescued(ledger::Outcome::WallClockCapped, &branch, rescued.as_ref());
                     if self.over_limit(&records) {
@@ -264,10 +267,11 @@ impl Worker<'_> {
                 true => ledger::Outcome::Stalled,
                 false => ledger::Outcome::GivenBack,
             };
-            let (rescued, _) = rescue(match outcome {
+            let why = match outcome {
                 ledger::Outcome::Stalled => "stall kill",
                 _ => "interrupted",
-            });
+            };
+            let (rescued, _) = rescue(why, false);
             end_rescued(outcome, &branch, rescued.as_ref());
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
