@@ -1,0 +1,173 @@
+//! No agent-hour burnt twice (issue #21): a dead attempt's work is rescued onto a ref, the
+//! next attempt resumes from it, and no sweep deletes work no other ref holds. A real
+//! supervisor, the built-in worker, real git with a bare `origin`, and shell agents.
+
+mod fleet;
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use fleet::{FAST_TIMING, Fleet, WAIT, kill};
+use nix::sys::signal::Signal;
+use support::wait_until;
+
+/// The agent of every test here: a first attempt commits `one.txt`, leaves `two.txt`
+/// uncommitted and waits to be killed; an attempt that resumes writes what it was given
+/// (the variable, `git log`, `two.txt`) to `<marks>/resumed` and finishes.
+fn agent_script(marks: &Path) -> String {
+    format!(
+        "#!/bin/sh\nset -eu\n\
+         if [ -z \"${{RED_AFK_RESUME_BRANCH:-}}\" ]; then\n\
+         echo one > one.txt\ngit add one.txt\ngit commit -q -m 'agent: one'\n\
+         echo two > two.txt\n\
+         echo \"$RED_AFK_ATTEMPT_DIR\" > {m}/first\n\
+         exec sleep 600\n\
+         else\n\
+         {{ echo \"$RED_AFK_RESUME_BRANCH\"; git log --format='%h %s'; cat two.txt; }} > {m}/resumed.tmp\n\
+         mv {m}/resumed.tmp {m}/resumed\n\
+         fi\n",
+        m = marks.display()
+    )
+}
+
+/// A one-worker fleet of the built-in worker on the local tracker, with one
+/// `ready-for-agent` issue and the agent above.
+fn rescue_fleet(extra: &str) -> (Fleet, PathBuf) {
+    let f = Fleet::new(
+        "exec \"$AFK_TEST_BIN\" --repo \"$PWD\" worker --once\n",
+        "",
+    )
+    .with_bin();
+    let marks = f.file("marks");
+    fs::create_dir_all(&marks).unwrap();
+    let agent = f.file("agent.sh");
+    fs::write(&agent, agent_script(&marks)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&agent, fs::Permissions::from_mode(0o755)).unwrap();
+    f.write_config(&format!(
+        "[worker]\ncommand = [\"sh\", \"{}\"]\n\n[agent]\ncommand = [\"{}\"]\n\n\
+         [tracker]\nkind = \"local\"\n\n{FAST_TIMING}{extra}",
+        f.script.display(),
+        agent.display()
+    ));
+    fs::write(f.repo.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "Long work",
+        "--label",
+        "ready-for-agent",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    (f, marks)
+}
+
+/// The pid of the built-in worker running the first attempt, once its agent has committed
+/// and left the uncommitted file.
+fn first_attempt_worker(f: &Fleet, marks: &Path) -> i32 {
+    assert!(
+        wait_until(WAIT, || marks.join("first").exists()),
+        "the first attempt never started:\n{}",
+        f.dump()
+    );
+    let pids = f.wait_workers(1);
+    pids[0]
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p).unwrap_or_default()
+}
+
+fn git(f: &Fleet, args: &[&str]) -> String {
+    f.env.git(&f.repo, args)
+}
+
+/// Every attempt dir under the worker namespaces.
+fn attempt_dirs(f: &Fleet) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let root = f.repo.join(".red/tmp/workers");
+    for w in fs::read_dir(root).into_iter().flatten().flatten() {
+        for a in fs::read_dir(w.path()).into_iter().flatten().flatten() {
+            if a.path().is_dir() {
+                out.push(a.path());
+            }
+        }
+    }
+    out
+}
+
+/// The agent commits a file and leaves another uncommitted; its worker is SIGKILLed (as
+/// the OOM killer does). The next attempt resumes from the rescue: its worktree holds the
+/// agent's commit and a WIP commit with the uncommitted file. After `sweep` with every
+/// attempt dir aged 40 days, the agent's commit is still on a ref.
+#[test]
+fn a_sigkilled_workers_work_is_rescued_and_resumed() {
+    let (mut f, marks) = rescue_fleet("");
+    f.start(&["--workers", "1"]);
+    let worker = first_attempt_worker(&f, &marks);
+    kill(worker, Signal::SIGKILL);
+    assert!(
+        wait_until(WAIT, || marks.join("resumed").exists()),
+        "no attempt resumed:\n{}",
+        f.dump()
+    );
+    let resumed = read(&marks.join("resumed"));
+    println!("second attempt: RED_AFK_RESUME_BRANCH, then `git log --format='%h %s'`, then two.txt:\n{resumed}");
+    let lines: Vec<&str> = resumed.lines().collect();
+    assert_eq!(lines[0], "refs/afk/rescue/1/a1", "{resumed}");
+    assert!(
+        lines[1].ends_with(" WIP: rescued attempt 1-a1 (worker died)"),
+        "{resumed}"
+    );
+    assert!(lines[2].ends_with(" agent: one"), "{resumed}");
+    assert_eq!(lines.last(), Some(&"two"), "{resumed}");
+    let agent_commit = git(&f, &["rev-parse", "refs/afk/rescue/1/a1~1"]);
+    let agent_commit = agent_commit.trim();
+    assert!(
+        wait_until(WAIT, || f.labels_of(1) == vec!["ready-for-human"]),
+        "{}",
+        f.dump()
+    );
+    // Visible: the event, the restore comment, the ledger record and `issue show`.
+    let rescued = f.events_of("attempt.rescued");
+    assert_eq!(rescued.len(), 1, "{}", f.dump());
+    assert!(
+        rescued[0].msg.contains("work rescued to refs/afk/rescue/1/a1 at "),
+        "{}",
+        rescued[0].msg
+    );
+    let wip = git(&f, &["rev-parse", "refs/afk/rescue/1/a1"]);
+    let comments = f.comments_of(1);
+    assert!(
+        comments[0].starts_with(&format!(
+            "work rescued to refs/afk/rescue/1/a1 at {}",
+            wip.trim()
+        )),
+        "{comments:?}"
+    );
+    let shown = f.run_cmd(&["issue", "show", "1"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("worker-died"), "{shown}");
+    assert!(shown.contains(&wip.trim()[..12]), "{shown}");
+
+    let out = f.run_cmd(&["stop"]);
+    assert!(out.status.success(), "{out:?}");
+    f.wait_exit();
+    // Every attempt dir 40 days old: the attempt cap and orphan cleanup may remove them
+    // all, but the agent's commit stays on a ref.
+    let old = SystemTime::now() - Duration::from_secs(40 * 86_400);
+    for d in attempt_dirs(&f) {
+        fs::File::open(&d).unwrap().set_modified(old).unwrap();
+    }
+    let out = f.run_cmd(&["sweep"]);
+    assert!(out.status.success(), "{out:?}");
+    let holders = git(&f, &["for-each-ref", "--contains", agent_commit, "--format=%(refname)"]);
+    assert!(
+        holders.lines().any(|r| r == "refs/afk/rescue/1/a1"),
+        "{holders}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
