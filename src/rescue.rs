@@ -218,11 +218,12 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("");
-    let Some((issue, attempt)) = layout::parse_attempt_dir(name) else {
-        return Err(RescueError::NotAttempt(plan.attempt_dir.to_path_buf()));
-    };
     let Some(wt_path) = worktree_of(plan.attempt_dir) else {
         return Ok(None);
+    };
+    // A worktree in a dir no rescue ref can be named after is kept for a person.
+    let Some((issue, attempt)) = layout::parse_attempt_dir(name) else {
+        return Err(RescueError::NotAttempt(plan.attempt_dir.to_path_buf()));
     };
     let git_err = |source| RescueError::Git {
         path: wt_path.clone(),

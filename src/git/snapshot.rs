@@ -132,7 +132,9 @@ impl Git {
     /// and `refs/afk/` count.
     pub fn commits_held_nowhere_else(&self, tip: &str, own: Option<&str>) -> GitResult<u64> {
         check_rev(tip)?;
-        let mut a = args(["rev-list", "--count", "--end-of-options", tip, "--not"]);
+        // `tip` is checked not to look like an option; `--end-of-options` would make the
+        // ref options after it revisions.
+        let mut a = args(["rev-list", "--count", tip, "--not"]);
         if let Some(b) = own {
             check_branch_name(b)?;
             a.push(format!("--exclude={b}").into());
