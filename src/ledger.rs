@@ -244,6 +244,57 @@ pub fn resume_branch(records: &[Record]) -> Option<&str> {
         .flatten()
 }
 
+/// One line per attempt, oldest first, as `issue show` lists them (and any other view of an
+/// issue's attempts): when, outcome, worker, branch, head and where its work was rescued.
+pub fn attempt_lines(records: &[Record]) -> Vec<String> {
+    records.iter().map(Record::line).collect()
+}
+
+impl Record {
+    /// `<start> .. <end>  <outcome>  worker=<id> branch=<b> head=<sha>[ rescued=<ref> <sha>]`,
+    /// each field escaped for a terminal, `-` where unknown.
+    pub fn line(&self) -> String {
+        let field = |v: &Option<String>| v.as_deref().map_or("-".into(), crate::text::escape);
+        let mut line = format!(
+            "{} .. {}  {}  worker={} branch={} head={}",
+            field(&self.start),
+            crate::text::escape(&self.end),
+            self.outcome,
+            field(&self.worker),
+            field(&self.branch),
+            field(&self.head)
+        );
+        if let Some(r) = &self.rescued {
+            line.push_str(&format!(" rescued={}", crate::text::escape(r)));
+        }
+        line
+    }
+}
+
+/// Rescued attempts across every issue's ledger (`status --json`'s `rescued`). Entries
+/// that are not `<N>.toonl` files are passed over; an unreadable ledger is an error.
+pub fn rescued_total(layout: &Layout) -> Result<u64, LogError> {
+    let dir = layout.state().join("attempts");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(LogError::Io { path: dir, source }),
+    };
+    let mut total = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(n) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".toonl"))
+            .and_then(crate::layout::parse_positive)
+        else {
+            continue;
+        };
+        total += rescued_count(&read(layout, n)?) as u64;
+    }
+    Ok(total)
+}
+
 /// How many of the records carry a rescue.
 pub fn rescued_count(records: &[Record]) -> usize {
     records.iter().filter(|r| r.rescued.is_some()).count()

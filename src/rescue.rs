@@ -283,28 +283,25 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
         let _ = fs::remove_file(&index);
         return Ok(None);
     };
-    if wip.is_none() {
-        let loose = wt
-            .commits_held_nowhere_else(&tip, branch.as_deref())
-            .map_err(git_err)?;
-        if loose == 0 {
-            let _ = fs::remove_file(&index);
-            let keep = rescue_ref(issue, attempt);
-            let kept = wt.rev_parse(&keep).map_err(git_err)?;
-            return Ok((kept.as_deref() == Some(tip.as_str())).then(|| Rescued {
-                issue,
-                attempt,
-                reference: keep,
-                sha: tip,
-                wip: None,
-                left_out: Vec::new(),
-                problems,
-                already: true,
-            }));
-        }
-    }
     let keep = rescue_ref(issue, attempt);
-    wt.update_ref(&keep, &tip, None).map_err(git_err)?;
+    // Nothing new: the work is rescued already when the rescue ref holds this tip, else
+    // there is none (every commit is on some other ref and nothing is uncommitted).
+    let mut already = false;
+    if wip.is_none()
+        && wt
+            .commits_held_nowhere_else(&tip, branch.as_deref())
+            .map_err(git_err)?
+            == 0
+    {
+        let _ = fs::remove_file(&index);
+        if wt.rev_parse(&keep).map_err(git_err)?.as_deref() != Some(tip.as_str()) {
+            return Ok(None);
+        }
+        already = true;
+    }
+    if !already {
+        wt.update_ref(&keep, &tip, None).map_err(git_err)?;
+    }
     match (&branch, &wip, &head) {
         (Some(b), Some(w), Some(h)) if !locked => {
             let moved = wt.update_ref(&format!("refs/heads/{b}"), w, Some(h));
@@ -318,6 +315,8 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
     }
     let _ = fs::remove_file(&index);
     let mut reference = keep;
+    // An earlier rescue made where nothing was pushed (a `stop --force`, a tracker that
+    // was not `gh` then) is pushed now; a push of what `origin` has already changes nothing.
     if plan.push {
         match (&branch, plan.git.has_origin()) {
             (Some(b), Ok(true)) => match wt.push_commit(&tip, b) {
@@ -337,7 +336,7 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
         wip,
         left_out,
         problems,
-        already: false,
+        already,
     }))
 }
 

@@ -204,6 +204,7 @@ pub(crate) mod tests {
                     elapsed_ms: 1234,
                 }),
                 tracker_kind: Some("local".into()),
+                rescued: Some(1),
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

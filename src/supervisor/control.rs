@@ -80,6 +80,9 @@ pub struct FleetInfo {
     pub boot_suite: Option<BootSuite>,
     /// `gh` or `local`; null when the tracker could not be opened.
     pub tracker_kind: Option<String>,
+    /// Attempts whose work was rescued (`rescued` in the attempt ledgers, `docs/SPEC.md`
+    /// §11.12); null when the ledgers cannot be read.
+    pub rescued: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,6 +141,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 idle: 0,
                 boot_suite: None,
                 tracker_kind: None,
+                rescued: None,
             },
             slots: Vec::new(),
             epoch: now,
@@ -146,7 +150,9 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     // The log's end only, read here in the reader's process: never the supervisor's work.
     let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
-    Ok(report_from(&s, start, now, &last))
+    let mut report = report_from(&s, start, now, &last);
+    report.fleet.rescued = crate::ledger::rescued_total(layout).ok();
+    Ok(report)
 }
 
 /// Most bytes of the event log's end read for each slot's last event.
@@ -195,6 +201,7 @@ fn report_from(
                 .count(),
             boot_suite: s.boot_suite.clone(),
             tracker_kind: s.tracker_kind.clone(),
+            rescued: None,
         },
         slots: s
             .slot_detail
