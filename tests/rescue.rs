@@ -171,3 +171,130 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// The rescue of attempt 1-a1 as it must be after any end: `refs/afk/rescue/1/a1` holds a
+/// WIP commit (for one of `whys`) with the uncommitted `two.txt`, on the agent's own commit.
+fn assert_rescued(f: &Fleet, whys: &[&str]) -> String {
+    let ok = wait_until(WAIT, || {
+        f.env
+            .git_output(&f.repo, &["rev-parse", "--verify", "-q", "refs/afk/rescue/1/a1"])
+            .status
+            .success()
+    });
+    assert!(ok, "no rescue ref:\n{}", f.dump());
+    let log = git(f, &["log", "--format=%s", "refs/afk/rescue/1/a1"]);
+    let subjects: Vec<&str> = log.lines().collect();
+    let wanted: Vec<String> = whys
+        .iter()
+        .map(|w| format!("WIP: rescued attempt 1-a1 ({w})"))
+        .collect();
+    assert!(wanted.iter().any(|w| w == subjects[0]), "{log}");
+    assert_eq!(subjects[1], "agent: one", "{log}");
+    let files = git(f, &["ls-tree", "--name-only", "refs/afk/rescue/1/a1"]);
+    assert!(files.lines().any(|l| l == "two.txt"), "{files}");
+    git(f, &["rev-parse", "refs/afk/rescue/1/a1"]).trim().to_string()
+}
+
+/// The ledger's records of issue 1, waited for until `n` are there.
+fn ledger(f: &Fleet, n: usize) -> Vec<afk_supervisor::ledger::Record> {
+    let mut got = Vec::new();
+    let ok = wait_until(WAIT, || {
+        got = afk_supervisor::ledger::read(&f.layout, 1).unwrap_or_default();
+        got.len() >= n
+    });
+    assert!(ok, "{got:?}\n{}", f.dump());
+    got
+}
+
+/// The whole fleet SIGKILLed mid-issue (supervisor and worker, as a reboot does): the
+/// next supervisor's boot sweep rescues the attempt before it restores the issue, and the
+/// next attempt resumes from the rescue.
+#[test]
+fn the_boot_sweep_rescues_before_it_restores() {
+    let (mut f, marks) = rescue_fleet("");
+    f.start(&["--workers", "1"]);
+    let worker = first_attempt_worker(&f, &marks);
+    kill(f.sup_pid(), Signal::SIGKILL);
+    f.wait_exit();
+    kill(worker, Signal::SIGKILL);
+    assert!(wait_until(WAIT, || !fleet::alive(worker)));
+    f.start(&["--workers", "1"]);
+    assert!(
+        wait_until(WAIT, || marks.join("resumed").exists()),
+        "no attempt resumed:\n{}",
+        f.dump()
+    );
+    let sha = assert_rescued(&f, &["orchestrator died"]);
+    let rescued = f.events_of("attempt.rescued");
+    assert_eq!(rescued.len(), 1, "{}", f.dump());
+    assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
+    let comments = f.comments_of(1);
+    assert_eq!(
+        comments[0],
+        format!(
+            "work rescued to refs/afk/rescue/1/a1 at {sha}\n\n{}",
+            afk_supervisor::sweeps::orphans::RESTORE_COMMENT
+        ),
+        "{comments:?}"
+    );
+    let records = ledger(&f, 1);
+    assert_eq!(
+        records[0].rescued.as_deref(),
+        Some(format!("refs/afk/rescue/1/a1 {sha}").as_str())
+    );
+    let resumed = read(&marks.join("resumed"));
+    assert_eq!(resumed.lines().next(), Some("refs/afk/rescue/1/a1"), "{resumed}");
+}
+
+/// A stall kill rescues: the built-in worker, signalled for making no progress, keeps its
+/// attempt's work before it gives the issue back (or the supervisor's release does, when
+/// the grace ran out and it was killed).
+#[test]
+fn a_stall_kill_rescues() {
+    let (mut f, marks) = rescue_fleet("");
+    f.write_config(
+        &read(&f.repo.join(".red/afk-supervisor.toml"))
+            .replace("stall_s = 600\nstall_kill_s = 1200", "stall_s = 1\nstall_kill_s = 2"),
+    );
+    f.start(&["--workers", "1"]);
+    first_attempt_worker(&f, &marks);
+    f.wait_events("slot.stall-kill", 1);
+    // SIGTERM: the worker rescues; killed at the grace's end: the supervisor does.
+    assert_rescued(&f, &["stall kill"]);
+    let records = ledger(&f, 1);
+    assert_eq!(records[0].outcome, afk_supervisor::ledger::Outcome::Stalled);
+    assert!(records[0].rescued.is_some(), "{records:?}");
+}
+
+/// A hard-kill shrink rescues the stopped worker's attempt.
+#[test]
+fn a_hard_kill_shrink_rescues() {
+    let (mut f, marks) = rescue_fleet("");
+    f.start(&["--workers", "1"]);
+    first_attempt_worker(&f, &marks);
+    let out = f.run_cmd(&["scale", "0", "--shrink-mode", "hard-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    f.wait_events("slot.hard-kill", 1);
+    assert_rescued(&f, &["interrupted", "stopped by a hard-kill shrink"]);
+    let records = ledger(&f, 1);
+    assert_eq!(records[0].outcome, afk_supervisor::ledger::Outcome::GivenBack);
+    assert!(records[0].rescued.is_some(), "{records:?}");
+}
+
+/// `stop --force` kills the supervisor and its workers, then rescues their attempts
+/// itself and names each rescue.
+#[test]
+fn stop_force_rescues() {
+    let (mut f, marks) = rescue_fleet("");
+    f.start(&["--workers", "1"]);
+    first_attempt_worker(&f, &marks);
+    let out = f.run_cmd(&["stop", "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let _ = f.wait_exit();
+    let sha = assert_rescued(&f, &["stop --force"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("work rescued to refs/afk/rescue/1/a1 at {sha}")),
+        "{said}"
+    );
+}
