@@ -298,3 +298,236 @@ fn stop_force_rescues() {
         "{said}"
     );
 }
+
+// ---- bad trees, through the library: real git, a worktree as a worker leaves it ----
+
+/// A repo with a bare origin and the dead attempt `w1/5-a1` whose worktree is on
+/// `afk/w1/5-x` with the agent's commit `a.txt`; returns the repo and the attempt dir.
+fn dead_attempt(env: &support::TestEnv) -> (PathBuf, PathBuf) {
+    let repo = env.repo_with_origin().path;
+    let attempt = repo.join(".red/tmp/workers/w1/5-a1");
+    fs::create_dir_all(&attempt).unwrap();
+    fs::write(repo.join(".git/info/exclude"), ".red/\n").unwrap();
+    let wt = attempt.join("worktree");
+    env.git(
+        &repo,
+        &["worktree", "add", "-q", "-b", "afk/w1/5-x", wt.to_str().unwrap(), "main"],
+    );
+    env.write(&wt, "a.txt", "agent\n");
+    env.commit(&wt, "agent: a");
+    (repo, attempt)
+}
+
+fn keeper(env: &support::TestEnv, repo: &Path, max: u64) -> afk_supervisor::rescue::Keeper {
+    afk_supervisor::rescue::Keeper {
+        git: env.lib_git(repo),
+        max_file_bytes: max,
+        push: false,
+    }
+}
+
+/// A 200 MB file (sparse, so the test is fast) is left out of the rescue and named in its
+/// commit message; the rest is committed.
+#[test]
+fn a_file_over_the_size_limit_is_left_out_and_named() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    fs::File::create(wt.join("core.dump"))
+        .unwrap()
+        .set_len(200 << 20)
+        .unwrap();
+    env.write(&wt, "notes.md", "half done\n");
+    let r = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "worker died")
+        .unwrap()
+        .expect("rescued");
+    assert_eq!(r.left_out, vec![("core.dump".to_string(), 200 << 20)]);
+    assert_eq!(r.reference, "refs/afk/rescue/5/a1");
+    let msg = env.git(&repo, &["log", "-1", "--format=%B", &r.sha]);
+    assert!(msg.starts_with("WIP: rescued attempt 5-a1 (worker died)\n"), "{msg}");
+    assert!(msg.contains("- core.dump (209715200 bytes)"), "{msg}");
+    let files = env.git(&repo, &["ls-tree", "--name-only", &r.sha]);
+    assert!(files.lines().any(|l| l == "notes.md"), "{files}");
+    assert!(!files.lines().any(|l| l == "core.dump"), "{files}");
+    assert!(r.message().contains("left out for size: core.dump"), "{}", r.message());
+    // The tree is where it was, the big file too; the branch moved to the rescue and the
+    // tree's own index with it, so `git status` shows only what was left out.
+    assert!(wt.join("core.dump").exists());
+    assert_eq!(env.git(&wt, &["rev-parse", "HEAD"]).trim(), r.sha);
+    assert_eq!(env.git(&wt, &["status", "--porcelain"]).trim(), "?? core.dump");
+    // Asked again, it is rescued already: nothing new is made.
+    let again = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "swept")
+        .unwrap()
+        .expect("held");
+    assert!(again.already && again.sha == r.sha, "{again:?}");
+}
+
+/// A merge in progress, with a conflicted file: its files are committed as they are (the
+/// conflict markers too) on HEAD, the merge is named, and the tree is left as it was.
+#[test]
+fn a_merge_in_progress_is_rescued_and_named() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    env.git(&wt, &["checkout", "-q", "-b", "other", "main"]);
+    env.write(&wt, "a.txt", "other\n");
+    env.commit(&wt, "other: a");
+    env.git(&wt, &["checkout", "-q", "afk/w1/5-x"]);
+    let merge = env.git_output(&wt, &["merge", "-q", "other"]);
+    assert!(!merge.status.success(), "the merge must conflict");
+    let head = env.git(&wt, &["rev-parse", "HEAD"]);
+    let r = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "worker died")
+        .unwrap()
+        .expect("rescued");
+    assert!(
+        r.problems.iter().any(|p| p.contains("a merge of")),
+        "{:?}",
+        r.problems
+    );
+    let parent = env.git(&repo, &["rev-parse", &format!("{}~1", r.sha)]);
+    assert_eq!(parent, head);
+    let a = env.git(&repo, &["show", &format!("{}:a.txt", r.sha)]);
+    assert!(a.contains("<<<<<<<") && a.contains("other"), "{a}");
+    assert!(wt.join(".git").exists(), "the tree is kept");
+    let msg = env.git(&repo, &["log", "-1", "--format=%B", &r.sha]);
+    assert!(msg.contains("a merge of"), "{msg}");
+}
+
+/// A stale `index.lock` (a worker killed mid-`git add`): the rescue goes through its own
+/// index, leaves the lock and the tree's index alone, and the work is on the rescue ref.
+/// The orphan sweep then rescues rather than deleting blind.
+#[test]
+fn a_stale_index_lock_is_rescued_around_and_left() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    env.write(&wt, "a.txt", "edited\n");
+    env.write(&wt, "b.txt", "new\n");
+    let git_dir = env.git(&wt, &["rev-parse", "--absolute-git-dir"]);
+    let lock = PathBuf::from(git_dir.trim()).join("index.lock");
+    fs::write(&lock, "").unwrap();
+    let head = env.git(&wt, &["rev-parse", "HEAD"]);
+    let r = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "worker died")
+        .unwrap()
+        .expect("rescued");
+    assert!(lock.exists(), "the lock is not ours to remove");
+    assert!(
+        r.problems.iter().any(|p| p.contains("index.lock")),
+        "{:?}",
+        r.problems
+    );
+    assert_eq!(env.git(&wt, &["rev-parse", "HEAD"]), head, "branch not moved");
+    assert_eq!(
+        env.git(&repo, &["show", &format!("{}:a.txt", r.sha)]),
+        "edited\n"
+    );
+    assert_eq!(env.git(&repo, &["show", &format!("{}:b.txt", r.sha)]), "new\n");
+}
+
+/// A corrupt index: staged afresh from HEAD, so the working files are still rescued.
+#[test]
+fn a_corrupt_index_is_rescued_from_head() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    env.write(&wt, "b.txt", "new\n");
+    let git_dir = env.git(&wt, &["rev-parse", "--absolute-git-dir"]);
+    fs::write(PathBuf::from(git_dir.trim()).join("index"), "garbage").unwrap();
+    let r = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "worker died")
+        .unwrap()
+        .expect("rescued");
+    assert!(
+        r.problems.iter().any(|p| p.contains("corrupt")),
+        "{:?}",
+        r.problems
+    );
+    let files = env.git(&repo, &["ls-tree", "--name-only", &r.sha]);
+    assert!(files.lines().any(|l| l == "b.txt"), "{files}");
+    assert!(files.lines().any(|l| l == "a.txt"), "{files}");
+}
+
+/// A detached HEAD: the work is kept on the rescue ref (there is no branch to move), and
+/// the detachment is named.
+#[test]
+fn a_detached_head_is_kept_on_the_rescue_ref() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    env.git(&wt, &["checkout", "-q", "--detach"]);
+    env.write(&wt, "c.txt", "detached work\n");
+    env.commit(&wt, "agent: c");
+    let r = keeper(&env, &repo, 50 << 20)
+        .rescue(&attempt, "worker died")
+        .unwrap()
+        .expect("rescued");
+    assert_eq!(r.reference, "refs/afk/rescue/5/a1");
+    assert!(r.wip.is_none(), "everything was committed");
+    assert!(
+        r.problems.iter().any(|p| p.contains("detached")),
+        "{:?}",
+        r.problems
+    );
+    assert_eq!(env.git(&repo, &["rev-parse", "refs/afk/rescue/5/a1"]).trim(), r.sha);
+}
+
+/// Sweeps never delete work no other ref holds: a closed issue's dead attempt with
+/// uncommitted work is rescued by the orphan sweep before its dir goes; one whose rescue
+/// cannot be made (its worktree's git dir is gone) is kept, and the line says so.
+#[test]
+fn the_orphan_sweep_rescues_first_and_keeps_what_it_cannot_rescue() {
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let wt = attempt.join("worktree");
+    env.write(&wt, "b.txt", "uncommitted\n");
+    let layout = afk_supervisor::layout::Layout::new(&repo);
+    let tracker = afk_supervisor::tracker::LocalTracker::new(&layout, env.lib_git(&repo));
+    for n in 1..=6 {
+        let made = tracker.create(&format!("issue {n}"), "", &[]).unwrap();
+        assert_eq!(made, n);
+    }
+    tracker.close(5).unwrap();
+    // A second attempt of a closed issue whose worktree git cannot open.
+    let broken = repo.join(".red/tmp/workers/w1/6-a1");
+    fs::create_dir_all(broken.join("worktree")).unwrap();
+    fs::write(broken.join("worktree/.git"), "gitdir: /nonexistent\n").unwrap();
+    tracker.close(6).unwrap();
+    let old = SystemTime::now() - Duration::from_secs(40 * 86_400);
+    // The worker dir too: no `worker.pid` in an old dir is a dead worker.
+    for d in [&attempt, &broken, &repo.join(".red/tmp/workers/w1")] {
+        fs::File::open(d).unwrap().set_modified(old).unwrap();
+    }
+    let keeper = keeper(&env, &repo, 50 << 20);
+    let r = afk_supervisor::sweeps::orphans::run_with(
+        &layout,
+        &tracker,
+        SystemTime::now(),
+        false,
+        &keeper,
+    )
+    .unwrap();
+    assert!(!attempt.exists(), "{:#?}", r.decisions);
+    let sha = env.git(&repo, &["rev-parse", "refs/afk/rescue/5/a1"]);
+    assert_eq!(
+        env.git(&repo, &["show", &format!("{}:b.txt", sha.trim())]),
+        "uncommitted\n"
+    );
+    let line = r
+        .decisions
+        .iter()
+        .find(|d| d.subject.ends_with("5-a1"))
+        .unwrap();
+    assert!(line.reason.contains("work rescued to refs/afk/rescue/5/a1"), "{line:?}");
+    assert!(broken.exists(), "{:#?}", r.decisions);
+    let kept = r
+        .decisions
+        .iter()
+        .find(|d| d.subject.ends_with("6-a1"))
+        .unwrap();
+    assert!(kept.reason.contains("rescue failed"), "{kept:?}");
+    assert!(kept.reason.contains("the tree is kept"), "{kept:?}");
+}
