@@ -531,3 +531,89 @@ fn the_orphan_sweep_rescues_first_and_keeps_what_it_cannot_rescue() {
     assert!(kept.reason.contains("rescue failed"), "{kept:?}");
     assert!(kept.reason.contains("the tree is kept"), "{kept:?}");
 }
+
+/// On `gh` (the fake gh, a bare `origin`): the boot sweep's restore of a `running` issue
+/// pushes the rescued branch to `origin`, never forced, and the restore comment and the
+/// ledger name it.
+#[test]
+fn on_gh_the_rescued_branch_is_pushed_and_the_restore_comment_names_it() {
+    use support::fake_gh::{FakeGh, FakeIssue};
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let origin = env.path().join("origin.git");
+    let wt = attempt.join("worktree");
+    env.write(&wt, "b.txt", "uncommitted\n");
+    let old = SystemTime::now() - Duration::from_secs(40 * 86_400);
+    fs::File::open(repo.join(".red/tmp/workers/w1"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let gh = FakeGh::install(&env);
+    gh.set_issues(&[FakeIssue::open(5, &["running"])]);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    let layout = afk_supervisor::layout::Layout::new(&repo);
+    let keeper = afk_supervisor::rescue::Keeper {
+        push: true,
+        ..keeper(&env, &repo, 50 << 20)
+    };
+    let r = afk_supervisor::sweeps::orphans::run_with(
+        &layout,
+        &tracker,
+        SystemTime::now(),
+        false,
+        &keeper,
+    )
+    .unwrap();
+    assert_eq!(r.counts.restored, 1, "{:#?}", r.decisions);
+    let on_origin = env.git(&origin, &["rev-parse", "afk/w1/5-x"]);
+    let on_origin = on_origin.trim();
+    assert_eq!(
+        env.git(&origin, &["show", &format!("{on_origin}:b.txt")]),
+        "uncommitted\n"
+    );
+    let issue = gh.issue(5).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-agent"]);
+    assert_eq!(
+        issue.comments[0].body,
+        format!(
+            "work rescued to afk/w1/5-x at {on_origin}\n\n{}",
+            afk_supervisor::sweeps::orphans::RESTORE_COMMENT
+        )
+    );
+    let records = afk_supervisor::ledger::read(&layout, 5).unwrap();
+    assert_eq!(
+        records[0].rescued.as_deref(),
+        Some(format!("afk/w1/5-x {on_origin}").as_str())
+    );
+    assert_eq!(
+        afk_supervisor::ledger::resume_branch(&records),
+        Some("afk/w1/5-x")
+    );
+    assert_eq!(r.rescued.len(), 1);
+
+    // Someone else's commit on that branch on origin: a later rescue is never forced over
+    // it; the work stays on the rescue ref and the refusal is said.
+    let other = env.path().join("other");
+    env.git(env.path(), &["clone", "-q", origin.to_str().unwrap(), other.to_str().unwrap()]);
+    env.git(&other, &["checkout", "-q", "afk/w1/5-x"]);
+    env.write(&other, "theirs.txt", "theirs\n");
+    let theirs = env.commit(&other, "someone else");
+    env.git(&other, &["push", "-q", "origin", "afk/w1/5-x"]);
+    let attempt2 = repo.join(".red/tmp/workers/w1/5-a2");
+    let wt2 = attempt2.join("worktree");
+    env.git(
+        &repo,
+        &["worktree", "add", "-q", "-b", "afk/w1/5-x-a2", wt2.to_str().unwrap(), "main"],
+    );
+    env.git(&wt2, &["branch", "-q", "-f", "afk/w1/5-x", "HEAD"]);
+    env.git(&wt2, &["checkout", "-q", "afk/w1/5-x"]);
+    env.write(&wt2, "c.txt", "mine\n");
+    let r2 = keeper.rescue(&attempt2, "worker died").unwrap().expect("rescued");
+    assert_eq!(r2.reference, "refs/afk/rescue/5/a2");
+    assert!(
+        r2.problems.iter().any(|p| p.contains("push to origin failed")),
+        "{:?}",
+        r2.problems
+    );
+    assert_eq!(env.git(&origin, &["rev-parse", "afk/w1/5-x"]).trim(), theirs);
+}
