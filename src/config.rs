@@ -152,7 +152,7 @@ pub struct LogCfg {
     pub slot_log_days: u64,
 }
 
-/// The rescue of a dead attempt's work (`docs/SPEC.md` §11.12).
+/// The rescue of a dead attempt's work (`docs/SPEC.md` §11.13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RescueCfg {
     /// A file bigger than this is left out of a rescue commit (and named in its message):

@@ -130,7 +130,7 @@ pub struct Record {
     pub branch: Option<String>,
     /// The branch's head commit at the end.
     pub head: Option<String>,
-    /// Where the attempt's work was rescued (`docs/SPEC.md` §11.12): `<ref> <sha>`, the
+    /// Where the attempt's work was rescued (`docs/SPEC.md` §11.13): `<ref> <sha>`, the
     /// ref a branch name on `origin` or a `refs/afk/rescue/<N>/a<K>` kept here. Absent in
     /// records written before rescues existed.
     #[serde(default)]

@@ -1,4 +1,4 @@
-//! The rescue of a dead attempt's work (`docs/SPEC.md` §11.12), the one home: every end of
+//! The rescue of a dead attempt's work (`docs/SPEC.md` §11.13), the one home: every end of
 //! an attempt that is not a clean hand-off (a death the supervisor notices, a stall kill, a
 //! hard-kill shrink, `stop --force`, the boot sweep's restore, a claims-belt takeover, the
 //! wall-clock cap, an interrupted worker) and every sweep about to remove an attempt dir
@@ -340,6 +340,9 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
     }))
 }
 
+/// Files left out of a rescue for their size, with it.
+type LeftOut = Vec<(String, u64)>;
+
 /// Stages the working files into the private `index` (a copy of the tree's own, or HEAD's
 /// tree when that one cannot be read) and writes them as a tree; files over the size limit
 /// stay out. `None` for the tree when git cannot write one (unmerged entries it could not
@@ -351,7 +354,7 @@ fn stage(
     head: Option<&str>,
     plan: &Plan<'_>,
     problems: &mut Vec<String>,
-) -> Result<(Option<String>, Vec<(String, u64)>), RescueError> {
+) -> Result<(Option<String>, LeftOut), RescueError> {
     let io_err = |e: std::io::Error| RescueError::Io {
         path: index.to_path_buf(),
         why: e.to_string(),

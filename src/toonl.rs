@@ -268,8 +268,7 @@ pub fn append_record_current(
             let text = String::from_utf8_lossy(&bytes);
             let newest = text
                 .lines()
-                .filter(|l| l.starts_with("[]{") && l.ends_with("}:"))
-                .next_back();
+                .rfind(|l| l.starts_with("[]{") && l.ends_with("}:"));
             (newest != Some(header.trim_end())).then_some(!text.ends_with('\n'))
         }
         _ => None,

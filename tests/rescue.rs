@@ -35,11 +35,7 @@ fn agent_script(marks: &Path) -> String {
 /// A one-worker fleet of the built-in worker on the local tracker, with one
 /// `ready-for-agent` issue and the agent above.
 fn rescue_fleet(extra: &str) -> (Fleet, PathBuf) {
-    let f = Fleet::new(
-        "exec \"$AFK_TEST_BIN\" --repo \"$PWD\" worker --once\n",
-        "",
-    )
-    .with_bin();
+    let f = Fleet::new("exec \"$AFK_TEST_BIN\" --repo \"$PWD\" worker --once\n", "").with_bin();
     let marks = f.file("marks");
     fs::create_dir_all(&marks).unwrap();
     let agent = f.file("agent.sh");
@@ -115,7 +111,9 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
         f.dump()
     );
     let resumed = read(&marks.join("resumed"));
-    println!("second attempt: RED_AFK_RESUME_BRANCH, then `git log --format='%h %s'`, then two.txt:\n{resumed}");
+    println!(
+        "second attempt: RED_AFK_RESUME_BRANCH, then `git log --format='%h %s'`, then two.txt:\n{resumed}"
+    );
     let lines: Vec<&str> = resumed.lines().collect();
     assert_eq!(lines[0], "refs/afk/rescue/1/a1", "{resumed}");
     assert!(
@@ -135,7 +133,9 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
     let rescued = f.events_of("attempt.rescued");
     assert_eq!(rescued.len(), 1, "{}", f.dump());
     assert!(
-        rescued[0].msg.contains("work rescued to refs/afk/rescue/1/a1 at "),
+        rescued[0]
+            .msg
+            .contains("work rescued to refs/afk/rescue/1/a1 at "),
         "{}",
         rescued[0].msg
     );
@@ -164,7 +164,15 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
     }
     let out = f.run_cmd(&["sweep"]);
     assert!(out.status.success(), "{out:?}");
-    let holders = git(&f, &["for-each-ref", "--contains", agent_commit, "--format=%(refname)"]);
+    let holders = git(
+        &f,
+        &[
+            "for-each-ref",
+            "--contains",
+            agent_commit,
+            "--format=%(refname)",
+        ],
+    );
     assert!(
         holders.lines().any(|r| r == "refs/afk/rescue/1/a1"),
         "{holders}\n{}",
@@ -177,7 +185,10 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
 fn assert_rescued(f: &Fleet, whys: &[&str]) -> String {
     let ok = wait_until(WAIT, || {
         f.env
-            .git_output(&f.repo, &["rev-parse", "--verify", "-q", "refs/afk/rescue/1/a1"])
+            .git_output(
+                &f.repo,
+                &["rev-parse", "--verify", "-q", "refs/afk/rescue/1/a1"],
+            )
             .status
             .success()
     });
@@ -192,7 +203,9 @@ fn assert_rescued(f: &Fleet, whys: &[&str]) -> String {
     assert_eq!(subjects[1], "agent: one", "{log}");
     let files = git(f, &["ls-tree", "--name-only", "refs/afk/rescue/1/a1"]);
     assert!(files.lines().any(|l| l == "two.txt"), "{files}");
-    git(f, &["rev-parse", "refs/afk/rescue/1/a1"]).trim().to_string()
+    git(f, &["rev-parse", "refs/afk/rescue/1/a1"])
+        .trim()
+        .to_string()
 }
 
 /// The ledger's records of issue 1, waited for until `n` are there.
@@ -243,7 +256,11 @@ fn the_boot_sweep_rescues_before_it_restores() {
         Some(format!("refs/afk/rescue/1/a1 {sha}").as_str())
     );
     let resumed = read(&marks.join("resumed"));
-    assert_eq!(resumed.lines().next(), Some("refs/afk/rescue/1/a1"), "{resumed}");
+    assert_eq!(
+        resumed.lines().next(),
+        Some("refs/afk/rescue/1/a1"),
+        "{resumed}"
+    );
 }
 
 /// A stall kill rescues: the built-in worker, signalled for making no progress, keeps its
@@ -252,10 +269,10 @@ fn the_boot_sweep_rescues_before_it_restores() {
 #[test]
 fn a_stall_kill_rescues() {
     let (mut f, marks) = rescue_fleet("");
-    f.write_config(
-        &read(&f.repo.join(".red/afk-supervisor.toml"))
-            .replace("stall_s = 600\nstall_kill_s = 1200", "stall_s = 1\nstall_kill_s = 2"),
-    );
+    f.write_config(&read(&f.repo.join(".red/afk-supervisor.toml")).replace(
+        "stall_s = 600\nstall_kill_s = 1200",
+        "stall_s = 1\nstall_kill_s = 2",
+    ));
     f.start(&["--workers", "1"]);
     first_attempt_worker(&f, &marks);
     f.wait_events("slot.stall-kill", 1);
@@ -277,7 +294,10 @@ fn a_hard_kill_shrink_rescues() {
     f.wait_events("slot.hard-kill", 1);
     assert_rescued(&f, &["interrupted", "stopped by a hard-kill shrink"]);
     let records = ledger(&f, 1);
-    assert_eq!(records[0].outcome, afk_supervisor::ledger::Outcome::GivenBack);
+    assert_eq!(
+        records[0].outcome,
+        afk_supervisor::ledger::Outcome::GivenBack
+    );
     assert!(records[0].rescued.is_some(), "{records:?}");
 }
 
@@ -311,7 +331,15 @@ fn dead_attempt(env: &support::TestEnv) -> (PathBuf, PathBuf) {
     let wt = attempt.join("worktree");
     env.git(
         &repo,
-        &["worktree", "add", "-q", "-b", "afk/w1/5-x", wt.to_str().unwrap(), "main"],
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "afk/w1/5-x",
+            wt.to_str().unwrap(),
+            "main",
+        ],
     );
     env.write(&wt, "a.txt", "agent\n");
     env.commit(&wt, "agent: a");
@@ -345,17 +373,27 @@ fn a_file_over_the_size_limit_is_left_out_and_named() {
     assert_eq!(r.left_out, vec![("core.dump".to_string(), 200 << 20)]);
     assert_eq!(r.reference, "refs/afk/rescue/5/a1");
     let msg = env.git(&repo, &["log", "-1", "--format=%B", &r.sha]);
-    assert!(msg.starts_with("WIP: rescued attempt 5-a1 (worker died)\n"), "{msg}");
+    assert!(
+        msg.starts_with("WIP: rescued attempt 5-a1 (worker died)\n"),
+        "{msg}"
+    );
     assert!(msg.contains("- core.dump (209715200 bytes)"), "{msg}");
     let files = env.git(&repo, &["ls-tree", "--name-only", &r.sha]);
     assert!(files.lines().any(|l| l == "notes.md"), "{files}");
     assert!(!files.lines().any(|l| l == "core.dump"), "{files}");
-    assert!(r.message().contains("left out for size: core.dump"), "{}", r.message());
+    assert!(
+        r.message().contains("left out for size: core.dump"),
+        "{}",
+        r.message()
+    );
     // The tree is where it was, the big file too; the branch moved to the rescue and the
     // tree's own index with it, so `git status` shows only what was left out.
     assert!(wt.join("core.dump").exists());
     assert_eq!(env.git(&wt, &["rev-parse", "HEAD"]).trim(), r.sha);
-    assert_eq!(env.git(&wt, &["status", "--porcelain"]).trim(), "?? core.dump");
+    assert_eq!(
+        env.git(&wt, &["status", "--porcelain"]).trim(),
+        "?? core.dump"
+    );
     // Asked again, it is rescued already: nothing new is made.
     let again = keeper(&env, &repo, 50 << 20)
         .rescue(&attempt, "swept")
@@ -420,12 +458,19 @@ fn a_stale_index_lock_is_rescued_around_and_left() {
         "{:?}",
         r.problems
     );
-    assert_eq!(env.git(&wt, &["rev-parse", "HEAD"]), head, "branch not moved");
+    assert_eq!(
+        env.git(&wt, &["rev-parse", "HEAD"]),
+        head,
+        "branch not moved"
+    );
     assert_eq!(
         env.git(&repo, &["show", &format!("{}:a.txt", r.sha)]),
         "edited\n"
     );
-    assert_eq!(env.git(&repo, &["show", &format!("{}:b.txt", r.sha)]), "new\n");
+    assert_eq!(
+        env.git(&repo, &["show", &format!("{}:b.txt", r.sha)]),
+        "new\n"
+    );
 }
 
 /// A corrupt index: staged afresh from HEAD, so the working files are still rescued.
@@ -472,7 +517,11 @@ fn a_detached_head_is_kept_on_the_rescue_ref() {
         "{:?}",
         r.problems
     );
-    assert_eq!(env.git(&repo, &["rev-parse", "refs/afk/rescue/5/a1"]).trim(), r.sha);
+    assert_eq!(
+        env.git(&repo, &["rev-parse", "refs/afk/rescue/5/a1"])
+            .trim(),
+        r.sha
+    );
 }
 
 /// Sweeps never delete work no other ref holds: a closed issue's dead attempt with
@@ -521,7 +570,10 @@ fn the_orphan_sweep_rescues_first_and_keeps_what_it_cannot_rescue() {
         .iter()
         .find(|d| d.subject.ends_with("5-a1"))
         .unwrap();
-    assert!(line.reason.contains("work rescued to refs/afk/rescue/5/a1"), "{line:?}");
+    assert!(
+        line.reason.contains("work rescued to refs/afk/rescue/5/a1"),
+        "{line:?}"
+    );
     assert!(broken.exists(), "{:#?}", r.decisions);
     let kept = r
         .decisions
@@ -594,7 +646,15 @@ fn on_gh_the_rescued_branch_is_pushed_and_the_restore_comment_names_it() {
     // Someone else's commit on that branch on origin: a later rescue is never forced over
     // it; the work stays on the rescue ref and the refusal is said.
     let other = env.path().join("other");
-    env.git(env.path(), &["clone", "-q", origin.to_str().unwrap(), other.to_str().unwrap()]);
+    env.git(
+        env.path(),
+        &[
+            "clone",
+            "-q",
+            origin.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
     env.git(&other, &["checkout", "-q", "afk/w1/5-x"]);
     env.write(&other, "theirs.txt", "theirs\n");
     let theirs = env.commit(&other, "someone else");
@@ -603,17 +663,33 @@ fn on_gh_the_rescued_branch_is_pushed_and_the_restore_comment_names_it() {
     let wt2 = attempt2.join("worktree");
     env.git(
         &repo,
-        &["worktree", "add", "-q", "-b", "afk/w1/5-x-a2", wt2.to_str().unwrap(), "main"],
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "afk/w1/5-x-a2",
+            wt2.to_str().unwrap(),
+            "main",
+        ],
     );
     env.git(&wt2, &["branch", "-q", "-f", "afk/w1/5-x", "HEAD"]);
     env.git(&wt2, &["checkout", "-q", "afk/w1/5-x"]);
     env.write(&wt2, "c.txt", "mine\n");
-    let r2 = keeper.rescue(&attempt2, "worker died").unwrap().expect("rescued");
+    let r2 = keeper
+        .rescue(&attempt2, "worker died")
+        .unwrap()
+        .expect("rescued");
     assert_eq!(r2.reference, "refs/afk/rescue/5/a2");
     assert!(
-        r2.problems.iter().any(|p| p.contains("push to origin failed")),
+        r2.problems
+            .iter()
+            .any(|p| p.contains("push to origin failed")),
         "{:?}",
         r2.problems
     );
-    assert_eq!(env.git(&origin, &["rev-parse", "afk/w1/5-x"]).trim(), theirs);
+    assert_eq!(
+        env.git(&origin, &["rev-parse", "afk/w1/5-x"]).trim(),
+        theirs
+    );
 }

@@ -633,7 +633,10 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
         format!("afk/w1/1-slow-one {}", head.trim())
     );
     assert!(
-        comments[0].contains(&format!("work rescued to afk/w1/1-slow-one at {}", head.trim())),
+        comments[0].contains(&format!(
+            "work rescued to afk/w1/1-slow-one at {}",
+            head.trim()
+        )),
         "{comments:?}"
     );
 

@@ -132,7 +132,7 @@ impl Mark {
             return Some(Mark::Restore);
         }
         let line = body.lines().map(str::trim).rfind(|l| !l.is_empty())?;
-        // A restore that rescued work names it above the restore line (SPEC §11.12).
+        // A restore that rescued work names it above the restore line (SPEC §11.13).
         if line == RESTORE_COMMENT {
             return Some(Mark::Restore);
         }

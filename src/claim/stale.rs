@@ -223,14 +223,7 @@ impl StaleBelt {
                     Ok(()) => taken += 1,
                     Err(()) => errors += 1,
                 },
-                StaleAction::TakeOver(target) => match {
-                    let rescued = target.as_ref().and_then(|(h, _)| self.rescue_own(n, h));
-                    self.take_over(n, target.clone()).inspect(|&took| {
-                        if took && let Some(r) = &rescued {
-                            self.record_rescue(n, target.as_ref(), r);
-                        }
-                    })
-                } {
+                StaleAction::TakeOver(target) => match self.rescue_and_take_over(n, target) {
                     Ok(true) => taken += 1,
                     Ok(false) => {}
                     Err(()) => errors += 1,
@@ -273,13 +266,23 @@ impl StaleBelt {
         self.relabel(n).map(|()| true)
     }
 
+    /// [`StaleBelt::take_over`], this checkout's own dead worker's work rescued first and
+    /// the rescue recorded once the takeover is effective.
+    fn rescue_and_take_over(&self, n: u64, target: Option<(Holder, String)>) -> Result<bool, ()> {
+        let rescued = target.as_ref().and_then(|(h, _)| self.rescue_own(n, h));
+        let took = self.take_over(n, target.clone())?;
+        if took && let Some(r) = &rescued {
+            self.record_rescue(n, target.as_ref(), r);
+        }
+        Ok(took)
+    }
+
     /// The ledger's record of the taken-over attempt of this checkout's dead worker, with
     /// its rescue, so the next attempt resumes from it.
     fn record_rescue(&self, n: u64, target: Option<&(Holder, String)>, r: &crate::rescue::Rescued) {
         let worker = target.map(|(h, _)| h.worker.as_str());
-        let record =
-            crate::ledger::Record::now(worker, None, crate::ledger::Outcome::WorkerDied)
-                .rescued_to(&r.reference, &r.sha);
+        let record = crate::ledger::Record::now(worker, None, crate::ledger::Outcome::WorkerDied)
+            .rescued_to(&r.reference, &r.sha);
         if let Err(e) = crate::ledger::append(&self.layout, n, &record) {
             eprintln!("afk-supervisor: #{n}: attempt ledger: {e}");
         }

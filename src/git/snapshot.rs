@@ -70,7 +70,8 @@ impl Git {
             "--",
             ":(top)",
         ]))?;
-        let mut names = super::parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w.0))?;
+        let mut names =
+            super::parse::nul_list(&done.out.stdout).map_err(|w| done.parse_err(w.0))?;
         names.sort();
         names.dedup();
         Ok(names)
@@ -139,7 +140,12 @@ impl Git {
             check_branch_name(b)?;
             a.push(format!("--exclude={b}").into());
         }
-        a.extend(args(["--branches", "--remotes", "--tags", "--glob=refs/afk/*"]));
+        a.extend(args([
+            "--branches",
+            "--remotes",
+            "--tags",
+            "--glob=refs/afk/*",
+        ]));
         let done = self.ok(a)?;
         let out = done.stdout();
         out.trim()
@@ -177,5 +183,4 @@ impl Git {
         }
         Ok(())
     }
-
 }

@@ -81,7 +81,7 @@ pub struct FleetInfo {
     /// `gh` or `local`; null when the tracker could not be opened.
     pub tracker_kind: Option<String>,
     /// Attempts whose work was rescued (`rescued` in the attempt ledgers, `docs/SPEC.md`
-    /// §11.12); null when the ledgers cannot be read.
+    /// §11.13); null when the ledgers cannot be read.
     pub rescued: Option<u64>,
 }
 

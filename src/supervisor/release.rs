@@ -23,9 +23,19 @@ use crate::tracker::{IssueState, Tracker, labels};
 
 pub use crate::claim::release::{DeadWorker, claims_of};
 
+/// Releases every claim of `w` ([`release_rescuing`] with the default size limit).
+pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {
+    let keeper = Keeper::new(
+        layout.repo(),
+        crate::rescue::DEFAULT_MAX_FILE_BYTES,
+        tracker.shared_across_checkouts(),
+    );
+    release_rescuing(layout, tracker, w, &keeper)
+}
+
 /// Releases every claim of `w`, its attempt's work rescued first ([`crate::rescue`]);
 /// returns the events of each issue handled.
-pub fn release(
+pub fn release_rescuing(
     layout: &Layout,
     tracker: &dyn Tracker,
     w: &DeadWorker,

@@ -488,7 +488,10 @@ fn reap_rescues(
                     (Action::NotReaped, why)
                 }
             },
-            (Some(n), Some(c)) => (Action::Spare, format!("rescued work of issue #{n} {}", describe(c))),
+            (Some(n), Some(c)) => (
+                Action::Spare,
+                format!("rescued work of issue #{n} {}", describe(c)),
+            ),
             _ => (Action::Spare, "unrecognised rescue ref".to_string()),
         };
         report.decisions.push(BranchDecision {

@@ -267,6 +267,14 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
+    /// Rescue BEFORE restore: the restore comment and the ledger name the work, and the
+    /// next attempt resumes from it. A failed rescue still restores the issue; the dir is
+    /// then kept (by the removal's own rescue).
+    fn rescue_and_restore(&mut self, n: u64, path: &Path) -> Result<RestoreOutcome, NotRestored> {
+        let rescued = self.rescue(path, "orchestrator died").ok().flatten();
+        self.restore(n, Some(path), rescued.as_ref())
+    }
+
     /// The attempt's work rescued before its issue is restored or its dir removed; a
     /// fresh rescue is reported.
     fn rescue(&mut self, path: &Path, why: &str) -> Result<Option<Rescued>, NotRemoved> {
@@ -531,13 +539,7 @@ impl Pass<'_> {
                 let why = format!("{why}; worker {worker_dead}");
                 self.remove_attempt(worker, path, Some(n), desc, Disposition::Remove, why)
             }
-            Fate::Restore => match {
-                // Rescue BEFORE restore: the restore comment and the ledger name the work,
-                // and the next attempt resumes from it. A failed rescue still restores
-                // the issue; the dir is then kept (by the removal's own rescue).
-                let rescued = self.rescue(path, "orchestrator died").ok().flatten();
-                self.restore(n, Some(path), rescued.as_ref())
-            } {
+            Fate::Restore => match self.rescue_and_restore(n, path) {
                 Ok(RestoreOutcome::Done) => self.remove_attempt(
                     worker,
                     path,
@@ -581,9 +583,12 @@ impl Pass<'_> {
         why: String,
     ) -> Option<usize> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
-        let rescued = match recheck_attempt(worker, path).and_then(|()| self.rescue(path, "swept")) {
+        let rescued = match recheck_attempt(worker, path).and_then(|()| self.rescue(path, "swept"))
+        {
             Ok(r) => r,
-            Err(e) => return Some(self.keep(path, issue, state, format!("{why}; not removed: {e}"))),
+            Err(e) => {
+                return Some(self.keep(path, issue, state, format!("{why}; not removed: {e}")));
+            }
         };
         let why = format!("{why}{}", rescue_note(&rescued));
         match self.remove(path, || recheck_attempt(worker, path)) {

@@ -5,13 +5,13 @@
 //! worker may start; a failure is logged and the fleet starts anyway.
 
 use crate::host_lock as lock;
+use crate::rescue::{Keeper, Rescued};
 use crate::sweeps::attempt_cap::{self, Caps};
 use crate::sweeps::branches::{self, BranchCounts};
 use crate::sweeps::docs::{self, DocsCounts};
 use crate::sweeps::orphans::{self, OrphanCounts};
 use crate::sweeps::stragglers::{self, StragglerCounts};
 use crate::sweeps::unblock;
-use crate::rescue::{Keeper, Rescued};
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 
 /// Counters of one suite run; a sweep that did not run leaves zeros.

@@ -212,7 +212,7 @@ impl Fleet {
                 tracker.shared_across_checkouts(),
             );
             self.blocking(move || {
-                for ev in release::release(&layout, tracker.as_ref(), &w, &keeper) {
+                for ev in release::release_rescuing(&layout, tracker.as_ref(), &w, &keeper) {
                     let _ = tx.send(Msg::Log(ev));
                 }
             });
