@@ -231,22 +231,7 @@ pub fn append_record(
     fields: &[&str],
     json: serde_json::Value,
 ) -> Result<(), LogError> {
-    let io_err = |source| LogError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let row = encode_record(fields, json).map_err(|e| LogError::Encode {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    })?;
-    let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
-    let fresh = f.metadata().map_err(io_err)?.len() == 0;
-    let text = if fresh {
-        format!("{}{row}", header_line(fields))
-    } else {
-        row
-    };
-    f.write_all(text.as_bytes()).map_err(io_err)
+    append_under_header(path, fields, json, None)
 }
 
 /// [`append_record`] to a file whose fields may have grown since it was created: when the
@@ -273,9 +258,17 @@ pub fn append_record_current(
         }
         _ => None,
     };
-    let Some(torn) = stale else {
-        return append_record(path, fields, json);
-    };
+    append_under_header(path, fields, json, stale)
+}
+
+/// One `write` of the row: after the header when the file is new, or when `reheader` is
+/// `Some(torn)` (after a newline first when `torn`).
+fn append_under_header(
+    path: &Path,
+    fields: &[&str],
+    json: serde_json::Value,
+    reheader: Option<bool>,
+) -> Result<(), LogError> {
     let io_err = |source| LogError::Io {
         path: path.to_path_buf(),
         source,
@@ -285,9 +278,16 @@ pub fn append_record_current(
         msg: e.to_string(),
     })?;
     let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
-    let nl = if torn { "\n" } else { "" };
-    f.write_all(format!("{nl}{header}{row}").as_bytes())
-        .map_err(io_err)
+    let fresh = f.metadata().map_err(io_err)?.len() == 0;
+    let text = match (fresh, reheader) {
+        (true, _) => format!("{}{row}", header_line(fields)),
+        (false, Some(torn)) => {
+            let nl = if torn { "\n" } else { "" };
+            format!("{nl}{}{row}", header_line(fields))
+        }
+        (false, None) => row,
+    };
+    f.write_all(text.as_bytes()).map_err(io_err)
 }
 
 /// Reads every complete record. A line torn by a crash mid-write (the last line without

@@ -61,9 +61,10 @@ fn rescue_fleet(extra: &str) -> (Fleet, PathBuf) {
     (f, marks)
 }
 
-/// The pid of the built-in worker running the first attempt, once its agent has committed
-/// and left the uncommitted file.
-fn first_attempt_worker(f: &Fleet, marks: &Path) -> i32 {
+/// Starts a one-worker supervisor; returns the pid of the built-in worker running the first
+/// attempt once its agent has committed and left the uncommitted file.
+fn start_first_attempt(f: &mut Fleet, marks: &Path) -> i32 {
+    f.start(&["--workers", "1"]);
     assert!(
         wait_until(WAIT, || marks.join("first").exists()),
         "the first attempt never started:\n{}",
@@ -102,8 +103,7 @@ fn attempt_dirs(f: &Fleet) -> Vec<PathBuf> {
 #[test]
 fn a_sigkilled_workers_work_is_rescued_and_resumed() {
     let (mut f, marks) = rescue_fleet("");
-    f.start(&["--workers", "1"]);
-    let worker = first_attempt_worker(&f, &marks);
+    let worker = start_first_attempt(&mut f, &marks);
     kill(worker, Signal::SIGKILL);
     assert!(
         wait_until(WAIT, || marks.join("resumed").exists()),
@@ -225,8 +225,7 @@ fn ledger(f: &Fleet, n: usize) -> Vec<afk_supervisor::ledger::Record> {
 #[test]
 fn the_boot_sweep_rescues_before_it_restores() {
     let (mut f, marks) = rescue_fleet("");
-    f.start(&["--workers", "1"]);
-    let worker = first_attempt_worker(&f, &marks);
+    let worker = start_first_attempt(&mut f, &marks);
     kill(f.sup_pid(), Signal::SIGKILL);
     f.wait_exit();
     kill(worker, Signal::SIGKILL);
@@ -273,8 +272,7 @@ fn a_stall_kill_rescues() {
         "stall_s = 600\nstall_kill_s = 1200",
         "stall_s = 1\nstall_kill_s = 2",
     ));
-    f.start(&["--workers", "1"]);
-    first_attempt_worker(&f, &marks);
+    start_first_attempt(&mut f, &marks);
     f.wait_events("slot.stall-kill", 1);
     // SIGTERM: the worker rescues; killed at the grace's end: the supervisor does.
     assert_rescued(&f, &["stall kill"]);
@@ -287,8 +285,7 @@ fn a_stall_kill_rescues() {
 #[test]
 fn a_hard_kill_shrink_rescues() {
     let (mut f, marks) = rescue_fleet("");
-    f.start(&["--workers", "1"]);
-    first_attempt_worker(&f, &marks);
+    start_first_attempt(&mut f, &marks);
     let out = f.run_cmd(&["scale", "0", "--shrink-mode", "hard-kill"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     f.wait_events("slot.hard-kill", 1);
@@ -306,8 +303,7 @@ fn a_hard_kill_shrink_rescues() {
 #[test]
 fn stop_force_rescues() {
     let (mut f, marks) = rescue_fleet("");
-    f.start(&["--workers", "1"]);
-    first_attempt_worker(&f, &marks);
+    start_first_attempt(&mut f, &marks);
     let out = f.run_cmd(&["stop", "--force"]);
     assert!(out.status.success(), "{out:?}");
     let _ = f.wait_exit();
