@@ -150,8 +150,17 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
     );
     let shown = f.run_cmd(&["issue", "show", "1"]);
     let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.contains("worker-died"), "{shown}");
-    assert!(shown.contains(&wip.trim()[..12]), "{shown}");
+    let listed = shown
+        .lines()
+        .find(|l| l.contains("  worker-died  "))
+        .unwrap_or_default();
+    assert!(
+        listed.ends_with(&format!(" rescued=refs/afk/rescue/1/a1 {}", wip.trim())),
+        "{shown}"
+    );
+    let out = f.run_cmd(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["fleet"]["rescued"], 1, "{status}");
 
     let out = f.run_cmd(&["stop"]);
     assert!(out.status.success(), "{out:?}");
