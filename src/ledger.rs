@@ -232,10 +232,19 @@ pub fn failures(records: &[Record]) -> usize {
 }
 
 /// The branch the next attempt resumes: where the newest attempt's work was rescued, else
-/// that attempt's branch when it was capped. A rescue ref is a full ref
-/// (`refs/afk/rescue/<N>/a<K>`), a pushed branch a short name.
+/// that attempt's branch when it was capped. An attempt that ended by an interruption or a
+/// death with nothing rescued (it made no work of its own) is passed over, so the work it
+/// had resumed is resumed again. A rescue ref is a full ref (`refs/afk/rescue/<N>/a<K>`), a
+/// pushed branch a short name.
 pub fn resume_branch(records: &[Record]) -> Option<&str> {
-    let last = current(records).last()?;
+    let nothing_new = |r: &&Record| {
+        r.rescued.is_none()
+            && matches!(
+                r.outcome,
+                Outcome::GivenBack | Outcome::WorkerDied | Outcome::Stalled
+            )
+    };
+    let last = current(records).iter().rev().find(|r| !nothing_new(r))?;
     if let Some((reference, _)) = last.rescue() {
         return Some(reference);
     }
@@ -411,9 +420,18 @@ mod tests {
         assert_eq!(got[1], died);
         assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
         assert_eq!(rescued_count(&got), 1);
+        // An attempt that was given back with nothing of its own resumes the same rescue.
         append(&layout, 3, &Record::now(None, None, Outcome::GivenBack)).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text.matches("rescued}:").count(), 1, "{text}");
+        let got = read(&layout, 3).unwrap();
+        assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
+        append(
+            &layout,
+            3,
+            &Record::now(None, None, Outcome::AgentFailed(1)),
+        )
+        .unwrap();
         assert_eq!(resume_branch(&read(&layout, 3).unwrap()), None);
     }
 }
