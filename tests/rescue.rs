@@ -698,3 +698,42 @@ fn on_gh_the_rescued_branch_is_pushed_and_the_restore_comment_names_it() {
         theirs
     );
 }
+
+/// The branch reaper judges rescue refs like local `afk/*` branches of their issue: spared
+/// while it is open, reaped once it is closed.
+#[test]
+fn the_reaper_spares_an_open_issues_rescue_and_reaps_a_closed_ones() {
+    let env = support::TestEnv::new();
+    let (repo, _attempt) = dead_attempt(&env);
+    let git = env.lib_git(&repo);
+    let head = env.git(&repo, &["rev-parse", "afk/w1/5-x"]);
+    for r in ["refs/afk/rescue/5/a1", "refs/afk/rescue/6/a2"] {
+        env.git(&repo, &["update-ref", r, head.trim()]);
+    }
+    let layout = afk_supervisor::layout::Layout::new(&repo);
+    let tracker = afk_supervisor::tracker::LocalTracker::new(&layout, git.clone());
+    for n in 1..=6 {
+        tracker.create(&format!("issue {n}"), "", &[]).unwrap();
+    }
+    tracker.close(5).unwrap();
+    let r = afk_supervisor::sweeps::branches::run(&git, &tracker, "main", false).unwrap();
+    let refs = env.git(&repo, &["for-each-ref", "--format=%(refname)", "refs/afk/"]);
+    assert_eq!(refs.trim(), "refs/afk/rescue/6/a2", "{:#?}", r.decisions);
+    let line = |name: &str| {
+        r.decisions
+            .iter()
+            .find(|d| d.branch == name)
+            .map(|d| d.line(false))
+            .unwrap_or_default()
+    };
+    assert!(
+        line("refs/afk/rescue/5/a1").starts_with("reaped (local)"),
+        "{:#?}",
+        r.decisions
+    );
+    assert!(
+        line("refs/afk/rescue/6/a2").starts_with("spared (local)"),
+        "{:#?}",
+        r.decisions
+    );
+}
