@@ -224,6 +224,14 @@ pub struct LogCfg {
     pub slot_log_days: u64,
 }
 
+/// The rescue of a dead attempt's work (`docs/SPEC.md` §11.15).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RescueCfg {
+    /// A file bigger than this is left out of a rescue commit (and named in its message):
+    /// a core dump or a build artefact must not land in the repository's history.
+    pub max_file_bytes: u64,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -238,6 +246,7 @@ pub struct Config {
     pub claims: Claims,
     pub log: LogCfg,
     pub budget: Budget,
+    pub rescue: RescueCfg,
 }
 
 impl Default for Config {
@@ -292,6 +301,9 @@ impl Default for Config {
                 slot_log_days: 7,
             },
             budget: Budget::default(),
+            rescue: RescueCfg {
+                max_file_bytes: 50 << 20,
+            },
         }
     }
 }
@@ -377,6 +389,7 @@ struct FileDoc {
     log: FileLog,
     #[serde(default)]
     budget: FileBudget,
+    rescue: FileRescue,
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -459,6 +472,12 @@ struct FileLog {
     max_bytes: S<u64>,
     keep: S<u64>,
     slot_log_days: S<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRescue {
+    max_file_bytes: S<u64>,
 }
 
 /// Where a value came from, for error messages and `config`.
@@ -726,6 +745,9 @@ impl Builder {
         if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
             self.cfg.log.slot_log_days = x;
         }
+        if let Some(x) = self.take_u64("rescue.max_file_bytes", d.rescue.max_file_bytes)? {
+            self.cfg.rescue.max_file_bytes = x;
+        }
         Ok(())
     }
 
@@ -978,6 +1000,7 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.max_bytes" => (1024, 1 << 40),
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
+        "rescue.max_file_bytes" => (1, u64::MAX),
         _ => (0, MAX_SECONDS),
     }
 }

@@ -17,10 +17,11 @@ use crate::timeutil;
 use crate::toonl::{self, LogError};
 
 /// Header fields of a ledger file, in order: the first six of `docs/SPEC.md` §11.10, then
-/// what the attempt cost and why a failure did not count (§11.13). A file whose last
+/// what the attempt cost and why a failure did not count (§11.13), and where its work
+/// was rescued (§11.15). A file whose last
 /// header is shorter gets this header again before the next record; readers follow the
 /// newest header, and the fields an older header lacks read as `null`.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 15] = [
     "worker",
     "start",
     "end",
@@ -35,6 +36,7 @@ pub const FIELDS: [&str; 14] = [
     "model",
     "session_id",
     "excused",
+    "rescued",
 ];
 
 /// The most bytes of one ledger read.
@@ -164,6 +166,11 @@ pub struct Record {
     /// (an account-wide condition was known, or the agent was failing on other issues).
     #[serde(default)]
     pub excused: Option<String>,
+    /// Where the attempt's work was rescued (`docs/SPEC.md` §11.15): `<ref> <sha>`, the
+    /// ref a branch name on `origin` or a `refs/afk/rescue/<N>/a<K>` kept here. Absent in
+    /// records written before rescues existed.
+    #[serde(default)]
+    pub rescued: Option<String>,
 }
 
 impl Record {
@@ -178,7 +185,20 @@ impl Record {
             head: None,
             usage: crate::agent_profile::Usage::default(),
             excused: None,
+            rescued: None,
         }
+    }
+
+    /// The record with the rescue of its work (`<ref> <sha>`).
+    pub fn rescued_to(mut self, reference: &str, sha: &str) -> Self {
+        self.rescued = Some(format!("{reference} {sha}"));
+        self
+    }
+
+    /// The ref and the commit the attempt's work was rescued to, when it was.
+    pub fn rescue(&self) -> Option<(&str, &str)> {
+        let r = self.rescued.as_deref()?;
+        r.split_once(' ')
     }
 
     /// The record with what the run cost and which session it was.
@@ -212,21 +232,7 @@ pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> 
         path: file.clone(),
         msg: e.to_string(),
     })?;
-    toonl::append_record_reheaded(&file, &FIELDS, json, !last_header_is_current(&file))
-}
-
-/// Whether the newest header in `file` is [`FIELDS`]' (a missing or empty file: yes, the
-/// appender writes the header of a new file itself).
-fn last_header_is_current(file: &Path) -> bool {
-    let Ok(Some(bytes)) = fsutil::read_small_file(file, MAX_LEDGER_BYTES) else {
-        return true;
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    let current = toonl::header_line(&FIELDS);
-    text.lines()
-        .rev()
-        .find(|l| l.starts_with("[]{") && l.ends_with("}:"))
-        .is_none_or(|h| h == current.trim_end())
+    toonl::append_record_current(&file, &FIELDS, json, MAX_LEDGER_BYTES)
 }
 
 /// Every issue's records, by issue number (the files under `attempts/` named `<N>.toonl`);
@@ -296,12 +302,82 @@ pub fn failures(records: &[Record]) -> usize {
         .count()
 }
 
-/// The branch the next attempt resumes: that of the newest attempt when it was capped.
+/// The branch the next attempt resumes: where the newest attempt's work was rescued, else
+/// that attempt's branch when it was capped. An attempt that ended by an interruption or a
+/// death with nothing rescued (it made no work of its own) is passed over, so the work it
+/// had resumed is resumed again. A rescue ref is a full ref (`refs/afk/rescue/<N>/a<K>`), a
+/// pushed branch a short name.
 pub fn resume_branch(records: &[Record]) -> Option<&str> {
-    current(records)
-        .last()
-        .filter(|r| r.outcome == Outcome::WallClockCapped)
-        .and_then(|r| r.branch.as_deref())
+    let nothing_new = |r: &&Record| {
+        r.rescued.is_none()
+            && matches!(
+                r.outcome,
+                Outcome::GivenBack | Outcome::WorkerDied | Outcome::Stalled
+            )
+    };
+    let last = current(records).iter().rev().find(|r| !nothing_new(r))?;
+    if let Some((reference, _)) = last.rescue() {
+        return Some(reference);
+    }
+    (last.outcome == Outcome::WallClockCapped)
+        .then_some(last.branch.as_deref())
+        .flatten()
+}
+
+/// One line per attempt, oldest first, as `issue show` lists them (and any other view of an
+/// issue's attempts): when, outcome, worker, branch, head and where its work was rescued.
+pub fn attempt_lines(records: &[Record]) -> Vec<String> {
+    records.iter().map(Record::line).collect()
+}
+
+impl Record {
+    /// `<start> .. <end>  <outcome>  worker=<id> branch=<b> head=<sha>[ rescued=<ref> <sha>]`,
+    /// each field escaped for a terminal, `-` where unknown.
+    pub fn line(&self) -> String {
+        let field = |v: &Option<String>| v.as_deref().map_or("-".into(), crate::text::escape);
+        let mut line = format!(
+            "{} .. {}  {}  worker={} branch={} head={}",
+            field(&self.start),
+            crate::text::escape(&self.end),
+            self.outcome,
+            field(&self.worker),
+            field(&self.branch),
+            field(&self.head)
+        );
+        if let Some(r) = &self.rescued {
+            line.push_str(&format!(" rescued={}", crate::text::escape(r)));
+        }
+        line
+    }
+}
+
+/// Rescued attempts across every issue's ledger (`status --json`'s `rescued`). Entries
+/// that are not `<N>.toonl` files are passed over; an unreadable ledger is an error.
+pub fn rescued_total(layout: &Layout) -> Result<u64, LogError> {
+    let dir = layout.state().join("attempts");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(LogError::Io { path: dir, source }),
+    };
+    let mut total = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(n) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".toonl"))
+            .and_then(crate::layout::parse_positive)
+        else {
+            continue;
+        };
+        total += rescued_count(&read(layout, n)?) as u64;
+    }
+    Ok(total)
+}
+
+/// How many of the records carry a rescue.
+pub fn rescued_count(records: &[Record]) -> usize {
+    records.iter().filter(|r| r.rescued.is_some()).count()
 }
 
 /// The quarantine comment: every counted attempt (when, outcome, branch) and how to retry.
@@ -430,5 +506,43 @@ mod tests {
         let got = read(&layout, 7).unwrap();
         assert_eq!(failures(&got), 0, "a quarantine resets the count");
         assert_eq!(resume_branch(&got), None);
+    }
+
+    #[test]
+    fn a_rescue_is_resumed_and_old_headers_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 3);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        // A ledger written before the `rescued` field: its records read, and the next
+        // append writes the current header first.
+        std::fs::write(
+            &file,
+            "[]{worker,start,end,outcome,branch,head}:\nw1,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
+        )
+        .unwrap();
+        let died = Record::now(Some("w2"), None, Outcome::WorkerDied)
+            .on_branch("afk/w2/3-x", Some("abc".into()))
+            .rescued_to("refs/afk/rescue/3/a2", "def");
+        append(&layout, 3, &died).unwrap();
+        let got = read(&layout, 3).unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].rescued, None);
+        assert_eq!(got[1], died);
+        assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
+        assert_eq!(rescued_count(&got), 1);
+        // An attempt that was given back with nothing of its own resumes the same rescue.
+        append(&layout, 3, &Record::now(None, None, Outcome::GivenBack)).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.matches("rescued}:").count(), 1, "{text}");
+        let got = read(&layout, 3).unwrap();
+        assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
+        append(
+            &layout,
+            3,
+            &Record::now(None, None, Outcome::AgentFailed(1)),
+        )
+        .unwrap();
+        assert_eq!(resume_branch(&read(&layout, 3).unwrap()), None);
     }
 }

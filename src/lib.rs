@@ -33,6 +33,9 @@
 //!   and appender).
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
 //!   only `text`).
+//! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,
+//!   called by every end of an attempt that is not a clean hand-off and by every sweep
+//!   before it removes an attempt's tree).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
 //!   `timeutil`, `process` (every OS-process fact: `/proc`, pidfds, identities, signals),
 //!   `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
@@ -60,6 +63,7 @@ pub mod pause;
 pub mod pidfile;
 pub mod process;
 pub mod program;
+pub mod rescue;
 pub mod safe_delete;
 pub mod service_unit;
 pub mod status;

@@ -231,16 +231,43 @@ pub fn append_record(
     fields: &[&str],
     json: serde_json::Value,
 ) -> Result<(), LogError> {
-    append_record_reheaded(path, fields, json, false)
+    append_under_header(path, fields, json, None)
 }
 
-/// [`append_record`], with the header written before the row also when the file is not
-/// new but `reheader` (its newest header has other fields): still one `write`.
-pub fn append_record_reheaded(
+/// [`append_record`] to a file whose fields may have grown since it was created: when the
+/// file's newest header is not `fields`' own, the row goes under a fresh copy of the current
+/// header (readers take each row under the header above it), so an older file keeps its
+/// old rows readable and gains the new fields. The file is read up to `max_bytes` to find
+/// its header; one bigger gets the header repeated, which readers accept.
+pub fn append_record_current(
     path: &Path,
     fields: &[&str],
     json: serde_json::Value,
-    reheader: bool,
+    max_bytes: u64,
+) -> Result<(), LogError> {
+    let header = header_line(fields);
+    // `Some(torn)` when the header must be written again; `torn` when the file does not
+    // end with a whole line (a dead writer's), which must not swallow the header.
+    let stale = match read_small_file(path, max_bytes) {
+        Ok(Some(bytes)) if !bytes.is_empty() => {
+            let text = String::from_utf8_lossy(&bytes);
+            let newest = text
+                .lines()
+                .rfind(|l| l.starts_with("[]{") && l.ends_with("}:"));
+            (newest != Some(header.trim_end())).then_some(!text.ends_with('\n'))
+        }
+        _ => None,
+    };
+    append_under_header(path, fields, json, stale)
+}
+
+/// One `write` of the row: after the header when the file is new, or when `reheader` is
+/// `Some(torn)` (after a newline first when `torn`).
+fn append_under_header(
+    path: &Path,
+    fields: &[&str],
+    json: serde_json::Value,
+    reheader: Option<bool>,
 ) -> Result<(), LogError> {
     let io_err = |source| LogError::Io {
         path: path.to_path_buf(),
@@ -252,10 +279,13 @@ pub fn append_record_reheaded(
     })?;
     let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
     let fresh = f.metadata().map_err(io_err)?.len() == 0;
-    let text = if fresh || reheader {
-        format!("{}{row}", header_line(fields))
-    } else {
-        row
+    let text = match (fresh, reheader) {
+        (true, _) => format!("{}{row}", header_line(fields)),
+        (false, Some(torn)) => {
+            let nl = if torn { "\n" } else { "" };
+            format!("{nl}{}{row}", header_line(fields))
+        }
+        (false, None) => row,
     };
     f.write_all(text.as_bytes()).map_err(io_err)
 }

@@ -552,9 +552,9 @@ fn an_always_failing_agent_is_quarantined_after_three_attempts() {
     assert_eq!(f.comments(n).len(), 3);
 }
 
-/// An agent past `timing.attempt_max_s` is stopped with everything it started; what it
-/// committed is pushed (nothing is committed for it), the issue goes back, and the next
-/// attempt starts from that branch and is told so.
+/// An agent past `timing.attempt_max_s` is stopped with everything it started; its work is
+/// rescued (what it left uncommitted as a WIP commit) and pushed, the issue goes back, and
+/// the next attempt starts from that branch and is told so.
 #[test]
 fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
     let marks = TestEnv::new();
@@ -615,14 +615,30 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
     );
     assert!(files.lines().any(|l| l == "one.txt"), "{files}");
     assert!(
-        !files.lines().any(|l| l == "two.txt"),
-        "nothing committed for the agent: {files}"
+        files.lines().any(|l| l == "two.txt"),
+        "the uncommitted file is rescued: {files}"
     );
+    let subject = f.env.git(
+        &f.repo.origin,
+        &["log", "-1", "--format=%s", "afk/w1/1-slow-one"],
+    );
+    assert_eq!(subject.trim(), "WIP: rescued attempt 1-a1 (wall-clock cap)");
     let ledger = attempts(&f, n);
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0]["outcome"], "wall-clock-capped");
     assert_eq!(ledger[0]["branch"], "afk/w1/1-slow-one");
     assert_eq!(ledger[0]["head"], head.trim());
+    assert_eq!(
+        ledger[0]["rescued"],
+        format!("afk/w1/1-slow-one {}", head.trim())
+    );
+    assert!(
+        comments[0].contains(&format!(
+            "work rescued to afk/w1/1-slow-one at {}",
+            head.trim()
+        )),
+        "{comments:?}"
+    );
 
     f.work_once(0);
     let seen = fs::read_to_string(&resumed).unwrap();
@@ -632,6 +648,11 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
         lines.next(),
         Some("one"),
         "the worktree has the first attempt's file"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("WIP: rescued attempt 1-a1 (wall-clock cap)"),
+        "and the rescue: {seen}"
     );
     assert_eq!(lines.next(), Some("one"), "and its commit: {seen}");
     let ledger = attempts(&f, n);

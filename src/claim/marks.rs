@@ -132,6 +132,10 @@ impl Mark {
             return Some(Mark::Restore);
         }
         let line = body.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+        // A restore that rescued work names it above the restore line (SPEC §11.15).
+        if line == RESTORE_COMMENT {
+            return Some(Mark::Restore);
+        }
         let rest = line.strip_prefix(PREFIX)?;
         if let Some(t) = rest.strip_prefix("takeover ") {
             let t = t.strip_suffix(TAKEOVER_TAIL)?;

@@ -89,6 +89,8 @@ pub struct StaleBelt {
     next_look: HashMap<u64, Instant>,
     /// The holder branches' heads on origin at the last look, per issue.
     branches: HashMap<u64, BTreeMap<String, String>>,
+    /// `rescue.max_file_bytes`, for the rescue of this checkout's dead worker's attempt.
+    rescue_max_file_bytes: u64,
 }
 
 /// The interval of the belt for a stale age.
@@ -107,6 +109,34 @@ impl StaleBelt {
             first_seen: HashMap::new(),
             next_look: HashMap::new(),
             branches: HashMap::new(),
+            rescue_max_file_bytes: crate::rescue::DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+
+    /// The belt with the config's `rescue.max_file_bytes`.
+    pub fn with_rescue_limit(mut self, max_file_bytes: u64) -> StaleBelt {
+        self.rescue_max_file_bytes = max_file_bytes;
+        self
+    }
+
+    /// Before a takeover of this checkout's own dead worker: its attempt's work rescued
+    /// and pushed (the tracker is shared), so the takeover's next attempt resumes from it
+    /// on any host. Another checkout's worktrees are not here to rescue.
+    fn rescue_own(&self, n: u64, holder: &Holder) -> Option<crate::rescue::Rescued> {
+        if holder.host != self.host {
+            return None;
+        }
+        let keeper = crate::rescue::Keeper {
+            git: self.git.clone(),
+            max_file_bytes: self.rescue_max_file_bytes,
+            push: true,
+        };
+        match keeper.rescue_newest(&self.layout, &holder.worker, n, "claims-belt takeover") {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("afk-supervisor: #{n}: {e}");
+                None
+            }
         }
     }
 
@@ -193,7 +223,7 @@ impl StaleBelt {
                     Ok(()) => taken += 1,
                     Err(()) => errors += 1,
                 },
-                StaleAction::TakeOver(target) => match self.take_over(n, target) {
+                StaleAction::TakeOver(target) => match self.rescue_and_take_over(n, target) {
                     Ok(true) => taken += 1,
                     Ok(false) => {}
                     Err(()) => errors += 1,
@@ -234,6 +264,29 @@ impl StaleBelt {
             return Ok(false);
         }
         self.relabel(n).map(|()| true)
+    }
+
+    /// [`StaleBelt::take_over`], this checkout's own dead worker's work rescued first and
+    /// the rescue recorded once the takeover is effective.
+    fn rescue_and_take_over(&self, n: u64, target: Option<(Holder, String)>) -> Result<bool, ()> {
+        let rescued = target.as_ref().and_then(|(h, _)| self.rescue_own(n, h));
+        let took = self.take_over(n, target.clone())?;
+        if took && let Some(r) = &rescued {
+            self.record_rescue(n, target.as_ref(), r);
+        }
+        Ok(took)
+    }
+
+    /// The ledger's record of the taken-over attempt of this checkout's dead worker, with
+    /// its rescue, so the next attempt resumes from it.
+    fn record_rescue(&self, n: u64, target: Option<&(Holder, String)>, r: &crate::rescue::Rescued) {
+        let worker = target.map(|(h, _)| h.worker.as_str());
+        let record = crate::ledger::Record::now(worker, None, crate::ledger::Outcome::WorkerDied)
+            .rescued_to(&r.reference, &r.sha);
+        if let Err(e) = crate::ledger::append(&self.layout, n, &record) {
+            eprintln!("afk-supervisor: #{n}: attempt ledger: {e}");
+        }
+        eprintln!("afk-supervisor: {}", r.message());
     }
 
     fn relabel(&self, n: u64) -> Result<(), ()> {

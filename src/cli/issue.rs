@@ -346,17 +346,8 @@ fn show(
     if !issue.attempts.is_empty() {
         println!("\n--- attempts");
     }
-    for r in &issue.attempts {
-        let field = |v: &Option<String>| v.as_deref().map_or("-".into(), text::escape);
-        println!(
-            "{} .. {}  {}  worker={} branch={} head={}",
-            field(&r.start),
-            text::escape(&r.end),
-            r.outcome,
-            field(&r.worker),
-            field(&r.branch),
-            field(&r.head)
-        );
+    for line in crate::ledger::attempt_lines(&issue.attempts) {
+        println!("{line}");
     }
     Ok(())
 }

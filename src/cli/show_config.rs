@@ -84,5 +84,6 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         "budget.timezone",
         crate::budget::offset_words(c.budget.utc_offset_s),
     );
+    line("rescue.max_file_bytes", c.rescue.max_file_bytes.to_string());
     Ok(0)
 }

@@ -26,6 +26,15 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
     let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);
     let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)
         .map_err(|e| Failure::failed(e.to_string()))?;
+    if args.force && matches!(outcome, StopOutcome::Stopped { .. }) {
+        // Nobody else is left to keep the killed workers' work: keep it now.
+        for r in crate::supervisor::rescue_killed::rescue_killed(&ctx.layout, &config) {
+            match r {
+                Ok(r) => println!("{}", r.message()),
+                Err(e) => eprintln!("afk-supervisor: {e}; the tree is kept"),
+            }
+        }
+    }
     match outcome {
         StopOutcome::Stopped {
             pid: Some(pid),

@@ -8,6 +8,7 @@
 mod branches;
 pub mod parse;
 mod paths;
+mod snapshot;
 mod worktree;
 
 use std::ffi::OsString;
@@ -20,6 +21,7 @@ use crate::cmd::{self, Argv, RunOpts};
 use crate::text::{clip, one_line};
 
 pub use parse::{ChangeKind, Changes, Names, PathChange, Worktree};
+pub use snapshot::{FLEET_EMAIL, FLEET_NAME};
 
 /// Default deadline of one git call; fetch and push get the same, local reads rarely need it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

@@ -209,6 +209,7 @@ pub(crate) mod tests {
                 tracker_kind: Some("local".into()),
                 held: None,
                 spend: None,
+                rescued: Some(1),
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

@@ -84,6 +84,9 @@ pub struct FleetInfo {
     pub held: Option<crate::supervisor::state_file::AgentHold>,
     /// The day's spend, when a daily budget is set; null otherwise.
     pub spend: Option<crate::supervisor::state_file::SpendToday>,
+    /// Attempts whose work was rescued (`rescued` in the attempt ledgers, `docs/SPEC.md`
+    /// §11.15); null when the ledgers cannot be read.
+    pub rescued: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -144,6 +147,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 tracker_kind: None,
                 held: None,
                 spend: None,
+                rescued: None,
             },
             slots: Vec::new(),
             epoch: now,
@@ -152,7 +156,9 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     // The log's end only, read here in the reader's process: never the supervisor's work.
     let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
-    Ok(report_from(&s, start, now, &last))
+    let mut report = report_from(&s, start, now, &last);
+    report.fleet.rescued = crate::ledger::rescued_total(layout).ok();
+    Ok(report)
 }
 
 /// Most bytes of the event log's end read for each slot's last event.
@@ -203,6 +209,7 @@ fn report_from(
             tracker_kind: s.tracker_kind.clone(),
             held: s.held.clone(),
             spend: s.spend.clone(),
+            rescued: None,
         },
         slots: s
             .slot_detail

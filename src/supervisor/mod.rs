@@ -13,6 +13,7 @@ pub mod notify;
 pub mod periodic;
 pub mod reaper;
 pub mod release;
+pub mod rescue_killed;
 pub mod resize;
 pub mod run;
 pub mod slot;

@@ -59,7 +59,8 @@ pub fn periodic_tasks(
         Arc::clone(tracker),
         layout,
         config.claims.stale_after_s,
-    );
+    )
+    .with_rescue_limit(config.rescue.max_file_bytes);
     vec![
         Periodic {
             name: "unblock-belt",

@@ -16,14 +16,31 @@
 use super::texts::kind;
 use crate::layout::Layout;
 use crate::pidfile;
+use crate::rescue::Keeper;
 use crate::sweeps::transition;
 use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
 
 pub use crate::claim::release::{DeadWorker, claims_of};
 
-/// Releases every claim of `w`; returns one event per issue handled.
+/// Releases every claim of `w` ([`release_rescuing`] with the default size limit).
 pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {
+    let keeper = Keeper::new(
+        layout.repo(),
+        crate::rescue::DEFAULT_MAX_FILE_BYTES,
+        tracker.shared_across_checkouts(),
+    );
+    release_rescuing(layout, tracker, w, &keeper)
+}
+
+/// Releases every claim of `w`, its attempt's work rescued first ([`crate::rescue`]);
+/// returns the events of each issue handled.
+pub fn release_rescuing(
+    layout: &Layout,
+    tracker: &dyn Tracker,
+    w: &DeadWorker,
+    keeper: &Keeper,
+) -> Vec<Event> {
     let ev =
         |n: u64, kind: &str, msg: String| Event::now(kind, msg).slot(w.slot).pid(w.pid).issue(n);
     let mut out = Vec::new();
@@ -32,6 +49,18 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         // group was confirmed gone; a reused pid has another start time).
         if pidfile::judge_pid(w.pid, Some(w.start)).is_live() {
             continue;
+        }
+        // Local git work, before any tracker call: a tracker that fails keeps the claim
+        // for the boot sweep, but the work is safe on a ref already.
+        let rescued = match keeper.rescue_newest(layout, &w.id, n, rescue_why(w.outcome)) {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(ev(n, kind::ERROR, format!("{e}; the worktree is kept")));
+                None
+            }
+        };
+        if let Some(r) = rescued.as_ref().filter(|r| !r.already) {
+            out.push(ev(n, crate::rescue::EVENT, r.message()));
         }
         let view = match tracker.view(n) {
             Ok(v) => v,
@@ -46,7 +75,16 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         // another checkout holds by its claim marks is not ours to give back.
         let mut elsewhere = None;
         if restore {
-            match transition::restore_as(tracker, layout, n, None, &mut 0, w.outcome) {
+            let attempt = crate::rescue::newest_attempt_dir(layout, &w.id, n);
+            match transition::restore_rescued(
+                tracker,
+                layout,
+                n,
+                attempt.as_deref(),
+                &mut 0,
+                w.outcome,
+                rescued.as_ref(),
+            ) {
                 Ok(transition::Restored::Done) => {}
                 Ok(transition::Restored::HeldElsewhere(h)) => {
                     restore = false;
@@ -81,6 +119,15 @@ pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Ev
         out.push(ev(n, kind::RESTORE, msg));
     }
     out
+}
+
+/// The `(<why>)` of a rescue commit, from how the attempt ends.
+fn rescue_why(outcome: crate::ledger::Outcome) -> &'static str {
+    match outcome {
+        crate::ledger::Outcome::Stalled => "stall kill",
+        crate::ledger::Outcome::GivenBack => "stopped by a hard-kill shrink",
+        _ => "worker died",
+    }
 }
 
 fn left_for_boot(n: u64, w: &DeadWorker, e: &str) -> String {

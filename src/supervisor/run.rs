@@ -251,6 +251,9 @@ async fn run_fleet(
         }
     };
     journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
+    for r in &boot.report.rescued {
+        journal.write(Event::now(crate::rescue::EVENT, r.message()).issue(r.issue));
+    }
     if boot.end.is_err() {
         // What the halted or failing sweeps decided, with their causes (e.g. the git or
         // gh error behind `landing-failed`), so the log alone explains the outcome.

@@ -16,8 +16,9 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::config::Sweeps;
 use crate::layout::{Layout, parse_attempt_dir};
+use crate::rescue::{Keeper, Rescued};
 use crate::safe_delete::DeleteRoot;
-use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt};
+use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt, rescue_first, rescue_note};
 use crate::sweeps::orphans::fmt_dur;
 use crate::sweeps::worker_tree::{self, Kind, age, entries};
 use crate::sweeps::{Decision, Disposition, SweepName};
@@ -48,6 +49,9 @@ pub struct CapReport {
     /// and worker dirs left alone because their `worker.pid` could not be judged.
     pub unjudged: usize,
     pub decisions: Vec<Decision>,
+    /// The rescues made before reclaiming (`attempt.rescued`).
+    #[serde(skip)]
+    pub rescued: Vec<Rescued>,
 }
 
 /// The paths orphan cleanup removed (or, in a dry run, would have), from its decisions, so
@@ -86,6 +90,19 @@ pub fn run(
     dry_run: bool,
     already_gone: &HashSet<PathBuf>,
 ) -> Result<CapReport, CapError> {
+    let keeper = Keeper::new(layout.repo(), crate::rescue::DEFAULT_MAX_FILE_BYTES, false);
+    run_with(layout, caps, now, dry_run, already_gone, &keeper)
+}
+
+/// [`run`], rescuing each attempt's work with `keeper` before it is reclaimed.
+pub fn run_with(
+    layout: &Layout,
+    caps: Caps,
+    now: SystemTime,
+    dry_run: bool,
+    already_gone: &HashSet<PathBuf>,
+    keeper: &Keeper,
+) -> Result<CapReport, CapError> {
     let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(CapReport::default());
     };
@@ -95,6 +112,7 @@ pub fn run(
         dry_run,
         report: CapReport::default(),
         worktrees_removed: false,
+        keeper,
     };
     let gone = |p: &Path| p.ancestors().any(|a| already_gone.contains(a));
     let workers = worker_tree::worker_entries(layout)
@@ -213,6 +231,7 @@ struct Pass<'a> {
     report: CapReport,
     /// A reclaimed attempt held a linked git worktree: git's record is pruned at the end.
     worktrees_removed: bool,
+    keeper: &'a Keeper,
 }
 
 impl Pass<'_> {
@@ -278,7 +297,14 @@ impl Pass<'_> {
     /// Removes one attempt after judging its worker and its own state again.
     fn reclaim(&mut self, c: &Candidate, why: String) {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(&c.path);
+        let mut note = String::new();
         let result = recheck_attempt(&c.worker, &c.path).and_then(|()| {
+            let rescued = rescue_first(self.keeper, &c.path, "attempt cap", self.dry_run)?;
+            note = rescue_note(&rescued);
+            if let Some(r) = rescued.filter(|r| !r.already) {
+                self.report.rescued.push(r);
+            }
+            recheck_attempt(&c.worker, &c.path)?;
             if self.dry_run {
                 self.root.check(&c.path).map_err(NotRemoved::from)
             } else {
@@ -292,6 +318,7 @@ impl Pass<'_> {
             Ok(()) => {
                 self.worktrees_removed |= linked;
                 self.report.reclaimed += 1;
+                let why = format!("{why}{note}");
                 self.decide(&c.path, Some(c.issue), Disposition::Remove, why);
             }
             Err(e) => {

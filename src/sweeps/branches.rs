@@ -406,12 +406,19 @@ pub fn run(
         .local_afk_listing()
         .map_err(need("listing local afk/* branches"))?;
     let worktrees = git.worktree_branches().map_err(need("listing worktrees"))?;
+    let rescues: Vec<String> = git
+        .refs_under(crate::rescue::RESCUE_REFS)
+        .map_err(need("listing refs/afk/rescue/*"))?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
 
     let names_an_issue = remote
         .utf8
         .iter()
         .chain(&local.utf8)
-        .any(|b| parse_branch(b).is_some());
+        .any(|b| parse_branch(b).is_some())
+        || !rescues.is_empty();
     let (class, tracker_calls) = if names_an_issue {
         (
             Classification::from_batch(tracker.list_all(DEFAULT_LIST_LIMIT)),
@@ -454,7 +461,48 @@ pub fn run(
         delete_side(git, &mut report, Side::Remote);
         delete_side(git, &mut report, Side::Local);
     }
+    reap_rescues(git, &mut report, &rescues, &class, dry_run);
     Ok(report)
+}
+
+/// The rescue refs (`refs/afk/rescue/<N>/a<K>`, [`crate::rescue`]) are judged like local
+/// `afk/*` branches of their issue: reaped once it is closed, spared while it is open, not
+/// found or unclassified. Recorded on the local side under their full names.
+fn reap_rescues(
+    git: &Git,
+    report: &mut ReapReport,
+    refs: &[String],
+    class: &Classification,
+    dry_run: bool,
+) {
+    for r in refs {
+        let issue = crate::rescue::issue_of_ref(r);
+        let c = issue.map(|n| class.of(n));
+        let (action, reason) = match (issue, c) {
+            (Some(_), Some(IssueClass::Closed)) if dry_run => (Action::Reap, "issue closed".into()),
+            (Some(_), Some(IssueClass::Closed)) => match git.delete_refs(std::slice::from_ref(r)) {
+                Ok(()) => (Action::Reap, "issue closed".to_string()),
+                Err(e) => {
+                    let why = format!("issue closed; delete failed: {e}");
+                    report.delete_errors.push((Side::Local, e));
+                    (Action::NotReaped, why)
+                }
+            },
+            (Some(n), Some(c)) => (
+                Action::Spare,
+                format!("rescued work of issue #{n} {}", describe(c)),
+            ),
+            _ => (Action::Spare, "unrecognised rescue ref".to_string()),
+        };
+        report.decisions.push(BranchDecision {
+            side: Side::Local,
+            branch: r.clone(),
+            issue,
+            class: c,
+            action,
+            reason,
+        });
+    }
 }
 
 /// Deletes one side's reaped branches (one git call for any usual count). When the delete

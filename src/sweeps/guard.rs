@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::attempt_state::{AttemptState, StateError};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::rescue::{Keeper, Rescued};
 use crate::safe_delete::DeleteError;
 use crate::sweeps::worker_tree::{age, worker_pid};
 
@@ -65,6 +66,34 @@ pub enum NotRemoved {
     Survey(std::io::Error),
     #[error("{0}")]
     Delete(#[from] DeleteError),
+    /// The tree holds work no other ref has, and the rescue failed: it is kept.
+    #[error("{0}; the tree is kept")]
+    RescueFailed(String),
+}
+
+/// Before an attempt dir is removed: its work (uncommitted changes, commits no other ref
+/// holds) is rescued onto a ref ([`crate::rescue`]); a rescue that fails keeps the dir. A
+/// dry run rescues nothing.
+pub fn rescue_first(
+    keeper: &Keeper,
+    attempt: &Path,
+    why: &str,
+    dry_run: bool,
+) -> Result<Option<Rescued>, NotRemoved> {
+    if dry_run {
+        return Ok(None);
+    }
+    keeper
+        .rescue(attempt, why)
+        .map_err(|e| NotRemoved::RescueFailed(e.to_string()))
+}
+
+/// The note a sweep's line gets for a rescue it made.
+pub fn rescue_note(rescued: &Option<Rescued>) -> String {
+    match rescued {
+        Some(r) if !r.already => format!("; {}", r.comment_line()),
+        _ => String::new(),
+    }
 }
 
 /// Judges `pid_file` again right before a removal: a process that became live, or a file

@@ -34,8 +34,11 @@ use std::time::{Duration, SystemTime};
 use crate::attempt_state::AttemptState;
 use crate::layout::{Layout, parse_attempt_dir, parse_legacy_work_dir};
 use crate::pidfile::{DeadReason, Liveness, MissingStart, liveness};
+use crate::rescue::{Keeper, Rescued};
 use crate::safe_delete::DeleteRoot;
-use crate::sweeps::guard::{Guard, NotRemoved, recheck_attempt, recheck_pid_file};
+use crate::sweeps::guard::{
+    Guard, NotRemoved, recheck_attempt, recheck_pid_file, rescue_first, rescue_note,
+};
 use crate::sweeps::issue_book::{IssueBook, IssueFacts};
 use crate::sweeps::transition;
 use crate::sweeps::worker_tree::{self, Entry, Kind, age, entries, is_empty_dir};
@@ -91,6 +94,9 @@ pub struct OrphanReport {
     pub tracker_reads: usize,
     pub tracker_writes: usize,
     pub decisions: Vec<Decision>,
+    /// The rescues this pass made before restoring or removing (`attempt.rescued`).
+    #[serde(skip)]
+    pub rescued: Vec<Rescued>,
 }
 
 /// Runs the four passes. In a dry run every decision is made and reported the same way,
@@ -100,6 +106,23 @@ pub fn run(
     tracker: &dyn Tracker,
     now: SystemTime,
     dry_run: bool,
+) -> Result<OrphanReport, OrphanError> {
+    let keeper = Keeper::new(
+        layout.repo(),
+        crate::rescue::DEFAULT_MAX_FILE_BYTES,
+        tracker.shared_across_checkouts(),
+    );
+    run_with(layout, tracker, now, dry_run, &keeper)
+}
+
+/// [`run`], rescuing with `keeper` (the config's size limit) before every restore and
+/// every removal of an attempt dir.
+pub fn run_with(
+    layout: &Layout,
+    tracker: &dyn Tracker,
+    now: SystemTime,
+    dry_run: bool,
+    keeper: &Keeper,
 ) -> Result<OrphanReport, OrphanError> {
     let Some(root) = DeleteRoot::open(layout)? else {
         return Ok(OrphanReport::default());
@@ -113,6 +136,7 @@ pub fn run(
         report: OrphanReport::default(),
         unfinished: HashSet::new(),
         worktrees_removed: false,
+        keeper,
     };
     pass.legacy()?;
     let dead = pass.attempts()?;
@@ -239,9 +263,28 @@ struct Pass<'a> {
     unfinished: HashSet<u64>,
     /// An attempt dir removed held a linked git worktree: git's record is pruned at the end.
     worktrees_removed: bool,
+    keeper: &'a Keeper,
 }
 
 impl Pass<'_> {
+    /// Rescue BEFORE restore: the restore comment and the ledger name the work, and the
+    /// next attempt resumes from it. A failed rescue still restores the issue; the dir is
+    /// then kept (by the removal's own rescue).
+    fn rescue_and_restore(&mut self, n: u64, path: &Path) -> Result<RestoreOutcome, NotRestored> {
+        let rescued = self.rescue(path, "orchestrator died").ok().flatten();
+        self.restore(n, Some(path), rescued.as_ref())
+    }
+
+    /// The attempt's work rescued before its issue is restored or its dir removed; a
+    /// fresh rescue is reported.
+    fn rescue(&mut self, path: &Path, why: &str) -> Result<Option<Rescued>, NotRemoved> {
+        let r = rescue_first(self.keeper, path, why, self.dry_run)?;
+        if let Some(fresh) = r.as_ref().filter(|r| !r.already) {
+            self.report.rescued.push(fresh.clone());
+        }
+        Ok(r)
+    }
+
     fn decide(
         &mut self,
         path: &Path,
@@ -496,7 +539,7 @@ impl Pass<'_> {
                 let why = format!("{why}; worker {worker_dead}");
                 self.remove_attempt(worker, path, Some(n), desc, Disposition::Remove, why)
             }
-            Fate::Restore => match self.restore(n, Some(path)) {
+            Fate::Restore => match self.rescue_and_restore(n, path) {
                 Ok(RestoreOutcome::Done) => self.remove_attempt(
                     worker,
                     path,
@@ -540,6 +583,14 @@ impl Pass<'_> {
         why: String,
     ) -> Option<usize> {
         let linked = !self.dry_run && worker_tree::holds_linked_worktree(path);
+        let rescued = match recheck_attempt(worker, path).and_then(|()| self.rescue(path, "swept"))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return Some(self.keep(path, issue, state, format!("{why}; not removed: {e}")));
+            }
+        };
+        let why = format!("{why}{}", rescue_note(&rescued));
         match self.remove(path, || recheck_attempt(worker, path)) {
             Ok(()) => {
                 self.worktrees_removed |= linked;
@@ -555,7 +606,12 @@ impl Pass<'_> {
     /// ([`transition::restore`]), unless a live process holds the claim by now. Any tracker
     /// error stops here: the caller keeps the records (`attempt` and the claim) it could be
     /// restored from, and the issue is not tried again in this pass.
-    fn restore(&mut self, n: u64, attempt: Option<&Path>) -> Result<RestoreOutcome, NotRestored> {
+    fn restore(
+        &mut self,
+        n: u64,
+        attempt: Option<&Path>,
+        rescued: Option<&Rescued>,
+    ) -> Result<RestoreOutcome, NotRestored> {
         match crate::claim::liveness(self.layout, n) {
             Liveness::Live { pid, .. } => return Ok(RestoreOutcome::ClaimLive(pid)),
             Liveness::Unknown { reason } => return Err(NotRestored::ClaimUnjudgeable(reason)),
@@ -564,7 +620,16 @@ impl Pass<'_> {
         if !self.dry_run {
             let tracker = self.book.tracker();
             let writes = &mut self.report.tracker_writes;
-            match transition::restore(tracker, self.layout, n, attempt, writes) {
+            let died = crate::ledger::Outcome::WorkerDied;
+            match transition::restore_rescued(
+                tracker,
+                self.layout,
+                n,
+                attempt,
+                writes,
+                died,
+                rescued,
+            ) {
                 Ok(transition::Restored::Done) => {}
                 Ok(transition::Restored::HeldElsewhere(h)) => {
                     return Ok(RestoreOutcome::HeldElsewhere(h.to_string()));
@@ -666,7 +731,7 @@ impl Pass<'_> {
                 f if f.is_closed() || !f.has_label(labels::RUNNING) => {
                     format!("claim holder dead: {reason}")
                 }
-                _ => match self.restore(n, None) {
+                _ => match self.restore(n, None, None) {
                     Ok(RestoreOutcome::Done) => {
                         self.decide(
                             &issue_subject,

@@ -5,6 +5,7 @@
 //! worker may start; a failure is logged and the fleet starts anyway.
 
 use crate::host_lock as lock;
+use crate::rescue::{Keeper, Rescued};
 use crate::sweeps::attempt_cap::{self, Caps};
 use crate::sweeps::branches::{self, BranchCounts};
 use crate::sweeps::docs::{self, DocsCounts};
@@ -24,6 +25,18 @@ pub struct BootReport {
     pub stragglers: StragglerCounts,
     /// Every decision, in the order made.
     pub decisions: Vec<Decision>,
+    /// The rescues the sweeps made, each logged as `attempt.rescued`.
+    #[serde(skip)]
+    pub rescued: Vec<Rescued>,
+}
+
+/// The rescuer the sweeps of `ctx` share: its git, the config's size limit.
+fn keeper(ctx: &SweepCtx<'_>, push: bool) -> Keeper {
+    Keeper {
+        git: ctx.git.clone(),
+        max_file_bytes: ctx.config.rescue.max_file_bytes,
+        push,
+    }
 }
 
 impl BootReport {
@@ -255,18 +268,22 @@ fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Resu
     match name {
         SweepName::Orphans => {
             let now = std::time::SystemTime::now();
-            let r = orphans::run(ctx.layout, ctx.tracker, now, ctx.dry_run)
+            let keeper = keeper(ctx, ctx.tracker.shared_across_checkouts());
+            let r = orphans::run_with(ctx.layout, ctx.tracker, now, ctx.dry_run, &keeper)
                 .map_err(|e| failed("orphan cleanup: ", &e))?;
             report.orphans = r.counts;
+            report.rescued.extend(r.rescued);
             report.decisions.extend(r.decisions);
         }
         SweepName::AttemptCap => {
             let now = std::time::SystemTime::now();
             let gone = attempt_cap::gone_in_dry_run(ctx.layout, &report.decisions);
             let caps = Caps::from_config(&ctx.config.sweeps);
-            let r = attempt_cap::run(ctx.layout, caps, now, ctx.dry_run, &gone)
+            let keeper = keeper(ctx, ctx.tracker.shared_across_checkouts());
+            let r = attempt_cap::run_with(ctx.layout, caps, now, ctx.dry_run, &gone, &keeper)
                 .map_err(|e| failed("attempt cap: ", &e))?;
             report.attempt_cap_reclaimed = r.reclaimed;
+            report.rescued.extend(r.rescued);
             report.decisions.extend(r.decisions);
         }
         SweepName::Branches => {

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use crate::claim::marks::Holder;
 use crate::claim::marks::RESTORE_COMMENT;
 use crate::layout::Layout;
+use crate::rescue::Rescued;
 use crate::tracker::{Tracker, TrackerError, labels};
 
 /// The file a restore leaves in its record once the `docs/SPEC.md` §7 restore comment is posted.
@@ -148,6 +149,30 @@ pub fn restore_as(
     writes: &mut usize,
     outcome: crate::ledger::Outcome,
 ) -> Result<Restored, TransitionError> {
+    restore_rescued(tracker, layout, n, attempt, writes, outcome, None)
+}
+
+/// The restore comment: the §7 text, after the line naming where the attempt's work was
+/// rescued when it was (the restore line stays last: it is the mark, SPEC §11.5).
+pub fn restore_comment(rescued: Option<&Rescued>) -> String {
+    match rescued {
+        Some(r) => format!("{}\n\n{RESTORE_COMMENT}", r.comment_line()),
+        None => RESTORE_COMMENT.to_string(),
+    }
+}
+
+/// [`restore_as`] of an attempt whose work was rescued first ([`crate::rescue`]): the
+/// comment names the rescue and the ledger record carries it, so the next attempt resumes
+/// from it.
+pub fn restore_rescued(
+    tracker: &dyn Tracker,
+    layout: &Layout,
+    n: u64,
+    attempt: Option<&Path>,
+    writes: &mut usize,
+    outcome: crate::ledger::Outcome,
+    rescued: Option<&Rescued>,
+) -> Result<Restored, TransitionError> {
     let host = crate::claim::tracked::this_host(layout);
     if let Some(h) =
         crate::claim::tracked::held_elsewhere(tracker, n, &host).map_err(TransitionError::Check)?
@@ -156,15 +181,19 @@ pub fn restore_as(
     }
     let mut records = vec![layout.claims().join(n.to_string())];
     records.extend(attempt.map(Path::to_path_buf));
+    let comment = restore_comment(rescued);
     let t = Transition {
         issue: n,
-        comment: RESTORE_COMMENT,
+        comment: &comment,
         add: &[labels::READY_FOR_AGENT],
         remove: &[labels::RUNNING],
     };
     make(tracker, &t, Posted::Marker(&records), writes)?;
     // The dead worker's attempt ends in the ledger once the issue is back in the queue.
-    let record = died_record(attempt, outcome);
+    let mut record = died_record(attempt, outcome);
+    if let Some(r) = rescued {
+        record = record.rescued_to(&r.reference, &r.sha);
+    }
     if let Err(e) = crate::ledger::append(layout, n, &record) {
         eprintln!("afk-supervisor: #{n}: attempt ledger: {e}");
     }

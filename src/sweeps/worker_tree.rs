@@ -109,9 +109,7 @@ pub fn age(path: &Path, now: SystemTime) -> io::Result<Duration> {
 /// Whether the attempt dir holds a linked git worktree: `worktree/` a real dir whose
 /// `.git` is a file (git's `gitdir:` pointer), judged without following links.
 pub fn holds_linked_worktree(attempt: &Path) -> bool {
-    let wt = attempt.join("worktree");
-    fs::symlink_metadata(&wt).is_ok_and(|m| m.is_dir())
-        && fs::symlink_metadata(wt.join(".git")).is_ok_and(|m| m.is_file())
+    crate::rescue::worktree_of(attempt).is_some()
 }
 
 /// After a sweep removed attempt dirs holding linked worktrees: `git worktree prune` in the

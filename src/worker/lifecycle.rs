@@ -14,6 +14,7 @@ use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
 use crate::git::Git;
 use crate::ledger;
+use crate::rescue::Rescued;
 use crate::text;
 use crate::tracker::{LabeledIssue, labels};
 
@@ -149,30 +150,57 @@ impl Worker<'_> {
             text::escape(&title)
         );
         let started = state.state.started_at.clone();
-        let end =
-            |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
-                let head = Git::new(&worktree)
-                    .rev_parse("HEAD")
-                    .ok()
-                    .flatten()
-                    .or_else(|| {
-                        self.git
-                            .rev_parse(&format!("refs/heads/{branch}"))
-                            .ok()
-                            .flatten()
-                    });
-                let mut record =
-                    ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
-                        .on_branch(branch, head)
-                        .with_usage(usage);
-                record.excused = excused;
-                let mut records = records.clone();
-                if let Err(e) = ledger::append(self.layout, n, &record) {
-                    eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+        let end_rescued = |outcome: ledger::Outcome,
+                           branch: &str,
+                           usage: &Usage,
+                           excused: Option<String>,
+                           rescued: Option<&Rescued>| {
+            let head = Git::new(&worktree)
+                .rev_parse("HEAD")
+                .ok()
+                .flatten()
+                .or_else(|| {
+                    self.git
+                        .rev_parse(&format!("refs/heads/{branch}"))
+                        .ok()
+                        .flatten()
+                });
+            let mut record =
+                ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
+                    .on_branch(branch, head)
+                    .with_usage(usage);
+            record.excused = excused;
+            if let Some(r) = rescued {
+                record = record.rescued_to(&r.reference, &r.sha);
+            }
+            let mut records = records.clone();
+            if let Err(e) = ledger::append(self.layout, n, &record) {
+                eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
+            }
+            records.push(record);
+            records
+        };
+        let end = |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
+            end_rescued(outcome, branch, usage, excused, None)
+        };
+        // Every end that is not a clean hand-off keeps the work on a ref (and on `origin`
+        // with `gh`) for the next attempt; what it says goes to the log and the comment.
+        let rescue = |why: &str, push: bool| -> (Option<Rescued>, String) {
+            let mut keeper = self.keeper();
+            keeper.push |= push;
+            match keeper.rescue(&attempt_dir, why) {
+                Ok(Some(r)) => {
+                    eprintln!("worker {}: {}", self.wenv.worker_id, r.message());
+                    let note = format!("; {}", r.comment_line());
+                    (Some(r), note)
                 }
-                records.push(record);
-                records
-            };
+                Ok(None) => (None, String::new()),
+                Err(e) => {
+                    eprintln!("worker {}: {e}", self.wenv.worker_id);
+                    (None, texts::push_failed(&e))
+                }
+            }
+        };
 
         // Set once the agent has finished its work: from then on, a failure must not hand
         // the issue back to the queue, or the work would be done twice.
@@ -208,13 +236,18 @@ impl Worker<'_> {
                     };
                     let usage = agent_profile::classify(self.config.agent.profile, &seen).1;
                     state.write("failed")?;
-                    // Nothing is committed on the agent's behalf; what it committed is pushed
-                    // so the next attempt, on any host, resumes from it.
-                    let pushed = match self.publish(&worktree, &branch, &start_point) {
-                        Ok(_) => String::new(),
-                        Err(e) => texts::push_failed(&e),
-                    };
-                    let records = end(ledger::Outcome::WallClockCapped, &branch, &usage, None);
+                    // Its work, committed or not, is rescued (pushed with `gh`) so the next
+                    // attempt, on any host, resumes from it.
+                    // As before rescues existed, the cap pushes to any `origin`.
+                    let (rescued, pushed) = rescue("wall-clock cap", true);
+                    let records =
+                        end_rescued(
+                        ledger::Outcome::WallClockCapped,
+                        &branch,
+                        &usage,
+                        None,
+                        rescued.as_ref(),
+                    );
                     if self.over_limit(&records) {
                         self.quarantine(n, &claim, &records)?;
                         return Ok(Outcome::Capped);
@@ -350,7 +383,12 @@ impl Worker<'_> {
                 true => ledger::Outcome::Stalled,
                 false => ledger::Outcome::GivenBack,
             };
-            end(outcome, &branch, &Usage::default(), None);
+            let why = match outcome {
+                ledger::Outcome::Stalled => "stall kill",
+                _ => "interrupted",
+            };
+            let (rescued, _) = rescue(why, false);
+            end_rescued(outcome, &branch, &Usage::default(), None, rescued.as_ref());
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
         }
@@ -456,7 +494,17 @@ impl Worker<'_> {
     /// branch) when resuming; else `origin/<base>` freshly fetched when possible, else
     /// whatever the checkout has.
     fn prepare_start_point(&self, resume: Option<&str>) -> String {
-        if let Some(b) = resume {
+        // A rescue kept on this checkout (`refs/afk/rescue/<N>/a<K>`): a full ref, never
+        // on `origin`.
+        if let Some(r) = resume.filter(|r| r.starts_with("refs/")) {
+            if matches!(self.git.rev_parse(r), Ok(Some(_))) {
+                return r.to_string();
+            }
+            eprintln!(
+                "worker {}: rescue {r} to resume is gone; starting from the base",
+                self.wenv.worker_id
+            );
+        } else if let Some(b) = resume {
             let remote = format!("origin/{b}");
             if self.git.fetch_base(b).is_ok() && matches!(self.git.rev_parse(&remote), Ok(Some(_)))
             {
@@ -483,6 +531,16 @@ impl Worker<'_> {
             Ok(Some(_)) => remote,
             _ => "HEAD".into(),
         }
+    }
+
+    /// The rescuer of this worker's attempts: pushing to `origin` when the tracker is
+    /// shared across checkouts.
+    fn keeper(&self) -> crate::rescue::Keeper {
+        crate::rescue::Keeper::new(
+            self.layout.repo(),
+            self.config.rescue.max_file_bytes,
+            self.tracker.shared_across_checkouts(),
+        )
     }
 
     /// Pushes the branch when the agent committed; returns the number of new commits.

@@ -109,6 +109,8 @@ pub struct Fleet {
     stopping: Option<Stopping>,
     holds: holds::Holds,
     budget: crate::config::Budget,
+    /// `rescue.max_file_bytes`, for the rescue of a dead worker's attempt.
+    rescue_max_file_bytes: u64,
 }
 
 /// What a new worker is started with and named by: one part because a spawn is what it is
@@ -181,6 +183,7 @@ impl Fleet {
                 ..holds::Holds::default()
             },
             budget: config.budget.clone(),
+            rescue_max_file_bytes: config.rescue.max_file_bytes,
             timing,
             tx,
         }
@@ -218,8 +221,14 @@ impl Fleet {
                 continue;
             }
             let (layout, tx, tracker) = (self.layout.clone(), self.tx.clone(), tracker.clone());
+            // Git work for the rescue, tracker calls for the restore: off the event loop.
+            let keeper = crate::rescue::Keeper::new(
+                layout.repo(),
+                self.rescue_max_file_bytes,
+                tracker.shared_across_checkouts(),
+            );
             self.blocking(move || {
-                for ev in release::release(&layout, tracker.as_ref(), &w) {
+                for ev in release::release_rescuing(&layout, tracker.as_ref(), &w, &keeper) {
                     let _ = tx.send(Msg::Log(ev));
                 }
             });
