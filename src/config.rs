@@ -139,6 +139,16 @@ pub struct Claims {
     /// A claim mark older than this, with no progress on its branch, may be taken over by
     /// another host.
     pub stale_after_s: u64,
+    /// Logins besides the fleet's own (`gh api user`) whose marks count on GitHub (SPEC
+    /// §11.5): on a public repository anyone may comment, so a mark from anyone else is
+    /// ignored.
+    pub trusted_authors: Vec<String>,
+    /// Whether the repository's owners, members and collaborators (GitHub's author
+    /// association) make marks too.
+    pub trust_members: bool,
+    /// A `running` issue that carries no claim mark at all (a label switch that landed
+    /// though its answer failed) is restored by the claims belt after this long.
+    pub unmarked_grace_s: u64,
 }
 
 /// The event log's rotation and the slot logs' age.
@@ -208,6 +218,9 @@ impl Default for Config {
             },
             claims: Claims {
                 stale_after_s: 7200,
+                trusted_authors: Vec::new(),
+                trust_members: false,
+                unmarked_grace_s: 120,
             },
             log: LogCfg {
                 max_bytes: 10 << 20,
@@ -360,6 +373,9 @@ struct FileSweeps {
 #[serde(deny_unknown_fields)]
 struct FileClaims {
     stale_after_s: S<u64>,
+    trusted_authors: S<Vec<String>>,
+    trust_members: S<bool>,
+    unmarked_grace_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -618,6 +634,22 @@ impl Builder {
         if let Some(x) = self.take_u64("claims.stale_after_s", d.claims.stale_after_s)? {
             self.cfg.claims.stale_after_s = x;
         }
+        if let Some(x) = self.take("claims.trusted_authors", d.claims.trusted_authors) {
+            if let Some(bad) = x.iter().find(|a| !valid_login(a)) {
+                return Err(ConfigError(format!(
+                    "{}: claims.trusted_authors: {:?} is not a GitHub login",
+                    self.origin_of("claims.trusted_authors"),
+                    excerpt(bad)
+                )));
+            }
+            self.cfg.claims.trusted_authors = x;
+        }
+        if let Some(x) = self.take("claims.trust_members", d.claims.trust_members) {
+            self.cfg.claims.trust_members = x;
+        }
+        if let Some(x) = self.take_u64("claims.unmarked_grace_s", d.claims.unmarked_grace_s)? {
+            self.cfg.claims.unmarked_grace_s = x;
+        }
         if let Some(x) = self.take_u64("log.max_bytes", d.log.max_bytes)? {
             self.cfg.log.max_bytes = x;
         }
@@ -805,6 +837,15 @@ impl Builder {
     }
 }
 
+/// A GitHub login as `claims.trusted_authors` may name it: 1 to 39 of `A-Z a-z 0-9 -`, plus
+/// `[bot]` for an app's account (`github-actions[bot]`).
+fn valid_login(s: &str) -> bool {
+    let name = s.strip_suffix("[bot]").unwrap_or(s);
+    !name.is_empty()
+        && name.len() <= 39
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
 /// check ([`check_bounds`]). Named in [`afk_env`], their one home.
 pub use crate::afk_env::NUMERIC as NUMERIC_ENV;
@@ -823,7 +864,8 @@ fn bounds(key: &str) -> (u64, u64) {
         | "tracker.pace_window_s"
         | "timing.tick_s"
         | "timing.unblock_interval_s"
-        | "claims.stale_after_s" => (1, MAX_SECONDS),
+        | "claims.stale_after_s"
+        | "claims.unmarked_grace_s" => (1, MAX_SECONDS),
         "sweeps.attempt_max_age_days" => (0, 36500),
         "sweeps.attempt_max_count" => (1, 1_000_000),
         // Room for a header and a few records, and at most 1 TiB.

@@ -63,5 +63,14 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("log.keep", c.log.keep.to_string());
     line("log.slot_log_days", c.log.slot_log_days.to_string());
     line("claims.stale_after_s", c.claims.stale_after_s.to_string());
+    line(
+        "claims.trusted_authors",
+        format!("{:?}", c.claims.trusted_authors),
+    );
+    line("claims.trust_members", c.claims.trust_members.to_string());
+    line(
+        "claims.unmarked_grace_s",
+        c.claims.unmarked_grace_s.to_string(),
+    );
     Ok(0)
 }

@@ -94,6 +94,7 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Se
         GhTracker::new(repo, timeout)
             .in_dir(layout.repo().to_path_buf())
             .with_fleet(layout.state(), pace.clone())
+            .with_trust(super::trust::Trust::from_config(&config.claims))
     };
     let local = || Backend::Local(LocalTracker::new(layout, git.clone()).with_timeout(timeout));
     match config.tracker.kind {
