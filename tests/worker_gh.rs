@@ -295,7 +295,39 @@ fn a_trusted_authors_claim_mark_holds_the_issue() {
     assert_eq!(w.runs(), 0, "{}", String::from_utf8_lossy(&o.stderr));
     let issue = w.gh.issue(1).unwrap();
     assert!(
-        issue.comments.iter().any(|c| c.body.starts_with("🤖 /afk yielded w1@")),
+        issue
+            .comments
+            .iter()
+            .any(|c| c.body.starts_with("🤖 /afk yielded w1@")),
+        "{:?}",
+        issue.comments
+    );
+}
+
+/// The claim switch lands on GitHub but every answer is a 502 (#22): the worker retries
+/// the idempotent edit, then re-reads the issue, sees `running` in place of
+/// `ready-for-agent`, and goes on with the claim instead of leaving the issue `running`
+/// with no mark and no worker.
+#[test]
+fn a_claim_switch_that_landed_though_its_answer_failed_is_carried_on() {
+    let w = GhWorker::new();
+    // The queue listing and the confirming view answer; the switch is applied and answered
+    // 502 on each of its three tries.
+    w.gh.pass_next(2);
+    w.gh.apply_then_fail_next(
+        3,
+        1,
+        "HTTP 502: Bad Gateway (https://api.github.com/graphql)",
+    );
+    let o = w.work_once(0);
+    assert_eq!(w.runs(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    let issue = w.gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+    assert!(
+        issue
+            .comments
+            .iter()
+            .any(|c| c.body.starts_with("🤖 /afk claim w1@")),
         "{:?}",
         issue.comments
     );

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::trust::{Author, Trust, Verdict};
 use super::{
     ErrorKind, IssueState, IssueSummary, IssueView, LabeledIssue, Tracker, TrackerError,
     TrackerResult,
 };
-use super::trust::{Author, Trust, Verdict};
 use crate::cmd::{self, Argv, RunError, RunOpts};
 use crate::text::{clip_quoted, excerpt, one_line};
 
@@ -94,7 +94,10 @@ impl GhTracker {
     ) -> TrackerResult<()> {
         let mut ignored: Vec<String> = Vec::new();
         let mut keep = Vec::with_capacity(thread.comments.len());
-        for (c, author) in std::mem::take(&mut thread.comments).into_iter().zip(authors) {
+        for (c, author) in std::mem::take(&mut thread.comments)
+            .into_iter()
+            .zip(authors)
+        {
             if crate::claim::marks::Mark::parse(&c.body).is_none() {
                 keep.push(c);
                 continue;

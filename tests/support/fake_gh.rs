@@ -239,7 +239,10 @@ impl FakeGh {
 
     /// Calls of `gh api user` so far.
     pub fn viewer_calls(&self) -> usize {
-        self.calls().iter().filter(|c| c[..] == ["api", "user"]).count()
+        self.calls()
+            .iter()
+            .filter(|c| c[..] == ["api", "user"])
+            .count()
     }
 
     /// The next `k` calls are applied to the state and then answered with `code` and
