@@ -103,6 +103,9 @@ pub struct Timing {
     /// The share of the slots whose circuits must trip within one circuit window for the
     /// whole fleet to park behind one probe (`docs/SPEC.md` §11.12), in (0, 1].
     pub fleet_circuit_fraction: Fraction,
+    /// The stall check's CPU floor, thousandths of a core over the reading's window: a
+    /// tree using less made no progress by CPU (a poll now and then is no work).
+    pub stall_cpu_floor_permille: u64,
 }
 
 /// A number in (0, 1], kept as thousandths so the configuration stays `Eq`.
@@ -211,6 +214,7 @@ impl Default for Config {
                 unblock_interval_s: 60,
                 attempt_max_s: 7200,
                 fleet_circuit_fraction: Fraction(500),
+                stall_cpu_floor_permille: 10,
             },
             sweeps: Sweeps {
                 attempt_max_age_days: 14,
@@ -360,6 +364,7 @@ struct FileTiming {
     unblock_interval_s: S<u64>,
     attempt_max_s: S<u64>,
     fleet_circuit_fraction: S<f64>,
+    stall_cpu_floor_permille: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -623,6 +628,12 @@ impl Builder {
             }
             self.cfg.timing.fleet_circuit_fraction = Fraction(((x * 1000.0).round() as u32).max(1));
         }
+        if let Some(x) = self.take_u64(
+            "timing.stall_cpu_floor_permille",
+            t.stall_cpu_floor_permille,
+        )? {
+            self.cfg.timing.stall_cpu_floor_permille = x;
+        }
         if let Some(x) =
             self.take_u64("sweeps.attempt_max_age_days", d.sweeps.attempt_max_age_days)?
         {
@@ -872,6 +883,8 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.max_bytes" => (1024, 1 << 40),
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
+        // At most a thousand cores.
+        "timing.stall_cpu_floor_permille" => (0, 1_000_000),
         _ => (0, MAX_SECONDS),
     }
 }

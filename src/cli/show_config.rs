@@ -52,6 +52,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         c.timing.fleet_circuit_fraction.to_string(),
     );
     line(
+        "timing.stall_cpu_floor_permille",
+        c.timing.stall_cpu_floor_permille.to_string(),
+    );
+    line(
         "sweeps.attempt_max_age_days",
         c.sweeps.attempt_max_age_days.to_string(),
     );
