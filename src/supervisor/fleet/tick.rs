@@ -58,6 +58,12 @@ impl Fleet {
         if let Some(k) = self.procs.next_stray_kill() {
             d = d.min(k);
         }
+        // A stop sweeps every stray itself; the repeated searches wait for no stop.
+        if self.stopping.is_none()
+            && let Some(r) = self.procs.next_stray_retry()
+        {
+            d = d.min(r);
+        }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
         } else if self.view.unidle_backlog.0 > 0 {
@@ -77,6 +83,7 @@ impl Fleet {
             return;
         }
         self.clean_after(&done, now);
+        self.retry_strays(now);
         self.release_claims(&done);
         self.resume_if_due(now);
         self.wake_backlog(now);
