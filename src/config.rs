@@ -163,6 +163,9 @@ pub struct LogCfg {
     pub keep: usize,
     /// Per-day slot log folders older than this many days are deleted.
     pub slot_log_days: u64,
+    /// The most of one attempt's agent output a slot log keeps: its first and last halves,
+    /// with the cut marked between them.
+    pub slot_log_max_bytes: u64,
 }
 
 /// The resolved configuration.
@@ -230,6 +233,7 @@ impl Default for Config {
                 max_bytes: 10 << 20,
                 keep: 5,
                 slot_log_days: 7,
+                slot_log_max_bytes: 64 << 20,
             },
         }
     }
@@ -389,6 +393,7 @@ struct FileLog {
     max_bytes: S<u64>,
     keep: S<u64>,
     slot_log_days: S<u64>,
+    slot_log_max_bytes: S<u64>,
 }
 
 /// Where a value came from, for error messages and `config`.
@@ -670,6 +675,9 @@ impl Builder {
         if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
             self.cfg.log.slot_log_days = x;
         }
+        if let Some(x) = self.take_u64("log.slot_log_max_bytes", d.log.slot_log_max_bytes)? {
+            self.cfg.log.slot_log_max_bytes = x;
+        }
         Ok(())
     }
 
@@ -883,6 +891,7 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.max_bytes" => (1024, 1 << 40),
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
+        "log.slot_log_max_bytes" => (1024, 1 << 40),
         // At most a thousand cores.
         "timing.stall_cpu_floor_permille" => (0, 1_000_000),
         _ => (0, MAX_SECONDS),

@@ -209,7 +209,9 @@ fn a_transient_failure_changes_nothing_and_the_next_k_calls_fail() {
 }
 
 #[test]
-fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
+/// Transient (#22): a proxy's error page or a cut-off answer is the tracker misbehaving, so
+/// the worker exits 69 (no death, no circuit) and nothing acts on it.
+fn json_that_is_not_what_was_asked_for_is_a_clear_transient_failure() {
     let (_env, fake) = fixture();
     let t = fake.tracker(Some("o/r"));
     let bad = [
@@ -224,13 +226,13 @@ fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
     for out in bad {
         fake.respond_next(1, 0, out, "");
         let e = t.list_all(10).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Failed, "{out}: {e}");
+        assert_eq!(e.kind, ErrorKind::Transient, "{out}: {e}");
         assert!(e.detail.contains("unexpected JSON from gh"), "{out}: {e}");
         assert!(e.command.contains("issue list --state all"), "{e}");
     }
     fake.respond_next(1, 0, "[]", "");
     let e = t.view(1).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Failed);
+    assert_eq!(e.kind, ErrorKind::Transient);
     assert!(e.detail.starts_with("unexpected JSON from gh: "), "{e}");
 }
 

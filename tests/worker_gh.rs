@@ -332,3 +332,15 @@ fn a_claim_switch_that_landed_though_its_answer_failed_is_carried_on() {
         issue.comments
     );
 }
+
+/// A garbage answer where JSON was asked for (a proxy's error page): the tracker failed,
+/// not the worker, so it exits 69 (no death, no circuit) and changes nothing (#22).
+#[test]
+fn a_worker_given_garbage_by_gh_exits_69_and_changes_nothing() {
+    let w = GhWorker::new();
+    w.gh.respond_next(1, 0, "<html><body>502 Bad Gateway</body></html>\n", "");
+    let o = w.work_once(69);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("unexpected JSON from gh"), "{stderr}");
+    w.assert_untouched();
+}

@@ -66,6 +66,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("log.max_bytes", c.log.max_bytes.to_string());
     line("log.keep", c.log.keep.to_string());
     line("log.slot_log_days", c.log.slot_log_days.to_string());
+    line(
+        "log.slot_log_max_bytes",
+        c.log.slot_log_max_bytes.to_string(),
+    );
     line("claims.stale_after_s", c.claims.stale_after_s.to_string());
     line(
         "claims.trusted_authors",

@@ -315,6 +315,12 @@ impl GhTracker {
                     }
                 ),
             )),
+            // Not the answer asked for: like unparseable output, worth a retry later.
+            Err(RunError::TooLarge { limit, .. }) => Err(TrackerError::new(
+                ErrorKind::Transient,
+                command,
+                format!("printed more than {limit} bytes and was killed"),
+            )),
             Err(RunError::Spawn { source, .. }) => Err(TrackerError::new(
                 ErrorKind::Failed,
                 command,
@@ -343,9 +349,12 @@ impl GhTracker {
         parser: fn(&str) -> Result<T, OutputError>,
     ) -> TrackerResult<T> {
         let stdout = self.run(args, with_repo)?;
+        // An answer that is not the JSON asked for (a proxy's HTML page, a cut-off body) is
+        // the tracker misbehaving, not the worker: transient (exit 69), never a death that
+        // trips the circuits.
         parser(&stdout).map_err(|e| {
             TrackerError::new(
-                ErrorKind::Failed,
+                ErrorKind::Transient,
                 render(&self.argv(args, with_repo)),
                 format!("unexpected JSON from gh: {e}"),
             )

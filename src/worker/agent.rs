@@ -36,6 +36,10 @@ impl Worker<'_> {
             .env(afk_env::ATTEMPT_DIR, attempt_dir)
             .env(afk_env::RUNNER, &self.wenv.runner);
         pass_issue_texts(&mut cmd, attempt_dir, title, &issue.body)?;
+        // Through the worker, so the slot log keeps at most `log.slot_log_max_bytes` of
+        // this attempt's output (its head and its tail).
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -47,6 +51,8 @@ impl Worker<'_> {
                 };
             }
         };
+        let output =
+            super::output::OutputCap::attach(&mut child, self.config.log.slot_log_max_bytes);
         // Liveness records mark progress, not mere existence: one when the agent starts, then
         // one whenever its worktree moves (a new commit or changed files), checked every
         // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
@@ -61,7 +67,7 @@ impl Worker<'_> {
             Instant::now(),
             Duration::from_secs(self.config.timing.attempt_max_s),
         );
-        loop {
+        let end = loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
                 if now.is_some() && now != seen {
@@ -75,16 +81,16 @@ impl Worker<'_> {
                     // A group signal reaches the agent and the worker together: the agent's
                     // end is then an interruption, not a failed attempt.
                     if let Some(signal) = self.stop.signal() {
-                        return Ok(AgentEnd::Signalled(signal));
+                        break Ok(AgentEnd::Signalled(signal));
                     }
                     use std::os::unix::process::ExitStatusExt;
                     let code = status
                         .code()
                         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                    return Ok(AgentEnd::Exited(code));
+                    break Ok(AgentEnd::Exited(code));
                 }
                 Ok(None) => {}
-                Err(e) => return Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
+                Err(e) => break Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
             }
             if let Some(signal) = self.stop.signal() {
                 // Half the supervisor's grace: the worker must still have time to give the
@@ -93,7 +99,7 @@ impl Worker<'_> {
                     &mut child,
                     Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
                 );
-                return Ok(AgentEnd::Signalled(signal));
+                break Ok(AgentEnd::Signalled(signal));
             }
             if Instant::now() >= cap {
                 eprintln!(
@@ -104,10 +110,12 @@ impl Worker<'_> {
                     &mut child,
                     Duration::from_secs(self.config.timing.stop_grace_s),
                 );
-                return Ok(AgentEnd::Capped);
+                break Ok(AgentEnd::Capped);
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
+        };
+        output.finish();
+        end
     }
 }
 
