@@ -179,6 +179,12 @@ impl GhTracker {
             return Err(refused);
         }
         if let Some((_, pace)) = &self.fleet {
+            // GitHub's limit is the account's: the budget is the login's, on this host.
+            let pace = if pace.is_per_account() {
+                pace.for_login(&self.viewer()?)
+            } else {
+                pace.clone()
+            };
             let deadline = crate::timeutil::deadline(
                 Instant::now(),
                 self.timeout.saturating_add(Duration::from_secs(60)),
