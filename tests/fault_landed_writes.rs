@@ -25,11 +25,11 @@ fn an_unmarked_running_issue_is_restored_after_the_grace_not_the_stale_age() {
     // The stale age is two hours: only the grace can restore the issue within the test.
     let mut belt = StaleBelt::new(Arc::clone(&tracker), &layout, 7200)
         .with_unmarked_grace(Duration::from_secs(1));
-    let seen = Instant::now();
     let first = belt.pass().unwrap();
     assert!(first.contains("looked=0"), "{first}");
-    // The belt measures the grace on its own clock from its first look: once it is over,
-    // the next pass reads the thread.
+    // The belt measures the grace on its own clock from its first look, made within that
+    // pass: a second after the pass, the next one reads the thread.
+    let seen = Instant::now();
     std::thread::sleep(Duration::from_millis(1100).saturating_sub(seen.elapsed()));
     // The listing, the thread read, the takeover mark, its re-read and the fleet's login
     // (asked once the thread carries a mark) answer; the relabel lands but is answered 502

@@ -311,9 +311,9 @@ fn a_trusted_authors_claim_mark_holds_the_issue() {
 #[test]
 fn a_claim_switch_that_landed_though_its_answer_failed_is_carried_on() {
     let w = GhWorker::new();
-    // The queue listing and the confirming view answer; the switch is applied and answered
-    // 502 on each of its three tries.
-    w.gh.pass_next(2);
+    // The queue listing, the confirming view and the fleet's login (for the account's write
+    // pace) answer; the switch is applied and answered 502 on each of its three tries.
+    w.gh.pass_next(3);
     w.gh.apply_then_fail_next(
         3,
         1,
