@@ -308,6 +308,7 @@ pub fn run_capped(
         // Killed: reaping it is prompt, and it must be reaped all the same.
         status = Some(child.wait());
     }
+    let too_large = too_large || out.over || err.over;
     let (stdout, stderr) = (out.buf, err.buf);
     tracing::debug!(
         target: "afk_supervisor::cmd",
@@ -317,6 +318,7 @@ pub fn run_capped(
         timed_out,
         "command finished"
     );
+    // The child may have died of the closed pipe before the loop saw the cap reached.
     if too_large {
         return Err(RunError::TooLarge {
             argv: argv.clone(),
@@ -426,7 +428,7 @@ mod tests {
             "sh",
             [
                 "-c".to_string(),
-                "yes & echo $! > \"$0\"; wait".to_string(),
+                "echo $$ > \"$0\"; exec yes".to_string(),
                 pidfile.display().to_string(),
             ],
         );
@@ -449,7 +451,9 @@ mod tests {
         assert!(began.elapsed() < Duration::from_secs(300));
         assert_gone(pid_from(&pidfile));
         let big = Argv::new("sh", ["-c", "head -c 100000000 /dev/zero"]);
-        let e = run(&big, Duration::from_secs(600), &RunOpts::default()).unwrap_err();
+        let Err(e) = run(&big, Duration::from_secs(600), &RunOpts::default()) else {
+            panic!("100 MB were read whole");
+        };
         assert!(matches!(e, RunError::TooLarge { .. }), "{e}");
     }
 
