@@ -88,7 +88,15 @@ pub enum RunError {
         timeout: Duration,
         stderr: String,
     },
+    /// Printed more than the cap on one of its pipes: killed with its group at once, rather
+    /// than read into memory until the deadline.
+    #[error("`{argv}` printed more than {limit} bytes and was killed")]
+    TooLarge { argv: Argv, limit: usize },
 }
+
+/// The most [`run`] keeps of one pipe of a child: far above any answer a command we run
+/// gives (a `gh issue list` of 1000 issues with their bodies is a few MiB).
+pub const MAX_CAPTURE_BYTES: usize = 64 << 20;
 
 /// Options for one run.
 #[derive(Debug, Clone, Default)]
@@ -102,16 +110,21 @@ pub struct RunOpts {
 struct Pipe<R> {
     pipe: Option<R>,
     buf: Vec<u8>,
+    /// The most `buf` keeps; past it the pipe is over its cap.
+    limit: usize,
+    over: bool,
 }
 
 impl<R: Read + AsFd> Pipe<R> {
-    fn new(pipe: Option<R>) -> Self {
+    fn new(pipe: Option<R>, limit: usize) -> Self {
         if let Some(p) = &pipe {
             set_nonblocking(p.as_fd());
         }
         Pipe {
             pipe,
             buf: Vec::new(),
+            limit,
+            over: false,
         }
     }
 
@@ -128,7 +141,15 @@ impl<R: Read + AsFd> Pipe<R> {
         loop {
             match p.read(&mut chunk) {
                 Ok(0) => break,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    let room = self.limit.saturating_sub(self.buf.len());
+                    self.buf.extend_from_slice(&chunk[..n.min(room)]);
+                    if n > room {
+                        self.over = true;
+                        self.pipe = None;
+                        return;
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(_) => break,
@@ -158,6 +179,17 @@ fn set_nonblocking(fd: BorrowedFd<'_>) {
 /// waiting for that process. At the deadline the whole process group is killed; a child
 /// that had already exited keeps its status, returned with the output read so far.
 pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, RunError> {
+    run_capped(argv, timeout, opts, MAX_CAPTURE_BYTES)
+}
+
+/// [`run`], keeping at most `limit` bytes of each output pipe: a child that prints more is
+/// killed with its group at once ([`RunError::TooLarge`]).
+pub fn run_capped(
+    argv: &Argv,
+    timeout: Duration,
+    opts: &RunOpts,
+    limit: usize,
+) -> Result<Output, RunError> {
     let started = Instant::now();
     let deadline = started.checked_add(timeout);
     let mut cmd = Command::new(&argv.program);
@@ -195,8 +227,9 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
     if let Some((Some(stdin), _, _)) = &input {
         set_nonblocking(stdin.as_fd());
     }
-    let mut out = Pipe::new(child.stdout.take());
-    let mut err = Pipe::new(child.stderr.take());
+    let mut out = Pipe::new(child.stdout.take(), limit);
+    let mut err = Pipe::new(child.stderr.take(), limit);
+    let mut too_large = false;
 
     let mut status: Option<std::io::Result<ExitStatus>> = None;
     let mut killed_at: Option<Instant> = None;
@@ -214,6 +247,11 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
             break;
         }
         let now = Instant::now();
+        if killed_at.is_none() && (out.over || err.over) {
+            crate::process::signal_own_group(pid, Signal::SIGKILL);
+            killed_at = Some(now);
+            too_large = true;
+        }
         if killed_at.is_none() && deadline.is_some_and(|d| now >= d) {
             crate::process::signal_own_group(pid, Signal::SIGKILL);
             killed_at = Some(now);
@@ -270,6 +308,7 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         // Killed: reaping it is prompt, and it must be reaped all the same.
         status = Some(child.wait());
     }
+    let too_large = too_large || out.over || err.over;
     let (stdout, stderr) = (out.buf, err.buf);
     tracing::debug!(
         target: "afk_supervisor::cmd",
@@ -283,6 +322,13 @@ pub fn run(argv: &Argv, timeout: Duration, opts: &RunOpts) -> Result<Output, Run
         timed_out,
         "command finished"
     );
+    // The child may have died of the closed pipe before the loop saw the cap reached.
+    if too_large {
+        return Err(RunError::TooLarge {
+            argv: argv.clone(),
+            limit,
+        });
+    }
     if timed_out {
         return Err(RunError::Timeout {
             argv: argv.clone(),
@@ -374,6 +420,45 @@ mod tests {
         assert_eq!(o.status.code(), Some(3));
         assert_eq!(o.stdout_str(), "out\n");
         assert_eq!(o.stderr_str(), "err");
+    }
+
+    /// A child that prints without end is killed at the cap, not read into memory until its
+    /// deadline (#22); its group goes with it. At the default cap, a 100 MB answer is refused.
+    #[test]
+    fn output_past_the_cap_kills_the_child_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let argv = Argv::new(
+            "sh",
+            [
+                "-c".to_string(),
+                "echo $$ > \"$0\"; exec yes".to_string(),
+                pidfile.display().to_string(),
+            ],
+        );
+        let began = Instant::now();
+        let e = run_capped(
+            &argv,
+            Duration::from_secs(600),
+            &RunOpts::default(),
+            1 << 20,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, RunError::TooLarge { limit, .. } if limit == 1 << 20),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("printed more than 1048576 bytes"),
+            "{e}"
+        );
+        assert!(began.elapsed() < Duration::from_secs(300));
+        assert_gone(pid_from(&pidfile));
+        let big = Argv::new("sh", ["-c", "head -c 100000000 /dev/zero"]);
+        let Err(e) = run(&big, Duration::from_secs(600), &RunOpts::default()) else {
+            panic!("100 MB were read whole");
+        };
+        assert!(matches!(e, RunError::TooLarge { .. }), "{e}");
     }
 
     /// The pid a script wrote to `file`, waiting for the write with a deadline.

@@ -175,6 +175,9 @@ pub struct Timing {
     /// The share of the slots whose circuits must trip within one circuit window for the
     /// whole fleet to park behind one probe (`docs/SPEC.md` §11.12), in (0, 1].
     pub fleet_circuit_fraction: Fraction,
+    /// The stall check's CPU floor, thousandths of a core over the reading's window: a
+    /// tree using less made no progress by CPU (a poll now and then is no work).
+    pub stall_cpu_floor_permille: u64,
 }
 
 /// A number in (0, 1], kept as thousandths so the configuration stays `Eq`.
@@ -211,6 +214,16 @@ pub struct Claims {
     /// A claim mark older than this, with no progress on its branch, may be taken over by
     /// another host.
     pub stale_after_s: u64,
+    /// Logins besides the fleet's own (`gh api user`) whose marks count on GitHub (SPEC
+    /// §11.5): on a public repository anyone may comment, so a mark from anyone else is
+    /// ignored.
+    pub trusted_authors: Vec<String>,
+    /// Whether the repository's owners, members and collaborators (GitHub's author
+    /// association) make marks too.
+    pub trust_members: bool,
+    /// A `running` issue that carries no claim mark at all (a label switch that landed
+    /// though its answer failed) is restored by the claims belt after this long.
+    pub unmarked_grace_s: u64,
 }
 
 /// The event log's rotation and the slot logs' age.
@@ -222,6 +235,9 @@ pub struct LogCfg {
     pub keep: usize,
     /// Per-day slot log folders older than this many days are deleted.
     pub slot_log_days: u64,
+    /// The most of one attempt's agent output a slot log keeps: its first and last halves,
+    /// with the cut marked between them.
+    pub slot_log_max_bytes: u64,
 }
 
 /// The rescue of a dead attempt's work (`docs/SPEC.md` §11.15).
@@ -287,6 +303,7 @@ impl Default for Config {
                 unblock_interval_s: 60,
                 attempt_max_s: 7200,
                 fleet_circuit_fraction: Fraction(500),
+                stall_cpu_floor_permille: 10,
             },
             sweeps: Sweeps {
                 attempt_max_age_days: 14,
@@ -294,11 +311,15 @@ impl Default for Config {
             },
             claims: Claims {
                 stale_after_s: 7200,
+                trusted_authors: Vec::new(),
+                trust_members: false,
+                unmarked_grace_s: 120,
             },
             log: LogCfg {
                 max_bytes: 10 << 20,
                 keep: 5,
                 slot_log_days: 7,
+                slot_log_max_bytes: 64 << 20,
             },
             budget: Budget::default(),
             rescue: RescueCfg {
@@ -451,6 +472,7 @@ struct FileTiming {
     unblock_interval_s: S<u64>,
     attempt_max_s: S<u64>,
     fleet_circuit_fraction: S<f64>,
+    stall_cpu_floor_permille: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -464,6 +486,9 @@ struct FileSweeps {
 #[serde(deny_unknown_fields)]
 struct FileClaims {
     stale_after_s: S<u64>,
+    trusted_authors: S<Vec<String>>,
+    trust_members: S<bool>,
+    unmarked_grace_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -472,6 +497,7 @@ struct FileLog {
     max_bytes: S<u64>,
     keep: S<u64>,
     slot_log_days: S<u64>,
+    slot_log_max_bytes: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -725,6 +751,12 @@ impl Builder {
             }
             self.cfg.timing.fleet_circuit_fraction = Fraction(((x * 1000.0).round() as u32).max(1));
         }
+        if let Some(x) = self.take_u64(
+            "timing.stall_cpu_floor_permille",
+            t.stall_cpu_floor_permille,
+        )? {
+            self.cfg.timing.stall_cpu_floor_permille = x;
+        }
         if let Some(x) =
             self.take_u64("sweeps.attempt_max_age_days", d.sweeps.attempt_max_age_days)?
         {
@@ -736,6 +768,22 @@ impl Builder {
         if let Some(x) = self.take_u64("claims.stale_after_s", d.claims.stale_after_s)? {
             self.cfg.claims.stale_after_s = x;
         }
+        if let Some(x) = self.take("claims.trusted_authors", d.claims.trusted_authors) {
+            if let Some(bad) = x.iter().find(|a| !valid_login(a)) {
+                return Err(ConfigError(format!(
+                    "{}: claims.trusted_authors: {:?} is not a GitHub login",
+                    self.origin_of("claims.trusted_authors"),
+                    excerpt(bad)
+                )));
+            }
+            self.cfg.claims.trusted_authors = x;
+        }
+        if let Some(x) = self.take("claims.trust_members", d.claims.trust_members) {
+            self.cfg.claims.trust_members = x;
+        }
+        if let Some(x) = self.take_u64("claims.unmarked_grace_s", d.claims.unmarked_grace_s)? {
+            self.cfg.claims.unmarked_grace_s = x;
+        }
         if let Some(x) = self.take_u64("log.max_bytes", d.log.max_bytes)? {
             self.cfg.log.max_bytes = x;
         }
@@ -744,6 +792,9 @@ impl Builder {
         }
         if let Some(x) = self.take_u64("log.slot_log_days", d.log.slot_log_days)? {
             self.cfg.log.slot_log_days = x;
+        }
+        if let Some(x) = self.take_u64("log.slot_log_max_bytes", d.log.slot_log_max_bytes)? {
+            self.cfg.log.slot_log_max_bytes = x;
         }
         if let Some(x) = self.take_u64("rescue.max_file_bytes", d.rescue.max_file_bytes)? {
             self.cfg.rescue.max_file_bytes = x;
@@ -975,6 +1026,15 @@ impl Builder {
     }
 }
 
+/// A GitHub login as `claims.trusted_authors` may name it: 1 to 39 of `A-Z a-z 0-9 -`, plus
+/// `[bot]` for an app's account (`github-actions[bot]`).
+fn valid_login(s: &str) -> bool {
+    let name = s.strip_suffix("[bot]").unwrap_or(s);
+    !name.is_empty()
+        && name.len() <= 39
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// The numeric `RED_AFK_*` variables and the key each sets; they pass the file's bound
 /// check ([`check_bounds`]). Named in [`afk_env`], their one home.
 pub use crate::afk_env::NUMERIC as NUMERIC_ENV;
@@ -993,7 +1053,8 @@ fn bounds(key: &str) -> (u64, u64) {
         | "tracker.pace_window_s"
         | "timing.tick_s"
         | "timing.unblock_interval_s"
-        | "claims.stale_after_s" => (1, MAX_SECONDS),
+        | "claims.stale_after_s"
+        | "claims.unmarked_grace_s" => (1, MAX_SECONDS),
         "sweeps.attempt_max_age_days" => (0, 36500),
         "sweeps.attempt_max_count" => (1, 1_000_000),
         // Room for a header and a few records, and at most 1 TiB.
@@ -1001,6 +1062,9 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.keep" => (0, 1000),
         "log.slot_log_days" => (1, 36500),
         "rescue.max_file_bytes" => (1, u64::MAX),
+        "log.slot_log_max_bytes" => (1024, 1 << 40),
+        // At most a thousand cores.
+        "timing.stall_cpu_floor_permille" => (0, 1_000_000),
         _ => (0, MAX_SECONDS),
     }
 }

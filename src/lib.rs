@@ -5,7 +5,8 @@
 //!
 //! Module map, top to bottom: a module imports only from modules below it (checked by
 //! reading every `crate::` path; the one exception is `tracker` naming a thread's comments
-//! by `claim::marks::Comment`).
+//! by `claim::marks::Comment` and telling a mark from another comment by
+//! `claim::marks::Mark::parse`, to keep only the marks of trusted authors).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
 //!   `demo`, `diagnostics` (tracing) and `service_unit` (the systemd instance) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
@@ -28,7 +29,8 @@
 //!   released), `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
-//! - `tracker` (gh and the local store; `tracker::pace`, the fleet-wide write budget),
+//! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
+//!   `tracker::trust`, whose claim marks count),
 //!   `config`, `pause` (the fleet-wide rate-limit pause file), `toonl` (the one TOONL reader
 //!   and appender).
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports

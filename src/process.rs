@@ -57,6 +57,23 @@ pub fn table() -> Vec<Proc> {
         .collect()
 }
 
+/// [`table`], with each process's CPU time in milliseconds: its own (user and system) and
+/// that of the children it waited for, so the work of a short-lived compiler step stays
+/// counted in its parent once it has exited.
+pub fn table_with_cpu() -> Vec<(Proc, u64)> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    let tps = procfs::ticks_per_second().max(1);
+    all.filter_map(|p| {
+        let s = p.ok()?.stat().ok()?;
+        let children = u64::try_from(s.cutime.saturating_add(s.cstime)).unwrap_or(0);
+        let ticks = s.utime.saturating_add(s.stime).saturating_add(children);
+        Some((Proc::from(&s), ticks.saturating_mul(1000) / tps))
+    })
+    .collect()
+}
+
 /// A process as other tools record it: its pid and its start time in clock ticks since
 /// boot (`/proc/<pid>/stat` field 22, the `.start` token beside a pid file). Together they
 /// name one process, never a later one that was given the same pid.

@@ -122,6 +122,8 @@ pub struct EventLog {
     file: File,
     /// Bytes in the file as this writer knows it (what was there, the header, its rows).
     size: u64,
+    /// A torn record could not be cut off: the next one starts with a newline.
+    torn: bool,
 }
 
 impl EventLog {
@@ -149,6 +151,7 @@ impl EventLog {
             path: path.to_path_buf(),
             file,
             size: len + header.len() as u64,
+            torn: false,
         })
     }
 
@@ -166,14 +169,33 @@ impl EventLog {
             path: self.path.clone(),
             msg: e.to_string(),
         })?;
-        self.file
-            .write_all(line.as_bytes())
-            .map_err(|source| LogError::Io {
+        // After a torn write that could not be cut off, the next record starts on a fresh
+        // line, so it is never glued onto the torn one.
+        let text = if self.torn { format!("\n{line}") } else { line };
+        if let Err(source) = self.file.write_all(text.as_bytes()) {
+            self.cut_torn();
+            return Err(LogError::Io {
                 path: self.path.clone(),
                 source,
-            })?;
-        self.size += line.len() as u64;
+            });
+        }
+        self.torn = false;
+        self.size += text.len() as u64;
         Ok(())
+    }
+
+    /// A write that failed part-way (a full disk) may have left part of a record: the file
+    /// is cut back to the last whole record; where even that fails, the next record starts
+    /// on a fresh line.
+    fn cut_torn(&mut self) {
+        let len = self.file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+        if len == self.size {
+            return;
+        }
+        if self.file.set_len(self.size).is_err() {
+            self.torn = true;
+            self.size = len;
+        }
     }
 }
 

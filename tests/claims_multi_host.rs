@@ -223,6 +223,8 @@ fn kind(argv: &[String]) -> &'static str {
     };
     match a.as_slice() {
         ["auth", "status"] => "auth",
+        // The fleet's own login, whose marks count (SPEC §11.5): once per process.
+        ["api", "user"] => "viewer",
         [
             "issue",
             "list",

@@ -327,3 +327,31 @@ fn a_malformed_config_is_exit_78_and_nothing_starts() {
     assert_eq!(out.status.code(), Some(78));
     assert!(!f.layout.supervisor_pid().exists());
 }
+
+/// A hung agent under the built-in worker, at realistic settings (#22): `stall_s = 15`,
+/// `stall_kill_s = 30`. The worker's own polling burns a clock tick now and then; that is
+/// not the agent's progress, and CPU counts only above the floor (1% of a core over the
+/// window), so the hang is flagged and then killed.
+#[test]
+fn a_hung_agent_under_the_built_in_worker_is_stall_killed() {
+    let mut f = Fleet::new("", "");
+    f.write_config(
+        "[tracker]\nkind = \"local\"\n\n[agent]\ncommand = [\"sleep\", \"100000\"]\n\n\
+         [timing]\ntick_s = 1\nstop_grace_s = 2\nstall_s = 15\nstall_kill_s = 30\n",
+    );
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "hangs",
+        "--label",
+        "ready-for-agent",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    f.start(&["--workers", "1"]);
+    let killed = wait_until(std::time::Duration::from_secs(150), || {
+        f.count("slot.stall-kill") >= 1
+    });
+    assert!(killed, "{}", f.dump());
+    assert_eq!(f.count("slot.progress"), 0, "{}", f.dump());
+}

@@ -91,3 +91,37 @@ fn a_parked_slot_stays_parked_across_shrink_and_grow() {
     let s = f.state().unwrap();
     assert_eq!(s.slot_detail[1].state, "parked");
 }
+
+/// A `drain-then-retire` shrink cut short by `stop` leaves its retire files (#22): they
+/// belong to that supervisor run, so the next run clears them at start-up and its workers
+/// see no retire request.
+#[test]
+fn a_previous_runs_retire_files_are_cleared_at_start_up() {
+    let script = r#"
+if [ -e "$RED_AFK_RETIRE_FILE" ]; then r=yes; else r=no; fi
+echo "$RED_AFK_SLOT $r" >> "$AFK_TEST_DIR/seen"
+exec sleep 600
+"#;
+    let mut f = Fleet::new(script, FAST_TIMING);
+    std::fs::create_dir_all(f.layout.supervisor_lane()).unwrap();
+    for slot in 0..3 {
+        std::fs::write(f.layout.retire_file(slot), "").unwrap();
+    }
+    f.start(&["--workers", "2"]);
+    f.wait_workers(2);
+    let seen = f.file("seen");
+    assert!(
+        support::wait_until(fleet::WAIT, || fleet::read(&seen).lines().count() >= 2),
+        "{}",
+        f.dump()
+    );
+    let text = fleet::read(&seen);
+    assert!(
+        text.lines().all(|l| l.ends_with(" no")),
+        "{text}\n{}",
+        f.dump()
+    );
+    for slot in 0..3 {
+        assert!(!f.layout.retire_file(slot).exists(), "slot {slot}");
+    }
+}

@@ -209,7 +209,9 @@ fn a_transient_failure_changes_nothing_and_the_next_k_calls_fail() {
 }
 
 #[test]
-fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
+/// Transient (#22): a proxy's error page or a cut-off answer is the tracker misbehaving, so
+/// the worker exits 69 (no death, no circuit) and nothing acts on it.
+fn json_that_is_not_what_was_asked_for_is_a_clear_transient_failure() {
     let (_env, fake) = fixture();
     let t = fake.tracker(Some("o/r"));
     let bad = [
@@ -224,13 +226,13 @@ fn json_that_is_not_what_was_asked_for_is_a_clear_failure() {
     for out in bad {
         fake.respond_next(1, 0, out, "");
         let e = t.list_all(10).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Failed, "{out}: {e}");
+        assert_eq!(e.kind, ErrorKind::Transient, "{out}: {e}");
         assert!(e.detail.contains("unexpected JSON from gh"), "{out}: {e}");
         assert!(e.command.contains("issue list --state all"), "{e}");
     }
     fake.respond_next(1, 0, "[]", "");
     let e = t.view(1).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Failed);
+    assert_eq!(e.kind, ErrorKind::Transient);
     assert!(e.detail.starts_with("unexpected JSON from gh: "), "{e}");
 }
 
@@ -571,4 +573,52 @@ fn the_fake_refuses_rate_limit_with_a_repo() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown gh invocation"));
+}
+
+/// GitHub's write limit is per account, not per checkout (#22): two checkouts of one
+/// account on a host share one budget, `~/.local/state/afk-supervisor/pace-<login>` (the
+/// login from `gh api user`). With 2 writes a window, the second checkout's first write is
+/// refused unsent once the first checkout spent both.
+#[test]
+fn two_checkouts_of_one_account_share_one_write_budget() {
+    let (env, fake) = fixture();
+    let a = env.repo_with_origin().path;
+    let b = env.path().join("repo-b");
+    env.git(
+        env.path(),
+        &["clone", "-q", "origin.git", b.to_str().unwrap()],
+    );
+    for repo in [&a, &b] {
+        std::fs::create_dir_all(repo.join(".red")).unwrap();
+        std::fs::write(
+            repo.join(".red/afk-supervisor.toml"),
+            "[tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 1\n\
+             max_writes_per_min = 2\npace_window_s = 600\n",
+        )
+        .unwrap();
+    }
+    let comment = |repo: &std::path::Path, body: &str| {
+        env.bin()
+            .env("PATH", fake.path_env())
+            .arg("--repo")
+            .arg(repo)
+            .args(["issue", "comment", "1", "--body", body])
+            .output()
+            .unwrap()
+    };
+    for body in ["one", "two"] {
+        let o = comment(&a, body);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = comment(&b, "three");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(stderr.contains("not called: write pace"), "{stderr}");
+    assert!(stderr.contains("pace-fake"), "{stderr}");
+    assert_eq!(fake.issue(1).unwrap().comments.len(), 2);
+    assert!(
+        env.home
+            .join(".local/state/afk-supervisor/pace-fake")
+            .is_file()
+    );
 }

@@ -704,3 +704,38 @@ fn an_issue_that_killed_three_workers_is_quarantined_at_its_next_claim() {
     assert!(f.attempt_dirs().is_empty());
     assert!(!f.repo.path.join(".red/tmp/claims/1").exists());
 }
+
+/// An agent that prints without measure (#22): the slot log keeps at most
+/// `log.slot_log_max_bytes` of the attempt's output, its head and its tail, with the cut
+/// marked between them.
+#[test]
+fn a_chatty_agents_output_is_capped_with_its_head_and_tail_kept() {
+    let f = Fixture::with_timing(
+        Some(
+            "echo HEAD-START\n\
+             i=0; while [ $i -lt 40 ]; do head -c 100000 /dev/zero | tr '\\0' 'x'; echo; echo err-$i >&2; i=$((i+1)); done\n\
+             echo TAIL-END",
+        ),
+        "[log]\nslot_log_max_bytes = 65536\n",
+    );
+    f.new_issue("Talks a lot", &["ready-for-agent"]);
+    let o = f.run(&["worker", "--once"], &SUPERVISED);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        out.len() + err.len() < 65536 + 8192,
+        "{} + {} bytes",
+        out.len(),
+        err.len()
+    );
+    assert!(out.contains("HEAD-START"), "{}", &out[..out.len().min(300)]);
+    assert!(
+        out.trim_end().ends_with("TAIL-END"),
+        "{}",
+        &out[out.len().saturating_sub(300)..]
+    );
+    assert!(
+        out.contains("bytes of the agent's output cut here (log.slot_log_max_bytes = 65536)"),
+        "{}",
+        &out[..out.len().min(300)]
+    );
+}

@@ -257,3 +257,90 @@ fn a_quarantine_on_gh_ends_the_claim_with_the_handoff_mark() {
         .unwrap();
     assert!(last.starts_with("🤖 /afk handoff w1@"), "{last}");
 }
+
+/// An outsider's comment whose last line is a well-formed claim mark (#22): on a public
+/// repository anyone may comment, so only the fleet's own login (`gh api user`, asked once)
+/// and `claims.trusted_authors` make marks. The worker ignores the outsider's, says so once,
+/// and works the issue.
+#[test]
+fn an_outsiders_claim_mark_does_not_hold_the_issue() {
+    use support::fake_gh::FakeComment;
+    let w = GhWorker::new();
+    let mark = "looks done to me\n🤖 /afk claim mallory@evil-box-0badc0de 0123456789abcdef";
+    w.gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"])
+        .with_body("# Do it\n")
+        .with_comment(FakeComment::by("mallory", "NONE", mark))]);
+    let o = w.work_once(0);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(w.runs(), 1, "{stderr}");
+    assert_eq!(w.gh.issue(1).unwrap().labels, vec!["ready-for-human"]);
+    assert_eq!(
+        stderr.matches("ignored a claim mark by mallory").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(w.gh.viewer_calls(), 1, "{:?}", w.gh.calls());
+}
+
+/// A login named in `claims.trusted_authors` is a mark maker: its claim holds the issue.
+#[test]
+fn a_trusted_authors_claim_mark_holds_the_issue() {
+    use support::fake_gh::FakeComment;
+    let w = GhWorker::with("", "\n[claims]\ntrusted_authors = [\"other-bot\"]\n");
+    let mark = "🤖 /afk claim w9@other-box-0badc0de 0123456789abcdef";
+    w.gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"])
+        .with_body("# Do it\n")
+        .with_comment(FakeComment::by("other-bot", "NONE", mark))]);
+    let o = w.work_once(0);
+    assert_eq!(w.runs(), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let issue = w.gh.issue(1).unwrap();
+    assert!(
+        issue
+            .comments
+            .iter()
+            .any(|c| c.body.starts_with("🤖 /afk yielded w1@")),
+        "{:?}",
+        issue.comments
+    );
+}
+
+/// The claim switch lands on GitHub but every answer is a 502 (#22): the worker retries
+/// the idempotent edit, then re-reads the issue, sees `running` in place of
+/// `ready-for-agent`, and goes on with the claim instead of leaving the issue `running`
+/// with no mark and no worker.
+#[test]
+fn a_claim_switch_that_landed_though_its_answer_failed_is_carried_on() {
+    let w = GhWorker::new();
+    // The queue listing, the confirming view and the fleet's login (for the account's write
+    // pace) answer; the switch is applied and answered 502 on each of its three tries.
+    w.gh.pass_next(3);
+    w.gh.apply_then_fail_next(
+        3,
+        1,
+        "HTTP 502: Bad Gateway (https://api.github.com/graphql)",
+    );
+    let o = w.work_once(0);
+    assert_eq!(w.runs(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    let issue = w.gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+    assert!(
+        issue
+            .comments
+            .iter()
+            .any(|c| c.body.starts_with("🤖 /afk claim w1@")),
+        "{:?}",
+        issue.comments
+    );
+}
+
+/// A garbage answer where JSON was asked for (a proxy's error page): the tracker failed,
+/// not the worker, so it exits 69 (no death, no circuit) and changes nothing (#22).
+#[test]
+fn a_worker_given_garbage_by_gh_exits_69_and_changes_nothing() {
+    let w = GhWorker::new();
+    w.gh.respond_next(1, 0, "<html><body>502 Bad Gateway</body></html>\n", "");
+    let o = w.work_once(69);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("unexpected JSON from gh"), "{stderr}");
+    w.assert_untouched();
+}

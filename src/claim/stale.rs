@@ -85,6 +85,8 @@ pub struct StaleBelt {
     git: Git,
     host: String,
     stale_after: Duration,
+    /// How long a `running` issue with no claim mark at all waits before it is restored.
+    unmarked_grace: Duration,
     first_seen: HashMap<u64, Instant>,
     next_look: HashMap<u64, Instant>,
     /// The holder branches' heads on origin at the last look, per issue.
@@ -98,6 +100,12 @@ pub fn interval(stale_after_s: u64) -> Duration {
     Duration::from_secs((stale_after_s / 4).clamp(1, 600))
 }
 
+/// The interval of the belt for a stale age and the grace of an unmarked `running` issue:
+/// a quarter of the shorter.
+pub fn interval_with_grace(stale_after_s: u64, unmarked_grace_s: u64) -> Duration {
+    interval(stale_after_s.min(unmarked_grace_s))
+}
+
 impl StaleBelt {
     pub fn new(tracker: Arc<dyn Tracker>, layout: &Layout, stale_after_s: u64) -> StaleBelt {
         StaleBelt {
@@ -106,6 +114,7 @@ impl StaleBelt {
             git: Git::new(layout.repo()),
             host: tracked::this_host(layout),
             stale_after: Duration::from_secs(stale_after_s),
+            unmarked_grace: Duration::from_secs(stale_after_s),
             first_seen: HashMap::new(),
             next_look: HashMap::new(),
             branches: HashMap::new(),
@@ -140,6 +149,14 @@ impl StaleBelt {
         }
     }
 
+    /// A `running` issue that carries no claim mark at all (its label switch landed though
+    /// the answer failed, and its worker gave up) is restored once seen for `grace`, not
+    /// after the stale age (at most the stale age).
+    pub fn with_unmarked_grace(mut self, grace: Duration) -> StaleBelt {
+        self.unmarked_grace = grace.min(self.stale_after);
+        self
+    }
+
     /// One pass; the text is logged by the supervisor. Only the listing of `running`
     /// issues stops it; a failure on one issue is counted and left for the next pass.
     pub fn pass(&mut self) -> Result<String, TrackerError> {
@@ -159,9 +176,8 @@ impl StaleBelt {
                 continue;
             }
             let first = *self.first_seen.entry(n).or_insert(now);
-            if now.duration_since(first) < self.stale_after
-                || self.next_look.get(&n).is_some_and(|t| *t > now)
-            {
+            let seen = now.duration_since(first);
+            if seen < self.unmarked_grace || self.next_look.get(&n).is_some_and(|t| *t > now) {
                 continue;
             }
             looked += 1;
@@ -176,6 +192,12 @@ impl StaleBelt {
                 continue;
             }
             let standing = marks::standing(&thread.comments);
+            let unmarked = standing.holder.is_none() && standing.last.is_none();
+            if !unmarked && seen < self.stale_after {
+                // Marked: judged only once seen `running` for the stale age.
+                self.next_look.insert(n, first + self.stale_after);
+                continue;
+            }
             let epoch = crate::timeutil::now_epoch();
             let layout = &self.layout;
             let action = stale_action(&standing, &self.host, epoch, self.stale_after, |w| {
@@ -211,7 +233,8 @@ impl StaleBelt {
                     self.next_look
                         .insert(n, now + d.max(Duration::from_secs(1)));
                 }
-                StaleAction::FinishHandoff => match self.tracker.edit_labels(
+                StaleAction::FinishHandoff => match tracked::edit_labels_settled(
+                    self.tracker.as_ref(),
                     n,
                     &[labels::READY_FOR_HUMAN],
                     &[labels::RUNNING],
@@ -290,9 +313,13 @@ impl StaleBelt {
     }
 
     fn relabel(&self, n: u64) -> Result<(), ()> {
-        self.tracker
-            .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING])
-            .map_err(|_| ())?;
+        tracked::edit_labels_settled(
+            self.tracker.as_ref(),
+            n,
+            &[labels::READY_FOR_AGENT],
+            &[labels::RUNNING],
+        )
+        .map_err(|_| ())?;
         // A dead claim of ours would keep this checkout's workers off the issue.
         if self.local_claim(n) == Some(false) {
             let _ = super::release::remove(&self.layout, n);

@@ -189,6 +189,29 @@ pub fn read_thread(tracker: &dyn Tracker, issue: u64) -> TrackerResult<IssueThre
     retry(|| tracker.thread(issue))
 }
 
+/// A label edit that may land though its answer fails (a 502 or a timeout after GitHub
+/// applied it): tried up to three times (an edit is idempotent), and when it still fails,
+/// the issue re-read and the edit taken as done when its labels show it. A rate limit is
+/// waited out, never retried; it is returned as is.
+pub fn edit_labels_settled(
+    tracker: &dyn Tracker,
+    n: u64,
+    add: &[&str],
+    remove: &[&str],
+) -> TrackerResult<()> {
+    let err = match retry(|| tracker.edit_labels(n, add, remove)) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind == crate::tracker::ErrorKind::RateLimited => return Err(e),
+        Err(e) => e,
+    };
+    match retry(|| tracker.view(n)) {
+        Ok(v) if add.iter().all(|l| v.has_label(l)) && !remove.iter().any(|l| v.has_label(l)) => {
+            Ok(())
+        }
+        _ => Err(err),
+    }
+}
+
 /// `f` tried up to three times while it fails transiently, for calls a repeat cannot harm
 /// (reads, marks, label edits).
 pub fn retry<T>(mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {

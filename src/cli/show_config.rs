@@ -52,6 +52,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         c.timing.fleet_circuit_fraction.to_string(),
     );
     line(
+        "timing.stall_cpu_floor_permille",
+        c.timing.stall_cpu_floor_permille.to_string(),
+    );
+    line(
         "sweeps.attempt_max_age_days",
         c.sweeps.attempt_max_age_days.to_string(),
     );
@@ -62,6 +66,10 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("log.max_bytes", c.log.max_bytes.to_string());
     line("log.keep", c.log.keep.to_string());
     line("log.slot_log_days", c.log.slot_log_days.to_string());
+    line(
+        "log.slot_log_max_bytes",
+        c.log.slot_log_max_bytes.to_string(),
+    );
     line("claims.stale_after_s", c.claims.stale_after_s.to_string());
     line("agent.profile", c.agent.profile.to_string());
     line(
@@ -85,5 +93,14 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         crate::budget::offset_words(c.budget.utc_offset_s),
     );
     line("rescue.max_file_bytes", c.rescue.max_file_bytes.to_string());
+    line(
+        "claims.trusted_authors",
+        format!("{:?}", c.claims.trusted_authors),
+    );
+    line("claims.trust_members", c.claims.trust_members.to_string());
+    line(
+        "claims.unmarked_grace_s",
+        c.claims.unmarked_grace_s.to_string(),
+    );
     Ok(0)
 }

@@ -1,6 +1,8 @@
 //! The supervisor's event log with an echo on stderr for an operator watching the
-//! foreground. A failed append is reported once, never fatal: losing a log line must not
-//! take the fleet down.
+//! foreground. A failed append is never fatal: losing a log line must not take the fleet
+//! down. Each failure episode (a full disk) is reported once when it begins and once when
+//! the log is writable again, with the count of records lost, in the log too; a record
+//! torn part-way is cut off (`toonl::EventLog::append`).
 //!
 //! Rotation by size: once the file has reached `max_bytes`, the next write first renames
 //! `.N-1` to `.N` … `.1` to `.2` and the log to `.1` (the oldest beyond `keep` is replaced),
@@ -44,7 +46,10 @@ pub fn echo_line(line: &str) {
 pub struct Journal {
     log: EventLog,
     echo: bool,
-    failed: bool,
+    /// Records lost in the current failure episode (0: the log is writable).
+    lost: u64,
+    /// The error that began the current episode.
+    failing: Option<String>,
     rotation: Option<Rotation>,
     /// After a failed rotation, the size at which the next one is tried (not every write).
     rotate_at: u64,
@@ -56,7 +61,8 @@ impl Journal {
         Ok(Journal {
             log: EventLog::open(path)?,
             echo,
-            failed: false,
+            lost: 0,
+            failing: None,
             rotation: None,
             rotate_at: u64::MAX,
         })
@@ -90,11 +96,30 @@ impl Journal {
             let step = self.rotation.map_or(u64::MAX, |r| r.max_bytes);
             self.rotate_at = self.log.size().saturating_add(step);
         }
-        if let Err(e) = self.log.append(&ev)
-            && !self.failed
-        {
-            self.report(&format!("afk-supervisor: event log: {e}"));
-            self.failed = true;
+        match self.log.append(&ev) {
+            Err(e) => {
+                if self.lost == 0 {
+                    self.report(&format!("afk-supervisor: event log: {e}"));
+                    self.failing = Some(e.to_string());
+                }
+                self.lost += 1;
+            }
+            Ok(()) if self.lost > 0 => {
+                // The episode is over: said once on stderr and once in the log itself, so
+                // the next failure is reported again.
+                let line = format!(
+                    "event log: writable again; {} record(s) lost ({})",
+                    self.lost,
+                    self.failing.take().unwrap_or_default()
+                );
+                self.lost = 0;
+                self.report(&format!("afk-supervisor: {line}"));
+                let note = Event::now(super::texts::kind::ERROR, line);
+                if self.log.append(&note).is_err() {
+                    self.lost = 1;
+                }
+            }
+            Ok(()) => {}
         }
     }
 

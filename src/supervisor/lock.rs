@@ -48,6 +48,26 @@ impl LockNote {
     }
 }
 
+/// Every `afk-supervisor-slot-<N>.retire` in the supervisor lane (none when it cannot be
+/// read).
+fn retire_files(layout: &Layout) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir(layout.supervisor_lane()) else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter_map(|name| {
+            let slot = name
+                .strip_prefix("afk-supervisor-slot-")?
+                .strip_suffix(".retire")?;
+            crate::layout::parse_positive(slot)
+                .map(|n| n as usize)
+                .or((slot == "0").then_some(0))
+        })
+        .map(|slot| layout.retire_file(slot))
+        .collect()
+}
+
 /// The held lock. The lock lives as long as this value (the descriptor is close-on-exec,
 /// so no worker inherits it and outlives the supervisor holding it).
 #[derive(Debug)]
@@ -108,7 +128,11 @@ impl SupervisorLock {
         }
         let me = std::process::id() as i32;
         let start = pidfile::write_pid_file(&pid_path, me).map_err(io_err(pid_path.clone()))?;
-        for stale in [layout.supervisor_stop(), layout.resize_file()] {
+        // A retire file belongs to the run that wrote it (it carries that run's start
+        // token): one a stopped drain left would idle its slot in every later run.
+        let mut stale_files = vec![layout.supervisor_stop(), layout.resize_file()];
+        stale_files.extend(retire_files(layout));
+        for stale in stale_files {
             // Looked at, never followed: a symlink goes as a link. A directory is not ours
             // to remove; the loop then reports it once as not a regular file.
             match fs::symlink_metadata(&stale) {

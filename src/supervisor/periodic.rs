@@ -60,7 +60,8 @@ pub fn periodic_tasks(
         layout,
         config.claims.stale_after_s,
     )
-    .with_rescue_limit(config.rescue.max_file_bytes);
+    .with_rescue_limit(config.rescue.max_file_bytes)
+    .with_unmarked_grace(Duration::from_secs(config.claims.unmarked_grace_s));
     vec![
         Periodic {
             name: "unblock-belt",
@@ -76,7 +77,10 @@ pub fn periodic_tasks(
         },
         Periodic {
             name: "claims-belt",
-            interval: crate::claim::stale::interval(config.claims.stale_after_s),
+            interval: crate::claim::stale::interval_with_grace(
+                config.claims.stale_after_s,
+                config.claims.unmarked_grace_s,
+            ),
             at_start: false,
             task: Arc::new(Mutex::new(unless_paused(
                 layout,

@@ -1,5 +1,7 @@
 //! Is a worker still making progress? Progress is the newest of: the worker's start, its
-//! current attempt's last `liveness.toonl` record, and its slot log's modification time.
+//! current attempt's last `liveness.toonl` record, its slot log's modification time, and
+//! the last reading at which its tree's CPU moved above a floor ([`cpu_progressed`]; under
+//! the built-in worker only the agent's processes count, not the worker's own polling).
 //! The attempt dir also tells which issue the worker is on, for `status`.
 
 use std::fs;
@@ -108,6 +110,13 @@ pub fn progress_epoch(started_epoch: u64, log: &Path, attempt: Option<&Attempt>)
     started_epoch.max(log_t).max(live_t)
 }
 
+/// Whether `used_ms` of CPU over `wall_ms` is progress: more than `floor_permille`
+/// thousandths of a core. A hung agent's worker polls now and then (a clock tick in tens of
+/// seconds); counting any change would reset the stall clock forever.
+pub fn cpu_progressed(used_ms: u64, wall_ms: u64, floor_permille: u64) -> bool {
+    used_ms > 0 && u128::from(used_ms) * 1000 > u128::from(floor_permille) * u128::from(wall_ms)
+}
+
 /// Where a worker stands against the stall thresholds: what [`progress`] decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
@@ -133,6 +142,17 @@ pub fn progress(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) 
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn cpu_counts_only_above_the_floor() {
+        // The built-in worker's poll: one 10 ms tick in a 15 s window is no progress.
+        assert!(!cpu_progressed(10, 15_000, 10));
+        assert!(!cpu_progressed(150, 15_000, 10));
+        assert!(cpu_progressed(151, 15_000, 10));
+        assert!(!cpu_progressed(0, 15_000, 0));
+        assert!(cpu_progressed(1, 15_000, 0));
+        assert!(!cpu_progressed(u64::MAX, u64::MAX, 1000));
+    }
 
     #[test]
     fn progress_thresholds() {

@@ -22,6 +22,10 @@ pub struct Usage {
     pub rss_kib: u64,
     /// Live processes in the tree.
     pub procs: usize,
+    /// CPU time of the tree's live processes other than its leader (the worker), with the
+    /// children each waited for, milliseconds: the agent's work, for the stall check. The
+    /// built-in worker's own polling is not the agent's progress.
+    pub agent_cpu_ms: u64,
 }
 
 pub struct Meter {
@@ -48,11 +52,17 @@ impl Meter {
         if leaders.is_empty() {
             return out;
         }
-        let members: Vec<(i32, i32)> = process::table()
-            .into_iter()
-            .filter(|p| !p.is_zombie() && leaders.contains(&p.sid))
-            .map(|p| (p.pid, p.sid))
-            .collect();
+        let mut members: Vec<(i32, i32)> = Vec::new();
+        for (p, cpu_ms) in process::table_with_cpu() {
+            if p.is_zombie() || !leaders.contains(&p.sid) {
+                continue;
+            }
+            members.push((p.pid, p.sid));
+            if p.pid != p.sid {
+                let u = out.entry(p.sid).or_default();
+                u.agent_cpu_ms = u.agent_cpu_ms.saturating_add(cpu_ms);
+            }
+        }
         let pids: Vec<Pid> = members
             .iter()
             .map(|(pid, _)| Pid::from_u32(pid.unsigned_abs()))

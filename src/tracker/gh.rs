@@ -10,13 +10,16 @@
 //! tracker is refused unsent while the pause holds, and content-creating calls are paced
 //! across the fleet ([`super::pace`]).
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::trust::{Author, Trust, Verdict};
 use super::{
     ErrorKind, IssueState, IssueSummary, IssueView, LabeledIssue, Tracker, TrackerError,
     TrackerResult,
@@ -35,6 +38,8 @@ pub struct GhTracker {
     /// The checkout's `.red/state/` (the pause file) and the write pace; `None` outside a
     /// checkout's fleet (some unit tests).
     fleet: Option<(PathBuf, super::pace::Pace)>,
+    /// Whose claim marks count besides the fleet's own login (SPEC §11.5).
+    trust: Trust,
 }
 
 impl GhTracker {
@@ -48,7 +53,78 @@ impl GhTracker {
             dir: None,
             env: Vec::new(),
             fleet: None,
+            trust: Trust::default(),
         }
+    }
+
+    /// Whose marks count besides the fleet's own login (`claims.trusted_authors`,
+    /// `claims.trust_members`).
+    pub fn with_trust(mut self, trust: Trust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// `gh api user`: the login this gh acts as, asked once per process and program (a
+    /// fleet's login does not change under a running process) and kept.
+    pub fn viewer(&self) -> TrackerResult<String> {
+        static VIEWERS: OnceLock<Mutex<HashMap<PathBuf, String>>> = OnceLock::new();
+        let cache = VIEWERS.get_or_init(Default::default);
+        let known = cache
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&self.program).cloned());
+        if let Some(login) = known {
+            return Ok(login);
+        }
+        let login = self.run_parsed_with(&["api", "user"], false, parse::viewer)?;
+        if let Ok(mut m) = cache.lock() {
+            m.insert(self.program.clone(), login.clone());
+        }
+        Ok(login)
+    }
+
+    /// Drops from `thread` every mark whose author may not make one (SPEC §11.5), saying
+    /// so once per issue and process; other comments stay. The fleet's login is asked only
+    /// when a mark's author is not trusted by name or association.
+    fn drop_untrusted_marks(
+        &self,
+        number: u64,
+        thread: &mut super::IssueThread,
+        authors: Vec<Option<Author>>,
+    ) -> TrackerResult<()> {
+        let mut ignored: Vec<String> = Vec::new();
+        let mut keep = Vec::with_capacity(thread.comments.len());
+        for (c, author) in std::mem::take(&mut thread.comments)
+            .into_iter()
+            .zip(authors)
+        {
+            if crate::claim::marks::Mark::parse(&c.body).is_none() {
+                keep.push(c);
+                continue;
+            }
+            let trusted = match &author {
+                None => false,
+                Some(a) => match self.trust.judge(a) {
+                    Verdict::Trusted => true,
+                    Verdict::IfFleet => self.trust.counts(a, &self.viewer()?),
+                },
+            };
+            if trusted {
+                keep.push(c);
+            } else {
+                ignored.push(author.map_or("an unknown author".into(), |a| {
+                    format!("{} ({})", a.login, a.association)
+                }));
+            }
+        }
+        thread.comments = keep;
+        if !ignored.is_empty() && first_report(&self.identity(), number) {
+            eprintln!(
+                "afk-supervisor: #{number}: ignored a claim mark by {}: only the fleet's own login and claims.trusted_authors make marks (SPEC §11.5)",
+                ignored.join(", ")
+            );
+        }
+        Ok(())
     }
 
     /// Shares the fleet's pause (`state_dir`/`fleet-pause.toon`) and write pace with every
@@ -103,6 +179,12 @@ impl GhTracker {
             return Err(refused);
         }
         if let Some((_, pace)) = &self.fleet {
+            // GitHub's limit is the account's: the budget is the login's, on this host.
+            let pace = if pace.is_per_account() {
+                pace.for_login(&self.viewer()?)
+            } else {
+                pace.clone()
+            };
             let deadline = crate::timeutil::deadline(
                 Instant::now(),
                 self.timeout.saturating_add(Duration::from_secs(60)),
@@ -239,6 +321,12 @@ impl GhTracker {
                     }
                 ),
             )),
+            // Not the answer asked for: like unparseable output, worth a retry later.
+            Err(RunError::TooLarge { limit, .. }) => Err(TrackerError::new(
+                ErrorKind::Transient,
+                command,
+                format!("printed more than {limit} bytes and was killed"),
+            )),
             Err(RunError::Spawn { source, .. }) => Err(TrackerError::new(
                 ErrorKind::Failed,
                 command,
@@ -256,15 +344,37 @@ impl GhTracker {
         args: &[&str],
         parser: fn(&str) -> Result<T, OutputError>,
     ) -> TrackerResult<T> {
-        let stdout = self.run(args, true)?;
+        self.run_parsed_with(args, true, parser)
+    }
+
+    /// [`Self::run_parsed`], with or without `--repo`.
+    fn run_parsed_with<T>(
+        &self,
+        args: &[&str],
+        with_repo: bool,
+        parser: fn(&str) -> Result<T, OutputError>,
+    ) -> TrackerResult<T> {
+        let stdout = self.run(args, with_repo)?;
+        // An answer that is not the JSON asked for (a proxy's HTML page, a cut-off body) is
+        // the tracker misbehaving, not the worker: transient (exit 69), never a death that
+        // trips the circuits.
         parser(&stdout).map_err(|e| {
             TrackerError::new(
-                ErrorKind::Failed,
-                render(&self.argv(args, true)),
+                ErrorKind::Transient,
+                render(&self.argv(args, with_repo)),
                 format!("unexpected JSON from gh: {e}"),
             )
         })
     }
+}
+
+/// Whether an ignored mark on issue `number` of tracker `identity` is reported now: once
+/// per issue and process, so a thread read every pass does not repeat it.
+fn first_report(identity: &str, number: u64) -> bool {
+    static SEEN: OnceLock<Mutex<HashSet<(String, u64)>>> = OnceLock::new();
+    SEEN.get_or_init(Default::default)
+        .lock()
+        .map_or(true, |mut s| s.insert((identity.to_string(), number)))
 }
 
 /// The argv as shown in errors, on one line (a multi-line `--body` is shown with `\n`).
@@ -395,6 +505,16 @@ struct GhBody {
     body: String,
     #[serde(rename = "createdAt", default)]
     created_at: Option<String>,
+    /// `null` for a deleted account.
+    #[serde(default)]
+    author: Option<GhAuthor>,
+    #[serde(rename = "authorAssociation", default)]
+    author_association: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct GhAuthor {
+    login: String,
 }
 
 #[derive(Deserialize)]
@@ -504,8 +624,38 @@ pub mod parse {
     /// `gh issue view <N> --json state,labels,comments`: state, labels and the comments
     /// with their times (for the claim marks).
     pub fn thread(text: &str) -> Result<super::super::IssueThread, OutputError> {
+        authored_thread(text).map(|(t, _)| t)
+    }
+
+    /// `gh api user`: the login.
+    pub fn viewer(text: &str) -> Result<String, OutputError> {
+        #[derive(Deserialize)]
+        struct User {
+            login: String,
+        }
+        let u: User = json(text)?;
+        if u.login.is_empty() {
+            return Err(OutputError::Json("empty login".into()));
+        }
+        Ok(u.login)
+    }
+
+    /// [`thread`], and each comment's author (`None`: a deleted account), in order.
+    pub fn authored_thread(
+        text: &str,
+    ) -> Result<(super::super::IssueThread, Vec<Option<Author>>), OutputError> {
         let v: GhThread = json(text)?;
-        Ok(super::super::IssueThread {
+        let authors = v
+            .comments
+            .iter()
+            .map(|c| {
+                c.author.as_ref().map(|a| Author {
+                    login: a.login.clone(),
+                    association: c.author_association.clone().unwrap_or_default(),
+                })
+            })
+            .collect();
+        let thread = super::super::IssueThread {
             state: parse_state(&v.state)?,
             labels: names(v.labels),
             comments: v
@@ -520,7 +670,8 @@ pub mod parse {
                     body: c.body,
                 })
                 .collect(),
-        })
+        };
+        Ok((thread, authors))
     }
 }
 
@@ -668,7 +819,9 @@ impl Tracker for GhTracker {
             "--json",
             "state,labels,comments",
         ];
-        self.run_parsed(&args, parse::thread)
+        let (mut thread, authors) = self.run_parsed(&args, parse::authored_thread)?;
+        self.drop_untrusted_marks(number, &mut thread, authors)?;
+        Ok(thread)
     }
 
     fn shared_across_checkouts(&self) -> bool {

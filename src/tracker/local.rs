@@ -480,6 +480,9 @@ impl LocalTracker {
                 argv.to_string(),
                 format!("timed out after {}s and was killed", timeout.as_secs_f64()),
             ),
+            GitError::Run(e @ RunError::TooLarge { .. }) => {
+                TrackerError::new(ErrorKind::Transient, "git", e.to_string())
+            }
             GitError::Run(RunError::Spawn { argv, source }) => {
                 TrackerError::new(ErrorKind::Failed, argv.to_string(), source.to_string())
             }

@@ -10,6 +10,7 @@ pub mod gh;
 pub mod local;
 pub mod pace;
 pub mod select;
+pub mod trust;
 
 pub use gh::GhTracker;
 pub use local::LocalTracker;

@@ -1,9 +1,13 @@
 //! Fleet-wide pacing of content-creating gh calls (comments, label edits, pull requests):
 //! at most `tracker.max_writes_per_min` in any `tracker.pace_window_s` (60 s) across every
-//! process of the checkout, well below GitHub's secondary limit of 80 a minute
-//! (`docs/SPEC.md` §11.11).
+//! process of every checkout of one GitHub account on the host, well below GitHub's
+//! secondary limit of 80 a minute (`docs/SPEC.md` §11.11). GitHub counts per account, not
+//! per checkout: ten checkouts each allowed 20 would make 200.
 //!
-//! The budget is shared through one file, `.red/state/tracker-pace`, which holds the
+//! The budget is shared through one file per account, `$XDG_STATE_HOME/afk-supervisor/
+//! pace-<login>` (`~/.local/state/…` without the variable; [`account_dir`]), the login being
+//! the one `gh api user` names; a pace built without an account dir (tests, tools) uses the
+//! checkout's `.red/state/tracker-pace`. The file holds the
 //! recent write times (epoch milliseconds, one a line) and is read and rewritten only
 //! under an exclusive `flock` of itself, so several workers respect one budget. A caller
 //! over budget waits for the oldest time to leave the window, bounded by its deadline:
@@ -24,6 +28,41 @@ pub struct Pace {
     file: PathBuf,
     budget: usize,
     window: Duration,
+    /// Where the per-account budgets live; `None`: this checkout's file is the budget.
+    account_dir: Option<PathBuf>,
+}
+
+/// The host's directory of per-account budgets: `$XDG_STATE_HOME/afk-supervisor` (an
+/// absolute path only, as the XDG spec asks), else `$HOME/.local/state/afk-supervisor`;
+/// `None` without either.
+pub fn account_dir() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".local/state"))
+        })?;
+    Some(state.join("afk-supervisor"))
+}
+
+/// A login as a file name: GitHub's alphabet (`A-Z a-z 0-9 -`, an app's `[bot]`) lower-cased
+/// (logins are case-insensitive), anything else `_`.
+fn login_file_name(login: &str) -> String {
+    let safe: String = login
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    format!("pace-{safe}")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,6 +111,32 @@ impl Pace {
             file: state_dir.join(FILE_NAME),
             budget: usize::try_from(budget.max(1)).unwrap_or(usize::MAX),
             window: window.max(Duration::from_millis(1)),
+            account_dir: None,
+        }
+    }
+
+    /// The budget is the account's on this host, in `dir` ([`account_dir`]), once the
+    /// login is known ([`Pace::for_login`]); `None` keeps the checkout's file.
+    pub fn per_account(mut self, dir: Option<PathBuf>) -> Pace {
+        self.account_dir = dir;
+        self
+    }
+
+    /// Whether the budget is per account (the login must be known before a write).
+    pub fn is_per_account(&self) -> bool {
+        self.account_dir.is_some()
+    }
+
+    /// This pace for the account `login`: `pace-<login>` in the account dir, shared by every
+    /// checkout on the host; unchanged when the pace is not per account.
+    pub fn for_login(&self, login: &str) -> Pace {
+        let Some(dir) = &self.account_dir else {
+            return self.clone();
+        };
+        Pace {
+            file: dir.join(login_file_name(login)),
+            account_dir: None,
+            ..self.clone()
         }
     }
 
@@ -157,6 +222,27 @@ impl Pace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_accounts_budget_is_one_file_whatever_the_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        let accounts = dir.path().join("accounts");
+        let a = Pace::new(&dir.path().join("a"), 2, Duration::from_secs(600))
+            .per_account(Some(accounts.clone()));
+        let b = Pace::new(&dir.path().join("b"), 2, Duration::from_secs(600))
+            .per_account(Some(accounts.clone()));
+        assert_eq!(
+            a.for_login("Fleet-Bot").file(),
+            accounts.join("pace-fleet-bot")
+        );
+        assert_eq!(a.for_login("../x").file(), accounts.join("pace-___x"));
+        let now = Instant::now();
+        a.for_login("fleet-bot").acquire(now).unwrap();
+        b.for_login("FLEET-BOT").acquire(now).unwrap();
+        assert!(a.for_login("fleet-bot").acquire(now).is_err());
+        // Another account has its own budget.
+        b.for_login("other").acquire(now).unwrap();
+    }
 
     #[test]
     fn the_budget_holds_within_a_window_and_frees_as_writes_age() {

@@ -89,11 +89,13 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Se
         &layout.state(),
         config.tracker.max_writes_per_min,
         Duration::from_secs(config.tracker.pace_window_s),
-    );
+    )
+    .per_account(super::pace::account_dir());
     let gh = |repo: Option<String>| {
         GhTracker::new(repo, timeout)
             .in_dir(layout.repo().to_path_buf())
             .with_fleet(layout.state(), pace.clone())
+            .with_trust(super::trust::Trust::from_config(&config.claims))
     };
     let local = || Backend::Local(LocalTracker::new(layout, git.clone()).with_timeout(timeout));
     match config.tracker.kind {

@@ -52,14 +52,15 @@ impl Worker<'_> {
         cmd.args(&argv[1..])
             .current_dir(worktree)
             .env(afk_env::RESULT_FILE, &result_file)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .env(afk_env::ISSUE, issue.number.to_string())
             .env(afk_env::BRANCH, branch)
             .env(afk_env::WORKTREE, worktree)
             .env(afk_env::ATTEMPT_DIR, attempt_dir)
             .env(afk_env::RUNNER, &self.wenv.runner);
         pass_issue_texts(&mut cmd, attempt_dir, title, &issue.body)?;
+        // Through the worker, so the slot log keeps at most `log.slot_log_max_bytes` of
+        // this attempt's output (its head and its tail) and the profile reads its end.
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -71,7 +72,8 @@ impl Worker<'_> {
                 };
             }
         };
-        let mut captured = Some(Captured::start(&mut child));
+        let output =
+            super::output::OutputCap::attach(&mut child, self.config.log.slot_log_max_bytes);
         // Liveness records mark progress, not mere existence: one when the agent starts, then
         // one whenever its worktree moves (a new commit or changed files), checked every
         // `liveness_s`. A hung agent therefore goes quiet and the supervisor's stall check
@@ -86,7 +88,7 @@ impl Worker<'_> {
             Instant::now(),
             Duration::from_secs(self.config.timing.attempt_max_s),
         );
-        loop {
+        let end = loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
                 if now.is_some() && now != seen {
@@ -100,31 +102,16 @@ impl Worker<'_> {
                     // A group signal reaches the agent and the worker together: the agent's
                     // end is then an interruption, not a failed attempt.
                     if let Some(signal) = self.stop.signal() {
-                        return Ok(AgentEnd::Signalled(signal));
+                        break Ok(Ended::Signalled(signal));
                     }
                     use std::os::unix::process::ExitStatusExt;
                     let code = status
                         .code()
                         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                    let (stdout, stderr) = match captured.take() {
-                        Some(c) => c.finish(),
-                        None => (Vec::new(), Vec::new()),
-                    };
-                    let result_file = crate::fsutil::read_small_file(
-                        &result_file,
-                        agent_profile::generic::MAX_RESULT_BYTES,
-                    )
-                    .ok()
-                    .flatten();
-                    return Ok(AgentEnd::Exited(Finished {
-                        code,
-                        stdout,
-                        stderr,
-                        result_file,
-                    }));
+                    break Ok(Ended::Exited(code));
                 }
                 Ok(None) => {}
-                Err(e) => return Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
+                Err(e) => break Err(WorkerError::Agent(format!("waiting for the agent: {e}"))),
             }
             if let Some(signal) = self.stop.signal() {
                 // Half the supervisor's grace: the worker must still have time to give the
@@ -133,7 +120,7 @@ impl Worker<'_> {
                     &mut child,
                     Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
                 );
-                return Ok(AgentEnd::Signalled(signal));
+                break Ok(Ended::Signalled(signal));
             }
             if Instant::now() >= cap {
                 eprintln!(
@@ -144,13 +131,38 @@ impl Worker<'_> {
                     &mut child,
                     Duration::from_secs(self.config.timing.stop_grace_s),
                 );
-                // What it printed so far still names its session and cost.
-                let stdout = captured.take().map(|c| c.finish().0).unwrap_or_default();
-                return Ok(AgentEnd::Capped(stdout));
+                break Ok(Ended::Capped);
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
+        };
+        // What it printed still names its session and cost, also when it was capped.
+        let (stdout, stderr) = output.finish();
+        Ok(match end? {
+            Ended::Exited(code) => {
+                let result_file = crate::fsutil::read_small_file(
+                    &result_file,
+                    agent_profile::generic::MAX_RESULT_BYTES,
+                )
+                .ok()
+                .flatten();
+                AgentEnd::Exited(Finished {
+                    code,
+                    stdout,
+                    stderr,
+                    result_file,
+                })
+            }
+            Ended::Capped => AgentEnd::Capped(stdout),
+            Ended::Signalled(signal) => AgentEnd::Signalled(signal),
+        })
     }
+}
+
+/// How the wait for the agent ended, before its output is drained.
+enum Ended {
+    Exited(i32),
+    Capped,
+    Signalled(i32),
 }
 
 /// What an attempt continues: the branch of an earlier one (`RED_AFK_RESUME_BRANCH`) and
@@ -164,98 +176,12 @@ pub(super) struct Resume<'a> {
 /// The name of the agent's result file in the attempt dir (`RED_AFK_RESULT_FILE`).
 pub const RESULT_FILE_NAME: &str = "agent-result.json";
 
-/// The most bytes kept of the end of the agent's stdout (the structured result is its
-/// last line) and of its stderr; everything is still copied to the slot log.
-pub const STDOUT_TAIL_BYTES: usize = 4 << 20;
-pub const STDERR_TAIL_BYTES: usize = 64 << 10;
-
-/// How long, after the agent exits, its output is waited for: a process it left behind
-/// may hold the pipes open for good.
-const DRAIN_WAIT: Duration = Duration::from_secs(2);
-
 /// A run that ended by itself: its exit code and what it said.
 pub(super) struct Finished {
     pub code: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub result_file: Option<Vec<u8>>,
-}
-
-/// The agent's stdout and stderr being copied to the worker's own (the slot log) by one
-/// thread each, which keep the last bytes of each for the profile to read.
-pub(super) struct Captured {
-    out: Tail,
-    err: Tail,
-}
-
-struct Tail {
-    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    done: std::sync::mpsc::Receiver<()>,
-}
-
-impl Captured {
-    fn start(child: &mut Child) -> Captured {
-        Captured {
-            out: Tail::copy(child.stdout.take(), false, STDOUT_TAIL_BYTES),
-            err: Tail::copy(child.stderr.take(), true, STDERR_TAIL_BYTES),
-        }
-    }
-
-    /// The kept ends of stdout and stderr, once both pipes closed or [`DRAIN_WAIT`] passed.
-    fn finish(self) -> (Vec<u8>, Vec<u8>) {
-        let deadline = timeutil::deadline(Instant::now(), DRAIN_WAIT);
-        (self.out.take(deadline), self.err.take(deadline))
-    }
-}
-
-impl Tail {
-    fn copy(src: Option<impl std::io::Read + Send + 'static>, to_stderr: bool, cap: usize) -> Tail {
-        let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, done) = std::sync::mpsc::channel();
-        if let Some(mut src) = src {
-            let keep = buf.clone();
-            std::thread::spawn(move || {
-                use std::io::Write;
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let n = match src.read(&mut chunk) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    let _ = if to_stderr {
-                        std::io::stderr().lock().write_all(&chunk[..n])
-                    } else {
-                        let mut out = std::io::stdout().lock();
-                        out.write_all(&chunk[..n]).and_then(|()| out.flush())
-                    };
-                    if let Ok(mut b) = keep.lock() {
-                        b.extend_from_slice(&chunk[..n]);
-                        if b.len() > 2 * cap {
-                            let cut = b.len() - cap;
-                            b.drain(..cut);
-                        }
-                    }
-                }
-                let _ = tx.send(());
-            });
-        }
-        Tail { buf, done }
-    }
-
-    fn take(self, deadline: Instant) -> Vec<u8> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let _ = self.done.recv_timeout(left);
-        let mut b = self
-            .buf
-            .lock()
-            .map(|mut b| std::mem::take(&mut *b))
-            .unwrap_or_default();
-        if b.len() > STDOUT_TAIL_BYTES {
-            let cut = b.len() - STDOUT_TAIL_BYTES;
-            b.drain(..cut);
-        }
-        b
-    }
 }
 
 pub(super) enum AgentEnd {

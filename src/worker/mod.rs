@@ -18,6 +18,7 @@ mod error;
 mod home;
 mod lifecycle;
 mod liveness;
+mod output;
 mod queue;
 mod signals;
 mod texts;

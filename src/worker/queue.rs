@@ -59,7 +59,10 @@ impl Worker<'_> {
                 }
                 continue;
             }
-            if let Err(e) = self.tracker.edit_labels(
+            // The switch may land though its answer fails: retried, then settled by what
+            // the tracker shows, so a landed switch is never left `running` unworked.
+            if let Err(e) = tracked::edit_labels_settled(
+                self.tracker,
                 issue.number,
                 &[labels::RUNNING],
                 &[labels::READY_FOR_AGENT],
@@ -128,10 +131,9 @@ impl Worker<'_> {
         claim: &TakenClaim,
         add: &str,
     ) -> Result<(), WorkerError> {
-        let edit = || self.tracker.edit_labels(n, &[add], &[labels::RUNNING]);
         match &claim.marks {
-            Some(_) => tracked::retry(edit),
-            None => edit(),
+            Some(_) => tracked::edit_labels_settled(self.tracker, n, &[add], &[labels::RUNNING]),
+            None => self.tracker.edit_labels(n, &[add], &[labels::RUNNING]),
         }
         .map_err(|e| WorkerError::from(&e))
     }

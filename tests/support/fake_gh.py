@@ -18,6 +18,12 @@
 # A `rate_limit: {"reset": EPOCH, "hits": N}` in state.json makes every repository call
 # fail as GitHub's primary rate limit does until EPOCH (counting them in `hits`), and
 # `gh api rate_limit` report the core and graphql limits spent until EPOCH.
+#
+# `viewer` (default "fake") is the login `gh api user` answers and the author of every
+# comment the fake posts (association `viewer_association`, default "OWNER"); a stored
+# comment may name its own `author` and `authorAssociation` (an outsider's comment). A
+# scripted step with `apply: true` runs the call against the state first and then answers
+# with its code and stderr: a write GitHub applied though the answer failed (a 502).
 import copy
 import fcntl
 import json
@@ -149,6 +155,10 @@ def dump(value):
     return json.dumps(value, indent=2) + "\n"
 
 
+def viewer(state):
+    return state.get("viewer") or "fake"
+
+
 def handle(argv, state):
     """Runs one call against `state` (mutated in place); raises Reply."""
     rest, repo = split_repo(argv)
@@ -168,6 +178,11 @@ def handle(argv, state):
         }
         limits["search"] = {"limit": 30, "remaining": 30, "reset": int(time.time()) + 60, "used": 0}
         raise Reply(0, stdout=dump({"resources": limits, "rate": limits["core"]}))
+
+    if match(rest, ["api", "user"]) is not None:
+        if repo is not None:
+            unknown(argv)
+        raise Reply(0, stdout=dump({"login": viewer(state), "id": 1, "type": "User"}))
 
     if match(rest, ["auth", "status"]) is not None:
         if repo is not None:
@@ -214,7 +229,12 @@ def handle(argv, state):
     if v is not None:
         issue = find_issue(state, int(v[0]))
         comments = [
-            {"author": {"login": "fake"}, "body": c["body"], "createdAt": c.get("createdAt", "")}
+            {
+                "author": {"login": c.get("author") or viewer(state)},
+                "authorAssociation": c.get("authorAssociation") or state.get("viewer_association", "OWNER"),
+                "body": c["body"],
+                "createdAt": c.get("createdAt", ""),
+            }
             for c in issue.get("comments", [])
         ]
         raise Reply(
@@ -340,6 +360,13 @@ def main():
             time.sleep(3600)
     if step and step.get("delay"):
         time.sleep(float(step["delay"]))
+    if step and step.get("apply"):
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = load()
+            if run(argv, state).code == 0:
+                save(state)
+            fcntl.flock(lock, fcntl.LOCK_UN)
     if step and "code" in step:
         finish(Reply(int(step["code"]), step.get("stdout", ""), step.get("stderr", "")))
     with open(LOCK, "a") as lock:

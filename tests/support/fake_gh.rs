@@ -30,6 +30,10 @@
 //! gh's network-error text (a transient failure) before doing anything, with probability
 //! `rate`, drawn from a generator seeded with the seed and the call's index, so a fixed
 //! seed replays the same failures. An argv outside `docs/SPEC.md` §7 is still refused first.
+//!
+//! Authors: every comment the fake posts is by its viewer ([`FakeGh::set_viewer`], the login
+//! `gh api user` answers); [`FakeComment::by`] stores an outsider's. A write applied and
+//! then answered with a failure: [`FakeGh::apply_then_fail_next`].
 #![allow(dead_code)]
 
 use std::ffi::OsString;
@@ -53,6 +57,28 @@ pub struct FakeComment {
     pub body: String,
     #[serde(rename = "createdAt", default)]
     pub created_at: String,
+    /// The author's login; `None`: the fake's viewer (the fleet's own login).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// `OWNER`, `MEMBER`, `COLLABORATOR`, `CONTRIBUTOR`, `NONE`…; `None`: the viewer's.
+    #[serde(
+        rename = "authorAssociation",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub author_association: Option<String>,
+}
+
+impl FakeComment {
+    /// A comment by `login` with GitHub's author association `association`, now.
+    pub fn by(login: &str, association: &str, body: &str) -> FakeComment {
+        FakeComment {
+            body: body.into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            author: Some(login.into()),
+            author_association: Some(association.into()),
+        }
+    }
 }
 
 /// One issue in the fake's store. `state` is `OPEN` or `CLOSED`, as gh prints it.
@@ -101,6 +127,11 @@ impl FakeIssue {
 
     pub fn with_title(mut self, title: &str) -> Self {
         self.title = title.into();
+        self
+    }
+
+    pub fn with_comment(mut self, c: FakeComment) -> Self {
+        self.comments.push(c);
         self
     }
 
@@ -199,6 +230,25 @@ impl FakeGh {
     /// Whether `gh auth status` succeeds (default: yes).
     pub fn set_auth(&self, logged_in: bool) {
         self.edit(|s| s["auth"] = json!(logged_in));
+    }
+
+    /// The login `gh api user` answers and the fake's comments carry (default `fake`).
+    pub fn set_viewer(&self, login: &str) {
+        self.edit(|s| s["viewer"] = json!(login));
+    }
+
+    /// Calls of `gh api user` so far.
+    pub fn viewer_calls(&self) -> usize {
+        self.calls()
+            .iter()
+            .filter(|c| c[..] == ["api", "user"])
+            .count()
+    }
+
+    /// The next `k` calls are applied to the state and then answered with `code` and
+    /// `stderr`: a write GitHub applied though its answer failed (a 502 or a timeout).
+    pub fn apply_then_fail_next(&self, k: usize, code: i32, stderr: &str) {
+        self.push_script(k, json!({"apply": true, "code": code, "stderr": stderr}));
     }
 
     /// The `OWNER/NAME` used in printed URLs when no `--repo` is given.

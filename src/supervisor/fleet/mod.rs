@@ -175,7 +175,10 @@ impl Fleet {
             churn: ChurnCount::default(),
             view: TrackerView::new(),
             guards: Guards::new(config.timing.fleet_circuit_fraction),
-            timers: Timers::new(Instant::now(), timing.tick_s),
+            timers: Timers {
+                agent_only: config.worker.command.is_none(),
+                ..Timers::new(Instant::now(), timing.tick_s)
+            },
             record: Record::new(journal),
             stopping: None,
             holds: holds::Holds {

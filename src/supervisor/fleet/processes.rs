@@ -28,6 +28,19 @@ pub(super) struct Processes {
     pub(super) stray_kills: Vec<(process::Proc, Instant)>,
     /// When the stop first found descendants that escaped their worker's group.
     pub(super) strays_since: Option<Instant>,
+    /// Ended workers whose stray search found something: searched again at `due` (a
+    /// stray sent SIGTERM may start another, `setsid -f`), with the searches so far.
+    pub(super) stray_retry: Vec<StrayRetry>,
+}
+
+/// One ended worker to search for strays again.
+#[derive(Debug, Clone)]
+pub(super) struct StrayRetry {
+    pub(super) leader: i32,
+    pub(super) id: String,
+    pub(super) own: bool,
+    pub(super) searches: u32,
+    pub(super) due: Instant,
 }
 
 impl Processes {
@@ -41,7 +54,13 @@ impl Processes {
             stray_search: Vec::new(),
             stray_kills: Vec::new(),
             strays_since: None,
+            stray_retry: Vec::new(),
         }
+    }
+
+    /// When the next repeated stray search is due.
+    pub(super) fn next_stray_retry(&self) -> Option<Instant> {
+        self.stray_retry.iter().map(|r| r.due).min()
     }
 
     /// When the next escaped descendant sent SIGTERM is due its SIGKILL.

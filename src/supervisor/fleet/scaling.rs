@@ -116,7 +116,10 @@ impl Fleet {
             }
             ShrinkMode::DrainThenRetire if !was_retiring => {
                 let (pid, id) = (w.pid, w.id.clone());
-                if let Err(e) = atomic_write(&retire_file, b"") {
+                // The run's start token: the file belongs to this run, and the next one
+                // clears it at start-up (`lock::SupervisorLock::acquire`).
+                let token = self.launch.me.1.to_string();
+                if let Err(e) = atomic_write(&retire_file, token.as_bytes()) {
                     self.log(Event::now(
                         kind::ERROR,
                         format!("{}: {e}", retire_file.display()),

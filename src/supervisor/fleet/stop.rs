@@ -8,6 +8,11 @@ use super::*;
 use crate::process;
 use crate::timeutil;
 
+/// How often the strays of one ended worker are searched for while some are found (with
+/// backoff 1, 2, 4, 8, 16 s: about half a minute in all), before the survivors are named in
+/// one line and left to the stop.
+const STRAY_SEARCHES: u32 = 6;
+
 impl Fleet {
     // ---- stopping ----
 
@@ -152,7 +157,31 @@ impl Fleet {
     /// reparented to us; an adopted worker's went elsewhere, so the fleet is looked for by
     /// its environment across the table.
     pub(super) fn search_strays(&mut self, now: Instant) {
-        let pending = std::mem::take(&mut self.procs.stray_search);
+        let pending: Vec<(i32, String, bool, u32)> = std::mem::take(&mut self.procs.stray_search)
+            .into_iter()
+            .map(|(leader, id, own)| (leader, id, own, 0))
+            .collect();
+        self.search_strays_of(pending, now);
+    }
+
+    /// The repeated searches that are due ([`STRAY_SEARCHES`], with backoff): a stray sent
+    /// SIGTERM may start another process carrying the worker's id before it exits.
+    pub(super) fn retry_strays(&mut self, now: Instant) {
+        if self.procs.next_stray_retry().is_none_or(|d| d > now) {
+            return;
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.procs.stray_retry)
+            .into_iter()
+            .partition(|r| r.due <= now);
+        self.procs.stray_retry = later;
+        let pending = due
+            .into_iter()
+            .map(|r| (r.leader, r.id, r.own, r.searches))
+            .collect();
+        self.search_strays_of(pending, now);
+    }
+
+    fn search_strays_of(&mut self, pending: Vec<(i32, String, bool, u32)>, now: Instant) {
         if pending.is_empty() {
             return;
         }
@@ -163,7 +192,7 @@ impl Fleet {
             .children
             .escapees(&ended, &keep, &self.layout.supervisor_lane());
         let grace = Duration::from_secs(self.timing.stop_grace_s);
-        for (leader, id, _) in pending {
+        for (leader, id, own, searches) in pending {
             let strays: Vec<process::Proc> = found
                 .iter()
                 .filter(|(of, _)| *of == id)
@@ -172,20 +201,52 @@ impl Fleet {
             if strays.is_empty() {
                 continue;
             }
+            let searches = searches + 1;
             let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
-            self.log(
-                Event::now(
-                    kind::ERROR,
-                    format!("worker {id} left processes outside its group: terminating {pids:?}"),
-                )
-                .pid(leader),
-            );
-            for p in strays {
+            if searches > STRAY_SEARCHES {
+                self.log(
+                    Event::now(
+                        kind::ERROR,
+                        format!(
+                            "worker {id}: processes still carry its id after {STRAY_SEARCHES} searches, left to the stop: {pids:?}"
+                        ),
+                    )
+                    .pid(leader),
+                );
+                continue;
+            }
+            // Already sent SIGTERM and waiting for their SIGKILL: not again.
+            let new: Vec<process::Proc> = strays
+                .into_iter()
+                .filter(|p| !self.procs.stray_kills.iter().any(|(k, _)| k == p))
+                .collect();
+            if !new.is_empty() {
+                let pids: Vec<i32> = new.iter().map(|p| p.pid).collect();
+                self.log(
+                    Event::now(
+                        kind::ERROR,
+                        format!(
+                            "worker {id} left processes outside its group: terminating {pids:?}"
+                        ),
+                    )
+                    .pid(leader),
+                );
+            }
+            for p in new {
                 self.procs.children.signal_stray(&p, Signal::SIGTERM);
                 self.procs
                     .stray_kills
                     .push((p, crate::timeutil::deadline(now, grace)));
             }
+            // Searched again until nothing carrying the id is left: 1 s, 2 s, 4 s, ...
+            let backoff = Duration::from_secs(1u64 << (searches - 1).min(4));
+            self.procs.stray_retry.push(super::processes::StrayRetry {
+                leader,
+                id,
+                own,
+                searches,
+                due: crate::timeutil::deadline(now, backoff),
+            });
         }
     }
 

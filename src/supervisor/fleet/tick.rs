@@ -13,6 +13,8 @@ pub(super) struct Timers {
     pub(super) next_tick: Instant,
     /// When the workers' CPU and memory were last read.
     pub(super) usage_read_at: Option<Instant>,
+    /// Whether the workers are the built-in one, whose own CPU is not the agent's progress.
+    pub(super) agent_only: bool,
 }
 
 impl Timers {
@@ -20,6 +22,7 @@ impl Timers {
         Timers {
             next_tick: crate::timeutil::deadline(now, Duration::from_secs(tick_s)),
             usage_read_at: None,
+            agent_only: false,
         }
     }
 }
@@ -56,6 +59,12 @@ impl Fleet {
         if let Some(k) = self.procs.next_stray_kill() {
             d = d.min(k);
         }
+        // A stop sweeps every stray itself; the repeated searches wait for no stop.
+        if self.stopping.is_none()
+            && let Some(r) = self.procs.next_stray_retry()
+        {
+            d = d.min(r);
+        }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
         } else if self.view.unidle_backlog.0 > 0 {
@@ -75,6 +84,7 @@ impl Fleet {
             return;
         }
         self.clean_after(&done, now);
+        self.retry_strays(now);
         self.release_claims(&done);
         self.resume_if_due(now);
         self.hold_due(now);
@@ -188,13 +198,24 @@ impl Fleet {
         }
         let usage = self.procs.children.usage(&leaders);
         let now_e = now_epoch();
+        let (agent_only, floor) = (self.timers.agent_only, self.timing.stall_cpu_floor_permille);
         for slot in self.pool.slots.values_mut() {
             let Phase::Running(w) = &mut slot.phase else {
                 continue;
             };
             let u = usage.get(&w.pid).copied();
-            if u.map(|u| u.cpu_ms) != w.usage.map(|u| u.cpu_ms) && w.usage.is_some() {
-                w.cpu_moved_epoch = now_e;
+            // Under the built-in worker the agent's processes are the work; the worker's
+            // own polling is not. A custom worker's whole tree counts.
+            let work = |u: crate::supervisor::usage::Usage| {
+                if agent_only { u.agent_cpu_ms } else { u.cpu_ms }
+            };
+            if let (Some(u), Some(before), Some(t)) = (u, w.usage, previous_read) {
+                let used = work(u).saturating_sub(work(before));
+                let wall =
+                    u64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX);
+                if stall::cpu_progressed(used, wall, floor) {
+                    w.cpu_moved_epoch = now_e;
+                }
             }
             slot.shown.cpu_permille = u
                 .and_then(|u| cpu_permille(w, u, previous_read, now))
