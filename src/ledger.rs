@@ -41,6 +41,9 @@ pub enum Outcome {
     Stalled,
     /// The worker was stopped (a fleet stop, a signal) and gave the issue back.
     GivenBack,
+    /// The kernel's OOM killer ended a process of the attempt (cgroup mode, with the
+    /// memory controller: `memory.events` `oom_kill`). A failure like `worker-died`.
+    OomKilled,
     /// Not an attempt: the worker quarantined the issue here. Failures before this record
     /// no longer count, so a person who removes the label gives the issue a fresh budget.
     Quarantined,
@@ -55,6 +58,7 @@ impl Outcome {
                 | Outcome::WallClockCapped
                 | Outcome::WorkerDied
                 | Outcome::Stalled
+                | Outcome::OomKilled
         )
     }
 }
@@ -70,6 +74,7 @@ impl fmt::Display for Outcome {
             Outcome::Stalled => f.write_str("stalled"),
             Outcome::GivenBack => f.write_str("given-back"),
             Outcome::Quarantined => f.write_str("quarantined"),
+            Outcome::OomKilled => f.write_str("oom-killed"),
         }
     }
 }
@@ -91,6 +96,7 @@ impl FromStr for Outcome {
             "stalled" => Outcome::Stalled,
             "given-back" => Outcome::GivenBack,
             "quarantined" => Outcome::Quarantined,
+            "oom-killed" => Outcome::OomKilled,
             other => {
                 let code = other
                     .strip_prefix("agent-failed exit ")

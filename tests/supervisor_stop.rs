@@ -97,6 +97,7 @@ fn stop_reports_recorded_workers_still_alive() {
         quarantined: None,
         boot_suite: None,
         tracker_kind: None,
+        isolation: None,
     };
     state_file::write(&f.layout.state_file(), &state).unwrap();
 

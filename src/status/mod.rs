@@ -142,6 +142,7 @@ pub(crate) mod tests {
             cpu_permille: None,
             probe_epoch: None,
             last_event: None,
+            memory_peak_kib: None,
         };
         let mut running = slot(0, SlotState::Running);
         running.pid = Some(5001);
@@ -204,6 +205,7 @@ pub(crate) mod tests {
                     elapsed_ms: 1234,
                 }),
                 tracker_kind: Some("local".into()),
+                isolation: None,
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

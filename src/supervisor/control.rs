@@ -80,6 +80,8 @@ pub struct FleetInfo {
     pub boot_suite: Option<BootSuite>,
     /// `gh` or `local`; null when the tracker could not be opened.
     pub tracker_kind: Option<String>,
+    /// `cgroup` or `process-group (<why>)`; null from a supervisor that does not say.
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -104,6 +106,8 @@ pub struct SlotRow {
     pub probe_epoch: Option<u64>,
     /// The slot's newest event-log record, from the log's end only; null when none is there.
     pub last_event: Option<Event>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    pub memory_peak_kib: Option<u64>,
 }
 
 /// The running supervisor's view, from its heartbeat.
@@ -138,6 +142,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 idle: 0,
                 boot_suite: None,
                 tracker_kind: None,
+                isolation: None,
             },
             slots: Vec::new(),
             epoch: now,
@@ -195,6 +200,7 @@ fn report_from(
                 .count(),
             boot_suite: s.boot_suite.clone(),
             tracker_kind: s.tracker_kind.clone(),
+            isolation: s.isolation.clone(),
         },
         slots: s
             .slot_detail
@@ -214,6 +220,7 @@ fn report_from(
                 cpu_permille: d.cpu_permille,
                 probe_epoch: d.probe_epoch,
                 last_event: last.get(&(d.slot as u64)).cloned(),
+                memory_peak_kib: d.memory_peak_kib,
             })
             .collect(),
     }

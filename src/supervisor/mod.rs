@@ -6,6 +6,7 @@ pub mod circuit;
 pub mod control;
 pub mod fleet;
 pub mod fleet_circuit;
+pub mod isolation;
 pub mod journal;
 pub mod lock;
 pub mod notify;

@@ -25,6 +25,9 @@ pub enum Group {
     /// By group id, with our own leader kept a zombie until the group is empty so the id
     /// cannot be reused; emptiness is read from `/proc`.
     Pinned,
+    /// cgroup mode: the worker's attempt cgroup. SIGKILL is `cgroup.kill`; empty is its
+    /// `populated 0`, which arrives as an event where the cgroup is watched.
+    Cgroup(crate::cgroup::Cgroup),
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +45,8 @@ struct Dying {
     /// without telling us (an adopted worker's, reparented elsewhere).
     recheck_at: Instant,
     recheck_every: Duration,
+    /// Its emptying arrives as an event (a watched cgroup): no re-check is scheduled.
+    evented: bool,
 }
 
 /// A group that finished cleaning up.
@@ -104,8 +109,10 @@ impl Reaper {
         if !pinned_unsafe || os.group_alive(leader, &group) {
             os.signal_group(leader, &group, Signal::SIGTERM);
         }
+        let evented = matches!(group, Group::Cgroup(_)) && os.watches_cgroups();
         self.dying.push(Dying {
             leader,
+            evented,
             group,
             own_child,
             leader_exited,
@@ -165,12 +172,11 @@ impl Reaper {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.dying
             .iter()
-            .map(|d| {
-                if d.killed {
-                    d.recheck_at
-                } else {
-                    d.recheck_at.min(d.kill_at)
-                }
+            .filter_map(|d| match (d.evented, d.killed) {
+                (true, true) => None,
+                (true, false) => Some(d.kill_at),
+                (false, true) => Some(d.recheck_at),
+                (false, false) => Some(d.recheck_at.min(d.kill_at)),
             })
             .min()
     }

@@ -67,6 +67,8 @@ pub struct LiveWorker {
     /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
     /// still exactly this afterwards: a worker that took an issue changed it.
     pub queue_at_spawn: Option<std::collections::BTreeSet<u64>>,
+    /// cgroup mode: the attempt's own cgroup (the worker and everything it starts).
+    pub cgroup: Option<crate::cgroup::Cgroup>,
 }
 
 #[derive(Debug, Clone)]

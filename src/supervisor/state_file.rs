@@ -180,6 +180,12 @@ pub struct SlotDetail {
     /// When an open circuit's half-open probe is due (epoch seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_epoch: Option<u64>,
+    /// cgroup mode: the worker's attempt cgroup (a directory of the v2 hierarchy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_kib: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,6 +224,10 @@ pub struct StateFile {
     /// opened (`ready_for_agent_unknown` then says why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracker_kind: Option<String>,
+    /// How workers are isolated: `cgroup` or `process-group (<why>)` (README
+    /// "Isolation"); absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
 }
 
 /// The boot suite's end as `status` shows it: `clean`, `failed: <why>` or
@@ -370,6 +380,8 @@ mod tests {
                     title: Some("Fix the thing".into()),
                     cpu_permille: Some(125),
                     probe_epoch: None,
+                    cgroup: None,
+                    memory_peak_kib: None,
                 },
                 SlotDetail {
                     slot: 1,
@@ -385,6 +397,8 @@ mod tests {
                     title: None,
                     cpu_permille: None,
                     probe_epoch: None,
+                    cgroup: None,
+                    memory_peak_kib: None,
                 },
             ],
             paused: None,
@@ -395,6 +409,7 @@ mod tests {
                 elapsed_ms: 1200,
             }),
             tracker_kind: Some("local".into()),
+            isolation: None,
         }
     }
 

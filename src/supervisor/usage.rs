@@ -22,6 +22,8 @@ pub struct Usage {
     pub rss_kib: u64,
     /// Live processes in the tree.
     pub procs: usize,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    pub memory_peak_kib: Option<u64>,
 }
 
 pub struct Meter {

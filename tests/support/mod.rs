@@ -52,6 +52,9 @@ impl TestEnv {
             ("GH_PROMPT_DISABLED".into(), "1".into()),
             ("NO_COLOR".into(), "1".into()),
             ("XDG_RUNTIME_DIR".into(), self.dir.path().join("run").into()),
+            // Today's tests pin process-group isolation (the mode every host has); the
+            // cgroup mode's tests (tests/isolation_cgroup.rs) ask for it explicitly.
+            ("RED_AFK_ISOLATION".into(), "process-group".into()),
         ]
     }
 

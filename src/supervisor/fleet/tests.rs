@@ -386,6 +386,7 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
                 cpu_ms: ms,
                 rss_kib: 1024,
                 procs: 2,
+                memory_peak_kib: None,
             },
         );
     };
