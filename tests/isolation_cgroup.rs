@@ -249,6 +249,30 @@ fn two_hundred_children_end_at_stop_and_after_a_takeover() {
 #[test]
 fn process_group_mode_leftovers_for_comparison() {
     let mut counts = Vec::new();
+    // The escaper after its worker's end, the supervisor still running.
+    {
+        let (mut f, _g) = fleet_in("process-group", "");
+        let m = marker(&f);
+        let script = format!(
+            "setsid -f env -i sleep {m} </dev/null >/dev/null 2>&1\n\
+             until [ -e \"$AFK_TEST_DIR/go\" ]; do sleep 0.05; done\n\
+             exit 0\n"
+        );
+        std::fs::write(&f.script, script).unwrap();
+        f.start(&["--workers", "1"]);
+        f.wait_workers(1);
+        assert!(wait_until(WAIT, || marked(&m).len() == 1), "{}", f.dump());
+        std::fs::write(f.file("go"), "").unwrap();
+        f.wait_events("slot.exit", 1);
+        // Two ticks: the stray search after a worker's end runs at the tick.
+        let ticks = f.count("supervisor.tick");
+        f.wait_events("supervisor.tick", ticks + 2);
+        counts.push(format!("escaper after its worker's end: {} left", marked(&m).len()));
+        stop(&mut f);
+        for pid in marked(&m) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
     for (name, forking) in [("escaper", false), ("200 children", true)] {
         for with_takeover in [false, true] {
             let (mut f, _g) = fleet_in("process-group", "");
@@ -395,4 +419,24 @@ fn an_oom_kill_is_its_own_outcome() {
         "{}",
         f.dump()
     );
+}
+
+/// With no supervisor left (SIGKILLed), `stop --force` finds the fleet's processes by
+/// their cgroups first: the escaper with a cleared environment goes too.
+#[test]
+#[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+fn stop_force_without_a_supervisor_ends_what_the_cgroups_hold() {
+    require_cgroups();
+    let (mut f, _g) = fleet_in("cgroup", "");
+    let m = marker(&f);
+    std::fs::write(&f.script, escaping_worker(&m)).unwrap();
+    f.start(&["--workers", "1"]);
+    wait_ready(&f, &m, 1);
+    kill(f.sup_pid(), Signal::SIGKILL);
+    f.wait_exit();
+    let out = f.run_cmd(&["stop", "--force", "--timeout", "30"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let left = marked(&m);
+    assert!(left.is_empty(), "left after stop --force: {left:?}");
+    assert!(f.tagged().is_empty(), "left: {:?}", f.tagged());
 }

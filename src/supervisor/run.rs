@@ -275,7 +275,7 @@ async fn run_fleet(
         }
     };
     for n in notes {
-        journal.write(Event::now(kind::START, n));
+        journal.write(Event::now(kind::ISOLATION, n));
     }
     let (mut adoptees, dead, had_state, recorded) = takeover_candidates(layout, &mut journal);
     if let Some(cg) = isolation.cgroups() {

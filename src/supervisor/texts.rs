@@ -43,6 +43,11 @@ pub mod kind {
     pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
     pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
     pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
+    /// The isolation chosen at start-up, and each limit that cannot be enforced
+    /// (`docs/SPEC.md` §11.13).
+    pub const ISOLATION: &str = "supervisor.isolation";
+    /// What the kernel counted for an attempt whose cgroup emptied (§11.13).
+    pub const FIGURES: &str = "slot.figures";
 }
 
 pub fn takeover(adopted: usize, dead: usize, target: usize) -> String {

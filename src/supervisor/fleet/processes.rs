@@ -186,8 +186,7 @@ impl Fleet {
                     f.oom_kills.unwrap_or(0)
                 ));
             }
-            let k = if oom { kind::ERROR } else { kind::EXIT };
-            self.log(Event::now(k, msg).slot(slot).pid(d.leader));
+            self.log(Event::now(kind::FIGURES, msg).slot(slot).pid(d.leader));
         }
     }
 }
