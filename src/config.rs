@@ -198,7 +198,11 @@ impl IsolationCfg {
     /// The per-attempt limits asked for: (key, cgroup file, value).
     pub fn worker_limits(&self) -> Vec<(&'static str, &'static str, String)> {
         [
-            ("worker.memory_high", "memory.high", &self.worker_memory_high),
+            (
+                "worker.memory_high",
+                "memory.high",
+                &self.worker_memory_high,
+            ),
             ("worker.memory_max", "memory.max", &self.worker_memory_max),
             ("worker.cpu_max", "cpu.max", &self.worker_cpu_max),
             ("worker.pids_max", "pids.max", &self.worker_pids_max),

@@ -17,7 +17,16 @@ use crate::timeutil;
 use crate::toonl::{self, LogError};
 
 /// Header fields of a ledger file, in order.
-pub const FIELDS: [&str; 6] = ["worker", "start", "end", "outcome", "branch", "head"];
+pub const FIELDS: [&str; 8] = [
+    "worker",
+    "start",
+    "end",
+    "outcome",
+    "branch",
+    "head",
+    "cpu_ms",
+    "memory_peak_kib",
+];
 
 /// The most bytes of one ledger read.
 pub const MAX_LEDGER_BYTES: u64 = 1 << 20;
@@ -134,6 +143,13 @@ pub struct Record {
     pub branch: Option<String>,
     /// The branch's head commit at the end.
     pub head: Option<String>,
+    /// cgroup mode: the attempt's CPU time from the kernel (`cpu.stat` `usage_usec`), ms.
+    /// Absent in records written before it existed.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    #[serde(default)]
+    pub memory_peak_kib: Option<u64>,
 }
 
 impl Record {
@@ -146,7 +162,20 @@ impl Record {
             outcome,
             branch: None,
             head: None,
+            cpu_ms: None,
+            memory_peak_kib: None,
         }
+    }
+
+    /// The figures of the attempt cgroup this process runs in (cgroup mode: the built-in
+    /// worker is in its attempt's cgroup, so at the attempt's end they are the attempt's);
+    /// none elsewhere.
+    pub fn with_own_cgroup_figures(mut self) -> Self {
+        if let Some(f) = crate::cgroup::own_attempt_figures() {
+            self.cpu_ms = f.cpu_usec.map(|u| u / 1000);
+            self.memory_peak_kib = f.memory_peak.map(|b| b / 1024);
+        }
+        self
     }
 
     pub fn on_branch(mut self, branch: &str, head: Option<String>) -> Self {
@@ -269,11 +298,40 @@ mod tests {
             Outcome::Stalled,
             Outcome::GivenBack,
             Outcome::Quarantined,
+            Outcome::OomKilled,
         ] {
             assert_eq!(o.to_string().parse::<Outcome>(), Ok(o));
         }
         assert!("agent-failed exit x".parse::<Outcome>().is_err());
         assert!("exploded".parse::<Outcome>().is_err());
+    }
+
+    /// A ledger an older version wrote (six fields) gains the new header before the first
+    /// new record: both read, the old ones without figures, and an oom-killed attempt
+    /// counts as a failure.
+    #[test]
+    fn an_old_ledger_reads_beside_records_with_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 9);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            "[]{worker,start,end,outcome,branch,head}:\nw0,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
+        )
+        .unwrap();
+        let mut r = Record::now(Some("w1"), None, Outcome::OomKilled);
+        r.cpu_ms = Some(1500);
+        r.memory_peak_kib = Some(2048);
+        append(&layout, 9, &r).unwrap();
+        append(&layout, 9, &Record::now(Some("w2"), None, Outcome::Done)).unwrap();
+        let got = read(&layout, 9).unwrap();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].cpu_ms, None);
+        assert_eq!(got[1], r);
+        assert_eq!(failures(&got), 2);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.matches("[]{").count(), 2, "one new header: {text}");
     }
 
     #[test]
@@ -299,7 +357,9 @@ mod tests {
         assert_eq!(failures(&got), 3);
         assert_eq!(resume_branch(&got), Some("afk/w2/7-x"));
         let text = std::fs::read_to_string(path(&layout, 7)).unwrap();
-        assert!(text.starts_with("[]{worker,start,end,outcome,branch,head}:\n"));
+        assert!(
+            text.starts_with("[]{worker,start,end,outcome,branch,head,cpu_ms,memory_peak_kib}:\n")
+        );
         assert_eq!(text.lines().count(), 5, "one header, one line per record");
 
         let comment = quarantine_comment(&got, "afk:quarantined");

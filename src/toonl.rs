@@ -241,12 +241,28 @@ pub fn append_record(
     })?;
     let mut f = open_append(path).map_err(|e| io_err(e.into()))?;
     let fresh = f.metadata().map_err(io_err)?.len() == 0;
-    let text = if fresh {
+    // A file whose last header names other fields (written by an older version) gets the
+    // new header first, so its old rows still read under theirs.
+    let text = if fresh || !last_header_is(path, fields) {
         format!("{}{row}", header_line(fields))
     } else {
         row
     };
     f.write_all(text.as_bytes()).map_err(io_err)
+}
+
+/// Whether the last header line of the TOONL file at `path` names exactly `fields`; a file
+/// that cannot be read counts as not (a header too many is harmless).
+fn last_header_is(path: &Path, fields: &[&str]) -> bool {
+    let Ok(Some(bytes)) = read_small_file(path, MAX_READ_BYTES) else {
+        return false;
+    };
+    let want = header_line(fields);
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("[]{") && l.ends_with("}:"))
+        .is_some_and(|h| h == want.trim_end())
 }
 
 /// Reads every complete record. A line torn by a crash mid-write (the last line without

@@ -73,8 +73,7 @@ fn marked(marker: &str) -> Vec<i32> {
         .into_iter()
         .filter(|p| !p.is_zombie())
         .filter(|p| {
-            std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| c == want.as_bytes())
+            std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| c == want.as_bytes())
         })
         .map(|p| p.pid)
         .collect()
@@ -148,12 +147,18 @@ fn a_worker_runs_in_its_own_attempt_cgroup() {
     let pids = f.wait_workers(1);
     let state = f.state().unwrap();
     assert_eq!(state.isolation.as_deref(), Some("cgroup"), "{}", f.dump());
-    let cg = state.slot_detail[0].cgroup.clone().expect("cgroup recorded");
+    let cg = state.slot_detail[0]
+        .cgroup
+        .clone()
+        .expect("cgroup recorded");
     let cg = Cgroup::at(cg);
     assert!(cg.dir().starts_with(g.0.dir().join("slot-0")), "{cg:?}");
     assert_eq!(cg.procs(), pids, "the worker alone is in its cgroup");
     let sup = afk_supervisor::cgroup::hierarchy::of_pid(f.sup_pid()).unwrap();
-    assert!(sup.ends_with("/supervisor"), "supervisor in its leaf: {sup}");
+    assert!(
+        sup.ends_with("/supervisor"),
+        "supervisor in its leaf: {sup}"
+    );
     let out = f.run_cmd(&["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("isolation: cgroup"), "{text}");
@@ -239,7 +244,12 @@ fn two_hundred_children_end_at_stop_and_after_a_takeover() {
             "cgroup mode, 200 children, takeover={with_takeover}: {} left after stop",
             left.len()
         );
-        assert!(left.is_empty(), "left: {} {left:?}\n{}", left.len(), f.dump());
+        assert!(
+            left.is_empty(),
+            "left: {} {left:?}\n{}",
+            left.len(),
+            f.dump()
+        );
     }
 }
 
@@ -267,7 +277,10 @@ fn process_group_mode_leftovers_for_comparison() {
         // Two ticks: the stray search after a worker's end runs at the tick.
         let ticks = f.count("supervisor.tick");
         f.wait_events("supervisor.tick", ticks + 2);
-        counts.push(format!("escaper after its worker's end: {} left", marked(&m).len()));
+        counts.push(format!(
+            "escaper after its worker's end: {} left",
+            marked(&m).len()
+        ));
         stop(&mut f);
         for pid in marked(&m) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
@@ -319,7 +332,8 @@ fn cpu_seconds_of_a_busy_and_a_sleeping_worker() {
             .and_then(|d| d.cpu_ms)
     };
     assert!(
-        wait_until(WAIT, || cpu(0).is_some_and(|ms| ms >= 300) && cpu(1).is_some()),
+        wait_until(WAIT, || cpu(0).is_some_and(|ms| ms >= 300)
+            && cpu(1).is_some()),
         "busy {:?} sleeping {:?}\n{}",
         cpu(0),
         cpu(1),
@@ -374,10 +388,7 @@ fn a_limit_is_set_or_said_to_be_unenforceable() {
 
 /// `memory.peak` of an attempt reaches `status` where the memory controller is there.
 #[test]
-#[cfg_attr(
-    not(afk_has_memory_cgroup),
-    ignore = "no memory controller delegated"
-)]
+#[cfg_attr(not(afk_has_memory_cgroup), ignore = "no memory controller delegated")]
 fn memory_peak_of_an_attempt() {
     let (mut f, _g) = fleet_in(
         "cgroup",
@@ -389,16 +400,17 @@ fn memory_peak_of_an_attempt() {
         f.state()
             .and_then(|s| s.slot_detail.first().and_then(|d| d.memory_peak_kib))
     };
-    assert!(wait_until(WAIT, || peak().is_some_and(|k| k > 1024)), "{:?}", peak());
+    assert!(
+        wait_until(WAIT, || peak().is_some_and(|k| k > 1024)),
+        "{:?}",
+        peak()
+    );
     stop(&mut f);
 }
 
 /// An attempt the OOM killer ends is `oom-killed` in the event log.
 #[test]
-#[cfg_attr(
-    not(afk_has_memory_cgroup),
-    ignore = "no memory controller delegated"
-)]
+#[cfg_attr(not(afk_has_memory_cgroup), ignore = "no memory controller delegated")]
 fn an_oom_kill_is_its_own_outcome() {
     let (mut f, _g) = fleet_in("cgroup", "");
     let config = format!(

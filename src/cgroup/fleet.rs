@@ -282,10 +282,7 @@ mod tests {
     #[test]
     fn a_supervisor_in_its_own_leaf_uses_the_fleets_parent() {
         let own = Cgroup::at("/cg/p/afk-r-1/supervisor");
-        assert_eq!(
-            outside_own_leaf(own, "afk-r-1").dir(),
-            Path::new("/cg/p")
-        );
+        assert_eq!(outside_own_leaf(own, "afk-r-1").dir(), Path::new("/cg/p"));
         let other = Cgroup::at("/cg/p/afk-r-2/supervisor");
         assert_eq!(
             outside_own_leaf(other.clone(), "afk-r-1").dir(),

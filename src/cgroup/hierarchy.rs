@@ -37,8 +37,7 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit)
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -128,7 +127,10 @@ mod tests {
             point: "/sys/fs/cgroup".into(),
             root: "/".into(),
         };
-        assert_eq!(dir_of(&m, "/").unwrap().dir(), PathBuf::from("/sys/fs/cgroup"));
+        assert_eq!(
+            dir_of(&m, "/").unwrap().dir(),
+            PathBuf::from("/sys/fs/cgroup")
+        );
         assert_eq!(
             dir_of(&m, "/a/b").unwrap().dir(),
             PathBuf::from("/sys/fs/cgroup/a/b")
@@ -137,7 +139,10 @@ mod tests {
             point: "/cg".into(),
             root: "/lxc/c1".into(),
         };
-        assert_eq!(dir_of(&nested, "/lxc/c1/w").unwrap().dir(), PathBuf::from("/cg/w"));
+        assert_eq!(
+            dir_of(&nested, "/lxc/c1/w").unwrap().dir(),
+            PathBuf::from("/cg/w")
+        );
         assert_eq!(dir_of(&nested, "/lxc/c10"), None);
         assert_eq!(dir_of(&nested, "/other"), None);
     }

@@ -229,6 +229,14 @@ impl Cgroup {
     }
 }
 
+/// The figures of this process's own cgroup when it is an attempt's
+/// (`…/slot-<N>/attempt-…`, cgroup mode); `None` anywhere else.
+pub fn own_attempt_figures() -> Option<Figures> {
+    let (_, own) = hierarchy::own().ok()?;
+    let name = own.dir().file_name()?.to_str()?;
+    name.starts_with("attempt-").then(|| own.figures())
+}
+
 /// The number after `key ` in a flat-keyed cgroup file (`populated 1`, `usage_usec 12`).
 fn keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {

@@ -17,12 +17,12 @@ use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::fleet::Msg;
-use crate::cgroup::fleet::FleetCgroups;
-use crate::cgroup::watch::Watcher;
-use crate::cgroup::{Cgroup, Figures};
 use super::reaper::Group;
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
 use super::usage::{Meter, Usage};
+use crate::cgroup::fleet::FleetCgroups;
+use crate::cgroup::watch::Watcher;
+use crate::cgroup::{Cgroup, Figures};
 use crate::process::{self, ExitKind, Pidfd, Proc};
 
 /// A started or adopted worker as the fleet keeps it.

@@ -448,7 +448,12 @@ fn fleet_attempt_cgroups(layout: &Layout) -> Vec<crate::cgroup::Cgroup> {
         .slot_detail
         .iter()
         .filter_map(|d| d.cgroup.as_deref())
-        .filter_map(|c| std::path::Path::new(c).parent()?.parent().map(crate::cgroup::Cgroup::at))
+        .filter_map(|c| {
+            std::path::Path::new(c)
+                .parent()?
+                .parent()
+                .map(crate::cgroup::Cgroup::at)
+        })
         .collect();
     roots.sort_by(|a, b| a.dir().cmp(b.dir()));
     roots.dedup();

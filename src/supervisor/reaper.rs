@@ -320,13 +320,27 @@ mod cgroup_tests {
                 assert!(Instant::now() < deadline, "worker never ended");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            assert_eq!(process::child_exit(s.pid, true), Some(process::ExitKind::Code(3)));
-            let gc: i32 = std::fs::read_to_string(&gc).unwrap().trim().parse().unwrap();
+            assert_eq!(
+                process::child_exit(s.pid, true),
+                Some(process::ExitKind::Code(3))
+            );
+            let gc: i32 = std::fs::read_to_string(&gc)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
             assert_eq!(cg.0.procs(), vec![gc], "the escaper is still in the cgroup");
             let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
             let mut os = Os::new(otx);
             let mut r = Reaper::new(Duration::from_millis(200));
-            r.terminate(&mut os, s.pid, Group::Cgroup(cg.0.clone()), true, true, Instant::now());
+            r.terminate(
+                &mut os,
+                s.pid,
+                Group::Cgroup(cg.0.clone()),
+                true,
+                true,
+                Instant::now(),
+            );
             while rx.try_recv().is_ok() {}
             // The SIGTERM is ignored; past the grace the next poll sends `cgroup.kill`.
             let mut done = Vec::new();
@@ -337,7 +351,10 @@ mod cgroup_tests {
             }
             // The kernel says the cgroup emptied: an inotify event, nothing polled.
             let ev = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
-            assert!(matches!(ev, Ok(Some(()))), "no cgroup.events change arrived");
+            assert!(
+                matches!(ev, Ok(Some(()))),
+                "no cgroup.events change arrived"
+            );
             while done.is_empty() {
                 assert!(Instant::now() < deadline, "cgroup never emptied");
                 done = r.poll(&mut os, Instant::now());

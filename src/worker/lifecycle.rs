@@ -126,7 +126,8 @@ impl Worker<'_> {
                 });
             let record =
                 ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
-                    .on_branch(branch, head);
+                    .on_branch(branch, head)
+                    .with_own_cgroup_figures();
             let mut records = records.clone();
             if let Err(e) = ledger::append(self.layout, n, &record) {
                 eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);

@@ -39,11 +39,7 @@ impl Fleet {
             .filter_map(|s| s.worker_mut())
             .map(|w| {
                 w.kill = Some(KillReason::Stop);
-                (
-                    w.pid,
-                    group_of(&*self.procs.children, w),
-                    w.own_child,
-                )
+                (w.pid, group_of(&*self.procs.children, w), w.own_child)
             })
             .collect();
         self.log(Event::now(
