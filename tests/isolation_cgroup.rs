@@ -10,7 +10,6 @@
 
 mod support;
 
-#[allow(dead_code)]
 mod fleet;
 
 use std::time::Duration;

@@ -92,7 +92,7 @@ pub struct Adoptee {
 /// else its process group.
 fn group_of(children: &dyn Children, w: &LiveWorker) -> Group {
     match &w.cgroup {
-        Some(cg) => Group::Cgroup(cg.clone()),
+        Some(cg) => Group::Cgroup(cg.as_ref().clone()),
         None => children.group_for(w.pidfd.as_ref()),
     }
 }
@@ -316,7 +316,7 @@ impl Fleet {
             usage: None,
             cpu_moved_epoch: started_epoch,
             queue_at_spawn: None,
-            cgroup: a.cgroup.clone(),
+            cgroup: a.cgroup.clone().map(Arc::new),
         });
         self.pool.slots.insert(a.slot, slot);
     }
@@ -402,7 +402,7 @@ impl Fleet {
                             usage: None,
                             cpu_moved_epoch: now_epoch(),
                             queue_at_spawn: queue_at_spawn.clone(),
-                            cgroup,
+                            cgroup: cgroup.map(Arc::new),
                         });
                     }
                     // Recorded in the heartbeat at the end of this loop turn (one write per
@@ -507,7 +507,7 @@ impl Fleet {
             Some(cg) => {
                 self.procs
                     .ended_cgroups
-                    .insert(w.pid, (cg.clone(), idx, w.id.clone()));
+                    .insert(w.pid, (cg.as_ref().clone(), idx, w.id.clone()));
             }
             None => {
                 self.procs.ended.insert(w.pid, (w.id.clone(), w.own_child));
