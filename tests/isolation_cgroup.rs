@@ -105,6 +105,24 @@ fn forking_worker(m: &str) -> String {
     )
 }
 
+/// A fleet in `mode` whose worker leaves the escaper, then exits 0 once told to (it has
+/// been told when this returns); and the escaper's marker.
+fn escaper_that_ends(mode: &str) -> (Fleet, CgroupGuard, String) {
+    let (mut f, g) = fleet_in(mode, "");
+    let m = marker(&f);
+    let script = format!(
+        "setsid -f env -i sleep {m} </dev/null >/dev/null 2>&1\n\
+         until [ -e \"$AFK_TEST_DIR/go\" ]; do sleep 0.05; done\n\
+         exit 0\n"
+    );
+    std::fs::write(&f.script, script).unwrap();
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    assert!(wait_until(WAIT, || marked(&m).len() == 1), "{}", f.dump());
+    std::fs::write(f.file("go"), "").unwrap();
+    (f, g, m)
+}
+
 fn wait_ready(f: &Fleet, m: &str, n: usize) {
     let file = f.file("ready-0");
     assert!(
@@ -174,18 +192,7 @@ fn a_worker_runs_in_its_own_attempt_cgroup() {
 #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
 fn nothing_escapes_a_worker_that_ended() {
     require_cgroups();
-    let (mut f, _g) = fleet_in("cgroup", "");
-    let m = marker(&f);
-    let script = format!(
-        "setsid -f env -i sleep {m} </dev/null >/dev/null 2>&1\n\
-         until [ -e \"$AFK_TEST_DIR/go\" ]; do sleep 0.05; done\n\
-         exit 0\n"
-    );
-    std::fs::write(&f.script, script).unwrap();
-    f.start(&["--workers", "1"]);
-    f.wait_workers(1);
-    assert!(wait_until(WAIT, || marked(&m).len() == 1), "{}", f.dump());
-    std::fs::write(f.file("go"), "").unwrap();
+    let (mut f, _g, m) = escaper_that_ends("cgroup");
     assert!(
         wait_until(WAIT, || marked(&m).is_empty()),
         "left after the worker's end: {:?}\n{}",
@@ -260,18 +267,7 @@ fn process_group_mode_leftovers_for_comparison() {
     let mut counts = Vec::new();
     // The escaper after its worker's end, the supervisor still running.
     {
-        let (mut f, _g) = fleet_in("process-group", "");
-        let m = marker(&f);
-        let script = format!(
-            "setsid -f env -i sleep {m} </dev/null >/dev/null 2>&1\n\
-             until [ -e \"$AFK_TEST_DIR/go\" ]; do sleep 0.05; done\n\
-             exit 0\n"
-        );
-        std::fs::write(&f.script, script).unwrap();
-        f.start(&["--workers", "1"]);
-        f.wait_workers(1);
-        assert!(wait_until(WAIT, || marked(&m).len() == 1), "{}", f.dump());
-        std::fs::write(f.file("go"), "").unwrap();
+        let (mut f, _g, m) = escaper_that_ends("process-group");
         f.wait_events("slot.exit", 1);
         // Two ticks: the stray search after a worker's end runs at the tick.
         let ticks = f.count("supervisor.tick");
