@@ -1127,6 +1127,48 @@ mod tests {
     }
 
     #[test]
+    fn isolation_mode_and_limits_are_read_and_checked() {
+        let p = Path::new("c.toml");
+        let text = "[isolation]\nmode = \"cgroup\"\ncgroup_root = \"/sys/fs/cgroup/x\"\n\
+                    [worker]\nmemory_max = \"2G\"\ncpu_max = \"50000 100000\"\npids_max = 64\n\
+                    [fleet]\nmemory_max = \"max\"\n";
+        let c = resolve(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c.isolation.mode, IsolationMode::Cgroup);
+        assert_eq!(
+            c.isolation.worker_limits(),
+            vec![
+                ("worker.memory_max", "memory.max", "2G".to_string()),
+                ("worker.cpu_max", "cpu.max", "50000 100000".to_string()),
+                ("worker.pids_max", "pids.max", "64".to_string()),
+            ]
+        );
+        assert_eq!(
+            c.isolation.fleet_limits(),
+            vec![("fleet.memory_max", "memory.max", "max".to_string())]
+        );
+        let e = env(&[("RED_AFK_ISOLATION", "process-group")]);
+        let c = resolve(Some((p, text)), &e, &Overrides::default()).unwrap();
+        assert_eq!(c.isolation.mode, IsolationMode::ProcessGroup);
+        for bad in [
+            "[worker]\nmemory_max = \"2 G\"\n",
+            "[worker]\ncpu_max = \"fast\"\n",
+            "[worker]\npids_max = \"-1\"\n",
+            "[isolation]\ncgroup_root = \"relative\"\n",
+            "[isolation]\nmode = \"jail\"\n",
+        ] {
+            let err = resolve(Some((p, bad)), &HashMap::new(), &Overrides::default());
+            assert!(err.is_err(), "{bad}");
+        }
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_ISOLATION", "jail")]),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("RED_AFK_ISOLATION"), "{err}");
+    }
+
+    #[test]
     fn precedence_flag_env_file_default() {
         let text = "[fleet]\nworkers = 3\nbase = \"trunk\"\n[timing]\ntick_s = 7\n";
         let p = Path::new("c.toml");
