@@ -468,3 +468,46 @@ fn stop_force_without_a_supervisor_ends_what_the_cgroups_hold() {
     assert!(left.is_empty(), "left after stop --force: {left:?}");
     assert!(f.tagged().is_empty(), "left: {:?}", f.tagged());
 }
+
+/// The built-in worker runs inside its attempt's cgroup: the ledger record of its attempt
+/// carries the attempt's CPU time from the kernel.
+#[test]
+#[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+fn the_built_in_workers_ledger_record_carries_the_attempts_cpu() {
+    require_cgroups();
+    let (mut f, _g) = fleet_in("cgroup", "");
+    let agent = f.file("agent.sh");
+    std::fs::write(
+        &agent,
+        "i=0; while [ $i -lt 200000 ]; do i=$((i + 1)); done; exit 1\n",
+    )
+    .unwrap();
+    f.write_config(&format!(
+        "[tracker]\nkind = \"local\"\n[agent]\ncommand = [\"sh\", {:?}]\n\n{FAST_TIMING}",
+        agent.display().to_string()
+    ));
+    let out = f.run_cmd(&[
+        "issue",
+        "new",
+        "--title",
+        "work",
+        "--label",
+        "ready-for-agent",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    f.start(&["--workers", "1"]);
+    let first = || {
+        afk_supervisor::ledger::read(&f.layout, 1)
+            .ok()
+            .and_then(|r| r.into_iter().next())
+    };
+    assert!(wait_until(WAIT, || first().is_some()), "{}", f.dump());
+    let r = first().unwrap();
+    assert_eq!(
+        r.outcome,
+        afk_supervisor::ledger::Outcome::AgentFailed(1),
+        "{r:?}"
+    );
+    assert!(r.cpu_ms.is_some_and(|ms| ms > 0), "{r:?}");
+    stop(&mut f);
+}
