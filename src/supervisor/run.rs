@@ -285,7 +285,13 @@ async fn run_fleet(
         }
         adoptees.extend(t.found);
     }
-    let unrecorded = unrecorded_workers(layout, &adoptees);
+    let mut unrecorded = unrecorded_workers(layout, &adoptees);
+    if let Some(cg) = isolation.cgroups() {
+        // What the attempt cgroups hold was judged above: adopted, or a dead attempt's
+        // leftovers being killed (not yet gone, and never a worker).
+        let held: Vec<i32> = cg.attempts().iter().flat_map(|(_, c)| c.procs()).collect();
+        unrecorded.retain(|a| !held.contains(&a.pid));
+    }
     if !unrecorded.is_empty() {
         let pids: Vec<i32> = unrecorded.iter().map(|a| a.pid).collect();
         journal.write(Event::now(
