@@ -36,6 +36,8 @@ pub const RESULT_FILE: &str = "RED_AFK_RESULT_FILE";
 
 // Operator → config (SPEC §10).
 pub const TRUNK: &str = "RED_AFK_TRUNK";
+/// `isolation.mode` (`auto`, `cgroup` or `process-group`).
+pub const ISOLATION: &str = "RED_AFK_ISOLATION";
 
 /// The numeric config variables and the key each sets; they pass the file's bound check.
 pub const NUMERIC: [(&str, &str); 11] = [

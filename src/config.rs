@@ -248,6 +248,99 @@ pub struct RescueCfg {
     pub max_file_bytes: u64,
 }
 
+/// How workers are kept apart and ended (`isolation.mode`; README "Isolation").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationMode {
+    /// A cgroup v2 subtree where one is writable, else process groups.
+    #[default]
+    Auto,
+    /// A cgroup v2 subtree, or the supervisor does not start.
+    Cgroup,
+    /// Process groups, sessions and the environment tag only.
+    ProcessGroup,
+}
+
+impl std::str::FromStr for IsolationMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s.trim() {
+            "auto" => Ok(IsolationMode::Auto),
+            "cgroup" => Ok(IsolationMode::Cgroup),
+            "process-group" => Ok(IsolationMode::ProcessGroup),
+            other => Err(ConfigError(format!(
+                "unknown isolation mode {:?} (expected auto, cgroup or process-group)",
+                clip_quoted(other)
+            ))),
+        }
+    }
+}
+
+/// The `[isolation]` table and the cgroup limits of `[worker]` and `[fleet]`: values as
+/// the cgroup files take them (`"2G"`, `"max"`, `"50000 100000"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IsolationCfg {
+    pub mode: IsolationMode,
+    /// The cgroup directory the fleet's subtree goes under instead of the supervisor's own.
+    pub cgroup_root: Option<PathBuf>,
+    pub worker_memory_high: Option<String>,
+    pub worker_memory_max: Option<String>,
+    pub worker_cpu_max: Option<String>,
+    pub worker_pids_max: Option<String>,
+    pub fleet_memory_max: Option<String>,
+}
+
+impl IsolationCfg {
+    /// The per-attempt limits asked for: (key, cgroup file, value).
+    pub fn worker_limits(&self) -> Vec<(&'static str, &'static str, String)> {
+        [
+            (
+                "worker.memory_high",
+                "memory.high",
+                &self.worker_memory_high,
+            ),
+            ("worker.memory_max", "memory.max", &self.worker_memory_max),
+            ("worker.cpu_max", "cpu.max", &self.worker_cpu_max),
+            ("worker.pids_max", "pids.max", &self.worker_pids_max),
+        ]
+        .into_iter()
+        .filter_map(|(k, f, v)| v.clone().map(|v| (k, f, v)))
+        .collect()
+    }
+
+    /// The fleet-wide limits asked for, set on the fleet's subtree.
+    pub fn fleet_limits(&self) -> Vec<(&'static str, &'static str, String)> {
+        self.fleet_memory_max
+            .clone()
+            .map(|v| ("fleet.memory_max", "memory.max", v))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// A limit value the kernel would refuse: checked when the config is read, so a typo is
+/// a config error, not a line at every spawn.
+fn check_limit(file: &str, v: &str) -> bool {
+    let num = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let v = v.trim();
+    if v == "max" {
+        return true;
+    }
+    match file {
+        "cpu.max" => {
+            let mut it = v.split_whitespace();
+            let quota = it.next().is_some_and(|q| q == "max" || num(q));
+            let period = it.next().is_none_or(num);
+            quota && period && it.next().is_none()
+        }
+        "pids.max" => num(v),
+        _ => {
+            let digits = v.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+            num(digits) && v.len() - digits.len() <= 1
+        }
+    }
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -263,6 +356,7 @@ pub struct Config {
     pub log: LogCfg,
     pub budget: Budget,
     pub rescue: RescueCfg,
+    pub isolation: IsolationCfg,
 }
 
 impl Default for Config {
@@ -325,6 +419,7 @@ impl Default for Config {
             rescue: RescueCfg {
                 max_file_bytes: 50 << 20,
             },
+            isolation: IsolationCfg::default(),
         }
     }
 }
@@ -411,6 +506,31 @@ struct FileDoc {
     #[serde(default)]
     budget: FileBudget,
     rescue: FileRescue,
+    isolation: FileIsolation,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileIsolation {
+    mode: S<IsolationMode>,
+    cgroup_root: S<PathBuf>,
+}
+
+/// A limit as the file writes it: a string (`"2G"`, `"max"`) or, for counts, a number.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum LimitValue {
+    Text(String),
+    Number(u64),
+}
+
+impl LimitValue {
+    fn text(self) -> String {
+        match self {
+            LimitValue::Text(s) => s.trim().to_string(),
+            LimitValue::Number(n) => n.to_string(),
+        }
+    }
 }
 
 type S<T> = Option<Spanned<T>>;
@@ -420,6 +540,7 @@ type S<T> = Option<Spanned<T>>;
 struct FileFleet {
     workers: S<u64>,
     base: S<String>,
+    memory_max: S<LimitValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -428,6 +549,10 @@ struct FileWorker {
     command: S<Vec<String>>,
     runner: S<String>,
     max_failed_attempts: S<u64>,
+    memory_high: S<LimitValue>,
+    memory_max: S<LimitValue>,
+    cpu_max: S<LimitValue>,
+    pids_max: S<LimitValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -685,7 +810,59 @@ impl Builder {
         Ok(Some(x))
     }
 
-    fn apply_file(&mut self, d: FileDoc) -> Result<(), ConfigError> {
+    /// `[isolation]` and the cgroup limits of `[worker]` and `[fleet]`.
+    fn apply_isolation(
+        &mut self,
+        i: FileIsolation,
+        w: &mut FileWorker,
+        f: &mut FileFleet,
+    ) -> Result<(), ConfigError> {
+        if let Some(x) = self.take("isolation.mode", i.mode) {
+            self.cfg.isolation.mode = x;
+        }
+        if let Some(x) = self.take("isolation.cgroup_root", i.cgroup_root) {
+            if !x.is_absolute() {
+                return Err(ConfigError(format!(
+                    "{}: isolation.cgroup_root must be an absolute path",
+                    self.origin_of("isolation.cgroup_root")
+                )));
+            }
+            self.cfg.isolation.cgroup_root = Some(x);
+        }
+        let limits = [
+            ("worker.memory_high", "memory.high", w.memory_high.take()),
+            ("worker.memory_max", "memory.max", w.memory_max.take()),
+            ("worker.cpu_max", "cpu.max", w.cpu_max.take()),
+            ("worker.pids_max", "pids.max", w.pids_max.take()),
+            ("fleet.memory_max", "memory.max", f.memory_max.take()),
+        ];
+        for (key, file, v) in limits {
+            let Some(v) = self.take(key, v).map(LimitValue::text) else {
+                continue;
+            };
+            if !check_limit(file, &v) {
+                return Err(ConfigError(format!(
+                    "{}: {key} = {:?} is not a valid {file} value",
+                    self.origin_of(key),
+                    clip_quoted(&v)
+                )));
+            }
+            let i = &mut self.cfg.isolation;
+            let slot = match key {
+                "worker.memory_high" => &mut i.worker_memory_high,
+                "worker.memory_max" => &mut i.worker_memory_max,
+                "worker.cpu_max" => &mut i.worker_cpu_max,
+                "worker.pids_max" => &mut i.worker_pids_max,
+                _ => &mut i.fleet_memory_max,
+            };
+            *slot = Some(v);
+        }
+        Ok(())
+    }
+
+    fn apply_file(&mut self, mut d: FileDoc) -> Result<(), ConfigError> {
+        let isolation = std::mem::take(&mut d.isolation);
+        self.apply_isolation(isolation, &mut d.worker, &mut d.fleet)?;
         if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {
             self.cfg.fleet.workers = x as usize;
         }
@@ -875,6 +1052,13 @@ impl Builder {
             self.cfg.fleet.base = v.trim().to_string();
             self.origins
                 .insert("fleet.base", Origin::Env(afk_env::TRUNK));
+        }
+        if let Some(v) = env.get(afk_env::ISOLATION).filter(|v| !v.trim().is_empty()) {
+            self.cfg.isolation.mode = v
+                .parse()
+                .map_err(|e: ConfigError| ConfigError(format!("{}: {e}", afk_env::ISOLATION)))?;
+            self.origins
+                .insert("isolation.mode", Origin::Env(afk_env::ISOLATION));
         }
         if let Some(v) = env.get(afk_env::RUNNER).filter(|v| !v.trim().is_empty()) {
             self.cfg.worker.runner = v.trim().to_string();
@@ -1219,6 +1403,48 @@ mod tests {
         let mut c = resolve(Some((&path, &text)), &HashMap::new(), &Overrides::default()).unwrap();
         c.file = None;
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn isolation_mode_and_limits_are_read_and_checked() {
+        let p = Path::new("c.toml");
+        let text = "[isolation]\nmode = \"cgroup\"\ncgroup_root = \"/sys/fs/cgroup/x\"\n\
+                    [worker]\nmemory_max = \"2G\"\ncpu_max = \"50000 100000\"\npids_max = 64\n\
+                    [fleet]\nmemory_max = \"max\"\n";
+        let c = resolve(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c.isolation.mode, IsolationMode::Cgroup);
+        assert_eq!(
+            c.isolation.worker_limits(),
+            vec![
+                ("worker.memory_max", "memory.max", "2G".to_string()),
+                ("worker.cpu_max", "cpu.max", "50000 100000".to_string()),
+                ("worker.pids_max", "pids.max", "64".to_string()),
+            ]
+        );
+        assert_eq!(
+            c.isolation.fleet_limits(),
+            vec![("fleet.memory_max", "memory.max", "max".to_string())]
+        );
+        let e = env(&[("RED_AFK_ISOLATION", "process-group")]);
+        let c = resolve(Some((p, text)), &e, &Overrides::default()).unwrap();
+        assert_eq!(c.isolation.mode, IsolationMode::ProcessGroup);
+        for bad in [
+            "[worker]\nmemory_max = \"2 G\"\n",
+            "[worker]\ncpu_max = \"fast\"\n",
+            "[worker]\npids_max = \"-1\"\n",
+            "[isolation]\ncgroup_root = \"relative\"\n",
+            "[isolation]\nmode = \"jail\"\n",
+        ] {
+            let err = resolve(Some((p, bad)), &HashMap::new(), &Overrides::default());
+            assert!(err.is_err(), "{bad}");
+        }
+        let err = resolve(
+            None,
+            &env(&[("RED_AFK_ISOLATION", "jail")]),
+            &Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("RED_AFK_ISOLATION"), "{err}");
     }
 
     #[test]

@@ -18,10 +18,10 @@ use crate::toonl::{self, LogError};
 
 /// Header fields of a ledger file, in order: the first six of `docs/SPEC.md` §11.10, then
 /// what the attempt cost and why a failure did not count (§11.13), and where its work
-/// was rescued (§11.15). A file whose last
+/// was rescued (§11.15), and what the kernel counted for it (§11.16). A file whose last
 /// header is shorter gets this header again before the next record; readers follow the
 /// newest header, and the fields an older header lacks read as `null`.
-pub const FIELDS: [&str; 15] = [
+pub const FIELDS: [&str; 17] = [
     "worker",
     "start",
     "end",
@@ -37,6 +37,8 @@ pub const FIELDS: [&str; 15] = [
     "session_id",
     "excused",
     "rescued",
+    "cpu_ms",
+    "memory_peak_kib",
 ];
 
 /// The most bytes of one ledger read.
@@ -61,6 +63,9 @@ pub enum Outcome {
     Stalled,
     /// The worker was stopped (a fleet stop, a signal) and gave the issue back.
     GivenBack,
+    /// The kernel's OOM killer ended a process of the attempt (cgroup mode, with the
+    /// memory controller: `memory.events` `oom_kill`). A failure like `worker-died`.
+    OomKilled,
     /// Not an attempt: the worker quarantined the issue here. Failures before this record
     /// no longer count, so a person who removes the label gives the issue a fresh budget.
     Quarantined,
@@ -81,6 +86,7 @@ impl Outcome {
                 | Outcome::WallClockCapped
                 | Outcome::WorkerDied
                 | Outcome::Stalled
+                | Outcome::OomKilled
         )
     }
 }
@@ -98,6 +104,7 @@ impl fmt::Display for Outcome {
             Outcome::Quarantined => f.write_str("quarantined"),
             Outcome::AccountLimited => f.write_str("account-limited"),
             Outcome::OverBudget => f.write_str("over-budget"),
+            Outcome::OomKilled => f.write_str("oom-killed"),
         }
     }
 }
@@ -121,6 +128,7 @@ impl FromStr for Outcome {
             "quarantined" => Outcome::Quarantined,
             "account-limited" => Outcome::AccountLimited,
             "over-budget" => Outcome::OverBudget,
+            "oom-killed" => Outcome::OomKilled,
             other => {
                 let code = other
                     .strip_prefix("agent-failed exit ")
@@ -171,6 +179,13 @@ pub struct Record {
     /// records written before rescues existed.
     #[serde(default)]
     pub rescued: Option<String>,
+    /// cgroup mode: the attempt's CPU time from the kernel (`cpu.stat` `usage_usec`), ms.
+    /// Absent in records written before it existed.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    #[serde(default)]
+    pub memory_peak_kib: Option<u64>,
 }
 
 impl Record {
@@ -186,6 +201,8 @@ impl Record {
             usage: crate::agent_profile::Usage::default(),
             excused: None,
             rescued: None,
+            cpu_ms: None,
+            memory_peak_kib: None,
         }
     }
 
@@ -204,6 +221,17 @@ impl Record {
     /// The record with what the run cost and which session it was.
     pub fn with_usage(mut self, u: &crate::agent_profile::Usage) -> Self {
         self.usage = u.clone();
+        self
+    }
+
+    /// The figures of the attempt cgroup this process runs in (cgroup mode: the built-in
+    /// worker is in its attempt's cgroup, so at the attempt's end they are the attempt's);
+    /// none elsewhere.
+    pub fn with_own_cgroup_figures(mut self) -> Self {
+        if let Some(f) = crate::cgroup::own_attempt_figures() {
+            self.cpu_ms = f.cpu_usec.map(|u| u / 1000);
+            self.memory_peak_kib = f.memory_peak.map(|b| b / 1024);
+        }
         self
     }
 
@@ -426,6 +454,7 @@ mod tests {
             Outcome::Quarantined,
             Outcome::AccountLimited,
             Outcome::OverBudget,
+            Outcome::OomKilled,
         ] {
             assert_eq!(o.to_string().parse::<Outcome>(), Ok(o));
         }
@@ -469,6 +498,34 @@ mod tests {
             "one new header, not one per record"
         );
         assert_eq!(failures(&got), 1, "account-limited is never a failure");
+    }
+
+    /// A ledger an older version wrote (six fields) gains the new header before the first
+    /// new record: both read, the old ones without figures, and an oom-killed attempt
+    /// counts as a failure.
+    #[test]
+    fn an_old_ledger_reads_beside_records_with_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 9);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            "[]{worker,start,end,outcome,branch,head}:\nw0,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
+        )
+        .unwrap();
+        let mut r = Record::now(Some("w1"), None, Outcome::OomKilled);
+        r.cpu_ms = Some(1500);
+        r.memory_peak_kib = Some(2048);
+        append(&layout, 9, &r).unwrap();
+        append(&layout, 9, &Record::now(Some("w2"), None, Outcome::Done)).unwrap();
+        let got = read(&layout, 9).unwrap();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].cpu_ms, None);
+        assert_eq!(got[1], r);
+        assert_eq!(failures(&got), 2);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.matches("[]{").count(), 2, "one new header: {text}");
     }
 
     #[test]
@@ -534,7 +591,7 @@ mod tests {
         // An attempt that was given back with nothing of its own resumes the same rescue.
         append(&layout, 3, &Record::now(None, None, Outcome::GivenBack)).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(text.matches("rescued}:").count(), 1, "{text}");
+        assert_eq!(text.matches("memory_peak_kib}:").count(), 1, "{text}");
         let got = read(&layout, 3).unwrap();
         assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
         append(

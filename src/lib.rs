@@ -20,7 +20,8 @@
 //!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
 //!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
 //!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
-//!   back), `state_file`, `journal`, `usage`, `stall`.
+//!   back), `isolation` (cgroup or process-group, chosen at start-up), `state_file`,
+//!   `journal`, `usage`, `stall`.
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
@@ -39,14 +40,16 @@
 //!   called by every end of an attempt that is not a clean hand-off and by every sweep
 //!   before it removes an attempt's tree).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
-//!   `timeutil`, `process` (every OS-process fact: `/proc`, pidfds, identities, signals),
-//!   `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
+//!   `timeutil`, `cgroup` (every cgroup v2 fact: the hierarchy, the fleet's subtree, kill,
+//!   `populated`, figures, limits), `process` (every OS-process fact: `/proc`, pidfds,
+//!   identities, signals), `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
 
 pub mod afk_env;
 pub mod agent_profile;
 pub mod attempt_state;
 pub mod bootstrap;
 pub mod budget;
+pub mod cgroup;
 pub mod claim;
 pub mod cli;
 pub mod cmd;

@@ -320,5 +320,7 @@ mod tests {
         assert_eq!(TEMPLATE.matches(TEMPLATE_BIN).count(), 2);
         assert!(TEMPLATE.contains("KillMode=process"));
         assert!(TEMPLATE.contains("Type=notify"));
+        // The supervisor divides the unit's cgroup into one per worker.
+        assert!(TEMPLATE.lines().any(|l| l == "Delegate=yes"));
     }
 }

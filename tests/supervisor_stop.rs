@@ -99,6 +99,7 @@ fn stop_reports_recorded_workers_still_alive() {
         tracker_kind: None,
         held: None,
         spend: None,
+        isolation: None,
     };
     state_file::write(&f.layout.state_file(), &state).unwrap();
 

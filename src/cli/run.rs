@@ -66,7 +66,9 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
 /// A supervisor that could not run: 78 when the config names no worker it can start, else 1.
 fn run_failure(e: RunError) -> Failure {
     match e {
-        RunError::NoWorkerCommand(_) => Failure::config(e.to_string()),
+        // A host without the cgroup subtree the config requires will not grow one on a
+        // restart: a configuration error, like a missing worker command.
+        RunError::NoWorkerCommand(_) | RunError::Isolation(_) => Failure::config(e.to_string()),
         RunError::EventLoop(_)
         | RunError::Signals(_)
         | RunError::Lock(_)

@@ -102,5 +102,32 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         "claims.unmarked_grace_s",
         c.claims.unmarked_grace_s.to_string(),
     );
+    let i = &c.isolation;
+    let mode = match i.mode {
+        config::IsolationMode::Auto => "auto",
+        config::IsolationMode::Cgroup => "cgroup",
+        config::IsolationMode::ProcessGroup => "process-group",
+    };
+    line("isolation.mode", format!("{mode:?}"));
+    line(
+        "isolation.cgroup_root",
+        i.cgroup_root
+            .as_ref()
+            .map_or("(the supervisor's own cgroup)".into(), |p| {
+                format!("{:?}", p.display().to_string())
+            }),
+    );
+    for (key, v) in [
+        ("worker.memory_high", &i.worker_memory_high),
+        ("worker.memory_max", &i.worker_memory_max),
+        ("worker.cpu_max", &i.worker_cpu_max),
+        ("worker.pids_max", &i.worker_pids_max),
+        ("fleet.memory_max", &i.fleet_memory_max),
+    ] {
+        line(
+            key,
+            v.as_ref().map_or("(none)".into(), |v| format!("{v:?}")),
+        );
+    }
     Ok(0)
 }

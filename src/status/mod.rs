@@ -145,6 +145,7 @@ pub(crate) mod tests {
             cpu_permille: None,
             probe_epoch: None,
             last_event: None,
+            memory_peak_kib: None,
         };
         let mut running = slot(0, SlotState::Running);
         running.pid = Some(5001);
@@ -210,6 +211,7 @@ pub(crate) mod tests {
                 held: None,
                 spend: None,
                 rescued: Some(1),
+                isolation: None,
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

@@ -65,6 +65,9 @@ pub fn render_status(r: &StatusReport) -> String {
     if let Some(q) = f.quarantined {
         facts.push(format!("quarantined: {q}"));
     }
+    if let Some(i) = &f.isolation {
+        facts.push(format!("isolation: {}", text::excerpt(&text::escape(i))));
+    }
     if !facts.is_empty() {
         out.push_str(&facts.join("  "));
         out.push('\n');

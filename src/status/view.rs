@@ -151,6 +151,9 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
         sup.push_str(&format!("  boot suite: {}", boot_words(b)));
     }
     sup.push_str(&format!("  tracker: {}", tracker_words(f)));
+    if let Some(i) = &f.isolation {
+        sup.push_str(&format!("  isolation: {}", text::excerpt(&text::escape(i))));
+    }
     let circuit = r.slots.iter().filter(|s| s.probe_epoch.is_some()).count();
     let parked = match (f.parked, circuit) {
         (0, _) => "parked 0".to_string(),

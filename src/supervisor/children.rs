@@ -20,6 +20,9 @@ use super::fleet::Msg;
 use super::reaper::Group;
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
 use super::usage::{Meter, Usage};
+use crate::cgroup::fleet::FleetCgroups;
+use crate::cgroup::watch::Watcher;
+use crate::cgroup::{Cgroup, Figures};
 use crate::process::{self, ExitKind, Pidfd, Proc};
 
 /// A started or adopted worker as the fleet keeps it.
@@ -79,6 +82,48 @@ pub trait Children {
     /// Where groups are pinned: reaps the zombies of our children outside our session
     /// but for `keep` (the leaders that pin their groups).
     fn reap_orphans(&mut self, keep: &HashSet<i32>);
+
+    // ---- cgroup mode (README "Isolation"); the defaults are process-group mode ----
+
+    /// Starts the worker of spawn `seq` in `slot`: in cgroup mode inside a fresh cgroup of
+    /// its own, returned with it.
+    fn spawn_attempt(
+        &mut self,
+        spec: &SpawnSpec<'_>,
+        _slot: usize,
+        _seq: u64,
+    ) -> Result<(Started, Option<Cgroup>), SpawnError> {
+        self.spawn(spec).map(|s| (s, None))
+    }
+    /// Follows an adopted worker's cgroup: its figures and its emptying.
+    fn follow_cgroup(&mut self, _pid: i32, _cg: &Cgroup) {}
+    /// Whether a cgroup's emptying arrives as an event, so nothing re-checks it.
+    fn watches_cgroups(&self) -> bool {
+        false
+    }
+    /// What the kernel counted for an attempt whose cgroup is now empty; the cgroup is
+    /// removed.
+    fn finish_cgroup(&mut self, _leader: i32, _cg: &Cgroup) -> Figures {
+        Figures::default()
+    }
+    /// The fleet's attempt cgroups that still hold processes but are none of `keep` (a
+    /// dead attempt's leftovers): each is sent `sig` (SIGKILL as `cgroup.kill`). Returns
+    /// how many there were.
+    fn sweep_cgroups(&mut self, _keep: &[Cgroup], _sig: Signal) -> usize {
+        0
+    }
+}
+
+/// A worker group of cgroup mode: SIGKILL is `cgroup.kill`, anything else goes to every
+/// process in the cgroup.
+pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
+    if sig == Signal::SIGKILL {
+        if cg.kill().is_err() {
+            cg.signal(sig);
+        }
+    } else {
+        cg.signal(sig);
+    }
 }
 
 /// The real processes.
@@ -86,6 +131,12 @@ pub struct Os {
     tx: UnboundedSender<Msg>,
     meter: Meter,
     my_sid: i32,
+    /// The fleet's subtree in cgroup mode.
+    cgroups: Option<Arc<FleetCgroups>>,
+    /// Reports a change of any followed cgroup's `cgroup.events` as [`Msg::CgroupChanged`].
+    watcher: Option<Watcher>,
+    /// Each followed worker's cgroup, by the worker's pid (for its figures).
+    cgroup_of: HashMap<i32, Cgroup>,
 }
 
 impl Os {
@@ -94,7 +145,21 @@ impl Os {
             tx,
             meter: Meter::new(),
             my_sid: process::own_sid(),
+            cgroups: None,
+            watcher: None,
+            cgroup_of: HashMap::new(),
         }
+    }
+
+    /// In cgroup mode: workers start in attempt cgroups of `cgroups`, and each one's
+    /// emptying is an event of the loop (inotify), where the runtime allows.
+    pub fn with_cgroups(mut self, cgroups: Arc<FleetCgroups>) -> Os {
+        let tx = self.tx.clone();
+        self.watcher = Watcher::start(move || {
+            let _ = tx.send(Msg::CgroupChanged);
+        });
+        self.cgroups = Some(cgroups);
+        self
     }
 
     /// Reports the end of a worker through its pidfd, registered with the event loop: no
@@ -179,6 +244,7 @@ impl Children for Os {
 
     fn signal_group(&mut self, leader: i32, group: &Group, sig: Signal) {
         match group {
+            Group::Cgroup(cg) => signal_cgroup(cg, sig),
             Group::Pidfd(fd) => {
                 let _ = fd.signal_group(Some(sig));
             }
@@ -190,13 +256,33 @@ impl Children for Os {
 
     fn group_alive(&mut self, leader: i32, group: &Group) -> bool {
         match group {
+            // Only a definite "empty" ends the wait: a read that fails keeps it going.
+            Group::Cgroup(cg) => !matches!(cg.populated(), Ok(false)),
             Group::Pidfd(fd) => fd.group_alive(),
             Group::Pinned => process::group_has_live_member(&process::table(), leader),
         }
     }
 
     fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
-        self.meter.measure(leaders)
+        let mut out = self.meter.measure(leaders);
+        // cgroup mode: the kernel's count for the whole attempt (what exited included)
+        // replaces the sampled one; memory too where the controller is delegated.
+        for pid in leaders {
+            let Some(cg) = self.cgroup_of.get(pid) else {
+                continue;
+            };
+            let f = cg.figures();
+            let u = out.entry(*pid).or_default();
+            if let Some(us) = f.cpu_usec {
+                u.cpu_ms = us / 1000;
+            }
+            u.procs = cg.procs().len();
+            if let Some(b) = f.memory_current {
+                u.rss_kib = b / 1024;
+            }
+            u.memory_peak_kib = f.memory_peak.map(|b| b / 1024);
+        }
+        out
     }
 
     fn group_for(&self, pidfd: Option<&Arc<Pidfd>>) -> Group {
@@ -263,6 +349,84 @@ impl Children for Os {
                 let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
             }
         }
+    }
+
+    fn spawn_attempt(
+        &mut self,
+        spec: &SpawnSpec<'_>,
+        slot: usize,
+        seq: u64,
+    ) -> Result<(Started, Option<Cgroup>), SpawnError> {
+        let Some(cgroups) = self.cgroups.clone() else {
+            return self.spawn(spec).map(|s| (s, None));
+        };
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let cg = cgroups
+            .attempt(slot, std::process::id() as i32, seq)
+            .map_err(|e| SpawnError::Start {
+                program: program.clone(),
+                source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
+            })?;
+        // Watched before the worker exists, so even an instant end is an event.
+        if let Some(w) = &self.watcher {
+            w.watch(&cg);
+        }
+        let Spawned { pid, start } = match spawn::spawn_in(spec, Some(&cg)) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = cg.remove_tree();
+                return Err(e);
+            }
+        };
+        let pidfd = Pidfd::open(pid).map(Arc::new);
+        let watched = self.watch(pid, start, pidfd.clone(), true);
+        self.cgroup_of.insert(pid, cg.clone());
+        Ok((
+            Started {
+                pid,
+                start,
+                pidfd,
+                watched,
+            },
+            Some(cg),
+        ))
+    }
+
+    fn follow_cgroup(&mut self, pid: i32, cg: &Cgroup) {
+        if let Some(w) = &self.watcher {
+            w.watch(cg);
+        }
+        self.cgroup_of.insert(pid, cg.clone());
+    }
+
+    fn watches_cgroups(&self) -> bool {
+        self.watcher.is_some()
+    }
+
+    fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
+        self.cgroup_of.remove(&leader);
+        let f = cg.figures();
+        let _ = cg.remove_tree();
+        f
+    }
+
+    fn sweep_cgroups(&mut self, keep: &[Cgroup], sig: Signal) -> usize {
+        let Some(cgroups) = &self.cgroups else {
+            return 0;
+        };
+        let mut n = 0;
+        for (_, cg) in cgroups.attempts() {
+            if keep.contains(&cg) {
+                continue;
+            }
+            if cg.populated().unwrap_or(true) {
+                n += 1;
+                signal_cgroup(&cg, sig);
+            } else {
+                let _ = cg.remove_tree();
+            }
+        }
+        n
     }
 }
 

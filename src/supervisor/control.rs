@@ -87,6 +87,8 @@ pub struct FleetInfo {
     /// Attempts whose work was rescued (`rescued` in the attempt ledgers, `docs/SPEC.md`
     /// §11.15); null when the ledgers cannot be read.
     pub rescued: Option<u64>,
+    /// `cgroup` or `process-group (<why>)`; null from a supervisor that does not say.
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -111,6 +113,8 @@ pub struct SlotRow {
     pub probe_epoch: Option<u64>,
     /// The slot's newest event-log record, from the log's end only; null when none is there.
     pub last_event: Option<Event>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    pub memory_peak_kib: Option<u64>,
 }
 
 /// The running supervisor's view, from its heartbeat.
@@ -148,6 +152,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 held: None,
                 spend: None,
                 rescued: None,
+                isolation: None,
             },
             slots: Vec::new(),
             epoch: now,
@@ -210,6 +215,7 @@ fn report_from(
             held: s.held.clone(),
             spend: s.spend.clone(),
             rescued: None,
+            isolation: s.isolation.clone(),
         },
         slots: s
             .slot_detail
@@ -229,6 +235,7 @@ fn report_from(
                 cpu_permille: d.cpu_permille,
                 probe_epoch: d.probe_epoch,
                 last_event: last.get(&(d.slot as u64)).cloned(),
+                memory_peak_kib: d.memory_peak_kib,
             })
             .collect(),
     }
@@ -441,11 +448,47 @@ fn member_workers(layout: &Layout) -> Vec<(i32, u64)> {
         .collect()
 }
 
-/// Every live process of this repo's fleet, as (pid, start).
+/// Every live process of this repo's fleet, as (pid, start): what its attempt cgroups hold
+/// first (cgroup mode: a descendant that cleared its environment is found there), then
+/// what its environment names.
 fn member_processes(layout: &Layout) -> Vec<(i32, u64)> {
-    process::fleet_members(&layout.supervisor_lane())
+    let in_cgroups: Vec<(i32, u64)> = fleet_attempt_cgroups(layout)
+        .iter()
+        .flat_map(|cg| cg.procs())
+        .filter_map(process::read)
+        .filter(|p| !p.is_zombie())
+        .map(|p| (p.pid, p.start))
+        .collect();
+    let by_env = process::fleet_members(&layout.supervisor_lane())
         .into_iter()
         .map(|m| (m.proc.pid, m.proc.start))
+        .collect();
+    union(in_cgroups, by_env)
+}
+
+/// The attempt cgroups of the fleet `state.toon` last recorded in cgroup mode: every one
+/// under the fleet directory its workers' cgroups name (`<fleet>/slot-N/attempt-…`).
+fn fleet_attempt_cgroups(layout: &Layout) -> Vec<crate::cgroup::Cgroup> {
+    let Ok(Some(state)) = super::state_file::read(&layout.state_file()) else {
+        return Vec::new();
+    };
+    let mut roots: Vec<crate::cgroup::Cgroup> = state
+        .slot_detail
+        .iter()
+        .filter_map(|d| d.cgroup.as_deref())
+        .filter_map(|c| {
+            std::path::Path::new(c)
+                .parent()?
+                .parent()
+                .map(crate::cgroup::Cgroup::at)
+        })
+        .collect();
+    roots.sort_by(|a, b| a.dir().cmp(b.dir()));
+    roots.dedup();
+    roots
+        .iter()
+        .flat_map(crate::cgroup::fleet::attempts_under)
+        .map(|(_, cg)| cg)
         .collect()
 }
 
@@ -454,6 +497,10 @@ fn member_processes(layout: &Layout) -> Vec<(i32, u64)> {
 /// Returns the pids that outlived it all.
 fn kill_leftovers(layout: &Layout, killed: &[(i32, u64)], timeout: Duration) -> Vec<i32> {
     let deadline = crate::timeutil::deadline(Instant::now(), timeout);
+    // cgroup mode: each attempt whole, by the kernel, before anything is looked for.
+    for cg in fleet_attempt_cgroups(layout) {
+        let _ = cg.kill();
+    }
     let mut all = killed.to_vec();
     loop {
         let rest = member_processes(layout);

@@ -7,6 +7,7 @@ pub mod control;
 pub mod fleet;
 pub mod fleet_circuit;
 pub mod holds;
+pub mod isolation;
 pub mod journal;
 pub mod lock;
 pub mod notify;

@@ -25,6 +25,9 @@ pub enum Group {
     /// By group id, with our own leader kept a zombie until the group is empty so the id
     /// cannot be reused; emptiness is read from `/proc`.
     Pinned,
+    /// cgroup mode: the worker's attempt cgroup. SIGKILL is `cgroup.kill`; empty is its
+    /// `populated 0`, which arrives as an event where the cgroup is watched.
+    Cgroup(crate::cgroup::Cgroup),
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +45,8 @@ struct Dying {
     /// without telling us (an adopted worker's, reparented elsewhere).
     recheck_at: Instant,
     recheck_every: Duration,
+    /// Its emptying arrives as an event (a watched cgroup): no re-check is scheduled.
+    evented: bool,
 }
 
 /// A group that finished cleaning up.
@@ -104,8 +109,10 @@ impl Reaper {
         if !pinned_unsafe || os.group_alive(leader, &group) {
             os.signal_group(leader, &group, Signal::SIGTERM);
         }
+        let evented = matches!(group, Group::Cgroup(_)) && os.watches_cgroups();
         self.dying.push(Dying {
             leader,
+            evented,
             group,
             own_child,
             leader_exited,
@@ -165,12 +172,11 @@ impl Reaper {
     pub fn next_deadline(&self) -> Option<Instant> {
         self.dying
             .iter()
-            .map(|d| {
-                if d.killed {
-                    d.recheck_at
-                } else {
-                    d.recheck_at.min(d.kill_at)
-                }
+            .filter_map(|d| match (d.evented, d.killed) {
+                (true, true) => None,
+                (true, false) => Some(d.kill_at),
+                (false, true) => Some(d.recheck_at),
+                (false, false) => Some(d.recheck_at.min(d.kill_at)),
             })
             .min()
     }
@@ -246,5 +252,119 @@ mod tests {
             assert!(process::read(s.pid).is_none(), "leader reaped");
             assert!(r.is_empty());
         }
+    }
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::super::children::Os;
+    use super::super::spawn::{SpawnSpec, spawn_in};
+    use super::*;
+    use crate::cgroup::Cgroup;
+    use crate::cgroup::watch::Watcher;
+    use crate::process;
+
+    /// Removes the test's cgroup whatever happens.
+    struct Scratch(Cgroup);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            for _ in 0..500 {
+                if self.0.remove_tree().is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// A worker in its own cgroup leaves a descendant in a new session with a cleared
+    /// environment and exits: the reaper's SIGTERM (ignored) and then `cgroup.kill` end it,
+    /// and the cgroup's emptying arrives through inotify, not a re-check.
+    #[test]
+    #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+    fn a_cgroup_group_is_killed_whole_and_its_emptying_is_an_event() {
+        let (_, own) = crate::cgroup::hierarchy::own().unwrap();
+        let cg = Scratch(own.child(&format!("afk-unit-reaper-{}", std::process::id())));
+        cg.0.create().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let gc = dir.path().join("gc.pid");
+        let script = format!(
+            "setsid -f env -i sh -c 'trap \"\" TERM; echo $$ > {}; exec sleep 300'; exit 3",
+            gc.display()
+        );
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+            let w = Watcher::start(move || {
+                let _ = tx.send(());
+            })
+            .unwrap();
+            assert!(w.watch(&cg.0));
+            let s = spawn_in(
+                &SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log: &dir.path().join("log"),
+                    env: vec![],
+                },
+                Some(&cg.0),
+            )
+            .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !gc.exists() || process::child_exit(s.pid, false).is_none() {
+                assert!(Instant::now() < deadline, "worker never ended");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(
+                process::child_exit(s.pid, true),
+                Some(process::ExitKind::Code(3))
+            );
+            let gc: i32 = std::fs::read_to_string(&gc)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(cg.0.procs(), vec![gc], "the escaper is still in the cgroup");
+            let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
+            let mut os = Os::new(otx);
+            let mut r = Reaper::new(Duration::from_millis(200));
+            r.terminate(
+                &mut os,
+                s.pid,
+                Group::Cgroup(cg.0.clone()),
+                true,
+                true,
+                Instant::now(),
+            );
+            while rx.try_recv().is_ok() {}
+            // The SIGTERM is ignored; past the grace the next poll sends `cgroup.kill`.
+            let mut done = Vec::new();
+            while done.is_empty() && !r.dying.first().is_some_and(|d| d.killed) {
+                assert!(Instant::now() < deadline, "never killed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                done = r.poll(&mut os, Instant::now());
+            }
+            // The kernel says the cgroup emptied: an inotify event, nothing polled.
+            let ev = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
+            assert!(
+                matches!(ev, Ok(Some(()))),
+                "no cgroup.events change arrived"
+            );
+            while done.is_empty() {
+                assert!(Instant::now() < deadline, "cgroup never emptied");
+                done = r.poll(&mut os, Instant::now());
+                if done.is_empty() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
+                }
+            }
+            assert!(done[0].killed, "SIGTERM was ignored: cgroup.kill ended it");
+            assert!(!cg.0.populated().unwrap());
+            assert!(process::read(gc).is_none_or(|p| p.is_zombie()));
+        });
     }
 }

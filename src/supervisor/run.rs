@@ -69,6 +69,8 @@ pub enum RunError {
     Log(#[from] crate::toonl::LogError),
     #[error(transparent)]
     StateFile(#[from] crate::fsutil::NotReplaceable),
+    #[error(transparent)]
+    Isolation(#[from] super::isolation::CgroupRequired),
 }
 
 /// `worker.command`, else this binary's built-in worker for this repo, config and tracker
@@ -282,8 +284,32 @@ async fn run_fleet(
         return Ok(RunEnd::BootHalted);
     }
 
-    let (mut adoptees, dead, had_state) = takeover_candidates(layout, &mut journal);
-    let unrecorded = unrecorded_workers(layout, &adoptees);
+    let (isolation, notes) = match super::isolation::choose(&config, layout) {
+        Ok(x) => x,
+        Err(e) => {
+            journal.write(Event::now(kind::ERROR, e.to_string()));
+            let _ = lock.release();
+            return Err(e.into());
+        }
+    };
+    for n in notes {
+        journal.write(Event::now(kind::ISOLATION, n));
+    }
+    let (mut adoptees, dead, had_state, recorded) = takeover_candidates(layout, &mut journal);
+    if let Some(cg) = isolation.cgroups() {
+        let t = super::isolation::adopt_by_cgroups(cg, &mut adoptees, &recorded);
+        for n in t.notes {
+            journal.write(Event::now(kind::TAKEOVER, n));
+        }
+        adoptees.extend(t.found);
+    }
+    let mut unrecorded = unrecorded_workers(layout, &adoptees);
+    if let Some(cg) = isolation.cgroups() {
+        // What the attempt cgroups hold was judged above: adopted, or a dead attempt's
+        // leftovers being killed (not yet gone, and never a worker).
+        let held: Vec<i32> = cg.attempts().iter().flat_map(|(_, c)| c.procs()).collect();
+        unrecorded.retain(|a| !held.contains(&a.pid));
+    }
     if !unrecorded.is_empty() {
         let pids: Vec<i32> = unrecorded.iter().map(|a| a.pid).collect();
         journal.write(Event::now(
@@ -304,6 +330,7 @@ async fn run_fleet(
         journal,
         tx.clone(),
     );
+    fleet.set_isolation(&isolation);
     fleet.set_tracker(tracker.clone());
     fleet.set_boot_suite(state_file::BootSuite::of(&boot, boot_began.elapsed()));
     fleet.start(adoptees, dead, had_state);
@@ -331,6 +358,11 @@ async fn run_fleet(
     notifier.finish();
     fleet.on_sigchld(Instant::now());
     fleet.heartbeat(Instant::now());
+    if let Some(cg) = isolation.cgroups()
+        && let Err(e) = cg.teardown()
+    {
+        fleet.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
+    }
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
     if let Err(e) = lock.release() {
         // Never a panic on a terminal that went away (see the journal's echo).
@@ -430,6 +462,8 @@ fn handle(fleet: &mut Fleet, msg: Msg) {
         Msg::PauseFile(e) => fleet.on_pause_file(e),
         Msg::Quarantined(n) => fleet.on_quarantined(n),
         Msg::Log(ev) => fleet.log(ev),
+        // The dying groups are looked at by the service that follows every turn.
+        Msg::CgroupChanged => {}
     }
 }
 
@@ -496,14 +530,18 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).
-/// Returns them, how many recorded workers were dead, and whether there was a state file.
-fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>, usize, bool) {
+/// Returns them, how many recorded workers were dead, whether there was a state file, and
+/// the slots it recorded workers in.
+fn takeover_candidates(
+    layout: &Layout,
+    journal: &mut Journal,
+) -> (Vec<Adoptee>, usize, bool, Vec<usize>) {
     let state = match state_file::read(&layout.state_file()) {
         Ok(Some(s)) => s,
-        Ok(None) => return (Vec::new(), 0, false),
+        Ok(None) => return (Vec::new(), 0, false, Vec::new()),
         Err(e) => {
             journal.write(Event::now(kind::ERROR, format!("{e}; no worker adopted")));
-            return (Vec::new(), 0, false);
+            return (Vec::new(), 0, false, Vec::new());
         }
     };
     let me = std::process::id() as i32;
@@ -530,9 +568,11 @@ fn takeover_candidates(layout: &Layout, journal: &mut Journal) -> (Vec<Adoptee>,
             worker_id: detail.and_then(|d| d.worker_id.clone()),
             started_epoch: detail.and_then(|d| d.started_epoch),
             restarts: detail.map_or(0, |d| d.restarts),
+            cgroup: None,
         });
     }
-    (adoptees, dead, !state.slot_pids.is_empty())
+    let recorded = state.slot_pids.iter().map(|sp| sp.slot).collect();
+    (adoptees, dead, !state.slot_pids.is_empty(), recorded)
 }
 
 /// Live workers of this repo's fleet that `state.toon` does not record: a supervisor
@@ -570,6 +610,7 @@ fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
             worker_id: id,
             started_epoch: process::start_epoch(m.proc.start),
             restarts: 0,
+            cgroup: None,
         });
     }
     found

@@ -67,8 +67,13 @@ pub struct LiveWorker {
     /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
     /// still exactly this afterwards: a worker that took an issue changed it.
     pub queue_at_spawn: Option<std::collections::BTreeSet<u64>>,
+    /// cgroup mode: the attempt's own cgroup (the worker and everything it starts).
+    pub cgroup: Option<std::sync::Arc<crate::cgroup::Cgroup>>,
 }
 
+// Unboxed on purpose: a running worker is the common phase of a slot, and a fleet has at
+// most 1,024 slots, so the space a smaller phase leaves unused costs nothing that matters.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Phase {
     Running(LiveWorker),

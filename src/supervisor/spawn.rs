@@ -60,6 +60,16 @@ pub fn worker_env(
 }
 
 pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
+    spawn_in(spec, None)
+}
+
+/// [`spawn`], with the child moved into `cgroup` before it runs anything of its own: it
+/// writes itself into the cgroup between `fork` and `exec`, so no process of the worker
+/// ever runs outside it, and a child that cannot join it never becomes a worker.
+pub fn spawn_in(
+    spec: &SpawnSpec<'_>,
+    cgroup: Option<&crate::cgroup::Cgroup>,
+) -> Result<Spawned, SpawnError> {
     let log_err = |source| SpawnError::Log {
         path: spec.log.to_path_buf(),
         source,
@@ -98,13 +108,24 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
     // check as the last step before `execve`, a worker exists only while its supervisor
     // does or once it carries the environment that lets a successor find it.
     let parent = std::process::id() as i32;
-    // SAFETY: setsid, getppid and _exit are async-signal-safe and touch no memory of the
-    // parent.
+    let procs = cgroup
+        .map(|c| c.open_procs())
+        .transpose()
+        .map_err(|e| SpawnError::Start {
+            program: program.to_string(),
+            source: io::Error::other(e.to_string()),
+        })?;
+    let procs_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    // SAFETY: setsid, getppid, write and _exit are async-signal-safe and touch no memory
+    // of the parent; `procs` outlives the spawn, so its descriptor is open in the child.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid().map_err(io::Error::from)?;
             if nix::unistd::getppid().as_raw() != parent {
                 libc::_exit(EXIT_ORPHANED);
+            }
+            if let Some(fd) = procs_fd {
+                crate::cgroup::join_from_child(fd)?;
             }
             Ok(())
         });
@@ -113,6 +134,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
         program: program.to_string(),
         source,
     })?;
+    drop(procs);
     let pid = child.id() as i32;
     // The child is not reaped before its watcher reports it, so even one that already
     // exited still shows its start time (as a zombie).

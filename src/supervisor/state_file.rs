@@ -180,6 +180,12 @@ pub struct SlotDetail {
     /// When an open circuit's half-open probe is due (epoch seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_epoch: Option<u64>,
+    /// cgroup mode: the worker's attempt cgroup (a directory of the v2 hierarchy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_kib: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +231,10 @@ pub struct StateFile {
     /// The day's spend, when a daily budget is set (§11.13).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spend: Option<SpendToday>,
+    /// How workers are isolated: `cgroup` or `process-group (<why>)` (README
+    /// "Isolation"); absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
 }
 
 /// Why the fleet claims nothing until `until_epoch` (`docs/SPEC.md` §11.13).
@@ -402,6 +412,8 @@ mod tests {
                     title: Some("Fix the thing".into()),
                     cpu_permille: Some(125),
                     probe_epoch: None,
+                    cgroup: None,
+                    memory_peak_kib: None,
                 },
                 SlotDetail {
                     slot: 1,
@@ -417,6 +429,8 @@ mod tests {
                     title: None,
                     cpu_permille: None,
                     probe_epoch: None,
+                    cgroup: None,
+                    memory_peak_kib: None,
                 },
             ],
             paused: None,
@@ -429,6 +443,7 @@ mod tests {
             tracker_kind: Some("local".into()),
             held: None,
             spend: None,
+            isolation: None,
         }
     }
 

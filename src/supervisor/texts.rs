@@ -45,6 +45,12 @@ pub mod kind {
     pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
     pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
     pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
+    /// The isolation chosen at start-up, and each limit that cannot be enforced
+    /// (`docs/SPEC.md` §11.16).
+    pub const ISOLATION: &str = "supervisor.isolation";
+    /// What the kernel counted for an attempt whose cgroup emptied (§11.16).
+    pub const FIGURES: &str = "slot.figures";
+
     /// The agent's account or the day's budget holds the fleet (`docs/SPEC.md` §11.13).
     pub const FLEET_AGENT_PAUSED: &str = "fleet.agent-paused";
     pub const FLEET_AGENT_PROBE: &str = "fleet.agent-probe";
@@ -97,6 +103,8 @@ pub mod kind {
         FLEET_AGENT_RESUMED,
         FLEET_BUDGET_REACHED,
         FLEET_BUDGET_RESUMED,
+        ISOLATION,
+        FIGURES,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

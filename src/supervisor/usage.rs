@@ -26,6 +26,8 @@ pub struct Usage {
     /// children each waited for, milliseconds: the agent's work, for the stall check. The
     /// built-in worker's own polling is not the agent's progress.
     pub agent_cpu_ms: u64,
+    /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
+    pub memory_peak_kib: Option<u64>,
 }
 
 pub struct Meter {

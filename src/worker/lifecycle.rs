@@ -168,7 +168,8 @@ impl Worker<'_> {
             let mut record =
                 ledger::Record::now(Some(&self.wenv.worker_id), started.as_deref(), outcome)
                     .on_branch(branch, head)
-                    .with_usage(usage);
+                    .with_usage(usage)
+                    .with_own_cgroup_figures();
             record.excused = excused;
             if let Some(r) = rescued {
                 record = record.rescued_to(&r.reference, &r.sha);
@@ -180,9 +181,10 @@ impl Worker<'_> {
             records.push(record);
             records
         };
-        let end = |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
-            end_rescued(outcome, branch, usage, excused, None)
-        };
+        let end =
+            |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
+                end_rescued(outcome, branch, usage, excused, None)
+            };
         // Every end that is not a clean hand-off keeps the work on a ref (and on `origin`
         // with `gh`) for the next attempt; what it says goes to the log and the comment.
         let rescue = |why: &str, push: bool| -> (Option<Rescued>, String) {
@@ -240,8 +242,7 @@ impl Worker<'_> {
                     // attempt, on any host, resumes from it.
                     // As before rescues existed, the cap pushes to any `origin`.
                     let (rescued, pushed) = rescue("wall-clock cap", true);
-                    let records =
-                        end_rescued(
+                    let records = end_rescued(
                         ledger::Outcome::WallClockCapped,
                         &branch,
                         &usage,

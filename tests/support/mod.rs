@@ -57,6 +57,9 @@ impl TestEnv {
                 "XDG_STATE_HOME".into(),
                 self.dir.path().join("state").into(),
             ),
+            // Today's tests pin process-group isolation (the mode every host has); the
+            // cgroup mode's tests (tests/isolation_cgroup.rs) ask for it explicitly.
+            ("RED_AFK_ISOLATION".into(), "process-group".into()),
         ]
     }
 

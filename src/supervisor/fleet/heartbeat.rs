@@ -27,6 +27,8 @@ pub(super) struct Record {
     pub(super) resize_reported: Option<String>,
     /// The last report of something not a regular file at the stop sentinel's path.
     pub(super) stop_file_reported: Option<String>,
+    /// `cgroup` or `process-group (why)`, for `status`.
+    pub(super) isolation: Option<String>,
 }
 
 impl Record {
@@ -40,6 +42,7 @@ impl Record {
             last_progress_epoch: now_epoch(),
             resize_reported: None,
             stop_file_reported: None,
+            isolation: None,
         }
     }
 }
@@ -137,6 +140,14 @@ impl Fleet {
                     probe_epoch: s
                         .probe_at()
                         .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
+                    cgroup: s
+                        .worker()
+                        .and_then(|w| w.cgroup.as_ref())
+                        .map(|c| c.dir().display().to_string()),
+                    memory_peak_kib: s
+                        .worker()
+                        .and_then(|w| w.usage)
+                        .and_then(|u| u.memory_peak_kib),
                 })
                 .collect(),
             paused: self.guards.pause_snapshot(),
@@ -151,6 +162,7 @@ impl Fleet {
                 .map(|t| t.kind().to_string()),
             held: self.holds.snapshot(),
             spend: self.holds.spend.clone(),
+            isolation: self.record.isolation.clone(),
         }
     }
 

@@ -70,6 +70,9 @@ pub enum Msg {
     /// The day's spend, read beside a queue check that found no hold.
     Spend(Option<state_file::SpendToday>),
     Log(Event),
+    /// A watched cgroup's `cgroup.events` changed (cgroup mode): the dying groups are
+    /// looked at again.
+    CgroupChanged,
 }
 
 /// A stop in progress.
@@ -89,6 +92,17 @@ pub struct Adoptee {
     pub worker_id: Option<String>,
     pub started_epoch: Option<u64>,
     pub restarts: u64,
+    /// cgroup mode: the attempt cgroup it was found in.
+    pub cgroup: Option<crate::cgroup::Cgroup>,
+}
+
+/// How the group of worker `w` is signalled and found empty: its cgroup where it has one,
+/// else its process group.
+fn group_of(children: &dyn Children, w: &LiveWorker) -> Group {
+    match &w.cgroup {
+        Some(cg) => Group::Cgroup(cg.as_ref().clone()),
+        None => children.group_for(w.pidfd.as_ref()),
+    }
 }
 
 /// The fleet, in parts that each keep one kind of state; every decision that needs
@@ -190,6 +204,16 @@ impl Fleet {
             timing,
             tx,
         }
+    }
+
+    /// The isolation chosen at start-up: in cgroup mode every worker starts in its own
+    /// cgroup of the fleet's subtree. Before [`Fleet::start`].
+    pub fn set_isolation(&mut self, isolation: &super::isolation::Isolation) {
+        if let Some(cg) = isolation.cgroups() {
+            self.procs.children = Box::new(Os::new(self.tx.clone()).with_cgroups(cg.clone()));
+            self.procs.cgroup_mode = true;
+        }
+        self.record.isolation = Some(isolation.describe());
     }
 
     /// The fleet with its processes handled by `children` instead of the OS (a test
@@ -298,6 +322,9 @@ impl Fleet {
         if !watched {
             self.procs.unwatched.push((pid, start));
         }
+        if let Some(cg) = &a.cgroup {
+            self.procs.children.follow_cgroup(pid, cg);
+        }
         let mut slot = Slot::new(a.slot, self.pool.params);
         slot.spawns = a.restarts + 1;
         slot.restarts = a.restarts;
@@ -317,6 +344,7 @@ impl Fleet {
             usage: None,
             cpu_moved_epoch: started_epoch,
             queue_at_spawn: None,
+            cgroup: a.cgroup.clone().map(Arc::new),
         });
         self.pool.slots.insert(a.slot, slot);
     }
@@ -382,8 +410,9 @@ impl Fleet {
                 env,
             };
             let queue_at_spawn = self.view.ready_set.clone();
-            match self.procs.children.spawn(&spec) {
-                Ok(s) => {
+            let seq = self.launch.spawn_seq;
+            match self.procs.children.spawn_attempt(&spec, idx, seq) {
+                Ok((s, cgroup)) => {
                     let fd = s.pidfd.clone();
                     if !s.watched {
                         self.procs.unwatched.push((s.pid, s.start));
@@ -405,6 +434,7 @@ impl Fleet {
                             usage: None,
                             cpu_moved_epoch: now_epoch(),
                             queue_at_spawn: queue_at_spawn.clone(),
+                            cgroup: cgroup.map(Arc::new),
                         });
                     }
                     // Recorded in the heartbeat at the end of this loop turn (one write per
@@ -495,7 +525,7 @@ impl Fleet {
             return;
         };
         let retiring = slot.retiring;
-        let group = self.procs.children.group_for(w.pidfd.as_ref());
+        let group = group_of(&*self.procs.children, &w);
         self.procs.reaper.terminate(
             &mut *self.procs.children,
             w.pid,
@@ -504,7 +534,17 @@ impl Fleet {
             true,
             now,
         );
-        self.procs.ended.insert(w.pid, (w.id.clone(), w.own_child));
+        // In cgroup mode nothing of the worker is outside its cgroup: no stray search.
+        match &w.cgroup {
+            Some(cg) => {
+                self.procs
+                    .ended_cgroups
+                    .insert(w.pid, (cg.as_ref().clone(), idx, w.id.clone()));
+            }
+            None => {
+                self.procs.ended.insert(w.pid, (w.id.clone(), w.own_child));
+            }
+        }
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
         if !matches!(exit, ExitKind::Code(0) | ExitKind::Code(78)) && self.stopping.is_none() {

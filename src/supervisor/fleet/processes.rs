@@ -31,6 +31,13 @@ pub(super) struct Processes {
     /// Ended workers whose stray search found something: searched again at `due` (a
     /// stray sent SIGTERM may start another, `setsid -f`), with the searches so far.
     pub(super) stray_retry: Vec<StrayRetry>,
+    /// cgroup mode: ended workers' attempt cgroups (with slot and worker id) by pid, until
+    /// the cgroup is empty; then its figures are read and it is removed.
+    pub(super) ended_cgroups: HashMap<i32, (crate::cgroup::Cgroup, usize, String)>,
+    /// The fleet runs in cgroup mode (README "Isolation").
+    pub(super) cgroup_mode: bool,
+    /// A stop already said it ends attempt cgroups no worker owns.
+    pub(super) cgroup_strays_logged: bool,
 }
 
 /// One ended worker to search for strays again.
@@ -55,6 +62,9 @@ impl Processes {
             stray_kills: Vec::new(),
             strays_since: None,
             stray_retry: Vec::new(),
+            ended_cgroups: HashMap::new(),
+            cgroup_mode: false,
+            cgroup_strays_logged: false,
         }
     }
 
@@ -111,12 +121,7 @@ impl Fleet {
             .values()
             .filter_map(|s| s.worker())
             .find(|w| w.pid == pid && w.start == start)
-            .is_none_or(|w| {
-                matches!(
-                    self.procs.children.group_for(w.pidfd.as_ref()),
-                    Group::Pinned
-                )
-            });
+            .is_none_or(|w| matches!(group_of(&*self.procs.children, w), Group::Pinned));
         if self.pool.own_worker_start(pid) != Some(start) {
             return;
         }
@@ -166,5 +171,41 @@ impl Fleet {
         let mut keep = self.kept_children();
         keep.extend(self.procs.reaper.leaders());
         self.procs.children.reap_orphans(&keep);
+    }
+}
+
+impl Fleet {
+    /// cgroup mode: an ended worker's cgroup is empty. What the kernel counted for the
+    /// attempt is logged, an OOM kill makes the attempt `oom-killed` (a failure of the
+    /// issue, in its ledger when its claim is given back), and the cgroup is removed.
+    pub(super) fn finish_cgroups(&mut self, done: &[Done]) {
+        for d in done {
+            let Some((cg, slot, id)) = self.procs.ended_cgroups.remove(&d.leader) else {
+                continue;
+            };
+            let f = self.procs.children.finish_cgroup(d.leader, &cg);
+            let oom = f.oom_kills.is_some_and(|n| n > 0);
+            if oom {
+                for w in &mut self.procs.pending_release {
+                    if w.pid == d.leader {
+                        w.outcome = crate::ledger::Outcome::OomKilled;
+                    }
+                }
+            }
+            let mut msg = format!(
+                "worker {id} attempt used {:.3} CPU seconds",
+                f.cpu_usec.unwrap_or(0) as f64 / 1e6
+            );
+            if let Some(p) = f.memory_peak {
+                msg.push_str(&format!(", memory peak {} KiB", p / 1024));
+            }
+            if oom {
+                msg.push_str(&format!(
+                    "; the OOM killer ended {} of its processes: oom-killed",
+                    f.oom_kills.unwrap_or(0)
+                ));
+            }
+            self.log(Event::now(kind::FIGURES, msg).slot(slot).pid(d.leader));
+        }
     }
 }

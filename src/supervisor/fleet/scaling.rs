@@ -101,7 +101,7 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                let group = self.procs.children.group_for(w.pidfd.as_ref());
+                let group = group_of(&*self.procs.children, w);
                 self.procs
                     .reaper
                     .terminate(&mut *self.procs.children, pid, group, own, false, now);

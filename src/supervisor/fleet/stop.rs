@@ -44,11 +44,7 @@ impl Fleet {
             .filter_map(|s| s.worker_mut())
             .map(|w| {
                 w.kill = Some(KillReason::Stop);
-                (
-                    w.pid,
-                    self.procs.children.group_for(w.pidfd.as_ref()),
-                    w.own_child,
-                )
+                (w.pid, group_of(&*self.procs.children, w), w.own_child)
             })
             .collect();
         self.log(Event::now(
@@ -76,6 +72,9 @@ impl Fleet {
     /// every call since killing one can reparent its own escaped children. Returns whether
     /// none is left.
     fn sweep_strays(&mut self, now: Instant) -> bool {
+        if self.procs.cgroup_mode {
+            return self.sweep_cgroups(now);
+        }
         let strays = self.strays();
         if strays.is_empty() {
             return true;
@@ -102,6 +101,35 @@ impl Fleet {
             self.procs.children.signal_stray(p, sig);
         }
         false
+    }
+
+    /// cgroup mode: nothing of a worker is outside its cgroup, so what a stop must still
+    /// end is any attempt cgroup of the fleet that holds processes but belongs to no
+    /// worker (a dead attempt of a previous supervisor): SIGTERM, `cgroup.kill` after the
+    /// grace. Returns whether none is left.
+    fn sweep_cgroups(&mut self, now: Instant) -> bool {
+        let grace = Duration::from_secs(self.timing.stop_grace_s);
+        let since = *self.procs.strays_since.get_or_insert(now);
+        let sig = if now >= timeutil::deadline(since, grace) {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        };
+        let keep: Vec<crate::cgroup::Cgroup> = self
+            .procs
+            .ended_cgroups
+            .values()
+            .map(|e| e.0.clone())
+            .collect();
+        let n = self.procs.children.sweep_cgroups(&keep, sig);
+        if n > 0 && !self.procs.cgroup_strays_logged {
+            self.procs.cgroup_strays_logged = true;
+            self.log(Event::now(
+                kind::STOP,
+                format!("stopping {n} attempt cgroups that outlived their worker"),
+            ));
+        }
+        n == 0
     }
 
     /// What a stop must still end besides the worker groups: our children that left their

@@ -388,6 +388,7 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
                 procs: 2,
                 // The agent's processes: the bench runs the built-in worker.
                 agent_cpu_ms: ms,
+                memory_peak_kib: None,
             },
         );
     };

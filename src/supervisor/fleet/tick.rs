@@ -79,6 +79,7 @@ impl Fleet {
         for d in &done {
             tracing::debug!(leader = d.leader, killed = d.killed, "worker group gone");
         }
+        self.finish_cgroups(&done);
         if self.stopping.is_some() {
             self.procs.pending_release.clear();
             return;
@@ -249,7 +250,7 @@ impl Fleet {
                 w.pid,
                 w.own_child,
                 w.id.clone(),
-                self.procs.children.group_for(w.pidfd.as_ref()),
+                group_of(&*self.procs.children, w),
             );
             let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
                 stall::Progress::Kill { idle_s } => {

@@ -1,0 +1,302 @@
+//! The fleet's subtree of the cgroup v2 hierarchy, and what start-up decides about it.
+//!
+//! ```text
+//! <parent>/afk-<repo>-<hash>/        the fleet (fleet.memory_max); no process of its own
+//!     supervisor/                    the supervisor (the no-internal-processes rule)
+//!     slot-<N>/                      one per slot; no process of its own
+//!         attempt-<sup pid>-<seq>/   one per spawn: the worker and all it starts
+//! ```
+//!
+//! `<parent>` is `isolation.cgroup_root` when set, else the supervisor's own cgroup as it
+//! started. The fleet's directory is named from the repo's supervisor lane, so fleets of
+//! different repos started from one cgroup (a shell, a CI job, the hierarchy's root) never
+//! share a directory, and a successor supervisor of the same repo finds its predecessor's.
+//! A fresh attempt cgroup per spawn keeps an old attempt's leftovers out of the new one's
+//! figures.
+
+use std::path::Path;
+
+use super::{Cgroup, CgroupError, hierarchy};
+
+/// The leaf the supervisor itself lives in.
+pub const SUPERVISOR_LEAF: &str = "supervisor";
+
+/// Controllers the fleet enables for its attempts where they are offered.
+const WANTED: [&str; 3] = ["cpu", "memory", "pids"];
+
+/// One limit from the configuration: its key, the cgroup file it sets, and the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub key: &'static str,
+    pub file: &'static str,
+    pub value: String,
+}
+
+impl Limit {
+    /// The controller whose file this is (`memory.max` needs `memory`).
+    pub fn controller(&self) -> &str {
+        self.file.split('.').next().unwrap_or(self.file)
+    }
+}
+
+/// A fleet's cgroups, once set up.
+#[derive(Debug)]
+pub struct FleetCgroups {
+    root: Cgroup,
+    /// Where the supervisor was before it moved into its leaf (it goes back there at the
+    /// end, so the fleet's directories can be removed).
+    origin: Cgroup,
+    /// Controllers the attempts have (enabled down to them).
+    controllers: Vec<String>,
+    /// The worker limits that can be enforced, set on every attempt.
+    worker_limits: Vec<Limit>,
+}
+
+/// What start-up found: the fleet's cgroups, and one line per limit that cannot be
+/// enforced.
+#[derive(Debug)]
+pub struct Setup {
+    pub cgroups: FleetCgroups,
+    pub notes: Vec<String>,
+}
+
+/// The fleet directory's name for the supervisor lane `lane` of the repo at `repo`.
+pub fn fleet_name(repo: &Path, lane: &Path) -> String {
+    let base: String = repo
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .take(40)
+        .collect();
+    let canonical = std::fs::canonicalize(lane).unwrap_or_else(|_| lane.to_path_buf());
+    // FNV-1a: stable across builds and hosts, which std's hasher does not promise.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("afk-{base}-{:08x}", h as u32)
+}
+
+/// The fleet directory under `parent` (`isolation.cgroup_root`) or the supervisor's own
+/// cgroup, without creating anything: for a `stop` or a test that looks for it.
+pub fn fleet_dir(parent: Option<&Path>, name: &str) -> Result<Cgroup, String> {
+    let parent = match parent {
+        Some(p) => Cgroup::at(p),
+        None => outside_own_leaf(hierarchy::own()?.1, name),
+    };
+    Ok(parent.child(name))
+}
+
+/// A supervisor started from inside a fleet's leaf (a restart from the leaf's shell) uses
+/// that fleet's parent, not a fleet nested in its own.
+fn outside_own_leaf(own: Cgroup, name: &str) -> Cgroup {
+    let d = own.dir();
+    let in_leaf = d.file_name().is_some_and(|n| n == SUPERVISOR_LEAF)
+        && d.parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n.to_string_lossy() == name);
+    match (in_leaf, d.parent().and_then(Path::parent)) {
+        (true, Some(p)) => Cgroup::at(p),
+        _ => own,
+    }
+}
+
+/// Sets the fleet's subtree up and moves this process into its leaf; or says why the
+/// subtree is not writable (the caller then runs in process-group mode, or refuses to
+/// start where `isolation.mode = "cgroup"` asked for it).
+pub fn setup(
+    parent: Option<&Path>,
+    name: &str,
+    worker_limits: &[Limit],
+    fleet_limits: &[Limit],
+) -> Result<Setup, String> {
+    let (_, own) = hierarchy::own()?;
+    let origin = own.clone();
+    let parent = match parent {
+        Some(p) => {
+            let c = Cgroup::at(p);
+            if !c.exists() {
+                return Err(format!("{} is not a cgroup v2 directory", p.display()));
+            }
+            c
+        }
+        None => outside_own_leaf(own, name),
+    };
+    let root = parent.child(name);
+    let leaf = root.child(SUPERVISOR_LEAF);
+    let existed = root.exists();
+    let made = root
+        .create()
+        .and_then(|()| leaf.create())
+        .and_then(|()| leaf.move_pid(0));
+    if let Err(e) = made {
+        if !existed {
+            let _ = root.remove_tree();
+        }
+        return Err(format!("cgroup v2 subtree not writable: {e}"));
+    }
+    // Controllers reach an attempt only if every cgroup above it enables them for its
+    // children. The fleet's parent is enabled only where it is not the hierarchy's root
+    // (a delegated subtree is ours to shape; the root is the host's).
+    let offered: Vec<String> = WANTED
+        .iter()
+        .map(|c| c.to_string())
+        .filter(|c| parent.controllers().contains(c))
+        .collect();
+    let is_mount_root = hierarchy::own()
+        .ok()
+        .is_some_and(|(m, _)| m.point == parent.dir());
+    if !is_mount_root {
+        parent.enable(&offered);
+    }
+    let in_root: Vec<String> = offered
+        .into_iter()
+        .filter(|c| root.controllers().contains(c))
+        .collect();
+    let controllers = root.enable(&in_root);
+    let mut notes = Vec::new();
+    let usable = |l: &Limit, have: &[String], notes: &mut Vec<String>| {
+        let ok = have.iter().any(|c| c == l.controller());
+        if !ok {
+            notes.push(format!(
+                "{} = {:?} not enforceable: the {} controller is not delegated to {}",
+                l.key,
+                l.value,
+                l.controller(),
+                root.dir().display()
+            ));
+        }
+        ok
+    };
+    for l in fleet_limits {
+        let have = root.controllers();
+        if usable(l, &have, &mut notes)
+            && let Err(e) = root.set(l.file, &l.value)
+        {
+            notes.push(format!("{} = {:?} not enforceable: {e}", l.key, l.value));
+        }
+    }
+    let worker_limits = worker_limits
+        .iter()
+        .filter(|l| usable(l, &controllers, &mut notes))
+        .cloned()
+        .collect();
+    Ok(Setup {
+        cgroups: FleetCgroups {
+            root,
+            origin,
+            controllers,
+            worker_limits,
+        },
+        notes,
+    })
+}
+
+impl FleetCgroups {
+    pub fn root(&self) -> &Cgroup {
+        &self.root
+    }
+
+    /// Controllers each attempt has (`memory`, `cpu`, `pids`, where delegated).
+    pub fn controllers(&self) -> &[String] {
+        &self.controllers
+    }
+
+    pub fn slot(&self, slot: usize) -> Cgroup {
+        self.root.child(&format!("slot-{slot}"))
+    }
+
+    /// A fresh cgroup for one spawn in `slot`, with the worker limits set. A leftover
+    /// directory of that name (a reused supervisor pid) is removed first; one still
+    /// populated is an error, never shared.
+    pub fn attempt(&self, slot: usize, sup_pid: i32, seq: u64) -> Result<Cgroup, CgroupError> {
+        let s = self.slot(slot);
+        s.create()?;
+        s.enable(&self.controllers);
+        let a = s.child(&format!("attempt-{sup_pid}-{seq}"));
+        if a.exists() {
+            a.remove_tree()?;
+        }
+        a.create()?;
+        for l in &self.worker_limits {
+            // Checked enforceable at start-up; a value the kernel refuses was said there
+            // too, so a failure here changes nothing it did not already say.
+            let _ = a.set(l.file, &l.value);
+        }
+        Ok(a)
+    }
+
+    /// Every attempt cgroup of the fleet with its slot: what a successor adopts or ends.
+    pub fn attempts(&self) -> Vec<(usize, Cgroup)> {
+        attempts_under(&self.root)
+    }
+
+    /// The supervisor leaves its leaf for where it started and removes every empty
+    /// directory of the fleet; a populated one stays (and is named in the error).
+    pub fn teardown(&self) -> Result<(), CgroupError> {
+        let _ = self.origin.move_pid(0);
+        self.root.remove_tree()
+    }
+}
+
+/// The attempt cgroups below a fleet directory, by slot.
+pub fn attempts_under(root: &Cgroup) -> Vec<(usize, Cgroup)> {
+    let mut out = Vec::new();
+    for s in root.children() {
+        let slot = s
+            .dir()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("slot-"))
+            .and_then(|n| n.parse().ok());
+        if let Some(slot) = slot {
+            out.extend(s.children().into_iter().map(|a| (slot, a)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleet_names_differ_by_lane_and_stay_valid() {
+        let a = fleet_name(Path::new("/x/my repo"), Path::new("/x/my repo/.red/l"));
+        let b = fleet_name(Path::new("/y/my repo"), Path::new("/y/my repo/.red/l"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("afk-my_repo-"), "{a}");
+        assert!(!a.contains('/'));
+        assert_eq!(
+            a,
+            fleet_name(Path::new("/x/my repo"), Path::new("/x/my repo/.red/l"))
+        );
+    }
+
+    #[test]
+    fn a_supervisor_in_its_own_leaf_uses_the_fleets_parent() {
+        let own = Cgroup::at("/cg/p/afk-r-1/supervisor");
+        assert_eq!(outside_own_leaf(own, "afk-r-1").dir(), Path::new("/cg/p"));
+        let other = Cgroup::at("/cg/p/afk-r-2/supervisor");
+        assert_eq!(
+            outside_own_leaf(other.clone(), "afk-r-1").dir(),
+            other.dir()
+        );
+    }
+
+    #[test]
+    fn limits_name_their_controller() {
+        let l = Limit {
+            key: "worker.memory_max",
+            file: "memory.max",
+            value: "1G".into(),
+        };
+        assert_eq!(l.controller(), "memory");
+    }
+}
