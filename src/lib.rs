@@ -16,7 +16,9 @@
 //!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
 //!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
 //!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
-//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
+//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `operator`
+//!   (the operator pause, one slot's stop/restart, who asked) with `slot_control` (its
+//!   request file), `lock` (one
 //!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
 //!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
 //!   back), `state_file`, `journal`, `usage`, `stall`.

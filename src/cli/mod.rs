@@ -13,7 +13,9 @@ use crate::layout::Layout;
 mod demo;
 mod issue;
 mod logs;
+mod pause;
 mod reap;
+mod restart;
 mod run;
 mod scale;
 mod show_config;
@@ -86,6 +88,12 @@ pub enum Command {
     Tmux(tmux::TmuxArgs),
     /// Install or remove the systemd user unit of this repo's fleet.
     Systemd(systemd::SystemdArgs),
+    /// Operator pause: no new claims or spawns; workers in flight finish their issue.
+    Pause(pause::PauseArgs),
+    /// Lift the operator pause.
+    Resume,
+    /// Restart one slot's worker (a stopped or parked slot starts again).
+    Restart(restart::RestartArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -182,6 +190,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
+        Some(Command::Pause(args)) => pause::pause(&ctx, &args),
+        Some(Command::Resume) => pause::resume(&ctx),
+        Some(Command::Restart(args)) => restart::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

@@ -42,6 +42,19 @@ pub fn pause_words(p: &FleetPause, now: u64) -> String {
     }
 }
 
+/// `paused by the operator: release freeze (via=cli), until resumed`.
+pub fn operator_pause_words(p: &crate::pause::OperatorPause, now: u64) -> String {
+    let reason = text::excerpt(&text::escape(&p.reason));
+    let via = text::escape(&p.via);
+    match p.until_epoch {
+        Some(t) => format!(
+            "paused by the operator: {reason} (via={via}), resumes {}",
+            due(t, now)
+        ),
+        None => format!("paused by the operator: {reason} (via={via}), until resumed"),
+    }
+}
+
 /// `fleet circuit open: 4 slots tripped: <reason>, probe in 3m`.
 pub fn fleet_circuit_words(c: &FleetCircuit, now: u64) -> String {
     let mut out = format!(
@@ -108,6 +121,9 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = &r.fleet.paused {
         out.push(pause_words(p, r.epoch));
+    }
+    if let Some(p) = &r.fleet.operator_pause {
+        out.push(operator_pause_words(p, r.epoch));
     }
     if let Some(c) = &r.fleet.circuit {
         out.push(fleet_circuit_words(c, r.epoch));
@@ -204,6 +220,7 @@ pub(crate) mod tests {
                     elapsed_ms: 1234,
                 }),
                 tracker_kind: Some("local".into()),
+                operator_pause: None,
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

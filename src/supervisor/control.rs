@@ -80,6 +80,9 @@ pub struct FleetInfo {
     pub boot_suite: Option<BootSuite>,
     /// `gh` or `local`; null when the tracker could not be opened.
     pub tracker_kind: Option<String>,
+    /// The operator's pause in force (`afk-supervisor pause`), read from its file; null
+    /// when none holds.
+    pub operator_pause: Option<crate::pause::OperatorPause>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,6 +141,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 idle: 0,
                 boot_suite: None,
                 tracker_kind: None,
+                operator_pause: crate::pause::operator_active(&layout.state()),
             },
             slots: Vec::new(),
             epoch: now,
@@ -146,7 +150,9 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     // The log's end only, read here in the reader's process: never the supervisor's work.
     let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
-    Ok(report_from(&s, start, now, &last))
+    let mut report = report_from(&s, start, now, &last);
+    report.fleet.operator_pause = crate::pause::operator_active(&layout.state());
+    Ok(report)
 }
 
 /// Most bytes of the event log's end read for each slot's last event.
@@ -195,6 +201,7 @@ fn report_from(
                 .count(),
             boot_suite: s.boot_suite.clone(),
             tracker_kind: s.tracker_kind.clone(),
+            operator_pause: None,
         },
         slots: s
             .slot_detail

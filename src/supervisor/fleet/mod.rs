@@ -61,6 +61,8 @@ pub enum Msg {
     PauseFile(crate::pause::PauseFileError),
     /// Open issues labelled `afk:quarantined`, counted beside a queue check.
     Quarantined(u64),
+    /// The operator pause as a queue check read it (`None`: none holds).
+    OperatorPause(Option<crate::pause::OperatorPause>),
     Log(Event),
 }
 
@@ -116,6 +118,7 @@ struct Launch {
 mod churn;
 mod guards;
 mod heartbeat;
+mod operator;
 mod pool;
 mod processes;
 mod queue;
@@ -303,13 +306,13 @@ impl Fleet {
             }
             // A paused fleet starts nothing that would claim (the slot idles until the
             // resume's queue check), and an open fleet circuit only its one probe.
-            if self.guards.paused.is_some() || !self.guards.fleet_circuit.may_spawn(idx) {
+            if self.guards.held() || !self.guards.fleet_circuit.may_spawn(idx) {
                 return;
             }
             let Some(slot) = self.pool.slots.get(&idx) else {
                 return;
             };
-            if slot.worker().is_some() {
+            if slot.worker().is_some() || slot.stopped {
                 return;
             }
             if self.pool.live_in_target() >= self.pool.target {
@@ -502,6 +505,9 @@ impl Fleet {
         }
         if idx >= self.pool.target {
             self.retire_slot(idx);
+            return;
+        }
+        if self.operator_exit(idx, w.kill, now) {
             return;
         }
         if self.guards.fleet_circuit.probe_slot() == Some(idx) {
