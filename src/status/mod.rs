@@ -185,6 +185,7 @@ pub(crate) mod tests {
         open.reason = Some("circuit open: 5 fast deaths within 120s".into());
         open.probe_epoch = Some(NOW + 185);
         StatusReport {
+            schema_version: crate::supervisor::control::STATUS_SCHEMA_VERSION,
             supervisor: SupervisorInfo {
                 pid: 4242,
                 start_time: 99,

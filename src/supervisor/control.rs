@@ -34,9 +34,16 @@ pub enum ControlError {
 
 // ---- status ----
 
+/// The version of `status --json`'s shape (`docs/status.schema.json`). Fields are only
+/// ever added within a version (readers must ignore ones they do not know); a bump means a
+/// field was removed, renamed or changed its meaning or type.
+pub const STATUS_SCHEMA_VERSION: u32 = 1;
+
 /// `status --json`: this shape is stable; fields are only ever added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
+    /// [`STATUS_SCHEMA_VERSION`]: what a reader checks before it trusts the shape.
+    pub schema_version: u32,
     pub supervisor: SupervisorInfo,
     pub fleet: FleetInfo,
     pub slots: Vec<SlotRow>,
@@ -117,6 +124,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     let now = now_epoch();
     let Some(s) = state else {
         return Ok(StatusReport {
+            schema_version: STATUS_SCHEMA_VERSION,
             supervisor: SupervisorInfo {
                 pid,
                 start_time: start,
@@ -165,6 +173,7 @@ fn report_from(
     last: &std::collections::BTreeMap<u64, Event>,
 ) -> StatusReport {
     StatusReport {
+        schema_version: STATUS_SCHEMA_VERSION,
         epoch: now,
         supervisor: SupervisorInfo {
             pid: s.pid,
