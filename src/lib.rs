@@ -22,6 +22,7 @@
 //!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
 //!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
 //!   back), `state_file`, `journal`, `usage`, `stall`.
+//! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
@@ -45,6 +46,7 @@ pub mod cmd;
 pub mod config;
 pub mod demo;
 pub mod diagnostics;
+pub mod events;
 pub mod exit;
 pub mod fsutil;
 pub mod git;

@@ -11,6 +11,7 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod demo;
+mod events;
 mod issue;
 mod logs;
 mod pause;
@@ -94,6 +95,8 @@ pub enum Command {
     Resume,
     /// Restart one slot's worker (a stopped or parked slot starts again).
     Restart(restart::RestartArgs),
+    /// The event log with a cursor per record, to resume exactly where a reader stopped.
+    Events(events::EventsArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -193,6 +196,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Pause(args)) => pause::pause(&ctx, &args),
         Some(Command::Resume) => pause::resume(&ctx),
         Some(Command::Restart(args)) => restart::run(&ctx, &args),
+        Some(Command::Events(args)) => events::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }
