@@ -7,7 +7,8 @@
 //! reading every `crate::` path; the one exception is `tracker` naming a thread's comments
 //! by `claim::marks::Comment`).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
-//!   `demo`, `diagnostics` (tracing) and `service_unit` (the systemd instance) beside it.
+//!   `demo`, `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
+//!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
 //!   the cli turns into its exit code) and `program` (finding the agent's program).
@@ -54,6 +55,7 @@ pub mod host_lock;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
+pub mod mcp;
 pub mod pause;
 pub mod pidfile;
 pub mod process;

@@ -44,7 +44,10 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
     let resumed = events(&f, &["--since", &cursor]);
     // Exactly what followed the cursor: the rest of the first read, then newer records.
     assert_eq!(resumed[..first.len() - mid - 1], first[mid + 1..]);
-    assert!(resumed.len() > first.len() - mid - 1, "nothing newer: {resumed:?}");
+    assert!(
+        resumed.len() > first.len() - mid - 1,
+        "nothing newer: {resumed:?}"
+    );
     let cursors: HashSet<&String> = resumed.iter().map(|e| &e.0).collect();
     assert_eq!(cursors.len(), resumed.len(), "a record twice");
     // Resuming in steps (each from the last cursor seen) reads the same records as one read.
@@ -89,13 +92,20 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
         .spawn()
         .unwrap();
     // Nothing older is printed; the pause is.
-    assert!(f.run_cmd(&["pause", "--reason", "follow me"]).status.success());
+    assert!(
+        f.run_cmd(&["pause", "--reason", "follow me"])
+            .status
+            .success()
+    );
     let seen = wait_until(WAIT, || fleet::read(&sink).contains("follow me"));
     let _ = follow.kill();
     let _ = follow.wait();
     assert!(seen, "{}", fleet::read(&sink));
     let text = fleet::read(&sink);
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.starts_with("e1-") && text.contains("control.request"), "{text}");
+    assert!(
+        text.starts_with("e1-") && text.contains("control.request"),
+        "{text}"
+    );
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }

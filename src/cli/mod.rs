@@ -14,6 +14,7 @@ mod demo;
 mod events;
 mod issue;
 mod logs;
+mod mcp;
 mod pause;
 mod reap;
 mod restart;
@@ -97,6 +98,8 @@ pub enum Command {
     Restart(restart::RestartArgs),
     /// The event log with a cursor per record, to resume exactly where a reader stopped.
     Events(events::EventsArgs),
+    /// Serve this checkout's fleet over MCP on stdio (read-only unless --allow-writes).
+    Mcp(mcp::McpArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -197,6 +200,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Resume) => pause::resume(&ctx),
         Some(Command::Restart(args)) => restart::run(&ctx, &args),
         Some(Command::Events(args)) => events::run(&ctx, &args),
+        Some(Command::Mcp(args)) => mcp::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

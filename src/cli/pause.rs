@@ -18,21 +18,11 @@ pub struct PauseArgs {
     pub reason: Option<String>,
 }
 
-/// `--until`'s epoch seconds: an RFC 3339 time or a span from now.
-pub fn parse_until(s: &str) -> Result<u64, String> {
-    if let Some(t) = crate::timeutil::parse_rfc3339(s) {
-        return Ok(crate::timeutil::epoch_secs(t));
-    }
-    let span = crate::logs::parse_duration(s.trim_start_matches('+'))
-        .map_err(|_| format!("--until {s}: not an RFC 3339 time or a span (90m, 2h, 1d)"))?;
-    Ok(crate::timeutil::now_epoch().saturating_add(span.as_secs()))
-}
-
 pub fn pause(ctx: &Ctx, args: &PauseArgs) -> Result<i32, Failure> {
     let until = args
         .until
         .as_deref()
-        .map(parse_until)
+        .map(operator::parse_until)
         .transpose()
         .map_err(Failure::usage)?;
     let out = operator::pause(&ctx.layout, args.reason.as_deref(), until, Via::Cli, false)

@@ -89,6 +89,16 @@ pub fn log_request(layout: &Layout, via: Via, what: &str, slot: Option<usize>, i
     }
 }
 
+/// `--until`'s epoch seconds: an RFC 3339 time or a span from now.
+pub fn parse_until(s: &str) -> Result<u64, String> {
+    if let Some(t) = crate::timeutil::parse_rfc3339(s) {
+        return Ok(crate::timeutil::epoch_secs(t));
+    }
+    let span = crate::logs::parse_duration(s.trim_start_matches('+'))
+        .map_err(|_| format!("--until {s}: not an RFC 3339 time or a span (90m, 2h, 1d)"))?;
+    Ok(crate::timeutil::now_epoch().saturating_add(span.as_secs()))
+}
+
 /// The supervisor that runs, or why none does.
 fn running(layout: &Layout) -> Result<(i32, u64), OperatorError> {
     running_supervisor(layout).map_err(OperatorError::NotRunning)
@@ -216,4 +226,77 @@ pub fn slot_act(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Why an issue act was refused, in words for the asker.
+fn refuse(msg: String) -> OperatorError {
+    OperatorError::Refused(msg)
+}
+
+/// Gives issue `n` back to the queue: `ready-for-agent` on, `ready-for-human` off. Refused
+/// when it is closed, already queued, held by a worker (`running`: stop its slot first) or
+/// quarantined (that is [`release_quarantine`]).
+pub fn give_back(
+    layout: &Layout,
+    tracker: &dyn crate::tracker::Tracker,
+    n: u64,
+    via: Via,
+) -> Result<String, OperatorError> {
+    use crate::tracker::{IssueState, labels};
+    let v = tracker
+        .view(n)
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
+    if v.state != IssueState::Open {
+        return Err(refuse(format!("issue #{n} is closed")));
+    }
+    if v.has_label(labels::RUNNING) {
+        return Err(refuse(format!(
+            "issue #{n} is running (a worker holds it): stop its slot first"
+        )));
+    }
+    if v.has_label(labels::QUARANTINED) {
+        return Err(refuse(format!(
+            "issue #{n} is quarantined: release_quarantine gives it back"
+        )));
+    }
+    if v.has_label(labels::READY_FOR_AGENT) {
+        return Err(refuse(format!("issue #{n} is already ready-for-agent")));
+    }
+    tracker
+        .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::READY_FOR_HUMAN])
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
+    let msg = format!("give back #{n}: ready-for-agent");
+    log_request(layout, via, &msg, None, Some(n));
+    Ok(msg)
+}
+
+/// Lifts issue `n`'s quarantine: `afk:quarantined` and `ready-for-human` off,
+/// `ready-for-agent` on. Its failed attempts before the `quarantined` ledger marker no
+/// longer count (SPEC §11.10), so it gets `worker.max_failed_attempts` fresh tries.
+pub fn release_quarantine(
+    layout: &Layout,
+    tracker: &dyn crate::tracker::Tracker,
+    n: u64,
+    via: Via,
+) -> Result<String, OperatorError> {
+    use crate::tracker::{IssueState, labels};
+    let v = tracker
+        .view(n)
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
+    if v.state != IssueState::Open {
+        return Err(refuse(format!("issue #{n} is closed")));
+    }
+    if !v.has_label(labels::QUARANTINED) {
+        return Err(refuse(format!("issue #{n} is not quarantined")));
+    }
+    tracker
+        .edit_labels(
+            n,
+            &[labels::READY_FOR_AGENT],
+            &[labels::QUARANTINED, labels::READY_FOR_HUMAN],
+        )
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
+    let msg = format!("release quarantine of #{n}: ready-for-agent");
+    log_request(layout, via, &msg, None, Some(n));
+    Ok(msg)
 }
