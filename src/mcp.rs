@@ -136,13 +136,10 @@ pub struct TailIn {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EventOut {
+    /// Pass as `since` to resume right after this record.
     pub cursor: String,
-    pub ts: String,
-    pub kind: String,
-    pub slot: Option<u64>,
-    pub pid: Option<i64>,
-    pub issue: Option<u64>,
-    pub msg: String,
+    #[serde(flatten)]
+    pub event: crate::toonl::Event,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -412,12 +409,7 @@ impl AfkMcp {
                 }
                 events.push(EventOut {
                     cursor: p.cursor,
-                    ts: p.event.ts,
-                    kind: p.event.kind,
-                    slot: p.event.slot,
-                    pid: p.event.pid,
-                    issue: p.event.issue,
-                    msg: p.event.msg,
+                    event: p.event,
                 });
             }
             Ok(Json(EventsOut {

@@ -72,7 +72,19 @@ pub enum PauseFileError {
 /// planted or hand-edited file, or a clock stepped back since the write, must not hold
 /// the fleet longer than [`MAX_PAUSE_S`] past its record or past now.
 pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
-    let p = path(state_dir);
+    let Some(mut pause) = read_record::<Pause>(path(state_dir))? else {
+        return Ok(None);
+    };
+    pause.until_epoch = pause
+        .until_epoch
+        .min(pause.since_epoch.saturating_add(MAX_PAUSE_S))
+        .min(now_epoch().saturating_add(MAX_PAUSE_S));
+    Ok(Some(pause))
+}
+
+/// One pause record of either kind read with the safe-open rules; `Ok(None)` when the file
+/// does not exist.
+fn read_record<T: serde::de::DeserializeOwned>(p: PathBuf) -> Result<Option<T>, PauseFileError> {
     let text = match read_small_text(&p, MAX_BYTES) {
         Ok(Some(t)) => t,
         Ok(None) => return Ok(None),
@@ -83,16 +95,12 @@ pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
             });
         }
     };
-    let mut pause =
-        reddb_io_toon::from_str::<Pause>(&text).map_err(|e| PauseFileError::NotAPause {
+    reddb_io_toon::from_str::<T>(&text)
+        .map(Some)
+        .map_err(|e| PauseFileError::NotAPause {
             path: p,
             why: e.to_string(),
-        })?;
-    pause.until_epoch = pause
-        .until_epoch
-        .min(pause.since_epoch.saturating_add(MAX_PAUSE_S))
-        .min(now_epoch().saturating_add(MAX_PAUSE_S));
-    Ok(Some(pause))
+        })
 }
 
 /// The pause holding now, if any; an unreadable file holds nothing.
@@ -204,23 +212,7 @@ pub fn operator_path(state_dir: &Path) -> PathBuf {
 
 /// The operator's last record, in force or not; `Ok(None)` when there never was one.
 pub fn read_operator(state_dir: &Path) -> Result<Option<OperatorPause>, PauseFileError> {
-    let p = operator_path(state_dir);
-    let text = match read_small_text(&p, MAX_BYTES) {
-        Ok(Some(t)) => t,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            return Err(PauseFileError::Unreadable {
-                path: p,
-                why: e.to_string(),
-            });
-        }
-    };
-    reddb_io_toon::from_str::<OperatorPause>(&text)
-        .map(Some)
-        .map_err(|e| PauseFileError::NotAPause {
-            path: p,
-            why: e.to_string(),
-        })
+    read_record(operator_path(state_dir))
 }
 
 /// The operator pause holding now; an unreadable file holds nothing (a planted file must

@@ -54,8 +54,7 @@ fn status_json(f: &Fleet) -> Value {
 /// A fleet of two sleeping workers and one ready issue with a ledger record.
 fn fleet() -> Fleet {
     let mut f = Fleet::new(SLEEPING_WORKER, FAST_TIMING);
-    let out = f.run_cmd(&["issue", "new", "--title", "t", "--label", "ready-for-agent"]);
-    assert!(out.status.success(), "{out:?}");
+    f.new_issue("t");
     let ledger = f.repo.join(".red/state/attempts");
     std::fs::create_dir_all(&ledger).unwrap();
     std::fs::write(

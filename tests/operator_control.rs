@@ -58,15 +58,7 @@ fn wait_ticks(f: &Fleet, n: usize) {
 #[test]
 fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     let mut f = Fleet::new(CYCLING_WORKER, FAST_TIMING);
-    let out = f.run_cmd(&[
-        "issue",
-        "new",
-        "--title",
-        "work",
-        "--label",
-        "ready-for-agent",
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    f.new_issue("work");
     f.start(&["--workers", "1"]);
     assert!(wait_until(WAIT, || spawns(&f).len() >= 2), "{}", f.dump());
 

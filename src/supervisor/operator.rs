@@ -233,6 +233,20 @@ fn refuse(msg: String) -> OperatorError {
     OperatorError::Refused(msg)
 }
 
+/// Issue `n` as the tracker has it now, refused unless open.
+fn open_issue(
+    tracker: &dyn crate::tracker::Tracker,
+    n: u64,
+) -> Result<crate::tracker::IssueView, OperatorError> {
+    let v = tracker
+        .view(n)
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
+    if v.state != crate::tracker::IssueState::Open {
+        return Err(refuse(format!("issue #{n} is closed")));
+    }
+    Ok(v)
+}
+
 /// Gives issue `n` back to the queue: `ready-for-agent` on, `ready-for-human` off. Refused
 /// when it is closed, already queued, held by a worker (`running`: stop its slot first) or
 /// quarantined (that is [`release_quarantine`]).
@@ -242,13 +256,8 @@ pub fn give_back(
     n: u64,
     via: Via,
 ) -> Result<String, OperatorError> {
-    use crate::tracker::{IssueState, labels};
-    let v = tracker
-        .view(n)
-        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
-    if v.state != IssueState::Open {
-        return Err(refuse(format!("issue #{n} is closed")));
-    }
+    use crate::tracker::labels;
+    let v = open_issue(tracker, n)?;
     if v.has_label(labels::RUNNING) {
         return Err(refuse(format!(
             "issue #{n} is running (a worker holds it): stop its slot first"
@@ -279,13 +288,8 @@ pub fn release_quarantine(
     n: u64,
     via: Via,
 ) -> Result<String, OperatorError> {
-    use crate::tracker::{IssueState, labels};
-    let v = tracker
-        .view(n)
-        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
-    if v.state != IssueState::Open {
-        return Err(refuse(format!("issue #{n} is closed")));
-    }
+    use crate::tracker::labels;
+    let v = open_issue(tracker, n)?;
     if !v.has_label(labels::QUARANTINED) {
         return Err(refuse(format!("issue #{n} is not quarantined")));
     }
