@@ -551,7 +551,9 @@ impl Fleet {
                 // The tracker said wait (or could not be reached), not that the worker is
                 // broken: no death, no circuit. The slot idles until a queue check (the next
                 // tick's) finds work again.
-                let met = if code == crate::exit::RATE_LIMITED {
+                let met = if code == crate::exit::RATE_LIMITED && self.guards.operator.is_some() {
+                    "found the fleet paused by the operator"
+                } else if code == crate::exit::RATE_LIMITED {
                     "met a tracker rate limit"
                 } else {
                     "found the tracker unavailable"
