@@ -8,7 +8,8 @@
 //! by `claim::marks::Comment` and telling a mark from another comment by
 //! `claim::marks::Mark::parse`, to keep only the marks of trusted authors).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
-//!   `demo`, `diagnostics` (tracing) and `service_unit` (the systemd instance) beside it.
+//!   `demo`, `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
+//!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
 //!   the cli turns into its exit code) and `program` (finding the agent's program).
@@ -17,11 +18,14 @@
 //!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
 //!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
 //!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
-//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `lock` (one
+//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `operator`
+//!   (the operator pause, one slot's stop/restart, who asked) with `slot_control` (its
+//!   request file), `lock` (one
 //!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
 //!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
 //!   back), `isolation` (cgroup or process-group, chosen at start-up), `state_file`,
 //!   `journal`, `usage`, `stall`.
+//! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
@@ -56,6 +60,7 @@ pub mod cmd;
 pub mod config;
 pub mod demo;
 pub mod diagnostics;
+pub mod events;
 pub mod exit;
 pub mod fleets;
 pub mod fsutil;
@@ -64,6 +69,7 @@ pub mod host_lock;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
+pub mod mcp;
 pub mod pause;
 pub mod pidfile;
 pub mod process;

@@ -83,7 +83,8 @@ pub fn read(state_dir: &Path) -> Result<Option<Pause>, PauseFileError> {
     Ok(Some(pause))
 }
 
-/// One pause record at `p` read with the §11.3 rules; `Ok(None)` when there is none.
+/// One pause record of either kind read with the safe-open rules; `Ok(None)` when the file
+/// does not exist.
 fn read_record<T: serde::de::DeserializeOwned>(p: PathBuf) -> Result<Option<T>, PauseFileError> {
     let text = match read_small_text(&p, MAX_BYTES) {
         Ok(Some(t)) => t,
@@ -294,6 +295,140 @@ fn write_agent(state_dir: &Path, pause: &AgentPause) -> std::io::Result<()> {
     atomic_write(&agent_path(state_dir), format!("{text}\n").as_bytes())
 }
 
+// ---- the operator pause ----
+//
+// A second, independent fleet-wide pause beside the rate-limit one: an operator (or a
+// program through `afk-supervisor mcp`) said "no new claims until I say so, or until a
+// time". Its own file, `.red/state/operator-pause.toon`, so neither pause's writer can
+// shorten or lift the other's. Unlike the rate-limit pause it has no upper bound (the
+// operator lifts it), and `resume` replaces it with a record that holds nothing rather
+// than deleting it, so the last word (and who said it) stays readable.
+
+/// The operator pause file's name under `.red/state/`.
+pub const OPERATOR_FILE_NAME: &str = "operator-pause.toon";
+
+/// An operator's pause: no new claims or spawns; workers in flight finish their issue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorPause {
+    /// What the operator gave as the reason (one line), or `operator pause`.
+    pub reason: String,
+    /// When it was recorded (epoch seconds).
+    pub since_epoch: u64,
+    /// When the fleet resumes by itself; absent: until `resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_epoch: Option<u64>,
+    /// Who asked: `cli` or `mcp`.
+    #[serde(default)]
+    pub via: String,
+    /// A `resume` wrote this record: it holds nothing.
+    #[serde(default)]
+    pub resumed: bool,
+}
+
+impl OperatorPause {
+    pub fn active_at(&self, now: u64) -> bool {
+        !self.resumed && self.until_epoch.is_none_or(|t| now < t)
+    }
+
+    /// `until 2026-12-01T12:00:00Z (release freeze)` or `until resumed (release freeze)`.
+    pub fn describe(&self) -> String {
+        let until = match self.until_epoch {
+            Some(t) => rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)),
+            None => "resumed".into(),
+        };
+        format!("until {until} ({}, via={})", self.reason, self.via)
+    }
+}
+
+/// `.red/state/operator-pause.toon` under `state_dir`.
+pub fn operator_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(OPERATOR_FILE_NAME)
+}
+
+/// The operator's last record, in force or not; `Ok(None)` when there never was one.
+pub fn read_operator(state_dir: &Path) -> Result<Option<OperatorPause>, PauseFileError> {
+    read_record(operator_path(state_dir))
+}
+
+/// The operator pause holding now; an unreadable file holds nothing (a planted file must
+/// not stop the fleet; [`read_operator`] says why).
+pub fn operator_active(state_dir: &Path) -> Option<OperatorPause> {
+    read_operator(state_dir)
+        .ok()
+        .flatten()
+        .filter(|p| p.active_at(now_epoch()))
+}
+
+/// Why an operator pause was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorPauseError {
+    #[error("--until is in the past")]
+    InThePast,
+    #[error("{}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn write_operator(state_dir: &Path, p: &OperatorPause) -> Result<(), OperatorPauseError> {
+    let path = operator_path(state_dir);
+    let text = reddb_io_toon::to_string(p).map_err(|e| OperatorPauseError::Write {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    std::fs::create_dir_all(state_dir).map_err(|source| OperatorPauseError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    atomic_write(&path, format!("{text}\n").as_bytes())
+        .map_err(|source| OperatorPauseError::Write { path, source })
+}
+
+/// Pauses the fleet for the operator until `until_epoch` (or until [`resume_operator`]);
+/// a pause already in force is replaced (the operator's latest word counts).
+pub fn pause_operator(
+    state_dir: &Path,
+    reason: Option<&str>,
+    until_epoch: Option<u64>,
+    via: &str,
+) -> Result<OperatorPause, OperatorPauseError> {
+    let now = now_epoch();
+    if until_epoch.is_some_and(|t| t <= now) {
+        return Err(OperatorPauseError::InThePast);
+    }
+    let reason = reason
+        .map(|r| crate::text::excerpt(&crate::text::one_line(r)))
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "operator pause".into());
+    let p = OperatorPause {
+        reason,
+        since_epoch: now,
+        until_epoch,
+        via: via.to_string(),
+        resumed: false,
+    };
+    write_operator(state_dir, &p)?;
+    Ok(p)
+}
+
+/// Lifts the operator pause; returns the one that held, if any.
+pub fn resume_operator(
+    state_dir: &Path,
+    via: &str,
+) -> Result<Option<OperatorPause>, OperatorPauseError> {
+    let was = operator_active(state_dir);
+    let p = OperatorPause {
+        reason: "resumed".into(),
+        since_epoch: now_epoch(),
+        until_epoch: None,
+        via: via.to_string(),
+        resumed: true,
+    };
+    write_operator(state_dir, &p)?;
+    Ok(was)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,6 +562,37 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains(FILE_NAME)
+        );
+    }
+    #[test]
+    fn an_operator_pause_holds_until_resumed_or_its_time_and_leaves_the_rate_limit_file_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_epoch();
+        assert!(operator_active(dir.path()).is_none());
+        let p = pause_operator(dir.path(), Some("release\nfreeze"), None, "cli").unwrap();
+        assert_eq!(p.reason, "release | freeze");
+        assert_eq!(operator_active(dir.path()), Some(p.clone()));
+        assert!(
+            read(dir.path()).unwrap().is_none(),
+            "rate-limit file untouched"
+        );
+        assert_eq!(resume_operator(dir.path(), "mcp").unwrap(), Some(p));
+        assert!(operator_active(dir.path()).is_none());
+        assert!(read_operator(dir.path()).unwrap().unwrap().resumed);
+        assert!(matches!(
+            pause_operator(dir.path(), None, Some(now - 1), "cli"),
+            Err(OperatorPauseError::InThePast)
+        ));
+        let timed = pause_operator(dir.path(), None, Some(now + 60), "cli").unwrap();
+        assert_eq!(timed.reason, "operator pause");
+        assert!(timed.active_at(now + 59) && !timed.active_at(now + 60));
+        std::fs::write(operator_path(dir.path()), "garbage {{{").unwrap();
+        assert!(operator_active(dir.path()).is_none());
+        assert!(
+            read_operator(dir.path())
+                .unwrap_err()
+                .to_string()
+                .contains(OPERATOR_FILE_NAME)
         );
     }
 }

@@ -25,7 +25,7 @@ pub const MAX_READ_BYTES: u64 = 256 << 20;
 pub const FIELDS: [&str; 6] = ["ts", "kind", "slot", "pid", "issue", "msg"];
 
 /// One event-log record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Event {
     pub ts: String,
     pub kind: String,

@@ -198,6 +198,23 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
     assert_eq!(w.gh.calls().len(), 3);
 }
 
+/// An operator pause (`afk-supervisor pause`): the worker claims nothing and calls nothing
+/// (exit 75, never a death); after `resume` the next one works the issue.
+#[test]
+fn an_operator_pause_keeps_the_worker_from_claiming_until_resumed() {
+    let w = GhWorker::new();
+    let state = afk_supervisor::layout::Layout::new(&w.repo.path).state();
+    afk_supervisor::pause::pause_operator(&state, Some("release freeze"), None, "cli").unwrap();
+    let o = w.work_once(75);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("fleet paused by the operator"), "{stderr}");
+    assert!(w.gh.calls().is_empty(), "{:?}", w.gh.calls());
+    w.assert_untouched();
+    afk_supervisor::pause::resume_operator(&state, "cli").unwrap();
+    w.work_once(0);
+    assert_eq!(w.runs(), 1);
+}
+
 /// A dropped connection while listing the queue: a transient failure, so the worker exits
 /// 69 (tracker unavailable: the supervisor counts no death, SPEC §6) with gh's text as its
 /// one line, and nothing is claimed or changed.

@@ -11,11 +11,15 @@ use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
 mod demo;
+mod events;
 mod init;
 mod issue;
 mod list;
 mod logs;
+mod mcp;
+mod pause;
 mod reap;
+mod restart;
 mod run;
 mod scale;
 mod shell;
@@ -131,6 +135,16 @@ pub enum Command {
     /// Every fleet of this user on this host: the checkouts supervisors ran in, and which
     /// run now.
     List(list::ListArgs),
+    /// Operator pause: no new claims or spawns; workers in flight finish their issue.
+    Pause(pause::PauseArgs),
+    /// Lift the operator pause.
+    Resume,
+    /// Restart one slot's worker (a stopped or parked slot starts again).
+    Restart(restart::RestartArgs),
+    /// The event log with a cursor per record, to resume exactly where a reader stopped.
+    Events(events::EventsArgs),
+    /// Serve this checkout's fleet over MCP on stdio (read-only unless --allow-writes).
+    Mcp(mcp::McpArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -246,6 +260,11 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
         Some(Command::Spend(args)) => spend::run(&ctx, &args),
+        Some(Command::Pause(args)) => pause::pause(&ctx, &args),
+        Some(Command::Resume) => pause::resume(&ctx),
+        Some(Command::Restart(args)) => restart::run(&ctx, &args),
+        Some(Command::Events(args)) => events::run(&ctx, &args),
+        Some(Command::Mcp(args)) => mcp::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

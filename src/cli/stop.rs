@@ -18,9 +18,30 @@ pub struct StopArgs {
     /// verified) and every other process of this repo's fleet, without a clean stop.
     #[arg(long)]
     pub force: bool,
+    /// Stop only this slot's worker; the slot stays empty until `restart SLOT`.
+    #[arg(long, value_name = "SLOT", conflicts_with = "force")]
+    pub slot: Option<usize>,
+    /// With --slot: drain-then-retire (the worker finishes its issue first) or hard-kill
+    /// (stopped at once, its issue given back).
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "drain-then-retire",
+        requires = "slot"
+    )]
+    pub shrink_mode: crate::supervisor::state_file::ShrinkMode,
 }
 
 pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
+    if let Some(slot) = args.slot {
+        return crate::cli::restart::slot(
+            ctx,
+            slot,
+            crate::supervisor::slot_control::Action::Stop,
+            args.shrink_mode,
+            args.timeout,
+        );
+    }
     let config = ctx.config(Overrides::default())?;
     let t = &config.timing;
     let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);

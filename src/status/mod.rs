@@ -39,6 +39,19 @@ pub fn pause_words(p: &FleetPause, now: u64) -> String {
     }
 }
 
+/// `paused by the operator: release freeze (via=cli), until resumed`.
+pub fn operator_pause_words(p: &crate::pause::OperatorPause, now: u64) -> String {
+    let reason = text::excerpt(&text::escape(&p.reason));
+    let via = text::escape(&p.via);
+    match p.until_epoch {
+        Some(t) => format!(
+            "paused by the operator: {reason} (via={via}), resumes {}",
+            due(t, now)
+        ),
+        None => format!("paused by the operator: {reason} (via={via}), until resumed"),
+    }
+}
+
 /// `fleet circuit open: 4 slots tripped: <reason>, probe in 3m`.
 pub fn fleet_circuit_words(c: &FleetCircuit, now: u64) -> String {
     let mut out = format!(
@@ -105,6 +118,9 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(p) = &r.fleet.paused {
         out.push(pause_words(p, r.epoch));
+    }
+    if let Some(p) = &r.fleet.operator_pause {
+        out.push(operator_pause_words(p, r.epoch));
     }
     if let Some(c) = &r.fleet.circuit {
         out.push(fleet_circuit_words(c, r.epoch));
@@ -173,6 +189,7 @@ pub(crate) mod tests {
         open.reason = Some("circuit open: 5 fast deaths within 120s".into());
         open.probe_epoch = Some(NOW + 185);
         StatusReport {
+            schema_version: crate::supervisor::control::STATUS_SCHEMA_VERSION,
             supervisor: SupervisorInfo {
                 pid: 4242,
                 start_time: 99,
@@ -212,6 +229,7 @@ pub(crate) mod tests {
                 spend: None,
                 rescued: Some(1),
                 isolation: None,
+                operator_pause: None,
             },
             slots: vec![running, idle, fatal, open],
             epoch: NOW,

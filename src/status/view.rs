@@ -51,6 +51,7 @@ impl Palette {
             SlotState::Parked => Color::Red,
             SlotState::HalfOpen | SlotState::Stalled => Color::Yellow,
             SlotState::Retiring => Color::Cyan,
+            SlotState::Stopped => Color::Magenta,
             SlotState::Unknown => Color::Reset,
         })
     }
@@ -193,8 +194,8 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
         ));
     }
     let mut lines = vec![Line::from(sup), Line::from(fleet)];
-    for (i, a) in alerts(r).into_iter().enumerate() {
-        let colour = if i == 0 && f.paused.is_some() {
+    for a in alerts(r) {
+        let colour = if a.starts_with("paused") {
             Color::Yellow
         } else {
             Color::Red

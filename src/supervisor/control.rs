@@ -34,9 +34,16 @@ pub enum ControlError {
 
 // ---- status ----
 
+/// The version of `status --json`'s shape (`docs/status.schema.json`). Fields are only
+/// ever added within a version (readers must ignore ones they do not know); a bump means a
+/// field was removed, renamed or changed its meaning or type.
+pub const STATUS_SCHEMA_VERSION: u32 = 1;
+
 /// `status --json`: this shape is stable; fields are only ever added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusReport {
+    /// [`STATUS_SCHEMA_VERSION`]: what a reader checks before it trusts the shape.
+    pub schema_version: u32,
     pub supervisor: SupervisorInfo,
     pub fleet: FleetInfo,
     pub slots: Vec<SlotRow>,
@@ -89,6 +96,9 @@ pub struct FleetInfo {
     pub rescued: Option<u64>,
     /// `cgroup` or `process-group (<why>)`; null from a supervisor that does not say.
     pub isolation: Option<String>,
+    /// The operator's pause in force (`afk-supervisor pause`), read from its file; null
+    /// when none holds.
+    pub operator_pause: Option<crate::pause::OperatorPause>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -125,6 +135,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     let now = now_epoch();
     let Some(s) = state else {
         return Ok(StatusReport {
+            schema_version: STATUS_SCHEMA_VERSION,
             supervisor: SupervisorInfo {
                 pid,
                 start_time: start,
@@ -153,6 +164,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 spend: None,
                 rescued: None,
                 isolation: None,
+                operator_pause: crate::pause::operator_active(&layout.state()),
             },
             slots: Vec::new(),
             epoch: now,
@@ -163,6 +175,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
         .unwrap_or_default();
     let mut report = report_from(&s, start, now, &last);
     report.fleet.rescued = crate::ledger::rescued_total(layout).ok();
+    report.fleet.operator_pause = crate::pause::operator_active(&layout.state());
     Ok(report)
 }
 
@@ -176,6 +189,7 @@ fn report_from(
     last: &std::collections::BTreeMap<u64, Event>,
 ) -> StatusReport {
     StatusReport {
+        schema_version: STATUS_SCHEMA_VERSION,
         epoch: now,
         supervisor: SupervisorInfo {
             pid: s.pid,
@@ -216,6 +230,7 @@ fn report_from(
             spend: s.spend.clone(),
             rescued: None,
             isolation: s.isolation.clone(),
+            operator_pause: None,
         },
         slots: s
             .slot_detail

@@ -411,7 +411,10 @@ async fn event_loop(
                 }
             }
             _ = signals.chld.recv() => fleet.on_sigchld(Instant::now()),
-            _ = signals.usr1.recv() => fleet.apply_resize(Instant::now()),
+            _ = signals.usr1.recv() => {
+                fleet.apply_resize(Instant::now());
+                fleet.apply_slot_control(Instant::now());
+            }
             _ = signals.term.recv() => fleet.begin_stop(exit::SIGTERM, "SIGTERM", Instant::now()),
             _ = signals.int.recv() => fleet.begin_stop(exit::SIGINT, "SIGINT", Instant::now()),
             _ = signals.hup.recv() => fleet.begin_stop(exit::SIGHUP, "SIGHUP", Instant::now()),
@@ -461,6 +464,7 @@ fn handle(fleet: &mut Fleet, msg: Msg) {
         Msg::Spend(spend) => fleet.on_spend(spend),
         Msg::PauseFile(e) => fleet.on_pause_file(e),
         Msg::Quarantined(n) => fleet.on_quarantined(n),
+        Msg::OperatorPause(p) => fleet.on_operator_pause(p),
         Msg::Log(ev) => fleet.log(ev),
         // The dying groups are looked at by the service that follows every turn.
         Msg::CgroupChanged => {}

@@ -16,6 +16,8 @@ pub enum KillReason {
     Shrink,
     /// The fleet is stopping.
     Stop,
+    /// The operator stopped or restarted this slot (`stop --slot`, `restart`).
+    Operator,
 }
 
 impl KillReason {
@@ -27,7 +29,9 @@ impl KillReason {
     pub fn attempt_outcome(kill: Option<KillReason>) -> crate::ledger::Outcome {
         match kill {
             Some(KillReason::Stall) => crate::ledger::Outcome::Stalled,
-            Some(KillReason::Shrink | KillReason::Stop) => crate::ledger::Outcome::GivenBack,
+            Some(KillReason::Shrink | KillReason::Stop | KillReason::Operator) => {
+                crate::ledger::Outcome::GivenBack
+            }
             None => crate::ledger::Outcome::WorkerDied,
         }
     }
@@ -110,6 +114,11 @@ pub struct Slot {
     pub fatal_reason: Option<String>,
     /// What `status` shows of the current worker beyond its process.
     pub shown: Shown,
+    /// Stopped by the operator (`stop --slot`): nothing starts here until `restart`.
+    pub stopped: bool,
+    /// A drained restart asked (`restart --shrink-mode drain-then-retire`): its worker
+    /// finishes its issue, then a fresh one starts.
+    pub restart_pending: bool,
 }
 
 /// Facts about a slot's current worker kept for `status`, each tagged with what it belongs
@@ -134,6 +143,8 @@ impl Slot {
             unclaimable: None,
             fatal_reason: None,
             shown: Shown::default(),
+            stopped: false,
+            restart_pending: false,
         }
     }
 
@@ -221,6 +232,7 @@ impl Slot {
                 SlotState::HalfOpen
             }
             Phase::Running(_) => SlotState::Running,
+            Phase::Idle { .. } if self.stopped => SlotState::Stopped,
             Phase::Idle { .. } => SlotState::Idle,
             Phase::Fatal | Phase::CircuitOpen => SlotState::Parked,
         }

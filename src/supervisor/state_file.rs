@@ -93,6 +93,8 @@ pub enum SlotState {
     HalfOpen,
     Retiring,
     Stalled,
+    /// Stopped by the operator (`stop --slot`): empty until `restart`.
+    Stopped,
     /// A word this version does not know (a newer writer): read, never written.
     #[serde(other)]
     Unknown,
@@ -107,6 +109,7 @@ impl SlotState {
             SlotState::HalfOpen => "half-open",
             SlotState::Retiring => "retiring",
             SlotState::Stalled => "stalled",
+            SlotState::Stopped => "stopped",
             SlotState::Unknown => "unknown",
         }
     }

@@ -45,6 +45,16 @@ pub mod kind {
     pub const FLEET_CIRCUIT_PROBE: &str = "fleet.circuit-probe";
     pub const FLEET_CIRCUIT_REPARKED: &str = "fleet.circuit-reparked";
     pub const FLEET_CIRCUIT_CLOSED: &str = "fleet.circuit-closed";
+    /// An operator paused or resumed the fleet (`afk-supervisor pause|resume`, or MCP).
+    pub const OPERATOR_PAUSED: &str = "fleet.operator-paused";
+    pub const OPERATOR_RESUMED: &str = "fleet.operator-resumed";
+    /// A control command asked something of the fleet; its message ends `(via=cli|mcp)`.
+    pub const CONTROL: &str = "control.request";
+    /// A slot stopped by `stop --slot` (it stays empty until `restart`).
+    pub const SLOT_STOPPED: &str = "slot.stopped";
+    /// A slot's worker restarted by `restart`.
+    pub const SLOT_RESTART: &str = "slot.restart";
+
     /// The isolation chosen at start-up, and each limit that cannot be enforced
     /// (`docs/SPEC.md` §11.16).
     pub const ISOLATION: &str = "supervisor.isolation";
@@ -105,6 +115,11 @@ pub mod kind {
         FLEET_BUDGET_RESUMED,
         ISOLATION,
         FIGURES,
+        OPERATOR_PAUSED,
+        OPERATOR_RESUMED,
+        CONTROL,
+        SLOT_STOPPED,
+        SLOT_RESTART,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

@@ -35,6 +35,13 @@ impl Worker<'_> {
                 p.describe()
             )));
         }
+        // An operator pause (`afk-supervisor pause`) takes nothing new either.
+        if let Some(p) = crate::pause::operator_active(&self.layout.state()) {
+            return Err(WorkerError::RateLimited(format!(
+                "fleet paused by the operator {}: not claiming",
+                p.describe()
+            )));
+        }
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)

@@ -259,6 +259,19 @@ impl Fleet {
         self
     }
 
+    /// Files an issue labelled `ready-for-agent` on the repo's tracker.
+    pub fn new_issue(&self, title: &str) {
+        let out = self.run_cmd(&[
+            "issue",
+            "new",
+            "--title",
+            title,
+            "--label",
+            "ready-for-agent",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+
     pub fn write_config(&self, text: &str) {
         fs::write(self.repo.join(".red/afk-supervisor.toml"), text).unwrap();
     }

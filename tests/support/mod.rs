@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_gh;
+pub mod python;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -12,6 +12,9 @@ use crate::supervisor::fleet_circuit::{self, ProbeEnd};
 pub(super) struct Guards {
     /// The fleet-wide rate-limit pause in force and when it ends (`crate::pause`).
     pub(super) paused: Option<(crate::pause::Pause, Instant)>,
+    /// The operator's pause in force (`crate::pause::OperatorPause`), as the last queue
+    /// check read it.
+    pub(super) operator: Option<crate::pause::OperatorPause>,
     /// The last unreadable pause file reported.
     pub(super) pause_file_error: Option<crate::pause::PauseFileError>,
     /// The fleet-wide circuit (`fleet_circuit`).
@@ -24,10 +27,16 @@ impl Guards {
     pub(super) fn new(fleet_circuit_fraction: crate::config::Fraction) -> Self {
         Guards {
             paused: None,
+            operator: None,
             pause_file_error: None,
             fleet_circuit: fleet_circuit::FleetCircuit::new(fleet_circuit_fraction),
             last_exits: BTreeMap::new(),
         }
+    }
+
+    /// Whether a pause (the rate limit's or the operator's) holds every new start.
+    pub(super) fn held(&self) -> bool {
+        self.paused.is_some() || self.operator.is_some()
     }
 
     /// When the pause in force ends.
@@ -45,7 +54,7 @@ impl Guards {
     /// When the fleet circuit next needs the loop; a pause holds its probe (not one that
     /// already runs).
     pub(super) fn fleet_circuit_deadline(&self, params: &circuit::Params) -> Option<Instant> {
-        if self.paused.is_some()
+        if self.held()
             && !matches!(
                 self.fleet_circuit.state(),
                 fleet_circuit::State::Probing { .. }
@@ -58,7 +67,7 @@ impl Guards {
 
     /// Whether slot circuits' own probes wait (the fleet's circuit or pause holds them).
     pub(super) fn slot_probes_held(&self) -> bool {
-        self.paused.is_some() || self.fleet_circuit.is_open()
+        self.held() || self.fleet_circuit.is_open()
     }
 }
 
@@ -114,6 +123,36 @@ impl Fleet {
         self.guards.paused = None;
         self.log(Event::now(kind::FLEET_RESUMED, msg));
         self.request_queue();
+    }
+
+    // ---- the operator pause ----
+
+    /// A queue check read the operator pause file: `Some` while a pause holds. The change
+    /// is logged once each way; the same check's queue answer then wakes the idle slots.
+    pub fn on_operator_pause(&mut self, p: Option<crate::pause::OperatorPause>) {
+        match (&self.guards.operator, p) {
+            (None, Some(p)) => {
+                let msg = format!(
+                    "fleet paused by the operator {}: no new claims or spawns; workers in flight finish",
+                    p.describe()
+                );
+                self.log(Event::now(kind::OPERATOR_PAUSED, msg));
+                self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
+                self.guards.operator = Some(p);
+                self.record.dirty = true;
+            }
+            (Some(_), Some(p)) => self.guards.operator = Some(p),
+            (Some(was), None) => {
+                let how = match crate::pause::read_operator(&self.layout.state()) {
+                    Ok(Some(r)) if r.resumed => format!("resumed by the operator (via={})", r.via),
+                    _ => format!("the operator pause ended ({})", was.reason),
+                };
+                self.log(Event::now(kind::OPERATOR_RESUMED, format!("fleet {how}")));
+                self.guards.operator = None;
+                self.record.dirty = true;
+            }
+            (None, None) => {}
+        }
     }
 
     // ---- the fleet-wide circuit ----
@@ -236,7 +275,7 @@ impl Fleet {
         {
             self.close_fleet_circuit(idx, lived, now);
         }
-        if self.guards.paused.is_some() || !self.guards.fleet_circuit.probe_due(now) {
+        if self.guards.held() || !self.guards.fleet_circuit.probe_due(now) {
             return;
         }
         let Some(idx) = self.probe_slot() else {

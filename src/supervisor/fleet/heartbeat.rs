@@ -25,6 +25,8 @@ pub(super) struct Record {
     pub(super) last_progress_epoch: u64,
     /// The last corrupt `resize.toon` reported (its cause and content).
     pub(super) resize_reported: Option<String>,
+    /// The last slot-control request answered (its id) or corrupt file reported.
+    pub(super) slot_control_seen: Option<String>,
     /// The last report of something not a regular file at the stop sentinel's path.
     pub(super) stop_file_reported: Option<String>,
     /// `cgroup` or `process-group (why)`, for `status`.
@@ -41,6 +43,7 @@ impl Record {
             boot_suite: None,
             last_progress_epoch: now_epoch(),
             resize_reported: None,
+            slot_control_seen: None,
             stop_file_reported: None,
             isolation: None,
         }

@@ -69,6 +69,8 @@ pub enum Msg {
     ),
     /// The day's spend, read beside a queue check that found no hold.
     Spend(Option<state_file::SpendToday>),
+    /// The operator pause as a queue check read it (`None`: none holds).
+    OperatorPause(Option<crate::pause::OperatorPause>),
     Log(Event),
     /// A watched cgroup's `cgroup.events` changed (cgroup mode): the dying groups are
     /// looked at again.
@@ -143,6 +145,7 @@ mod churn;
 mod guards;
 mod heartbeat;
 mod holds;
+mod operator;
 mod pool;
 mod processes;
 mod queue;
@@ -359,7 +362,7 @@ impl Fleet {
             }
             // A paused fleet starts nothing that would claim (the slot idles until the
             // resume's queue check), and an open fleet circuit only its one probe.
-            if self.guards.paused.is_some() || !self.guards.fleet_circuit.may_spawn(idx) {
+            if self.guards.held() || !self.guards.fleet_circuit.may_spawn(idx) {
                 return;
             }
             // Held by the agent's account or the day's budget: nothing, or only the probe.
@@ -369,7 +372,7 @@ impl Fleet {
             let Some(slot) = self.pool.slots.get(&idx) else {
                 return;
             };
-            if slot.worker().is_some() {
+            if slot.worker().is_some() || slot.stopped {
                 return;
             }
             if self.pool.live_in_target() >= self.pool.target {
@@ -576,6 +579,9 @@ impl Fleet {
             self.retire_slot(idx);
             return;
         }
+        if self.operator_exit(idx, w.kill, now) {
+            return;
+        }
         if self.guards.fleet_circuit.probe_slot() == Some(idx) {
             if matches!(
                 exit,
@@ -628,7 +634,9 @@ impl Fleet {
                 // The tracker said wait (or could not be reached), not that the worker is
                 // broken: no death, no circuit. The slot idles until a queue check (the next
                 // tick's) finds work again.
-                let met = if code == crate::exit::RATE_LIMITED {
+                let met = if code == crate::exit::RATE_LIMITED && self.guards.operator.is_some() {
+                    "found the fleet paused by the operator"
+                } else if code == crate::exit::RATE_LIMITED {
                     "met a tracker rate limit"
                 } else {
                     "found the tracker unavailable"

@@ -43,7 +43,11 @@ impl Pool {
         self.slots
             .values()
             .filter(|s| {
-                s.is_idle() && s.index < self.target && !s.retiring && s.unclaimable.is_none()
+                s.is_idle()
+                    && s.index < self.target
+                    && !s.retiring
+                    && !s.stopped
+                    && s.unclaimable.is_none()
             })
             .map(|s| s.index)
             .collect()

@@ -106,11 +106,11 @@ impl Fleet {
                     self.log(Event::now(kind::IDLE, msg).slot(idx));
                 }
                 self.view.ready_set = Some(set);
-                let idle = match self.guards.paused {
+                let idle = if self.guards.held() || self.holds.held.is_some() {
                     // A check answered just before the pause began: nothing wakes.
-                    Some(_) => Vec::new(),
-                    None if self.holds.held.is_some() => Vec::new(),
-                    None => self.pool.wakeable(),
+                    Vec::new()
+                } else {
+                    self.pool.wakeable()
                 };
                 let wake = usize::try_from(n).unwrap_or(usize::MAX).min(idle.len());
                 // Slots that wake together would all claim, fetch and add worktrees at
@@ -162,7 +162,7 @@ impl Fleet {
     /// The next batch of slots a queue check said to wake, at most [`UNIDLE_PER_TURN`].
     pub(super) fn wake_backlog(&mut self, now: Instant) {
         let (left, ready) = self.view.unidle_backlog;
-        if left == 0 || self.stopping.is_some() || self.guards.paused.is_some() {
+        if left == 0 || self.stopping.is_some() || self.guards.held() {
             self.view.unidle_backlog = (0, ready);
             return;
         }
@@ -203,6 +203,16 @@ impl Fleet {
                     None
                 }
             };
+            // The operator's pause holds starts, not queue checks: the count stays true.
+            let _ = tx.send(Msg::OperatorPause(
+                match crate::pause::read_operator(&state_dir) {
+                    Ok(p) => p.filter(|p| p.active_at(now_epoch())),
+                    Err(e) => {
+                        let _ = tx.send(Msg::PauseFile(e));
+                        None
+                    }
+                },
+            ));
             if let Some(p) = paused() {
                 let _ = tx.send(Msg::Paused(p));
                 return;

@@ -145,6 +145,7 @@ impl Fleet {
             }
         }
         self.apply_resize(now);
+        self.apply_slot_control(now);
         self.request_queue();
         self.check_stalls(now);
         self.check_unwatched_adopted(now);

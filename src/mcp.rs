@@ -1,0 +1,707 @@
+//! `afk-supervisor mcp`: the fleet as an MCP server on stdio (the official Rust SDK,
+//! `rmcp`), for agents and scripts (`docs/SPEC.md` §11.18). Read tools by default; the
+//! write tools answer only with `--allow-writes`, which `initialize`'s instructions name.
+//!
+//! Every tool does its work through the same library code as the CLI command of the same
+//! job (`status`, `events`, `logs`, `scale`, `pause`, `stop --slot`), on the blocking pool
+//! under a deadline: a slow tracker or a hostile file never stalls the server's loop, and no
+//! call hangs past [`DEADLINE`]. Refusals (no fleet, input out of range) are tool errors
+//! with one line of text, never a panic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolResult, Implementation, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    ErrorData, Json, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::events::{EventStream, Start};
+use crate::layout::Layout;
+use crate::supervisor::control;
+use crate::supervisor::operator::{self, Via};
+use crate::supervisor::resize::MAX_TARGET;
+use crate::supervisor::slot_control::Action;
+use crate::supervisor::state_file::ShrinkMode;
+
+/// Longest any tool call may take before it is answered with an error.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Longest text argument taken (a reason, a cursor, a label): anything longer is refused.
+const MAX_TEXT: usize = 4096;
+
+/// Most events one `tail_events` answer holds, and its default.
+const MAX_EVENTS: usize = 1000;
+const DEFAULT_EVENTS: usize = 100;
+
+/// Most lines one `slot_log` answer holds, and the most bytes of the log's end read.
+const MAX_LINES: usize = 2000;
+const SLOT_LOG_TAIL_BYTES: u64 = 1 << 20;
+
+/// Most issues one `list_issues` answer holds, and how many are listed to filter from.
+const MAX_ISSUES: usize = 500;
+const LIST_ALL: usize = 1000;
+
+const EVENT_LOG_URI: &str = "afk://event-log";
+const STATE_URI: &str = "afk://state.toon";
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("MCP stdio transport: {0}")]
+    Serve(String),
+}
+
+#[derive(Clone)]
+pub struct AfkMcp {
+    layout: Layout,
+    config: Arc<Config>,
+    allow_writes: bool,
+    tool_router: ToolRouter<AfkMcp>,
+}
+
+// ---- inputs and outputs ----
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListIssuesIn {
+    /// Only issues carrying this label (e.g. ready-for-agent, afk:quarantined).
+    pub label: Option<String>,
+    /// open (the default), closed or all.
+    pub state: Option<String>,
+    /// At most this many (default 100, at most 500).
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct IssueRow {
+    pub number: u64,
+    pub state: String,
+    pub labels: Vec<String>,
+    pub closed_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct IssueList {
+    pub issues: Vec<IssueRow>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct IssueIn {
+    /// The issue number.
+    pub number: i64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Attempt {
+    pub worker: Option<String>,
+    pub start: Option<String>,
+    pub end: String,
+    /// done, set-aside, agent-failed exit N, wall-clock-capped, worker-died, stalled,
+    /// given-back, or the marker quarantined.
+    pub outcome: String,
+    pub branch: Option<String>,
+    pub head: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct IssueDetail {
+    pub number: u64,
+    pub state: String,
+    pub labels: Vec<String>,
+    /// The attempt ledger (`.red/state/attempts/<N>.toonl`), oldest first.
+    pub attempts: Vec<Attempt>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TailIn {
+    /// Resume after the event this cursor came with; `start` (default) or `end`.
+    pub since: Option<String>,
+    /// At most this many events (default 100, at most 1000).
+    pub limit: Option<i64>,
+    /// Only these kinds, or dotted prefixes of kinds (`slot`, `fleet.operator-paused`).
+    pub kinds: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EventOut {
+    /// Pass as `since` to resume right after this record.
+    pub cursor: String,
+    #[serde(flatten)]
+    pub event: crate::toonl::Event,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EventsOut {
+    pub events: Vec<EventOut>,
+    /// Pass as `since` to get what follows; null while the log does not exist.
+    pub next_cursor: Option<String>,
+    /// A cursor whose log generation rotated away, lines that are not records.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SlotLogIn {
+    pub slot: i64,
+    /// The last this many lines (default 50, at most 2000).
+    pub lines: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SlotLogOut {
+    pub slot: usize,
+    pub path: String,
+    pub lines: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ScaleIn {
+    /// The new number of worker slots, 0..=1024.
+    pub target: i64,
+    /// drain-then-retire (default) or hard-kill.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct PauseIn {
+    /// Why (shown in status and the event log).
+    pub reason: Option<String>,
+    /// When the fleet resumes by itself: RFC 3339 or a span (90m, 2h); default: until
+    /// resume_fleet.
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct Empty {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct StopSlotIn {
+    pub slot: i64,
+    /// drain-then-retire (default: the worker finishes its issue) or hard-kill.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Done {
+    /// What was done, in one line.
+    pub message: String,
+}
+
+// ---- checks ----
+
+fn text_arg<'a>(name: &str, s: &'a str) -> Result<&'a str, String> {
+    if s.len() > MAX_TEXT {
+        return Err(format!(
+            "{name}: {} bytes is longer than {MAX_TEXT}",
+            s.len()
+        ));
+    }
+    Ok(s)
+}
+
+fn ranged(name: &str, v: i64, lo: i64, hi: i64) -> Result<i64, String> {
+    if v < lo || v > hi {
+        return Err(format!("{name} {v} is out of range {lo}..={hi}"));
+    }
+    Ok(v)
+}
+
+fn mode_arg(m: Option<&str>) -> Result<ShrinkMode, String> {
+    match m {
+        None => Ok(ShrinkMode::DrainThenRetire),
+        Some(m) => text_arg("mode", m)?
+            .parse()
+            .map_err(|e| format!("mode: {e}")),
+    }
+}
+
+/// Runs `f` on the blocking pool, answered within [`DEADLINE`].
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(format!("internal error: {e}")),
+        Err(_) => Err(format!("no answer within {}s", DEADLINE.as_secs())),
+    }
+}
+
+/// The published `status --json` schema, the `fleet_status` tool's output schema.
+fn status_schema() -> Arc<rmcp::model::JsonObject> {
+    let text = include_str!("../docs/status.schema.json");
+    Arc::new(serde_json::from_str(text).unwrap_or_default())
+}
+
+// ---- tools ----
+
+#[tool_router]
+impl AfkMcp {
+    pub fn new(layout: Layout, config: Config, allow_writes: bool) -> AfkMcp {
+        AfkMcp {
+            layout,
+            config: Arc::new(config),
+            allow_writes,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    fn writes(&self, tool: &str) -> Result<(), String> {
+        if self.allow_writes {
+            Ok(())
+        } else {
+            Err(format!(
+                "{tool}: this server is read-only; start it with `afk-supervisor mcp --allow-writes` to allow writes"
+            ))
+        }
+    }
+
+    fn tracker(&self) -> Result<Box<dyn crate::tracker::Tracker>, String> {
+        crate::tracker::select::open(&self.config, &self.layout)
+            .map(|s| s.tracker)
+            .map_err(|e| format!("issue tracker: {e}"))
+    }
+
+    #[tool(
+        description = "The running fleet: the same JSON as `afk-supervisor status --json` (schema_version, supervisor, fleet, slots; docs/status.schema.json).",
+        output_schema = status_schema(),
+        annotations(read_only_hint = true)
+    )]
+    async fn fleet_status(&self) -> Result<CallToolResult, String> {
+        let layout = self.layout.clone();
+        let report = blocking(move || control::status(&layout).map_err(|e| e.to_string())).await?;
+        let v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        Ok(CallToolResult::structured(v))
+    }
+
+    #[tool(
+        description = "Issues on the tracker, filtered by label and state (open, closed, all).",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_issues(
+        &self,
+        Parameters(p): Parameters<ListIssuesIn>,
+    ) -> Result<Json<IssueList>, String> {
+        let label = p
+            .label
+            .map(|l| text_arg("label", &l).map(str::to_string))
+            .transpose()?;
+        let state = match p.state.as_deref() {
+            None | Some("open") => Some(crate::tracker::IssueState::Open),
+            Some("closed") => Some(crate::tracker::IssueState::Closed),
+            Some("all") => None,
+            Some(s) => {
+                return Err(format!(
+                    "state {:?}: expected open, closed or all",
+                    crate::text::excerpt(s)
+                ));
+            }
+        };
+        let limit = ranged("limit", p.limit.unwrap_or(100), 1, MAX_ISSUES as i64)? as usize;
+        let this = self.clone();
+        blocking(move || {
+            let t = this.tracker()?;
+            let all = t.list_all(LIST_ALL.max(limit)).map_err(|e| e.to_string())?;
+            let issues = all
+                .into_iter()
+                .filter(|i| state.is_none_or(|s| i.state == s))
+                .filter(|i| label.as_deref().is_none_or(|l| i.has_label(l)))
+                .take(limit)
+                .map(|i| IssueRow {
+                    number: i.number,
+                    state: i.state.to_string(),
+                    labels: i.labels,
+                    closed_at: i.closed_at,
+                })
+                .collect();
+            Ok(Json(IssueList { issues }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head).",
+        annotations(read_only_hint = true)
+    )]
+    async fn show_issue(
+        &self,
+        Parameters(p): Parameters<IssueIn>,
+    ) -> Result<Json<IssueDetail>, String> {
+        let n = ranged("number", p.number, 1, i64::MAX)? as u64;
+        let this = self.clone();
+        blocking(move || {
+            let v = this
+                .tracker()?
+                .view(n)
+                .map_err(|e| format!("issue #{n}: {e}"))?;
+            let attempts = crate::ledger::read(&this.layout, n)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|r| Attempt {
+                    worker: r.worker,
+                    start: r.start,
+                    end: r.end,
+                    outcome: r.outcome.to_string(),
+                    branch: r.branch,
+                    head: r.head,
+                })
+                .collect();
+            Ok(Json(IssueDetail {
+                number: n,
+                state: v.state.to_string(),
+                labels: v.labels,
+                attempts,
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Event-log records after a cursor (each with the cursor that resumes after it, valid across log rotation), optionally only some kinds.",
+        annotations(read_only_hint = true)
+    )]
+    async fn tail_events(
+        &self,
+        Parameters(p): Parameters<TailIn>,
+    ) -> Result<Json<EventsOut>, String> {
+        let since = text_arg("since", p.since.as_deref().unwrap_or("start"))?;
+        let start = Start::parse(since).map_err(|e| e.to_string())?;
+        let limit = ranged(
+            "limit",
+            p.limit.unwrap_or(DEFAULT_EVENTS as i64),
+            1,
+            MAX_EVENTS as i64,
+        )? as usize;
+        let kinds = p.kinds.unwrap_or_default();
+        for k in &kinds {
+            text_arg("kinds", k)?;
+        }
+        let (log, keep) = (self.layout.event_log(), self.config.log.keep);
+        blocking(move || {
+            let mut stream = EventStream::new(&log, keep, start);
+            let batch = stream.poll().map_err(|e| e.to_string())?;
+            let matches = |kind: &str| {
+                kinds.is_empty()
+                    || kinds
+                        .iter()
+                        .any(|k| kind == k || kind.starts_with(&format!("{k}.")))
+            };
+            let mut events = Vec::new();
+            let mut next = stream.position();
+            for p in batch.events {
+                if !matches(&p.event.kind) {
+                    continue;
+                }
+                if events.len() == limit {
+                    // Resume right after the last one returned, not past what was left.
+                    next = events.last().map(|e: &EventOut| e.cursor.clone());
+                    break;
+                }
+                events.push(EventOut {
+                    cursor: p.cursor,
+                    event: p.event,
+                });
+            }
+            Ok(Json(EventsOut {
+                events,
+                next_cursor: next,
+                notes: batch.notes,
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "The last lines of one slot's worker output (its newest slot log).",
+        annotations(read_only_hint = true)
+    )]
+    async fn slot_log(
+        &self,
+        Parameters(p): Parameters<SlotLogIn>,
+    ) -> Result<Json<SlotLogOut>, String> {
+        let slot = ranged("slot", p.slot, 0, MAX_TARGET as i64)? as usize;
+        let n = ranged("lines", p.lines.unwrap_or(50), 1, MAX_LINES as i64)? as usize;
+        let layout = self.layout.clone();
+        blocking(move || {
+            let path = crate::logs::newest_slot_log(&layout, slot).map_err(|e| e.to_string())?;
+            let bytes = tail_bytes(&path, SLOT_LOG_TAIL_BYTES)?;
+            let text = String::from_utf8_lossy(&bytes);
+            let all: Vec<&str> = text.lines().collect();
+            let lines = all[all.len().saturating_sub(n)..]
+                .iter()
+                .map(|l| l.to_string())
+                .collect();
+            Ok(Json(SlotLogOut {
+                slot,
+                path: path.display().to_string(),
+                lines,
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): change the running fleet's target size, as `afk-supervisor scale`.",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn scale(&self, Parameters(p): Parameters<ScaleIn>) -> Result<Json<Done>, String> {
+        self.writes("scale")?;
+        let target = ranged("target", p.target, 0, MAX_TARGET as i64)? as usize;
+        let mode = mode_arg(p.mode.as_deref())?;
+        let layout = self.layout.clone();
+        let wait = Duration::from_secs((3 * self.config.timing.tick_s).clamp(10, 30));
+        blocking(move || {
+            operator::log_request(
+                &layout,
+                Via::Mcp,
+                &format!("scale {target} (shrink-mode={mode})"),
+                None,
+                None,
+            );
+            let out = control::scale(&layout, target, mode, wait).map_err(|e| e.to_string())?;
+            match out {
+                control::ScaleOutcome::Applied { .. } => Ok(Json(Done {
+                    message: out.to_string(),
+                })),
+                control::ScaleOutcome::Pending { .. } => Err(out.to_string()),
+            }
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): operator pause of the running fleet: no new claims or spawns; workers in flight finish.",
+        annotations(read_only_hint = false)
+    )]
+    async fn pause_fleet(&self, Parameters(p): Parameters<PauseIn>) -> Result<Json<Done>, String> {
+        self.writes("pause_fleet")?;
+        let reason = p
+            .reason
+            .map(|r| text_arg("reason", &r).map(str::to_string))
+            .transpose()?;
+        let until = p
+            .until
+            .map(|u| text_arg("until", &u).and_then(operator::parse_until))
+            .transpose()?;
+        let layout = self.layout.clone();
+        blocking(move || {
+            let out = operator::pause(&layout, reason.as_deref(), until, Via::Mcp, true)
+                .map_err(|e| e.to_string())?;
+            let what = out.pause.map(|p| p.describe()).unwrap_or_default();
+            Ok(Json(Done {
+                message: format!("fleet paused {what}"),
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): lift the operator pause.",
+        annotations(read_only_hint = false)
+    )]
+    async fn resume_fleet(&self, Parameters(_): Parameters<Empty>) -> Result<Json<Done>, String> {
+        self.writes("resume_fleet")?;
+        let layout = self.layout.clone();
+        blocking(move || {
+            let out = operator::resume(&layout, Via::Mcp, true).map_err(|e| e.to_string())?;
+            Ok(Json(Done {
+                message: match out.pause {
+                    Some(p) => format!("fleet resumed (the pause was {})", p.describe()),
+                    None => "no operator pause was in force".into(),
+                },
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): give an issue back to ready-for-agent (not one a worker holds, nor a quarantined one).",
+        annotations(read_only_hint = false)
+    )]
+    async fn give_back(&self, Parameters(p): Parameters<IssueIn>) -> Result<Json<Done>, String> {
+        self.writes("give_back")?;
+        let n = ranged("number", p.number, 1, i64::MAX)? as u64;
+        let this = self.clone();
+        blocking(move || {
+            this.require_running()?;
+            let t = this.tracker()?;
+            operator::give_back(&this.layout, t.as_ref(), n, Via::Mcp)
+                .map(|message| Json(Done { message }))
+                .map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): lift an issue's quarantine (afk:quarantined) and give it back to ready-for-agent.",
+        annotations(read_only_hint = false)
+    )]
+    async fn release_quarantine(
+        &self,
+        Parameters(p): Parameters<IssueIn>,
+    ) -> Result<Json<Done>, String> {
+        self.writes("release_quarantine")?;
+        let n = ranged("number", p.number, 1, i64::MAX)? as u64;
+        let this = self.clone();
+        blocking(move || {
+            this.require_running()?;
+            let t = this.tracker()?;
+            operator::release_quarantine(&this.layout, t.as_ref(), n, Via::Mcp)
+                .map(|message| Json(Done { message }))
+                .map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    #[tool(
+        description = "Write (needs --allow-writes): stop one slot's worker (drain-then-retire or hard-kill); the slot stays empty until restarted (`afk-supervisor restart N`).",
+        annotations(read_only_hint = false, destructive_hint = true)
+    )]
+    async fn stop_slot(&self, Parameters(p): Parameters<StopSlotIn>) -> Result<Json<Done>, String> {
+        self.writes("stop_slot")?;
+        let slot = ranged("slot", p.slot, 0, MAX_TARGET as i64)? as usize;
+        let mode = mode_arg(p.mode.as_deref())?;
+        let layout = self.layout.clone();
+        let wait = Duration::from_secs((3 * self.config.timing.tick_s).clamp(10, 30));
+        blocking(move || {
+            match operator::slot_act(&layout, slot, Action::Stop, mode, Via::Mcp, wait)
+                .map_err(|e| e.to_string())?
+            {
+                operator::SlotOutcome::Done { message, .. } => Ok(Json(Done { message })),
+                operator::SlotOutcome::Pending { pid } => Err(format!(
+                    "stop slot {slot}: no answer from the supervisor (pid={pid}) yet; it acts at its next tick"
+                )),
+            }
+        })
+        .await
+    }
+}
+
+impl AfkMcp {
+    fn require_running(&self) -> Result<(), String> {
+        crate::supervisor::lock::running_supervisor(&self.layout)
+            .map(|_| ())
+            .map_err(|e| format!("no supervisor running for this project ({e})"))
+    }
+
+    fn instructions(&self) -> String {
+        let mode = if self.allow_writes {
+            "Writes are ALLOWED (started with --allow-writes): scale, pause_fleet, resume_fleet, give_back, release_quarantine and stop_slot act on the running fleet, each logged as an event with via=mcp."
+        } else {
+            "Read-only: the write tools (scale, pause_fleet, resume_fleet, give_back, release_quarantine, stop_slot) refuse until the server is started with --allow-writes."
+        };
+        format!(
+            "afk-supervisor fleet of {}. Read tools: fleet_status, list_issues, show_issue, tail_events, slot_log. {mode} Resources: {EVENT_LOG_URI} (the event log) and {STATE_URI} (the heartbeat), read-only.",
+            self.layout.repo().display()
+        )
+    }
+}
+
+/// The last `max` bytes of a file (no link followed), from the start of a line.
+fn tail_bytes(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    let err = |e: String| format!("{}: {e}", path.display());
+    let mut f = crate::fsutil::open_regular(path, opts, crate::fsutil::Links::Refuse)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err("not found".into()))?;
+    let len = f.metadata().map_err(|e| err(e.to_string()))?.len();
+    let from = len.saturating_sub(max);
+    let mut buf = Vec::new();
+    f.seek(SeekFrom::Start(from))
+        .and_then(|_| f.take(max).read_to_end(&mut buf))
+        .map_err(|e| err(e.to_string()))?;
+    if from > 0
+        && let Some(i) = buf.iter().position(|b| *b == b'\n')
+    {
+        buf.drain(..=i);
+    }
+    Ok(buf)
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for AfkMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "afk-supervisor",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(self.instructions())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new(EVENT_LOG_URI, "event log")
+                .with_description("supervisor.log.toonl, the live generation (TOONL), read-only")
+                .with_mime_type("text/plain"),
+            Resource::new(STATE_URI, "state.toon")
+                .with_description("the supervisor's heartbeat (TOON), read-only")
+                .with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let path = match request.uri.as_str() {
+            EVENT_LOG_URI => self.layout.event_log(),
+            STATE_URI => self.layout.state_file(),
+            other => {
+                return Err(ErrorData::resource_not_found(
+                    format!("no resource {}", crate::text::excerpt(other)),
+                    None,
+                ));
+            }
+        };
+        let uri = request.uri.clone();
+        let text = blocking(move || {
+            tail_bytes(&path, SLOT_LOG_TAIL_BYTES).map(|b| String::from_utf8_lossy(&b).into_owned())
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into())
+    }
+}
+
+/// Serves MCP on stdin/stdout until the client closes stdin.
+pub fn serve(layout: Layout, config: Config, allow_writes: bool) -> Result<(), McpError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(McpError::Runtime)?;
+    rt.block_on(async move {
+        let server = AfkMcp::new(layout, config, allow_writes);
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Serve(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| McpError::Serve(e.to_string()))?;
+        Ok(())
+    })
+}
