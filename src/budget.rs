@@ -192,6 +192,16 @@ pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s:
         .collect()
 }
 
+/// The sum of `rows`, keyed `total`.
+pub fn total(rows: &[Row]) -> Row {
+    Row {
+        key: "total".into(),
+        usd: rows.iter().map(|r| r.usd).sum(),
+        tokens: rows.iter().map(|r| r.tokens).sum(),
+        runs: rows.iter().map(|r| r.runs).sum(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -505,7 +505,9 @@ struct FileDoc {
     log: FileLog,
     #[serde(default)]
     budget: FileBudget,
+    #[serde(default)]
     rescue: FileRescue,
+    #[serde(default)]
     isolation: FileIsolation,
 }
 

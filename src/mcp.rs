@@ -113,6 +113,45 @@ pub struct Attempt {
     pub outcome: String,
     pub branch: Option<String>,
     pub head: Option<String>,
+    /// What the agent's profile reported the run cost, where it knows.
+    pub cost_usd: Option<f64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub turns: Option<u64>,
+    pub model: Option<String>,
+    pub session_id: Option<String>,
+    /// Why this failure did not count towards quarantine, when it did not.
+    pub excused: Option<String>,
+    /// `<ref> <sha>` where the attempt's work was rescued.
+    pub rescued: Option<String>,
+    /// cgroup mode: the attempt's CPU time (ms) and memory peak (KiB) from the kernel.
+    pub cpu_ms: Option<u64>,
+    pub memory_peak_kib: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SpendIn {
+    /// One row per `day` (the default, in `budget.timezone`) or per `issue`.
+    pub by: Option<String>,
+    /// Only attempts that ended on or after this day (`yyyy-mm-dd`).
+    pub since: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SpendRow {
+    /// The day (`yyyy-mm-dd`), the issue (`#N`) or `total`.
+    pub key: String,
+    pub usd: f64,
+    pub tokens: u64,
+    pub runs: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SpendReport {
+    pub by: String,
+    pub timezone: String,
+    pub rows: Vec<SpendRow>,
+    pub total: SpendRow,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -330,7 +369,56 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head).",
+        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens and runs, and the total (as `afk-supervisor spend --json`).",
+        annotations(read_only_hint = true)
+    )]
+    async fn spend(&self, Parameters(p): Parameters<SpendIn>) -> Result<Json<SpendReport>, String> {
+        let by = match p.by.as_deref() {
+            None | Some("day") => crate::budget::By::Day,
+            Some("issue") => crate::budget::By::Issue,
+            Some(b) => {
+                return Err(format!(
+                    "by {:?}: expected day or issue",
+                    crate::text::excerpt(b)
+                ));
+            }
+        };
+        if let Some(s) = &p.since
+            && time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
+                .is_err()
+        {
+            return Err(format!(
+                "since {:?}: expected a day as yyyy-mm-dd",
+                crate::text::excerpt(s)
+            ));
+        }
+        let this = self.clone();
+        blocking(move || {
+            let (all, _unreadable) = crate::ledger::read_all(&this.layout);
+            let offset = this.config.budget.utc_offset_s;
+            let rows = crate::budget::report(&all, p.since.as_deref(), by, offset);
+            let total = crate::budget::total(&rows);
+            let row = |r: crate::budget::Row| SpendRow {
+                key: r.key,
+                usd: r.usd,
+                tokens: r.tokens,
+                runs: r.runs,
+            };
+            Ok(Json(SpendReport {
+                by: match by {
+                    crate::budget::By::Day => "day".into(),
+                    crate::budget::By::Issue => "issue".into(),
+                },
+                timezone: crate::budget::offset_words(offset),
+                rows: rows.into_iter().map(row).collect(),
+                total: row(total),
+            }))
+        })
+        .await
+    }
+
+    #[tool(
+        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head, cost and tokens, why a failure was excused, the rescued ref and sha, kernel CPU and memory figures).",
         annotations(read_only_hint = true)
     )]
     async fn show_issue(
@@ -354,6 +442,16 @@ impl AfkMcp {
                     outcome: r.outcome.to_string(),
                     branch: r.branch,
                     head: r.head,
+                    cost_usd: r.usage.cost_usd,
+                    input_tokens: r.usage.input_tokens,
+                    output_tokens: r.usage.output_tokens,
+                    turns: r.usage.turns,
+                    model: r.usage.model,
+                    session_id: r.usage.session_id,
+                    excused: r.excused,
+                    rescued: r.rescued,
+                    cpu_ms: r.cpu_ms,
+                    memory_peak_kib: r.memory_peak_kib,
                 })
                 .collect();
             Ok(Json(IssueDetail {
@@ -601,7 +699,7 @@ impl AfkMcp {
             "Read-only: the write tools (scale, pause_fleet, resume_fleet, give_back, release_quarantine, stop_slot) refuse until the server is started with --allow-writes."
         };
         format!(
-            "afk-supervisor fleet of {}. Read tools: fleet_status, list_issues, show_issue, tail_events, slot_log. {mode} Resources: {EVENT_LOG_URI} (the event log) and {STATE_URI} (the heartbeat), read-only.",
+            "afk-supervisor fleet of {}. Read tools: fleet_status, list_issues, show_issue, tail_events, slot_log, spend. {mode} Resources: {EVENT_LOG_URI} (the event log) and {STATE_URI} (the heartbeat), read-only.",
             self.layout.repo().display()
         )
     }

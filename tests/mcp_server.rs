@@ -60,7 +60,9 @@ fn fleet() -> Fleet {
     std::fs::write(
         ledger.join("1.toonl"),
         "[]{worker,start,end,outcome,branch,head}:\n\
-         w-1,\"2026-01-01T00:00:00Z\",\"2026-01-01T00:05:00Z\",worker-died,afk/1-t,null\n",
+         w-1,\"2026-01-01T00:00:00Z\",\"2026-01-01T00:05:00Z\",worker-died,afk/1-t,null\n\
+         []{worker,start,end,outcome,branch,head,cost_usd,input_tokens,output_tokens,cache_read_tokens,turns,model,session_id,excused,rescued,cpu_ms,memory_peak_kib}:\n\
+         w-2,\"2026-01-02T00:00:00Z\",\"2026-01-02T00:10:00Z\",agent-failed exit 1,afk/1-t,null,0.4,1000,200,null,3,claude-x,s-1,null,\"refs/afk/rescue/1/a2 abc123\",null,null\n",
     )
     .unwrap();
     f.start(&["--workers", "2"]);
@@ -93,6 +95,7 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
             "scale",
             "show_issue",
             "slot_log",
+            "spend",
             "stop_slot",
             "tail_events"
         ]
@@ -161,6 +164,17 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     );
     assert_eq!(issue["attempts"][0]["outcome"], "worker-died");
     assert_eq!(issue["attempts"][0]["branch"], "afk/1-t");
+    assert_eq!(issue["attempts"][1]["cost_usd"], 0.4, "{issue}");
+    assert_eq!(issue["attempts"][1]["session_id"], "s-1");
+    assert_eq!(issue["attempts"][1]["rescued"], "refs/afk/rescue/1/a2 abc123");
+    let spend = &call(&s, "spend")["structured"];
+    assert_eq!(spend["by"], "day", "{spend}");
+    assert_eq!(spend["rows"][0]["key"], "2026-01-02", "{spend}");
+    assert_eq!(spend["total"]["usd"], 0.4, "{spend}");
+    assert_eq!(spend["total"]["tokens"], 1200, "{spend}");
+    assert_eq!(spend["total"]["runs"], 1, "{spend}");
+    let by_issue = &call(&s, "spend_by_issue")["structured"];
+    assert_eq!(by_issue["rows"][0]["key"], "#1", "{by_issue}");
 
     let events = &call(&s, "events")["structured"];
     assert_eq!(events["events"].as_array().unwrap().len(), 5);
@@ -186,6 +200,7 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
         ("unknown_tool", "tool not found"),
         ("huge_cursor", "longer than 4096"),
         ("bad_state", "expected open, closed or all"),
+        ("bad_spend", "expected day or issue"),
     ] {
         let c = call(&s, label);
         assert_eq!(c["is_error"], true, "{label}: {c}");

@@ -47,12 +47,7 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
         ByArg::Issue => By::Issue,
     };
     let rows = budget::report(&all, args.since.as_deref(), by, config.budget.utc_offset_s);
-    let total = budget::Row {
-        key: "total".into(),
-        usd: rows.iter().map(|r| r.usd).sum(),
-        tokens: rows.iter().map(|r| r.tokens).sum(),
-        runs: rows.iter().map(|r| r.runs).sum(),
-    };
+    let total = budget::total(&rows);
     if args.json {
         let out = serde_json::json!({
             "by": match by { By::Day => "day", By::Issue => "issue" },

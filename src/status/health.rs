@@ -31,6 +31,15 @@ pub fn degraded(report: &StatusReport) -> Vec<String> {
     if report.fleet.paused.is_some() {
         why.push("fleet paused".into());
     }
+    if let Some(h) = &report.fleet.held {
+        why.push(match h.hold.as_str() {
+            "budget" => "budget reached".into(),
+            _ => format!("agent paused: {}", h.kind),
+        });
+    }
+    if report.fleet.operator_pause.is_some() {
+        why.push("operator pause".into());
+    }
     why
 }
 

@@ -120,6 +120,7 @@ pub mod kind {
         CONTROL,
         SLOT_STOPPED,
         SLOT_RESTART,
+        crate::rescue::EVENT,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

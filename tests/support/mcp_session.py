@@ -57,6 +57,9 @@ async def main():
                 await c(session, out, "events_kind", "tail_events",
                         {"kinds": ["slot.spawn"], "limit": 1000})
                 await c(session, out, "slot_log", "slot_log", {"slot": 0, "lines": 5})
+                await c(session, out, "spend", "spend", {})
+                await c(session, out, "spend_by_issue", "spend", {"by": "issue"})
+                await c(session, out, "bad_spend", "spend", {"by": "week"})
                 await c(session, out, "write_refused", "scale", {"target": 1})
                 await c(session, out, "pause_refused", "pause_fleet", {"reason": "x"})
                 await c(session, out, "unknown_tool", "no_such_tool", {})
