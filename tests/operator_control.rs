@@ -41,8 +41,11 @@ fn stderr(o: &std::process::Output) -> String {
 
 fn status_json(f: &Fleet) -> serde_json::Value {
     let out = f.run_cmd(&["status", "--json"]);
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // `status` exits 1 while the fleet is degraded (an operator pause is one reason), 0 else.
+    let want = if j["health"] == "degraded" { 1 } else { 0 };
+    assert_eq!(out.status.code(), Some(want), "{out:?}");
+    j
 }
 
 /// Waits for `n` more supervisor ticks than now.
@@ -85,6 +88,13 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     wait_ticks(&f, 4);
     assert_eq!(spawns(&f).len(), held, "spawned while paused: {}", f.dump());
     let j = status_json(&f);
+    assert_eq!(j["health"], "degraded", "{j}");
+    assert!(
+        j["degraded"]
+            .as_array()
+            .is_some_and(|d| d.contains(&"operator pause".into())),
+        "{j}"
+    );
     assert_eq!(j["fleet"]["operator_pause"]["reason"], "release freeze");
     assert_eq!(j["fleet"]["operator_pause"]["via"], "cli");
     let plain = stdout(&f.run_cmd(&["status"]));

@@ -51,3 +51,14 @@ pub fn verdict(report: &StatusReport) -> &'static str {
         DEGRADED
     }
 }
+
+/// `status --json`'s object: the report with the verdict beside it (`health`, `degraded`),
+/// the one shape the CLI and the MCP tool `fleet_status` both answer with.
+pub fn json(report: &StatusReport) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(report)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("health".into(), verdict(report).into());
+        map.insert("degraded".into(), degraded(report).into());
+    }
+    Ok(value)
+}
