@@ -3,8 +3,10 @@
 //! and `codex` programs first on `PATH` that replay those outputs, run by a real fleet on
 //! the local tracker: an account's usage limit pauses the whole fleet once and quarantines
 //! nothing, a daily budget stops new claims after exactly the runs that reach it and
-//! resumes when the day turns, and a poisoned issue among healthy ones is quarantined
-//! after exactly its own K failures.
+//! resumes when the day turns, an issue whose failed or capped attempts reach
+//! `budget.usd_per_issue` goes to a person with one comment after exactly the runs that
+//! reach it, and a poisoned issue among healthy ones is quarantined after exactly its own
+//! K failures.
 
 mod fleet;
 mod support;
@@ -545,4 +547,121 @@ fn an_agent_failing_on_every_issue_quarantines_none_of_them() {
             outcomes(&f, n)
         );
     }
+}
+
+/// Whether issue `n` carries `label`.
+fn has_label(f: &Fleet, n: u64, label: &str) -> bool {
+    f.labels_of(n).iter().any(|l| l == label)
+}
+
+/// The comments of issue `n` that hand it to a person over its budget.
+fn over_budget_comments(f: &Fleet, n: u64) -> Vec<String> {
+    f.comments_of(n)
+        .into_iter()
+        .filter(|c| c.contains("(budget.usd_per_issue)"))
+        .collect()
+}
+
+/// `budget.usd_per_issue = 1.00` and an agent that fails on issue 2 at $0.40 a run while
+/// the others succeed: after exactly 3 runs ($1.20) issue 2 goes to a person with one
+/// comment giving its spend and the budget, `ready-for-human` in place of `running` and
+/// `ready-for-agent`, its ledger ending with `over-budget`; no fourth run follows, and the
+/// other issues are done.
+#[test]
+fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_runs() {
+    let script = format!(
+        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+         if [ \"$RED_AFK_ISSUE\" = 2 ]; then exit 1; fi\n"
+    );
+    let mut f = agent_fleet(
+        "claude",
+        &script,
+        2,
+        4,
+        "[worker]\nmax_failed_attempts = 10\n\n[budget]\nusd_per_issue = 1.0\n",
+    );
+    f.start(&[]);
+    assert!(
+        wait_until(LONG, || outcomes(&f, 2).contains(&Outcome::OverBudget)),
+        "log:\n{}",
+        f.dump()
+    );
+    assert!(
+        wait_until(LONG, || [1, 3, 4].iter().all(|&n| done(&f, n))),
+        "log:\n{}",
+        f.dump()
+    );
+    // Ticks pass with issue 2 handed over: no fourth run of it.
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    let issue_runs = runs(&f).iter().filter(|r| r.0 == 2).count();
+    assert_eq!(issue_runs, 3, "exactly the runs that reach $1.00");
+    assert_eq!(
+        outcomes(&f, 2),
+        [
+            Outcome::AgentFailed(1),
+            Outcome::AgentFailed(1),
+            Outcome::AgentFailed(1),
+            Outcome::OverBudget
+        ]
+    );
+    assert!(has_label(&f, 2, "ready-for-human"), "{:?}", f.labels_of(2));
+    assert!(!has_label(&f, 2, "ready-for-agent"), "{:?}", f.labels_of(2));
+    assert!(!has_label(&f, 2, "running"), "{:?}", f.labels_of(2));
+    let handed = over_budget_comments(&f, 2);
+    assert_eq!(handed.len(), 1, "{:?}", f.comments_of(2));
+    assert!(
+        handed[0].contains("its attempts cost $1.20 over 3 run(s)")
+            && handed[0].contains("the budget of $1.00 per issue"),
+        "{}",
+        handed[0]
+    );
+    for n in [1, 3, 4] {
+        assert!(over_budget_comments(&f, n).is_empty(), "#{n}");
+        assert!(!outcomes(&f, n).contains(&Outcome::OverBudget), "#{n}");
+    }
+}
+
+/// A capped attempt that reaches `budget.usd_per_issue` hands the issue to a person at
+/// once, not back to `ready-for-agent`: one comment (the spend, the budget and where the
+/// capped attempt's work is), no capped comment, no second run; the other issue is done.
+#[test]
+fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue() {
+    let script = format!(
+        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+         if [ \"$RED_AFK_ISSUE\" = 1 ]; then exec sleep 30; fi\n"
+    );
+    let mut f = agent_fleet("claude", &script, 1, 2, "[budget]\nusd_per_issue = 0.3\n");
+    let config = fleet::read(&f.repo.join(".red/afk-supervisor.toml")).replace(
+        "stop_grace_s = 2\n",
+        "stop_grace_s = 2\nattempt_max_s = 2\n",
+    );
+    f.write_config(&config);
+    f.start(&[]);
+    assert!(
+        wait_until(LONG, || outcomes(&f, 1).contains(&Outcome::OverBudget)
+            && done(&f, 2)),
+        "log:\n{}",
+        f.dump()
+    );
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 3);
+    assert_eq!(runs(&f).iter().filter(|r| r.0 == 1).count(), 1);
+    let records = ledger::read(&f.layout, 1).unwrap();
+    let o: Vec<_> = records.iter().map(|r| r.outcome).collect();
+    assert_eq!(o, [Outcome::WallClockCapped, Outcome::OverBudget]);
+    assert_eq!(records[0].usage.cost_usd, Some(0.4));
+    assert!(has_label(&f, 1, "ready-for-human"), "{:?}", f.labels_of(1));
+    assert!(!has_label(&f, 1, "ready-for-agent"), "{:?}", f.labels_of(1));
+    assert!(!has_label(&f, 1, "running"), "{:?}", f.labels_of(1));
+    let comments = f.comments_of(1);
+    assert_eq!(comments.len(), 1, "only the hand-off: {comments:?}");
+    let branch = records[0].branch.clone().unwrap();
+    assert!(
+        comments[0].contains("its attempts cost $0.40 over 1 run(s)")
+            && comments[0].contains("the budget of $0.30 per issue")
+            && comments[0].contains(&format!("its work is on branch `{branch}`")),
+        "{}",
+        comments[0]
+    );
 }

@@ -114,7 +114,7 @@ impl Worker<'_> {
             quarantined?;
             return Ok(Outcome::SetAside);
         }
-        match self.over_issue_budget(n, &claim, &records) {
+        match self.over_issue_budget(n, &claim, &records, "") {
             Ok(false) => {}
             handed => {
                 if let Err(e) = claim.local.release() {
@@ -253,6 +253,13 @@ impl Worker<'_> {
                         self.quarantine(n, &claim, &records)?;
                         return Ok(Outcome::Capped);
                     }
+                    // The issue would go back to the queue: checked here, not only at the
+                    // next claim, so a host whose ledger lacks this spend cannot take it
+                    // again; the one comment still says where the work is.
+                    let kept = texts::over_budget_work(&branch, &pushed);
+                    if self.over_issue_budget(n, &claim, &records, &kept)? {
+                        return Ok(Outcome::Capped);
+                    }
                     let cap_s = self.config.timing.attempt_max_s;
                     let body = texts::capped(n, attempt, cap_s, &branch, &pushed);
                     self.post_ending(n, &claim, &body, false);
@@ -307,7 +314,7 @@ impl Worker<'_> {
                                 self.quarantine(n, &claim, &records)?;
                                 return Ok(Outcome::AgentFailed);
                             }
-                            if self.over_issue_budget(n, &claim, &records)? {
+                            if self.over_issue_budget(n, &claim, &records, "")? {
                                 return Ok(Outcome::AgentFailed);
                             }
                             let body = texts::failed(n, attempt, code);
@@ -420,12 +427,14 @@ impl Worker<'_> {
     /// Hands issue `n` to a person when its spend since the last hand-off reached
     /// `budget.usd_per_issue` (`docs/SPEC.md` §11.13): one comment giving the spend, then
     /// `ready-for-human` in place of `running` and `ready-for-agent`, then the ledger's
-    /// `over-budget` marker. Returns whether it did.
+    /// `over-budget` marker; `tail` ends the comment (where a capped attempt's work is).
+    /// Returns whether it did.
     fn over_issue_budget(
         &self,
         n: u64,
         claim: &TakenClaim,
         records: &[ledger::Record],
+        tail: &str,
     ) -> Result<bool, WorkerError> {
         let Some(limit) = self.config.budget.usd_per_issue else {
             return Ok(false);
@@ -434,7 +443,7 @@ impl Worker<'_> {
         if crate::config::Usd::from_f64(spent.usd) < limit {
             return Ok(false);
         }
-        let body = texts::over_budget(spent.usd, spent.runs, &limit.to_string());
+        let body = texts::over_budget(spent.usd, spent.runs, &limit.to_string()) + tail;
         self.to_person(
             n,
             claim,

@@ -61,6 +61,14 @@ pub fn over_budget(spent_usd: f64, runs: u64, limit: &str) -> String {
     )
 }
 
+/// What ends [`over_budget`] after a capped attempt: where its work is (`pushed` as in
+/// [`capped`]), since no later attempt resumes it by itself.
+pub fn over_budget_work(branch: &str, pushed: &str) -> String {
+    format!(
+        " The last attempt reached the wall-clock cap; its work is on branch `{branch}`{pushed}."
+    )
+}
+
 /// A branch/dir-safe slug of an issue title.
 pub fn slugify(title: &str) -> String {
     let mut out = String::new();
