@@ -327,6 +327,9 @@ fn stop_force_rescues() {
         said.contains(&format!("work rescued to refs/afk/rescue/1/a1 at {sha}")),
         "{said}"
     );
+    let rescued = f.events_of("attempt.rescued");
+    assert_eq!(rescued.len(), 1, "{}", f.dump());
+    assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
 }
 
 // ---- bad trees, through the library: real git, a worktree as a worker leaves it ----
