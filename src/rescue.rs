@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::git::{Git, GitError};
 use crate::layout;
+use crate::toonl::Event;
 
 /// Where a rescue keeps its commit when it is not (or not only) on `origin`.
 pub const RESCUE_REFS: &str = "refs/afk/rescue/";
@@ -109,6 +110,30 @@ impl Rescued {
             m.push_str(&format!("; {}", self.problems.join("; ")));
         }
         m
+    }
+}
+
+impl Rescued {
+    /// The `attempt.rescued` event of this rescue, with its issue.
+    pub fn event(&self) -> Event {
+        Event::now(EVENT, self.message()).issue(self.issue)
+    }
+
+    /// Appends [`Rescued::event`] to the fleet's event log from outside the supervisor's
+    /// own loop (the built-in worker, the claims belt), through [`crate::events::append`],
+    /// so every rescue is an event wherever it was made. A rescue that found its work kept
+    /// already (`already`) was logged by whoever made it and is not logged again. A log
+    /// that cannot be written is a warning on stderr: the work is on its ref either way.
+    pub fn log(&self, layout: &layout::Layout, slot: Option<usize>, pid: Option<i32>) {
+        if self.already {
+            return;
+        }
+        let mut ev = self.event();
+        ev.slot = slot.map(|s| s as u64);
+        ev.pid = pid.map(i64::from);
+        if let Err(e) = crate::events::append(layout, &ev) {
+            eprintln!("afk-supervisor: warning: {e}");
+        }
     }
 }
 

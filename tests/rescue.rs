@@ -283,8 +283,13 @@ fn a_stall_kill_rescues() {
     ));
     start_first_attempt(&mut f, &marks);
     f.wait_events("slot.stall-kill", 1);
-    // SIGTERM: the worker rescues; killed at the grace's end: the supervisor does.
-    assert_rescued(&f, &["stall kill"]);
+    // SIGTERM: the worker rescues; killed at the grace's end: the supervisor does. Either
+    // way the rescue is one event.
+    let sha = assert_rescued(&f, &["stall kill"]);
+    let rescued = f.wait_events("attempt.rescued", 1);
+    assert_eq!(rescued.len(), 1, "{}", f.dump());
+    assert_eq!(rescued[0].issue, Some(1), "{}", f.dump());
+    assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
     let records = ledger(&f, 1);
     assert_eq!(records[0].outcome, afk_supervisor::ledger::Outcome::Stalled);
     assert!(records[0].rescued.is_some(), "{records:?}");
@@ -322,6 +327,9 @@ fn stop_force_rescues() {
         said.contains(&format!("work rescued to refs/afk/rescue/1/a1 at {sha}")),
         "{said}"
     );
+    let rescued = f.events_of("attempt.rescued");
+    assert_eq!(rescued.len(), 1, "{}", f.dump());
+    assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
 }
 
 // ---- bad trees, through the library: real git, a worktree as a worker leaves it ----
@@ -735,5 +743,84 @@ fn the_reaper_spares_an_open_issues_rescue_and_reaps_a_closed_ones() {
         line("refs/afk/rescue/6/a2").starts_with("spared (local)"),
         "{:#?}",
         r.decisions
+    );
+}
+
+/// The claims belt's takeover of this checkout's own dead worker (`gh`, its claim mark
+/// still standing, its process gone, uncommitted work in its worktree) rescues the work
+/// first: kept on `refs/afk/rescue/5/a1` and pushed, the ledger record names it, and an
+/// `attempt.rescued` event says so.
+#[test]
+fn the_claims_belt_takeover_of_a_dead_own_worker_rescues() {
+    use afk_supervisor::claim::marks::{Holder, Mark};
+    use support::fake_gh::{FakeComment, FakeGh, FakeIssue};
+    let env = support::TestEnv::new();
+    let (repo, attempt) = dead_attempt(&env);
+    let origin = env.path().join("origin.git");
+    env.write(&attempt.join("worktree"), "b.txt", "uncommitted\n");
+    let layout = afk_supervisor::layout::Layout::new(&repo);
+    // The worker's pid file names a process that has exited.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    fs::write(
+        repo.join(".red/tmp/workers/w1/worker.pid"),
+        format!("{pid}\n"),
+    )
+    .unwrap();
+    let host = afk_supervisor::claim::tracked::this_host(&layout);
+    let mark = Mark::Claim {
+        holder: Holder::new("w1", &host),
+        nonce: "0123456789abcdef".into(),
+    };
+    let gh = FakeGh::install(&env);
+    gh.set_issues(&[
+        FakeIssue::open(5, &["running"]).with_comment(FakeComment::by(
+            "fake",
+            "OWNER",
+            &mark.text(),
+        )),
+    ]);
+    let tracker: std::sync::Arc<dyn afk_supervisor::tracker::Tracker> =
+        std::sync::Arc::new(gh.tracker(Some("fake-owner/fake-repo")));
+    let mut belt = afk_supervisor::claim::stale::StaleBelt::new(tracker, &layout, 1);
+    let mut said = String::new();
+    let took = wait_until(WAIT, || {
+        said = belt.pass().unwrap();
+        said.contains("taken-over=1")
+    });
+    assert!(took, "{said}");
+    assert_eq!(gh.issue(5).unwrap().labels, vec!["ready-for-agent"]);
+
+    let sha = env.git(&repo, &["rev-parse", "refs/afk/rescue/5/a1"]);
+    let sha = sha.trim();
+    assert_eq!(
+        env.git(&repo, &["log", "-1", "--format=%s", sha]).trim(),
+        "WIP: rescued attempt 5-a1 (claims-belt takeover)"
+    );
+    assert_eq!(
+        env.git(&repo, &["show", &format!("{sha}:b.txt")]),
+        "uncommitted\n"
+    );
+    assert_eq!(env.git(&origin, &["rev-parse", "afk/w1/5-x"]).trim(), sha);
+    let records = afk_supervisor::ledger::read(&layout, 5).unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        records[0].rescued.as_deref(),
+        Some(format!("afk/w1/5-x {sha}").as_str())
+    );
+    let events = afk_supervisor::toonl::read_events(&layout.event_log()).unwrap();
+    let rescued: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "attempt.rescued")
+        .collect();
+    assert_eq!(rescued.len(), 1, "{events:?}");
+    assert_eq!(rescued[0].issue, Some(5));
+    assert!(
+        rescued[0]
+            .msg
+            .contains(&format!("work rescued to afk/w1/5-x at {sha}")),
+        "{}",
+        rescued[0].msg
     );
 }

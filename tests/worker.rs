@@ -639,6 +639,23 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
         )),
         "{comments:?}"
     );
+    // And an event in the fleet's log, written by the worker itself.
+    let layout = afk_supervisor::layout::Layout::new(&f.repo.path);
+    let events = afk_supervisor::toonl::read_events(&layout.event_log()).unwrap();
+    let rescued: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "attempt.rescued")
+        .collect();
+    assert_eq!(rescued.len(), 1, "{events:?}");
+    assert_eq!(rescued[0].issue, Some(n));
+    assert!(
+        rescued[0].msg.contains(&format!(
+            "work rescued to afk/w1/1-slow-one at {}",
+            head.trim()
+        )),
+        "{}",
+        rescued[0].msg
+    );
 
     f.work_once(0);
     let seen = fs::read_to_string(&resumed).unwrap();

@@ -289,10 +289,16 @@ impl StaleBelt {
         self.relabel(n).map(|()| true)
     }
 
-    /// [`StaleBelt::take_over`], this checkout's own dead worker's work rescued first and
-    /// the rescue recorded once the takeover is effective.
+    /// [`StaleBelt::take_over`], this checkout's own dead worker's work rescued first (an
+    /// `attempt.rescued` event) and the rescue recorded in the ledger once the takeover is
+    /// effective.
     fn rescue_and_take_over(&self, n: u64, target: Option<(Holder, String)>) -> Result<bool, ()> {
         let rescued = target.as_ref().and_then(|(h, _)| self.rescue_own(n, h));
+        // The work is on its ref whatever the takeover does: its event goes now (a later
+        // pass's rescue of the same tip finds it `already` and logs nothing twice).
+        if let Some(r) = &rescued {
+            r.log(&self.layout, None, None);
+        }
         let took = self.take_over(n, target.clone())?;
         if took && let Some(r) = &rescued {
             self.record_rescue(n, target.as_ref(), r);

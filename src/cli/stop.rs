@@ -51,7 +51,10 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
         // Nobody else is left to keep the killed workers' work: keep it now.
         for r in crate::supervisor::rescue_killed::rescue_killed(&ctx.layout, &config) {
             match r {
-                Ok(r) => println!("{}", r.message()),
+                Ok(r) => {
+                    println!("{}", r.message());
+                    r.log(&ctx.layout, None, None);
+                }
                 Err(e) => eprintln!("afk-supervisor: {e}; the tree is kept"),
             }
         }

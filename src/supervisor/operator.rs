@@ -16,7 +16,7 @@ use crate::layout::Layout;
 use crate::pause::{self, OperatorPause, OperatorPauseError};
 use crate::pidfile::NotLive;
 use crate::process::ProcId;
-use crate::toonl::{self, Event};
+use crate::toonl::Event;
 
 /// Who asked for an act: shown in its event as `via=cli` or `via=mcp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,29 +62,14 @@ pub enum OperatorError {
     Refused(String),
 }
 
-/// Appends the request to the event log as `control.request`, ending `(via=…)`. The
-/// supervisor is the log's usual writer; a request is one `write` of one line through
-/// [`toonl::append_record`], which the readers take like any record. A log that cannot be
-/// written is a warning on stderr, never a failed act.
+/// Appends the request to the event log as `control.request`, ending `(via=…)`, through
+/// [`crate::events::append`] (one line from a process that is not the log's writer). A log
+/// that cannot be written is a warning on stderr, never a failed act.
 pub fn log_request(layout: &Layout, via: Via, what: &str, slot: Option<usize>, issue: Option<u64>) {
     let mut ev = Event::now(kind::CONTROL, format!("{what} (via={via})"));
     ev.slot = slot.map(|s| s as u64);
     ev.issue = issue;
-    let path = layout.event_log();
-    let json = match serde_json::to_value(&ev) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("afk-supervisor: warning: {}: {e}", path.display());
-            return;
-        }
-    };
-    if let Some(parent) = path.parent()
-        && let Err(e) = std::fs::create_dir_all(parent)
-    {
-        eprintln!("afk-supervisor: warning: {}: {e}", parent.display());
-        return;
-    }
-    if let Err(e) = toonl::append_record(&path, &toonl::FIELDS, json) {
+    if let Err(e) = crate::events::append(layout, &ev) {
         eprintln!("afk-supervisor: warning: {e}");
     }
 }

@@ -60,7 +60,7 @@ pub fn release_rescuing(
             }
         };
         if let Some(r) = rescued.as_ref().filter(|r| !r.already) {
-            out.push(ev(n, crate::rescue::EVENT, r.message()));
+            out.push(r.event().slot(w.slot).pid(w.pid));
         }
         let view = match tracker.view(n) {
             Ok(v) => v,

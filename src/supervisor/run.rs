@@ -254,7 +254,7 @@ async fn run_fleet(
     };
     journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
     for r in &boot.report.rescued {
-        journal.write(Event::now(crate::rescue::EVENT, r.message()).issue(r.issue));
+        journal.write(r.event());
     }
     if boot.end.is_err() {
         // What the halted or failing sweeps decided, with their causes (e.g. the git or

@@ -186,13 +186,19 @@ impl Worker<'_> {
                 end_rescued(outcome, branch, usage, excused, None)
             };
         // Every end that is not a clean hand-off keeps the work on a ref (and on `origin`
-        // with `gh`) for the next attempt; what it says goes to the log and the comment.
+        // with `gh`) for the next attempt; what it says goes to the slot log, the event log
+        // (`attempt.rescued`) and the comment.
         let rescue = |why: &str, push: bool| -> (Option<Rescued>, String) {
             let mut keeper = self.keeper();
             keeper.push |= push;
             match keeper.rescue(&attempt_dir, why) {
                 Ok(Some(r)) => {
                     eprintln!("worker {}: {}", self.wenv.worker_id, r.message());
+                    r.log(
+                        self.layout,
+                        self.wenv.slot,
+                        i32::try_from(std::process::id()).ok(),
+                    );
                     let note = format!("; {}", r.comment_line());
                     (Some(r), note)
                 }
