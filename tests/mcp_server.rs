@@ -166,7 +166,10 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     assert_eq!(issue["attempts"][0]["branch"], "afk/1-t");
     assert_eq!(issue["attempts"][1]["cost_usd"], 0.4, "{issue}");
     assert_eq!(issue["attempts"][1]["session_id"], "s-1");
-    assert_eq!(issue["attempts"][1]["rescued"], "refs/afk/rescue/1/a2 abc123");
+    assert_eq!(
+        issue["attempts"][1]["rescued"],
+        "refs/afk/rescue/1/a2 abc123"
+    );
     let spend = &call(&s, "spend")["structured"];
     assert_eq!(spend["by"], "day", "{spend}");
     assert_eq!(spend["rows"][0]["key"], "2026-01-02", "{spend}");
