@@ -11,6 +11,7 @@
 mod support;
 
 mod fleet;
+mod sweep_fixtures;
 
 use std::time::Duration;
 
@@ -447,6 +448,57 @@ fn an_oom_kill_is_its_own_outcome() {
         "{}",
         f.dump()
     );
+}
+
+/// The supervisor's release of an attempt the OOM killer ended (the outcome comes from the
+/// cgroup's `memory.events`, which needs the memory controller; here it is given): the
+/// restore comment says so above the restore line, which stays the claim mark, and the
+/// issue's ledger ends the attempt `oom-killed`.
+#[test]
+fn an_oom_killed_attempts_restore_comment_says_so() {
+    use afk_supervisor::claim::marks::{Mark, RESTORE_COMMENT};
+    use afk_supervisor::ledger::Outcome;
+    use afk_supervisor::supervisor::release::{self, DeadWorker};
+    use afk_supervisor::sweeps::transition::OOM_KILLED_LINE;
+    use afk_supervisor::tracker::LocalTracker;
+    use sweep_fixtures::{Pid, Tree, dead_pid};
+
+    let env = support::TestEnv::new();
+    let repo = env.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let tree = Tree::new(&repo);
+    let t = LocalTracker::new(&tree.layout, env.lib_git(&repo));
+    let n = t.create("a build that needs 3G", "", &["running"]).unwrap();
+    let pid = dead_pid();
+    tree.claim(n, Pid::Dead(pid));
+    let dead = DeadWorker {
+        slot: 0,
+        pid,
+        start: 1,
+        id: "sup-1-slot-0-1".into(),
+        outcome: Outcome::OomKilled,
+    };
+    let events = release::release(&tree.layout, &t, &dead);
+    assert_eq!(
+        support::local_labels(&t, n),
+        vec!["ready-for-agent"],
+        "{events:?}"
+    );
+    let comments = support::local_comments(&t, n);
+    assert_eq!(
+        comments,
+        vec![format!("{OOM_KILLED_LINE}\n\n{RESTORE_COMMENT}")],
+        "{events:?}"
+    );
+    assert!(comments[0].contains("OOM killer"), "{comments:?}");
+    assert_eq!(Mark::parse(&comments[0]), Some(Mark::Restore));
+    let ledger = afk_supervisor::ledger::read(&tree.layout, n).unwrap();
+    assert_eq!(
+        ledger.last().map(|r| r.outcome),
+        Some(Outcome::OomKilled),
+        "{ledger:?}"
+    );
+    assert!(!tree.layout.claims().join(n.to_string()).exists());
 }
 
 /// With no supervisor left (SIGKILLed), `stop --force` finds the fleet's processes by

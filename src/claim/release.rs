@@ -19,8 +19,9 @@ pub struct DeadWorker {
     pub id: String,
     /// How its attempt ends in the issue's ledger once the issue is restored: `stalled`
     /// when the supervisor killed it for making no progress, `given-back` when a hard-kill
-    /// shrink stopped it (the operator's action, not the issue's failure), else
-    /// `worker-died`.
+    /// shrink stopped it (the operator's action, not the issue's failure), `oom-killed`
+    /// when the OOM killer ended a process of its cgroup (its restore comment says so),
+    /// else `worker-died`.
     pub outcome: crate::ledger::Outcome,
 }
 

@@ -143,8 +143,9 @@ pub(crate) mod tests {
 
     pub const NOW: u64 = 1_800_000_000;
 
-    /// A fleet of four as a hand-made report: running with a title, idle, parked for good,
-    /// parked by its circuit; paused, with its fleet circuit open and issues quarantined.
+    /// A fleet of four as a hand-made report: running with a title (and a cgroup's memory
+    /// peak), idle, parked for good, parked by its circuit; paused, with its fleet circuit
+    /// open and issues quarantined.
     pub fn report() -> StatusReport {
         let slot = |i: usize, state: SlotState| SlotRow {
             slot: i,
@@ -173,6 +174,7 @@ pub(crate) mod tests {
         running.cpu_ms = Some(4200);
         running.cpu_permille = Some(125);
         running.rss_kib = Some(20_480);
+        running.memory_peak_kib = Some(98_304);
         running.last_event = Some(Event {
             ts: "2027-01-15T08:00:01.000Z".into(),
             kind: "slot.spawn".into(),

@@ -25,7 +25,9 @@ pub fn human_duration(s: u64) -> String {
 
 /// The human table: the supervisor line, the fleet line, the boot suite and tracker, the
 /// pause and fleet circuit when there are any, then one row per slot (a parked slot's row
-/// followed by `      parked: <reason>`).
+/// followed by `      parked: <reason>`). `PEAK` is the attempt's `memory.peak` (cgroup
+/// mode with the memory controller), `-` elsewhere: the sampled `MEM` misses a compile's
+/// peak between two samples, the kernel's figure does not.
 pub fn render_status(r: &StatusReport) -> String {
     let mut out = String::new();
     let hb = match (r.supervisor.heartbeat_age_s, r.supervisor.heartbeat_epoch) {
@@ -77,12 +79,12 @@ pub fn render_status(r: &StatusReport) -> String {
         out.push('\n');
     }
     out.push_str(&format!(
-        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
-        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "ISSUE"
+        "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n",
+        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "PEAK", "ISSUE"
     ));
     for s in &r.slots {
         out.push_str(&format!(
-            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8}  {}\n",
+            "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n",
             s.slot,
             s.pid.map_or("-".into(), |p| p.to_string()),
             s.worker_id
@@ -93,6 +95,7 @@ pub fn render_status(r: &StatusReport) -> String {
             s.restarts,
             s.cpu_permille.map_or("-".into(), cpu_words),
             s.rss_kib.map_or("-".into(), human_kib),
+            s.memory_peak_kib.map_or("-".into(), human_kib),
             issue_words(s),
         ));
         if let Some(why) = slot_reason_words(s, r.epoch) {
@@ -134,10 +137,22 @@ mod tests {
             "paused: rate limited: API rate limit exceeded, resumes in 4m"
         );
         assert!(lines[4].starts_with("fleet circuit open: "), "{text}");
-        assert!(lines[5].starts_with("SLOT "), "{text}");
-        assert!(lines[6].starts_with("0     5001 "), "{text}");
-        assert!(lines[6].contains(" 12.5% "), "{text}");
-        assert!(lines[6].ends_with("#17 Fix the \\e[2Jparser"), "{text}");
+        assert_eq!(
+            lines[5],
+            "SLOT  PID      WORKER                       STATE        UPTIME RESTARTS      CPU      MEM     PEAK  ISSUE",
+            "{text}"
+        );
+        // PEAK is the cgroup's memory.peak where there is one, `-` where there is none.
+        assert_eq!(
+            lines[6],
+            "0     5001     sup-4242-slot-0-3            running       3m05s        2    12.5%    20.0M    96.0M  #17 Fix the \\e[2Jparser",
+            "{text}"
+        );
+        assert_eq!(
+            lines[7],
+            "1     -        -                            idle              -        0        -        -        -  -",
+            "{text}"
+        );
         assert_eq!(lines[9].trim(), "parked: agent.command not configured");
         assert_eq!(
             lines[11].trim(),

@@ -114,6 +114,7 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
             "RST",
             "CPU",
             "MEM",
+            "PEAK",
             "LAST EVENT / WHY PARKED",
         ]
         .map(Cell::from),
@@ -127,6 +128,7 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
         Constraint::Fill(2),
         Constraint::Length(6),
         Constraint::Length(3),
+        Constraint::Length(6),
         Constraint::Length(6),
         Constraint::Length(6),
         Constraint::Fill(3),
@@ -224,6 +226,8 @@ fn slot_row(s: &SlotRow, now: u64, p: Palette) -> Row<'static> {
         Cell::from(s.restarts.to_string()),
         Cell::from(s.cpu_permille.map_or("-".into(), cpu_words)),
         Cell::from(s.rss_kib.map_or("-".into(), human_kib)),
+        // The attempt's `memory.peak`: cgroup mode with the memory controller only.
+        Cell::from(s.memory_peak_kib.map_or("-".into(), human_kib)),
         last,
     ])
 }
@@ -292,7 +296,22 @@ mod tests {
             l[4],
             "fleet circuit open: 3 slots tripped: exits 1 1 1: boom, probe in 1m"
         );
-        assert!(l[5].starts_with("SLOT STATE     PID     WORKER "), "{text}");
+        assert_eq!(
+            l[5],
+            "SLOT STATE     PID     WORKER                 ISSUE                                            UPTIME RST CPU    MEM    PEAK   LAST EVENT / WHY PARKED",
+            "{text}"
+        );
+        // PEAK is the cgroup's memory.peak where there is one, `-` where there is none.
+        assert_eq!(
+            l[6],
+            "0    running   5001    sup-4242-slot-0-3      #17 Fix the \\e[2Jparser                          3m05s  2   12.5%  20.0M  96.0M  08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3",
+            "{text}"
+        );
+        assert_eq!(
+            l[7],
+            "1    idle      -       -                      -                                                -      0   -      -      -      -",
+            "{text}"
+        );
         let row = |i: usize| {
             l.iter()
                 .find(|x| x.starts_with(&format!("{i}    ")))
@@ -303,7 +322,10 @@ mod tests {
             "{text}"
         );
         assert!(row(0).contains("#17 Fix the \\e[2Jparser"), "{text}");
-        assert!(row(0).contains("3m05s  2   12.5%  20.0M"), "{text}");
+        assert!(
+            row(0).contains("3m05s  2   12.5%  20.0M  96.0M  08:00:01"),
+            "{text}"
+        );
         assert!(
             row(0).ends_with("08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3"),
             "{text}"

@@ -152,13 +152,24 @@ pub fn restore_as(
     restore_rescued(tracker, layout, n, attempt, writes, outcome, None)
 }
 
-/// The restore comment: the §7 text, after the line naming where the attempt's work was
-/// rescued when it was (the restore line stays last: it is the mark, SPEC §11.5).
-pub fn restore_comment(rescued: Option<&Rescued>) -> String {
-    match rescued {
-        Some(r) => format!("{}\n\n{RESTORE_COMMENT}", r.comment_line()),
-        None => RESTORE_COMMENT.to_string(),
+/// The line of a restore comment whose attempt the OOM killer ended (SPEC §11.16): a person
+/// reading the issue learns why it is back in the queue without the supervisor's log.
+pub const OOM_KILLED_LINE: &str =
+    "the attempt was ended by the OOM killer (its cgroup's memory.events oom_kill)";
+
+/// The restore comment: the §7 text, after the line saying the OOM killer ended the attempt
+/// when `outcome` is `oom-killed` and the line naming where the attempt's work was rescued
+/// when it was (the restore line stays last: it is the mark, SPEC §11.5).
+pub fn restore_comment(outcome: crate::ledger::Outcome, rescued: Option<&Rescued>) -> String {
+    let mut lines = Vec::new();
+    if outcome == crate::ledger::Outcome::OomKilled {
+        lines.push(OOM_KILLED_LINE.to_string());
     }
+    if let Some(r) = rescued {
+        lines.push(r.comment_line());
+    }
+    lines.push(RESTORE_COMMENT.to_string());
+    lines.join("\n\n")
 }
 
 /// [`restore_as`] of an attempt whose work was rescued first ([`crate::rescue`]): the
@@ -181,7 +192,7 @@ pub fn restore_rescued(
     }
     let mut records = vec![layout.claims().join(n.to_string())];
     records.extend(attempt.map(Path::to_path_buf));
-    let comment = restore_comment(rescued);
+    let comment = restore_comment(outcome, rescued);
     let t = Transition {
         issue: n,
         comment: &comment,
@@ -215,4 +226,62 @@ fn is_file(p: &Path) -> bool {
 
 fn is_real_dir(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claim::marks::Mark;
+    use crate::ledger::Outcome;
+
+    fn rescued() -> Rescued {
+        Rescued {
+            issue: 7,
+            attempt: 2,
+            reference: "afk/7-a2".into(),
+            sha: "0123456789abcdef0123456789abcdef01234567".into(),
+            wip: None,
+            left_out: Vec::new(),
+            problems: Vec::new(),
+            already: false,
+        }
+    }
+
+    #[test]
+    fn an_oom_killed_attempt_says_so_above_the_restore_line() {
+        let r = rescued();
+        assert_eq!(restore_comment(Outcome::WorkerDied, None), RESTORE_COMMENT);
+        assert_eq!(
+            restore_comment(Outcome::OomKilled, None),
+            format!(
+                "the attempt was ended by the OOM killer (its cgroup's memory.events oom_kill)\n\n{RESTORE_COMMENT}"
+            )
+        );
+        assert_eq!(
+            restore_comment(Outcome::OomKilled, Some(&r)),
+            format!(
+                "{OOM_KILLED_LINE}\n\nwork rescued to afk/7-a2 at {}\n\n{RESTORE_COMMENT}",
+                r.sha
+            )
+        );
+        assert_eq!(
+            restore_comment(Outcome::Stalled, Some(&r)),
+            format!("work rescued to afk/7-a2 at {}\n\n{RESTORE_COMMENT}", r.sha)
+        );
+        // The restore line stays the last: every variant is still the restore mark.
+        for outcome in [
+            Outcome::WorkerDied,
+            Outcome::OomKilled,
+            Outcome::Stalled,
+            Outcome::GivenBack,
+        ] {
+            for rescue in [None, Some(&r)] {
+                let body = restore_comment(outcome, rescue);
+                assert_eq!(Mark::parse(&body), Some(Mark::Restore), "{body}");
+                assert_eq!(body.lines().last(), Some(RESTORE_COMMENT), "{body}");
+            }
+        }
+        // The OOM line alone is no mark.
+        assert_eq!(Mark::parse(OOM_KILLED_LINE), None);
+    }
 }
