@@ -33,12 +33,8 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
         Ok(report) => {
             let why = health::degraded(&report);
             if args.json {
-                let mut value = serde_json::to_value(&report)
+                let value = health::report_json(&report)
                     .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
-                if let Some(map) = value.as_object_mut() {
-                    map.insert("health".into(), health::verdict(&report).into());
-                    map.insert("degraded".into(), why.clone().into());
-                }
                 println!("{}", encode(&value)?);
             } else {
                 print!("{}", status::render_status(&report));
