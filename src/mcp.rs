@@ -319,7 +319,7 @@ impl AfkMcp {
     async fn fleet_status(&self) -> Result<CallToolResult, String> {
         let layout = self.layout.clone();
         let report = blocking(move || control::status(&layout).map_err(|e| e.to_string())).await?;
-        let v = crate::status::health::json(&report).map_err(|e| e.to_string())?;
+        let v = crate::status::health::report_json(&report).map_err(|e| e.to_string())?;
         Ok(CallToolResult::structured(v))
     }
 

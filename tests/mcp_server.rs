@@ -51,6 +51,26 @@ fn status_json(f: &Fleet) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Files issue `labels` on the fleet's local tracker and returns its number.
+fn file_issue(f: &Fleet, title: &str, labels: &[&str]) -> u64 {
+    let mut args = vec!["issue", "new", "--title", title];
+    for l in labels {
+        args.extend(["--label", l]);
+    }
+    let out = f.run_cmd(&args);
+    assert!(out.status.success(), "{out:?}");
+    let listed = f.run_cmd(&["issue", "list", "--state", "all", "--json"]);
+    assert!(listed.status.success(), "{listed:?}");
+    let all: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    all.as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["title"] == title)
+        .map(|i| i["number"].as_u64().unwrap())
+        .max()
+        .unwrap_or_else(|| panic!("no issue {title}: {all}"))
+}
+
 /// A fleet of two sleeping workers and one ready issue with a ledger record.
 fn fleet() -> Fleet {
     let mut f = Fleet::new(SLEEPING_WORKER, FAST_TIMING);
@@ -217,8 +237,14 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
 }
 
 #[test]
-fn with_allow_writes_scale_and_pause_act_on_the_fleet_and_hostile_input_is_refused() {
+fn with_allow_writes_every_write_tool_acts_on_the_fleet_and_hostile_input_is_refused() {
     let f = fleet();
+    // The session gives back #2 and releases #3 (numbers fixed in mcp_session.py).
+    assert_eq!(file_issue(&f, "for a human", &["ready-for-human"]), 2);
+    assert_eq!(
+        file_issue(&f, "quarantined", &["afk:quarantined", "ready-for-human"]),
+        3
+    );
     let s = session(&f, "write");
     assert!(s["instructions"].as_str().unwrap().contains("ALLOWED"));
     for (label, words) in [
@@ -227,6 +253,8 @@ fn with_allow_writes_scale_and_pause_act_on_the_fleet_and_hostile_input_is_refus
         ("huge_reason", "longer than 4096"),
         ("bad_slot", "slot 99 is not in the fleet"),
         ("give_back_closed", "issue #99999"),
+        ("give_back_again", "issue #2 is already ready-for-agent"),
+        ("release_unquarantined", "issue #1 is not quarantined"),
     ] {
         let c = call(&s, label);
         assert_eq!(c["is_error"], true, "{label}: {c}");
@@ -241,12 +269,39 @@ fn with_allow_writes_scale_and_pause_act_on_the_fleet_and_hostile_input_is_refus
             .contains("directive applied")
     );
     assert_eq!(call(&s, "pause")["is_error"], false, "{s}");
-    // The fleet obeys: one worker, paused by the operator via mcp.
+    for label in ["give_back", "release", "stop_slot"] {
+        let c = call(&s, label);
+        assert_eq!(c["is_error"], false, "{label}: {c}");
+    }
+    // The tracker obeys: both issues are queued, with no human or quarantine label left.
+    let mut given = f.labels_of(2);
+    given.sort();
+    assert_eq!(given, ["ready-for-agent"], "#2");
+    let mut released = f.labels_of(3);
+    released.sort();
+    assert_eq!(released, ["ready-for-agent"], "#3");
+    // The fleet obeys: scaled to one slot, whose worker the stop took; paused via mcp.
     assert!(
-        wait_until(WAIT, || f.worker_pids().len() == 1),
+        wait_until(WAIT, || f.worker_pids().is_empty()),
         "{}",
         f.dump()
     );
+    assert!(
+        wait_until(WAIT, || {
+            // `status` exits 1 here (degraded by the operator pause); its JSON is whole.
+            let out = f.run_cmd(&["status", "--json"]);
+            let Ok(st) = serde_json::from_slice::<Value>(&out.stdout) else {
+                return false;
+            };
+            st["slots"]
+                .as_array()
+                .is_some_and(|s| s.len() == 1 && s[0]["slot"] == 0 && s[0]["state"] == "stopped")
+        }),
+        "{}",
+        f.dump()
+    );
+    let stopped = f.wait_events("slot.stopped", 1);
+    assert!(stopped[0].msg.contains("via=mcp"), "{stopped:?}");
     let after = &call(&s, "status_after")["structured"];
     assert_eq!(after["fleet"]["target"], 1);
     assert_eq!(after["fleet"]["operator_pause"]["via"], "mcp");
@@ -264,6 +319,19 @@ fn with_allow_writes_scale_and_pause_act_on_the_fleet_and_hostile_input_is_refus
             .any(|m| m.starts_with("scale 1") && m.ends_with("(via=mcp)")),
         "{asked:?}"
     );
+    // One request each: the refused second give_back logged nothing.
+    for what in [
+        "give back #2: ready-for-agent",
+        "release quarantine of #3: ready-for-agent",
+        "stop slot 0 (shrink-mode=hard-kill)",
+    ] {
+        let want = format!("{what} (via=mcp)");
+        assert_eq!(
+            asked.iter().filter(|m| **m == want).count(),
+            1,
+            "{want}: {asked:?}"
+        );
+    }
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
 

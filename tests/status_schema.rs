@@ -51,10 +51,12 @@ fn status_json_of_a_running_fleet_matches_the_published_schema() {
     assert!(f.run_cmd(&["pause", "--reason", "schema"]).status.success());
     let out = f.run_cmd(&["stop", "--slot", "1", "--shrink-mode", "hard-kill"]);
     assert!(out.status.success(), "{out:?}");
+    // Exit 1: the operator pause degrades the fleet (SPEC §11.14); the JSON is whole.
     let out = f.run_cmd(&["status", "--json"]);
-    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["health"], "degraded", "{doc}");
     assert!(doc["fleet"]["operator_pause"].is_object(), "{doc}");
     validate(&doc).unwrap_or_else(|e| panic!("{e}\n{doc:#}"));
 
@@ -71,7 +73,7 @@ fn status_json_of_a_running_fleet_matches_the_published_schema() {
     assert!(validate(&bad).is_err());
     // A field this schema does not know is fine: fields are only ever added.
     let mut newer = doc.clone();
-    newer["fleet"]["spend"] = serde_json::json!({"usd": 1.5});
+    newer["fleet"]["a_future_field"] = serde_json::json!({"usd": 1.5});
     validate(&newer).unwrap();
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }

@@ -616,9 +616,12 @@ fn two_checkouts_of_one_account_share_one_write_budget() {
     assert!(stderr.contains("not called: write pace"), "{stderr}");
     assert!(stderr.contains("pace-fake"), "{stderr}");
     assert_eq!(fake.issue(1).unwrap().comments.len(), 2);
+    // The test environment sets XDG_STATE_HOME (tests/support), so the account's budget is
+    // there, not under ~/.local/state.
     assert!(
-        env.home
-            .join(".local/state/afk-supervisor/pace-fake")
+        env.dir
+            .path()
+            .join("state/afk-supervisor/pace-fake")
             .is_file()
     );
 }

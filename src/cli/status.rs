@@ -33,7 +33,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
         Ok(report) => {
             let why = health::degraded(&report);
             if args.json {
-                let value = health::json(&report)
+                let value = health::report_json(&report)
                     .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
                 println!("{}", encode(&value)?);
             } else {

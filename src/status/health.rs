@@ -43,6 +43,17 @@ pub fn degraded(report: &StatusReport) -> Vec<String> {
     why
 }
 
+/// `status --json`'s object: the report with `health` and `degraded` added. One function
+/// so the CLI and the MCP tool `fleet_status` cannot drift apart.
+pub fn report_json(report: &StatusReport) -> serde_json::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(report)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("health".into(), verdict(report).into());
+        map.insert("degraded".into(), degraded(report).into());
+    }
+    Ok(value)
+}
+
 /// [`HEALTHY`] or [`DEGRADED`].
 pub fn verdict(report: &StatusReport) -> &'static str {
     if degraded(report).is_empty() {
@@ -50,15 +61,4 @@ pub fn verdict(report: &StatusReport) -> &'static str {
     } else {
         DEGRADED
     }
-}
-
-/// `status --json`'s object: the report with the verdict beside it (`health`, `degraded`),
-/// the one shape the CLI and the MCP tool `fleet_status` both answer with.
-pub fn json(report: &StatusReport) -> Result<serde_json::Value, serde_json::Error> {
-    let mut value = serde_json::to_value(report)?;
-    if let Some(map) = value.as_object_mut() {
-        map.insert("health".into(), verdict(report).into());
-        map.insert("degraded".into(), degraded(report).into());
-    }
-    Ok(value)
 }

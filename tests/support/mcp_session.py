@@ -74,6 +74,12 @@ async def main():
                 await c(session, out, "scale", "scale", {"target": 1, "mode": "hard-kill"})
                 await c(session, out, "pause", "pause_fleet", {"reason": "via mcp"})
                 await c(session, out, "give_back_closed", "give_back", {"number": 99999})
+                # #2 is ready-for-human, #3 quarantined (the Rust test files them).
+                await c(session, out, "give_back", "give_back", {"number": 2})
+                await c(session, out, "give_back_again", "give_back", {"number": 2})
+                await c(session, out, "release_unquarantined", "release_quarantine", {"number": 1})
+                await c(session, out, "release", "release_quarantine", {"number": 3})
+                await c(session, out, "stop_slot", "stop_slot", {"slot": 0, "mode": "hard-kill"})
                 await c(session, out, "status_after", "fleet_status", {})
     print(json.dumps(out))
 
