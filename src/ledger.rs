@@ -462,19 +462,30 @@ mod tests {
         assert!("exploded".parse::<Outcome>().is_err());
     }
 
+    /// Issue `n`'s ledger as a version before the cost, rescue and kernel fields wrote it:
+    /// the six-field header and one `row`.
+    fn six_field_ledger(layout: &Layout, n: u64, row: &str) -> PathBuf {
+        let file = path(layout, n);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            format!("[]{{worker,start,end,outcome,branch,head}}:\n{row}\n"),
+        )
+        .unwrap();
+        file
+    }
+
     /// A ledger written before the cost fields reads as it did, and a record appended to
     /// it carries its cost under a header of its own.
     #[test]
     fn an_old_ledger_reads_and_takes_records_with_cost() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
-        let file = path(&layout, 3);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(
-            &file,
-            "[]{worker,start,end,outcome,branch,head}:\nw1,null,\"2026-01-01T00:00:00Z\",agent-failed exit 1,null,null\n",
-        )
-        .unwrap();
+        let file = six_field_ledger(
+            &layout,
+            3,
+            "w1,null,\"2026-01-01T00:00:00Z\",agent-failed exit 1,null,null",
+        );
         let old = read(&layout, 3).unwrap();
         assert_eq!(old.len(), 1);
         assert_eq!(old[0].usage.cost_usd, None);
@@ -507,13 +518,11 @@ mod tests {
     fn an_old_ledger_reads_beside_records_with_figures() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
-        let file = path(&layout, 9);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(
-            &file,
-            "[]{worker,start,end,outcome,branch,head}:\nw0,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
-        )
-        .unwrap();
+        let file = six_field_ledger(
+            &layout,
+            9,
+            "w0,null,\"2026-01-01T00:00:00Z\",worker-died,null,null",
+        );
         let mut r = Record::now(Some("w1"), None, Outcome::OomKilled);
         r.cpu_ms = Some(1500);
         r.memory_peak_kib = Some(2048);
@@ -569,15 +578,13 @@ mod tests {
     fn a_rescue_is_resumed_and_old_headers_still_read() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
-        let file = path(&layout, 3);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         // A ledger written before the `rescued` field: its records read, and the next
         // append writes the current header first.
-        std::fs::write(
-            &file,
-            "[]{worker,start,end,outcome,branch,head}:\nw1,null,\"2026-01-01T00:00:00Z\",worker-died,null,null\n",
-        )
-        .unwrap();
+        let file = six_field_ledger(
+            &layout,
+            3,
+            "w1,null,\"2026-01-01T00:00:00Z\",worker-died,null,null",
+        );
         let died = Record::now(Some("w2"), None, Outcome::WorkerDied)
             .on_branch("afk/w2/3-x", Some("abc".into()))
             .rescued_to("refs/afk/rescue/3/a2", "def");

@@ -538,15 +538,7 @@ fn the_built_in_workers_ledger_record_carries_the_attempts_cpu() {
         "[tracker]\nkind = \"local\"\n[agent]\ncommand = [\"sh\", {:?}]\n\n{FAST_TIMING}",
         agent.display().to_string()
     ));
-    let out = f.run_cmd(&[
-        "issue",
-        "new",
-        "--title",
-        "work",
-        "--label",
-        "ready-for-agent",
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    f.new_issue("work");
     f.start(&["--workers", "1"]);
     let first = || {
         afk_supervisor::ledger::read(&f.layout, 1)

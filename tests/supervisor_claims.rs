@@ -34,15 +34,7 @@ fn fleet_with_issue_and(timing: &str) -> Fleet {
         &format!("[tracker]\nkind = \"local\"\n\n{timing}"),
     )
     .with_bin();
-    let out = f.run_cmd(&[
-        "issue",
-        "new",
-        "--title",
-        "work",
-        "--label",
-        "ready-for-agent",
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    f.new_issue("work");
     f
 }
 

@@ -18,18 +18,6 @@ fi
 exit 0
 "#;
 
-fn new_issue(f: &Fleet, title: &str) {
-    let out = f.run_cmd(&[
-        "issue",
-        "new",
-        "--title",
-        title,
-        "--label",
-        "ready-for-agent",
-    ]);
-    assert!(out.status.success(), "{out:?}");
-}
-
 fn claiming_fleet() -> Fleet {
     claiming_fleet_with("")
 }
@@ -69,7 +57,7 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
     assert_eq!(s.ready_for_agent, Some(0));
 
     // One ready issue wakes one slot; its worker claims it and the slot idles again.
-    new_issue(&f, "first");
+    f.new_issue("first");
     let unidle = f.wait_events("slot.unidle", 1);
     assert!(
         unidle[0].msg.ends_with("un-idled: ready-for-agent=1"),
@@ -81,8 +69,8 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
     assert_eq!(f.count("slot.spawn"), 3);
 
     // Two ready issues wake both slots; each issue is worked once.
-    new_issue(&f, "second");
-    new_issue(&f, "third");
+    f.new_issue("second");
+    f.new_issue("third");
     assert!(
         support::wait_until(fleet::WAIT, || {
             fleet::read(&f.file("worked")).lines().count() == 3
@@ -139,7 +127,7 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
     // Repaired, with work: the slot wakes.
     fs::remove_file(&store).unwrap();
     fs::rename(&aside, &store).unwrap();
-    new_issue(&f, "after the outage");
+    f.new_issue("after the outage");
     f.wait_events("slot.unidle", 1);
     f.wait_events("slot.idle", 2);
     assert_eq!(fleet::read(&f.file("worked")), "1\n");
@@ -249,7 +237,7 @@ fn a_ready_but_blocked_issue_does_not_respawn_workers() {
     assert_eq!(f.state().unwrap().ready_for_agent, Some(0));
 
     // A claimable issue still wakes exactly one slot, whose worker claims it.
-    new_issue(&f, "real work");
+    f.new_issue("real work");
     f.wait_events("slot.unidle", 1);
     assert!(
         support::wait_until(fleet::WAIT, || f
@@ -272,7 +260,7 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
         "exit 0\n",
         &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
     );
-    new_issue(&f, "never taken");
+    f.new_issue("never taken");
     f.start(&["--workers", "2"]);
     let nothing = |f: &Fleet| {
         f.events_of("slot.idle")
@@ -303,7 +291,7 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
     );
 
     // A new issue changes the queue: the slots wake, find nothing again, and idle again.
-    new_issue(&f, "also never taken");
+    f.new_issue("also never taken");
     f.wait_events("slot.unidle", 1);
     assert!(
         support::wait_until(fleet::WAIT, || nothing(&f) >= 3),
@@ -334,7 +322,7 @@ fn quick_workers_drain_the_whole_queue() {
         env!("CARGO_BIN_EXE_afk-supervisor").into(),
     ));
     for t in ["one", "two", "three"] {
-        new_issue(&f, t);
+        f.new_issue(t);
     }
     f.start(&["--workers", "1"]);
     let drained = support::wait_until(std::time::Duration::from_secs(60), || {
@@ -366,7 +354,7 @@ fn a_worker_that_finds_the_tracker_unavailable_is_no_death_and_trips_no_circuit(
         "exit 69\n",
         &format!("[tracker]\nkind = \"local\"\n\n{FAST_TIMING}"),
     );
-    new_issue(&f, "waiting for the tracker");
+    f.new_issue("waiting for the tracker");
     f.start(&["--workers", "1"]);
     let unavailable = |f: &Fleet| {
         f.events_of("slot.idle")
