@@ -69,13 +69,17 @@ fn retire_files(layout: &Layout) -> Vec<PathBuf> {
 }
 
 /// The held lock. The lock lives as long as this value (the descriptor is close-on-exec,
-/// so no worker inherits it and outlives the supervisor holding it).
+/// so no worker inherits it and outlives the supervisor holding it), and dropping it
+/// removes the pid files, so no return path of the supervisor can leave them naming a
+/// process that no longer holds the lock.
 #[derive(Debug)]
 pub struct SupervisorLock {
     layout: Layout,
     _lock: File,
     pub pid: i32,
     pub start: u64,
+    /// The pid files are gone (or their removal was tried and reported): drop does nothing.
+    released: bool,
 }
 
 impl SupervisorLock {
@@ -160,16 +164,43 @@ impl SupervisorLock {
                 _lock: lock,
                 pid: me,
                 start,
+                released: false,
             },
             notes,
         ))
     }
 
-    /// A clean stop: the pid files and the stop request go; the lock is released on drop.
-    pub fn release(self) -> io::Result<()> {
+    /// A clean stop: the pid files and the stop request go, and the error is the caller's
+    /// to report; the lock itself is released when the value goes.
+    pub fn release(mut self) -> io::Result<()> {
+        self.remove_files()
+    }
+
+    /// Tried once, whatever it returns, so a failed explicit release is not reported twice.
+    fn remove_files(&mut self) -> io::Result<()> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
         pidfile::remove_pid_file(&self.layout.supervisor_pid())?;
         remove_file_if_exists(&self.layout.supervisor_stop())
     }
+}
+
+impl Drop for SupervisorLock {
+    /// An early return or a panic releases as a clean stop does; a failure is one line on
+    /// stderr (never a panic, even with stderr gone), as there is no caller left to tell.
+    fn drop(&mut self) {
+        if let Err(e) = self.remove_files() {
+            report_release_failure(&e);
+        }
+    }
+}
+
+/// The one line a failed release prints.
+pub fn report_release_failure(e: &io::Error) {
+    use std::io::Write;
+    let _ = writeln!(io::stderr(), "afk-supervisor: removing pid files: {e}");
 }
 
 /// How long a losing supervisor looks for the lock's holder before saying it is unknown.
@@ -270,6 +301,46 @@ mod tests {
         assert!(running_supervisor(&layout).is_err());
         let (again, _) = SupervisorLock::acquire(&layout).unwrap();
         drop(again);
+    }
+
+    /// What `run_fleet` relies on: an early `?` after the lock is taken leaves no pid file
+    /// and no stop request behind, and the next supervisor takes the lock at once.
+    #[test]
+    fn an_early_question_mark_releases_the_lock() {
+        fn start_then_fail(layout: &Layout) -> Result<(), LockError> {
+            let (lock, _) = SupervisorLock::acquire(layout)?;
+            assert!(layout.supervisor_pid().exists());
+            fs::write(layout.supervisor_stop(), "1\n").unwrap();
+            let _in_the_way =
+                fs::File::open(layout.repo().join("no such file")).map_err(|source| {
+                    LockError::Io {
+                        path: layout.repo().join("no such file"),
+                        source,
+                    }
+                })?;
+            lock.release().map_err(|source| LockError::Io {
+                path: layout.supervisor_pid(),
+                source,
+            })
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(matches!(
+            start_then_fail(&layout),
+            Err(LockError::Io { .. })
+        ));
+        assert!(!layout.supervisor_pid().exists());
+        assert!(!crate::layout::start_file(&layout.supervisor_pid()).exists());
+        assert!(!layout.supervisor_stop().exists());
+        assert!(running_supervisor(&layout).is_err());
+        let (again, _) = SupervisorLock::acquire(&layout).unwrap();
+        assert_eq!(
+            running_supervisor(&layout),
+            Ok((std::process::id() as i32, again.start))
+        );
+        // A release after the files went by hand is quiet, and so is the drop after it.
+        pidfile::remove_pid_file(&layout.supervisor_pid()).unwrap();
+        again.release().unwrap();
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::fleet::{Adoptee, Fleet, Msg};
 use super::journal::{Journal, Rotation};
-use super::lock::{LockError, SupervisorLock};
+use super::lock::{LockError, SupervisorLock, report_release_failure};
 use super::notify::Notifier;
 use super::periodic::{Periodic, housekeeping_tasks, periodic_tasks, start_periodic};
 use super::spawn;
@@ -182,13 +182,8 @@ async fn run_fleet(
             crate::fsutil::check_replaceable(&layout.state_file())?;
             Ok(j)
         });
-    let mut journal = match journal {
-        Ok(j) => j,
-        Err(e) => {
-            let _ = lock.release();
-            return Err(e);
-        }
-    };
+    // From here every early return drops `lock`, which removes the pid files.
+    let mut journal = journal?;
     if let Err(e) = spawn::become_subreaper() {
         journal.write(Event::now(
             kind::ERROR,
@@ -248,7 +243,6 @@ async fn run_fleet(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
             ));
-            let _ = lock.release();
             return Ok(RunEnd::Stopped(code));
         }
     };
@@ -280,7 +274,6 @@ async fn run_fleet(
         }
     }
     if boot.is_halted() {
-        let _ = lock.release();
         return Ok(RunEnd::BootHalted);
     }
 
@@ -288,7 +281,6 @@ async fn run_fleet(
         Ok(x) => x,
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
-            let _ = lock.release();
             return Err(e.into());
         }
     };
@@ -365,8 +357,7 @@ async fn run_fleet(
     }
     fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
     if let Err(e) = lock.release() {
-        // Never a panic on a terminal that went away (see the journal's echo).
-        let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
+        report_release_failure(&e);
     }
     Ok(RunEnd::Stopped(code))
 }
