@@ -481,7 +481,7 @@ mod tests {
     /// Waits until `pid` is gone (or at most an unreaped zombie of init).
     fn assert_gone(pid: i32) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while crate::pidfile::process_start_time(pid).is_some() {
+        while crate::process::read(pid).is_some_and(|p| !p.is_zombie()) {
             assert!(Instant::now() < deadline, "process {pid} survived");
             thread::sleep(Duration::from_millis(20));
         }

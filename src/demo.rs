@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::afk_env;
+use crate::exit;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::toonl;
@@ -360,7 +361,9 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
     let deadline = crate::timeutil::deadline(Instant::now(), Duration::from_secs(20));
     while Instant::now() < deadline {
         match child.try_wait() {
-            Ok(Some(status)) if matches!(status.code(), Some(0 | 143)) => return Ok(()),
+            Ok(Some(status)) if matches!(status.code(), Some(exit::OK | exit::SIGTERM)) => {
+                return Ok(());
+            }
             Ok(Some(status)) => return Err(FleetFailure::StoppedWith(status)),
             Ok(None) => std::thread::sleep(POLL),
             Err(e) => return Err(FleetFailure::Wait(e)),
@@ -371,8 +374,16 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
     Err(FleetFailure::NoStop)
 }
 
-/// Deaths and respawns, from the event log: a death is a worker's end by anything but
-/// exit 0 or 78 before the stop; a respawn is every spawn in a slot after its first.
+/// Whether a `slot.exit` record's text is a death: a worker's end by anything but exit 0
+/// or 78 (host misconfigured: parked, not retried).
+fn is_death(msg: &str) -> bool {
+    ![exit::OK, exit::CONFIG]
+        .iter()
+        .any(|code| msg.contains(&format!(" exit {code} ")))
+}
+
+/// Deaths and respawns, from the event log: a death ([`is_death`]) before the stop; a
+/// respawn is every spawn in a slot after its first.
 fn fleet_counts(log: &Path) -> Result<(usize, usize), FleetFailure> {
     let events = toonl::read_events(log)?;
     let mut spawned: BTreeSet<u64> = BTreeSet::new();
@@ -387,9 +398,7 @@ fn fleet_counts(log: &Path) -> Result<(usize, usize), FleetFailure> {
                     respawns += 1;
                 }
             }
-            "slot.exit" if !(ev.msg.contains(" exit 0 ") || ev.msg.contains(" exit 78 ")) => {
-                deaths += 1
-            }
+            "slot.exit" if is_death(&ev.msg) => deaths += 1,
             _ => {}
         }
     }
@@ -524,7 +533,7 @@ impl Watch {
         for ev in events.iter().skip(self.log_lines) {
             let slot = ev.slot.map_or(String::new(), |s| format!("slot {s}: "));
             let worth = match ev.kind.as_str() {
-                "slot.exit" => !(ev.msg.contains(" exit 0 ") || ev.msg.contains(" exit 78 ")),
+                "slot.exit" => is_death(&ev.msg),
                 "slot.parked" | "circuit.trip" | "supervisor.error" | "tracker.error" => true,
                 _ => false,
             };

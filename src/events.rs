@@ -13,8 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::{self, Links};
-use crate::layout::Layout;
-use crate::toonl::{self, Event, LogError};
+use crate::toonl::{self, Event};
 
 /// Bytes of a generation's start its fingerprint covers.
 const FINGERPRINT_BYTES: u64 = 256;
@@ -28,27 +27,6 @@ pub enum EventsError {
     BadCursor(String),
     #[error("{path}: {why}")]
     Read { path: PathBuf, why: String },
-}
-
-/// Appends one event to the fleet's event log from a process (or thread) that is not the
-/// log's writer: the CLI and MCP recording an operator's request, the built-in worker and
-/// the claims belt recording a rescue. The supervisor is the log's usual writer; this is
-/// one `write` of one line through [`toonl::append_record`], which the readers (and the
-/// writer's rotation) take like any record, so no lock is needed. Callers warn on an
-/// error and go on: a log that cannot be written never fails the act it records.
-pub fn append(layout: &Layout, ev: &Event) -> Result<(), LogError> {
-    let path = layout.event_log();
-    let json = serde_json::to_value(ev).map_err(|e| LogError::Encode {
-        path: path.clone(),
-        msg: e.to_string(),
-    })?;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| LogError::Io {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
-    toonl::append_record(&path, &toonl::FIELDS, json)
 }
 
 /// Where in the log: generation (inode and fingerprint) and the byte offset in it.

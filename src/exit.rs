@@ -14,9 +14,18 @@ pub const RATE_LIMITED: i32 = 75;
 /// credit, overload) or the day's budget is used up. Not a death: the fleet holds.
 pub const AGENT_PAUSED: i32 = 76;
 pub const CONFIG: i32 = 78;
+/// A child of the supervisor that lost it between the fork and the exec (it never became a
+/// worker) ends with this code; a successor reads no death into it.
+pub const ORPHANED: i32 = 111;
 pub const SIGHUP: i32 = 129;
 pub const SIGINT: i32 = 130;
 pub const SIGTERM: i32 = 143;
+
+/// The code of a process stopped by `signal`, as a shell reports it (`docs/SPEC.md` §9):
+/// what [`SIGHUP`], [`SIGINT`] and [`SIGTERM`] are, for any signal.
+pub const fn signalled(signal: i32) -> i32 {
+    128 + signal
+}
 
 /// A failure reported once, at the edge, as one line on stderr with its exit code.
 #[derive(Debug, thiserror::Error)]

@@ -13,18 +13,20 @@
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
 //!   the cli turns into its exit code) and `program` (finding the agent's program).
+//! - `control`: the client of a running supervisor, through its files and verified signals:
+//!   `status`, `scale`, `stop` and `operator` (the operator pause, one slot's stop/restart,
+//!   an issue given back, who asked).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine; its state in parts, each beside the code that uses it most: `pool` the slots
 //!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
 //!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
 //!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
-//!   `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`), `operator`
-//!   (the operator pause, one slot's stop/restart, who asked) with `slot_control` (its
-//!   request file), `lock` (one
-//!   supervisor per repo), `periodic` (work on a timer: the belts, slot-log expiry), `belt`
-//!   (the unblock pass, one belt per tracker on the host), `release` (a dead worker's issues
-//!   back), `isolation` (cgroup or process-group, chosen at start-up), `state_file`,
-//!   `journal`, `usage`, `stall`.
+//!   `fleet_circuit` (the whole fleet's), the files `control` writes and the fleet reads:
+//!   `scale_directive` (`resize.toon`), `slot_control` (one slot's request and its answer),
+//!   `lock` (one supervisor per repo: the lock and the pid file), `state_file`; `periodic`
+//!   (work on a timer: the belts, slot-log expiry), `belt` (the unblock pass, one belt per
+//!   tracker on the host), `release` (a dead worker's issues back), `isolation` (cgroup or
+//!   process-group, chosen at start-up), `journal`, `usage`, `stall`.
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
@@ -36,13 +38,14 @@
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose claim marks count),
-//!   `config`, `pause` (the fleet-wide rate-limit pause file), `toonl` (the one TOONL reader
-//!   and appender).
+//!   `config`, `pause` (the fleet-wide rate-limit pause file).
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
 //!   only `text`).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,
 //!   called by every end of an attempt that is not a clean hand-off and by every sweep
 //!   before it removes an attempt's tree).
+//! - `toonl` (the one TOONL reader and appender, and the one line a process that is not the
+//!   supervisor appends to the event log).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
 //!   `timeutil`, `cgroup` (every cgroup v2 fact: the hierarchy, the fleet's subtree, kill,
 //!   `populated`, figures, limits), `process` (every OS-process fact: `/proc`, pidfds,
@@ -58,6 +61,7 @@ pub mod claim;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod diagnostics;
 pub mod events;
@@ -70,6 +74,8 @@ pub mod layout;
 pub mod ledger;
 pub mod logs;
 pub mod mcp;
+#[cfg(test)]
+mod module_order;
 pub mod pause;
 pub mod pidfile;
 pub mod process;

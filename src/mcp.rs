@@ -26,11 +26,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::control;
+use crate::control::operator::{self, Via};
 use crate::events::{EventStream, Start};
 use crate::layout::Layout;
-use crate::supervisor::control;
-use crate::supervisor::operator::{self, Via};
-use crate::supervisor::resize::MAX_TARGET;
+use crate::supervisor::scale_directive::MAX_TARGET;
 use crate::supervisor::slot_control::Action;
 use crate::supervisor::state_file::ShrinkMode;
 

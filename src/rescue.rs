@@ -120,7 +120,7 @@ impl Rescued {
     }
 
     /// Appends [`Rescued::event`] to the fleet's event log from outside the supervisor's
-    /// own loop (the built-in worker, the claims belt), through [`crate::events::append`],
+    /// own loop (the built-in worker, the claims belt), through [`crate::toonl::append_event`],
     /// so every rescue is an event wherever it was made. A rescue that found its work kept
     /// already (`already`) was logged by whoever made it and is not logged again. A log
     /// that cannot be written is a warning on stderr: the work is on its ref either way.
@@ -131,7 +131,7 @@ impl Rescued {
         let mut ev = self.event();
         ev.slot = slot.map(|s| s as u64);
         ev.pid = pid.map(i64::from);
-        if let Err(e) = crate::events::append(layout, &ev) {
+        if let Err(e) = crate::toonl::append_event(&layout.event_log(), &ev) {
             eprintln!("afk-supervisor: warning: {e}");
         }
     }

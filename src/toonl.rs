@@ -243,6 +243,26 @@ pub fn encode_record(fields: &[&str], json: serde_json::Value) -> Result<String,
     Ok(format!("{row}\n"))
 }
 
+/// Appends one event to the fleet's event log (`log`, the layout's `event_log()`) from a process (or thread) that is not the
+/// log's writer: the CLI and MCP recording an operator's request, the built-in worker and
+/// the claims belt recording a rescue. The supervisor is the log's usual writer; this is
+/// one `write` of one line through [`append_record`], which the readers (and the
+/// writer's rotation) take like any record, so no lock is needed. Callers warn on an
+/// error and go on: a log that cannot be written never fails the act it records.
+pub fn append_event(log: &Path, ev: &Event) -> Result<(), LogError> {
+    let json = serde_json::to_value(ev).map_err(|e| LogError::Encode {
+        path: log.to_path_buf(),
+        msg: e.to_string(),
+    })?;
+    if let Some(parent) = log.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| LogError::Io {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    append_record(log, &FIELDS, json)
+}
+
 /// Appends one record to a TOONL file that several processes may append to: one
 /// `write` of the row (with the header first when the file is new), through
 /// [`open_append`], so a symlink, FIFO or directory at the path is refused, never written

@@ -17,7 +17,7 @@ use afk_supervisor::attempt_state::AttemptState;
 use afk_supervisor::config::{self, Overrides};
 use afk_supervisor::git::parse as git;
 use afk_supervisor::pidfile;
-use afk_supervisor::supervisor::{resize, state_file};
+use afk_supervisor::supervisor::{scale_directive as resize, state_file};
 use afk_supervisor::sweeps::docs::probe;
 use afk_supervisor::toonl;
 use afk_supervisor::tracker::{gh, local};

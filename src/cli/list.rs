@@ -5,10 +5,10 @@
 use clap::Args;
 use serde::Serialize;
 
+use crate::control::{self, ControlError};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 use crate::status::health;
-use crate::supervisor::control::{self, ControlError};
 
 #[derive(Debug, Clone, Args)]
 pub struct ListArgs {

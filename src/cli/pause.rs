@@ -4,8 +4,8 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::control::operator::{self, PauseOutcome, Via};
 use crate::exit::{self, Failure};
-use crate::supervisor::operator::{self, PauseOutcome, Via};
 
 #[derive(Debug, Clone, Args)]
 pub struct PauseArgs {

@@ -7,8 +7,8 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
+use crate::control::operator::{self, OperatorError, SlotOutcome, Via};
 use crate::exit::{self, Failure};
-use crate::supervisor::operator::{self, OperatorError, SlotOutcome, Via};
 use crate::supervisor::slot_control::Action;
 use crate::supervisor::state_file::ShrinkMode;
 

@@ -6,9 +6,9 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
+use crate::control::{self, ScaleOutcome};
 use crate::exit::{self, Failure};
-use crate::supervisor::control::{self, ScaleOutcome};
-use crate::supervisor::resize::MAX_TARGET;
+use crate::supervisor::scale_directive::MAX_TARGET;
 use crate::supervisor::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::cli::Ctx;
 use crate::cli::run::RunArgs;
+use crate::control;
 use crate::exit::{self, Failure};
-use crate::supervisor::control;
 
 /// How long `start` waits for the supervisor to take its lane (it does so before the boot
 /// sweeps, so this is process start-up and one config load).

@@ -5,9 +5,9 @@ use std::io::{IsTerminal, Write};
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::control::{self, ControlError};
 use crate::exit::{self, Failure};
 use crate::status::{self, health, live, view};
-use crate::supervisor::control::{self, ControlError};
 
 #[derive(Debug, Clone, Args)]
 #[command(

@@ -6,8 +6,8 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
+use crate::control::{self, StopOutcome};
 use crate::exit::{self, Failure};
-use crate::supervisor::control::{self, StopOutcome};
 
 #[derive(Debug, Clone, Args)]
 pub struct StopArgs {

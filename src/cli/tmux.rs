@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
+use crate::control::{self, ScaleOutcome};
 use crate::exit::{self, Failure};
-use crate::supervisor::control::{self, ScaleOutcome};
 use crate::supervisor::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]

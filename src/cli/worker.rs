@@ -45,7 +45,7 @@ pub fn outcome_code(o: WorkerOutcome) -> i32 {
     match o {
         WorkerOutcome::Done | WorkerOutcome::NoWork | WorkerOutcome::Retired => exit::OK,
         WorkerOutcome::AgentFailed => exit::FAILED,
-        WorkerOutcome::Interrupted { signal } => 128 + signal,
+        WorkerOutcome::Interrupted { signal } => exit::signalled(signal),
         WorkerOutcome::AgentPaused => exit::AGENT_PAUSED,
     }
 }

@@ -3,7 +3,7 @@
 //! parse the table. A slot whose circuit is open (parked) or probing (half-open) counts as
 //! parked.
 
-use crate::supervisor::control::StatusReport;
+use crate::control::StatusReport;
 use crate::supervisor::state_file::SlotState;
 
 /// Running and nothing in the way.

@@ -16,7 +16,7 @@ use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 
 use super::view::{self, Screen};
-use crate::supervisor::control::{ControlError, StatusReport};
+use crate::control::{ControlError, StatusReport};
 
 /// Between two frames.
 pub const EVERY: Duration = Duration::from_secs(1);

@@ -13,7 +13,7 @@ pub mod view;
 
 pub use plain::{human_duration, human_kib, render_status};
 
-use crate::supervisor::control::{FleetInfo, SlotRow, StatusReport};
+use crate::control::{FleetInfo, SlotRow, StatusReport};
 use crate::supervisor::state_file::{BootSuite, FleetCircuit, FleetCircuitState, FleetPause};
 use crate::text;
 
@@ -137,7 +137,7 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::supervisor::control::SupervisorInfo;
+    use crate::control::SupervisorInfo;
     use crate::supervisor::state_file::{ShrinkMode, SlotState};
     use crate::toonl::Event;
 
@@ -191,7 +191,7 @@ pub(crate) mod tests {
         open.reason = Some("circuit open: 5 fast deaths within 120s".into());
         open.probe_epoch = Some(NOW + 185);
         StatusReport {
-            schema_version: crate::supervisor::control::STATUS_SCHEMA_VERSION,
+            schema_version: crate::control::STATUS_SCHEMA_VERSION,
             supervisor: SupervisorInfo {
                 pid: 4242,
                 start_time: 99,

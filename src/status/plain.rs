@@ -2,7 +2,7 @@
 //! off a terminal (no escape codes, no colour).
 
 use super::{alerts, boot_words, cpu_words, issue_words, slot_reason_words};
-use crate::supervisor::control::StatusReport;
+use crate::control::StatusReport;
 use crate::text;
 
 /// `812K`, `14.2M`, `1.3G`.

@@ -12,7 +12,8 @@ use super::{
     alerts, boot_words, cpu_words, human_duration, human_kib, issue_words, slot_reason_words,
     tracker_words,
 };
-use crate::supervisor::control::{SlotRow, StatusReport};
+use crate::control::{SlotRow, StatusReport};
+use crate::exit;
 use crate::supervisor::state_file::SlotState;
 use crate::text;
 
@@ -160,9 +161,13 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
     let circuit = r.slots.iter().filter(|s| s.probe_epoch.is_some()).count();
     let parked = match (f.parked, circuit) {
         (0, _) => "parked 0".to_string(),
-        (n, 0) => format!("parked {n} (exit 78)"),
+        (n, 0) => format!("parked {n} (exit {})", exit::CONFIG),
         (n, c) if c == n => format!("parked {n} (circuit open)"),
-        (n, c) => format!("parked {n} ({c} circuit open, {} exit 78)", n - c),
+        (n, c) => format!(
+            "parked {n} ({c} circuit open, {} exit {})",
+            n - c,
+            exit::CONFIG
+        ),
     };
     let mut fleet = vec![
         Span::raw(format!(

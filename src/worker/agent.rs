@@ -107,7 +107,7 @@ impl Worker<'_> {
                     use std::os::unix::process::ExitStatusExt;
                     let code = status
                         .code()
-                        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                        .unwrap_or_else(|| crate::exit::signalled(status.signal().unwrap_or(0)));
                     break Ok(Ended::Exited(code));
                 }
                 Ok(None) => {}

@@ -236,7 +236,7 @@ impl Worker<'_> {
                 AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
                 AgentEnd::Capped(stdout) => {
                     let seen = agent_profile::Seen {
-                        exit_code: 128 + 15,
+                        exit_code: crate::exit::SIGTERM,
                         stdout: &stdout,
                         stderr: &[],
                         result_file: None,

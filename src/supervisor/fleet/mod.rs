@@ -23,7 +23,7 @@ use super::circuit::{self, AfterDeath};
 use super::journal::Journal;
 use super::reaper::{Done, Group, Reaper};
 use super::release::{self, DeadWorker};
-use super::resize::{self, Found, Resize};
+use super::scale_directive::{self as resize, Found, ScaleDirective as Resize};
 use super::slot::{KillReason, LiveWorker, Phase, Slot, Unclaimable};
 use super::spawn::{self, ExitKind, SpawnSpec};
 use super::stall;

@@ -1,4 +1,6 @@
-//! `resize.toon`: the scale directive (`docs/SPEC.md` §4), written by `scale`, read every tick.
+//! The scale directive: what `scale` asks of a running fleet (a target, a shrink mode, a
+//! runner), in the lane's `resize.toon` (`docs/SPEC.md` §4 keeps that file name), written by
+//! `crate::control::scale` and read by the fleet at every tick and SIGUSR1.
 
 use std::io;
 use std::path::Path;
@@ -10,7 +12,7 @@ use crate::fsutil::{atomic_write, read_small_text};
 use crate::text::clip_quoted;
 
 /// Largest `resize.toon` read: a directive is a few lines.
-pub const MAX_RESIZE_BYTES: u64 = 64 << 10;
+const MAX_BYTES: u64 = 64 << 10;
 
 /// The largest fleet a directive may ask for, the same bound as `fleet.workers`.
 pub const MAX_TARGET: usize = 1024;
@@ -18,7 +20,7 @@ pub const MAX_TARGET: usize = 1024;
 /// Unknown fields are ignored: another tool may add its own, and rejecting them would void
 /// the whole directive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resize {
+pub struct ScaleDirective {
     pub target: usize,
     #[serde(default)]
     pub shrink_mode: ShrinkMode,
@@ -26,7 +28,7 @@ pub struct Resize {
     pub runner: Option<String>,
 }
 
-pub fn encode(r: &Resize) -> Result<String, reddb_io_toon::SerdeError> {
+pub fn encode(r: &ScaleDirective) -> Result<String, reddb_io_toon::SerdeError> {
     reddb_io_toon::to_string(r).map(|s| s + "\n")
 }
 
@@ -43,8 +45,8 @@ pub enum DirectiveError {
 }
 
 /// Parses a directive; the error says what is wrong, for a one-line report.
-pub fn decode(text: &str) -> Result<Resize, DirectiveError> {
-    let r: Resize = reddb_io_toon::from_str(text)
+pub fn decode(text: &str) -> Result<ScaleDirective, DirectiveError> {
+    let r: ScaleDirective = reddb_io_toon::from_str(text)
         .map_err(|e| DirectiveError::Syntax(clip_quoted(&e.to_string())))?;
     if r.target > MAX_TARGET {
         return Err(DirectiveError::TooLarge(r.target));
@@ -55,23 +57,23 @@ pub fn decode(text: &str) -> Result<Resize, DirectiveError> {
     Ok(r)
 }
 
-pub fn write(path: &Path, r: &Resize) -> io::Result<()> {
+pub fn write(path: &Path, r: &ScaleDirective) -> io::Result<()> {
     let text = encode(r).map_err(io::Error::other)?;
     atomic_write(path, text.as_bytes())
 }
 
 /// What the lane holds: nothing, a valid directive, or a corrupt file (with its text kept
 /// so the same corruption is reported once, not every tick). A file that is not read (a
-/// symlink, a FIFO, a directory, over [`MAX_RESIZE_BYTES`]) is corrupt with no text.
+/// symlink, a FIFO, a directory, over [`MAX_BYTES`]) is corrupt with no text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
     None,
-    Directive(Resize),
+    Directive(ScaleDirective),
     Corrupt { raw: String, why: String },
 }
 
 pub fn read(path: &Path) -> Found {
-    match read_small_text(path, MAX_RESIZE_BYTES) {
+    match read_small_text(path, MAX_BYTES) {
         Ok(None) => Found::None,
         Err(e) => Found::Corrupt {
             raw: String::new(),
@@ -94,7 +96,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_defaults() {
-        let r = Resize {
+        let r = ScaleDirective {
             target: 3,
             shrink_mode: ShrinkMode::HardKill,
             runner: None,
@@ -104,7 +106,7 @@ mod tests {
         assert_eq!(decode(&text).unwrap(), r);
         assert_eq!(
             decode("target: 0\n").unwrap(),
-            Resize {
+            ScaleDirective {
                 target: 0,
                 shrink_mode: ShrinkMode::DrainThenRetire,
                 runner: None
@@ -142,7 +144,7 @@ mod tests {
         assert!(matches!(read(&p), Found::Corrupt { .. }));
         write(
             &p,
-            &Resize {
+            &ScaleDirective {
                 target: 4,
                 shrink_mode: ShrinkMode::DrainThenRetire,
                 runner: None,
@@ -151,7 +153,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             read(&p),
-            Found::Directive(Resize { target: 4, .. })
+            Found::Directive(ScaleDirective { target: 4, .. })
         ));
         fs::remove_file(&p).unwrap();
         nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();

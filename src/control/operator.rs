@@ -1,21 +1,19 @@
 //! The operator's acts on a fleet, one home for the CLI and `afk-supervisor mcp`: the
 //! operator pause, one slot's stop or restart, and the record of who asked (`via=cli` or
 //! `via=mcp`) in the event log. Each act goes through the lane's files and a verified
-//! signal, like `scale` (`super::control`), and is refused with a one-line reason when no
-//! supervisor runs or the slot is not in the fleet.
+//! signal, like `scale`, and is refused with a one-line reason when no supervisor runs or the
+//! slot is not in the fleet.
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-
-use super::lock::running_supervisor;
-use super::slot_control::{self, Ack, Action, Found, Request};
-use super::state_file::{self, ShrinkMode};
-use super::texts::kind;
+use super::nudge;
 use crate::layout::Layout;
 use crate::pause::{self, OperatorPause, OperatorPauseError};
 use crate::pidfile::NotLive;
-use crate::process::ProcId;
+use crate::supervisor::lock::running_supervisor;
+use crate::supervisor::slot_control::{self, Ack, Action, Found, Request};
+use crate::supervisor::state_file::{self, ShrinkMode};
+use crate::supervisor::texts::kind;
 use crate::toonl::Event;
 
 /// Who asked for an act: shown in its event as `via=cli` or `via=mcp`.
@@ -63,13 +61,13 @@ pub enum OperatorError {
 }
 
 /// Appends the request to the event log as `control.request`, ending `(via=…)`, through
-/// [`crate::events::append`] (one line from a process that is not the log's writer). A log
+/// [`crate::toonl::append_event`] (one line from a process that is not the log's writer). A log
 /// that cannot be written is a warning on stderr, never a failed act.
 pub fn log_request(layout: &Layout, via: Via, what: &str, slot: Option<usize>, issue: Option<u64>) {
     let mut ev = Event::now(kind::CONTROL, format!("{what} (via={via})"));
     ev.slot = slot.map(|s| s as u64);
     ev.issue = issue;
-    if let Err(e) = crate::events::append(layout, &ev) {
+    if let Err(e) = crate::toonl::append_event(&layout.event_log(), &ev) {
         eprintln!("afk-supervisor: warning: {e}");
     }
 }
@@ -87,12 +85,6 @@ pub fn parse_until(s: &str) -> Result<u64, String> {
 /// The supervisor that runs, or why none does.
 fn running(layout: &Layout) -> Result<(i32, u64), OperatorError> {
     running_supervisor(layout).map_err(OperatorError::NotRunning)
-}
-
-/// Nudges the running supervisor (SIGUSR1: read the lane's control files now), after
-/// verifying it is still the process that started at `start`.
-fn nudge(pid: i32, start: u64) {
-    ProcId { pid, start }.signal(Signal::SIGUSR1);
 }
 
 /// What a pause or resume found: whether a supervisor runs to act on it.
