@@ -3,10 +3,11 @@
 //! The binary is a thin shell over this library so that tests drive the same code paths
 //! an operator does. The contract it keeps with other tools is `docs/SPEC.md`.
 //!
-//! Module map, top to bottom: a module imports only from modules below it (checked by
-//! reading every `crate::` path; the one exception is `tracker` naming a thread's comments
-//! by `claim::marks::Comment` and telling a mark from another comment by
-//! `claim::marks::Mark::parse`, to keep only the marks of trusted authors).
+//! Module map, top to bottom: a module imports only from modules below it (checked by the
+//! tests in `module_order`, which read every `crate::` and `super::` path and this list;
+//! the one exception is `tracker` naming a thread's comments by `claim::marks::Comment` and
+//! telling a mark from another comment by `claim::marks::Mark::parse`, to keep only the
+//! marks of trusted authors).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
 //!   `demo`, `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
 //!   MCP server on stdio, over the same library calls as the commands) beside it.
@@ -14,8 +15,9 @@
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
 //!   the cli turns into its exit code) and `program` (finding the agent's program).
 //! - `control`: the client of a running supervisor, through its files and verified signals:
-//!   `status`, `scale`, `stop` and `operator` (the operator pause, one slot's stop/restart,
-//!   an issue given back, who asked).
+//!   `status`, `scale`, `stop` (with `rescue_killed`, the work `stop --force` killed kept)
+//!   and `operator` (the operator pause, one slot's stop/restart, an issue given back, who
+//!   asked).
 //! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
 //!   machine; its state in parts, each beside the code that uses it most: `pool` the slots
 //!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and

@@ -49,7 +49,7 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
         .map_err(|e| Failure::failed(e.to_string()))?;
     if args.force && matches!(outcome, StopOutcome::Stopped { .. }) {
         // Nobody else is left to keep the killed workers' work: keep it now.
-        for r in crate::supervisor::rescue_killed::rescue_killed(&ctx.layout, &config) {
+        for r in control::rescue_killed(&ctx.layout, &config) {
             match r {
                 Ok(r) => {
                     println!("{}", r.message());

@@ -1,6 +1,6 @@
-//! The client of a running supervisor: what `status`, `scale`, `stop` and the operator's
-//! acts (`pause`, `resume`, one slot's stop or restart, an issue given back) do from another
-//! process. They reach the supervisor only through the lane's files and signals, and signal
+//! The client of a running supervisor: what `status`, `scale`, `stop` (and the rescue of
+//! the work `stop --force` killed) and the operator's acts (`pause`, `resume`, one slot's
+//! stop or restart, an issue given back) do from another process. They reach the supervisor only through the lane's files and signals, and signal
 //! nothing whose pid and start token they have not both verified. The supervisor's side of
 //! each file is in `crate::supervisor` (`lock`, `state_file`, `scale_directive`,
 //! `slot_control`); how a [`StatusReport`] looks to a person is `crate::status`.
@@ -18,10 +18,12 @@ use crate::supervisor::lock::running_supervisor;
 use crate::supervisor::state_file::StateFileError;
 
 pub mod operator;
+mod rescue_killed;
 mod scale;
 mod status;
 mod stop;
 
+pub use rescue_killed::rescue_killed;
 pub use scale::{ScaleOutcome, scale};
 pub use status::{FleetInfo, STATUS_SCHEMA_VERSION, SlotRow, StatusReport, SupervisorInfo, status};
 pub use stop::{StopOutcome, live_fleet_processes, stop};

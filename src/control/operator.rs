@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use super::nudge;
+use super::{ControlError, nudge, running};
 use crate::layout::Layout;
 use crate::pause::{self, OperatorPause, OperatorPauseError};
-use crate::pidfile::NotLive;
 use crate::supervisor::lock::running_supervisor;
 use crate::supervisor::slot_control::{self, Ack, Action, Found, Request};
 use crate::supervisor::state_file::{self, ShrinkMode};
@@ -40,21 +39,16 @@ impl std::fmt::Display for Via {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("no supervisor running for this project ({0})")]
-    NotRunning(NotLive),
+    /// What every client of the supervisor can meet: none runs, its state or a file it
+    /// reads cannot be read or written.
+    #[error(transparent)]
+    Control(#[from] ControlError),
     #[error("slot {slot} is not in the fleet (target {target}: slots 0..{target})")]
     OutOfRange { slot: usize, target: usize },
     #[error("the supervisor has not written its state yet (boot sweeps running); try again")]
     NoHeartbeat,
     #[error(transparent)]
-    State(#[from] state_file::StateFileError),
-    #[error(transparent)]
     Pause(#[from] OperatorPauseError),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
     /// The supervisor answered and refused (its reason).
     #[error("{0}")]
     Refused(String),
@@ -82,11 +76,6 @@ pub fn parse_until(s: &str) -> Result<u64, String> {
     Ok(crate::timeutil::now_epoch().saturating_add(span.as_secs()))
 }
 
-/// The supervisor that runs, or why none does.
-fn running(layout: &Layout) -> Result<(i32, u64), OperatorError> {
-    running_supervisor(layout).map_err(OperatorError::NotRunning)
-}
-
 /// What a pause or resume found: whether a supervisor runs to act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PauseOutcome {
@@ -106,7 +95,7 @@ pub fn pause(
 ) -> Result<PauseOutcome, OperatorError> {
     let sup = running_supervisor(layout);
     if require_running && let Err(e) = &sup {
-        return Err(OperatorError::NotRunning(e.clone()));
+        return Err(ControlError::NotRunning(e.clone()).into());
     }
     let p = pause::pause_operator(&layout.state(), reason, until_epoch, via.as_str())?;
     log_request(layout, via, &format!("pause {}", p.describe()), None, None);
@@ -128,7 +117,7 @@ pub fn resume(
 ) -> Result<PauseOutcome, OperatorError> {
     let sup = running_supervisor(layout);
     if require_running && let Err(e) = &sup {
-        return Err(OperatorError::NotRunning(e.clone()));
+        return Err(ControlError::NotRunning(e.clone()).into());
     }
     let was = pause::resume_operator(&layout.state(), via.as_str())?;
     log_request(layout, via, "resume", None, None);
@@ -161,7 +150,8 @@ pub fn slot_act(
     timeout: Duration,
 ) -> Result<SlotOutcome, OperatorError> {
     let (pid, start) = running(layout)?;
-    let target = state_file::read(&layout.state_file())?
+    let target = state_file::read(&layout.state_file())
+        .map_err(ControlError::from)?
         .filter(|s| s.pid == pid && s.pid_start_time == start)
         .map(|s| s.target)
         .ok_or(OperatorError::NoHeartbeat)?;
@@ -175,7 +165,7 @@ pub fn slot_act(
         shrink_mode: mode,
         via: via.to_string(),
     };
-    slot_control::write_request(layout, &req).map_err(|source| OperatorError::Io {
+    slot_control::write_request(layout, &req).map_err(|source| ControlError::Io {
         path: slot_control::request_path(layout).display().to_string(),
         source,
     })?;

@@ -13,7 +13,6 @@ pub mod notify;
 pub mod periodic;
 pub mod reaper;
 pub mod release;
-pub mod rescue_killed;
 pub mod run;
 pub mod scale_directive;
 pub mod slot;
