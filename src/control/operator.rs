@@ -238,12 +238,9 @@ pub fn give_back(
     if v.has_label(labels::READY_FOR_AGENT) {
         return Err(refuse(format!("issue #{n} is already ready-for-agent")));
     }
-    tracker
-        .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::READY_FOR_HUMAN])
-        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
     let msg = format!("give back #{n}: ready-for-agent");
-    log_request(layout, via, &msg, None, Some(n));
-    Ok(msg)
+    let (add, remove) = ([labels::READY_FOR_AGENT], [labels::READY_FOR_HUMAN]);
+    relabel(layout, via, tracker, n, &add, &remove, msg)
 }
 
 /// Lifts issue `n`'s quarantine: `afk:quarantined` and `ready-for-human` off,
@@ -260,14 +257,25 @@ pub fn release_quarantine(
     if !v.has_label(labels::QUARANTINED) {
         return Err(refuse(format!("issue #{n} is not quarantined")));
     }
-    tracker
-        .edit_labels(
-            n,
-            &[labels::READY_FOR_AGENT],
-            &[labels::QUARANTINED, labels::READY_FOR_HUMAN],
-        )
-        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
     let msg = format!("release quarantine of #{n}: ready-for-agent");
+    let add = [labels::READY_FOR_AGENT];
+    let remove = [labels::QUARANTINED, labels::READY_FOR_HUMAN];
+    relabel(layout, via, tracker, n, &add, &remove, msg)
+}
+
+/// An issue act's one write: the labels changed, then the request logged as `msg`.
+fn relabel(
+    layout: &Layout,
+    via: Via,
+    tracker: &dyn crate::tracker::Tracker,
+    n: u64,
+    add: &[&str],
+    remove: &[&str],
+    msg: String,
+) -> Result<String, OperatorError> {
+    tracker
+        .edit_labels(n, add, remove)
+        .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
     log_request(layout, via, &msg, None, Some(n));
     Ok(msg)
 }
