@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::text;
 use crate::tracker::local::{Issue, ListFilter, StateFilter};
 use crate::tracker::select::{self, Backend};
@@ -211,7 +211,7 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
                 .map_err(tracker_failure)?;
         }
     }
-    Ok(0)
+    Ok(exit::OK)
 }
 
 fn strs(v: &[String]) -> Vec<&str> {

@@ -4,7 +4,7 @@
 
 use crate::cli::Ctx;
 use crate::config::{self, Overrides};
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 
 pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     let (c, src) = ctx.config_with_sources(Overrides::default())?;
@@ -129,5 +129,5 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
             v.as_ref().map_or("(none)".into(), |v| format!("{v:?}")),
         );
     }
-    Ok(0)
+    Ok(exit::OK)
 }

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use crate::budget::{self, By};
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ByArg {
@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "total": total,
         });
         println!("{out}");
-        return Ok(0);
+        return Ok(exit::OK);
     }
     let head = match by {
         By::Day => "day",
@@ -72,5 +72,5 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             r.runs
         );
     }
-    Ok(0)
+    Ok(exit::OK)
 }
