@@ -1,11 +1,11 @@
-//! The fleet's only door to the operating system's processes: starting a worker, learning
-//! how it ended, signalling its group and asking whether the group is empty, reaping, and
-//! measuring. [`Fleet`](super::fleet::Fleet) decides; a [`Children`] carries it out.
+//! The supervisor's one door to the operating system's processes: starting a worker,
+//! learning how it ended, signalling its group and asking whether the group is empty,
+//! reaping, and measuring. `Fleet` decides, purely; the driver
+//! carries its effects out through a [`Children`]; `crate::process` holds the facts about
+//! processes this door is built on.
 //!
 //! [`Os`] is the real one (pidfds registered with the event loop, `waitid`, group signals
-//! through pidfds or pinned group ids). Tests put a double in its place (see
-//! `fleet/tests.rs`) so the state machine (exits, circuits, queue, scaling, idling, stop)
-//! runs with injected time and no processes at all.
+//! through pidfds or pinned group ids).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -16,8 +16,8 @@ use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::fleet::Msg;
-use super::reaper::Group;
+use super::event::{Event, Started};
+use super::reaper::{Done, Group, Order, Reaper};
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
 use super::usage::{Meter, Usage};
 use crate::cgroup::fleet::FleetCgroups;
@@ -25,25 +25,12 @@ use crate::cgroup::watch::Watcher;
 use crate::cgroup::{Cgroup, Figures};
 use crate::process::{self, ExitKind, Pidfd, Proc};
 
-/// A started or adopted worker as the fleet keeps it.
-#[derive(Debug, Clone)]
-pub struct Started {
-    pub pid: i32,
-    pub start: u64,
-    /// Refers to this process however its pid is reused (none where the kernel has no
-    /// pidfds, and in tests).
-    pub pidfd: Option<Arc<Pidfd>>,
-    /// Its end will be reported as a message; otherwise the fleet looks for it (own
-    /// children on SIGCHLD, adopted ones every tick).
-    pub watched: bool,
-}
-
 pub trait Children {
-    /// Starts a worker. Its end arrives later as [`Msg::ChildEnded`] (or, where it cannot
+    /// Starts a worker. Its end arrives later as [`Event::ChildEnded`] (or, where it cannot
     /// be watched, through [`Children::next_zombie`] on SIGCHLD).
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError>;
     /// Watches a previous supervisor's worker; `None` when `pid` is no longer the process
-    /// that started at `start`. Its end arrives as [`Msg::Exited`].
+    /// that started at `start`. Its end arrives as [`Event::Exited`].
     fn adopt(&mut self, pid: i32, start: u64) -> Option<Started>;
     /// Whether `pid` still is the live process that started at `start`.
     fn is_live(&mut self, pid: i32, start: u64) -> bool;
@@ -114,6 +101,40 @@ pub trait Children {
     }
 }
 
+/// Carries out one of the reaper's orders.
+pub fn carry_order(os: &mut dyn Children, order: Option<&Order>) {
+    match order {
+        Some(Order::Signal {
+            leader,
+            group,
+            sig,
+            if_alive,
+        }) if !*if_alive || os.group_alive(*leader, group) => {
+            os.signal_group(*leader, group, *sig);
+        }
+        Some(Order::Reap { leader }) => os.reap(*leader),
+        _ => {}
+    }
+}
+
+/// Asks whether each group the reaper follows still has members, advances it, and carries
+/// out what it orders; returns the groups now gone.
+pub fn poll_reaper(
+    os: &mut dyn Children,
+    reaper: &mut Reaper,
+    now: std::time::Instant,
+) -> Vec<Done> {
+    let alive: HashMap<i32, bool> = reaper
+        .groups()
+        .map(|(leader, g)| (leader, os.group_alive(leader, g)))
+        .collect();
+    let (done, orders) = reaper.poll(&|l| alive.get(&l).copied().unwrap_or(true), now);
+    for o in &orders {
+        carry_order(os, Some(o));
+    }
+    done
+}
+
 /// A worker group of cgroup mode: SIGKILL is `cgroup.kill`, anything else goes to every
 /// process in the cgroup.
 pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
@@ -128,19 +149,19 @@ pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
 
 /// The real processes.
 pub struct Os {
-    tx: UnboundedSender<Msg>,
+    tx: UnboundedSender<Event>,
     meter: Meter,
     my_sid: i32,
     /// The fleet's subtree in cgroup mode.
     cgroups: Option<Arc<FleetCgroups>>,
-    /// Reports a change of any followed cgroup's `cgroup.events` as [`Msg::CgroupChanged`].
+    /// Reports a change of any followed cgroup's `cgroup.events` as [`Event::CgroupChanged`].
     watcher: Option<Watcher>,
     /// Each followed worker's cgroup, by the worker's pid (for its figures).
     cgroup_of: HashMap<i32, Cgroup>,
 }
 
 impl Os {
-    pub fn new(tx: UnboundedSender<Msg>) -> Os {
+    pub fn new(tx: UnboundedSender<Event>) -> Os {
         Os {
             tx,
             meter: Meter::new(),
@@ -156,7 +177,7 @@ impl Os {
     pub fn with_cgroups(mut self, cgroups: Arc<FleetCgroups>) -> Os {
         let tx = self.tx.clone();
         self.watcher = Watcher::start(move || {
-            let _ = tx.send(Msg::CgroupChanged);
+            let _ = tx.send(Event::CgroupChanged);
         });
         self.cgroups = Some(cgroups);
         self
@@ -178,9 +199,9 @@ impl Os {
             rt.spawn(async move {
                 let _ = afd.readable().await;
                 let msg = if own {
-                    Msg::ChildEnded { pid, start }
+                    Event::ChildEnded { pid, start }
                 } else {
-                    Msg::Exited {
+                    Event::Exited {
                         pid,
                         start,
                         kind: ExitKind::Unknown,

@@ -1,6 +1,7 @@
 //! Cleaning up after workers: what is left of an ended worker's process group is
 //! terminated (SIGTERM, then SIGKILL after the stop grace) and the group is followed until
-//! it is empty; the processes themselves are reached through [`Children`].
+//! it is empty. Pure bookkeeping: it says what to signal or reap as [`Order`]s and is told
+//! which groups still have members; the driver reaches the processes through `children`.
 //!
 //! A late SIGKILL to a group must never hit an unrelated one. Where the kernel signals
 //! groups through pidfds (Linux 6.9+), the group is named by its kernel object, not its
@@ -13,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::children::Children;
 use crate::process::Pidfd;
 
 /// How a dying group is signalled and found empty.
@@ -47,6 +47,21 @@ struct Dying {
     recheck_every: Duration,
     /// Its emptying arrives as an event (a watched cgroup): no re-check is scheduled.
     evented: bool,
+}
+
+/// What the reaper asks to be done to a group or its leader.
+#[derive(Debug, Clone)]
+pub enum Order {
+    /// Signal the group `leader` leads (or led); `if_alive`: only while it has a live
+    /// member (an adopted leader that is gone does not pin a pinned group's id).
+    Signal {
+        leader: i32,
+        group: Group,
+        sig: Signal,
+        if_alive: bool,
+    },
+    /// Reap our own leader, whose zombie pinned its group id until the group emptied.
+    Reap { leader: i32 },
 }
 
 /// A group that finished cleaning up.
@@ -88,28 +103,29 @@ impl Reaper {
     }
 
     /// Starts terminating the group led by `leader`: SIGTERM now, SIGKILL at `now + grace`.
-    /// `leader_exited` says whether the leader's end was already handled.
+    /// `leader_exited` says whether the leader's end was already handled; `evented`
+    /// whether a cgroup's emptying arrives as an event (nothing re-checks it then).
     #[allow(clippy::too_many_arguments)]
     pub fn terminate(
         &mut self,
-        os: &mut dyn Children,
         leader: i32,
         group: Group,
         own_child: bool,
         leader_exited: bool,
+        evented: bool,
         now: Instant,
-    ) {
+    ) -> Option<Order> {
         if let Some(d) = self.dying.iter_mut().find(|d| d.leader == leader) {
             d.leader_exited |= leader_exited;
-            return;
+            return None;
         }
-        // An adopted leader that is gone does not pin a pinned group's id: signal such a
-        // group only while it still has members.
-        let pinned_unsafe = matches!(group, Group::Pinned) && !own_child;
-        if !pinned_unsafe || os.group_alive(leader, &group) {
-            os.signal_group(leader, &group, Signal::SIGTERM);
-        }
-        let evented = matches!(group, Group::Cgroup(_)) && os.watches_cgroups();
+        let order = Order::Signal {
+            leader,
+            group: group.clone(),
+            sig: Signal::SIGTERM,
+            if_alive: matches!(group, Group::Pinned) && !own_child,
+        };
+        let evented = evented && matches!(group, Group::Cgroup(_));
         self.dying.push(Dying {
             leader,
             evented,
@@ -121,6 +137,12 @@ impl Reaper {
             recheck_at: now + FIRST_RECHECK,
             recheck_every: FIRST_RECHECK,
         });
+        Some(order)
+    }
+
+    /// The groups being terminated, for the driver to ask which still have members.
+    pub fn groups(&self) -> impl Iterator<Item = (i32, &Group)> + '_ {
+        self.dying.iter().map(|d| (d.leader, &d.group))
     }
 
     /// Records that the leader of a group being terminated has ended.
@@ -137,17 +159,18 @@ impl Reaper {
         }
     }
 
-    /// Advances every group: SIGKILL when its grace is over, done when no live member is
-    /// left and the leader's end was handled (then a pinned leader is reaped). Called on
-    /// events (a child ended, a deadline came): the cost is one syscall per dying group,
-    /// or a `/proc` read per pinned group.
-    pub fn poll(&mut self, os: &mut dyn Children, now: Instant) -> Vec<Done> {
+    /// Advances every group by `alive` (whether each leader's group still has a live
+    /// member; one not named counts as alive): SIGKILL when its grace is over, done when
+    /// no live member is left and the leader's end was handled (then a pinned leader is
+    /// reaped). Called at the end of every loop turn.
+    pub fn poll(&mut self, alive: &dyn Fn(i32) -> bool, now: Instant) -> (Vec<Done>, Vec<Order>) {
         let mut done = Vec::new();
+        let mut orders = Vec::new();
         self.dying.retain_mut(|d| {
-            let members = os.group_alive(d.leader, &d.group);
+            let members = alive(d.leader);
             if !members && d.leader_exited {
                 if d.own_child && matches!(d.group, Group::Pinned) {
-                    os.reap(d.leader);
+                    orders.push(Order::Reap { leader: d.leader });
                 }
                 done.push(Done {
                     leader: d.leader,
@@ -156,7 +179,12 @@ impl Reaper {
                 return false;
             }
             if members && now >= d.kill_at && !d.killed {
-                os.signal_group(d.leader, &d.group, Signal::SIGKILL);
+                orders.push(Order::Signal {
+                    leader: d.leader,
+                    group: d.group.clone(),
+                    sig: Signal::SIGKILL,
+                    if_alive: false,
+                });
                 d.killed = true;
             }
             if now >= d.recheck_at {
@@ -165,7 +193,7 @@ impl Reaper {
             }
             true
         });
-        done
+        (done, orders)
     }
 
     /// When the next SIGKILL or re-check is due while groups are pending.
@@ -235,11 +263,12 @@ mod tests {
             let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
             let mut os = super::super::children::Os::new(tx);
             let mut r = Reaper::new(Duration::from_secs(30));
-            r.terminate(&mut os, s.pid, group, true, true, Instant::now());
+            let order = r.terminate(s.pid, group, true, true, false, Instant::now());
+            super::super::children::carry_order(&mut os, order.as_ref());
             let mut done = Vec::new();
             while done.is_empty() {
                 assert!(Instant::now() < deadline, "group never emptied");
-                done = r.poll(&mut os, Instant::now());
+                done = super::super::children::poll_reaper(&mut os, &mut r, Instant::now());
                 std::thread::sleep(Duration::from_millis(20));
             }
             assert_eq!(
@@ -316,7 +345,12 @@ mod cgroup_tests {
             )
             .unwrap();
             let deadline = Instant::now() + Duration::from_secs(20);
-            while !gc.exists() || process::child_exit(s.pid, false).is_none() {
+            // The escaper writes its pid after the shell created the file: wait for a
+            // number, not just the file.
+            let written = |p: &std::path::Path| {
+                std::fs::read_to_string(p).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
+            };
+            while !written(&gc) || process::child_exit(s.pid, false).is_none() {
                 assert!(Instant::now() < deadline, "worker never ended");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -333,21 +367,22 @@ mod cgroup_tests {
             let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
             let mut os = Os::new(otx);
             let mut r = Reaper::new(Duration::from_millis(200));
-            r.terminate(
-                &mut os,
+            let order = r.terminate(
                 s.pid,
                 Group::Cgroup(cg.0.clone()),
                 true,
                 true,
+                true,
                 Instant::now(),
             );
+            super::super::children::carry_order(&mut os, order.as_ref());
             while rx.try_recv().is_ok() {}
             // The SIGTERM is ignored; past the grace the next poll sends `cgroup.kill`.
             let mut done = Vec::new();
             while done.is_empty() && !r.dying.first().is_some_and(|d| d.killed) {
                 assert!(Instant::now() < deadline, "never killed");
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                done = r.poll(&mut os, Instant::now());
+                done = super::super::children::poll_reaper(&mut os, &mut r, Instant::now());
             }
             // The kernel says the cgroup emptied: an inotify event, nothing polled.
             let ev = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
@@ -357,7 +392,7 @@ mod cgroup_tests {
             );
             while done.is_empty() {
                 assert!(Instant::now() < deadline, "cgroup never emptied");
-                done = r.poll(&mut os, Instant::now());
+                done = super::super::children::poll_reaper(&mut os, &mut r, Instant::now());
                 if done.is_empty() {
                     let _ = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
                 }

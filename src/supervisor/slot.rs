@@ -75,11 +75,27 @@ pub struct LiveWorker {
     pub cgroup: Option<std::sync::Arc<crate::cgroup::Cgroup>>,
 }
 
+/// A worker asked for and not yet started: what it is started with and named by.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The fleet's spawn number, which the answer names.
+    pub seq: u64,
+    pub id: String,
+    pub started: Instant,
+    /// See [`LiveWorker::queue_at_spawn`].
+    pub queue_at_spawn: Option<BTreeSet<u64>>,
+    /// The slot's phase before, back when the spawn fails.
+    pub was: Box<Phase>,
+}
+
 // Unboxed on purpose: a running worker is the common phase of a slot, and a fleet has at
 // most 1,024 slots, so the space a smaller phase leaves unused costs nothing that matters.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Phase {
+    /// A spawn was asked for and its answer has not come yet (it comes before the next
+    /// outside event).
+    Starting(Pending),
     Running(LiveWorker),
     /// Exited 0; waits until the tracker shows work. `confirmed` once a queue check saw it
     /// empty (until then the idling is provisional and not logged).
@@ -162,6 +178,11 @@ impl Slot {
         }
     }
 
+    /// A worker runs or is being started here.
+    pub fn occupied(&self) -> bool {
+        matches!(self.phase, Phase::Running(_) | Phase::Starting(_))
+    }
+
     pub fn is_parked(&self) -> bool {
         matches!(self.phase, Phase::Fatal | Phase::CircuitOpen)
     }
@@ -231,7 +252,7 @@ impl Slot {
             {
                 SlotState::HalfOpen
             }
-            Phase::Running(_) => SlotState::Running,
+            Phase::Running(_) | Phase::Starting(_) => SlotState::Running,
             Phase::Idle { .. } if self.stopped => SlotState::Stopped,
             Phase::Idle { .. } => SlotState::Idle,
             Phase::Fatal | Phase::CircuitOpen => SlotState::Parked,

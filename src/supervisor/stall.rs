@@ -110,6 +110,25 @@ pub fn progress_epoch(started_epoch: u64, log: &Path, attempt: Option<&Attempt>)
     started_epoch.max(log_t).max(live_t)
 }
 
+/// Longest issue title kept for `status` (the whole title reaches the agent as a file).
+const TITLE_MAX_CHARS: usize = 200;
+
+/// The title of the issue `a` works, from its `afk.state.json` (read once per issue by the
+/// caller), cut to [`TITLE_MAX_CHARS`]; `None` while the worker has not recorded it.
+pub fn attempt_title(a: &Attempt) -> Option<String> {
+    let t = crate::attempt_state::AttemptState::read(&a.dir)
+        .ok()
+        .flatten()
+        .and_then(|st| st.current)
+        .filter(|c| c.number.is_none_or(|n| n == a.issue))
+        .and_then(|c| c.title)
+        .filter(|t| !t.trim().is_empty())?;
+    Some(match t.char_indices().nth(TITLE_MAX_CHARS) {
+        Some((end, _)) => format!("{}…", &t[..end]),
+        None => t,
+    })
+}
+
 /// Whether `used_ms` of CPU over `wall_ms` is progress: more than `floor_permille`
 /// thousandths of a core. A hung agent's worker polls now and then (a clock tick in tens of
 /// seconds); counting any change would reset the stall clock forever.

@@ -91,7 +91,7 @@ impl Fleet {
                 ),
             ),
         };
-        self.log(Event::now(event, msg));
+        self.log(LogLine::now(event, msg));
         self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
         self.holds.held = Some((h, resume_at));
     }
@@ -115,7 +115,7 @@ impl Fleet {
         self.holds.held = None;
         self.record.dirty = true;
         if kind == HoldKind::Budget {
-            self.log(Event::now(
+            self.log(LogLine::now(
                 kind::FLEET_BUDGET_RESUMED,
                 "a new budget day began: the fleet claims again",
             ));
@@ -131,7 +131,7 @@ impl Fleet {
             slot.phase = Phase::Idle { confirmed: true };
         }
         self.log(
-            Event::now(
+            LogLine::now(
                 kind::FLEET_AGENT_PROBE,
                 format!("agent pause over: one probe in slot {idx} before the whole fleet"),
             )
@@ -165,14 +165,14 @@ impl Fleet {
             .find(|s| {
                 s.index < self.pool.target
                     && !s.retiring
-                    && s.worker().is_none()
+                    && !s.occupied()
                     && !matches!(s.phase, Phase::Fatal)
             })
             .map(|s| s.index)
     }
 
     fn agent_resumed(&mut self, why: &str) {
-        self.log(Event::now(
+        self.log(LogLine::now(
             kind::FLEET_AGENT_RESUMED,
             format!("agent resumed: {why}; every slot claims again"),
         ));
