@@ -151,16 +151,7 @@ impl Driver {
         self.feed(fleet, Event::Turn { alive }, now);
         if fleet.stopping().is_none() {
             self.strays.kill_due(&mut *self.children, now);
-            let keep = fleet.covered();
-            let lane = self.layout.supervisor_lane();
-            let scope = Scope {
-                os: &mut *self.children,
-                keep: &keep,
-                lane: &lane,
-                grace: self.grace,
-            };
-            let lines = self.strays.retry_due(scope, now);
-            self.log_through(fleet, lines, now);
+            self.with_strays(fleet, now, |strays, scope| strays.retry_due(scope, now));
         }
         if fleet.tick_due(now) {
             let facts = self.tick_facts(fleet, now);
@@ -205,17 +196,13 @@ impl Driver {
         if !fleet.stop_settled() {
             return false;
         }
-        let keep = fleet.covered();
-        let lane = self.layout.supervisor_lane();
         let kept = fleet.cgroup_mode().then(|| fleet.ended_cgroups());
-        let scope = Scope {
-            os: &mut *self.children,
-            keep: &keep,
-            lane: &lane,
-            grace: self.grace,
-        };
-        let (none_left, lines) = self.strays.sweep(scope, kept.as_deref(), now);
-        self.log_through(fleet, lines, now);
+        let mut none_left = false;
+        self.with_strays(fleet, now, |strays, scope| {
+            let (none, lines) = strays.sweep(scope, kept.as_deref(), now);
+            none_left = none;
+            lines
+        });
         none_left
     }
 
@@ -276,6 +263,26 @@ impl Driver {
             let effects = fleet.handle(Event::Exited { pid, start, kind }, now);
             self.carry(fleet, effects, now);
         }
+    }
+
+    /// Runs `f` on the strays with what a search must leave alone (the fleet's workers),
+    /// and logs what it says through the fleet.
+    fn with_strays(
+        &mut self,
+        fleet: &mut Fleet,
+        now: Instant,
+        f: impl FnOnce(&mut Strays, Scope<'_>) -> Vec<LogLine>,
+    ) {
+        let keep = fleet.covered();
+        let lane = self.layout.supervisor_lane();
+        let scope = Scope {
+            os: &mut *self.children,
+            keep: &keep,
+            lane: &lane,
+            grace: self.grace,
+        };
+        let lines = f(&mut self.strays, scope);
+        self.log_through(fleet, lines, now);
     }
 
     fn log_through(&mut self, fleet: &mut Fleet, lines: Vec<LogLine>, now: Instant) {
@@ -375,16 +382,7 @@ impl Driver {
                 return Some(Event::CgroupFinished { leader, figures });
             }
             Effect::SearchStrays(ended) => {
-                let keep = fleet.covered();
-                let lane = self.layout.supervisor_lane();
-                let scope = Scope {
-                    os: &mut *self.children,
-                    keep: &keep,
-                    lane: &lane,
-                    grace: self.grace,
-                };
-                let lines = self.strays.search(scope, ended, now);
-                self.log_through(fleet, lines, now);
+                self.with_strays(fleet, now, |strays, scope| strays.search(scope, ended, now));
             }
             Effect::ReapOrphans => self.sigchld(fleet, now),
         }

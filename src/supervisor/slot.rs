@@ -45,7 +45,41 @@ pub struct Unclaimable {
     pub confirmed: bool,
 }
 
-/// A live worker in a slot.
+/// What the ticks have learned of a running worker; none of it outlives the run.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Flagged for no progress for `stall_s` (logged once each way).
+    pub stalled: bool,
+    /// The issue its current attempt works on.
+    pub issue: Option<u64>,
+    /// Its newest sign of life, epoch seconds.
+    pub progress_epoch: u64,
+    /// The tree's CPU and memory at the last reading, and when its CPU time last moved (a
+    /// worker that computes is making progress whatever its files say).
+    pub usage: Option<crate::supervisor::usage::Usage>,
+    pub cpu_moved_epoch: u64,
+}
+
+impl Seen {
+    /// Nothing seen yet of a worker whose life began at `epoch`.
+    pub fn since(epoch: u64) -> Seen {
+        Seen {
+            stalled: false,
+            issue: None,
+            progress_epoch: epoch,
+            usage: None,
+            cpu_moved_epoch: epoch,
+        }
+    }
+
+    /// Its newest sign of life of any kind (files or CPU), epoch seconds.
+    pub fn last_sign(&self) -> u64 {
+        self.progress_epoch.max(self.cpu_moved_epoch)
+    }
+}
+
+/// A running worker in a slot (the `Running` state; `Pending` is before it, the slot's
+/// idle and parked phases after): how it is reached and named, and what is seen of it.
 #[derive(Debug, Clone)]
 pub struct LiveWorker {
     pub pid: i32,
@@ -60,13 +94,8 @@ pub struct LiveWorker {
     pub pidfd: Option<std::sync::Arc<crate::process::Pidfd>>,
     pub log: PathBuf,
     pub kill: Option<KillReason>,
-    pub stalled: bool,
-    pub issue: Option<u64>,
-    pub progress_epoch: u64,
-    /// The tree's CPU and memory at the last tick, and when its CPU time last moved (a
-    /// worker that computes is making progress whatever its files say).
-    pub usage: Option<crate::supervisor::usage::Usage>,
-    pub cpu_moved_epoch: u64,
+    /// What the ticks learned of it while it runs.
+    pub seen: Seen,
     /// The claimable issues as the supervisor last saw them when this worker started
     /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
     /// still exactly this afterwards: a worker that took an issue changed it.
@@ -225,7 +254,7 @@ impl Slot {
 
     /// The title of the current worker's issue, when known.
     pub fn issue_title(&self) -> Option<String> {
-        let issue = self.worker()?.issue?;
+        let issue = self.worker()?.seen.issue?;
         self.shown
             .title
             .as_ref()
@@ -246,7 +275,7 @@ impl Slot {
     pub fn shown_state(&self) -> SlotState {
         match &self.phase {
             Phase::Running(_) if self.retiring => SlotState::Retiring,
-            Phase::Running(w) if w.stalled => SlotState::Stalled,
+            Phase::Running(w) if w.seen.stalled => SlotState::Stalled,
             Phase::Running(_)
                 if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) =>
             {

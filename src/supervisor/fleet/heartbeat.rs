@@ -150,9 +150,9 @@ impl Fleet {
                     worker_id: s.worker().map(|w| w.id.clone()),
                     started_epoch: s.worker().map(|w| w.started_epoch),
                     restarts: s.restarts,
-                    issue: s.worker().and_then(|w| w.issue),
-                    cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
-                    rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
+                    issue: s.worker().and_then(|w| w.seen.issue),
+                    cpu_ms: s.worker().and_then(|w| w.seen.usage).map(|u| u.cpu_ms),
+                    rss_kib: s.worker().and_then(|w| w.seen.usage).map(|u| u.rss_kib),
                     reason: s.park_reason(),
                     title: s.issue_title(),
                     cpu_permille: s.cpu_permille(),
@@ -165,7 +165,7 @@ impl Fleet {
                         .map(|c| c.dir().display().to_string()),
                     memory_peak_kib: s
                         .worker()
-                        .and_then(|w| w.usage)
+                        .and_then(|w| w.seen.usage)
                         .and_then(|u| u.memory_peak_kib),
                 })
                 .collect(),

@@ -28,7 +28,7 @@ pub use super::event::{Adopted, Adoptee, Event, QueueError, TrackerUnavailable};
 use super::reaper::{Done, Group, Reaper};
 use super::release::DeadWorker;
 use super::resize::{Found, Resize};
-use super::slot::{KillReason, LiveWorker, Pending, Phase, Slot, Unclaimable};
+use super::slot::{KillReason, LiveWorker, Pending, Phase, Seen, Slot, Unclaimable};
 use super::spawn::ExitKind;
 use super::state_file::{self, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
 use super::texts::{self, TickCounts, kind};

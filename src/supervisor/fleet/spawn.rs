@@ -90,18 +90,7 @@ impl Fleet {
         log: std::path::PathBuf,
         cgroup: Option<crate::cgroup::Cgroup>,
     ) {
-        let Some(slot) = self.pool.slots.get_mut(&idx) else {
-            return;
-        };
-        let Phase::Starting(p) = &slot.phase else {
-            return;
-        };
-        if p.seq != seq {
-            return;
-        }
-        let Phase::Starting(p) =
-            std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false })
-        else {
+        let Some((slot, p)) = self.answered(idx, seq) else {
             return;
         };
         let now_e = now_epoch();
@@ -115,11 +104,7 @@ impl Fleet {
             pidfd: s.pidfd,
             log,
             kill: None,
-            stalled: false,
-            issue: None,
-            progress_epoch: now_e,
-            usage: None,
-            cpu_moved_epoch: now_e,
+            seen: Seen::since(now_e),
             queue_at_spawn: p.queue_at_spawn,
             cgroup: cgroup.map(Arc::new),
         });
@@ -140,24 +125,25 @@ impl Fleet {
     /// The worker of spawn `seq` in slot `idx` could not even start: it died fast; the
     /// circuit decides whether to try again at once or park the slot.
     pub(super) fn spawn_failed(&mut self, idx: usize, seq: u64, error: String, now: Instant) {
-        let Some(slot) = self.pool.slots.get_mut(&idx) else {
-            return;
-        };
-        let Phase::Starting(p) = &slot.phase else {
-            return;
-        };
-        if p.seq != seq {
-            return;
-        }
-        let Phase::Starting(p) =
-            std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false })
-        else {
+        let Some((slot, p)) = self.answered(idx, seq) else {
             return;
         };
         slot.phase = *p.was;
         self.log(LogLine::now(kind::SPAWN_FAILED, error).slot(idx));
         if self.death(idx, now, now) {
             self.spawn_in(idx, now);
+        }
+    }
+
+    /// Slot `idx` and its spawn `seq` now answered (`None`: not that spawn's answer).
+    fn answered(&mut self, idx: usize, seq: u64) -> Option<(&mut Slot, Pending)> {
+        let slot = self.pool.slots.get_mut(&idx)?;
+        if !matches!(&slot.phase, Phase::Starting(p) if p.seq == seq) {
+            return None;
+        }
+        match std::mem::replace(&mut slot.phase, Phase::Idle { confirmed: false }) {
+            Phase::Starting(p) => Some((slot, p)),
+            _ => None,
         }
     }
 }

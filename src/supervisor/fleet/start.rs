@@ -74,11 +74,7 @@ impl Fleet {
             pidfd: fd,
             log,
             kill: None,
-            stalled: false,
-            issue: None,
-            progress_epoch: started_epoch,
-            usage: None,
-            cpu_moved_epoch: started_epoch,
+            seen: Seen::since(started_epoch),
             queue_at_spawn: None,
             cgroup: a.cgroup.clone().map(Arc::new),
         });

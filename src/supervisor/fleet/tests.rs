@@ -243,6 +243,14 @@ impl Bench {
         };
         self.feed(Event::Control(control), secs);
     }
+    /// The worker in `slot` has shown no sign of life since `epoch` (its start included).
+    fn quiet_since(&mut self, slot: usize, epoch: u64) {
+        let slot = self.fleet.pool.slots.get_mut(&slot).unwrap();
+        let w = slot.worker_mut().unwrap();
+        w.started_epoch = epoch;
+        w.seen.cpu_moved_epoch = epoch;
+        w.seen.progress_epoch = epoch;
+    }
     fn spawns(&self) -> usize {
         self.world.spawns.len()
     }
@@ -419,21 +427,8 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     b.start();
     let pid = b.pid_in(0).unwrap();
     let long_ago = crate::timeutil::now_epoch() - 1000;
-    let set_started = |b: &mut Bench, epoch: u64| {
-        let w = b
-            .fleet
-            .pool
-            .slots
-            .get_mut(&0)
-            .unwrap()
-            .worker_mut()
-            .unwrap();
-        w.started_epoch = epoch;
-        w.cpu_moved_epoch = epoch;
-        w.progress_epoch = epoch;
-    };
     // Started 1000 s ago (past stall_s = 600), no log, no liveness record, no CPU seen.
-    set_started(&mut b, long_ago);
+    b.quiet_since(0, long_ago);
     b.tick(1.0);
     assert_eq!(b.count("slot.stalled"), 1, "{:?}", b.kinds());
     // Its tree computes: the first reading is the baseline, a moved one is progress.
@@ -466,7 +461,7 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     assert_eq!(snap.slot_detail[0].cpu_ms, Some(1600));
     assert_eq!(snap.slot_detail[0].rss_kib, Some(1024));
     // Quiet again for longer than stall_kill_s (1800 s): its group is terminated.
-    set_started(&mut b, long_ago - 1000);
+    b.quiet_since(0, long_ago - 1000);
     b.tick(220.0);
     assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
     assert!(b.signalled(pid, Signal::SIGTERM));
@@ -752,17 +747,7 @@ fn a_stall_kill_marks_the_attempt_before_the_signal() {
     b.start();
     let pid = b.pid_in(0).unwrap();
     let long_ago = crate::timeutil::now_epoch() - 4000;
-    let w = b
-        .fleet
-        .pool
-        .slots
-        .get_mut(&0)
-        .unwrap()
-        .worker_mut()
-        .unwrap();
-    w.started_epoch = long_ago;
-    w.cpu_moved_epoch = long_ago;
-    w.progress_epoch = long_ago;
+    b.quiet_since(0, long_ago);
     let attempt = crate::supervisor::stall::Attempt {
         dir: "/afk-unit-fleet/attempt".into(),
         issue: 7,

@@ -158,8 +158,8 @@ impl Fleet {
             .values()
             .filter_map(|s| {
                 let w = s.worker()?;
-                let seen = w.progress_epoch.max(w.cpu_moved_epoch);
-                let due = all || w.stalled || now_e.saturating_sub(seen) >= stall_s;
+                let due =
+                    all || w.seen.stalled || now_e.saturating_sub(w.seen.last_sign()) >= stall_s;
                 due.then(|| ProgressQuery {
                     pid: w.pid,
                     worker_id: w.id.clone(),
@@ -267,18 +267,18 @@ impl Fleet {
             let work = |u: Usage| {
                 if agent_only { u.agent_cpu_ms } else { u.cpu_ms }
             };
-            if let (Some(u), Some(before), Some(t)) = (u, w.usage, previous_read) {
+            if let (Some(u), Some(before), Some(t)) = (u, w.seen.usage, previous_read) {
                 let used = work(u).saturating_sub(work(before));
                 let wall =
                     u64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX);
                 if stall::cpu_progressed(used, wall, floor) {
-                    w.cpu_moved_epoch = now_e;
+                    w.seen.cpu_moved_epoch = now_e;
                 }
             }
             slot.shown.cpu_permille = u
                 .and_then(|u| cpu_permille(w, u, previous_read, now))
                 .map(|c| (w.pid, c));
-            w.usage = u;
+            w.seen.usage = u;
         }
     }
 
@@ -301,16 +301,17 @@ impl Fleet {
                 continue;
             };
             // A worker started since the driver read the files is read at the next tick.
-            let Some(seen) = files.remove(&w.pid) else {
+            let Some(read) = files.remove(&w.pid) else {
                 continue;
             };
-            let attempt = seen.attempt;
-            w.issue = attempt.as_ref().map(|a| a.issue);
-            if let (Some(a), Some(t)) = (&attempt, seen.title) {
+            let attempt = read.attempt;
+            w.seen.issue = attempt.as_ref().map(|a| a.issue);
+            if let (Some(a), Some(t)) = (&attempt, read.title) {
                 slot.shown.title = Some((a.issue, t));
             }
-            w.progress_epoch = seen.files_epoch.max(w.cpu_moved_epoch);
-            self.record.last_progress_epoch = self.record.last_progress_epoch.max(w.progress_epoch);
+            w.seen.progress_epoch = read.files_epoch.max(w.seen.cpu_moved_epoch);
+            self.record.last_progress_epoch =
+                self.record.last_progress_epoch.max(w.seen.progress_epoch);
             if w.kill.is_some() {
                 continue;
             }
@@ -320,7 +321,7 @@ impl Fleet {
                 w.id.clone(),
                 super::stop::group_for(self.procs.pidfd_groups, w),
             );
-            let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
+            let ev = match stall::progress(now_e, w.seen.progress_epoch, stall_s, kill_s) {
                 stall::Progress::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
                     // Marked before the signal, so the worker that gives its issue back
@@ -339,15 +340,15 @@ impl Fleet {
                         ),
                     )
                 }
-                stall::Progress::Stalled { idle_s } if !w.stalled => {
-                    w.stalled = true;
+                stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
+                    w.seen.stalled = true;
                     LogLine::now(
                         kind::STALLED,
                         format!("worker {id} stalled: no progress for {idle_s}s"),
                     )
                 }
-                stall::Progress::Progressing if w.stalled => {
-                    w.stalled = false;
+                stall::Progress::Progressing if w.seen.stalled => {
+                    w.seen.stalled = false;
                     LogLine::now(kind::PROGRESS, format!("worker {id} progressing again"))
                 }
                 _ => continue,
@@ -367,7 +368,7 @@ fn cpu_permille(
     previous_read: Option<Instant>,
     now: Instant,
 ) -> Option<u64> {
-    let (used_ms, since) = match (w.usage, previous_read) {
+    let (used_ms, since) = match (w.seen.usage, previous_read) {
         (Some(before), Some(t)) => (u.cpu_ms.saturating_sub(before.cpu_ms), t),
         _ => (u.cpu_ms, w.started),
     };
