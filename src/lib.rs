@@ -13,19 +13,21 @@
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
 //!   the cli turns into its exit code) and `program` (finding the agent's program).
-//! - `supervisor`: the fleet, in this import order (top first): `run` (start-up and the
-//!   tokio event loop), `driver` (carries the fleet's effects out and feeds their answers
-//!   back), `strays` (escaped descendants, found in the process table), `fleet` (the pure
-//!   state machine: `handle(event, now)` returns effects; one file per event), `effect`
-//!   (what the fleet asks done), `children` (the one door to OS processes),
-//!   `event` (what happens to the fleet, sent by the helper threads too), `reaper` (a
-//!   dying group's bookkeeping), `periodic` (work on a timer: the belts, slot-log expiry)
-//!   above `belt` (the unblock pass, one belt per tracker on the host), `circuit` (one
-//!   slot's), `fleet_circuit` (the whole fleet's), `control` (`status`/`scale`/`stop`),
-//!   `operator` (the operator pause, one slot's stop/restart, who asked) with
-//!   `slot_control` (its request file), `lock` (one supervisor per repo), `release` (a
-//!   dead worker's issues back), `isolation` (cgroup or process-group, chosen at
-//!   start-up), `slot`, `stall`, `state_file`, `journal`, `usage`, `spawn`.
+//! - `supervisor`: the fleet; its modules in import order too (each imports only from
+//!   those after it): `run` (start-up and the tokio event loop), `periodic` (work on a
+//!   timer: the belts, slot-log expiry) and `slot_logs`, `operator` (the operator pause,
+//!   one slot's stop/restart, who asked), `control` (`status`/`scale`/`stop`), `lock` (one
+//!   supervisor per repo), `isolation` (cgroup or process-group, chosen at start-up),
+//!   `driver` (feeds the fleet events, carries its effects out, feeds the answers back),
+//!   `strays` (escaped descendants, found in the process table), `journal`, `fleet` (the
+//!   pure state machine: `handle(event, now)` returns effects; one file per event),
+//!   `effect` (what the fleet asks done), `release` (a dead worker's issues back),
+//!   `children` (the one door to OS processes; `crate::process` holds the facts about
+//!   them), `reaper` (a dying group's bookkeeping), `event` (what happens to the fleet),
+//!   `slot`, `fleet_circuit` (the whole fleet's circuit), `circuit` (one slot's), `holds`,
+//!   `resize`, `slot_control` (the operator's request file), `stall`, `spawn`, `notify`,
+//!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
+//!   `texts`, `rescue_killed`.
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).

@@ -18,7 +18,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::children::{self, Children};
 use super::effect::Effect;
 use super::event::{
-    Adopted, Adoptee, ControlFiles, Event, QueueError, TickFacts, TrackerUnavailable, WorkerFiles,
+    Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
+    WorkerFiles,
 };
 use super::fleet::Fleet;
 use super::journal::Journal;
@@ -116,7 +117,7 @@ impl Driver {
                 }
             })
             .collect();
-        let effects = fleet.start(adopted, dead, had_state, now);
+        let effects = fleet.start(adopted, dead, had_state, Now::system(now));
         self.carry(fleet, effects, now);
     }
 
@@ -127,7 +128,7 @@ impl Driver {
             Event::ChildEnded { pid, start } => self.child_ended(fleet, pid, start, now),
             Event::Sigchld => self.sigchld(fleet, now),
             event => {
-                let effects = fleet.handle(event, now);
+                let effects = fleet.handle(event, Now::system(now));
                 self.carry(fleet, effects, now);
             }
         }
@@ -260,7 +261,7 @@ impl Driver {
             return;
         };
         if let Some(kind) = self.children.exit_of(pid, keep_zombie) {
-            let effects = fleet.handle(Event::Exited { pid, start, kind }, now);
+            let effects = fleet.handle(Event::Exited { pid, start, kind }, Now::system(now));
             self.carry(fleet, effects, now);
         }
     }
@@ -296,7 +297,7 @@ impl Driver {
     pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
         for e in effects {
             if let Some(answer) = self.effect(fleet, e, now) {
-                let more = fleet.handle(answer, now);
+                let more = fleet.handle(answer, Now::system(now));
                 self.carry(fleet, more, now);
             }
         }

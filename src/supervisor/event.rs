@@ -93,6 +93,25 @@ pub enum Event {
     CgroupFinished { leader: i32, figures: Figures },
 }
 
+/// When an event happened: the monotonic instant every deadline is measured on, and the
+/// wall-clock time its records are stamped with (epoch seconds, the event log's `ts`).
+/// Both come in with the event; the fleet reads no clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub at: std::time::Instant,
+    pub wall: std::time::SystemTime,
+}
+
+impl Now {
+    /// `at`, with the system's wall clock now.
+    pub fn system(at: std::time::Instant) -> Now {
+        Now {
+            at,
+            wall: std::time::SystemTime::now(),
+        }
+    }
+}
+
 /// The control files the operator writes, as read once for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlFiles {
@@ -184,4 +203,27 @@ pub enum QueueError {
     Unavailable(TrackerUnavailable),
     #[error(transparent)]
     Tracker(#[from] TrackerError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracker::ErrorKind;
+
+    /// The texts the event log and `status` showed when these were strings.
+    #[test]
+    fn a_queue_errors_text_is_the_one_the_log_always_showed() {
+        let unopened = QueueError::Unavailable(TrackerUnavailable::NotOpened);
+        assert_eq!(unopened.to_string(), "tracker unavailable: not opened yet");
+        let select = SelectError::NotLoggedIn {
+            because: "origin is on GitHub",
+            detail: "exit 1".into(),
+        };
+        assert_eq!(
+            QueueError::Unavailable(TrackerUnavailable::from(select.clone())).to_string(),
+            format!("tracker unavailable: {select}")
+        );
+        let call = TrackerError::new(ErrorKind::Transient, "gh issue list", "timed out");
+        assert_eq!(QueueError::from(call.clone()).to_string(), call.to_string());
+    }
 }

@@ -335,7 +335,7 @@ async fn run_fleet(
         argv,
         (lock.pid, lock.start),
         process::pidfd_groups(),
-        Instant::now(),
+        super::event::Now::system(Instant::now()),
     );
     fleet.set_isolation(isolation.describe(), isolation.cgroups().is_some(), evented);
     fleet.set_tracker(tracker.clone());

@@ -35,7 +35,7 @@ impl Fleet {
             } => {
                 slot.phase = Phase::CircuitOpen;
                 let msg = texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
-                self.log(LogLine::now(kind::CIRCUIT_TRIP, msg).slot(idx));
+                self.log(line(kind::CIRCUIT_TRIP, msg).slot(idx));
                 self.note_slot_trip(idx, now);
                 false
             }
@@ -46,7 +46,7 @@ impl Fleet {
             } => {
                 slot.phase = Phase::CircuitOpen;
                 let msg = texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
-                self.log(LogLine::now(kind::CIRCUIT_REPARKED, msg).slot(idx));
+                self.log(line(kind::CIRCUIT_REPARKED, msg).slot(idx));
                 false
             }
         }
@@ -106,7 +106,7 @@ impl Fleet {
         let lived = now.saturating_duration_since(w.started);
         tracing::debug!(slot = idx, pid, %exit, lived_ms = lived.as_millis() as u64, "worker ended");
         self.log(
-            LogLine::now(
+            line(
                 kind::EXIT,
                 format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
             )
@@ -173,7 +173,7 @@ impl Fleet {
                     slot: idx,
                     log: w.log.clone(),
                 });
-                self.log(LogLine::now(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
+                self.log(line(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
             }
             ExitKind::Code(
                 code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
@@ -193,7 +193,7 @@ impl Fleet {
                      the next queue check decides",
                     w.id,
                 );
-                self.log(LogLine::now(kind::IDLE, msg).slot(idx));
+                self.log(line(kind::IDLE, msg).slot(idx));
             }
             ExitKind::Code(crate::exit::AGENT_PAUSED) => {
                 // The agent's account (or the day's budget) holds the whole fleet, not
@@ -203,7 +203,7 @@ impl Fleet {
                     w.id,
                     crate::exit::AGENT_PAUSED
                 );
-                self.log(LogLine::now(kind::IDLE, msg).slot(idx));
+                self.log(line(kind::IDLE, msg).slot(idx));
                 self.request_queue();
             }
             ExitKind::Code(0) => {
@@ -214,7 +214,7 @@ impl Fleet {
                     .is_some_and(|s| s.circuit.on_clean_exit());
                 if closed {
                     let msg = texts::closed(idx, lived.as_secs());
-                    self.log(LogLine::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                    self.log(line(kind::CIRCUIT_CLOSED, msg).slot(idx));
                 }
                 self.note_fast_clean_exit(idx, lived, w.queue_at_spawn.clone());
                 // Idle until a queue check says otherwise (logged once confirmed empty).

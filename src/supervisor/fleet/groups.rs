@@ -188,7 +188,7 @@ impl Fleet {
                 f.oom_kills.unwrap_or(0)
             ));
         }
-        self.log(LogLine::now(kind::FIGURES, msg).slot(slot).pid(leader));
+        self.log(line(kind::FIGURES, msg).slot(slot).pid(leader));
         if self.stopping.is_some() {
             self.procs.pending_release.clear();
             return;

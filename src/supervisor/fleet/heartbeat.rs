@@ -1,7 +1,9 @@
 //! What the fleet tells: the event log's lines, and the heartbeat `state.toon` asked for
 //! after every transition and at every tick (the driver writes both).
 
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
+
+use crate::timeutil::rfc3339_millis;
 
 use super::*;
 
@@ -37,13 +39,25 @@ pub(super) struct Record {
 /// file's, `lock.rs`).
 pub(super) const HEARTBEAT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// A line of the fleet's own for the event log, stamped when logged ([`Fleet::log`]).
+pub(super) fn line(kind: &str, msg: impl Into<String>) -> LogLine {
+    LogLine {
+        ts: String::new(),
+        kind: kind.to_string(),
+        slot: None,
+        pid: None,
+        issue: None,
+        msg: msg.into(),
+    }
+}
+
 impl Record {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(epoch: u64) -> Self {
         Record {
             dirty: true,
             tick_line: None,
             boot_suite: None,
-            last_progress_epoch: now_epoch(),
+            last_progress_epoch: epoch,
             resize_reported: None,
             slot_control_seen: None,
             stop_file_reported: None,
@@ -54,11 +68,21 @@ impl Record {
 }
 
 impl Fleet {
-    pub fn log(&mut self, ev: LogLine) {
+    /// Logs `ev`, stamped with the event's time when it has none (a line of the fleet's
+    /// own; one from a helper thread keeps its time).
+    pub fn log(&mut self, mut ev: LogLine) {
         if ev.kind != kind::TICK {
             self.record.dirty = true;
         }
+        if ev.ts.is_empty() {
+            ev.ts = rfc3339_millis(self.wall);
+        }
         self.emit(Effect::Log(ev));
+    }
+
+    /// The wall-clock time of the event being handled, epoch seconds.
+    pub(super) fn epoch(&self) -> u64 {
+        epoch_secs(self.wall)
     }
 
     /// Whether a transition happened since the last heartbeat.
@@ -97,7 +121,7 @@ impl Fleet {
     pub fn take_tick_line(&mut self) -> Option<String> {
         let line = self.record.tick_line.take()?;
         // A hold is what a person must see first (`agent paused: usage limit, …`).
-        Some(match self.holds.words(now_epoch()) {
+        Some(match self.holds.words(self.epoch()) {
             Some(h) => format!("{h}; {line}"),
             None => line,
         })
@@ -106,9 +130,9 @@ impl Fleet {
     pub fn snapshot(&mut self, now: Instant) -> StateFile {
         let churn = self.churn.in_window(now, self.timing.circuit_window_s);
         let slots = self.slot_counts();
-        let sys_now = SystemTime::now();
+        let sys_now = self.wall;
         StateFile {
-            ts: now_rfc3339_millis(),
+            ts: rfc3339_millis(sys_now),
             epoch: epoch_secs(sys_now),
             pid: self.launch.me.0,
             pid_start_time: self.launch.me.1,

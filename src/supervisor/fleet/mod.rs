@@ -1,12 +1,12 @@
 //! The fleet: every slot's state machine, as a pure function of events.
 //!
-//! [`Fleet::handle`] takes one [`Event`] and the time it happened and returns the
-//! [`Effect`]s it decided, in order; nothing here touches a file, a process, the journal,
-//! the loop's channel or a clock's monotonic time (wall-clock seconds, `now_epoch`, still
-//! stamp what it records). The driver (`supervisor::driver`) turns each source (a worker's
-//! pidfd, a signal, a tracker answer, the timer) into an event, carries the effects out
-//! and feeds their answers (a spawn's pid, a cgroup's figures) back at once, so every
-//! decision is taken here, in order, and no two transitions can race.
+//! [`Fleet::handle`] takes one [`Event`] and when it happened ([`Now`]: the instant and
+//! the wall-clock time) and returns the [`Effect`]s it decided, in order; nothing here
+//! touches a file, a process, the journal, the loop's channel, tokio or a clock. The driver
+//! (`supervisor::driver`) turns each source (a worker's pidfd, a signal, a tracker answer,
+//! the timer) into an event, carries the effects out and feeds their answers (a spawn's
+//! pid, a cgroup's figures) back at once, so every decision is taken here, in order, and
+//! no two transitions can race.
 //!
 //! One file per event, as a verb: `start` (start-up and takeover), `spawn` (a worker
 //! asked for and its answer), `exit` (a worker ended), `stop`, `scale` (`resize.toon`),
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::circuit::{self, AfterDeath};
 use super::effect::Effect;
 use super::event::Started;
-pub use super::event::{Adopted, Adoptee, Event, QueueError, TrackerUnavailable};
+pub use super::event::{Adopted, Adoptee, Event, Now, QueueError, TrackerUnavailable};
 use super::reaper::{Done, Group, Reaper};
 use super::release::DeadWorker;
 use super::resize::{Found, Resize};
@@ -34,7 +34,7 @@ use super::state_file::{self, ShrinkMode, SlotCounts, SlotDetail, SlotPid, State
 use super::texts::{self, TickCounts, kind};
 use crate::config::{Config, Timing};
 use crate::layout::Layout;
-use crate::timeutil::{epoch_secs, now_epoch, now_rfc3339_millis};
+use crate::timeutil::epoch_secs;
 use crate::toonl::Event as LogLine;
 use crate::tracker::Tracker;
 use crate::tracker::select::SelectError;
@@ -57,6 +57,8 @@ pub struct Fleet {
     out: Vec<Effect>,
     /// When the event being handled happened (the time every decision in it uses).
     now: Instant,
+    /// Its wall-clock time, for what is recorded (epoch seconds, log stamps).
+    wall: std::time::SystemTime,
     pool: Pool,
     launch: Launch,
     procs: Processes,
@@ -101,7 +103,7 @@ mod tick;
 use churn::ChurnCount;
 use groups::Processes;
 use guards::Guards;
-use heartbeat::Record;
+use heartbeat::{Record, line};
 use pool::Pool;
 use queue::TrackerView;
 use queue::UNIDLE_EVERY;
@@ -116,9 +118,10 @@ impl Fleet {
         argv: Vec<String>,
         me: (i32, u64),
         pidfd_groups: bool,
-        now: Instant,
+        now: Now,
     ) -> Self {
         let timing = config.timing.clone();
+        let (wall, now) = (now.wall, now.at);
         Fleet {
             layout,
             pool: Pool::new(config.fleet.workers, circuit::Params::from_timing(&timing)),
@@ -139,7 +142,7 @@ impl Fleet {
                 agent_only: config.worker.command.is_none(),
                 ..Timers::new(now, timing.tick_s)
             },
-            record: Record::new(),
+            record: Record::new(epoch_secs(wall)),
             stopping: None,
             holds: holds::Holds {
                 utc_offset_s: config.budget.utc_offset_s,
@@ -148,6 +151,7 @@ impl Fleet {
             timing,
             out: Vec::new(),
             now,
+            wall,
         }
     }
 
@@ -169,8 +173,10 @@ impl Fleet {
 
     /// Decides on `event`, which happened at `now`; returns what is to be done, in order.
     #[must_use]
-    pub fn handle(&mut self, event: Event, now: Instant) -> Vec<Effect> {
-        self.now = now;
+    pub fn handle(&mut self, event: Event, now: Now) -> Vec<Effect> {
+        self.now = now.at;
+        self.wall = now.wall;
+        let now = now.at;
         match event {
             // The driver reads how our own child ended (it reaps) and feeds `Exited`; a
             // SIGCHLD is its zombies, each fed the same way.

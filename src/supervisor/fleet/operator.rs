@@ -21,7 +21,7 @@ impl Fleet {
             Found::None => return,
             Found::Corrupt(why) => {
                 if self.record.slot_control_seen.as_deref() != Some(why.as_str()) {
-                    self.log(LogLine::now(kind::ERROR, format!("{why}; request ignored")));
+                    self.log(line(kind::ERROR, format!("{why}; request ignored")));
                     self.record.slot_control_seen = Some(why);
                 }
                 return;
@@ -85,7 +85,7 @@ impl Fleet {
                 Action::Stop => kind::SLOT_STOPPED,
                 Action::Restart => kind::SLOT_RESTART,
             };
-            self.log(LogLine::now(k, msg.clone()).slot(idx));
+            self.log(line(k, msg.clone()).slot(idx));
             if req.action == Action::Restart {
                 self.spawn_in(idx, now);
             }
@@ -129,7 +129,7 @@ impl Fleet {
             Action::Stop => kind::SLOT_STOPPED,
             Action::Restart => kind::SLOT_RESTART,
         };
-        self.log(LogLine::now(k, msg.clone()).slot(idx).pid(pid));
+        self.log(line(k, msg.clone()).slot(idx).pid(pid));
         Ok((msg, retire))
     }
 
@@ -153,7 +153,7 @@ impl Fleet {
         self.emit(Effect::RemoveRetire { slot: idx });
         if stopped {
             self.log(
-                LogLine::now(
+                line(
                     kind::SLOT_STOPPED,
                     format!("slot {idx} stopped: empty until `afk-supervisor restart {idx}`"),
                 )

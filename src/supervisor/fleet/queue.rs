@@ -55,7 +55,7 @@ impl Fleet {
             Ok(set) => {
                 let n = set.len() as u64;
                 if self.view.tracker_error.take().is_some() {
-                    self.log(LogLine::now(
+                    self.log(line(
                         kind::TRACKER_ERROR,
                         format!("ready-for-agent check works again: {n} open"),
                     ));
@@ -77,7 +77,7 @@ impl Fleet {
                     }
                 }
                 for (idx, msg) in confirmed {
-                    self.log(LogLine::now(kind::IDLE, msg).slot(idx));
+                    self.log(line(kind::IDLE, msg).slot(idx));
                 }
                 self.view.ready_set = Some(set);
                 let idle = if self.guards.held() || self.holds.held.is_some() {
@@ -103,13 +103,13 @@ impl Fleet {
                         let msg = format!(
                             "slot {idx} idle: worker exited 0 and no ready-for-agent issue is open"
                         );
-                        self.log(LogLine::now(kind::IDLE, msg).slot(idx));
+                        self.log(line(kind::IDLE, msg).slot(idx));
                     }
                 }
             }
             Err(e) => {
                 if self.view.tracker_error.as_ref() != Some(&e) {
-                    self.log(LogLine::now(
+                    self.log(line(
                         kind::TRACKER_ERROR,
                         format!("ready-for-agent check failed, slot states kept: {e}"),
                     ));
@@ -124,7 +124,7 @@ impl Fleet {
     }
     fn unidle(&mut self, idx: usize, ready: u64, now: Instant) {
         self.log(
-            LogLine::now(
+            line(
                 kind::UNIDLE,
                 format!("slot {idx} un-idled: ready-for-agent={ready}"),
             )
@@ -181,26 +181,3 @@ pub(super) const UNIDLE_PER_TURN: usize = 16;
 
 /// How soon the next batch of a wake-up follows.
 pub(super) const UNIDLE_EVERY: Duration = Duration::from_millis(20);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tracker::{ErrorKind, TrackerError};
-
-    /// The texts the event log and `status` showed when these were strings.
-    #[test]
-    fn a_queue_errors_text_is_the_one_the_log_always_showed() {
-        let unopened = QueueError::Unavailable(TrackerUnavailable::NotOpened);
-        assert_eq!(unopened.to_string(), "tracker unavailable: not opened yet");
-        let select = SelectError::NotLoggedIn {
-            because: "origin is on GitHub",
-            detail: "exit 1".into(),
-        };
-        assert_eq!(
-            QueueError::Unavailable(TrackerUnavailable::from(select.clone())).to_string(),
-            format!("tracker unavailable: {select}")
-        );
-        let call = TrackerError::new(ErrorKind::Transient, "gh issue list", "timed out");
-        assert_eq!(QueueError::from(call.clone()).to_string(), call.to_string());
-    }
-}

@@ -21,7 +21,7 @@ impl Fleet {
                         self.layout.resize_file().display(),
                         self.pool.target
                     );
-                    self.log(LogLine::now(kind::ERROR, msg));
+                    self.log(line(kind::ERROR, msg));
                     self.record.resize_reported = Some(key);
                 }
             }
@@ -37,7 +37,7 @@ impl Fleet {
                 if let Some(r) = runner
                     && r != self.launch.runner
                 {
-                    self.log(LogLine::now(
+                    self.log(line(
                         kind::RESIZE,
                         format!(
                             "runner {} -> {r} for workers spawned from now on",
@@ -47,7 +47,7 @@ impl Fleet {
                     self.launch.runner = r;
                 }
                 if (target, shrink_mode) != (self.pool.target, self.pool.shrink_mode) {
-                    self.log(LogLine::now(
+                    self.log(line(
                         kind::RESIZE,
                         format!(
                             "resize: target {} -> {target} (shrink-mode={shrink_mode})",
@@ -107,7 +107,7 @@ impl Fleet {
                 let out = &mut self.out;
                 groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
                 self.log(
-                    LogLine::now(
+                    line(
                         kind::HARD_KILL,
                         format!("slot {idx} surplus: stopping worker {id}"),
                     )
@@ -122,7 +122,7 @@ impl Fleet {
                 let token = self.launch.me.1.to_string();
                 self.emit(Effect::WriteRetire { slot: idx, token });
                 self.log(
-                    LogLine::now(
+                    line(
                         kind::RETIRE,
                         format!("slot {idx} surplus: worker {id} finishes its issue, then the slot retires"),
                     )
@@ -138,7 +138,7 @@ impl Fleet {
         if let Some(slot) = self.pool.slots.remove(&idx) {
             self.emit(Effect::RemoveRetire { slot: idx });
             self.pool.retired.insert(idx, slot);
-            self.log(LogLine::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
+            self.log(line(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
         }
     }
 
@@ -148,7 +148,7 @@ impl Fleet {
             s.retiring = false;
             self.emit(Effect::RemoveRetire { slot: idx });
             self.log(
-                LogLine::now(
+                line(
                     kind::UNRETIRE,
                     format!("slot {idx} kept: within the target again"),
                 )
@@ -172,7 +172,7 @@ impl Fleet {
         if slot.is_parked() {
             self.pool.slots.insert(idx, slot);
             self.log(
-                LogLine::now(
+                line(
                     kind::PARKED,
                     format!("slot {idx} back within the target and still parked"),
                 )

@@ -29,7 +29,7 @@ impl Fleet {
         }
         if self.pool.live_in_target() >= self.pool.target {
             self.log(
-                LogLine::now(
+                line(
                     kind::ERROR,
                     format!(
                         "refusing to spawn: {} live workers already meet the target {}",
@@ -90,10 +90,10 @@ impl Fleet {
         log: std::path::PathBuf,
         cgroup: Option<crate::cgroup::Cgroup>,
     ) {
+        let now_e = self.epoch();
         let Some((slot, p)) = self.answered(idx, seq) else {
             return;
         };
-        let now_e = now_epoch();
         slot.phase = Phase::Running(LiveWorker {
             pid: s.pid,
             start: s.start,
@@ -116,7 +116,7 @@ impl Fleet {
         // successor still finds by its environment (`run.rs`).
         tracing::debug!(slot = idx, pid = s.pid, worker = %p.id, "spawned");
         self.log(
-            LogLine::now(kind::SPAWN, format!("spawned worker {}", p.id))
+            line(kind::SPAWN, format!("spawned worker {}", p.id))
                 .slot(idx)
                 .pid(s.pid),
         );
@@ -129,7 +129,7 @@ impl Fleet {
             return;
         };
         slot.phase = *p.was;
-        self.log(LogLine::now(kind::SPAWN_FAILED, error).slot(idx));
+        self.log(line(kind::SPAWN_FAILED, error).slot(idx));
         if self.death(idx, now, now) {
             self.spawn_in(idx, now);
         }

@@ -14,16 +14,17 @@ impl Fleet {
         adoptees: Vec<Adopted>,
         dead: usize,
         had_state: bool,
-        now: Instant,
+        now: Now,
     ) -> Vec<Effect> {
-        self.now = now;
+        (self.now, self.wall) = (now.at, now.wall);
+        let now = now.at;
         let adopted = adoptees.len();
         for a in adoptees {
             self.adopt(a, now);
         }
         if had_state {
             let msg = texts::takeover(adopted, dead, self.pool.target);
-            self.log(LogLine::now(kind::TAKEOVER, msg));
+            self.log(line(kind::TAKEOVER, msg));
         }
         let (t, m) = (self.pool.target, self.pool.shrink_mode);
         self.reconcile(t, m, now);
@@ -38,7 +39,7 @@ impl Fleet {
             watch,
             log,
         } = found;
-        let now_e = now_epoch();
+        let now_e = self.epoch();
         let started_epoch = a.started_epoch.unwrap_or(now_e).min(now_e);
         let started = now
             .checked_sub(Duration::from_secs(now_e - started_epoch))
@@ -52,7 +53,7 @@ impl Fleet {
         }) = watch
         else {
             self.log(
-                LogLine::now(kind::ERROR, "adopted worker ended before it was watched")
+                line(kind::ERROR, "adopted worker ended before it was watched")
                     .slot(a.slot)
                     .pid(pid),
             );

@@ -12,7 +12,7 @@ impl Fleet {
     /// Starts stopping the fleet; a second request kills what is left at once.
     pub(super) fn begin_stop(&mut self, code: i32, why: &str, now: Instant) {
         if self.stopping.is_some() {
-            self.log(LogLine::now(
+            self.log(line(
                 kind::STOP,
                 format!("{why} again: killing every remaining worker group now"),
             ));
@@ -41,7 +41,7 @@ impl Fleet {
                 (w.pid, group_for(pidfd_groups, w), w.own_child)
             })
             .collect();
-        self.log(LogLine::now(
+        self.log(line(
             kind::STOP,
             format!("stopping fleet ({why}): {} workers", live.len()),
         ));

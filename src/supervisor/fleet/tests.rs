@@ -46,6 +46,8 @@ struct Bench {
     fleet: Fleet,
     world: World,
     t0: Instant,
+    /// The wall-clock time at `t0`: a bench's clock moves only as its events say.
+    wall0: std::time::SystemTime,
 }
 
 fn quiet() -> ControlFiles {
@@ -64,32 +66,46 @@ impl Bench {
         config.fleet.workers = workers;
         let argv = vec!["worker".to_string()];
         let layout = Layout::new("/afk-unit-fleet");
-        let t0 = Instant::now();
-        let fleet = Fleet::new(layout, &config, argv, (1, 1), false, t0);
+        let (t0, wall0) = (Instant::now(), std::time::SystemTime::now());
+        let start = Now {
+            at: t0,
+            wall: wall0,
+        };
+        let fleet = Fleet::new(layout, &config, argv, (1, 1), false, start);
         Bench {
             fleet,
             world: World::default(),
             t0,
+            wall0,
         }
     }
     fn at(&self, secs: f64) -> Instant {
         self.t0 + Duration::from_secs_f64(secs)
     }
+    /// The event time `secs` into the bench.
+    fn now(&self, secs: f64) -> Now {
+        let d = Duration::from_secs_f64(secs);
+        Now {
+            at: self.t0 + d,
+            wall: self.wall0 + d,
+        }
+    }
     fn start(&mut self) {
-        let effects = self.fleet.start(Vec::new(), 0, false, self.t0);
-        self.carry(effects, self.t0);
+        let effects = self.fleet.start(Vec::new(), 0, false, self.now(0.0));
+        self.carry(effects, 0.0);
         self.turn(0.0);
     }
     /// Carries out effects as the driver would, answers fed at once.
-    fn carry(&mut self, effects: Vec<Effect>, now: Instant) {
+    fn carry(&mut self, effects: Vec<Effect>, secs: f64) {
         for e in effects {
-            if let Some(answer) = self.effect(e, now) {
-                let more = self.fleet.handle(answer, now);
-                self.carry(more, now);
+            if let Some(answer) = self.effect(e, secs) {
+                let more = self.fleet.handle(answer, self.now(secs));
+                self.carry(more, secs);
             }
         }
     }
-    fn effect(&mut self, e: Effect, now: Instant) -> Option<Event> {
+    fn effect(&mut self, e: Effect, secs: f64) -> Option<Event> {
+        let now = self.at(secs);
         let name = format!("{e:?}");
         let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
         self.world.effects.push(name);
@@ -147,9 +163,8 @@ impl Bench {
         None
     }
     fn feed(&mut self, ev: Event, secs: f64) {
-        let now = self.at(secs);
-        let effects = self.fleet.handle(ev, now);
-        self.carry(effects, now);
+        let effects = self.fleet.handle(ev, self.now(secs));
+        self.carry(effects, secs);
     }
     /// The end of a loop turn, with which dying groups still have members.
     fn turn(&mut self, secs: f64) {
@@ -379,7 +394,7 @@ fn a_stop_terminates_every_group_and_kills_what_ignores_it_after_the_grace() {
 #[test]
 fn the_whole_start_up_is_in_one_heartbeat() {
     let mut b = Bench::new(3);
-    let effects = b.fleet.start(Vec::new(), 0, false, b.t0);
+    let effects = b.fleet.start(Vec::new(), 0, false, b.now(0.0));
     // Every spawn is asked for at once, and the one heartbeat after them.
     let names: Vec<String> = effects
         .iter()
@@ -391,7 +406,7 @@ fn the_whole_start_up_is_in_one_heartbeat() {
         })
         .collect();
     assert_eq!(names, vec!["Spawn", "Spawn", "Spawn", "WriteState"]);
-    b.carry(effects, b.t0);
+    b.carry(effects, 0.0);
     // No tick and no loop turn yet: the one start-up write already names every worker.
     assert_eq!(b.world.writes, 1);
     let state = b.world.state.clone().unwrap();
@@ -426,7 +441,7 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     let mut b = Bench::new(1);
     b.start();
     let pid = b.pid_in(0).unwrap();
-    let long_ago = crate::timeutil::now_epoch() - 1000;
+    let long_ago = epoch_secs(b.wall0) - 1000;
     // Started 1000 s ago (past stall_s = 600), no log, no liveness record, no CPU seen.
     b.quiet_since(0, long_ago);
     b.tick(1.0);
@@ -606,8 +621,8 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     b.start();
     let pause = crate::pause::Pause {
         reason: "rate limited: API rate limit exceeded".into(),
-        until_epoch: now_epoch() + 100,
-        since_epoch: now_epoch(),
+        until_epoch: epoch_secs(b.wall0) + 100,
+        since_epoch: epoch_secs(b.wall0),
     };
     b.feed(Event::Paused(pause.clone()), 1.0);
     b.feed(Event::Paused(pause.clone()), 2.0);
@@ -717,7 +732,7 @@ fn sigchld_is_how_an_unwatched_workers_end_arrives() {
     let pid = b.pid_in(0).unwrap();
     assert_eq!(b.fleet.unwatched_own(), vec![(pid, 1)]);
     assert_eq!(b.fleet.own_child_wait(pid, 1), Some(true), "a pinned group");
-    let effects = b.fleet.handle(Event::Sigchld, b.at(40.0));
+    let effects = b.fleet.handle(Event::Sigchld, b.now(40.0));
     assert!(effects.is_empty());
     b.end(0, ExitKind::Code(1), 40.0);
     assert_eq!(b.spawns(), 2, "respawned");
@@ -746,7 +761,7 @@ fn a_stall_kill_marks_the_attempt_before_the_signal() {
     let mut b = Bench::new(1);
     b.start();
     let pid = b.pid_in(0).unwrap();
-    let long_ago = crate::timeutil::now_epoch() - 4000;
+    let long_ago = epoch_secs(b.wall0) - 4000;
     b.quiet_since(0, long_ago);
     let attempt = crate::supervisor::stall::Attempt {
         dir: "/afk-unit-fleet/attempt".into(),
@@ -778,4 +793,44 @@ fn a_stall_kill_marks_the_attempt_before_the_signal() {
         b.fleet.pool.slots[&0].issue_title().as_deref(),
         Some("Fix the parser")
     );
+}
+
+/// A quiet fleet's tick rewrites nothing: the heartbeat is written when something in it
+/// changed, or when the last one is five minutes old; a resize is always answered by one.
+#[test]
+fn a_quiet_tick_writes_no_heartbeat() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.tick(16.0);
+    let after_first = b.world.writes;
+    for i in 2..10 {
+        b.tick(16.0 * f64::from(i));
+    }
+    assert_eq!(
+        b.world.writes, after_first,
+        "nothing changed: {:?}",
+        b.world.effects
+    );
+    assert_eq!(
+        b.count("supervisor.tick"),
+        9,
+        "the tick line is still logged"
+    );
+    // The same target again changes nothing, but `scale` waits for a heartbeat.
+    assert!(!b.fleet.heartbeat_due());
+    b.resize(2, ShrinkMode::DrainThenRetire, 150.0);
+    assert!(b.fleet.heartbeat_due());
+    // A death is a change: the tick after it writes.
+    b.end(1, ExitKind::Code(1), 160.0);
+    b.tick(161.0);
+    assert_eq!(b.world.writes, after_first + 1);
+
+    let mut b = Bench::new(1);
+    b.start();
+    let quiet = b.world.writes;
+    b.tick(16.0);
+    b.tick(200.0);
+    assert_eq!(b.world.writes, quiet);
+    b.tick(301.0);
+    assert_eq!(b.world.writes, quiet + 1, "five minutes old");
 }

@@ -123,14 +123,14 @@ impl Fleet {
                     if let Some((backoff, step)) = slot.circuit.start_probe(now) {
                         slot.phase = Phase::Idle { confirmed: true };
                         let msg = texts::half_open(idx, backoff.as_secs(), step);
-                        self.log(LogLine::now(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
+                        self.log(line(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
                         self.spawn_in(idx, now);
                     }
                 }
                 Phase::Running(_) => {
                     if let Some(lived) = slot.circuit.check_probe(now) {
                         let msg = texts::closed(idx, lived.as_secs());
-                        self.log(LogLine::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                        self.log(line(kind::CIRCUIT_CLOSED, msg).slot(idx));
                     }
                 }
                 _ => {}
@@ -151,7 +151,7 @@ impl Fleet {
     /// every tick: an idle fleet's tick costs no read per worker.
     pub fn progress_wanted(&self, now: Instant) -> Vec<ProgressQuery> {
         let all = self.usage_due(now);
-        let now_e = now_epoch();
+        let now_e = self.epoch();
         let stall_s = self.timing.stall_s;
         self.pool
             .slots
@@ -184,7 +184,7 @@ impl Fleet {
             // Not a stop request: reported once, then ignored.
             Err(msg) => {
                 if self.record.stop_file_reported.as_deref() != Some(msg.as_str()) {
-                    self.log(LogLine::now(kind::ERROR, msg.clone()));
+                    self.log(line(kind::ERROR, msg.clone()));
                     self.record.stop_file_reported = Some(msg);
                 }
             }
@@ -212,9 +212,9 @@ impl Fleet {
             busy: slots.busy,
             free: slots.free,
         };
-        let line = texts::tick(&counts);
-        self.record.tick_line = Some(line.clone());
-        self.log(LogLine::now(kind::TICK, line));
+        let text = texts::tick(&counts);
+        self.record.tick_line = Some(text.clone());
+        self.log(line(kind::TICK, text));
     }
 
     // ---- stalls ----
@@ -255,7 +255,7 @@ impl Fleet {
         let Some(usage) = usage else {
             return;
         };
-        let now_e = now_epoch();
+        let now_e = self.epoch();
         let (agent_only, floor) = (self.timers.agent_only, self.timing.stall_cpu_floor_permille);
         for slot in self.pool.slots.values_mut() {
             let Phase::Running(w) = &mut slot.phase else {
@@ -290,7 +290,7 @@ impl Fleet {
     ) {
         self.measure_workers(usage, now);
         let mut files: HashMap<i32, WorkerFiles> = files.into_iter().collect();
-        let now_e = now_epoch();
+        let now_e = self.epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
         for idx in idxs {
@@ -333,7 +333,7 @@ impl Fleet {
                     }
                     let out = &mut self.out;
                     groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
-                    LogLine::now(
+                    line(
                         kind::STALL_KILL,
                         format!(
                             "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group"
@@ -342,14 +342,14 @@ impl Fleet {
                 }
                 stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
                     w.seen.stalled = true;
-                    LogLine::now(
+                    line(
                         kind::STALLED,
                         format!("worker {id} stalled: no progress for {idle_s}s"),
                     )
                 }
                 stall::Progress::Progressing if w.seen.stalled => {
                     w.seen.stalled = false;
-                    LogLine::now(kind::PROGRESS, format!("worker {id} progressing again"))
+                    line(kind::PROGRESS, format!("worker {id} progressing again"))
                 }
                 _ => continue,
             };
