@@ -293,10 +293,20 @@ impl Driver {
     }
 
     /// Carries out `effects` in order; an effect's answer is handled (and its own effects
-    /// carried out) before the next one.
+    /// carried out) before the next one. Spawns asked for together (a start-up, a grown
+    /// target, a wake-up) are started in one batch and answered after it, so no event-log
+    /// write sits between two forks.
     pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
-        for e in effects {
-            if let Some(answer) = self.effect(fleet, e, now) {
+        let mut effects = effects.into_iter().peekable();
+        while let Some(e) = effects.next() {
+            let batch = matches!(e, Effect::Spawn { .. });
+            let mut answers: Vec<Event> = self.effect(fleet, e, now).into_iter().collect();
+            while batch && matches!(effects.peek(), Some(Effect::Spawn { .. })) {
+                if let Some(next) = effects.next() {
+                    answers.extend(self.effect(fleet, next, now));
+                }
+            }
+            for answer in answers {
                 let more = fleet.handle(answer, Now::system(now));
                 self.carry(fleet, more, now);
             }
@@ -375,7 +385,7 @@ impl Driver {
             }
             Effect::Group(order) => children::carry_order(&mut *self.children, Some(&order)),
             Effect::ReadFatalReason { slot, log } => {
-                let reason = super::slot::fatal_reason_from_log(&log);
+                let reason = stall::fatal_reason_from_log(&log);
                 return Some(Event::FatalReason { slot, reason });
             }
             Effect::FinishCgroup { leader, cgroup } => {

@@ -219,8 +219,8 @@ impl Fleet {
 
     // ---- stalls ----
 
-    /// The CPU and memory of every worker's tree (one `/proc` read and one sysinfo read
-    /// of just those processes); a tree whose CPU time moved made progress.
+    /// The CPU and memory of every worker's tree as the driver read them for this tick
+    /// (when [`Fleet::usage_wanted`] asked); a tree whose CPU time moved made progress.
     /// The leaders whose CPU and memory the next tick reads, when a reading is due.
     pub fn usage_wanted(&self, now: Instant) -> Option<Vec<i32>> {
         if !self.usage_due(now) {
