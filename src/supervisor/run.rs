@@ -16,7 +16,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::children::Os;
 use super::driver::Driver;
-use super::event::{Adoptee, Event};
+use super::event::{self, Adoptee};
 use super::fleet::Fleet;
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock};
@@ -34,7 +34,7 @@ use crate::process;
 use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
-use crate::toonl::Event as LogLine;
+use crate::toonl::Event;
 use crate::tracker::Tracker;
 use crate::tracker::select::SelectError;
 
@@ -138,7 +138,7 @@ const BLOCKING_THREADS: usize = 4;
 ///
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
 /// arrives through its pidfd, signals through `tokio::signal`, tracker results from the
-/// blocking pool as [`Event`]s, and every deadline (tick, probe, group kill) from one timer.
+/// blocking pool as [`event::Event`]s, and every deadline (tick, probe, group kill) from one timer.
 pub fn run(
     layout: &Layout,
     config: Config,
@@ -168,7 +168,7 @@ async fn run_fleet(
     // Signals are caught before anything is written, so none can end the process between
     // the pid file and its removal.
     let mut signals = SignalSet::install().map_err(RunError::Signals)?;
-    let (tx, mut rx) = unbounded_channel::<Event>();
+    let (tx, mut rx) = unbounded_channel::<event::Event>();
     let (lock, notes) = SupervisorLock::acquire(layout)?;
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
@@ -192,13 +192,13 @@ async fn run_fleet(
         }
     };
     if let Err(e) = spawn::become_subreaper() {
-        journal.write(LogLine::now(
+        journal.write(Event::now(
             kind::ERROR,
             format!("cannot become child subreaper ({e}); orphaned grandchildren go to init"),
         ));
     }
     journal.write(
-        LogLine::now(
+        Event::now(
             kind::START,
             format!(
                 "supervisor started: target={} tick={}s worker={:?}",
@@ -208,29 +208,29 @@ async fn run_fleet(
         .pid(lock.pid),
     );
     for n in notes {
-        journal.write(LogLine::now(n.kind(), n.text()));
+        journal.write(Event::now(n.kind(), n.text()));
     }
     // This checkout joins the user's list of fleets (`afk-supervisor list`).
     if let Err(e) = crate::fleets::path().and_then(|f| crate::fleets::record(&f, layout.repo())) {
-        journal.write(LogLine::now(kind::ERROR, format!("list of fleets: {e}")));
+        journal.write(Event::now(kind::ERROR, format!("list of fleets: {e}")));
     }
     // The bootstrap every worker also runs: `.red/state/` and the `.gitignore` lines.
     match crate::bootstrap::ensure(layout) {
         Ok(g) => {
             if let Some(note) = g.note() {
-                journal.write(LogLine::now(kind::HOUSEKEEPING, note));
+                journal.write(Event::now(kind::HOUSEKEEPING, note));
             }
         }
-        Err(e) => journal.write(LogLine::now(kind::ERROR, e.to_string())),
+        Err(e) => journal.write(Event::now(kind::ERROR, e.to_string())),
     }
 
     let tracker = match open_tracker(&config, layout) {
         Ok((t, reason)) => {
-            journal.write(LogLine::now(kind::TRACKER, reason));
+            journal.write(Event::now(kind::TRACKER, reason));
             Ok(t)
         }
         Err(e) => {
-            journal.write(LogLine::now(
+            journal.write(Event::now(
                 kind::TRACKER_ERROR,
                 format!("tracker unavailable: {e}"),
             ));
@@ -246,7 +246,7 @@ async fn run_fleet(
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
-            journal.write(LogLine::now(
+            journal.write(Event::now(
                 kind::STOP,
                 "stopped by signal during the boot sweeps",
             ));
@@ -254,7 +254,7 @@ async fn run_fleet(
             return Ok(RunEnd::Stopped(code));
         }
     };
-    journal.write(LogLine::now(kind::BOOT_SWEEP, boot.log_message()));
+    journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
     for r in &boot.report.rescued {
         journal.write(r.event());
     }
@@ -267,7 +267,7 @@ async fn run_fleet(
             .iter()
             .filter(|d| d.verdict != Disposition::Keep)
         {
-            journal.write(LogLine::now(kind::BOOT_SWEEP_DETAIL, d.line()));
+            journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
         }
     } else {
         // The issues no worker will take, by number, once per supervisor: from the suite's
@@ -278,7 +278,7 @@ async fn run_fleet(
             .iter()
             .filter(|d| d.sweep == SweepName::Stragglers && d.verdict == Disposition::Warn)
         {
-            journal.write(LogLine::now(kind::STRAGGLERS, d.reason.clone()));
+            journal.write(Event::now(kind::STRAGGLERS, d.reason.clone()));
         }
     }
     if boot.is_halted() {
@@ -289,19 +289,19 @@ async fn run_fleet(
     let (isolation, notes) = match super::isolation::choose(&config, layout) {
         Ok(x) => x,
         Err(e) => {
-            journal.write(LogLine::now(kind::ERROR, e.to_string()));
+            journal.write(Event::now(kind::ERROR, e.to_string()));
             let _ = lock.release();
             return Err(e.into());
         }
     };
     for n in notes {
-        journal.write(LogLine::now(kind::ISOLATION, n));
+        journal.write(Event::now(kind::ISOLATION, n));
     }
     let (mut adoptees, dead, had_state, recorded) = takeover_candidates(layout, &mut journal);
     if let Some(cg) = isolation.cgroups() {
         let t = super::isolation::adopt_by_cgroups(cg, &mut adoptees, &recorded);
         for n in t.notes {
-            journal.write(LogLine::now(kind::TAKEOVER, n));
+            journal.write(Event::now(kind::TAKEOVER, n));
         }
         adoptees.extend(t.found);
     }
@@ -314,7 +314,7 @@ async fn run_fleet(
     }
     if !unrecorded.is_empty() {
         let pids: Vec<i32> = unrecorded.iter().map(|a| a.pid).collect();
-        journal.write(LogLine::now(
+        journal.write(Event::now(
             kind::TAKEOVER,
             format!(
                 "found {} live workers not recorded in state.toon: {pids:?}; adopting them",
@@ -335,7 +335,7 @@ async fn run_fleet(
         argv,
         (lock.pid, lock.start),
         process::pidfd_groups(),
-        super::event::Now::system(Instant::now()),
+        event::Now::system(Instant::now()),
     );
     fleet.set_isolation(isolation.describe(), isolation.cgroups().is_some(), evented);
     fleet.set_tracker(tracker.clone());
@@ -346,9 +346,7 @@ async fn run_fleet(
         journal,
         Box::new(children),
         tx.clone(),
-        tracker
-            .clone()
-            .map_err(super::event::TrackerUnavailable::from),
+        tracker.clone().map_err(event::TrackerUnavailable::from),
     );
     driver.start(&mut fleet, adoptees, dead, had_state, Instant::now());
     let mut notifier = Notifier::from_env();
@@ -379,12 +377,9 @@ async fn run_fleet(
     if let Some(cg) = isolation.cgroups()
         && let Err(e) = cg.teardown()
     {
-        driver.log(LogLine::now(
-            kind::ERROR,
-            format!("fleet cgroups left: {e}"),
-        ));
+        driver.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
     }
-    driver.log(LogLine::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
+    driver.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
     if let Err(e) = lock.release() {
         // Never a panic on a terminal that went away (see the journal's echo).
         let _ = writeln!(std::io::stderr(), "afk-supervisor: removing pid files: {e}");
@@ -392,18 +387,18 @@ async fn run_fleet(
     Ok(RunEnd::Stopped(code))
 }
 
-/// The loop: each arm only turns its source into an [`Event`] the driver feeds the fleet,
+/// The loop: each arm only turns its source into an [`event::Event`] the driver feeds the fleet,
 /// which decides. After every turn what is due runs and the heartbeat is written if
 /// anything changed (at most one write per turn). With nothing running and nothing due it
 /// sleeps in the kernel.
 async fn event_loop(
     fleet: &mut Fleet,
     driver: &mut Driver,
-    rx: &mut UnboundedReceiver<Event>,
+    rx: &mut UnboundedReceiver<event::Event>,
     signals: &mut SignalSet,
     notifier: &mut Notifier,
     periodic: &mut [Periodic],
-    tx: &UnboundedSender<Event>,
+    tx: &UnboundedSender<event::Event>,
 ) -> i32 {
     let mut due: Vec<Instant> = periodic
         .iter()
@@ -424,7 +419,7 @@ async fn event_loop(
                 deadline = deadline.min(*d);
             }
         }
-        let stop = |code, why| Event::Stop { code, why };
+        let stop = |code, why| event::Event::Stop { code, why };
         tokio::select! {
             msg = rx.recv() => {
                 // Every sender lives in this process; all gone cannot happen while we loop.
@@ -434,7 +429,7 @@ async fn event_loop(
                     driver.feed(fleet, msg, Instant::now());
                 }
             }
-            _ = signals.chld.recv() => driver.feed(fleet, Event::Sigchld, Instant::now()),
+            _ = signals.chld.recv() => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
             _ = signals.usr1.recv() => driver.control(fleet, Instant::now()),
             _ = signals.term.recv() => driver.feed(fleet, stop(exit::SIGTERM, "SIGTERM"), Instant::now()),
             _ = signals.int.recv() => driver.feed(fleet, stop(exit::SIGINT, "SIGINT"), Instant::now()),
@@ -467,7 +462,7 @@ async fn event_loop(
                 let left = driver.leftovers(fleet);
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
                 let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
-                driver.log(LogLine::now(kind::ERROR, msg));
+                driver.log(Event::now(kind::ERROR, msg));
                 return exit::FAILED;
             }
         }
@@ -535,7 +530,7 @@ fn takeover_candidates(
         Ok(Some(s)) => s,
         Ok(None) => return (Vec::new(), 0, false, Vec::new()),
         Err(e) => {
-            journal.write(LogLine::now(kind::ERROR, format!("{e}; no worker adopted")));
+            journal.write(Event::now(kind::ERROR, format!("{e}; no worker adopted")));
             return (Vec::new(), 0, false, Vec::new());
         }
     };
