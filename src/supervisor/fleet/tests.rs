@@ -220,15 +220,13 @@ impl Bench {
         let pid = self.pid_in(slot).expect("a worker in the slot");
         self.world.running.remove(&pid);
         self.world.groups.remove(&pid);
-        self.feed(
-            Event::Exited {
-                pid,
-                start: 1,
-                kind,
-            },
-            secs,
-        );
+        self.exited(pid, kind, secs);
         self.turn(secs);
+    }
+    /// Worker `pid`'s end as the driver feeds it.
+    fn exited(&mut self, pid: i32, kind: ExitKind, secs: f64) {
+        let start = 1;
+        self.feed(Event::Exited { pid, start, kind }, secs);
     }
     /// The driver reports how worker `pid` ended, as the world has it.
     fn reported(&mut self, pid: i32, secs: f64) {
@@ -238,14 +236,7 @@ impl Bench {
             .get(&pid)
             .copied()
             .expect("the worker ended");
-        self.feed(
-            Event::Exited {
-                pid,
-                start: 1,
-                kind,
-            },
-            secs,
-        );
+        self.exited(pid, kind, secs);
     }
     fn resize(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
         let control = ControlFiles {
