@@ -18,17 +18,21 @@
 //!   `status`, `scale`, `stop` (with `rescue_killed`, the work `stop --force` killed kept)
 //!   and `operator` (the operator pause, one slot's stop/restart, an issue given back, who
 //!   asked).
-//! - `supervisor`: the fleet: `run` (start-up and the tokio event loop), `fleet` (the state
-//!   machine; its state in parts, each beside the code that uses it most: `pool` the slots
-//!   and target, `processes` the OS seam, `queue` the tracker view, `guards` the pause and
-//!   fleet circuit, `churn`, `tick` the timers, `heartbeat` the journal and `state.toon`),
-//!   `children` (its only door to processes), `reaper`, `circuit` (one slot's),
-//!   `fleet_circuit` (the whole fleet's), the files `control` writes and the fleet reads:
-//!   `scale_directive` (`resize.toon`), `slot_control` (one slot's request and its answer),
-//!   `lock` (one supervisor per repo: the lock and the pid file), `state_file`; `periodic`
-//!   (work on a timer: the belts, slot-log expiry), `belt` (the unblock pass, one belt per
-//!   tracker on the host), `release` (a dead worker's issues back), `isolation` (cgroup or
-//!   process-group, chosen at start-up), `journal`, `usage`, `stall`.
+//! - `supervisor`: the fleet; its modules in import order too (each imports only from
+//!   those after it): `run` (start-up and the tokio event loop), `periodic` (work on a
+//!   timer: the belts, slot-log expiry) and `slot_logs`, `lock` (one supervisor per repo:
+//!   the lock and the pid file), `isolation` (cgroup or process-group, chosen at
+//!   start-up), `driver` (feeds the fleet events, carries its effects out, feeds the
+//!   answers back), `strays` (escaped descendants, found in the process table), `journal`,
+//!   `fleet` (the pure state machine: `handle(event, now)` returns effects; one file per
+//!   event), `effect` (what the fleet asks done), `release` (a dead worker's issues back),
+//!   `children` (the one door to OS processes; `crate::process` holds the facts about
+//!   them), `reaper` (a dying group's bookkeeping), `event` (what happens to the fleet),
+//!   `slot`, `fleet_circuit` (the whole fleet's circuit), `circuit` (one slot's), `holds`,
+//!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
+//!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,
+//!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
+//!   `texts`.
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).

@@ -11,8 +11,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::periodic::PeriodicError;
-
 use crate::host_lock::{self as lock, Acquired, HeldLock, Holder};
 use crate::sweeps::unblock::{Exclusive, UnblockError, UnblockReport, exclusive_pass};
 use crate::tracker::Tracker;
@@ -27,6 +25,13 @@ pub enum BeltPass {
         holder: Holder,
     },
     Failed(UnblockError),
+}
+
+/// A pass as its one log line (what a failed pass says as an error).
+impl std::fmt::Display for BeltPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.log_line())
+    }
 }
 
 impl BeltPass {
@@ -131,12 +136,13 @@ impl Belt {
 }
 
 /// The belt as a periodic task for the supervisor loop: each call is one [`Belt::pass`],
-/// `Ok(log line)` when it swept or skipped, `Err` with the pass when it or a write failed.
+/// `Ok(log line)` when it swept or skipped, `Err` with the pass when it or a write failed
+/// (the loop's `periodic` wraps it; the belt knows nothing of the loop).
 /// `label` names this checkout in other belts' "skipped" lines (the repo path).
 pub fn task(
     tracker: Arc<dyn Tracker>,
     label: String,
-) -> impl FnMut() -> Result<String, PeriodicError> + Send {
+) -> impl FnMut() -> Result<String, BeltPass> + Send {
     let belt = Belt::new(&tracker.identity()).with_label(label);
     task_with(belt, tracker)
 }
@@ -145,11 +151,11 @@ pub fn task(
 pub fn task_with(
     mut belt: Belt,
     tracker: Arc<dyn Tracker>,
-) -> impl FnMut() -> Result<String, PeriodicError> + Send {
+) -> impl FnMut() -> Result<String, BeltPass> + Send {
     move || {
         let pass = belt.pass(tracker.as_ref());
         if pass.is_failure() {
-            Err(PeriodicError::Belt(pass))
+            Err(pass)
         } else {
             Ok(pass.log_line())
         }

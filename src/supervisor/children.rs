@@ -1,11 +1,11 @@
-//! The fleet's only door to the operating system's processes: starting a worker, learning
-//! how it ended, signalling its group and asking whether the group is empty, reaping, and
-//! measuring. [`Fleet`](super::fleet::Fleet) decides; a [`Children`] carries it out.
+//! The supervisor's one door to the operating system's processes: starting a worker,
+//! learning how it ended, signalling its group and asking whether the group is empty,
+//! reaping, and measuring. `Fleet` decides, purely; the driver
+//! carries its effects out through a [`Children`]; `crate::process` holds the facts about
+//! processes this door is built on.
 //!
 //! [`Os`] is the real one (pidfds registered with the event loop, `waitid`, group signals
-//! through pidfds or pinned group ids). Tests put a double in its place (see
-//! `fleet/tests.rs`) so the state machine (exits, circuits, queue, scaling, idling, stop)
-//! runs with injected time and no processes at all.
+//! through pidfds or pinned group ids).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -16,8 +16,8 @@ use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::fleet::Msg;
-use super::reaper::Group;
+use super::event::{Event, Started};
+use super::reaper::{Done, Group, Order, Reaper};
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
 use super::usage::{Meter, Usage};
 use crate::cgroup::fleet::FleetCgroups;
@@ -25,25 +25,12 @@ use crate::cgroup::watch::Watcher;
 use crate::cgroup::{Cgroup, Figures};
 use crate::process::{self, ExitKind, Pidfd, Proc};
 
-/// A started or adopted worker as the fleet keeps it.
-#[derive(Debug, Clone)]
-pub struct Started {
-    pub pid: i32,
-    pub start: u64,
-    /// Refers to this process however its pid is reused (none where the kernel has no
-    /// pidfds, and in tests).
-    pub pidfd: Option<Arc<Pidfd>>,
-    /// Its end will be reported as a message; otherwise the fleet looks for it (own
-    /// children on SIGCHLD, adopted ones every tick).
-    pub watched: bool,
-}
-
 pub trait Children {
-    /// Starts a worker. Its end arrives later as [`Msg::ChildEnded`] (or, where it cannot
+    /// Starts a worker. Its end arrives later as [`Event::ChildEnded`] (or, where it cannot
     /// be watched, through [`Children::next_zombie`] on SIGCHLD).
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError>;
     /// Watches a previous supervisor's worker; `None` when `pid` is no longer the process
-    /// that started at `start`. Its end arrives as [`Msg::Exited`].
+    /// that started at `start`. Its end arrives as [`Event::Exited`].
     fn adopt(&mut self, pid: i32, start: u64) -> Option<Started>;
     /// Whether `pid` still is the live process that started at `start`.
     fn is_live(&mut self, pid: i32, start: u64) -> bool;
@@ -114,6 +101,40 @@ pub trait Children {
     }
 }
 
+/// Carries out one of the reaper's orders.
+pub fn carry_order(os: &mut dyn Children, order: Option<&Order>) {
+    match order {
+        Some(Order::Signal {
+            leader,
+            group,
+            sig,
+            if_alive,
+        }) if !*if_alive || os.group_alive(*leader, group) => {
+            os.signal_group(*leader, group, *sig);
+        }
+        Some(Order::Reap { leader }) => os.reap(*leader),
+        _ => {}
+    }
+}
+
+/// Asks whether each group the reaper follows still has members, advances it, and carries
+/// out what it orders; returns the groups now gone.
+pub fn poll_reaper(
+    os: &mut dyn Children,
+    reaper: &mut Reaper,
+    now: std::time::Instant,
+) -> Vec<Done> {
+    let alive: HashMap<i32, bool> = reaper
+        .groups()
+        .map(|(leader, g)| (leader, os.group_alive(leader, g)))
+        .collect();
+    let (done, orders) = reaper.poll(&|l| alive.get(&l).copied().unwrap_or(true), now);
+    for o in &orders {
+        carry_order(os, Some(o));
+    }
+    done
+}
+
 /// A worker group of cgroup mode: SIGKILL is `cgroup.kill`, anything else goes to every
 /// process in the cgroup.
 pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
@@ -128,19 +149,19 @@ pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
 
 /// The real processes.
 pub struct Os {
-    tx: UnboundedSender<Msg>,
+    tx: UnboundedSender<Event>,
     meter: Meter,
     my_sid: i32,
     /// The fleet's subtree in cgroup mode.
     cgroups: Option<Arc<FleetCgroups>>,
-    /// Reports a change of any followed cgroup's `cgroup.events` as [`Msg::CgroupChanged`].
+    /// Reports a change of any followed cgroup's `cgroup.events` as [`Event::CgroupChanged`].
     watcher: Option<Watcher>,
     /// Each followed worker's cgroup, by the worker's pid (for its figures).
     cgroup_of: HashMap<i32, Cgroup>,
 }
 
 impl Os {
-    pub fn new(tx: UnboundedSender<Msg>) -> Os {
+    pub fn new(tx: UnboundedSender<Event>) -> Os {
         Os {
             tx,
             meter: Meter::new(),
@@ -156,7 +177,7 @@ impl Os {
     pub fn with_cgroups(mut self, cgroups: Arc<FleetCgroups>) -> Os {
         let tx = self.tx.clone();
         self.watcher = Watcher::start(move || {
-            let _ = tx.send(Msg::CgroupChanged);
+            let _ = tx.send(Event::CgroupChanged);
         });
         self.cgroups = Some(cgroups);
         self
@@ -178,9 +199,9 @@ impl Os {
             rt.spawn(async move {
                 let _ = afd.readable().await;
                 let msg = if own {
-                    Msg::ChildEnded { pid, start }
+                    Event::ChildEnded { pid, start }
                 } else {
-                    Msg::Exited {
+                    Event::Exited {
                         pid,
                         start,
                         kind: ExitKind::Unknown,
@@ -441,5 +462,201 @@ impl Os {
                 p.ppid == me && !p.is_zombie() && p.sid != self.my_sid && !keep.contains(&p.pid)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod reaper_tests {
+    //! The reaper's orders carried out on real processes (the reaper itself is bookkeeping).
+    use super::super::spawn::{SpawnSpec, spawn};
+    use super::*;
+    use crate::process;
+    use std::time::{Duration, Instant};
+
+    /// The worker leaves a grandchild in its group and exits at once: the grandchild is
+    /// terminated, the group is seen empty, and the leader is reaped, whichever way the
+    /// group is signalled.
+    #[test]
+    fn group_leftovers_are_terminated_and_leader_reaped() {
+        for pidfd in [true, false] {
+            if pidfd && !process::pidfd_groups() {
+                assert!(std::env::var_os("CI").is_none(), "no pidfd group signals");
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let gc = dir.path().join("gc.pid");
+            let script = format!("sleep 300 & echo $! > {}; exit 3", gc.display());
+            let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
+            let s = spawn(&SpawnSpec {
+                argv: &argv,
+                cwd: dir.path(),
+                log: &dir.path().join("log"),
+                env: vec![],
+            })
+            .unwrap();
+            let fd = Arc::new(Pidfd::open(s.pid).unwrap());
+            let deadline = Instant::now() + Duration::from_secs(20);
+            // Reaped at once when the group is signalled through the pidfd; kept a zombie
+            // (pinning the group id) otherwise.
+            let exit = loop {
+                if let Some(k) = process::child_exit(s.pid, pidfd) {
+                    break k;
+                }
+                assert!(Instant::now() < deadline, "worker never ended");
+                std::thread::sleep(Duration::from_millis(10));
+            };
+            assert_eq!(exit, process::ExitKind::Code(3));
+            let gc: i32 = std::fs::read_to_string(&gc)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(process::read(gc).is_some_and(|p| !p.is_zombie()));
+            let group = if pidfd {
+                Group::Pidfd(fd)
+            } else {
+                Group::Pinned
+            };
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut os = super::Os::new(tx);
+            let mut r = Reaper::new(Duration::from_secs(30));
+            let order = r.terminate(s.pid, group, true, true, false, Instant::now());
+            super::carry_order(&mut os, order.as_ref());
+            let mut done = Vec::new();
+            while done.is_empty() {
+                assert!(Instant::now() < deadline, "group never emptied");
+                done = super::poll_reaper(&mut os, &mut r, Instant::now());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(
+                done,
+                vec![Done {
+                    leader: s.pid,
+                    killed: false
+                }]
+            );
+            assert!(process::read(s.pid).is_none(), "leader reaped");
+            assert!(r.is_empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod reaper_cgroup_tests {
+    use super::super::spawn::{SpawnSpec, spawn_in};
+    use super::*;
+    use crate::cgroup::Cgroup;
+    use crate::cgroup::watch::Watcher;
+    use crate::process;
+    use std::time::{Duration, Instant};
+
+    /// Removes the test's cgroup whatever happens.
+    struct Scratch(Cgroup);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            for _ in 0..500 {
+                if self.0.remove_tree().is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// A worker in its own cgroup leaves a descendant in a new session with a cleared
+    /// environment and exits: the reaper's SIGTERM (ignored) and then `cgroup.kill` end it,
+    /// and the cgroup's emptying arrives through inotify, not a re-check.
+    #[test]
+    #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+    fn a_cgroup_group_is_killed_whole_and_its_emptying_is_an_event() {
+        let (_, own) = crate::cgroup::hierarchy::own().unwrap();
+        let cg = Scratch(own.child(&format!("afk-unit-reaper-{}", std::process::id())));
+        cg.0.create().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let gc = dir.path().join("gc.pid");
+        let script = format!(
+            "setsid -f env -i sh -c 'trap \"\" TERM; echo $$ > {}; exec sleep 300'; exit 3",
+            gc.display()
+        );
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+            let w = Watcher::start(move || {
+                let _ = tx.send(());
+            })
+            .unwrap();
+            assert!(w.watch(&cg.0));
+            let s = spawn_in(
+                &SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log: &dir.path().join("log"),
+                    env: vec![],
+                },
+                Some(&cg.0),
+            )
+            .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            // The escaper writes its pid after the shell created the file: wait for a
+            // number, not just the file.
+            let written = |p: &std::path::Path| {
+                std::fs::read_to_string(p).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
+            };
+            while !written(&gc) || process::child_exit(s.pid, false).is_none() {
+                assert!(Instant::now() < deadline, "worker never ended");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(
+                process::child_exit(s.pid, true),
+                Some(process::ExitKind::Code(3))
+            );
+            let gc: i32 = std::fs::read_to_string(&gc)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(cg.0.procs(), vec![gc], "the escaper is still in the cgroup");
+            let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
+            let mut os = Os::new(otx);
+            let mut r = Reaper::new(Duration::from_millis(200));
+            let order = r.terminate(
+                s.pid,
+                Group::Cgroup(cg.0.clone()),
+                true,
+                true,
+                true,
+                Instant::now(),
+            );
+            super::carry_order(&mut os, order.as_ref());
+            while rx.try_recv().is_ok() {}
+            // The SIGTERM is ignored; past the grace the next poll sends `cgroup.kill`.
+            let mut done = Vec::new();
+            while done.is_empty() && !r.killed(s.pid) {
+                assert!(Instant::now() < deadline, "never killed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                done = super::poll_reaper(&mut os, &mut r, Instant::now());
+            }
+            // The kernel says the cgroup emptied: an inotify event, nothing polled.
+            let ev = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
+            assert!(
+                matches!(ev, Ok(Some(()))),
+                "no cgroup.events change arrived"
+            );
+            while done.is_empty() {
+                assert!(Instant::now() < deadline, "cgroup never emptied");
+                done = super::poll_reaper(&mut os, &mut r, Instant::now());
+                if done.is_empty() {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
+                }
+            }
+            assert!(done[0].killed, "SIGTERM was ignored: cgroup.kill ended it");
+            assert!(!cg.0.populated().unwrap());
+            assert!(process::read(gc).is_none_or(|p| p.is_zombie()));
+        });
     }
 }

@@ -3,6 +3,9 @@
 pub mod belt;
 pub mod children;
 pub mod circuit;
+pub mod driver;
+pub mod effect;
+pub mod event;
 pub mod fleet;
 pub mod fleet_circuit;
 pub mod holds;
@@ -21,5 +24,6 @@ pub mod slot_logs;
 pub mod spawn;
 pub mod stall;
 pub mod state_file;
+pub mod strays;
 pub mod texts;
 pub mod usage;

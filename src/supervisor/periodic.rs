@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::belt::BeltPass;
-use super::fleet::Msg;
+use super::event::Event;
 use super::slot_logs::ExpireError;
 use super::texts::kind;
 use crate::config::Config;
 use crate::layout::Layout;
-use crate::toonl::Event;
+use crate::toonl::Event as LogLine;
 use crate::tracker::{Tracker, TrackerError};
 
 /// Why one run of a periodic task failed (logged as `<name> failed: <error>`).
@@ -67,13 +67,11 @@ pub fn periodic_tasks(
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
             at_start: false,
-            task: Arc::new(Mutex::new(unless_paused(
-                layout,
-                Box::new(super::belt::task(
-                    Arc::clone(tracker),
-                    layout.repo().display().to_string(),
-                )),
-            ))),
+            task: Arc::new(Mutex::new(unless_paused(layout, {
+                let mut pass =
+                    super::belt::task(Arc::clone(tracker), layout.repo().display().to_string());
+                Box::new(move || pass().map_err(PeriodicError::Belt))
+            }))),
         },
         Periodic {
             name: "claims-belt",
@@ -119,11 +117,11 @@ pub fn housekeeping_tasks(config: &Config, layout: &Layout) -> Vec<Periodic> {
 }
 
 /// One run of a periodic task on the blocking pool, unless its previous run is still going
-/// (a slow tracker never piles up runs). Its result comes back as a [`Msg::Log`].
+/// (a slow tracker never piles up runs). Its result comes back as a [`Event::Log`].
 pub(super) fn start_periodic(
     p: &mut Periodic,
     running: &Arc<AtomicBool>,
-    tx: &UnboundedSender<Msg>,
+    tx: &UnboundedSender<Event>,
 ) {
     if running.swap(true, Ordering::AcqRel) {
         return;
@@ -140,6 +138,6 @@ pub(super) fn start_periodic(
             Ok(t) => format!("{name}: {t}"),
             Err(e) => format!("{name} failed: {e}"),
         };
-        let _ = tx.send(Msg::Log(Event::now(kind::PERIODIC, msg)));
+        let _ = tx.send(Event::Log(LogLine::now(kind::PERIODIC, msg)));
     });
 }

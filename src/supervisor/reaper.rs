@@ -1,6 +1,7 @@
 //! Cleaning up after workers: what is left of an ended worker's process group is
 //! terminated (SIGTERM, then SIGKILL after the stop grace) and the group is followed until
-//! it is empty; the processes themselves are reached through [`Children`].
+//! it is empty. Pure bookkeeping: it says what to signal or reap as [`Order`]s and is told
+//! which groups still have members; the driver reaches the processes through `children`.
 //!
 //! A late SIGKILL to a group must never hit an unrelated one. Where the kernel signals
 //! groups through pidfds (Linux 6.9+), the group is named by its kernel object, not its
@@ -13,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use super::children::Children;
 use crate::process::Pidfd;
 
 /// How a dying group is signalled and found empty.
@@ -47,6 +47,21 @@ struct Dying {
     recheck_every: Duration,
     /// Its emptying arrives as an event (a watched cgroup): no re-check is scheduled.
     evented: bool,
+}
+
+/// What the reaper asks to be done to a group or its leader.
+#[derive(Debug, Clone)]
+pub enum Order {
+    /// Signal the group `leader` leads (or led); `if_alive`: only while it has a live
+    /// member (an adopted leader that is gone does not pin a pinned group's id).
+    Signal {
+        leader: i32,
+        group: Group,
+        sig: Signal,
+        if_alive: bool,
+    },
+    /// Reap our own leader, whose zombie pinned its group id until the group emptied.
+    Reap { leader: i32 },
 }
 
 /// A group that finished cleaning up.
@@ -88,28 +103,29 @@ impl Reaper {
     }
 
     /// Starts terminating the group led by `leader`: SIGTERM now, SIGKILL at `now + grace`.
-    /// `leader_exited` says whether the leader's end was already handled.
+    /// `leader_exited` says whether the leader's end was already handled; `evented`
+    /// whether a cgroup's emptying arrives as an event (nothing re-checks it then).
     #[allow(clippy::too_many_arguments)]
     pub fn terminate(
         &mut self,
-        os: &mut dyn Children,
         leader: i32,
         group: Group,
         own_child: bool,
         leader_exited: bool,
+        evented: bool,
         now: Instant,
-    ) {
+    ) -> Option<Order> {
         if let Some(d) = self.dying.iter_mut().find(|d| d.leader == leader) {
             d.leader_exited |= leader_exited;
-            return;
+            return None;
         }
-        // An adopted leader that is gone does not pin a pinned group's id: signal such a
-        // group only while it still has members.
-        let pinned_unsafe = matches!(group, Group::Pinned) && !own_child;
-        if !pinned_unsafe || os.group_alive(leader, &group) {
-            os.signal_group(leader, &group, Signal::SIGTERM);
-        }
-        let evented = matches!(group, Group::Cgroup(_)) && os.watches_cgroups();
+        let order = Order::Signal {
+            leader,
+            group: group.clone(),
+            sig: Signal::SIGTERM,
+            if_alive: matches!(group, Group::Pinned) && !own_child,
+        };
+        let evented = evented && matches!(group, Group::Cgroup(_));
         self.dying.push(Dying {
             leader,
             evented,
@@ -121,6 +137,17 @@ impl Reaper {
             recheck_at: now + FIRST_RECHECK,
             recheck_every: FIRST_RECHECK,
         });
+        Some(order)
+    }
+
+    /// The groups being terminated, for the driver to ask which still have members.
+    /// Whether the group `leader` led was already sent its kill (past the grace).
+    pub fn killed(&self, leader: i32) -> bool {
+        self.dying.iter().any(|d| d.leader == leader && d.killed)
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = (i32, &Group)> + '_ {
+        self.dying.iter().map(|d| (d.leader, &d.group))
     }
 
     /// Records that the leader of a group being terminated has ended.
@@ -137,17 +164,18 @@ impl Reaper {
         }
     }
 
-    /// Advances every group: SIGKILL when its grace is over, done when no live member is
-    /// left and the leader's end was handled (then a pinned leader is reaped). Called on
-    /// events (a child ended, a deadline came): the cost is one syscall per dying group,
-    /// or a `/proc` read per pinned group.
-    pub fn poll(&mut self, os: &mut dyn Children, now: Instant) -> Vec<Done> {
+    /// Advances every group by `alive` (whether each leader's group still has a live
+    /// member; one not named counts as alive): SIGKILL when its grace is over, done when
+    /// no live member is left and the leader's end was handled (then a pinned leader is
+    /// reaped). Called at the end of every loop turn.
+    pub fn poll(&mut self, alive: &dyn Fn(i32) -> bool, now: Instant) -> (Vec<Done>, Vec<Order>) {
         let mut done = Vec::new();
+        let mut orders = Vec::new();
         self.dying.retain_mut(|d| {
-            let members = os.group_alive(d.leader, &d.group);
+            let members = alive(d.leader);
             if !members && d.leader_exited {
                 if d.own_child && matches!(d.group, Group::Pinned) {
-                    os.reap(d.leader);
+                    orders.push(Order::Reap { leader: d.leader });
                 }
                 done.push(Done {
                     leader: d.leader,
@@ -156,7 +184,12 @@ impl Reaper {
                 return false;
             }
             if members && now >= d.kill_at && !d.killed {
-                os.signal_group(d.leader, &d.group, Signal::SIGKILL);
+                orders.push(Order::Signal {
+                    leader: d.leader,
+                    group: d.group.clone(),
+                    sig: Signal::SIGKILL,
+                    if_alive: false,
+                });
                 d.killed = true;
             }
             if now >= d.recheck_at {
@@ -165,7 +198,7 @@ impl Reaper {
             }
             true
         });
-        done
+        (done, orders)
     }
 
     /// When the next SIGKILL or re-check is due while groups are pending.
@@ -179,192 +212,5 @@ impl Reaper {
                 (false, false) => Some(d.recheck_at.min(d.kill_at)),
             })
             .min()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::spawn::{SpawnSpec, spawn};
-    use super::*;
-    use crate::process;
-
-    /// The worker leaves a grandchild in its group and exits at once: the grandchild is
-    /// terminated, the group is seen empty, and the leader is reaped, whichever way the
-    /// group is signalled.
-    #[test]
-    fn group_leftovers_are_terminated_and_leader_reaped() {
-        for pidfd in [true, false] {
-            if pidfd && !process::pidfd_groups() {
-                assert!(std::env::var_os("CI").is_none(), "no pidfd group signals");
-                continue;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            let gc = dir.path().join("gc.pid");
-            let script = format!("sleep 300 & echo $! > {}; exit 3", gc.display());
-            let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
-            let s = spawn(&SpawnSpec {
-                argv: &argv,
-                cwd: dir.path(),
-                log: &dir.path().join("log"),
-                env: vec![],
-            })
-            .unwrap();
-            let fd = Arc::new(Pidfd::open(s.pid).unwrap());
-            let deadline = Instant::now() + Duration::from_secs(20);
-            // Reaped at once when the group is signalled through the pidfd; kept a zombie
-            // (pinning the group id) otherwise.
-            let exit = loop {
-                if let Some(k) = process::child_exit(s.pid, pidfd) {
-                    break k;
-                }
-                assert!(Instant::now() < deadline, "worker never ended");
-                std::thread::sleep(Duration::from_millis(10));
-            };
-            assert_eq!(exit, process::ExitKind::Code(3));
-            let gc: i32 = std::fs::read_to_string(&gc)
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
-            assert!(process::read(gc).is_some_and(|p| !p.is_zombie()));
-            let group = if pidfd {
-                Group::Pidfd(fd)
-            } else {
-                Group::Pinned
-            };
-            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-            let mut os = super::super::children::Os::new(tx);
-            let mut r = Reaper::new(Duration::from_secs(30));
-            r.terminate(&mut os, s.pid, group, true, true, Instant::now());
-            let mut done = Vec::new();
-            while done.is_empty() {
-                assert!(Instant::now() < deadline, "group never emptied");
-                done = r.poll(&mut os, Instant::now());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            assert_eq!(
-                done,
-                vec![Done {
-                    leader: s.pid,
-                    killed: false
-                }]
-            );
-            assert!(process::read(s.pid).is_none(), "leader reaped");
-            assert!(r.is_empty());
-        }
-    }
-}
-
-#[cfg(test)]
-mod cgroup_tests {
-    use super::super::children::Os;
-    use super::super::spawn::{SpawnSpec, spawn_in};
-    use super::*;
-    use crate::cgroup::Cgroup;
-    use crate::cgroup::watch::Watcher;
-    use crate::process;
-
-    /// Removes the test's cgroup whatever happens.
-    struct Scratch(Cgroup);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            for _ in 0..500 {
-                if self.0.remove_tree().is_ok() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-
-    /// A worker in its own cgroup leaves a descendant in a new session with a cleared
-    /// environment and exits: the reaper's SIGTERM (ignored) and then `cgroup.kill` end it,
-    /// and the cgroup's emptying arrives through inotify, not a re-check.
-    #[test]
-    #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
-    fn a_cgroup_group_is_killed_whole_and_its_emptying_is_an_event() {
-        let (_, own) = crate::cgroup::hierarchy::own().unwrap();
-        let cg = Scratch(own.child(&format!("afk-unit-reaper-{}", std::process::id())));
-        cg.0.create().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let gc = dir.path().join("gc.pid");
-        let script = format!(
-            "setsid -f env -i sh -c 'trap \"\" TERM; echo $$ > {}; exec sleep 300'; exit 3",
-            gc.display()
-        );
-        let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-            let w = Watcher::start(move || {
-                let _ = tx.send(());
-            })
-            .unwrap();
-            assert!(w.watch(&cg.0));
-            let s = spawn_in(
-                &SpawnSpec {
-                    argv: &argv,
-                    cwd: dir.path(),
-                    log: &dir.path().join("log"),
-                    env: vec![],
-                },
-                Some(&cg.0),
-            )
-            .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while !gc.exists() || process::child_exit(s.pid, false).is_none() {
-                assert!(Instant::now() < deadline, "worker never ended");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            assert_eq!(
-                process::child_exit(s.pid, true),
-                Some(process::ExitKind::Code(3))
-            );
-            let gc: i32 = std::fs::read_to_string(&gc)
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
-            assert_eq!(cg.0.procs(), vec![gc], "the escaper is still in the cgroup");
-            let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
-            let mut os = Os::new(otx);
-            let mut r = Reaper::new(Duration::from_millis(200));
-            r.terminate(
-                &mut os,
-                s.pid,
-                Group::Cgroup(cg.0.clone()),
-                true,
-                true,
-                Instant::now(),
-            );
-            while rx.try_recv().is_ok() {}
-            // The SIGTERM is ignored; past the grace the next poll sends `cgroup.kill`.
-            let mut done = Vec::new();
-            while done.is_empty() && !r.dying.first().is_some_and(|d| d.killed) {
-                assert!(Instant::now() < deadline, "never killed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                done = r.poll(&mut os, Instant::now());
-            }
-            // The kernel says the cgroup emptied: an inotify event, nothing polled.
-            let ev = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
-            assert!(
-                matches!(ev, Ok(Some(()))),
-                "no cgroup.events change arrived"
-            );
-            while done.is_empty() {
-                assert!(Instant::now() < deadline, "cgroup never emptied");
-                done = r.poll(&mut os, Instant::now());
-                if done.is_empty() {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await;
-                }
-            }
-            assert!(done[0].killed, "SIGTERM was ignored: cgroup.kill ended it");
-            assert!(!cg.0.populated().unwrap());
-            assert!(process::read(gc).is_none_or(|p| p.is_zombie()));
-        });
     }
 }

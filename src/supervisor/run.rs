@@ -6,7 +6,6 @@
 //! the messages of the blocking pool (tracker calls, the belt) and one timer at the next
 //! due deadline (tick, circuit probe, group kill).
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -15,7 +14,10 @@ use std::time::Instant;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::fleet::{Adoptee, Fleet, Msg};
+use super::children::Os;
+use super::driver::Driver;
+use super::event::{self, Adoptee};
+use super::fleet::Fleet;
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock, report_release_failure};
 use super::notify::Notifier;
@@ -33,8 +35,8 @@ use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
 use crate::toonl::Event;
+use crate::tracker::Tracker;
 use crate::tracker::select::SelectError;
-use crate::tracker::{self, LabeledIssue, Tracker};
 
 /// How the supervisor reaches the tracker (injected so the CLI chooses): the backend and
 /// the one-line reason it was chosen.
@@ -136,7 +138,7 @@ const BLOCKING_THREADS: usize = 4;
 ///
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
 /// arrives through its pidfd, signals through `tokio::signal`, tracker results from the
-/// blocking pool as [`Msg`]s, and every deadline (tick, probe, group kill) from one timer.
+/// blocking pool as [`event::Event`]s, and every deadline (tick, probe, group kill) from one timer.
 pub fn run(
     layout: &Layout,
     config: Config,
@@ -166,7 +168,7 @@ async fn run_fleet(
     // Signals are caught before anything is written, so none can end the process between
     // the pid file and its removal.
     let mut signals = SignalSet::install().map_err(RunError::Signals)?;
-    let (tx, mut rx) = unbounded_channel::<Msg>();
+    let (tx, mut rx) = unbounded_channel::<event::Event>();
     let (lock, notes) = SupervisorLock::acquire(layout)?;
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
@@ -314,18 +316,31 @@ async fn run_fleet(
     }
     let had_state = had_state || !unrecorded.is_empty();
     adoptees.extend(unrecorded);
+    let mut children = Os::new(tx.clone());
+    if let Some(cg) = isolation.cgroups() {
+        children = children.with_cgroups(cg.clone());
+    }
+    let evented = super::children::Children::watches_cgroups(&children);
     let mut fleet = Fleet::new(
         layout.clone(),
         &config,
         argv,
         (lock.pid, lock.start),
-        journal,
-        tx.clone(),
+        process::pidfd_groups(),
+        event::Now::system(Instant::now()),
     );
-    fleet.set_isolation(&isolation);
+    fleet.set_isolation(isolation.describe(), isolation.cgroups().is_some(), evented);
     fleet.set_tracker(tracker.clone());
     fleet.set_boot_suite(state_file::BootSuite::of(&boot, boot_began.elapsed()));
-    fleet.start(adoptees, dead, had_state);
+    let mut driver = Driver::new(
+        layout.clone(),
+        &config,
+        journal,
+        Box::new(children),
+        tx.clone(),
+        tracker.clone().map_err(event::TrackerUnavailable::from),
+    );
+    driver.start(&mut fleet, adoptees, dead, had_state, Instant::now());
     let mut notifier = Notifier::from_env();
     let live = fleet.snapshot(Instant::now()).slot_pids.len();
     notifier.ready(&format!(
@@ -340,6 +355,7 @@ async fn run_fleet(
 
     let code = event_loop(
         &mut fleet,
+        &mut driver,
         &mut rx,
         &mut signals,
         &mut notifier,
@@ -348,30 +364,32 @@ async fn run_fleet(
     )
     .await;
     notifier.finish();
-    fleet.on_sigchld(Instant::now());
-    fleet.heartbeat(Instant::now());
+    driver.sigchld(&mut fleet, Instant::now());
+    driver.write_state(&mut fleet, Instant::now());
     if let Some(cg) = isolation.cgroups()
         && let Err(e) = cg.teardown()
     {
-        fleet.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
+        driver.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
     }
-    fleet.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
+    driver.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
     if let Err(e) = lock.release() {
         report_release_failure(&e);
     }
     Ok(RunEnd::Stopped(code))
 }
 
-/// The loop: each arm only turns its source into a call on [`Fleet`], which decides. After
-/// every turn the fleet runs what is due and writes the heartbeat if anything changed (at
-/// most one write per turn). With nothing running and nothing due it sleeps in the kernel.
+/// The loop: each arm only turns its source into an [`event::Event`] the driver feeds the fleet,
+/// which decides. After every turn what is due runs and the heartbeat is written if
+/// anything changed (at most one write per turn). With nothing running and nothing due it
+/// sleeps in the kernel.
 async fn event_loop(
     fleet: &mut Fleet,
-    rx: &mut UnboundedReceiver<Msg>,
+    driver: &mut Driver,
+    rx: &mut UnboundedReceiver<event::Event>,
     signals: &mut SignalSet,
     notifier: &mut Notifier,
     periodic: &mut [Periodic],
-    tx: &UnboundedSender<Msg>,
+    tx: &UnboundedSender<event::Event>,
 ) -> i32 {
     let mut due: Vec<Instant> = periodic
         .iter()
@@ -386,34 +404,32 @@ async fn event_loop(
         .collect();
     loop {
         let now = Instant::now();
-        let mut deadline = fleet.next_deadline(now);
+        let mut deadline = driver.next_deadline(fleet, now);
         if fleet.stopping().is_none() {
             for d in &due {
                 deadline = deadline.min(*d);
             }
         }
+        let stop = |code, why| event::Event::Stop { code, why };
         tokio::select! {
             msg = rx.recv() => {
                 // Every sender lives in this process; all gone cannot happen while we loop.
                 let Some(msg) = msg else { return exit::FAILED };
-                handle(fleet, msg);
+                driver.feed(fleet, msg, Instant::now());
                 while let Ok(msg) = rx.try_recv() {
-                    handle(fleet, msg);
+                    driver.feed(fleet, msg, Instant::now());
                 }
             }
-            _ = signals.chld.recv() => fleet.on_sigchld(Instant::now()),
-            _ = signals.usr1.recv() => {
-                fleet.apply_resize(Instant::now());
-                fleet.apply_slot_control(Instant::now());
-            }
-            _ = signals.term.recv() => fleet.begin_stop(exit::SIGTERM, "SIGTERM", Instant::now()),
-            _ = signals.int.recv() => fleet.begin_stop(exit::SIGINT, "SIGINT", Instant::now()),
-            _ = signals.hup.recv() => fleet.begin_stop(exit::SIGHUP, "SIGHUP", Instant::now()),
+            _ = signals.chld.recv() => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
+            _ = signals.usr1.recv() => driver.control(fleet, Instant::now()),
+            _ = signals.term.recv() => driver.feed(fleet, stop(exit::SIGTERM, "SIGTERM"), Instant::now()),
+            _ = signals.int.recv() => driver.feed(fleet, stop(exit::SIGINT, "SIGINT"), Instant::now()),
+            _ = signals.hup.recv() => driver.feed(fleet, stop(exit::SIGHUP, "SIGHUP"), Instant::now()),
             _ = notifier.watchdog_due() => notifier.watchdog(),
             _ = tokio::time::sleep_until(deadline.into()) => {}
         }
         let now = Instant::now();
-        fleet.service(now);
+        driver.turn(fleet, now);
         if fleet.stopping().is_none() {
             for (i, p) in periodic.iter_mut().enumerate() {
                 if now >= due[i] {
@@ -422,43 +438,25 @@ async fn event_loop(
                 }
             }
         }
-        fleet.heartbeat_if_changed(Instant::now());
+        driver.heartbeat_if_changed(fleet, Instant::now());
         if let Some(line) = fleet.take_tick_line() {
             notifier.status(&line);
         }
         if let Some(stop) = fleet.stopping() {
             notifier.stopping();
-            if fleet.stop_complete(Instant::now()) {
+            if driver.stop_complete(fleet, Instant::now()) {
                 return stop.code;
             }
             if Instant::now() >= stop.give_up_at {
                 // Exiting as if the stop succeeded would let a service manager believe the
                 // fleet is gone while these still run.
-                let left = fleet.leftovers();
+                let left = driver.leftovers(fleet);
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
                 let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
-                fleet.log(Event::now(kind::ERROR, msg));
+                driver.log(Event::now(kind::ERROR, msg));
                 return exit::FAILED;
             }
         }
-    }
-}
-
-fn handle(fleet: &mut Fleet, msg: Msg) {
-    let now = Instant::now();
-    match msg {
-        Msg::ChildEnded { pid, start } => fleet.own_child_ended(pid, start, now),
-        Msg::Exited { pid, start, kind } => fleet.on_exit(pid, start, kind, now),
-        Msg::Queue(r) => fleet.on_queue(r, now),
-        Msg::Paused(p) => fleet.on_paused(p, now),
-        Msg::Hold(h, spend) => fleet.on_hold(h, spend, now),
-        Msg::Spend(spend) => fleet.on_spend(spend),
-        Msg::PauseFile(e) => fleet.on_pause_file(e),
-        Msg::Quarantined(n) => fleet.on_quarantined(n),
-        Msg::OperatorPause(p) => fleet.on_operator_pause(p),
-        Msg::Log(ev) => fleet.log(ev),
-        // The dying groups are looked at by the service that follows every turn.
-        Msg::CgroupChanged => {}
     }
 }
 
@@ -510,18 +508,6 @@ async fn run_boot(
         },
         code = signals.stop() => BootWait::Signalled(code),
     }
-}
-
-/// The numbers of the issues a worker would try to claim: claimable labels and no claim
-/// dir (anything at that path makes the worker's exclusive `mkdir` fail).
-pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
-    let claims = layout.claims();
-    issues
-        .iter()
-        .filter(|i| tracker::is_claimable(&i.labels))
-        .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
-        .map(|i| i.number)
-        .collect()
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).

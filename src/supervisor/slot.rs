@@ -45,7 +45,41 @@ pub struct Unclaimable {
     pub confirmed: bool,
 }
 
-/// A live worker in a slot.
+/// What the ticks have learned of a running worker; none of it outlives the run.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Flagged for no progress for `stall_s` (logged once each way).
+    pub stalled: bool,
+    /// The issue its current attempt works on.
+    pub issue: Option<u64>,
+    /// Its newest sign of life, epoch seconds.
+    pub progress_epoch: u64,
+    /// The tree's CPU and memory at the last reading, and when its CPU time last moved (a
+    /// worker that computes is making progress whatever its files say).
+    pub usage: Option<crate::supervisor::usage::Usage>,
+    pub cpu_moved_epoch: u64,
+}
+
+impl Seen {
+    /// Nothing seen yet of a worker whose life began at `epoch`.
+    pub fn since(epoch: u64) -> Seen {
+        Seen {
+            stalled: false,
+            issue: None,
+            progress_epoch: epoch,
+            usage: None,
+            cpu_moved_epoch: epoch,
+        }
+    }
+
+    /// Its newest sign of life of any kind (files or CPU), epoch seconds.
+    pub fn last_sign(&self) -> u64 {
+        self.progress_epoch.max(self.cpu_moved_epoch)
+    }
+}
+
+/// A running worker in a slot (the `Running` state; `Pending` is before it, the slot's
+/// idle and parked phases after): how it is reached and named, and what is seen of it.
 #[derive(Debug, Clone)]
 pub struct LiveWorker {
     pub pid: i32,
@@ -60,13 +94,8 @@ pub struct LiveWorker {
     pub pidfd: Option<std::sync::Arc<crate::process::Pidfd>>,
     pub log: PathBuf,
     pub kill: Option<KillReason>,
-    pub stalled: bool,
-    pub issue: Option<u64>,
-    pub progress_epoch: u64,
-    /// The tree's CPU and memory at the last tick, and when its CPU time last moved (a
-    /// worker that computes is making progress whatever its files say).
-    pub usage: Option<crate::supervisor::usage::Usage>,
-    pub cpu_moved_epoch: u64,
+    /// What the ticks learned of it while it runs.
+    pub seen: Seen,
     /// The claimable issues as the supervisor last saw them when this worker started
     /// (`None`: unknown). A quick clean exit is "nothing claimable" only if the queue is
     /// still exactly this afterwards: a worker that took an issue changed it.
@@ -75,11 +104,27 @@ pub struct LiveWorker {
     pub cgroup: Option<std::sync::Arc<crate::cgroup::Cgroup>>,
 }
 
+/// A worker asked for and not yet started: what it is started with and named by.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The fleet's spawn number, which the answer names.
+    pub seq: u64,
+    pub id: String,
+    pub started: Instant,
+    /// See [`LiveWorker::queue_at_spawn`].
+    pub queue_at_spawn: Option<BTreeSet<u64>>,
+    /// The slot's phase before, back when the spawn fails.
+    pub was: Box<Phase>,
+}
+
 // Unboxed on purpose: a running worker is the common phase of a slot, and a fleet has at
 // most 1,024 slots, so the space a smaller phase leaves unused costs nothing that matters.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Phase {
+    /// A spawn was asked for and its answer has not come yet (it comes before the next
+    /// outside event).
+    Starting(Pending),
     Running(LiveWorker),
     /// Exited 0; waits until the tracker shows work. `confirmed` once a queue check saw it
     /// empty (until then the idling is provisional and not logged).
@@ -162,6 +207,11 @@ impl Slot {
         }
     }
 
+    /// A worker runs or is being started here.
+    pub fn occupied(&self) -> bool {
+        matches!(self.phase, Phase::Running(_) | Phase::Starting(_))
+    }
+
     pub fn is_parked(&self) -> bool {
         matches!(self.phase, Phase::Fatal | Phase::CircuitOpen)
     }
@@ -204,7 +254,7 @@ impl Slot {
 
     /// The title of the current worker's issue, when known.
     pub fn issue_title(&self) -> Option<String> {
-        let issue = self.worker()?.issue?;
+        let issue = self.worker()?.seen.issue?;
         self.shown
             .title
             .as_ref()
@@ -225,84 +275,16 @@ impl Slot {
     pub fn shown_state(&self) -> SlotState {
         match &self.phase {
             Phase::Running(_) if self.retiring => SlotState::Retiring,
-            Phase::Running(w) if w.stalled => SlotState::Stalled,
+            Phase::Running(w) if w.seen.stalled => SlotState::Stalled,
             Phase::Running(_)
                 if matches!(self.circuit.state(), circuit::State::HalfOpen { .. }) =>
             {
                 SlotState::HalfOpen
             }
-            Phase::Running(_) => SlotState::Running,
+            Phase::Running(_) | Phase::Starting(_) => SlotState::Running,
             Phase::Idle { .. } if self.stopped => SlotState::Stopped,
             Phase::Idle { .. } => SlotState::Idle,
             Phase::Fatal | Phase::CircuitOpen => SlotState::Parked,
         }
-    }
-}
-
-/// Most bytes of a slot log's end read for a parked slot's reason.
-const REASON_TAIL_BYTES: u64 = 4096;
-/// Longest reason kept: a worker's one-line error naming a key and a file fits.
-const REASON_MAX_CHARS: usize = 400;
-
-/// The reason an exit-78 worker gave: the last non-empty line of its slot log (a worker
-/// reports its failure there as one line), bounded, never following a link.
-pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let fallback = || {
-        format!(
-            "worker exited 78 (host misconfigured); see {}",
-            log.display()
-        )
-    };
-    let opts = {
-        let mut o = std::fs::OpenOptions::new();
-        o.read(true);
-        o
-    };
-    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
-    else {
-        return fallback();
-    };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut tail = Vec::new();
-    let read = f
-        .seek(SeekFrom::Start(len.saturating_sub(REASON_TAIL_BYTES)))
-        .and_then(|_| f.take(REASON_TAIL_BYTES).read_to_end(&mut tail));
-    if read.is_err() {
-        return fallback();
-    }
-    let text = String::from_utf8_lossy(&tail);
-    text.lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .map(|l| {
-            let l = l.strip_prefix("afk-supervisor: ").unwrap_or(l);
-            match l.char_indices().nth(REASON_MAX_CHARS) {
-                Some((end, _)) => format!("{}…", &l[..end]),
-                None => l.to_string(),
-            }
-        })
-        .unwrap_or_else(fallback)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_reason_is_the_logs_last_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("slot.log");
-        std::fs::write(
-            &log,
-            "tracker: local (requested)\nafk-supervisor: agent.command is not set (x)\n\n",
-        )
-        .unwrap();
-        assert_eq!(fatal_reason_from_log(&log), "agent.command is not set (x)");
-        let missing = dir.path().join("none.log");
-        assert!(fatal_reason_from_log(&missing).starts_with("worker exited 78"));
-        let big = "y".repeat(10_000);
-        std::fs::write(&log, format!("{big}\nlast one")).unwrap();
-        assert_eq!(fatal_reason_from_log(&log), "last one");
     }
 }

@@ -2,7 +2,9 @@
 //! current attempt's last `liveness.toonl` record, its slot log's modification time, and
 //! the last reading at which its tree's CPU moved above a floor ([`cpu_progressed`]; under
 //! the built-in worker only the agent's processes count, not the worker's own polling).
-//! The attempt dir also tells which issue the worker is on, for `status`.
+//! The attempt dir also tells which issue the worker is on, for `status`, and the slot
+//! log's last line why a worker exited 78. All of it is what a worker's files say, read by
+//! the driver for the fleet.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -110,6 +112,25 @@ pub fn progress_epoch(started_epoch: u64, log: &Path, attempt: Option<&Attempt>)
     started_epoch.max(log_t).max(live_t)
 }
 
+/// Longest issue title kept for `status` (the whole title reaches the agent as a file).
+const TITLE_MAX_CHARS: usize = 200;
+
+/// The title of the issue `a` works, from its `afk.state.json` (read once per issue by the
+/// caller), cut to [`TITLE_MAX_CHARS`]; `None` while the worker has not recorded it.
+pub fn attempt_title(a: &Attempt) -> Option<String> {
+    let t = crate::attempt_state::AttemptState::read(&a.dir)
+        .ok()
+        .flatten()
+        .and_then(|st| st.current)
+        .filter(|c| c.number.is_none_or(|n| n == a.issue))
+        .and_then(|c| c.title)
+        .filter(|t| !t.trim().is_empty())?;
+    Some(match t.char_indices().nth(TITLE_MAX_CHARS) {
+        Some((end, _)) => format!("{}…", &t[..end]),
+        None => t,
+    })
+}
+
 /// Whether `used_ms` of CPU over `wall_ms` is progress: more than `floor_permille`
 /// thousandths of a core. A hung agent's worker polls now and then (a clock tick in tens of
 /// seconds); counting any change would reset the stall clock forever.
@@ -136,6 +157,52 @@ pub fn progress(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) 
     } else {
         Progress::Progressing
     }
+}
+
+/// Most bytes of a slot log's end read for a parked slot's reason.
+const REASON_TAIL_BYTES: u64 = 4096;
+/// Longest reason kept: a worker's one-line error naming a key and a file fits.
+const REASON_MAX_CHARS: usize = 400;
+
+/// The reason an exit-78 worker gave: the last non-empty line of its slot log (a worker
+/// reports its failure there as one line), bounded, never following a link.
+pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let fallback = || {
+        format!(
+            "worker exited 78 (host misconfigured); see {}",
+            log.display()
+        )
+    };
+    let opts = {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true);
+        o
+    };
+    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
+    else {
+        return fallback();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    let read = f
+        .seek(SeekFrom::Start(len.saturating_sub(REASON_TAIL_BYTES)))
+        .and_then(|_| f.take(REASON_TAIL_BYTES).read_to_end(&mut tail));
+    if read.is_err() {
+        return fallback();
+    }
+    let text = String::from_utf8_lossy(&tail);
+    text.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| {
+            let l = l.strip_prefix("afk-supervisor: ").unwrap_or(l);
+            match l.char_indices().nth(REASON_MAX_CHARS) {
+                Some((end, _)) => format!("{}…", &l[..end]),
+                None => l.to_string(),
+            }
+        })
+        .unwrap_or_else(fallback)
 }
 
 #[cfg(test)]
@@ -227,5 +294,22 @@ mod tests {
         fs::write(&p, text).unwrap();
         let mt = fs::metadata(&p).unwrap().modified().unwrap();
         assert_eq!(liveness_time(dir.path()), Some(mt));
+    }
+
+    #[test]
+    fn the_reason_is_the_logs_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("slot.log");
+        std::fs::write(
+            &log,
+            "tracker: local (requested)\nafk-supervisor: agent.command is not set (x)\n\n",
+        )
+        .unwrap();
+        assert_eq!(fatal_reason_from_log(&log), "agent.command is not set (x)");
+        let missing = dir.path().join("none.log");
+        assert!(fatal_reason_from_log(&missing).starts_with("worker exited 78"));
+        let big = "y".repeat(10_000);
+        std::fs::write(&log, format!("{big}\nlast one")).unwrap();
+        assert_eq!(fatal_reason_from_log(&log), "last one");
     }
 }

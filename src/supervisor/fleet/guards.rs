@@ -80,7 +80,7 @@ impl Fleet {
     pub fn on_paused(&mut self, p: crate::pause::Pause, now: Instant) {
         self.view.queue_inflight = false;
         self.view.queue_again = false;
-        let left = Duration::from_secs(p.until_epoch.saturating_sub(now_epoch()));
+        let left = Duration::from_secs(p.until_epoch.saturating_sub(self.epoch()));
         let resume_at = crate::timeutil::deadline(now, left);
         match &mut self.guards.paused {
             Some((cur, at)) => {
@@ -95,7 +95,7 @@ impl Fleet {
                     "fleet paused {}: no claims, queue checks, sweep writes or belts until then",
                     p.describe()
                 );
-                self.log(Event::now(kind::FLEET_PAUSED, msg));
+                self.log(line(kind::FLEET_PAUSED, msg));
                 self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
                 self.guards.paused = Some((p, resume_at));
             }
@@ -105,7 +105,7 @@ impl Fleet {
     /// The pause file could not be read; it pauses nothing. Reported once.
     pub fn on_pause_file(&mut self, e: crate::pause::PauseFileError) {
         if self.guards.pause_file_error.as_ref() != Some(&e) {
-            self.log(Event::now(kind::ERROR, format!("{e}; it pauses nothing")));
+            self.log(line(kind::ERROR, format!("{e}; it pauses nothing")));
             self.guards.pause_file_error = Some(e);
         }
     }
@@ -121,33 +121,38 @@ impl Fleet {
         }
         let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
         self.guards.paused = None;
-        self.log(Event::now(kind::FLEET_RESUMED, msg));
+        self.log(line(kind::FLEET_RESUMED, msg));
         self.request_queue();
     }
 
     // ---- the operator pause ----
 
-    /// A queue check read the operator pause file: `Some` while a pause holds. The change
+    /// A queue check read the operator pause file: `Some` while a pause holds, and who
+    /// resumed it when the file is a `resume`'s record. The change
     /// is logged once each way; the same check's queue answer then wakes the idle slots.
-    pub fn on_operator_pause(&mut self, p: Option<crate::pause::OperatorPause>) {
+    pub(super) fn on_operator_pause(
+        &mut self,
+        p: Option<crate::pause::OperatorPause>,
+        resumed_via: Option<String>,
+    ) {
         match (&self.guards.operator, p) {
             (None, Some(p)) => {
                 let msg = format!(
                     "fleet paused by the operator {}: no new claims or spawns; workers in flight finish",
                     p.describe()
                 );
-                self.log(Event::now(kind::OPERATOR_PAUSED, msg));
+                self.log(line(kind::OPERATOR_PAUSED, msg));
                 self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
                 self.guards.operator = Some(p);
                 self.record.dirty = true;
             }
             (Some(_), Some(p)) => self.guards.operator = Some(p),
             (Some(was), None) => {
-                let how = match crate::pause::read_operator(&self.layout.state()) {
-                    Ok(Some(r)) if r.resumed => format!("resumed by the operator (via={})", r.via),
-                    _ => format!("the operator pause ended ({})", was.reason),
+                let how = match resumed_via {
+                    Some(via) => format!("resumed by the operator (via={via})"),
+                    None => format!("the operator pause ended ({})", was.reason),
                 };
-                self.log(Event::now(kind::OPERATOR_RESUMED, format!("fleet {how}")));
+                self.log(line(kind::OPERATOR_RESUMED, format!("fleet {how}")));
                 self.guards.operator = None;
                 self.record.dirty = true;
             }
@@ -183,7 +188,7 @@ impl Fleet {
             params.backoff(0).as_secs(),
             self.guards.fleet_circuit.reason()
         );
-        self.log(Event::now(kind::FLEET_CIRCUIT_OPEN, msg));
+        self.log(line(kind::FLEET_CIRCUIT_OPEN, msg));
         self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
     }
 
@@ -219,7 +224,7 @@ impl Fleet {
                     lived.as_secs_f64(),
                     backoff.as_secs()
                 );
-                self.log(Event::now(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+                self.log(line(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
                 false
             }
             None => false,
@@ -239,7 +244,7 @@ impl Fleet {
             "fleet circuit: the probe in slot {idx} ended with {exit} (the tracker asked to wait, not the agent failing); probing again in {}s (step {step})",
             backoff.as_secs()
         );
-        self.log(Event::now(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+        self.log(line(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
     }
 
     fn close_fleet_circuit(&mut self, idx: usize, lived: Duration, now: Instant) {
@@ -247,7 +252,7 @@ impl Fleet {
             "fleet circuit closed: the probe in slot {idx} lived {:.1}s; every slot reopens",
             lived.as_secs_f64()
         );
-        self.log(Event::now(kind::FLEET_CIRCUIT_CLOSED, msg).slot(idx));
+        self.log(line(kind::FLEET_CIRCUIT_CLOSED, msg).slot(idx));
         let mut parked = Vec::new();
         for slot in self.pool.slots.values_mut() {
             slot.circuit.reset();
@@ -293,7 +298,7 @@ impl Fleet {
             "fleet circuit probing with slot {idx} after {}s (step {step})",
             backoff.as_secs()
         );
-        self.log(Event::now(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
+        self.log(line(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
         self.spawn_in(idx, now);
     }
 }

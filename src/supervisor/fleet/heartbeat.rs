@@ -1,24 +1,22 @@
-//! What the fleet tells: the event log, and the heartbeat `state.toon` written after
-//! every transition and at every tick.
+//! What the fleet tells: the event log's lines, and the heartbeat `state.toon` asked for
+//! after every transition and at every tick (the driver writes both).
 
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
+
+use crate::timeutil::rfc3339_millis;
 
 use super::*;
 
-/// The journal and what only the heartbeat carries: whether a transition is not written
+/// What only the heartbeat carries: whether a transition is not written
 /// yet, the last tick line, the boot suite's end, the newest progress, and the failures
 /// reported once (a heartbeat that cannot be written, a stop sentinel that is not a file,
 /// a corrupt resize directive). One part because these are what the fleet has said or
 /// must still say, and nothing decides by them.
 pub(super) struct Record {
-    pub(super) journal: Journal,
     /// Something was logged (every transition is) since the last heartbeat.
     pub(super) dirty: bool,
     /// The last tick line not yet taken by the service manager's `STATUS=`.
     pub(super) tick_line: Option<String>,
-    /// The last report of a heartbeat that cannot be written (disk full, lane removed), so
-    /// it is logged once.
-    pub(super) state_error: Option<String>,
     /// How the boot suite ended, for `status`.
     pub(super) boot_suite: Option<state_file::BootSuite>,
     /// The newest sign of life of any worker, epoch seconds.
@@ -31,45 +29,99 @@ pub(super) struct Record {
     pub(super) stop_file_reported: Option<String>,
     /// `cgroup` or `process-group (why)`, for `status`.
     pub(super) isolation: Option<String>,
+    /// The last heartbeat written and when: a tick writes another only when it would say
+    /// something else, or this one is [`HEARTBEAT_MAX_AGE`] old.
+    pub(super) written: Option<(StateFile, Instant)>,
+}
+
+/// How old the heartbeat may grow while nothing in it changes: `status` shows its age to a
+/// person, who should not read a quiet fleet as a hung one (liveness itself is the pid
+/// file's, `lock.rs`).
+pub(super) const HEARTBEAT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A line of the fleet's own for the event log, stamped when logged ([`Fleet::log`]).
+pub(super) fn line(kind: &str, msg: impl Into<String>) -> LogLine {
+    LogLine {
+        ts: String::new(),
+        kind: kind.to_string(),
+        slot: None,
+        pid: None,
+        issue: None,
+        msg: msg.into(),
+    }
 }
 
 impl Record {
-    pub(super) fn new(journal: Journal) -> Self {
+    pub(super) fn new(epoch: u64) -> Self {
         Record {
-            journal,
             dirty: true,
             tick_line: None,
-            state_error: None,
             boot_suite: None,
-            last_progress_epoch: now_epoch(),
+            last_progress_epoch: epoch,
             resize_reported: None,
             slot_control_seen: None,
             stop_file_reported: None,
             isolation: None,
+            written: None,
         }
     }
 }
 
 impl Fleet {
-    pub fn log(&mut self, ev: Event) {
+    /// Logs `ev`, stamped with the event's time when it has none (a line of the fleet's
+    /// own; one from a helper thread keeps its time).
+    pub fn log(&mut self, mut ev: LogLine) {
         if ev.kind != kind::TICK {
             self.record.dirty = true;
         }
-        self.record.journal.write(ev);
+        if ev.ts.is_empty() {
+            ev.ts = rfc3339_millis(self.wall);
+        }
+        self.emit(Effect::Log(ev));
     }
 
-    /// Writes the heartbeat if a transition happened since the last one.
-    pub fn heartbeat_if_changed(&mut self, now: Instant) {
+    /// The wall-clock time of the event being handled, epoch seconds.
+    pub(super) fn epoch(&self) -> u64 {
+        epoch_secs(self.wall)
+    }
+
+    /// Whether a transition happened since the last heartbeat.
+    pub fn heartbeat_due(&self) -> bool {
+        self.record.dirty
+    }
+
+    /// The heartbeat to write now: nothing is left unwritten after it.
+    pub fn snapshot_written(&mut self, now: Instant) -> StateFile {
+        self.record.dirty = false;
+        let snap = self.snapshot(now);
+        self.record.written = Some((snap.clone(), now));
+        snap
+    }
+
+    /// Whether the tick's heartbeat must be written: a transition, a changed figure (a
+    /// reading, the churn window, a queue count), or the last one is getting old. A quiet
+    /// fleet's tick writes nothing.
+    pub(super) fn heartbeat_wanted(&mut self, now: Instant) -> bool {
         if self.record.dirty {
-            self.heartbeat(now);
+            return true;
         }
+        let Some((last, at)) = &self.record.written else {
+            return true;
+        };
+        if now.saturating_duration_since(*at) >= HEARTBEAT_MAX_AGE {
+            return true;
+        }
+        let (last, mut snap) = (last.clone(), self.snapshot(now));
+        snap.ts.clone_from(&last.ts);
+        snap.epoch = last.epoch;
+        snap != last
     }
 
     /// The tick line written since the last call, if any (for the service manager).
     pub fn take_tick_line(&mut self) -> Option<String> {
         let line = self.record.tick_line.take()?;
         // A hold is what a person must see first (`agent paused: usage limit, …`).
-        Some(match self.holds.words(now_epoch()) {
+        Some(match self.holds.words(self.epoch()) {
             Some(h) => format!("{h}; {line}"),
             None => line,
         })
@@ -77,17 +129,10 @@ impl Fleet {
 
     pub fn snapshot(&mut self, now: Instant) -> StateFile {
         let churn = self.churn.in_window(now, self.timing.circuit_window_s);
-        let busy = self
-            .pool
-            .slots
-            .values()
-            .filter(|s| s.worker().is_some())
-            .count();
-        let parked = self.pool.slots.values().filter(|s| s.is_parked()).count();
-        let total = self.pool.slots.len();
-        let sys_now = SystemTime::now();
+        let slots = self.slot_counts();
+        let sys_now = self.wall;
         StateFile {
-            ts: now_rfc3339_millis(),
+            ts: rfc3339_millis(sys_now),
             epoch: epoch_secs(sys_now),
             pid: self.launch.me.0,
             pid_start_time: self.launch.me.1,
@@ -103,12 +148,7 @@ impl Fleet {
                 )),
                 (None, None) => Some("no tracker check has answered yet".into()),
             },
-            slots: SlotCounts {
-                busy,
-                free: total - busy - parked,
-                total,
-                parked,
-            },
+            slots,
             slot_pids: self
                 .pool
                 .slots
@@ -134,9 +174,9 @@ impl Fleet {
                     worker_id: s.worker().map(|w| w.id.clone()),
                     started_epoch: s.worker().map(|w| w.started_epoch),
                     restarts: s.restarts,
-                    issue: s.worker().and_then(|w| w.issue),
-                    cpu_ms: s.worker().and_then(|w| w.usage).map(|u| u.cpu_ms),
-                    rss_kib: s.worker().and_then(|w| w.usage).map(|u| u.rss_kib),
+                    issue: s.worker().and_then(|w| w.seen.issue),
+                    cpu_ms: s.worker().and_then(|w| w.seen.usage).map(|u| u.cpu_ms),
+                    rss_kib: s.worker().and_then(|w| w.seen.usage).map(|u| u.rss_kib),
                     reason: s.park_reason(),
                     title: s.issue_title(),
                     cpu_permille: s.cpu_permille(),
@@ -149,7 +189,7 @@ impl Fleet {
                         .map(|c| c.dir().display().to_string()),
                     memory_peak_kib: s
                         .worker()
-                        .and_then(|w| w.usage)
+                        .and_then(|w| w.seen.usage)
                         .and_then(|u| u.memory_peak_kib),
                 })
                 .collect(),
@@ -157,15 +197,23 @@ impl Fleet {
             fleet_circuit: self.guards.fleet_circuit.snapshot(),
             quarantined: self.view.quarantined,
             boot_suite: self.record.boot_suite.clone(),
-            tracker_kind: self
-                .view
-                .tracker
-                .as_ref()
-                .ok()
-                .map(|t| t.kind().to_string()),
+            tracker_kind: self.view.tracker.as_ref().ok().cloned(),
             held: self.holds.snapshot(),
             spend: self.holds.spend.clone(),
             isolation: self.record.isolation.clone(),
+        }
+    }
+
+    /// The slots by what they do (a slot being started counts as busy).
+    pub(super) fn slot_counts(&self) -> SlotCounts {
+        let busy = self.pool.slots.values().filter(|s| s.occupied()).count();
+        let parked = self.pool.slots.values().filter(|s| s.is_parked()).count();
+        let total = self.pool.slots.len();
+        SlotCounts {
+            busy,
+            free: total - busy - parked,
+            total,
+            parked,
         }
     }
 
@@ -174,26 +222,8 @@ impl Fleet {
         self.record.boot_suite = Some(boot);
     }
 
-    pub fn write_state(&mut self, snap: &StateFile) {
-        let path = self.layout.state_file();
-        match state_file::write(&path, snap) {
-            Ok(()) => self.record.state_error = None,
-            Err(e) => {
-                let e = e.to_string();
-                if self.record.state_error.as_deref() != Some(e.as_str()) {
-                    self.record
-                        .journal
-                        .write(Event::now(kind::ERROR, e.clone()));
-                    self.record.state_error = Some(e);
-                }
-            }
-        }
-    }
-
-    /// Writes the heartbeat now (after transitions, so `status` is never a tick behind).
-    pub fn heartbeat(&mut self, now: Instant) {
-        self.record.dirty = false;
-        let snap = self.snapshot(now);
-        self.write_state(&snap);
+    /// Asks for the heartbeat now (after transitions, so `status` is never a tick behind).
+    pub(super) fn heartbeat(&mut self) {
+        self.emit(Effect::WriteState);
     }
 }

@@ -56,7 +56,7 @@ impl Fleet {
         self.view.queue_inflight = false;
         self.view.queue_again = false;
         self.holds.spend = spend;
-        let left = Duration::from_secs(h.until_epoch.saturating_sub(now_epoch()));
+        let left = Duration::from_secs(h.until_epoch.saturating_sub(self.epoch()));
         let resume_at = crate::timeutil::deadline(now, left);
         self.record.dirty = true;
         if let Some((cur, at)) = &mut self.holds.held {
@@ -91,7 +91,7 @@ impl Fleet {
                 ),
             ),
         };
-        self.log(Event::now(event, msg));
+        self.log(line(event, msg));
         self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
         self.holds.held = Some((h, resume_at));
     }
@@ -115,7 +115,7 @@ impl Fleet {
         self.holds.held = None;
         self.record.dirty = true;
         if kind == HoldKind::Budget {
-            self.log(Event::now(
+            self.log(line(
                 kind::FLEET_BUDGET_RESUMED,
                 "a new budget day began: the fleet claims again",
             ));
@@ -131,7 +131,7 @@ impl Fleet {
             slot.phase = Phase::Idle { confirmed: true };
         }
         self.log(
-            Event::now(
+            line(
                 kind::FLEET_AGENT_PROBE,
                 format!("agent pause over: one probe in slot {idx} before the whole fleet"),
             )
@@ -165,14 +165,14 @@ impl Fleet {
             .find(|s| {
                 s.index < self.pool.target
                     && !s.retiring
-                    && s.worker().is_none()
+                    && !s.occupied()
                     && !matches!(s.phase, Phase::Fatal)
             })
             .map(|s| s.index)
     }
 
     fn agent_resumed(&mut self, why: &str) {
-        self.log(Event::now(
+        self.log(line(
             kind::FLEET_AGENT_RESUMED,
             format!("agent resumed: {why}; every slot claims again"),
         ));

@@ -4,18 +4,24 @@
 use std::time::Instant;
 
 use super::*;
-use crate::supervisor::slot_control::{self, Ack, Action, Found, Request};
+use crate::supervisor::slot_control::{Ack, Action, Found, Request};
 
 impl Fleet {
-    /// Acts on a new slot-control request and acknowledges it. A request already answered
-    /// (its id in the acknowledgement, e.g. from before a restart of the supervisor) is
-    /// left alone; a corrupt file is reported once.
-    pub fn apply_slot_control(&mut self, now: Instant) {
-        let req = match slot_control::read_request(&self.layout) {
+    /// Acts on a new slot-control request (as the driver read it, with the answer file)
+    /// and acknowledges it. A request already answered (its id in the acknowledgement,
+    /// e.g. from before a restart of the supervisor) is left alone; a corrupt file is
+    /// reported once.
+    pub(super) fn apply_slot_control(
+        &mut self,
+        request: Found<Request>,
+        answered: Found<Ack>,
+        now: Instant,
+    ) {
+        let req = match request {
             Found::None => return,
             Found::Corrupt(why) => {
                 if self.record.slot_control_seen.as_deref() != Some(why.as_str()) {
-                    self.log(Event::now(kind::ERROR, format!("{why}; request ignored")));
+                    self.log(line(kind::ERROR, format!("{why}; request ignored")));
                     self.record.slot_control_seen = Some(why);
                 }
                 return;
@@ -26,25 +32,23 @@ impl Fleet {
             return;
         }
         self.record.slot_control_seen = Some(req.id.clone());
-        if matches!(slot_control::read_ack(&self.layout), Found::Some(a) if a.id == req.id) {
+        if matches!(answered, Found::Some(a) if a.id == req.id) {
             return;
         }
-        let (ok, message) = match self.slot_act(&req, now) {
-            Ok(m) => (true, m),
-            Err(m) => (false, m),
+        let (ok, message, retire_first) = match self.slot_act(&req, now) {
+            Ok((m, retire)) => (true, m, retire),
+            Err(m) => (false, m, None),
         };
         let ack = Ack {
             id: req.id.clone(),
             ok,
             message,
         };
-        if let Err(e) = slot_control::write_ack(&self.layout, &ack) {
-            let path = slot_control::ack_path(&self.layout);
-            self.log(Event::now(kind::ERROR, format!("{}: {e}", path.display())));
-        }
+        self.emit(Effect::AnswerSlotControl { ack, retire_first });
     }
 
-    fn slot_act(&mut self, req: &Request, now: Instant) -> Result<String, String> {
+    /// What was done (and the slot whose retire file the answer needs first), or why not.
+    fn slot_act(&mut self, req: &Request, now: Instant) -> Result<(String, Option<usize>), String> {
         let idx = req.slot;
         let target = self.pool.target;
         if self.stopping.is_some() {
@@ -55,7 +59,6 @@ impl Fleet {
                 "slot {idx} is not in the fleet (target {target}: slots 0..{target})"
             ));
         }
-        let retire_file = self.layout.retire_file(idx);
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return Err(format!("slot {idx} is not in the fleet"));
         };
@@ -82,23 +85,27 @@ impl Fleet {
                 Action::Stop => kind::SLOT_STOPPED,
                 Action::Restart => kind::SLOT_RESTART,
             };
-            self.log(Event::now(k, msg.clone()).slot(idx));
+            self.log(line(k, msg.clone()).slot(idx));
             if req.action == Action::Restart {
                 self.spawn_in(idx, now);
             }
-            return Ok(msg);
+            return Ok((msg, None));
         };
         if w.kill.is_some() {
             return Err(format!("slot {idx}'s worker is already being stopped"));
         }
         let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
+        let mut retire = None;
         let msg = match mode {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Operator);
-                let group = self.procs.children.group_for(w.pidfd.as_ref());
-                self.procs
-                    .reaper
-                    .terminate(&mut *self.procs.children, pid, group, own, false, now);
+                // Its process group, even in cgroup mode (as this always did).
+                let group = match &w.pidfd {
+                    Some(fd) if self.procs.pidfd_groups => Group::Pidfd(Arc::clone(fd)),
+                    _ => Group::Pinned,
+                };
+                let out = &mut self.out;
+                groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
                 format!(
                     "slot {idx}: {} worker {id} now (hard-kill) (via={via})",
                     req.action
@@ -108,9 +115,7 @@ impl Fleet {
                 if req.action == Action::Restart {
                     slot.restart_pending = true;
                 }
-                if let Err(e) = atomic_write(&retire_file, b"") {
-                    return Err(format!("{}: {e}", retire_file.display()));
-                }
+                retire = Some(idx);
                 format!(
                     "slot {idx}: worker {id} finishes its issue, then the slot {} (via={via})",
                     match req.action {
@@ -124,8 +129,8 @@ impl Fleet {
             Action::Stop => kind::SLOT_STOPPED,
             Action::Restart => kind::SLOT_RESTART,
         };
-        self.log(Event::now(k, msg.clone()).slot(idx).pid(pid));
-        Ok(msg)
+        self.log(line(k, msg.clone()).slot(idx).pid(pid));
+        Ok((msg, retire))
     }
 
     /// A worker of a slot the operator acted on ended: a stopped slot stays empty, a
@@ -145,10 +150,10 @@ impl Fleet {
         }
         slot.restart_pending = false;
         let stopped = slot.stopped;
-        let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+        self.emit(Effect::RemoveRetire { slot: idx });
         if stopped {
             self.log(
-                Event::now(
+                line(
                     kind::SLOT_STOPPED,
                     format!("slot {idx} stopped: empty until `afk-supervisor restart {idx}`"),
                 )

@@ -34,7 +34,7 @@ impl Pool {
     pub(super) fn live_in_target(&self) -> usize {
         self.slots
             .values()
-            .filter(|s| s.worker().is_some() && !s.retiring)
+            .filter(|s| s.occupied() && !s.retiring)
             .count()
     }
 

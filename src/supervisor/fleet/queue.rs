@@ -2,42 +2,16 @@
 //! last said, and the wake-ups it decides.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::tracker::select::SelectError;
-use crate::tracker::{Tracker, TrackerError};
-
-/// Why the fleet has no tracker to ask.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TrackerUnavailable {
-    /// No tracker was set yet ([`Fleet::set_tracker`] comes right after start-up's own
-    /// opening; only a fleet built without it, as in unit tests, asks before).
-    #[error("not opened yet")]
-    NotOpened,
-    /// Opening the tracker failed at start-up.
-    #[error(transparent)]
-    Select(#[from] SelectError),
-}
-
-/// Why a queue check has no answer. Its text is what the event log's `tracker.error` line
-/// and `status` show.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueueError {
-    #[error("tracker unavailable: {0}")]
-    Unavailable(TrackerUnavailable),
-    #[error(transparent)]
-    Tracker(#[from] TrackerError),
-}
 
 /// What the fleet knows of the tracker and the state of its checks. One part because a
 /// queue check reads and writes only this (besides waking slots), and the heartbeat shows
 /// it as one: the count, or why it is unknown.
 pub(super) struct TrackerView {
-    /// For the queue check and giving a dead worker's claimed issues back; the error when
-    /// the tracker could not be opened.
-    pub(super) tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
+    /// The tracker's kind (the driver asks it), or why it could not be opened.
+    pub(super) tracker: Result<String, TrackerUnavailable>,
     /// The claimable issues' count at the last successful queue check.
     pub(super) ready: Option<u64>,
     /// The claimable issues at the last successful queue check.
@@ -81,7 +55,7 @@ impl Fleet {
             Ok(set) => {
                 let n = set.len() as u64;
                 if self.view.tracker_error.take().is_some() {
-                    self.log(Event::now(
+                    self.log(line(
                         kind::TRACKER_ERROR,
                         format!("ready-for-agent check works again: {n} open"),
                     ));
@@ -103,7 +77,7 @@ impl Fleet {
                     }
                 }
                 for (idx, msg) in confirmed {
-                    self.log(Event::now(kind::IDLE, msg).slot(idx));
+                    self.log(line(kind::IDLE, msg).slot(idx));
                 }
                 self.view.ready_set = Some(set);
                 let idle = if self.guards.held() || self.holds.held.is_some() {
@@ -129,13 +103,13 @@ impl Fleet {
                         let msg = format!(
                             "slot {idx} idle: worker exited 0 and no ready-for-agent issue is open"
                         );
-                        self.log(Event::now(kind::IDLE, msg).slot(idx));
+                        self.log(line(kind::IDLE, msg).slot(idx));
                     }
                 }
             }
             Err(e) => {
                 if self.view.tracker_error.as_ref() != Some(&e) {
-                    self.log(Event::now(
+                    self.log(line(
                         kind::TRACKER_ERROR,
                         format!("ready-for-agent check failed, slot states kept: {e}"),
                     ));
@@ -150,7 +124,7 @@ impl Fleet {
     }
     fn unidle(&mut self, idx: usize, ready: u64, now: Instant) {
         self.log(
-            Event::now(
+            line(
                 kind::UNIDLE,
                 format!("slot {idx} un-idled: ready-for-agent={ready}"),
             )
@@ -182,74 +156,15 @@ impl Fleet {
             return;
         }
         self.view.queue_inflight = true;
-        let (layout, tx) = (self.layout.clone(), self.tx.clone());
-        let budget = self.budget.clone();
-        let tracker = self.view.tracker.clone();
+        let now = self.now;
         let count_quarantined = self
             .view
             .quarantine_asked
-            .is_none_or(|t| t.elapsed() >= QUARANTINE_EVERY);
+            .is_none_or(|t| now.saturating_duration_since(t) >= QUARANTINE_EVERY);
         if count_quarantined {
-            self.view.quarantine_asked = Some(Instant::now());
+            self.view.quarantine_asked = Some(now);
         }
-        self.blocking(move || {
-            // The pause is read first: a paused fleet's queue check costs no call.
-            let state_dir = layout.state();
-            let paused = || match crate::pause::read(&state_dir) {
-                Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
-                Ok(_) => None,
-                Err(e) => {
-                    let _ = tx.send(Msg::PauseFile(e));
-                    None
-                }
-            };
-            // The operator's pause holds starts, not queue checks: the count stays true.
-            let _ = tx.send(Msg::OperatorPause(
-                match crate::pause::read_operator(&state_dir) {
-                    Ok(p) => p.filter(|p| p.active_at(now_epoch())),
-                    Err(e) => {
-                        let _ = tx.send(Msg::PauseFile(e));
-                        None
-                    }
-                },
-            ));
-            if let Some(p) = paused() {
-                let _ = tx.send(Msg::Paused(p));
-                return;
-            }
-            // The agent's holds next: a held fleet's queue check costs no call either.
-            match crate::supervisor::holds::read(&layout, &budget, now_epoch()) {
-                (Some(h), spend) => {
-                    let _ = tx.send(Msg::Hold(h, spend));
-                    return;
-                }
-                (None, spend) => {
-                    let _ = tx.send(Msg::Spend(spend));
-                }
-            }
-            if count_quarantined
-                && let Ok(t) = &tracker
-                && let Ok(q) =
-                    t.list_open_with_label(crate::tracker::labels::QUARANTINED, QUEUE_LIMIT)
-            {
-                let _ = tx.send(Msg::Quarantined(q.len() as u64));
-            }
-            let r = match tracker {
-                Ok(t) => t
-                    .list_open_with_label(crate::tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
-                    .map(|v| crate::supervisor::run::claimable(&layout, &v))
-                    .map_err(QueueError::from),
-                Err(e) => Err(QueueError::Unavailable(e)),
-            };
-            // A rate-limited answer has just recorded the pause (the gh backend does).
-            if r.is_err()
-                && let Some(p) = paused()
-            {
-                let _ = tx.send(Msg::Paused(p));
-                return;
-            }
-            let _ = tx.send(Msg::Queue(r));
-        });
+        self.emit(Effect::CheckQueue { count_quarantined });
     }
 
     pub fn on_quarantined(&mut self, n: u64) {
@@ -261,34 +176,8 @@ impl Fleet {
 /// How often, at most, the quarantined issues are counted (one tracker call).
 const QUARANTINE_EVERY: Duration = Duration::from_secs(60);
 
-/// Most open `ready-for-agent` issues counted per queue check.
-const QUEUE_LIMIT: usize = 1000;
-
 /// Most idle slots woken in one loop turn; the rest follow a turn later each.
 pub(super) const UNIDLE_PER_TURN: usize = 16;
 
 /// How soon the next batch of a wake-up follows.
 pub(super) const UNIDLE_EVERY: Duration = Duration::from_millis(20);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tracker::ErrorKind;
-
-    /// The texts the event log and `status` showed when these were strings.
-    #[test]
-    fn a_queue_errors_text_is_the_one_the_log_always_showed() {
-        let unopened = QueueError::Unavailable(TrackerUnavailable::NotOpened);
-        assert_eq!(unopened.to_string(), "tracker unavailable: not opened yet");
-        let select = SelectError::NotLoggedIn {
-            because: "origin is on GitHub",
-            detail: "exit 1".into(),
-        };
-        assert_eq!(
-            QueueError::Unavailable(TrackerUnavailable::from(select.clone())).to_string(),
-            format!("tracker unavailable: {select}")
-        );
-        let call = TrackerError::new(ErrorKind::Transient, "gh issue list", "timed out");
-        assert_eq!(QueueError::from(call.clone()).to_string(), call.to_string());
-    }
-}

@@ -1,191 +1,212 @@
+//! The fleet's state machine fed events, with its effects read back: no processes, no
+//! files, injected time. The bench plays the world the driver would: it answers spawns
+//! with fresh pids, ends the workers a signal reaches (unless they ignore SIGTERM), and
+//! says which dying groups still have members at each turn.
+
 use super::*;
-use std::collections::BTreeSet;
-
-// ---- the state machine through a test double: no processes, injected time ----
-
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use crate::exit;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use nix::sys::signal::Signal;
 
-use crate::exit;
-use crate::process::{Pidfd, Proc};
-use crate::supervisor::children::{Children, Started};
-use crate::supervisor::reaper::Group;
-use crate::supervisor::spawn::SpawnError;
+use crate::supervisor::event::{ControlFiles, TickFacts, WorkerFiles};
+use crate::supervisor::reaper::Order;
+use crate::supervisor::slot_control;
 use crate::supervisor::usage::Usage;
 
-/// What the double was asked to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Call {
-    Spawn { slot: String, pid: i32 },
-    Group { leader: i32, sig: Signal },
-}
-
+/// What the bench's processes are and what the fleet asked of them.
 #[derive(Default)]
 struct World {
     next_pid: i32,
     running: HashSet<i32>,
     /// Groups with a live member (a worker's leads its group while it runs).
     groups: HashSet<i32>,
+    /// How each ended worker ended, for the exit the bench reports.
     ended: HashMap<i32, ExitKind>,
     /// Workers that ignore SIGTERM (only SIGKILL ends them).
     stubborn: HashSet<i32>,
     fail_spawns: bool,
-    /// What `usage` reports per worker.
+    /// Spawned workers get no pidfd watch (their end is found on SIGCHLD).
+    unwatched: bool,
+    /// What a CPU reading reports per worker.
     usage: HashMap<i32, Usage>,
-    calls: Vec<Call>,
-}
-
-/// A `Children` with no processes: spawns get fresh pids, signals are recorded, and a
-/// worker ends when the test says so (or when a signal it obeys reaches its group).
-#[derive(Clone, Default)]
-struct Double(Rc<RefCell<World>>);
-
-impl Double {
-    fn end(&self, pid: i32, kind: ExitKind) {
-        let mut w = self.0.borrow_mut();
-        w.running.remove(&pid);
-        w.groups.remove(&pid);
-        w.ended.insert(pid, kind);
-    }
-    fn calls(&self) -> Vec<Call> {
-        self.0.borrow().calls.clone()
-    }
-    fn spawns(&self) -> usize {
-        self.calls()
-            .iter()
-            .filter(|c| matches!(c, Call::Spawn { .. }))
-            .count()
-    }
-}
-
-impl Children for Double {
-    fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let mut w = self.0.borrow_mut();
-        if w.fail_spawns {
-            return Err(SpawnError::Start {
-                program: spec.argv[0].clone(),
-                source: std::io::Error::from_raw_os_error(libc::ENOENT),
-            });
-        }
-        w.next_pid += 1;
-        let pid = 10_000 + w.next_pid;
-        w.running.insert(pid);
-        w.groups.insert(pid);
-        let slot = spec
-            .env
-            .iter()
-            .find(|(k, _)| k == "RED_AFK_SLOT")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        w.calls.push(Call::Spawn { slot, pid });
-        Ok(Started {
-            pid,
-            start: 1,
-            pidfd: None,
-            watched: true,
-        })
-    }
-    fn adopt(&mut self, pid: i32, _start: u64) -> Option<Started> {
-        self.0.borrow().running.contains(&pid).then_some(Started {
-            pid,
-            start: 1,
-            pidfd: None,
-            watched: true,
-        })
-    }
-    fn is_live(&mut self, pid: i32, _start: u64) -> bool {
-        self.0.borrow().running.contains(&pid)
-    }
-    fn exit_of(&mut self, pid: i32, _keep_zombie: bool) -> Option<ExitKind> {
-        self.0.borrow().ended.get(&pid).copied()
-    }
-    fn next_zombie(&mut self) -> Option<(i32, bool)> {
-        None
-    }
-    fn reap(&mut self, _pid: i32) {}
-    fn signal_group(&mut self, leader: i32, _group: &Group, sig: Signal) {
-        self.0.borrow_mut().calls.push(Call::Group { leader, sig });
-        let obeys = sig == Signal::SIGKILL || !self.0.borrow().stubborn.contains(&leader);
-        if obeys && self.0.borrow().running.contains(&leader) {
-            self.end(leader, ExitKind::Signal(sig as i32));
-        } else if obeys {
-            self.0.borrow_mut().groups.remove(&leader);
-        }
-    }
-    fn group_alive(&mut self, leader: i32, _group: &Group) -> bool {
-        self.0.borrow().groups.contains(&leader)
-    }
-    fn usage(&mut self, _leaders: &[i32]) -> HashMap<i32, Usage> {
-        self.0.borrow().usage.clone()
-    }
-    fn group_for(&self, _pidfd: Option<&Arc<Pidfd>>) -> Group {
-        Group::Pinned
-    }
-    fn strays(&mut self, _keep: &HashSet<i32>, _lane: &std::path::Path) -> Vec<Proc> {
-        Vec::new()
-    }
-    fn escapees(
-        &mut self,
-        _ended: &[(String, bool)],
-        _keep: &HashSet<i32>,
-        _lane: &std::path::Path,
-    ) -> Vec<(String, Proc)> {
-        Vec::new()
-    }
-    fn signal_stray(&mut self, _p: &Proc, _sig: Signal) {}
-    fn reap_orphans(&mut self, _keep: &HashSet<i32>) {}
+    /// Each spawn: slot and pid.
+    spawns: Vec<(usize, i32)>,
+    /// Each group signal: leader and signal.
+    signals: Vec<(i32, Signal)>,
+    lines: Vec<LogLine>,
+    /// Heartbeats written, and the last.
+    writes: usize,
+    state: Option<StateFile>,
+    /// Every effect's name, in order.
+    effects: Vec<String>,
 }
 
 struct Bench {
     fleet: Fleet,
-    os: Double,
-    layout: Layout,
+    world: World,
     t0: Instant,
-    _dir: tempfile::TempDir,
-    _rt: tokio::runtime::Runtime,
+    /// The wall-clock time at `t0`: a bench's clock moves only as its events say.
+    wall0: std::time::SystemTime,
+}
+
+fn quiet() -> ControlFiles {
+    ControlFiles {
+        resize: Found::None,
+        slot_request: slot_control::Found::None,
+        slot_ack: slot_control::Found::None,
+    }
 }
 
 impl Bench {
     /// A fleet of `workers` with the default timing (fast death 30 s, circuit 5 in 90 s,
     /// half-open 60 s, stop grace 10 s), started at `t0`.
     fn new(workers: usize) -> Bench {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
-        let journal = Journal::open(&layout.event_log(), false).unwrap();
         let mut config = Config::default();
         config.fleet.workers = workers;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let os = Double::default();
-        let (tx, _rx) = {
-            let _in = rt.enter();
-            tokio::sync::mpsc::unbounded_channel()
-        };
         let argv = vec!["worker".to_string()];
-        let fleet = Fleet::new(layout.clone(), &config, argv, (1, 1), journal, tx)
-            .with_children(Box::new(os.clone()));
+        let layout = Layout::new("/afk-unit-fleet");
+        let (t0, wall0) = (Instant::now(), std::time::SystemTime::now());
+        let start = Now {
+            at: t0,
+            wall: wall0,
+        };
+        let fleet = Fleet::new(layout, &config, argv, (1, 1), false, start);
         Bench {
             fleet,
-            os,
-            layout,
-            t0: Instant::now(),
-            _dir: dir,
-            _rt: rt,
+            world: World::default(),
+            t0,
+            wall0,
         }
     }
     fn at(&self, secs: f64) -> Instant {
         self.t0 + Duration::from_secs_f64(secs)
     }
+    /// The event time `secs` into the bench.
+    fn now(&self, secs: f64) -> Now {
+        let d = Duration::from_secs_f64(secs);
+        Now {
+            at: self.t0 + d,
+            wall: self.wall0 + d,
+        }
+    }
     fn start(&mut self) {
-        let now = self.t0;
-        self.fleet.start(Vec::new(), 0, false);
-        self.fleet.service(now);
+        let effects = self.fleet.start(Vec::new(), 0, false, self.now(0.0));
+        self.carry(effects, 0.0);
+        self.turn(0.0);
+    }
+    /// Carries out effects as the driver would, answers fed at once.
+    fn carry(&mut self, effects: Vec<Effect>, secs: f64) {
+        for e in effects {
+            if let Some(answer) = self.effect(e, secs) {
+                let more = self.fleet.handle(answer, self.now(secs));
+                self.carry(more, secs);
+            }
+        }
+    }
+    fn effect(&mut self, e: Effect, secs: f64) -> Option<Event> {
+        let now = self.at(secs);
+        let name = format!("{e:?}");
+        let name = name.split([' ', '(', '{']).next().unwrap_or("").to_string();
+        self.world.effects.push(name);
+        let w = &mut self.world;
+        match e {
+            Effect::Log(l) => w.lines.push(l),
+            Effect::WriteState => {
+                w.writes += 1;
+                w.state = Some(self.fleet.snapshot_written(now));
+            }
+            Effect::Spawn { slot, seq, .. } => {
+                if w.fail_spawns {
+                    return Some(Event::SpawnFailed {
+                        slot,
+                        seq,
+                        error: "cannot start worker: No such file or directory".into(),
+                    });
+                }
+                w.next_pid += 1;
+                let pid = 10_000 + w.next_pid;
+                w.running.insert(pid);
+                w.groups.insert(pid);
+                w.spawns.push((slot, pid));
+                return Some(Event::Spawned {
+                    slot,
+                    seq,
+                    started: Started {
+                        pid,
+                        start: 1,
+                        pidfd: None,
+                        watched: !w.unwatched,
+                    },
+                    log: format!("/afk-unit-fleet/slot-{slot}.log").into(),
+                    cgroup: None,
+                });
+            }
+            Effect::Group(Order::Signal { leader, sig, .. }) => {
+                w.signals.push((leader, sig));
+                let obeys = sig == Signal::SIGKILL || !w.stubborn.contains(&leader);
+                if obeys {
+                    w.groups.remove(&leader);
+                    if w.running.remove(&leader) {
+                        w.ended.insert(leader, ExitKind::Signal(sig as i32));
+                    }
+                }
+            }
+            Effect::ReadFatalReason { slot, .. } => {
+                return Some(Event::FatalReason {
+                    slot,
+                    reason: "config: no such key".into(),
+                });
+            }
+            _ => {}
+        }
+        None
+    }
+    fn feed(&mut self, ev: Event, secs: f64) {
+        let effects = self.fleet.handle(ev, self.now(secs));
+        self.carry(effects, secs);
+    }
+    /// The end of a loop turn, with which dying groups still have members.
+    fn turn(&mut self, secs: f64) {
+        let alive = self
+            .fleet
+            .dying_groups()
+            .into_iter()
+            .map(|(l, _)| (l, self.world.groups.contains(&l)))
+            .collect();
+        self.feed(Event::Turn { alive }, secs);
+    }
+    /// The tick, with what the driver would read: no files, the world's CPU readings.
+    fn tick(&mut self, secs: f64) {
+        self.tick_with(Ok(false), quiet(), secs);
+    }
+    fn tick_with(&mut self, stop_file: Result<bool, String>, control: ControlFiles, secs: f64) {
+        let now = self.at(secs);
+        let progress = self
+            .fleet
+            .progress_wanted(now)
+            .into_iter()
+            .map(|q| {
+                let files = WorkerFiles {
+                    attempt: None,
+                    files_epoch: q.started_epoch,
+                    title: None,
+                };
+                (q.pid, files)
+            })
+            .collect();
+        let usage = self
+            .fleet
+            .usage_wanted(now)
+            .map(|_| self.world.usage.clone());
+        let facts = TickFacts {
+            stop_file,
+            control,
+            progress,
+            usage,
+            gone: Vec::new(),
+        };
+        self.feed(Event::Tick(facts), secs);
     }
     fn pid_in(&self, slot: usize) -> Option<i32> {
         self.fleet
@@ -197,20 +218,56 @@ impl Bench {
     /// The worker in `slot` ends with `kind` at `secs`, and the loop handles it.
     fn end(&mut self, slot: usize, kind: ExitKind, secs: f64) {
         let pid = self.pid_in(slot).expect("a worker in the slot");
-        self.os.end(pid, kind);
-        let now = self.at(secs);
-        self.fleet.own_child_ended(pid, 1, now);
-        self.fleet.service(now);
+        self.world.running.remove(&pid);
+        self.world.groups.remove(&pid);
+        self.exited(pid, kind, secs);
+        self.turn(secs);
+    }
+    /// Worker `pid`'s end as the driver feeds it.
+    fn exited(&mut self, pid: i32, kind: ExitKind, secs: f64) {
+        let start = 1;
+        self.feed(Event::Exited { pid, start, kind }, secs);
+    }
+    /// The driver reports how worker `pid` ended, as the world has it.
+    fn reported(&mut self, pid: i32, secs: f64) {
+        let kind = self
+            .world
+            .ended
+            .get(&pid)
+            .copied()
+            .expect("the worker ended");
+        self.exited(pid, kind, secs);
+    }
+    fn resize(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
+        let control = ControlFiles {
+            resize: Found::Directive(ScaleDirective {
+                target,
+                shrink_mode,
+                runner: None,
+            }),
+            ..quiet()
+        };
+        self.feed(Event::Control(control), secs);
+    }
+    /// The worker in `slot` has shown no sign of life since `epoch` (its start included).
+    fn quiet_since(&mut self, slot: usize, epoch: u64) {
+        let slot = self.fleet.pool.slots.get_mut(&slot).unwrap();
+        let w = slot.worker_mut().unwrap();
+        w.started_epoch = epoch;
+        w.seen.cpu_moved_epoch = epoch;
+        w.seen.progress_epoch = epoch;
+    }
+    fn spawns(&self) -> usize {
+        self.world.spawns.len()
+    }
+    fn signalled(&self, leader: i32, sig: Signal) -> bool {
+        self.world.signals.contains(&(leader, sig))
     }
     fn phase(&self, slot: usize) -> String {
         self.fleet.pool.slots[&slot].shown_state().to_string()
     }
     fn kinds(&self) -> Vec<String> {
-        crate::toonl::read_events(&self.layout.event_log())
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect()
+        self.world.lines.iter().map(|e| e.kind.clone()).collect()
     }
     fn count(&self, kind: &str) -> usize {
         self.kinds().iter().filter(|k| *k == kind).count()
@@ -221,18 +278,18 @@ impl Bench {
 fn a_death_respawns_in_the_same_slot_and_a_clean_exit_idles_it() {
     let mut b = Bench::new(2);
     b.start();
-    assert_eq!(b.os.spawns(), 2);
+    assert_eq!(b.spawns(), 2);
     b.end(1, ExitKind::Code(1), 40.0);
-    assert_eq!(b.os.spawns(), 3, "respawned at once");
-    assert!(matches!(b.os.calls().last(), Some(Call::Spawn { slot, .. }) if slot == "1"));
+    assert_eq!(b.spawns(), 3, "respawned at once");
+    assert_eq!(b.world.spawns.last().map(|s| s.0), Some(1));
     b.end(0, ExitKind::Code(0), 41.0);
     assert_eq!(b.phase(0), "idle");
-    assert_eq!(b.os.spawns(), 3, "a clean exit waits for work");
+    assert_eq!(b.spawns(), 3, "a clean exit waits for work");
     // The queue says there is work: the idle slot wakes; an empty queue keeps it idle.
-    b.fleet.on_queue(Ok(BTreeSet::new()), b.at(42.0));
-    assert_eq!(b.os.spawns(), 3);
-    b.fleet.on_queue(Ok(BTreeSet::from([7])), b.at(43.0));
-    assert_eq!(b.os.spawns(), 4);
+    b.feed(Event::Queue(Ok(BTreeSet::new())), 42.0);
+    assert_eq!(b.spawns(), 3);
+    b.feed(Event::Queue(Ok(BTreeSet::from([7]))), 43.0);
+    assert_eq!(b.spawns(), 4);
     assert_eq!(b.count("slot.unidle"), 1);
 }
 
@@ -246,17 +303,17 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
     }
     assert_eq!(b.phase(0), "parked", "{:?}", b.kinds());
     assert_eq!(b.count("circuit.trip"), 1);
-    let spawns = b.os.spawns();
+    let spawns = b.spawns();
     assert_eq!(spawns, 5, "no respawn once tripped");
     // Nothing before the half-open backoff (60 s)...
-    b.fleet.service(b.at(30.0));
-    assert_eq!(b.os.spawns(), spawns);
+    b.turn(30.0);
+    assert_eq!(b.spawns(), spawns);
     // ...then one probe.
-    b.fleet.service(b.at(66.0));
-    assert_eq!(b.os.spawns(), spawns + 1);
+    b.turn(66.0);
+    assert_eq!(b.spawns(), spawns + 1);
     assert_eq!(b.count("circuit.half-open"), 1);
     // The probe outlives fast_death: the circuit closes.
-    b.fleet.service(b.at(100.0));
+    b.turn(100.0);
     assert_eq!(b.count("circuit.closed"), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(0), "running");
 }
@@ -267,15 +324,15 @@ fn exit_78_parks_the_slot_for_good() {
     b.start();
     b.end(0, ExitKind::Code(78), 1.0);
     assert_eq!(b.phase(0), "parked");
-    b.fleet.service(b.at(10_000.0));
-    b.fleet.on_queue(Ok(BTreeSet::from([1, 2])), b.at(10_001.0));
-    assert_eq!(b.os.spawns(), 1, "never retried");
+    b.turn(10_000.0);
+    b.feed(Event::Queue(Ok(BTreeSet::from([1, 2]))), 10_001.0);
+    assert_eq!(b.spawns(), 1, "never retried");
 }
 
 #[test]
 fn a_worker_that_cannot_start_counts_as_a_fast_death() {
     let mut b = Bench::new(1);
-    b.os.0.borrow_mut().fail_spawns = true;
+    b.world.fail_spawns = true;
     b.start();
     assert_eq!(b.phase(0), "parked");
     assert!(b.count("slot.spawn-failed") >= 1, "{:?}", b.kinds());
@@ -287,17 +344,14 @@ fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
     let mut b = Bench::new(3);
     b.start();
     let surplus = b.pid_in(2).unwrap();
-    b.fleet.reconcile(2, ShrinkMode::HardKill, b.at(5.0));
-    assert!(b.os.calls().contains(&Call::Group {
-        leader: surplus,
-        sig: Signal::SIGTERM
-    }));
-    b.fleet.own_child_ended(surplus, 1, b.at(5.1));
-    b.fleet.service(b.at(5.2));
+    b.resize(2, ShrinkMode::HardKill, 5.0);
+    assert!(b.signalled(surplus, Signal::SIGTERM));
+    b.reported(surplus, 5.1);
+    b.turn(5.2);
     assert_eq!(b.fleet.pool.slots.len(), 2, "slot 2 retired");
-    assert_eq!(b.os.spawns(), 3, "a surplus is not replaced");
-    b.fleet.reconcile(4, ShrinkMode::HardKill, b.at(6.0));
-    assert_eq!(b.os.spawns(), 5);
+    assert_eq!(b.spawns(), 3, "a surplus is not replaced");
+    b.resize(4, ShrinkMode::HardKill, 6.0);
+    assert_eq!(b.spawns(), 5);
     assert_eq!(b.fleet.pool.slots.len(), 4);
 }
 
@@ -306,30 +360,47 @@ fn a_stop_terminates_every_group_and_kills_what_ignores_it_after_the_grace() {
     let mut b = Bench::new(2);
     b.start();
     let (obedient, stubborn) = (b.pid_in(0).unwrap(), b.pid_in(1).unwrap());
-    b.os.0.borrow_mut().stubborn.insert(stubborn);
-    b.fleet.begin_stop(exit::SIGTERM, "SIGTERM", b.at(1.0));
-    b.fleet.own_child_ended(obedient, 1, b.at(1.1));
-    b.fleet.service(b.at(1.1));
-    assert!(!b.fleet.stop_complete(b.at(1.2)), "one worker still runs");
+    b.world.stubborn.insert(stubborn);
+    b.feed(
+        Event::Stop {
+            code: exit::SIGTERM,
+            why: "SIGTERM",
+        },
+        1.0,
+    );
+    assert!(b.signalled(obedient, Signal::SIGTERM) && b.signalled(stubborn, Signal::SIGTERM));
+    b.reported(obedient, 1.1);
+    b.turn(1.1);
+    assert!(!b.fleet.stop_settled(), "one worker still runs");
     // The grace (10 s) is over: SIGKILL to the stubborn group, which ends it.
-    b.fleet.service(b.at(11.5));
-    assert!(b.os.calls().contains(&Call::Group {
-        leader: stubborn,
-        sig: Signal::SIGKILL
-    }));
-    b.fleet.own_child_ended(stubborn, 1, b.at(11.6));
-    b.fleet.service(b.at(11.6));
-    assert!(b.fleet.stop_complete(b.at(11.7)));
-    assert_eq!(b.os.spawns(), 2, "nothing respawned during a stop");
+    b.turn(11.5);
+    assert!(b.signalled(stubborn, Signal::SIGKILL));
+    b.reported(stubborn, 11.6);
+    b.turn(11.6);
+    assert!(b.fleet.stop_settled());
+    assert_eq!(b.spawns(), 2, "nothing respawned during a stop");
     assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::SIGTERM));
 }
 
 #[test]
 fn the_whole_start_up_is_in_one_heartbeat() {
     let mut b = Bench::new(3);
-    b.fleet.start(Vec::new(), 0, false);
+    let effects = b.fleet.start(Vec::new(), 0, false, b.now(0.0));
+    // Every spawn is asked for at once, and the one heartbeat after them.
+    let names: Vec<String> = effects
+        .iter()
+        .map(|e| {
+            format!("{e:?}")
+                .chars()
+                .take_while(|c| c.is_alphanumeric())
+                .collect()
+        })
+        .collect();
+    assert_eq!(names, vec!["Spawn", "Spawn", "Spawn", "WriteState"]);
+    b.carry(effects, 0.0);
     // No tick and no loop turn yet: the one start-up write already names every worker.
-    let state = state_file::read(&b.layout.state_file()).unwrap().unwrap();
+    assert_eq!(b.world.writes, 1);
+    let state = b.world.state.clone().unwrap();
     let mut pids: Vec<i32> = state.slot_pids.iter().map(|p| p.pid).collect();
     pids.sort_unstable();
     assert_eq!(pids, vec![10_001, 10_002, 10_003]);
@@ -344,12 +415,12 @@ fn idle_slots_wake_in_batches() {
     for slot in 0..40 {
         b.end(slot, ExitKind::Code(0), 40.0);
     }
-    assert_eq!(b.os.spawns(), 40);
-    b.fleet.on_queue(Ok((1..=100).collect()), b.at(41.0));
-    let mut woken = vec![b.os.spawns() - 40];
+    assert_eq!(b.spawns(), 40);
+    b.feed(Event::Queue(Ok((1..=100).collect())), 41.0);
+    let mut woken = vec![b.spawns() - 40];
     for i in 0..3 {
-        b.fleet.service(b.at(41.1 + f64::from(i) * 0.1));
-        woken.push(b.os.spawns() - 40);
+        b.turn(41.1 + f64::from(i) * 0.1);
+        woken.push(b.spawns() - 40);
     }
     assert_eq!(woken, vec![16, 32, 40, 40]);
 }
@@ -361,26 +432,14 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     let mut b = Bench::new(1);
     b.start();
     let pid = b.pid_in(0).unwrap();
-    let long_ago = crate::timeutil::now_epoch() - 1000;
-    let set_started = |b: &mut Bench, epoch: u64| {
-        let w = b
-            .fleet
-            .pool
-            .slots
-            .get_mut(&0)
-            .unwrap()
-            .worker_mut()
-            .unwrap();
-        w.started_epoch = epoch;
-        w.cpu_moved_epoch = epoch;
-    };
+    let long_ago = epoch_secs(b.wall0) - 1000;
     // Started 1000 s ago (past stall_s = 600), no log, no liveness record, no CPU seen.
-    set_started(&mut b, long_ago);
-    b.fleet.tick(b.at(1.0));
+    b.quiet_since(0, long_ago);
+    b.tick(1.0);
     assert_eq!(b.count("slot.stalled"), 1, "{:?}", b.kinds());
     // Its tree computes: the first reading is the baseline, a moved one is progress.
-    let cpu = |b: &Bench, ms: u64| {
-        b.os.0.borrow_mut().usage.insert(
+    let cpu = |b: &mut Bench, ms: u64| {
+        b.world.usage.insert(
             pid,
             Usage {
                 cpu_ms: ms,
@@ -392,29 +451,26 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
             },
         );
     };
-    cpu(&b, 100);
-    b.fleet.tick(b.at(70.0));
+    cpu(&mut b, 100);
+    b.tick(70.0);
     // Below the floor (1% of a core: 700 ms over the 70 s window) is no progress.
-    cpu(&b, 700);
-    b.fleet.tick(b.at(140.0));
+    cpu(&mut b, 700);
+    b.tick(140.0);
     assert_eq!(b.count("slot.progress"), 0);
     // Read once a minute: a tick sooner changes nothing.
-    cpu(&b, 1600);
-    b.fleet.tick(b.at(170.0));
+    cpu(&mut b, 1600);
+    b.tick(170.0);
     assert_eq!(b.count("slot.progress"), 0);
-    b.fleet.tick(b.at(210.0));
+    b.tick(210.0);
     assert_eq!(b.count("slot.progress"), 1, "{:?}", b.kinds());
     let snap = b.fleet.snapshot(b.at(210.0));
     assert_eq!(snap.slot_detail[0].cpu_ms, Some(1600));
     assert_eq!(snap.slot_detail[0].rss_kib, Some(1024));
     // Quiet again for longer than stall_kill_s (1800 s): its group is terminated.
-    set_started(&mut b, long_ago - 1000);
-    b.fleet.tick(b.at(220.0));
+    b.quiet_since(0, long_ago - 1000);
+    b.tick(220.0);
     assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
-    assert!(b.os.calls().contains(&Call::Group {
-        leader: pid,
-        sig: Signal::SIGTERM
-    }));
+    assert!(b.signalled(pid, Signal::SIGTERM));
 }
 
 /// A worker that meets a tracker rate limit exits 75: not a death (no circuit trip, however
@@ -426,11 +482,10 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
     for i in 0..6 {
         b.end(0, ExitKind::Code(exit::RATE_LIMITED), 1.0 + f64::from(i));
         assert_eq!(b.phase(0), "idle");
-        b.fleet
-            .on_queue(Ok(BTreeSet::from([3])), b.at(1.5 + f64::from(i)));
+        b.feed(Event::Queue(Ok(BTreeSet::from([3]))), 1.5 + f64::from(i));
     }
     assert_eq!(b.count("circuit.trip"), 0, "{:?}", b.kinds());
-    assert_eq!(b.os.spawns(), 7);
+    assert_eq!(b.spawns(), 7);
     assert_eq!(b.phase(0), "running");
 }
 
@@ -459,7 +514,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     let t = trip_every_slot(&mut b, 4);
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
     let opened_at = t;
-    let before = b.os.spawns();
+    let before = b.spawns();
     assert_eq!(before, 4 + 4 * 4, "no respawn once tripped");
     assert!((0..4).all(|s| b.phase(s) == "parked"));
     let snap = b.fleet.snapshot(b.at(t));
@@ -478,13 +533,13 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     let mut per_step = Vec::new();
     let mut at = opened_at;
     for backoff in [60.0, 120.0, 240.0] {
-        let spawns = b.os.spawns();
+        let spawns = b.spawns();
         for k in 0..=10 {
-            b.fleet.service(b.at(at + backoff * f64::from(k) / 10.0));
+            b.turn(at + backoff * f64::from(k) / 10.0);
         }
         at += backoff;
-        b.fleet.service(b.at(at + 0.1));
-        per_step.push(b.os.spawns() - spawns);
+        b.turn(at + 0.1);
+        per_step.push(b.spawns() - spawns);
         let probe = (0..4)
             .find(|s| b.pid_in(*s).is_some())
             .expect("one probe runs");
@@ -503,12 +558,12 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     );
     // The next probe (480 s) lives past fast_death (30 s): every slot reopens.
     at += 480.5;
-    b.fleet.service(b.at(at));
+    b.turn(at);
     assert_eq!(
         b.fleet.snapshot(b.at(at)).fleet_circuit.unwrap().state,
         crate::supervisor::state_file::FleetCircuitState::Probing
     );
-    b.fleet.service(b.at(at + 31.0));
+    b.turn(at + 31.0);
     assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
     assert!((0..4).all(|s| b.phase(s) == "running"), "{:?}", b.kinds());
     assert!(b.fleet.snapshot(b.at(at + 31.0)).fleet_circuit.is_none());
@@ -525,11 +580,11 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
     // The first probe (60 s) ends with 75, then the next with 69: each time the same
     // 60 s step again, one spawn per step.
     let mut at = t;
-    for code in [crate::exit::RATE_LIMITED, crate::exit::TRACKER_UNAVAILABLE] {
-        let spawns = b.os.spawns();
+    for code in [exit::RATE_LIMITED, exit::TRACKER_UNAVAILABLE] {
+        let spawns = b.spawns();
         at += 60.1;
-        b.fleet.service(b.at(at));
-        assert_eq!(b.os.spawns() - spawns, 1, "{:?}", b.kinds());
+        b.turn(at);
+        assert_eq!(b.spawns() - spawns, 1, "{:?}", b.kinds());
         let probe = (0..4).find(|s| b.pid_in(*s).is_some()).expect("a probe");
         at += 1.0;
         b.end(probe, ExitKind::Code(code), at);
@@ -541,7 +596,7 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
             .expect("still open");
         assert_eq!(fc.state.to_string(), "open");
         // Not yet due a minute less a second later: the step did not grow.
-        b.fleet.service(b.at(at + 59.0));
+        b.turn(at + 59.0);
         assert!((0..4).all(|s| b.pid_in(s).is_none()), "{:?}", b.kinds());
     }
     assert_eq!(b.count("fleet.circuit-reparked"), 2);
@@ -557,11 +612,11 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     b.start();
     let pause = crate::pause::Pause {
         reason: "rate limited: API rate limit exceeded".into(),
-        until_epoch: now_epoch() + 100,
-        since_epoch: now_epoch(),
+        until_epoch: epoch_secs(b.wall0) + 100,
+        since_epoch: epoch_secs(b.wall0),
     };
-    b.fleet.on_paused(pause.clone(), b.at(1.0));
-    b.fleet.on_paused(pause.clone(), b.at(2.0));
+    b.feed(Event::Paused(pause.clone()), 1.0);
+    b.feed(Event::Paused(pause.clone()), 2.0);
     assert_eq!(b.count("fleet.paused"), 1);
     let snap = b.fleet.snapshot(b.at(2.0));
     assert_eq!(
@@ -572,12 +627,11 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     // A plain death while paused is not respawned either.
     b.end(1, ExitKind::Code(1), 3.2);
     for i in 0..6 {
-        b.fleet
-            .on_queue(Ok(BTreeSet::from([4])), b.at(3.5 + f64::from(i)));
-        b.fleet.service(b.at(3.6 + f64::from(i)));
+        b.feed(Event::Queue(Ok(BTreeSet::from([4]))), 3.5 + f64::from(i));
+        b.turn(3.6 + f64::from(i));
     }
     assert_eq!(
-        b.os.spawns(),
+        b.spawns(),
         2,
         "nothing spawned while paused: {:?}",
         b.kinds()
@@ -586,10 +640,10 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     assert_eq!(b.count("circuit.trip"), 0);
     assert_eq!(b.count("fleet.resumed"), 0);
     assert!(b.fleet.next_deadline(b.at(10.0)) <= b.at(1.0 + 100.0));
-    b.fleet.service(b.at(102.0));
+    b.turn(102.0);
     assert_eq!(b.count("fleet.resumed"), 1, "{:?}", b.kinds());
     assert!(b.fleet.snapshot(b.at(102.0)).paused.is_none());
-    b.fleet.on_queue(Ok(BTreeSet::from([4, 5])), b.at(103.0));
+    b.feed(Event::Queue(Ok(BTreeSet::from([4, 5]))), 103.0);
     assert_eq!(b.phase(0), "running");
     assert_eq!(b.phase(1), "running");
 }
@@ -602,10 +656,172 @@ fn a_fleet_probe_that_exits_0_closes_the_circuit() {
     b.start();
     let t = trip_every_slot(&mut b, 2);
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
-    b.fleet.service(b.at(t + 61.0));
+    b.turn(t + 61.0);
     let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
     b.end(probe, ExitKind::Code(0), t + 62.0);
     assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(probe), "idle");
     assert_eq!(b.phase(1 - probe), "running");
+}
+
+fn stop(code: i32, why: &'static str) -> Event {
+    Event::Stop { code, why }
+}
+
+/// SIGTERM twice: the second kills every remaining group at once, whatever the grace.
+#[test]
+fn a_second_stop_signal_kills_what_is_left_at_once() {
+    let mut b = Bench::new(1);
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    b.world.stubborn.insert(pid);
+    b.feed(stop(exit::SIGTERM, "SIGTERM"), 1.0);
+    assert!(b.signalled(pid, Signal::SIGTERM));
+    b.turn(1.5);
+    assert!(!b.signalled(pid, Signal::SIGKILL), "within the grace");
+    b.feed(stop(exit::SIGINT, "SIGINT"), 2.0);
+    b.turn(2.0);
+    assert!(b.signalled(pid, Signal::SIGKILL), "{:?}", b.world.effects);
+    b.reported(pid, 2.1);
+    b.turn(2.1);
+    assert!(b.fleet.stop_settled());
+    // The first signal's status stands.
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::SIGTERM));
+}
+
+/// SIGUSR1 with a drain shrink: the surplus worker is asked to retire (its file), and
+/// when it exits its slot retires and the file goes; nothing is signalled.
+#[test]
+fn sigusr1_drains_the_surplus_and_retires_its_slot() {
+    let mut b = Bench::new(2);
+    b.start();
+    let surplus = b.pid_in(1).unwrap();
+    b.resize(1, ShrinkMode::DrainThenRetire, 5.0);
+    assert!(b.world.effects.contains(&"WriteRetire".to_string()));
+    assert!(b.world.signals.is_empty(), "a drain signals nothing");
+    assert_eq!(b.phase(1), "retiring");
+    b.world.effects.clear();
+    b.end(1, ExitKind::Code(0), 6.0);
+    assert_eq!(
+        b.world.signals,
+        vec![(surplus, Signal::SIGTERM)],
+        "its group's leftovers"
+    );
+    assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
+    assert_eq!(b.count("slot.retired"), 1, "{:?}", b.kinds());
+    assert!(b.world.effects.contains(&"RemoveRetire".to_string()));
+    assert_eq!(b.spawns(), 2);
+}
+
+/// SIGCHLD for a worker nothing watches: the fleet names it for the driver, which reads
+/// its end and feeds it; the signal itself decides nothing.
+#[test]
+fn sigchld_is_how_an_unwatched_workers_end_arrives() {
+    let mut b = Bench::new(1);
+    b.world.unwatched = true;
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    assert_eq!(b.fleet.unwatched_own(), vec![(pid, 1)]);
+    assert_eq!(b.fleet.own_child_wait(pid, 1), Some(true), "a pinned group");
+    let effects = b.fleet.handle(Event::Sigchld, b.now(40.0));
+    assert!(effects.is_empty());
+    b.end(0, ExitKind::Code(1), 40.0);
+    assert_eq!(b.spawns(), 2, "respawned");
+    let next = b.pid_in(0).unwrap();
+    assert_eq!(b.fleet.unwatched_own(), vec![(next, 1)]);
+}
+
+/// The stop file found at a tick stops the fleet with status 0.
+#[test]
+fn the_stop_file_at_a_tick_stops_with_0() {
+    let mut b = Bench::new(1);
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    assert!(!b.fleet.tick_due(b.at(1.0)));
+    assert!(b.fleet.tick_due(b.at(16.0)));
+    b.tick_with(Ok(true), quiet(), 16.0);
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(0));
+    assert!(b.signalled(pid, Signal::SIGTERM));
+    assert!(!b.fleet.tick_due(b.at(100.0)), "no tick during a stop");
+}
+
+/// A stall kill marks the attempt before its group is signalled, so a worker that gives
+/// its issue back on SIGTERM records the attempt as stalled.
+#[test]
+fn a_stall_kill_marks_the_attempt_before_the_signal() {
+    let mut b = Bench::new(1);
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    let long_ago = epoch_secs(b.wall0) - 4000;
+    b.quiet_since(0, long_ago);
+    let attempt = crate::supervisor::stall::Attempt {
+        dir: "/afk-unit-fleet/attempt".into(),
+        issue: 7,
+        attempt: 1,
+    };
+    let facts = TickFacts {
+        stop_file: Ok(false),
+        control: quiet(),
+        progress: vec![(
+            pid,
+            WorkerFiles {
+                attempt: Some(attempt),
+                files_epoch: long_ago,
+                title: Some("Fix the parser".into()),
+            },
+        )],
+        usage: None,
+        gone: Vec::new(),
+    };
+    b.world.effects.clear();
+    b.feed(Event::Tick(facts), 16.0);
+    let at = |name: &str| b.world.effects.iter().position(|e| e == name);
+    assert!(at("MarkStall").is_some(), "{:?}", b.world.effects);
+    assert!(at("MarkStall") < at("Group"), "{:?}", b.world.effects);
+    assert!(b.signalled(pid, Signal::SIGTERM));
+    assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
+    assert_eq!(
+        b.fleet.pool.slots[&0].issue_title().as_deref(),
+        Some("Fix the parser")
+    );
+}
+
+/// A quiet fleet's tick rewrites nothing: the heartbeat is written when something in it
+/// changed, or when the last one is five minutes old; a resize is always answered by one.
+#[test]
+fn a_quiet_tick_writes_no_heartbeat() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.tick(16.0);
+    let after_first = b.world.writes;
+    for i in 2..10 {
+        b.tick(16.0 * f64::from(i));
+    }
+    assert_eq!(
+        b.world.writes, after_first,
+        "nothing changed: {:?}",
+        b.world.effects
+    );
+    assert_eq!(
+        b.count("supervisor.tick"),
+        9,
+        "the tick line is still logged"
+    );
+    // The same target again changes nothing, but `scale` waits for a heartbeat.
+    assert!(!b.fleet.heartbeat_due());
+    b.resize(2, ShrinkMode::DrainThenRetire, 150.0);
+    assert!(b.fleet.heartbeat_due());
+    // A death is a change: the tick after it writes.
+    b.end(1, ExitKind::Code(1), 160.0);
+    b.tick(161.0);
+    assert_eq!(b.world.writes, after_first + 1);
+
+    let mut b = Bench::new(1);
+    b.start();
+    let quiet = b.world.writes;
+    b.tick(16.0);
+    b.tick(200.0);
+    assert_eq!(b.world.writes, quiet);
+    b.tick(301.0);
+    assert_eq!(b.world.writes, quiet + 1, "five minutes old");
 }

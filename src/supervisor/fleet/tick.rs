@@ -2,7 +2,23 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use super::*;
+use crate::supervisor::event::{TickFacts, WorkerFiles};
+use crate::supervisor::stall;
+use crate::supervisor::usage::Usage;
+
+/// A running worker whose files the tick reads (see [`Fleet::progress_wanted`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressQuery {
+    pub pid: i32,
+    pub worker_id: String,
+    pub log: std::path::PathBuf,
+    pub started_epoch: u64,
+    /// The issue whose title is already known (not read again).
+    pub title_of: Option<u64>,
+}
 
 /// How often, at most, the workers' CPU and memory are read (sooner when `stall_s` is short).
 const USAGE_EVERY: Duration = Duration::from_secs(60);
@@ -56,15 +72,6 @@ impl Fleet {
         if let Some(r) = self.procs.reaper.next_deadline() {
             d = d.min(r);
         }
-        if let Some(k) = self.procs.next_stray_kill() {
-            d = d.min(k);
-        }
-        // A stop sweeps every stray itself; the repeated searches wait for no stop.
-        if self.stopping.is_none()
-            && let Some(r) = self.procs.next_stray_retry()
-        {
-            d = d.min(r);
-        }
         if let Some(s) = self.stopping {
             d = d.min(s.give_up_at).min(now + Duration::from_millis(100));
         } else if self.view.unidle_backlog.0 > 0 {
@@ -73,9 +80,15 @@ impl Fleet {
         d.max(now)
     }
 
-    /// Runs whatever is due: group cleanup, circuit probes, the tick.
-    pub fn service(&mut self, now: Instant) {
-        let done = self.procs.reaper.poll(&mut *self.procs.children, now);
+    /// Runs whatever is due at the end of a loop turn: group cleanup, circuit probes,
+    /// wake-ups (the tick is its own event, [`Fleet::tick_due`]).
+    pub(super) fn service(&mut self, alive: &[(i32, bool)], now: Instant) {
+        let alive: HashMap<i32, bool> = alive.iter().copied().collect();
+        let (done, orders) = self
+            .procs
+            .reaper
+            .poll(&|l| alive.get(&l).copied().unwrap_or(true), now);
+        self.out.extend(orders.into_iter().map(Effect::Group));
         for d in &done {
             tracing::debug!(leader = d.leader, killed = d.killed, "worker group gone");
         }
@@ -84,19 +97,18 @@ impl Fleet {
             self.procs.pending_release.clear();
             return;
         }
-        self.clean_after(&done, now);
-        self.retry_strays(now);
+        self.clean_after(&done);
+        // A cgroup being finished gives its claims back once its figures are read.
+        let done: Vec<Done> = done
+            .into_iter()
+            .filter(|d| !self.procs.finishing.contains_key(&d.leader))
+            .collect();
         self.release_claims(&done);
         self.resume_if_due(now);
         self.hold_due(now);
         self.wake_backlog(now);
         self.fleet_circuit_due(now);
         self.circuits(now);
-        if now >= self.timers.next_tick {
-            self.timers.next_tick =
-                crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
-            self.tick(now);
-        }
     }
 
     fn circuits(&mut self, now: Instant) {
@@ -111,14 +123,14 @@ impl Fleet {
                     if let Some((backoff, step)) = slot.circuit.start_probe(now) {
                         slot.phase = Phase::Idle { confirmed: true };
                         let msg = texts::half_open(idx, backoff.as_secs(), step);
-                        self.log(Event::now(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
+                        self.log(line(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
                         self.spawn_in(idx, now);
                     }
                 }
                 Phase::Running(_) => {
                     if let Some(lived) = slot.circuit.check_probe(now) {
                         let msg = texts::closed(idx, lived.as_secs());
-                        self.log(Event::now(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                        self.log(line(kind::CIRCUIT_CLOSED, msg).slot(idx));
                     }
                 }
                 _ => {}
@@ -126,80 +138,124 @@ impl Fleet {
         }
     }
 
+    /// Whether the tick is due: the driver then reads what [`Fleet::progress_wanted`]
+    /// names and the control files, and feeds [`Event::Tick`].
+    pub fn tick_due(&self, now: Instant) -> bool {
+        self.stopping.is_none() && now >= self.timers.next_tick
+    }
+
+    /// The running workers whose files the tick at `now` reads: pid, worker id, slot log,
+    /// start, and the issue whose title is known already (not read again). Only the slots
+    /// that are due: a worker whose last sign of life is recent cannot be stalled, so its
+    /// files are read only with the CPU reading (for `status`'s issue and title), not at
+    /// every tick: an idle fleet's tick costs no read per worker.
+    pub fn progress_wanted(&self, now: Instant) -> Vec<ProgressQuery> {
+        let all = self.usage_due(now);
+        let now_e = self.epoch();
+        let stall_s = self.timing.stall_s;
+        self.pool
+            .slots
+            .values()
+            .filter_map(|s| {
+                let w = s.worker()?;
+                let due =
+                    all || w.seen.stalled || now_e.saturating_sub(w.seen.last_sign()) >= stall_s;
+                due.then(|| ProgressQuery {
+                    pid: w.pid,
+                    worker_id: w.id.clone(),
+                    log: w.log.clone(),
+                    started_epoch: w.started_epoch,
+                    title_of: s.shown.title.as_ref().map(|(n, _)| *n),
+                })
+            })
+            .collect()
+    }
+
     /// The tick: stop file, resize, queue, stalls, orphans, heartbeat and the tick line.
-    pub fn tick(&mut self, now: Instant) {
-        let stop_file = self.layout.supervisor_stop();
-        match crate::fsutil::regular_file_present(&stop_file) {
+    pub(super) fn tick(&mut self, facts: TickFacts, now: Instant) {
+        self.timers.next_tick =
+            crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
+        match facts.stop_file {
             Ok(true) => {
                 self.begin_stop(0, "stop file", now);
                 return;
             }
             Ok(false) => self.record.stop_file_reported = None,
             // Not a stop request: reported once, then ignored.
-            Err(e) => {
-                let msg = format!("{}: {e}; not a stop request, ignored", stop_file.display());
+            Err(msg) => {
                 if self.record.stop_file_reported.as_deref() != Some(msg.as_str()) {
-                    self.log(Event::now(kind::ERROR, msg.clone()));
+                    self.log(line(kind::ERROR, msg.clone()));
                     self.record.stop_file_reported = Some(msg);
                 }
             }
         }
-        self.apply_resize(now);
-        self.apply_slot_control(now);
+        let files = facts.control;
+        self.apply_resize(files.resize, now);
+        self.apply_slot_control(files.slot_request, files.slot_ack, now);
         self.request_queue();
-        self.check_stalls(now);
-        self.check_unwatched_adopted(now);
-        self.search_strays(now);
-        self.reap_orphans();
-        let snap = self.snapshot(now);
-        self.write_state(&snap);
-        self.record.dirty = false;
+        self.check_stalls(facts.progress, facts.usage, now);
+        self.adopted_gone(facts.gone, now);
+        self.search_strays();
+        self.emit(Effect::ReapOrphans);
+        let slots = self.slot_counts();
+        if self.heartbeat_wanted(now) {
+            self.heartbeat();
+        }
         let (deaths, respawned) = self.churn.take_tick();
         let counts = TickCounts {
-            slots: snap.slots.total,
+            slots: slots.total,
             respawned,
             deaths,
-            parked: snap.slots.parked,
+            parked: slots.parked,
             idle_parked: self.pool.slots.values().filter(|s| s.is_idle()).count(),
             ready: self.view.ready.unwrap_or(0),
-            busy: snap.slots.busy,
-            free: snap.slots.free,
+            busy: slots.busy,
+            free: slots.free,
         };
-        let line = texts::tick(&counts);
-        self.record.tick_line = Some(line.clone());
-        self.log(Event::now(kind::TICK, line));
+        let text = texts::tick(&counts);
+        self.record.tick_line = Some(text.clone());
+        self.log(line(kind::TICK, text));
     }
 
     // ---- stalls ----
 
-    /// The CPU and memory of every worker's tree (one `/proc` read and one sysinfo read
-    /// of just those processes); a tree whose CPU time moved made progress.
-    fn measure_workers(&mut self, now: Instant) {
-        // A `/proc` read and a sysinfo read of every worker's tree cost most of an idle
-        // tick at a large fleet: once a minute is enough for `status` and for a stall
-        // threshold measured in minutes.
-        // Often enough for the stall check to see a computing tree move well inside
-        // `stall_s`.
-        let every = USAGE_EVERY.min(Duration::from_secs((self.timing.stall_s / 4).max(1)));
-        if self
-            .timers
-            .usage_read_at
-            .is_some_and(|t| now.saturating_duration_since(t) < every)
-        {
-            return;
+    /// The CPU and memory of every worker's tree as the driver read them for this tick
+    /// (when [`Fleet::usage_wanted`] asked); a tree whose CPU time moved made progress.
+    /// The leaders whose CPU and memory the next tick reads, when a reading is due.
+    pub fn usage_wanted(&self, now: Instant) -> Option<Vec<i32>> {
+        if !self.usage_due(now) {
+            return None;
         }
-        let previous_read = self.timers.usage_read_at.replace(now);
         let leaders: Vec<i32> = self
             .pool
             .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
             .collect();
-        if leaders.is_empty() {
+        (!leaders.is_empty()).then_some(leaders)
+    }
+
+    fn usage_due(&self, now: Instant) -> bool {
+        // A `/proc` read and a sysinfo read of every worker's tree cost most of an idle
+        // tick at a large fleet: once a minute is enough for `status` and for a stall
+        // threshold measured in minutes.
+        // Often enough for the stall check to see a computing tree move well inside
+        // `stall_s`.
+        let every = USAGE_EVERY.min(Duration::from_secs((self.timing.stall_s / 4).max(1)));
+        self.timers
+            .usage_read_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= every)
+    }
+
+    fn measure_workers(&mut self, usage: Option<HashMap<i32, Usage>>, now: Instant) {
+        if !self.usage_due(now) {
             return;
         }
-        let usage = self.procs.children.usage(&leaders);
-        let now_e = now_epoch();
+        let previous_read = self.timers.usage_read_at.replace(now);
+        let Some(usage) = usage else {
+            return;
+        };
+        let now_e = self.epoch();
         let (agent_only, floor) = (self.timers.agent_only, self.timing.stall_cpu_floor_permille);
         for slot in self.pool.slots.values_mut() {
             let Phase::Running(w) = &mut slot.phase else {
@@ -208,27 +264,33 @@ impl Fleet {
             let u = usage.get(&w.pid).copied();
             // Under the built-in worker the agent's processes are the work; the worker's
             // own polling is not. A custom worker's whole tree counts.
-            let work = |u: crate::supervisor::usage::Usage| {
+            let work = |u: Usage| {
                 if agent_only { u.agent_cpu_ms } else { u.cpu_ms }
             };
-            if let (Some(u), Some(before), Some(t)) = (u, w.usage, previous_read) {
+            if let (Some(u), Some(before), Some(t)) = (u, w.seen.usage, previous_read) {
                 let used = work(u).saturating_sub(work(before));
                 let wall =
                     u64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX);
                 if stall::cpu_progressed(used, wall, floor) {
-                    w.cpu_moved_epoch = now_e;
+                    w.seen.cpu_moved_epoch = now_e;
                 }
             }
             slot.shown.cpu_permille = u
                 .and_then(|u| cpu_permille(w, u, previous_read, now))
                 .map(|c| (w.pid, c));
-            w.usage = u;
+            w.seen.usage = u;
         }
     }
 
-    fn check_stalls(&mut self, now: Instant) {
-        self.measure_workers(now);
-        let now_e = now_epoch();
+    fn check_stalls(
+        &mut self,
+        files: Vec<(i32, WorkerFiles)>,
+        usage: Option<HashMap<i32, Usage>>,
+        now: Instant,
+    ) {
+        self.measure_workers(usage, now);
+        let mut files: HashMap<i32, WorkerFiles> = files.into_iter().collect();
+        let now_e = self.epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
         for idx in idxs {
@@ -238,12 +300,18 @@ impl Fleet {
             let Phase::Running(w) = &mut slot.phase else {
                 continue;
             };
-            let attempt = stall::current_attempt(&self.layout, &w.id);
-            w.issue = attempt.as_ref().map(|a| a.issue);
-            note_title(&mut slot.shown, attempt.as_ref());
-            w.progress_epoch = stall::progress_epoch(w.started_epoch, &w.log, attempt.as_ref())
-                .max(w.cpu_moved_epoch);
-            self.record.last_progress_epoch = self.record.last_progress_epoch.max(w.progress_epoch);
+            // A worker started since the driver read the files is read at the next tick.
+            let Some(read) = files.remove(&w.pid) else {
+                continue;
+            };
+            let attempt = read.attempt;
+            w.seen.issue = attempt.as_ref().map(|a| a.issue);
+            if let (Some(a), Some(t)) = (&attempt, read.title) {
+                slot.shown.title = Some((a.issue, t));
+            }
+            w.seen.progress_epoch = read.files_epoch.max(w.seen.cpu_moved_epoch);
+            self.record.last_progress_epoch =
+                self.record.last_progress_epoch.max(w.seen.progress_epoch);
             if w.kill.is_some() {
                 continue;
             }
@@ -251,46 +319,37 @@ impl Fleet {
                 w.pid,
                 w.own_child,
                 w.id.clone(),
-                group_of(&*self.procs.children, w),
+                super::stop::group_for(self.procs.pidfd_groups, w),
             );
-            let ev = match stall::progress(now_e, w.progress_epoch, stall_s, kill_s) {
+            let ev = match stall::progress(now_e, w.seen.progress_epoch, stall_s, kill_s) {
                 stall::Progress::Kill { idle_s } => {
                     w.kill = Some(KillReason::Stall);
                     // Marked before the signal, so the worker that gives its issue back
                     // on SIGTERM records the attempt as stalled (a failure).
                     if let Some(a) = &attempt {
-                        let mark = a.dir.join(crate::attempt_state::STALL_KILLED_FILE);
-                        if let Err(e) = crate::fsutil::atomic_write(&mark, b"") {
-                            self.record
-                                .journal
-                                .write(Event::now(kind::ERROR, format!("{}: {e}", mark.display())));
-                        }
+                        self.out.push(Effect::MarkStall {
+                            attempt_dir: a.dir.clone(),
+                        });
                     }
-                    self.procs.reaper.terminate(
-                        &mut *self.procs.children,
-                        pid,
-                        group,
-                        own,
-                        false,
-                        now,
-                    );
-                    Event::now(
+                    let out = &mut self.out;
+                    groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
+                    line(
                         kind::STALL_KILL,
                         format!(
                             "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group"
                         ),
                     )
                 }
-                stall::Progress::Stalled { idle_s } if !w.stalled => {
-                    w.stalled = true;
-                    Event::now(
+                stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
+                    w.seen.stalled = true;
+                    line(
                         kind::STALLED,
                         format!("worker {id} stalled: no progress for {idle_s}s"),
                     )
                 }
-                stall::Progress::Progressing if w.stalled => {
-                    w.stalled = false;
-                    Event::now(kind::PROGRESS, format!("worker {id} progressing again"))
+                stall::Progress::Progressing if w.seen.stalled => {
+                    w.seen.stalled = false;
+                    line(kind::PROGRESS, format!("worker {id} progressing again"))
                 }
                 _ => continue,
             };
@@ -299,48 +358,20 @@ impl Fleet {
     }
 }
 
-/// Longest issue title kept for `status` (the whole title reaches the agent as a file).
-const TITLE_MAX_CHARS: usize = 200;
-
 /// The tree's CPU use in thousandths of a core: over the interval since the previous read
 /// when this worker was measured then, else since its start. The supervisor computes it
 /// because only it knows when each read was taken; a reader of `state.toon` would divide
 /// by the wrong interval.
 fn cpu_permille(
     w: &LiveWorker,
-    u: crate::supervisor::usage::Usage,
+    u: Usage,
     previous_read: Option<Instant>,
     now: Instant,
 ) -> Option<u64> {
-    let (used_ms, since) = match (w.usage, previous_read) {
+    let (used_ms, since) = match (w.seen.usage, previous_read) {
         (Some(before), Some(t)) => (u.cpu_ms.saturating_sub(before.cpu_ms), t),
         _ => (u.cpu_ms, w.started),
     };
     let wall_ms = u64::try_from(now.saturating_duration_since(since).as_millis()).ok()?;
     (wall_ms > 0).then(|| used_ms.saturating_mul(1000) / wall_ms)
-}
-
-/// Remembers the title of the issue `attempt` works, read from its `afk.state.json` once
-/// per issue (again only while the worker has not recorded it yet).
-fn note_title(shown: &mut super::super::slot::Shown, attempt: Option<&stall::Attempt>) {
-    let Some(a) = attempt else {
-        return;
-    };
-    if shown.title.as_ref().is_some_and(|(n, _)| *n == a.issue) {
-        return;
-    }
-    let title = crate::attempt_state::AttemptState::read(&a.dir)
-        .ok()
-        .flatten()
-        .and_then(|st| st.current)
-        .filter(|c| c.number.is_none_or(|n| n == a.issue))
-        .and_then(|c| c.title)
-        .filter(|t| !t.trim().is_empty());
-    if let Some(t) = title {
-        let t = match t.char_indices().nth(TITLE_MAX_CHARS) {
-            Some((end, _)) => format!("{}…", &t[..end]),
-            None => t,
-        };
-        shown.title = Some((a.issue, t));
-    }
 }

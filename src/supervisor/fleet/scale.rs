@@ -7,10 +7,10 @@ use super::*;
 impl Fleet {
     // ---- resize ----
 
-    /// Reads `resize.toon` and converges the slots on it. A corrupt directive is reported
-    /// once per distinct content and otherwise ignored.
-    pub fn apply_resize(&mut self, now: Instant) {
-        match resize::read(&self.layout.resize_file()) {
+    /// Converges the slots on `resize.toon` as the driver read it. A corrupt directive is
+    /// reported once per distinct content and otherwise ignored.
+    pub(super) fn apply_resize(&mut self, found: Found, now: Instant) {
+        match found {
             Found::None => self.record.resize_reported = None,
             Found::Corrupt { raw, why } => {
                 // Keyed by content and cause: one line per distinct corruption.
@@ -21,20 +21,23 @@ impl Fleet {
                         self.layout.resize_file().display(),
                         self.pool.target
                     );
-                    self.log(Event::now(kind::ERROR, msg));
+                    self.log(line(kind::ERROR, msg));
                     self.record.resize_reported = Some(key);
                 }
             }
-            Found::Directive(Resize {
+            Found::Directive(ScaleDirective {
                 target,
                 shrink_mode,
                 runner,
             }) => {
                 self.record.resize_reported = None;
+                // Answered by a heartbeat even when nothing changes: `scale` waits for one
+                // that shows its target.
+                self.record.dirty = true;
                 if let Some(r) = runner
                     && r != self.launch.runner
                 {
-                    self.log(Event::now(
+                    self.log(line(
                         kind::RESIZE,
                         format!(
                             "runner {} -> {r} for workers spawned from now on",
@@ -44,7 +47,7 @@ impl Fleet {
                     self.launch.runner = r;
                 }
                 if (target, shrink_mode) != (self.pool.target, self.pool.shrink_mode) {
-                    self.log(Event::now(
+                    self.log(line(
                         kind::RESIZE,
                         format!(
                             "resize: target {} -> {target} (shrink-mode={shrink_mode})",
@@ -84,7 +87,6 @@ impl Fleet {
     }
 
     fn shrink_slot(&mut self, idx: usize, mode: ShrinkMode, now: Instant) {
-        let retire_file = self.layout.retire_file(idx);
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
         };
@@ -101,12 +103,11 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                let group = group_of(&*self.procs.children, w);
-                self.procs
-                    .reaper
-                    .terminate(&mut *self.procs.children, pid, group, own, false, now);
+                let group = super::stop::group_for(self.procs.pidfd_groups, w);
+                let out = &mut self.out;
+                groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
                 self.log(
-                    Event::now(
+                    line(
                         kind::HARD_KILL,
                         format!("slot {idx} surplus: stopping worker {id}"),
                     )
@@ -119,14 +120,9 @@ impl Fleet {
                 // The run's start token: the file belongs to this run, and the next one
                 // clears it at start-up (`lock::SupervisorLock::acquire`).
                 let token = self.launch.me.1.to_string();
-                if let Err(e) = atomic_write(&retire_file, token.as_bytes()) {
-                    self.log(Event::now(
-                        kind::ERROR,
-                        format!("{}: {e}", retire_file.display()),
-                    ));
-                }
+                self.emit(Effect::WriteRetire { slot: idx, token });
                 self.log(
-                    Event::now(
+                    line(
                         kind::RETIRE,
                         format!("slot {idx} surplus: worker {id} finishes its issue, then the slot retires"),
                     )
@@ -140,9 +136,9 @@ impl Fleet {
 
     pub(super) fn retire_slot(&mut self, idx: usize) {
         if let Some(slot) = self.pool.slots.remove(&idx) {
-            let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+            self.emit(Effect::RemoveRetire { slot: idx });
             self.pool.retired.insert(idx, slot);
-            self.log(Event::now(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
+            self.log(line(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
         }
     }
 
@@ -150,9 +146,9 @@ impl Fleet {
     pub(super) fn unretire(&mut self, idx: usize) {
         if let Some(s) = self.pool.slots.get_mut(&idx) {
             s.retiring = false;
-            let _ = remove_file_if_exists(&self.layout.retire_file(idx));
+            self.emit(Effect::RemoveRetire { slot: idx });
             self.log(
-                Event::now(
+                line(
                     kind::UNRETIRE,
                     format!("slot {idx} kept: within the target again"),
                 )
@@ -176,7 +172,7 @@ impl Fleet {
         if slot.is_parked() {
             self.pool.slots.insert(idx, slot);
             self.log(
-                Event::now(
+                line(
                     kind::PARKED,
                     format!("slot {idx} back within the target and still parked"),
                 )

@@ -1,0 +1,577 @@
+//! The thin driver between the pure fleet and the world: it feeds
+//! [`Fleet::handle`] the loop's events, carries out the [`Effect`]s it returns, in order,
+//! through `children` (the one door to processes), the journal, the filesystem and the
+//! blocking pool, and feeds each answer back as an [`Event`] at once, before the next
+//! outside event, so a spawn's answer is decided on exactly where the spawn was asked.
+//!
+//! It also gathers the facts an event needs before feeding it: the zombies on SIGCHLD,
+//! the control files on SIGUSR1, which dying groups still have members at each turn, and
+//! the files, CPU readings and identities the tick asks for. Escaped descendants are
+//! searched for and swept here (`strays`), since that reads the process table.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::children::{self, Children};
+use super::effect::Effect;
+use super::event::{
+    Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
+    WorkerFiles,
+};
+use super::fleet::Fleet;
+use super::journal::Journal;
+use super::scale_directive;
+use super::slot_control::{self, Found};
+use super::spawn::SpawnSpec;
+use super::stall;
+use super::state_file;
+use super::strays::{Scope, Strays};
+use super::texts::kind;
+use crate::config::Config;
+use crate::fsutil::{atomic_write, remove_file_if_exists};
+use crate::layout::Layout;
+use crate::process;
+use crate::timeutil::{date_utc, now_epoch};
+use crate::toonl::Event as LogLine;
+use crate::tracker::{self, LabeledIssue, Tracker};
+
+/// Most open `ready-for-agent` issues counted per queue check.
+const QUEUE_LIMIT: usize = 1000;
+
+/// What the driver holds to carry effects out.
+pub struct Driver {
+    layout: Layout,
+    journal: Journal,
+    children: Box<dyn Children>,
+    /// Where the blocking pool's jobs send their results.
+    tx: UnboundedSender<Event>,
+    tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
+    budget: crate::config::Budget,
+    /// `rescue.max_file_bytes`, for the rescue of a dead worker's attempt.
+    rescue_max_file_bytes: u64,
+    grace: Duration,
+    strays: Strays,
+    /// The last report of a heartbeat that cannot be written (disk full, lane removed), so
+    /// it is logged once.
+    state_error: Option<String>,
+}
+
+impl Driver {
+    pub fn new(
+        layout: Layout,
+        config: &Config,
+        journal: Journal,
+        children: Box<dyn Children>,
+        tx: UnboundedSender<Event>,
+        tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
+    ) -> Self {
+        Driver {
+            layout,
+            journal,
+            children,
+            tx,
+            tracker,
+            budget: config.budget.clone(),
+            rescue_max_file_bytes: config.rescue.max_file_bytes,
+            grace: Duration::from_secs(config.timing.stop_grace_s),
+            strays: Strays::default(),
+            state_error: None,
+        }
+    }
+
+    /// Writes a line to the event log (not through the fleet: nothing it decides by).
+    pub fn log(&mut self, line: LogLine) {
+        self.journal.write(line);
+    }
+
+    /// Watches the previous supervisor's live workers, then starts the fleet: every spawn
+    /// of the start-up is asked for at once and carried out in one batch, and the
+    /// heartbeat is written once after it.
+    pub fn start(
+        &mut self,
+        fleet: &mut Fleet,
+        adoptees: Vec<Adoptee>,
+        dead: usize,
+        had_state: bool,
+        now: Instant,
+    ) {
+        let today = date_utc(SystemTime::now());
+        let adopted = adoptees
+            .into_iter()
+            .map(|a| {
+                let log = std::fs::read_link(format!("/proc/{}/fd/1", a.pid))
+                    .unwrap_or_else(|_| self.layout.slot_log(&today, a.slot));
+                let watch = self.children.adopt(a.pid, a.start);
+                if watch.is_some()
+                    && let Some(cg) = &a.cgroup
+                {
+                    self.children.follow_cgroup(a.pid, cg);
+                }
+                Adopted {
+                    adoptee: a,
+                    watch,
+                    log,
+                }
+            })
+            .collect();
+        let effects = fleet.start(adopted, dead, had_state, Now::system(now));
+        self.carry(fleet, effects, now);
+    }
+
+    /// Feeds one outside event; answers to its effects are fed at once.
+    pub fn feed(&mut self, fleet: &mut Fleet, event: Event, now: Instant) {
+        match event {
+            // How it ended is read here (reaping it unless its zombie pins its group).
+            Event::ChildEnded { pid, start } => self.child_ended(fleet, pid, start, now),
+            Event::Sigchld => self.sigchld(fleet, now),
+            event => {
+                let effects = fleet.handle(event, Now::system(now));
+                self.carry(fleet, effects, now);
+            }
+        }
+    }
+
+    /// SIGUSR1: `resize.toon` and `slot-control.toon` are read and fed.
+    pub fn control(&mut self, fleet: &mut Fleet, now: Instant) {
+        let files = self.control_files();
+        self.feed(fleet, Event::Control(files), now);
+    }
+
+    /// The end of a loop turn: the dying groups are looked at, what is due runs, the
+    /// escaped descendants due their SIGKILL or another search get it, and the tick runs
+    /// when due.
+    pub fn turn(&mut self, fleet: &mut Fleet, now: Instant) {
+        let alive = fleet
+            .dying_groups()
+            .into_iter()
+            .map(|(leader, g)| (leader, self.children.group_alive(leader, &g)))
+            .collect();
+        self.feed(fleet, Event::Turn { alive }, now);
+        if fleet.stopping().is_none() {
+            self.strays.kill_due(&mut *self.children, now);
+            self.with_strays(fleet, now, |strays, scope| strays.retry_due(scope, now));
+        }
+        if fleet.tick_due(now) {
+            let facts = self.tick_facts(fleet, now);
+            self.feed(fleet, Event::Tick(facts), now);
+        }
+    }
+
+    /// When the loop must wake next without an event.
+    pub fn next_deadline(&self, fleet: &Fleet, now: Instant) -> Instant {
+        let d = fleet.next_deadline(now);
+        match self.strays.next_deadline(fleet.stopping().is_some()) {
+            Some(s) => d.min(s.max(now)),
+            None => d,
+        }
+    }
+
+    /// Writes the heartbeat if a transition happened since the last one.
+    pub fn heartbeat_if_changed(&mut self, fleet: &mut Fleet, now: Instant) {
+        if fleet.heartbeat_due() {
+            self.write_state(fleet, now);
+        }
+    }
+
+    /// Writes the heartbeat now.
+    pub fn write_state(&mut self, fleet: &mut Fleet, now: Instant) {
+        let snap = fleet.snapshot_written(now);
+        match state_file::write(&self.layout.state_file(), &snap) {
+            Ok(()) => self.state_error = None,
+            Err(e) => {
+                let e = e.to_string();
+                if self.state_error.as_deref() != Some(e.as_str()) {
+                    self.journal.write(LogLine::now(kind::ERROR, e.clone()));
+                    self.state_error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Every worker ended, every group is empty, and no descendant that escaped its group
+    /// (`setsid`) is left. Drives the escaped ones' termination.
+    pub fn stop_complete(&mut self, fleet: &mut Fleet, now: Instant) -> bool {
+        if !fleet.stop_settled() {
+            return false;
+        }
+        let kept = fleet.cgroup_mode().then(|| fleet.ended_cgroups());
+        let mut none_left = false;
+        self.with_strays(fleet, now, |strays, scope| {
+            let (none, lines) = strays.sweep(scope, kept.as_deref(), now);
+            none_left = none;
+            lines
+        });
+        none_left
+    }
+
+    /// What is still alive when giving up on a stop.
+    pub fn leftovers(&mut self, fleet: &Fleet) -> Vec<i32> {
+        let keep = fleet.covered();
+        let strays = self
+            .children
+            .strays(&keep, &self.layout.supervisor_lane())
+            .into_iter()
+            .map(|p| p.pid);
+        let mut left: Vec<i32> = fleet.live_pids().into_iter().chain(strays).collect();
+        left.sort_unstable();
+        left.dedup();
+        left
+    }
+
+    /// SIGCHLD: our own workers that ended without a pidfd watch, and the orphans of the
+    /// workers' trees reparented to us (the child subreaper).
+    ///
+    /// Where groups are signalled through pidfds, nothing is pinned: the kernel is asked
+    /// for our zombie children one at a time (`waitid` without reaping) and each is reaped,
+    /// a worker's as its exit. The first zombie that belongs to a command the supervisor
+    /// runs itself (in our session; its own waiter reaps it) ends the pass, the next
+    /// SIGCHLD or tick goes on. Elsewhere `/proc` is read, sparing the pinned leaders.
+    pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
+        for (pid, start) in fleet.unwatched_own() {
+            self.child_ended(fleet, pid, start, now);
+        }
+        if !process::pidfd_groups() {
+            let keep = fleet.kept_from_reaping();
+            self.children.reap_orphans(&keep);
+            return;
+        }
+        // Bounded: each round reaps one zombie, and at most this many arrive per event.
+        for _ in 0..4096 {
+            let Some((pid, commands)) = self.children.next_zombie() else {
+                return;
+            };
+            if let Some(start) = fleet.own_worker_start(pid) {
+                self.child_ended(fleet, pid, start, now);
+                continue;
+            }
+            if commands {
+                return;
+            }
+            self.children.reap(pid);
+        }
+    }
+
+    /// Our own worker `pid` (started at `start`) has ended: how is read (reaping it unless
+    /// its zombie pins its group id) and fed as its exit.
+    fn child_ended(&mut self, fleet: &mut Fleet, pid: i32, start: u64, now: Instant) {
+        let Some(keep_zombie) = fleet.own_child_wait(pid, start) else {
+            return;
+        };
+        if let Some(kind) = self.children.exit_of(pid, keep_zombie) {
+            let effects = fleet.handle(Event::Exited { pid, start, kind }, Now::system(now));
+            self.carry(fleet, effects, now);
+        }
+    }
+
+    /// Runs `f` on the strays with what a search must leave alone (the fleet's workers),
+    /// and logs what it says through the fleet.
+    fn with_strays(
+        &mut self,
+        fleet: &mut Fleet,
+        now: Instant,
+        f: impl FnOnce(&mut Strays, Scope<'_>) -> Vec<LogLine>,
+    ) {
+        let keep = fleet.covered();
+        let lane = self.layout.supervisor_lane();
+        let scope = Scope {
+            os: &mut *self.children,
+            keep: &keep,
+            lane: &lane,
+            grace: self.grace,
+        };
+        let lines = f(&mut self.strays, scope);
+        self.log_through(fleet, lines, now);
+    }
+
+    fn log_through(&mut self, fleet: &mut Fleet, lines: Vec<LogLine>, now: Instant) {
+        for l in lines {
+            self.feed(fleet, Event::Log(l), now);
+        }
+    }
+
+    /// Carries out `effects` in order; an effect's answer is handled (and its own effects
+    /// carried out) before the next one. Spawns asked for together (a start-up, a grown
+    /// target, a wake-up) are started in one batch and answered after it, so no event-log
+    /// write sits between two forks.
+    pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
+        let mut effects = effects.into_iter().peekable();
+        while let Some(e) = effects.next() {
+            let batch = matches!(e, Effect::Spawn { .. });
+            let mut answers: Vec<Event> = self.effect(fleet, e, now).into_iter().collect();
+            while batch && matches!(effects.peek(), Some(Effect::Spawn { .. })) {
+                if let Some(next) = effects.next() {
+                    answers.extend(self.effect(fleet, next, now));
+                }
+            }
+            for answer in answers {
+                let more = fleet.handle(answer, Now::system(now));
+                self.carry(fleet, more, now);
+            }
+        }
+    }
+
+    fn effect(&mut self, fleet: &mut Fleet, e: Effect, now: Instant) -> Option<Event> {
+        match e {
+            Effect::Log(line) => self.journal.write(line),
+            Effect::WriteState => self.write_state(fleet, now),
+            Effect::CheckQueue { count_quarantined } => self.check_queue(count_quarantined),
+            Effect::ReleaseClaims(dead) => self.release_claims(dead),
+            Effect::WriteRetire { slot, token } => {
+                let path = self.layout.retire_file(slot);
+                if let Err(e) = atomic_write(&path, token.as_bytes()) {
+                    let line = LogLine::now(kind::ERROR, format!("{}: {e}", path.display()));
+                    return Some(Event::Log(line));
+                }
+            }
+            Effect::RemoveRetire { slot } => {
+                let _ = remove_file_if_exists(&self.layout.retire_file(slot));
+            }
+            Effect::MarkStall { attempt_dir } => {
+                let mark = attempt_dir.join(crate::attempt_state::STALL_KILLED_FILE);
+                if let Err(e) = atomic_write(&mark, b"") {
+                    self.journal.write(LogLine::now(
+                        kind::ERROR,
+                        format!("{}: {e}", mark.display()),
+                    ));
+                }
+            }
+            Effect::AnswerSlotControl {
+                mut ack,
+                retire_first,
+            } => {
+                if let Some(slot) = retire_first {
+                    let path = self.layout.retire_file(slot);
+                    if let Err(e) = atomic_write(&path, b"") {
+                        ack.ok = false;
+                        ack.message = format!("{}: {e}", path.display());
+                    }
+                }
+                if let Err(e) = slot_control::write_ack(&self.layout, &ack) {
+                    let path = slot_control::ack_path(&self.layout);
+                    let line = LogLine::now(kind::ERROR, format!("{}: {e}", path.display()));
+                    return Some(Event::Log(line));
+                }
+            }
+            Effect::Spawn {
+                slot,
+                seq,
+                argv,
+                env,
+            } => {
+                let log = self.layout.slot_log(&date_utc(SystemTime::now()), slot);
+                let spec = SpawnSpec {
+                    argv: &argv,
+                    cwd: self.layout.repo(),
+                    log: &log,
+                    env,
+                };
+                return Some(match self.children.spawn_attempt(&spec, slot, seq) {
+                    Ok((started, cgroup)) => Event::Spawned {
+                        slot,
+                        seq,
+                        started,
+                        log,
+                        cgroup,
+                    },
+                    Err(e) => Event::SpawnFailed {
+                        slot,
+                        seq,
+                        error: e.to_string(),
+                    },
+                });
+            }
+            Effect::Group(order) => children::carry_order(&mut *self.children, Some(&order)),
+            Effect::ReadFatalReason { slot, log } => {
+                let reason = stall::fatal_reason_from_log(&log);
+                return Some(Event::FatalReason { slot, reason });
+            }
+            Effect::FinishCgroup { leader, cgroup } => {
+                let figures = self.children.finish_cgroup(leader, &cgroup);
+                return Some(Event::CgroupFinished { leader, figures });
+            }
+            Effect::SearchStrays(ended) => {
+                self.with_strays(fleet, now, |strays, scope| strays.search(scope, ended, now));
+            }
+            Effect::ReapOrphans => self.sigchld(fleet, now),
+        }
+        None
+    }
+
+    /// The control files as they are now (the answer file only beside a request).
+    fn control_files(&self) -> ControlFiles {
+        let slot_request = slot_control::read_request(&self.layout);
+        let slot_ack = match slot_request {
+            Found::Some(_) => slot_control::read_ack(&self.layout),
+            _ => Found::None,
+        };
+        ControlFiles {
+            resize: scale_directive::read(&self.layout.resize_file()),
+            slot_request,
+            slot_ack,
+        }
+    }
+
+    /// What the tick asks for: the stop sentinel, the control files, the files of the
+    /// workers it names, their CPU when a reading is due, and which unwatched adopted
+    /// workers are gone.
+    fn tick_facts(&mut self, fleet: &Fleet, now: Instant) -> TickFacts {
+        let stop_file = self.layout.supervisor_stop();
+        let stop_file = crate::fsutil::regular_file_present(&stop_file)
+            .map_err(|e| format!("{}: {e}; not a stop request, ignored", stop_file.display()));
+        let progress = fleet
+            .progress_wanted(now)
+            .into_iter()
+            .map(|q| {
+                let attempt = stall::current_attempt(&self.layout, &q.worker_id);
+                let files_epoch = stall::progress_epoch(q.started_epoch, &q.log, attempt.as_ref());
+                let title = attempt
+                    .as_ref()
+                    .filter(|a| q.title_of != Some(a.issue))
+                    .and_then(stall::attempt_title);
+                (
+                    q.pid,
+                    WorkerFiles {
+                        attempt,
+                        files_epoch,
+                        title,
+                    },
+                )
+            })
+            .collect();
+        let usage = fleet
+            .usage_wanted(now)
+            .map(|leaders| self.children.usage(&leaders));
+        let gone = fleet
+            .unwatched_adopted()
+            .into_iter()
+            .filter(|(pid, start)| !self.children.is_live(*pid, *start))
+            .collect();
+        TickFacts {
+            stop_file,
+            control: self.control_files(),
+            progress,
+            usage,
+            gone,
+        }
+    }
+
+    /// Asks the tracker for the claimable issues, off the loop (a slow tracker never
+    /// delays noticing a death); the fleet keeps it to one check at a time.
+    fn check_queue(&self, count_quarantined: bool) {
+        let (layout, tx) = (self.layout.clone(), self.tx.clone());
+        let budget = self.budget.clone();
+        let tracker = self.tracker.clone();
+        blocking(move || {
+            // The pause is read first: a paused fleet's queue check costs no call.
+            let state_dir = layout.state();
+            let paused = || match crate::pause::read(&state_dir) {
+                Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
+                Ok(_) => None,
+                Err(e) => {
+                    let _ = tx.send(Event::PauseFile(e));
+                    None
+                }
+            };
+            // The operator's pause holds starts, not queue checks: the count stays true.
+            let (active, resumed_via) = match crate::pause::read_operator(&state_dir) {
+                Ok(p) => (
+                    p.clone().filter(|p| p.active_at(now_epoch())),
+                    p.filter(|r| r.resumed).map(|r| r.via),
+                ),
+                Err(e) => {
+                    let _ = tx.send(Event::PauseFile(e));
+                    (None, None)
+                }
+            };
+            let _ = tx.send(Event::OperatorPause {
+                active,
+                resumed_via,
+            });
+            if let Some(p) = paused() {
+                let _ = tx.send(Event::Paused(p));
+                return;
+            }
+            // The agent's holds next: a held fleet's queue check costs no call either.
+            match super::holds::read(&layout, &budget, now_epoch()) {
+                (Some(h), spend) => {
+                    let _ = tx.send(Event::Hold(h, spend));
+                    return;
+                }
+                (None, spend) => {
+                    let _ = tx.send(Event::Spend(spend));
+                }
+            }
+            if count_quarantined
+                && let Ok(t) = &tracker
+                && let Ok(q) = t.list_open_with_label(tracker::labels::QUARANTINED, QUEUE_LIMIT)
+            {
+                let _ = tx.send(Event::Quarantined(q.len() as u64));
+            }
+            let r = match tracker {
+                Ok(t) => t
+                    .list_open_with_label(tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
+                    .map(|v| claimable(&layout, &v))
+                    .map_err(QueueError::from),
+                Err(e) => Err(QueueError::Unavailable(e)),
+            };
+            // A rate-limited answer has just recorded the pause (the gh backend does).
+            if r.is_err()
+                && let Some(p) = paused()
+            {
+                let _ = tx.send(Event::Paused(p));
+                return;
+            }
+            let _ = tx.send(Event::Queue(r));
+        });
+    }
+
+    /// Gives the claims of dead workers whose group is gone back, on the blocking pool
+    /// (git work for the rescue, tracker calls for the restore); what it did comes back
+    /// as [`Event::Log`].
+    fn release_claims(&self, dead: Vec<crate::supervisor::release::DeadWorker>) {
+        let Ok(tracker) = self.tracker.clone() else {
+            return;
+        };
+        for w in dead {
+            if super::release::claims_of(&self.layout, &w).is_empty() {
+                continue;
+            }
+            let (layout, tx, tracker) = (self.layout.clone(), self.tx.clone(), tracker.clone());
+            let keeper = crate::rescue::Keeper::new(
+                layout.repo(),
+                self.rescue_max_file_bytes,
+                tracker.shared_across_checkouts(),
+            );
+            blocking(move || {
+                for ev in super::release::release_rescuing(&layout, tracker.as_ref(), &w, &keeper) {
+                    let _ = tx.send(Event::Log(ev));
+                }
+            });
+        }
+    }
+}
+
+/// Runs `job` on the runtime's blocking pool, or on this thread outside a runtime.
+fn blocking(job: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => {
+            rt.spawn_blocking(job);
+        }
+        Err(_) => job(),
+    }
+}
+
+/// The numbers of the issues a worker would try to claim: claimable labels and no claim
+/// dir (anything at that path makes the worker's exclusive `mkdir` fail).
+pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
+    let claims = layout.claims();
+    issues
+        .iter()
+        .filter(|i| tracker::is_claimable(&i.labels))
+        .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
+        .map(|i| i.number)
+        .collect()
+}

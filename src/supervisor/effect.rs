@@ -1,0 +1,67 @@
+//! What the fleet asks to be done, as one enum: `Fleet::handle`
+//! returns these and the driver (`driver.rs`) carries them out, in order, through the
+//! journal, the filesystem and the blocking pool. The fleet itself does no I/O, so its
+//! decisions are tested by feeding events and reading the effects.
+
+use std::path::PathBuf;
+
+use super::reaper::Order;
+use super::release::DeadWorker;
+use super::slot_control::Ack;
+use crate::toonl::Event as LogLine;
+
+/// One thing to do, in the order the fleet decided it.
+#[derive(Debug)]
+#[must_use]
+pub enum Effect {
+    /// A line for the event log.
+    Log(LogLine),
+    /// Write the heartbeat `state.toon` as the fleet stands when this is carried out
+    /// (after the answers to the effects before it); a write that fails is reported once.
+    WriteState,
+    /// Ask the tracker for the claimable issues on the blocking pool (the pause files and
+    /// the agent's holds first); the answers come back as events. `count_quarantined`:
+    /// also count the quarantined issues.
+    CheckQueue { count_quarantined: bool },
+    /// Give these dead workers' claims back (their attempts rescued first) on the
+    /// blocking pool; what it did comes back as log events.
+    ReleaseClaims(Vec<DeadWorker>),
+    /// Tell the worker of `slot` to finish its issue and exit (`token` is the file's text).
+    WriteRetire { slot: usize, token: String },
+    /// The worker of `slot` is no longer asked to retire.
+    RemoveRetire { slot: usize },
+    /// Mark an attempt stall-killed before its worker is signalled, so a worker that
+    /// gives its issue back on SIGTERM records the attempt as stalled.
+    MarkStall { attempt_dir: PathBuf },
+    /// Start the worker of spawn `seq` in `slot` (in the repo, output to that slot's log
+    /// of the day): answered at once by `Event::Spawned`
+    /// or `Event::SpawnFailed`.
+    Spawn {
+        slot: usize,
+        seq: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    /// Signal a worker's group, or reap its pinning leader.
+    Group(Order),
+    /// Read the last line of a worker's log that exited 78, answered by
+    /// `Event::FatalReason`.
+    ReadFatalReason { slot: usize, log: PathBuf },
+    /// cgroup mode: an ended worker's cgroup is empty: read its figures and remove it,
+    /// answered by `Event::CgroupFinished`.
+    FinishCgroup {
+        leader: i32,
+        cgroup: crate::cgroup::Cgroup,
+    },
+    /// Search once for the processes that escaped these ended workers' groups (leader,
+    /// worker id, our own child) and terminate them (`strays.rs`).
+    SearchStrays(Vec<(i32, String, bool)>),
+    /// Reap the orphans of the workers' trees that were reparented to us.
+    ReapOrphans,
+    /// Answer a slot-control request; `retire_first`: write that slot's retire file first,
+    /// and if that fails the answer is the failure.
+    AnswerSlotControl {
+        ack: Ack,
+        retire_first: Option<usize>,
+    },
+}

@@ -1,0 +1,84 @@
+//! Start-up: a previous supervisor's live workers taken over, then a worker asked for in
+//! every empty slot of the target, all in one batch with one heartbeat after it.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+impl Fleet {
+    /// Takes over the live workers of a previous supervisor, then spawns every slot of the
+    /// target that has none, then records them all in one heartbeat.
+    #[must_use]
+    pub fn start(
+        &mut self,
+        adoptees: Vec<Adopted>,
+        dead: usize,
+        had_state: bool,
+        now: Now,
+    ) -> Vec<Effect> {
+        (self.now, self.wall) = (now.at, now.wall);
+        let now = now.at;
+        let adopted = adoptees.len();
+        for a in adoptees {
+            self.adopt(a, now);
+        }
+        if had_state {
+            let msg = texts::takeover(adopted, dead, self.pool.target);
+            self.log(line(kind::TAKEOVER, msg));
+        }
+        let (t, m) = (self.pool.target, self.pool.shrink_mode);
+        self.reconcile(t, m, now);
+        // One write for the whole start-up, never one per spawn.
+        self.heartbeat();
+        self.take_effects()
+    }
+
+    fn adopt(&mut self, found: Adopted, now: Instant) {
+        let Adopted {
+            adoptee: a,
+            watch,
+            log,
+        } = found;
+        let now_e = self.epoch();
+        let started_epoch = a.started_epoch.unwrap_or(now_e).min(now_e);
+        let started = now
+            .checked_sub(Duration::from_secs(now_e - started_epoch))
+            .unwrap_or(now);
+        let id = a
+            .worker_id
+            .unwrap_or_else(|| format!("adopted-{}-slot-{}", a.pid, a.slot));
+        let (pid, start) = (a.pid, a.start);
+        let Some(Started {
+            pidfd: fd, watched, ..
+        }) = watch
+        else {
+            self.log(
+                line(kind::ERROR, "adopted worker ended before it was watched")
+                    .slot(a.slot)
+                    .pid(pid),
+            );
+            return;
+        };
+        if !watched {
+            self.procs.unwatched.push((pid, start));
+        }
+        let mut slot = Slot::new(a.slot, self.pool.params);
+        slot.spawns = a.restarts + 1;
+        slot.restarts = a.restarts;
+        slot.phase = Phase::Running(LiveWorker {
+            pid,
+            start,
+            id,
+            started,
+            started_epoch,
+            own_child: false,
+            pidfd: fd,
+            log,
+            kill: None,
+            seen: Seen::since(started_epoch),
+            queue_at_spawn: None,
+            cgroup: a.cgroup.clone().map(Arc::new),
+        });
+        self.pool.slots.insert(a.slot, slot);
+    }
+}
