@@ -11,7 +11,7 @@
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs 60 branches as a smoke
 //! test so the bench cannot rot.
 
-#[path = "../tests/sweep_fixtures/mod.rs"]
+#[path = "../tests/it/support/sweep_fixtures.rs"]
 mod sweep_fixtures;
 
 use std::ffi::OsString;

@@ -10,7 +10,7 @@
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small tree as a smoke
 //! test so the bench cannot rot.
 
-#[path = "../tests/sweep_fixtures/mod.rs"]
+#[path = "../tests/it/support/sweep_fixtures.rs"]
 mod sweep_fixtures;
 
 use std::time::{Duration, Instant};
