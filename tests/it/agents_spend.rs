@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use afk_supervisor::agent_profile::{self, AccountWide, End, ProfileKind, Seen};
 use afk_supervisor::ledger::{self, Outcome};
+use afk_supervisor::timeutil::now_epoch;
 use fleet::{FAST_TIMING, Fleet};
 use support::wait_until;
 
@@ -30,10 +31,6 @@ fn corpus_dir() -> PathBuf {
 
 fn corpus(name: &str) -> Vec<u8> {
     fs::read(corpus_dir().join(name)).unwrap()
-}
-
-fn now_epoch() -> u64 {
-    afk_supervisor::timeutil::now_epoch()
 }
 
 fn seen(exit_code: i32, stdout: &[u8]) -> Seen<'_> {

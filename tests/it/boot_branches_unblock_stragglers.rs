@@ -10,39 +10,14 @@ use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::LocalTracker;
 use support::fake_gh::{FakeGh, FakeIssue};
 use support::{Repo, TestEnv};
+use support::{run, set};
 
 const ONLY: &str = "branches,unblock,stragglers";
 
 fn bin(env: &TestEnv, repo: &Repo) -> Command {
-    let mut c = env.bin();
-    c.env("TMPDIR", env.path().join("run"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .arg("--repo")
-        .arg(&repo.path);
+    let mut c = env.bin_locks_in_tmpdir();
+    c.arg("--repo").arg(&repo.path);
     c
-}
-
-fn run(mut c: Command) -> (i32, String, String) {
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn afk_refs(env: &TestEnv, dir: &std::path::Path) -> Vec<String> {
-    env.git(
-        dir,
-        &[
-            "for-each-ref",
-            "--format=%(refname:short)",
-            "refs/heads/afk/",
-        ],
-    )
-    .lines()
-    .map(str::to_string)
-    .collect()
 }
 
 /// Branches: afk/2-done (closed; both sides), afk/1-live (open; both sides), afk/odd
@@ -113,8 +88,8 @@ fn suite_counts_and_decisions() {
     ] {
         assert!(lines.contains(&want), "missing {want:?} in:\n{out}");
     }
-    assert_eq!(afk_refs(&env, &repo.origin), vec!["afk/1-live", "afk/odd"]);
-    assert_eq!(afk_refs(&env, &repo.path), vec!["afk/1-live"]);
+    assert_eq!(env.afk_refs(&repo.origin), set(&["afk/1-live", "afk/odd"]));
+    assert_eq!(env.afk_refs(&repo.path), set(&["afk/1-live"]));
     assert!(
         t.show(7)
             .unwrap()
@@ -133,10 +108,10 @@ fn suite_dry_run_changes_nothing() {
     assert_eq!(code, 0, "{err}");
     assert!(out.ends_with(&format!("{SUMMARY}\n")), "{out}");
     assert_eq!(
-        afk_refs(&env, &repo.origin),
-        vec!["afk/1-live", "afk/2-done", "afk/odd"]
+        env.afk_refs(&repo.origin),
+        set(&["afk/1-live", "afk/2-done", "afk/odd"])
     );
-    assert_eq!(afk_refs(&env, &repo.path), vec!["afk/1-live", "afk/2-done"]);
+    assert_eq!(env.afk_refs(&repo.path), set(&["afk/1-live", "afk/2-done"]));
     assert!(
         t.show(7)
             .unwrap()
@@ -192,8 +167,8 @@ fn transient_tracker_failures_change_nothing() {
         "{out}"
     );
     assert!(out.contains("branches remote=0 local=0 spared=5"), "{out}");
-    assert_eq!(afk_refs(&env, &repo.origin).len(), 3);
-    assert_eq!(afk_refs(&env, &repo.path).len(), 2);
+    assert_eq!(env.afk_refs(&repo.origin).len(), 3);
+    assert_eq!(env.afk_refs(&repo.path).len(), 2);
 
     // Unblock: the state listing fails, nothing is promoted, the sweep fails.
     gh.clear_calls();

@@ -9,13 +9,10 @@ use crate::support::fleet;
 use std::path::Path;
 use std::process::Output;
 
-use afk_supervisor::toonl::{Event, EventLog};
+use afk_supervisor::toonl::EventLog;
 use fleet::{FAST_TIMING, Fleet, WAIT};
 use support::{TestEnv, wait_until};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::{ev, text};
 
 fn bare(args: &[&str]) -> Output {
     let env = TestEnv::new();
@@ -100,13 +97,6 @@ fn completions_man_version_and_the_exit_codes_in_help() {
     }
     let status_help = text(&bare(&["status", "--help"]).stdout);
     assert!(status_help.contains("systemctl is-active"), "{status_help}");
-}
-
-fn ev(ts: &str, kind: &str, msg: &str) -> Event {
-    Event {
-        ts: ts.into(),
-        ..Event::now(kind, msg)
-    }
 }
 
 #[test]

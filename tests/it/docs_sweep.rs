@@ -21,6 +21,7 @@ use afk_supervisor::sweeps::{SweepCtx, SweepName};
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{LocalTracker, Tracker};
 use support::fake_gh::FakeGh;
+use support::text;
 use support::{Repo, TestEnv};
 
 struct Fx {
@@ -1172,10 +1173,6 @@ impl Fx {
             .create("seed", "", &[])
             .unwrap();
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

@@ -11,11 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
 use fleet::{FAST_TIMING, Fleet, WAIT};
+use support::text;
 use support::{TestEnv, wait_until};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn run(env: &TestEnv, repo: &std::path::Path, args: &[&str]) -> Output {
     env.bin().current_dir(repo).args(args).output().unwrap()

@@ -7,6 +7,7 @@ use crate::support::fleet;
 
 use std::time::Duration;
 
+use afk_supervisor::timeutil::now_epoch;
 use fleet::Fleet;
 use support::fake_gh::{FakeGh, FakeIssue};
 use support::wait_until;
@@ -29,10 +30,6 @@ fn gh_fleet(workers: usize, extra_tracker: &str) -> (Fleet, FakeGh) {
     f.extra_env
         .push(("PATH".into(), gh.path_env().to_string_lossy().into_owned()));
     (f, gh)
-}
-
-fn now_epoch() -> u64 {
-    afk_supervisor::timeutil::now_epoch()
 }
 
 fn is_write(argv: &[String]) -> bool {

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::support::text;
 use afk_supervisor::attempt_state::AttemptState;
 use afk_supervisor::config::{self, Overrides};
 use afk_supervisor::git::parse as git;
@@ -23,11 +24,6 @@ use afk_supervisor::toonl;
 use afk_supervisor::tracker::{gh, local};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-
-/// Text as the callers see it: the files are read as bytes and decoded lossily.
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Runs one parser on one input; what it returns is checked only for what must always
 /// hold, the point being that it returns at all.

@@ -2,20 +2,12 @@
 
 use crate::support;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use afk_supervisor::git::{ChangeKind, Changes, GitError, PathChange};
 use support::{TestEnv, wait_until};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
-fn set(v: &[&str]) -> BTreeSet<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
+use support::{set, strings};
 
 fn pc(path: &str, kind: ChangeKind) -> PathChange {
     PathChange {
@@ -73,14 +65,17 @@ fn lists_local_and_remote_afk_branches_including_nested() {
     let git = env.lib_git(r);
     assert_eq!(
         git.local_afk_branches().unwrap(),
-        s(&["afk/12-fix", "afk/worker-1/12-x"])
+        strings(&["afk/12-fix", "afk/worker-1/12-x"])
     );
     // Remove one locally: the remote listing must come from origin, not local refs.
     env.git(r, &["branch", "-D", "afk/12-fix"]);
-    assert_eq!(git.local_afk_branches().unwrap(), s(&["afk/worker-1/12-x"]));
+    assert_eq!(
+        git.local_afk_branches().unwrap(),
+        strings(&["afk/worker-1/12-x"])
+    );
     assert_eq!(
         git.remote_afk_branches().unwrap(),
-        s(&["afk/12-fix", "afk/worker-1/12-x"])
+        strings(&["afk/12-fix", "afk/worker-1/12-x"])
     );
     let heads = git.remote_afk_heads().unwrap();
     let main_sha = env.git(r, &["rev-parse", "main"]).trim().to_string();
@@ -149,7 +144,7 @@ fn merged_and_unmerged_branches() {
     let merged = git
         .merged_into(
             "origin/main",
-            &s(&[
+            &strings(&[
                 "afk/1-merged",
                 "afk/2-unmerged",
                 "afk/3-landed",
@@ -170,7 +165,7 @@ fn merged_and_unmerged_branches() {
     let err = git.is_merged("afk/99-missing", "origin/main").unwrap_err();
     assert!(matches!(err, GitError::Failed { .. }), "{err}");
     let err = git
-        .merged_into("origin/nope", &s(&["afk/1-merged"]))
+        .merged_into("origin/nope", &strings(&["afk/1-merged"]))
         .unwrap_err();
     assert!(err.stderr().unwrap().contains("origin/nope"), "{err}");
 }
@@ -180,7 +175,7 @@ fn batch_deletion_local_and_remote() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
-    let names = s(&["afk/1-a", "afk/w/2-b", "afk/3-c"]);
+    let names = strings(&["afk/1-a", "afk/w/2-b", "afk/3-c"]);
     for b in &names {
         env.git(r, &["branch", b]);
     }
@@ -198,14 +193,14 @@ fn batch_deletion_local_and_remote() {
 
     git.delete_local_branches(&names).unwrap();
     assert_eq!(git.calls() - before, 1);
-    assert_eq!(git.local_afk_branches().unwrap(), s(&["afk/4-keep"]));
+    assert_eq!(git.local_afk_branches().unwrap(), strings(&["afk/4-keep"]));
 
     let before = git.calls();
     git.delete_remote_branches(&names).unwrap();
     assert_eq!(git.calls() - before, 1);
     assert_eq!(
         origin_branches(&env, &repo.origin),
-        s(&["afk/4-keep", "main"])
+        strings(&["afk/4-keep", "main"])
     );
 
     // Already gone on both sides (another reaper got there first): not an error.
@@ -213,7 +208,7 @@ fn batch_deletion_local_and_remote() {
     git.delete_remote_branches(&names).unwrap();
     assert_eq!(
         origin_branches(&env, &repo.origin),
-        s(&["afk/4-keep", "main"])
+        strings(&["afk/4-keep", "main"])
     );
 }
 
@@ -229,7 +224,7 @@ fn local_deletion_reports_a_checked_out_branch_and_deletes_the_rest() {
     git.worktree_add(&wt, "afk/3-busy", "main").unwrap();
 
     let err = git
-        .delete_local_branches(&s(&["afk/1-a", "afk/3-busy", "afk/2-b"]))
+        .delete_local_branches(&strings(&["afk/1-a", "afk/3-busy", "afk/2-b"]))
         .unwrap_err();
     match &err {
         GitError::PartialDelete {
@@ -241,14 +236,14 @@ fn local_deletion_reports_a_checked_out_branch_and_deletes_the_rest() {
         } => {
             assert_eq!(*side, "local");
             assert_eq!(*requested, 3);
-            assert_eq!(deleted, &s(&["afk/1-a", "afk/2-b"]));
-            assert_eq!(remaining, &s(&["afk/3-busy"]));
+            assert_eq!(deleted, &strings(&["afk/1-a", "afk/2-b"]));
+            assert_eq!(remaining, &strings(&["afk/3-busy"]));
         }
         other => panic!("expected PartialDelete, got {other}"),
     }
     assert!(err.stderr().unwrap().contains("worktree"), "{err}");
     assert!(err.to_string().contains("afk/3-busy"), "{err}");
-    assert_eq!(git.local_afk_branches().unwrap(), s(&["afk/3-busy"]));
+    assert_eq!(git.local_afk_branches().unwrap(), strings(&["afk/3-busy"]));
 }
 
 #[test]
@@ -274,7 +269,7 @@ fn remote_deletion_reports_what_origin_refused() {
 
     let git = env.lib_git(r);
     let err = git
-        .delete_remote_branches(&s(&["afk/1-a", "afk/2-protected", "afk/3-c"]))
+        .delete_remote_branches(&strings(&["afk/1-a", "afk/2-protected", "afk/3-c"]))
         .unwrap_err();
     // The atomic batch is refused as a whole, origin is listed, the survivors go ref by
     // ref, origin is listed again to see what stands.
@@ -287,15 +282,15 @@ fn remote_deletion_reports_what_origin_refused() {
             ..
         } => {
             assert_eq!(*side, "remote");
-            assert_eq!(deleted, &s(&["afk/1-a", "afk/3-c"]));
-            assert_eq!(remaining, &s(&["afk/2-protected"]));
+            assert_eq!(deleted, &strings(&["afk/1-a", "afk/3-c"]));
+            assert_eq!(remaining, &strings(&["afk/2-protected"]));
         }
         other => panic!("expected PartialDelete, got {other}"),
     }
     assert!(err.stderr().unwrap().contains("protected"), "{err}");
     assert_eq!(
         origin_branches(&env, &repo.origin),
-        s(&["afk/2-protected", "main"])
+        strings(&["afk/2-protected", "main"])
     );
 }
 
@@ -341,9 +336,9 @@ fn remote_deletion_works_without_atomic_push_support() {
         &["config", "receive.advertiseAtomic", "false"],
     );
     let git = env.lib_git(r);
-    git.delete_remote_branches(&s(&["afk/1-a", "afk/2-b"]))
+    git.delete_remote_branches(&strings(&["afk/1-a", "afk/2-b"]))
         .unwrap();
-    assert_eq!(origin_branches(&env, &repo.origin), s(&["main"]));
+    assert_eq!(origin_branches(&env, &repo.origin), strings(&["main"]));
     // Refused atomic push, one listing, one ref-by-ref push.
     assert_eq!(git.calls(), 3);
 }
@@ -466,7 +461,8 @@ fn worktree_add_commit_push_remove_cycle() {
     assert!(git.worktrees().unwrap().iter().any(|w| w.prunable));
     git.worktree_prune().unwrap();
     assert_eq!(git.worktrees().unwrap().len(), 1);
-    git.delete_local_branches(&s(&["afk/5-gone"])).unwrap();
+    git.delete_local_branches(&strings(&["afk/5-gone"]))
+        .unwrap();
 }
 
 #[test]
@@ -487,13 +483,13 @@ fn ignored_docs_are_committed_in_a_worktree_only_when_forced() {
     env.write(&wt, ".red/CONTEXT.md", "ctx\n");
     // `add -A` skips ignored files: nothing to commit.
     assert!(in_wt.commit_all("docs: none").unwrap().is_none());
-    let docs = s(&[".red/adr/0001 first.md", ".red/CONTEXT.md"]);
+    let docs = strings(&[".red/adr/0001 first.md", ".red/CONTEXT.md"]);
     assert_eq!(in_wt.ignored_among(&docs).unwrap().len(), 2);
     in_wt.add_force(&docs).unwrap();
     let sha = in_wt.commit_all("docs: land").unwrap().unwrap();
     assert_eq!(
         git.ls_tree_paths(&sha, ".red").unwrap(),
-        s(&[".red/CONTEXT.md", ".red/adr/0001 first.md"])
+        strings(&[".red/CONTEXT.md", ".red/adr/0001 first.md"])
     );
     // Tracked now, later edits are picked up by `add -A` alone.
     env.write(&wt, ".red/CONTEXT.md", "ctx 2\n");
@@ -606,7 +602,7 @@ fn ignore_checks_are_literal_and_batched() {
     assert!(!git.is_ignored("a").unwrap());
     let before = git.calls();
     let got = git
-        .ignored_among(&s(&[
+        .ignored_among(&strings(&[
             "x.log",
             "./build/out",
             "src/main.rs",
@@ -686,11 +682,11 @@ fn ls_tree_paths_lists_tracked_files_at_a_rev() {
     let git = env.lib_git(r);
     assert_eq!(
         git.ls_tree_paths(&first, ".red/adr").unwrap(),
-        s(&[".red/adr/0001 a.md", ".red/adr/sub/0002.md"])
+        strings(&[".red/adr/0001 a.md", ".red/adr/sub/0002.md"])
     );
     assert_eq!(
         git.ls_tree_paths("HEAD", ".red/adr/").unwrap(),
-        s(&[".red/adr/0001 a.md"])
+        strings(&[".red/adr/0001 a.md"])
     );
     assert!(
         git.ls_tree_paths("origin/main", ".red/")
@@ -699,7 +695,7 @@ fn ls_tree_paths_lists_tracked_files_at_a_rev() {
     );
     assert_eq!(
         git.ls_tree_paths("origin/main", "").unwrap(),
-        s(&["README.md"])
+        strings(&["README.md"])
     );
     // Root-relative even from a subdirectory.
     let sub = git.at(r.join(".red/adr"));
@@ -793,12 +789,13 @@ fn names_that_look_like_options_are_refused_before_git_runs() {
     let results: Vec<(&str, GitError)> = vec![
         (
             "delete local",
-            git.delete_local_branches(&s(&["afk/1-ok", "-D"]))
+            git.delete_local_branches(&strings(&["afk/1-ok", "-D"]))
                 .unwrap_err(),
         ),
         (
             "delete remote",
-            git.delete_remote_branches(&s(&["--all"])).unwrap_err(),
+            git.delete_remote_branches(&strings(&["--all"]))
+                .unwrap_err(),
         ),
         ("push", git.push_branch("--force").unwrap_err()),
         ("fetch", git.fetch_base("-q").unwrap_err()),
@@ -809,7 +806,7 @@ fn names_that_look_like_options_are_refused_before_git_runs() {
         ),
         (
             "merged_into",
-            git.merged_into("--all", &s(&["main"])).unwrap_err(),
+            git.merged_into("--all", &strings(&["main"])).unwrap_err(),
         ),
         (
             "worktree_add",
@@ -877,8 +874,11 @@ fn reap_pass(n: usize) -> u64 {
     assert_eq!(local.len(), n);
     assert_eq!(remote.len(), n);
     assert_eq!(reap_local.len(), n - 2);
-    assert_eq!(git.local_afk_branches().unwrap(), s(&[busy, unmerged]));
-    assert_eq!(origin_branches(&env, &repo.origin), s(&["main"]));
+    assert_eq!(
+        git.local_afk_branches().unwrap(),
+        strings(&[busy, unmerged])
+    );
+    assert_eq!(origin_branches(&env, &repo.origin), strings(&["main"]));
     calls
 }
 

@@ -8,6 +8,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 use support::fake_gh::{FakeGh, FakeIssue};
+use support::stderr;
 use support::{Repo, TestEnv};
 
 fn run(env: &TestEnv, repo: &Path, args: &[&str]) -> Output {
@@ -27,10 +28,6 @@ fn ok(env: &TestEnv, repo: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

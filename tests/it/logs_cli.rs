@@ -11,6 +11,7 @@ use std::time::Duration;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::toonl::{Event, EventLog};
 use support::TestEnv;
+use support::ev;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -49,13 +50,6 @@ impl Logs {
             .lines()
             .map(str::to_string)
             .collect()
-    }
-}
-
-fn ev(ts: &str, kind: &str, msg: &str) -> Event {
-    Event {
-        ts: ts.into(),
-        ..Event::now(kind, msg)
     }
 }
 

@@ -6,6 +6,7 @@ use crate::support::fleet;
 
 use fleet::{FAST_TIMING, Fleet, WAIT};
 use support::wait_until;
+use support::{stderr, stdout};
 
 /// Notes each start, then runs until asked to retire (a drain) or killed.
 const NOTING_WORKER: &str = r#"
@@ -29,14 +30,6 @@ fn spawns(f: &Fleet) -> Vec<(usize, i32)> {
             Some((s.parse().ok()?, p.parse().ok()?))
         })
         .collect()
-}
-
-fn stdout(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn status_json(f: &Fleet) -> serde_json::Value {

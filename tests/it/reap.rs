@@ -4,33 +4,14 @@
 
 use crate::support;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::branches::{self, Action};
 use afk_supervisor::tracker::{LocalTracker, Tracker};
 use support::fake_gh::{FakeGh, FakeIssue};
+use support::set;
 use support::{Repo, TestEnv};
-
-/// Branches under `afk/` in a repo (`refs/heads/afk/…`), short names.
-fn afk_refs(env: &TestEnv, git_dir: &Path) -> BTreeSet<String> {
-    env.git(
-        git_dir,
-        &[
-            "for-each-ref",
-            "--format=%(refname:short)",
-            "refs/heads/afk/",
-        ],
-    )
-    .lines()
-    .map(str::to_string)
-    .collect()
-}
-
-fn set(v: &[&str]) -> BTreeSet<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
 
 /// The fixture: issues #1 open, #2 closed, #3 closed on the local tracker (#9 and #0 never
 /// exist), and these branches:
@@ -158,11 +139,11 @@ fn reap_prints_every_decision_then_is_a_no_op() {
     assert_eq!(code, 0, "stderr: {err}");
     assert_eq!(out, FIRST_RUN);
     assert_eq!(
-        afk_refs(&f.env, &f.repo.origin),
+        f.env.afk_refs(&f.repo.origin),
         set(&["afk/1-open", "afk/9-merged", "afk/notes"])
     );
     assert_eq!(
-        afk_refs(&f.env, &f.repo.path),
+        f.env.afk_refs(&f.repo.path),
         set(&[
             "afk/0-zero",
             "afk/1-open",
@@ -189,18 +170,12 @@ fn reap_prints_every_decision_then_is_a_no_op() {
 #[test]
 fn dry_run_says_would_reap_and_deletes_nothing() {
     let f = fixture();
-    let before = (
-        afk_refs(&f.env, &f.repo.origin),
-        afk_refs(&f.env, &f.repo.path),
-    );
+    let before = (f.env.afk_refs(&f.repo.origin), f.env.afk_refs(&f.repo.path));
     let (code, out, err) = reap(&f, &["--dry-run"]);
     assert_eq!(code, 0, "stderr: {err}");
     assert_eq!(out, FIRST_RUN.replace("reaped (", "would reap ("));
     assert_eq!(
-        (
-            afk_refs(&f.env, &f.repo.origin),
-            afk_refs(&f.env, &f.repo.path)
-        ),
+        (f.env.afk_refs(&f.repo.origin), f.env.afk_refs(&f.repo.path)),
         before
     );
 }
@@ -263,10 +238,7 @@ fn a_failing_tracker_spares_every_branch() {
         let gh = FakeGh::install(&f.env);
         gh.set_issues(&gh_issues());
         gh.respond_next(1, code, stdout, stderr);
-        let before = (
-            afk_refs(&f.env, &f.repo.origin),
-            afk_refs(&f.env, &f.repo.path),
-        );
+        let before = (f.env.afk_refs(&f.repo.origin), f.env.afk_refs(&f.repo.path));
         let (exit, out, err) = reap_gh(&f, &gh);
         assert_eq!(exit, 0, "{stderr}: {err}");
         assert!(
@@ -283,10 +255,7 @@ fn a_failing_tracker_spares_every_branch() {
             "{out}"
         );
         assert_eq!(
-            (
-                afk_refs(&f.env, &f.repo.origin),
-                afk_refs(&f.env, &f.repo.path)
-            ),
+            (f.env.afk_refs(&f.repo.origin), f.env.afk_refs(&f.repo.path)),
             before,
             "{stderr}"
         );
@@ -301,7 +270,7 @@ fn unreachable_origin_fails_cleanly() {
         &f.repo.path,
         &["remote", "set-url", "origin", "/nonexistent/origin.git"],
     );
-    let before = afk_refs(&f.env, &f.repo.path);
+    let before = f.env.afk_refs(&f.repo.path);
     let (code, out, err) = reap(&f, &[]);
     assert_eq!(code, 1);
     assert_eq!(out, "");
@@ -310,7 +279,7 @@ fn unreachable_origin_fails_cleanly() {
         last.starts_with("afk-supervisor: branch reaper: fetching the base from origin:"),
         "{err}"
     );
-    assert_eq!(afk_refs(&f.env, &f.repo.path), before);
+    assert_eq!(f.env.afk_refs(&f.repo.path), before);
 }
 
 /// Builds `n` AFK branches, locally and on origin, by writing each repo's `packed-refs`
@@ -329,7 +298,7 @@ fn many_branches(env: &TestEnv, repo: &Repo, n: u64) -> Vec<FakeIssue> {
     for git_dir in [repo.path.join(".git"), repo.origin.clone()] {
         pack_refs(&git_dir, &names, &head);
     }
-    assert_eq!(afk_refs(env, &repo.origin).len(), n as usize);
+    assert_eq!(env.afk_refs(&repo.origin).len(), n as usize);
     (1..=n)
         .filter_map(|i| match i % 50 {
             0 => Some(FakeIssue::closed(i, &[])),
@@ -377,8 +346,8 @@ fn reap_cost(n: u64) -> (u64, usize, usize, usize, usize) {
     assert_eq!(c.remote, closed);
     assert_eq!(c.local, closed + unknown);
     assert_eq!(c.spared, 2 * n as usize - c.remote - c.local);
-    assert_eq!(afk_refs(&env, &repo.origin).len(), n as usize - c.remote);
-    assert_eq!(afk_refs(&env, &repo.path).len(), n as usize - c.local);
+    assert_eq!(env.afk_refs(&repo.origin).len(), n as usize - c.remote);
+    assert_eq!(env.afk_refs(&repo.path).len(), n as usize - c.local);
     assert!(r.decisions.iter().all(|d| d.action != Action::NotReaped));
     (git.calls(), gh.calls().len(), c.remote, c.local, c.spared)
 }
@@ -438,5 +407,5 @@ spared (local): afk/notes — unrecognised branch name
 "
     );
     // The bare repo that used to be origin is untouched.
-    assert!(afk_refs(&f.env, &f.repo.origin).contains("afk/2-done"));
+    assert!(f.env.afk_refs(&f.repo.origin).contains("afk/2-done"));
 }

@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use fleet::read;
 use fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use nix::sys::signal::Signal;
 use support::wait_until;
@@ -72,10 +73,6 @@ fn start_first_attempt(f: &mut Fleet, marks: &Path) -> i32 {
     );
     let pids = f.wait_workers(1);
     pids[0]
-}
-
-fn read(p: &Path) -> String {
-    fs::read_to_string(p).unwrap_or_default()
 }
 
 fn git(f: &Fleet, args: &[&str]) -> String {

@@ -10,6 +10,7 @@ use std::process::Output;
 use afk_supervisor::tracker::LocalTracker;
 use support::TestEnv;
 use support::fake_gh::FakeGh;
+use support::stdout;
 use sweep_fixtures::*;
 
 fn sweep(env: &TestEnv, repo: &Path, extra: &[&str]) -> Output {
@@ -20,10 +21,6 @@ fn sweep(env: &TestEnv, repo: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 struct Fixture {

@@ -8,11 +8,8 @@ use std::time::Duration;
 
 use afk_supervisor::tracker::{ErrorKind, GhTracker, IssueState, Tracker, TrackerError};
 use support::fake_gh::{FakeGh, FakeIssue};
+use support::strings;
 use support::{TestEnv, wait_until};
-
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
 
 fn fixture() -> (TestEnv, FakeGh) {
     let env = TestEnv::new();
@@ -32,7 +29,7 @@ fn list_all_is_one_call_with_the_spec_argv() {
     assert_eq!(all.len(), 3);
     assert_eq!(
         fake.calls(),
-        vec![s(&[
+        vec![strings(&[
             "issue",
             "list",
             "--state",
@@ -49,7 +46,7 @@ fn list_all_is_one_call_with_the_spec_argv() {
     fake.tracker(None).list_all(7).unwrap();
     assert_eq!(
         fake.calls(),
-        vec![s(&[
+        vec![strings(&[
             "issue",
             "list",
             "--state",
@@ -79,8 +76,8 @@ fn every_operation_uses_exactly_one_spec_call() {
     t.auth_status().unwrap();
     let repo = ["--repo", "o/r"];
     let with = |v: &[&str]| {
-        let mut v = s(v);
-        v.extend(s(&repo));
+        let mut v = strings(v);
+        v.extend(strings(&repo));
         v
     };
     assert_eq!(
@@ -117,7 +114,7 @@ fn every_operation_uses_exactly_one_spec_call() {
                 "--body", "b"
             ]),
             with(&["pr", "merge", "docs/x", "--merge", "--delete-branch"]),
-            s(&["auth", "status"]),
+            strings(&["auth", "status"]),
         ]
     );
     assert_eq!(url, "https://github.com/o/r/pull/4");
@@ -504,7 +501,7 @@ fn a_primary_rate_limit_records_the_reset_and_later_calls_are_not_sent() {
     assert_eq!(
         fake.calls(),
         vec![
-            s(&[
+            strings(&[
                 "issue",
                 "view",
                 "1",
@@ -513,7 +510,7 @@ fn a_primary_rate_limit_records_the_reset_and_later_calls_are_not_sent() {
                 "--repo",
                 "o/r"
             ]),
-            s(&["api", "rate_limit"]),
+            strings(&["api", "rate_limit"]),
         ]
     );
     let pause = afk_supervisor::pause::active(&state).expect("paused");

@@ -6,7 +6,7 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
@@ -18,25 +18,8 @@ use support::{Repo, TestEnv, wait_until};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The binary with the host-wide lock dir inside the test's temp dir.
-fn bin(env: &TestEnv) -> Command {
-    let mut c = env.bin();
-    c.env("TMPDIR", env.path().join("run"))
-        .env_remove("XDG_RUNTIME_DIR");
-    c
-}
-
-fn run(mut c: Command) -> (i32, String, String) {
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn local_unblock(env: &TestEnv, repo: &Path, extra: &[&str]) -> (i32, String, String) {
-    let mut c = bin(env);
+    let mut c = env.bin_locks_in_tmpdir();
     c.arg("--repo")
         .arg(repo)
         .args(["--tracker", "local", "unblock"])
@@ -73,6 +56,7 @@ fn local_fixture() -> (TestEnv, Repo, LocalTracker) {
     (env, repo, t)
 }
 
+use support::run;
 use support::{local_comments as comments, local_labels as labels};
 
 #[test]
@@ -150,7 +134,7 @@ fn flags_are_checked() {
         &["unblock", "--watch", "--dry-run"],
         &["unblock", "--watch", "--interval", "0"],
     ] {
-        let mut c = bin(&env);
+        let mut c = env.bin_locks_in_tmpdir();
         c.arg("--repo").arg(&repo.path).args(args);
         let (code, _, err) = run(c);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -326,7 +310,7 @@ fn unblock_command_reports_a_failed_pass_on_one_line() {
     let repo = env.repo_with_origin();
     let gh = gh_fixture(&env);
     gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
-    let mut c = bin(&env);
+    let mut c = env.bin_locks_in_tmpdir();
     c.env("PATH", gh.path_env())
         .arg("--repo")
         .arg(&repo.path)
@@ -419,7 +403,8 @@ impl Watcher {
     fn start(env: &TestEnv, gh: &FakeGh, checkout: &Path, config: &Path, name: &str) -> Self {
         let out = env.path().join(format!("{name}.out"));
         let err = env.path().join(format!("{name}.err"));
-        let child = bin(env)
+        let child = env
+            .bin_locks_in_tmpdir()
             .env("PATH", gh.path_env())
             .arg("--repo")
             .arg(checkout)

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::{Repo, TestEnv, wait_until};
+use support::{stderr, stdout};
 
 struct Fixture {
     env: TestEnv,
@@ -141,14 +142,6 @@ impl Fixture {
 }
 
 const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 #[test]
 fn boot_only_reports_which_path_it_took() {

@@ -31,10 +31,9 @@
 //! `rate`, drawn from a generator seeded with the seed and the call's index, so a fixed
 //! seed replays the same failures. An argv outside `docs/SPEC.md` §7 is still refused first.
 //!
-//! Authors: every comment the fake posts is by its viewer ([`FakeGh::set_viewer`], the login
-//! `gh api user` answers); [`FakeComment::by`] stores an outsider's. A write applied and
+//! Authors: every comment the fake posts is by its viewer (`fake`, the login `gh api user`
+//! answers); [`FakeComment::by`] stores an outsider's. A write applied and
 //! then answered with a failure: [`FakeGh::apply_then_fail_next`].
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -111,7 +110,7 @@ impl FakeIssue {
         }
     }
 
-    /// Closed at `2026-01-01T00:00:00Z`; see [`FakeIssue::closed_at`] for another time.
+    /// Closed at `2026-01-01T00:00:00Z` (set `closed_at` for another time).
     pub fn closed(number: u64, labels: &[&str]) -> Self {
         FakeIssue {
             state: "CLOSED".into(),
@@ -125,18 +124,8 @@ impl FakeIssue {
         self
     }
 
-    pub fn with_title(mut self, title: &str) -> Self {
-        self.title = title.into();
-        self
-    }
-
     pub fn with_comment(mut self, c: FakeComment) -> Self {
         self.comments.push(c);
-        self
-    }
-
-    pub fn closed_at(mut self, rfc3339: &str) -> Self {
-        self.closed_at = Some(rfc3339.into());
         self
     }
 }
@@ -232,11 +221,6 @@ impl FakeGh {
         self.edit(|s| s["auth"] = json!(logged_in));
     }
 
-    /// The login `gh api user` answers and the fake's comments carry (default `fake`).
-    pub fn set_viewer(&self, login: &str) {
-        self.edit(|s| s["viewer"] = json!(login));
-    }
-
     /// Calls of `gh api user` so far.
     pub fn viewer_calls(&self) -> usize {
         self.calls()
@@ -249,11 +233,6 @@ impl FakeGh {
     /// `stderr`: a write GitHub applied though its answer failed (a 502 or a timeout).
     pub fn apply_then_fail_next(&self, k: usize, code: i32, stderr: &str) {
         self.push_script(k, json!({"apply": true, "code": code, "stderr": stderr}));
-    }
-
-    /// The `OWNER/NAME` used in printed URLs when no `--repo` is given.
-    pub fn set_repo(&self, repo: &str) {
-        self.edit(|s| s["repo"] = json!(repo));
     }
 
     /// Every call so far, oldest first: the argv after the program name.

@@ -3,7 +3,6 @@
 //! Every process of a test carries `AFK_TEST_TAG=<unique>` in its environment (the
 //! supervisor passes it on; it strips only `RED_AFK_*`), so the guard can find and kill
 //! the supervisor, its workers and their grandchildren even when an assertion failed.
-#![allow(dead_code)]
 
 use std::fs;
 use std::os::unix::process::CommandExt;

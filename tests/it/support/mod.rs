@@ -2,13 +2,13 @@
 //! real git repositories with a local bare `origin`; the fleet fixture, the fake `gh`, the
 //! `.red/tmp` tree builders and the MCP venv beside it. Every test module has them as
 //! `crate::support`.
-#![allow(dead_code)]
 
 pub mod fake_gh;
 pub mod fleet;
 pub mod python;
 pub mod sweep_fixtures;
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -144,6 +144,69 @@ impl TestEnv {
     /// The built binary under test, run with the isolated environment.
     pub fn bin(&self) -> Command {
         self.command(env!("CARGO_BIN_EXE_afk-supervisor"))
+    }
+
+    /// [`TestEnv::bin`] without `XDG_RUNTIME_DIR`, so the host-wide locks take their other
+    /// home, `$TMPDIR/afk-supervisor-<uid>/`, with `TMPDIR` inside the test's temp dir.
+    pub fn bin_locks_in_tmpdir(&self) -> Command {
+        let mut c = self.bin();
+        c.env("TMPDIR", self.path().join("run"))
+            .env_remove("XDG_RUNTIME_DIR");
+        c
+    }
+
+    /// Branches under `afk/` in a repo (`refs/heads/afk/…`), short names.
+    pub fn afk_refs(&self, git_dir: &Path) -> BTreeSet<String> {
+        self.git(
+            git_dir,
+            &[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                "refs/heads/afk/",
+            ],
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
+}
+
+/// Runs `c` to its end: its exit code (-1 when a signal ended it), stdout and stderr.
+pub fn run(mut c: Command) -> (i32, String, String) {
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Bytes a command printed, as text (invalid UTF-8 replaced, so a failure still shows).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    text(&o.stdout)
+}
+
+pub fn stderr(o: &Output) -> String {
+    text(&o.stderr)
+}
+
+pub fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+pub fn set(v: &[&str]) -> BTreeSet<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// An event stamped `ts`, for event logs written by hand.
+pub fn ev(ts: &str, kind: &str, msg: &str) -> afk_supervisor::toonl::Event {
+    afk_supervisor::toonl::Event {
+        ts: ts.into(),
+        ..afk_supervisor::toonl::Event::now(kind, msg)
     }
 }
 

@@ -1,7 +1,6 @@
 //! Building `.red/tmp` trees for the orphan and attempt-cap tests: worker dirs with live,
 //! dead, reused or corrupt pids, attempt dirs with state files and mtimes set relative to
 //! an injected "now". The benches that build such trees include this file by `#[path]`.
-#![allow(dead_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -178,13 +177,6 @@ impl Tree {
         fs::create_dir_all(f.parent().unwrap()).unwrap();
         write_pid(&f, pid);
         f.parent().unwrap().to_path_buf()
-    }
-
-    pub fn rel(&self, p: &Path) -> String {
-        p.strip_prefix(self.layout.repo())
-            .unwrap()
-            .display()
-            .to_string()
     }
 }
 
