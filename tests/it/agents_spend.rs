@@ -8,9 +8,6 @@
 //! reach it, and a poisoned issue among healthy ones is quarantined after exactly its own
 //! K failures.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -19,8 +16,9 @@ use std::time::Duration;
 use afk_supervisor::agent_profile::{self, AccountWide, End, ProfileKind, Seen};
 use afk_supervisor::ledger::{self, Outcome};
 use afk_supervisor::timeutil::now_epoch;
-use fleet::{FAST_TIMING, Fleet};
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet};
+use crate::support::{fleet, wait_until};
 
 /// Long enough for a fleet on two shared cores to work a handful of issues.
 const LONG: Duration = Duration::from_secs(120);

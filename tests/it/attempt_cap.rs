@@ -1,14 +1,13 @@
 //! The attempt cap over real trees: age and count caps per issue across workers and
 //! namespaces, live attempts and live workers untouched, corrupt state kept.
 
-use crate::support::sweep_fixtures;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use afk_supervisor::sweeps::attempt_cap::{self, CapReport, Caps};
-use sweep_fixtures::*;
+
+use crate::support::sweep_fixtures::*;
 
 const CAPS: Caps = Caps {
     max_age: Duration::from_secs(14 * 86_400),

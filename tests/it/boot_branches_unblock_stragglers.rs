@@ -2,15 +2,13 @@
 //! (`afk-supervisor sweep --only branches,unblock,stragglers`): their counts in the summary
 //! line, their decisions, dry runs, and tracker failures.
 
-use crate::support;
-
 use std::process::Command;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::LocalTracker;
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{Repo, TestEnv};
-use support::{run, set};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{Repo, TestEnv, run, set};
 
 const ONLY: &str = "branches,unblock,stragglers";
 

@@ -4,9 +4,6 @@
 //! The stand-in agent records every run in `runs/log` (`start N PID HOST`, `end N PID`)
 //! and notes in `runs/overlaps` any run that found another live run of the same issue.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
@@ -14,8 +11,9 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use afk_supervisor::claim::marks::{Comment, Event, Mark, standing};
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{TestEnv, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{TestEnv, fleet, wait_until};
 
 const ISSUES: u64 = 12;
 /// A bound on waiting, not a speed claim: with a fifth of tracker calls failing, every label

@@ -3,16 +3,13 @@
 //! `logs -n/--until/--kind` with ticks hidden, `start` in the background, `list` of the
 //! fleets on the host, and the boot suite's progress.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::path::Path;
 use std::process::Output;
 
 use afk_supervisor::toonl::EventLog;
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::{TestEnv, wait_until};
-use support::{ev, text};
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{TestEnv, ev, fleet, text, wait_until};
 
 fn bare(args: &[&str]) -> Output {
     let env = TestEnv::new();

@@ -2,9 +2,7 @@
 //! and reports; the only thing checked from outside is what it leaves (with `--keep`) and
 //! what it prints.
 
-use crate::support;
-
-use support::TestEnv;
+use crate::support::TestEnv;
 
 fn summary_value<'a>(stdout: &'a str, key: &str) -> &'a str {
     stdout

@@ -3,9 +3,6 @@
 //! `gh` for failures of the PR lane. Every case checks that the primary checkout is
 //! byte-for-byte the same afterwards (see [`Fx::sweep`]).
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -20,9 +17,9 @@ use afk_supervisor::sweeps::suite::{self, BootError};
 use afk_supervisor::sweeps::{SweepCtx, SweepName};
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{LocalTracker, Tracker};
-use support::fake_gh::FakeGh;
-use support::text;
-use support::{Repo, TestEnv};
+
+use crate::support::fake_gh::FakeGh;
+use crate::support::{Repo, TestEnv, fleet, text};
 
 struct Fx {
     env: TestEnv,

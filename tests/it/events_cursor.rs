@@ -1,14 +1,11 @@
 //! `afk-supervisor events`: a cursor per record that resumes exactly after it, across the
 //! event log's rotation, on a real fleet's log.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::HashSet;
 use std::process::Stdio;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::wait_until;
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{fleet, wait_until};
 
 /// (cursor, kind, msg) of every record `events --json <args>` prints.
 fn events(f: &Fleet, args: &[&str]) -> Vec<(String, String, String)> {

@@ -7,9 +7,6 @@
 //! one-line error names the file, the exit code is right and nothing is deleted that the
 //! `docs/SPEC.md` does not allow.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,9 +14,10 @@ use std::time::SystemTime;
 
 use afk_supervisor::layout::tmp_file;
 use afk_supervisor::timeutil::date_utc;
-use fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
+use crate::support::{fleet, wait_until};
 
 /// A worker that just lives until it is stopped.
 const SLEEPER: &str = "sleep 1000 &\nwait\n";

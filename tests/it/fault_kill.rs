@@ -6,19 +6,17 @@
 //! the code under test: by the test's tag in their environment, as session leaders with a
 //! `RED_AFK_WORKER_ID`.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::time::{Duration, Instant};
 
 use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, StateFile};
-use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
+use crate::support::{fleet, wait_until};
 
 const TARGET: usize = 3;
 

@@ -3,16 +3,15 @@
 //! claims belt restores such an issue after `claims.unmarked_grace_s`, not after the stale
 //! age, and its own label edits are settled by re-reading the issue.
 
-use crate::support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use afk_supervisor::claim::stale::StaleBelt;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::Tracker;
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{TestEnv, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{self, TestEnv, wait_until};
 
 #[test]
 fn an_unmarked_running_issue_is_restored_after_the_grace_not_the_stale_age() {

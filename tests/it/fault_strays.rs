@@ -3,13 +3,10 @@
 //! never the child, which lived until `stop`. The search repeats, with backoff, until nothing
 //! carrying the ended worker's id is left.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 
-use fleet::{FAST_TIMING, Fleet, WAIT, alive};
-use support::wait_until;
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive};
+use crate::support::{fleet, wait_until};
 
 const WORKER: &str = r#"
 if mkdir "$AFK_TEST_DIR/first" 2>/dev/null; then

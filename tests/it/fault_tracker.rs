@@ -13,9 +13,6 @@
 //! gh (a failure aimed at each call in turn, and seeded chaos failing ~30% of calls) and,
 //! on the local tracker, from its one fault seam: a store lock held past the timeout.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -26,9 +23,10 @@ use afk_supervisor::supervisor::release::{self, DeadWorker};
 use afk_supervisor::sweeps::orphans::{self, RESTORE_COMMENT};
 use afk_supervisor::sweeps::unblock;
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
-use support::TestEnv;
-use support::fake_gh::{FakeGh, FakeIssue};
-use sweep_fixtures::*;
+
+use crate::support::TestEnv;
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::sweep_fixtures::*;
 
 /// gh's text for a dropped connection: classified transient.
 const NET: &str = "error connecting to api.github.com\ncheck your internet connection or https://githubstatus.com";

@@ -3,16 +3,12 @@
 //! unlabelled issue nobody takes, `.red/` showing in `git status`, a relative agent path that
 //! passed the check and failed in every worktree.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::text;
-use support::{TestEnv, wait_until};
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{TestEnv, text, wait_until};
 
 fn run(env: &TestEnv, repo: &std::path::Path, args: &[&str]) -> Output {
     env.bin().current_dir(repo).args(args).output().unwrap()

@@ -2,17 +2,14 @@
 //! command to fix, with its documented exit code (`docs/SPEC.md` §9), and nothing created
 //! or changed in the repo. Real processes, real git; the only stand-in is the fake gh.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::fake_gh::FakeGh;
-use support::wait_until;
+use crate::support::fake_gh::FakeGh;
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{self, wait_until};
 
 /// Every path under `dir` with its content (files) or `<dir>` (directories), `.git`
 /// excluded: two snapshots are equal when nothing was created or changed.

@@ -2,15 +2,13 @@
 //! it until the reset, comment pacing holds one budget across workers, and a broken agent
 //! costs one probe per backoff step once the fleet circuit is open.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::time::Duration;
 
 use afk_supervisor::timeutil::now_epoch;
-use fleet::Fleet;
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::wait_until;
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::fleet::Fleet;
+use crate::support::wait_until;
 
 const WAIT: Duration = Duration::from_secs(60);
 

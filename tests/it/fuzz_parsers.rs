@@ -7,13 +7,12 @@
 //! (flipped, inserted, deleted, duplicated bytes, cuts) of the samples in
 //! `tests/corpus/<parser>/`. Every corpus file is also run through its parser as is; the
 //! inputs that found bugs are kept there. Bounded for CI (2,000 cases per parser by
-//! default); a longer run: `PROPTEST_CASES=200000 cargo test --release --test fuzz_parsers`.
+//! default); a longer run: `PROPTEST_CASES=200000 cargo test --release --test it fuzz_parsers::`.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::support::text;
 use afk_supervisor::attempt_state::AttemptState;
 use afk_supervisor::config::{self, Overrides};
 use afk_supervisor::git::parse as git;
@@ -24,6 +23,8 @@ use afk_supervisor::toonl;
 use afk_supervisor::tracker::{gh, local};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+
+use crate::support::text;
 
 /// Runs one parser on one input; what it returns is checked only for what must always
 /// hold, the point being that it returns at all.

@@ -1,13 +1,11 @@
 //! The git layer against real git: a work clone, a local bare `origin`, linked worktrees.
 
-use crate::support;
-
 use std::path::Path;
 use std::time::Duration;
 
 use afk_supervisor::git::{ChangeKind, Changes, GitError, PathChange};
-use support::{TestEnv, wait_until};
-use support::{set, strings};
+
+use crate::support::{TestEnv, set, strings, wait_until};
 
 fn pc(path: &str, kind: ChangeKind) -> PathChange {
     PathChange {

@@ -4,9 +4,6 @@
 //! worker (`worker --once`) with a shell script as its agent, the real local tracker, and
 //! the fake `gh` of tests/it/support where GitHub is the backend.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -16,8 +13,9 @@ use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::LocalTracker;
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{Repo, TestEnv, local_comments, local_labels, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{Repo, TestEnv, fleet, local_comments, local_labels, wait_until};
 
 /// Where the agent script copies what it was given.
 const SEEN: &str = "seen";

@@ -8,20 +8,16 @@
 //! Every test removes the fleet's cgroup directories it caused, even when it fails
 //! ([`CgroupGuard`]).
 
-use crate::support;
-
-use crate::support::fleet;
-use crate::support::sweep_fixtures;
-
 use std::time::Duration;
 
 use afk_supervisor::cgroup::Cgroup;
 use afk_supervisor::cgroup::fleet::fleet_dir;
 use afk_supervisor::process;
 use afk_supervisor::supervisor::isolation::fleet_name;
-use fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
+use crate::support::{self, sweep_fixtures, wait_until};
 
 /// Kills whatever is left in the fleet's cgroup subtree and removes its directories.
 struct CgroupGuard(Cgroup);

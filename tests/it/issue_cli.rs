@@ -1,15 +1,13 @@
 //! `afk-supervisor issue …` end to end through the built binary, and how the backend is
 //! chosen (`--tracker auto|gh|local`) with a real repo and the fake gh on PATH.
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::{Value, json};
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::stderr;
-use support::{Repo, TestEnv};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{Repo, TestEnv, stderr};
 
 fn run(env: &TestEnv, repo: &Path, args: &[&str]) -> Output {
     env.bin()

@@ -1,11 +1,9 @@
 //! `--log-format json`: the `tracing` diagnostics become JSON lines on stderr, while the
 //! event log stays the SPEC's TOONL.
 
-use crate::support::fleet;
-
 use std::fs;
 
-use fleet::{FAST_TIMING, Fleet};
+use crate::support::fleet::{self, FAST_TIMING, Fleet};
 
 #[test]
 fn log_format_json_writes_json_diagnostics_and_the_event_log_stays_toonl() {

@@ -1,7 +1,5 @@
 //! `afk-supervisor logs`: the event log for people, from real files.
 
-use crate::support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
@@ -10,8 +8,8 @@ use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::toonl::{Event, EventLog};
-use support::TestEnv;
-use support::ev;
+
+use crate::support::{TestEnv, ev};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -1,14 +1,12 @@
 //! `logs --slot I --worker-output --follow` follows the slot's output across the per-day
 //! folders: when the next day's log of the slot appears, it moves on to it.
 
-use crate::support::fleet;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::sync::mpsc;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 
 #[test]
 fn following_a_slot_log_moves_to_the_next_days_file() {

@@ -2,16 +2,14 @@
 //! venv the test makes), against a running fleet on the local tracker; and by raw pipes
 //! for what no SDK client sends (a malformed frame, stdin closed).
 
-use crate::support;
-use crate::support::fleet;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
 use serde_json::Value;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{self, wait_until};
 
 const SLEEPING_WORKER: &str = "exec sleep 1000\n";
 

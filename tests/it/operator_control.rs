@@ -1,12 +1,8 @@
 //! The operator's acts on a real fleet: `pause`/`resume` (no new spawns while paused,
 //! in-flight workers finish) and `stop --slot` / `restart` through the control path.
 
-use crate::support;
-use crate::support::fleet;
-
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::wait_until;
-use support::{stderr, stdout};
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{fleet, stderr, stdout, wait_until};
 
 /// Notes each start, then runs until asked to retire (a drain) or killed.
 const NOTING_WORKER: &str = r#"

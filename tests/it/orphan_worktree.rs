@@ -3,17 +3,15 @@
 //! attempt cap together with git's record of it, so the branch reaper no longer sees the
 //! closed issue's branch as checked out and reaps it. Real git, real local tracker.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::collections::HashSet;
 use std::path::PathBuf;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::{attempt_cap, orphans};
 use afk_supervisor::tracker::LocalTracker;
-use support::{Repo, TestEnv};
-use sweep_fixtures::*;
+
+use crate::support::sweep_fixtures::*;
+use crate::support::{Repo, TestEnv};
 
 const BRANCH: &str = "afk/w1/1-fix";
 

@@ -2,17 +2,15 @@
 //! splits either side of the boundary, running issues with live and dead claims, legacy
 //! dirs, stale claims, dead worker shells, corrupt files, reused pids, and dry runs.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::fs;
 use std::path::Path;
 
 use afk_supervisor::safe_delete::{DeleteError, DeleteRoot};
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
-use support::{BindMount, TestEnv};
-use sweep_fixtures::*;
+
+use crate::support::sweep_fixtures::*;
+use crate::support::{BindMount, TestEnv, local_comments as comments, local_labels as labels};
 
 fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
     LocalTracker::new(
@@ -24,8 +22,6 @@ fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
 fn sweep(tree: &Tree, t: &dyn Tracker, dry_run: bool) -> OrphanReport {
     orphans::run(&tree.layout, t, tree.now, dry_run).unwrap()
 }
-
-use support::{local_comments as comments, local_labels as labels};
 
 fn verdict_of<'r>(r: &'r OrphanReport, suffix: &str) -> &'r str {
     r.decisions

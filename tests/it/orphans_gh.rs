@@ -1,16 +1,14 @@
 //! Orphan cleanup over the `gh` backend with the fake `gh`: a failing tracker falls back to
 //! the mtime TTL and changes nothing on any issue; calls are counted from the fake's log.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::path::PathBuf;
 
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
 use afk_supervisor::tracker::GhTracker;
-use support::TestEnv;
-use support::fake_gh::{FakeGh, FakeIssue};
-use sweep_fixtures::*;
+
+use crate::support::TestEnv;
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::sweep_fixtures::*;
 
 struct Setup {
     _env: TestEnv,

@@ -4,9 +4,6 @@
 //! worker's dir, no file or link in a dead worker's dir that no pass judged, and no
 //! symlink target.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -18,8 +15,9 @@ use afk_supervisor::sweeps::attempt_cap::{self, Caps};
 use afk_supervisor::sweeps::orphans;
 use afk_supervisor::tracker::LocalTracker;
 use proptest::prelude::*;
-use support::TestEnv;
-use sweep_fixtures::*;
+
+use crate::support::TestEnv;
+use crate::support::sweep_fixtures::*;
 
 const NS: [&str; 3] = ["workers", "go-workers", "scout-workers"];
 

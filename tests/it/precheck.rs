@@ -2,12 +2,9 @@
 //! no sweep runs, the outcome says which check failed, and a supervisor still starts its
 //! workers, which run their own precheck.
 
-use crate::support;
-use crate::support::fleet;
-
-use fleet::{FAST_TIMING, Fleet};
-use support::TestEnv;
-use support::fake_gh::FakeGh;
+use crate::support::TestEnv;
+use crate::support::fake_gh::FakeGh;
+use crate::support::fleet::{FAST_TIMING, Fleet};
 
 #[test]
 fn outside_a_git_work_tree_every_command_is_refused_and_nothing_is_touched() {

@@ -6,12 +6,10 @@
 //! any number of lines. Every command must exit 0. Unmarked blocks are left alone, so other
 //! sections can be added without being run.
 
-use crate::support;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use support::TestEnv;
+use crate::support::{self, TestEnv};
 
 const MARKER: &str = "<!-- tested -->";
 

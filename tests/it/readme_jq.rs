@@ -2,14 +2,13 @@
 //! file parses line by line, and the parked-slot filter finds both kinds of parking. Needs
 //! `jq` (`.ci/run` installs it; under `CI=true` a missing one fails the test).
 
-use crate::support;
-use crate::support::fleet;
-
 use std::path::Path;
 use std::process::Stdio;
 
-use fleet::{FAST_TIMING, Fleet};
 use nix::sys::signal::Signal;
+
+use crate::support::fleet::{FAST_TIMING, Fleet};
+use crate::support::{self, fleet};
 
 /// The README line that starts with `prefix` (inside its ```sh blocks), comment removed.
 fn readme_line(prefix: &str) -> String {

@@ -2,16 +2,14 @@
 //! linked worktree, merged and unmerged branches) with the real local tracker, and with the
 //! fake `gh` for tracker failures and call counts.
 
-use crate::support;
-
 use std::path::Path;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::branches::{self, Action};
 use afk_supervisor::tracker::{LocalTracker, Tracker};
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::set;
-use support::{Repo, TestEnv};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{Repo, TestEnv, set};
 
 /// The fixture: issues #1 open, #2 closed, #3 closed on the local tracker (#9 and #0 never
 /// exist), and these branches:

@@ -2,17 +2,14 @@
 //! next attempt resumes from it, and no sweep deletes work no other ref holds. A real
 //! supervisor, the built-in worker, real git with a bare `origin`, and shell agents.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use fleet::read;
-use fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill, read};
+use crate::support::{self, fleet, wait_until};
 
 /// The agent of every test here: a first attempt commits `one.txt`, leaves `two.txt`
 /// uncommitted and waits to be killed; an attempt that resumes writes what it was given

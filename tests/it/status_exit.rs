@@ -2,12 +2,10 @@
 //! 0 healthy, 1 degraded, 3 not running, with the live processes a killed supervisor left.
 //! Real supervisor, real workers, real signals.
 
-use crate::support;
-use crate::support::fleet;
-
-use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
+use crate::support::wait_until;
 
 fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))

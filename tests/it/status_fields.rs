@@ -3,11 +3,8 @@
 //! CPU rate of a computing worker's tree against a sleeping one, each slot's last event,
 //! the boot suite and the tracker; and an open circuit's reason in words with its probe time.
 
-use crate::support;
-use crate::support::fleet;
-
-use fleet::{Fleet, WAIT};
-use support::wait_until;
+use crate::support::fleet::{Fleet, WAIT};
+use crate::support::{fleet, wait_until};
 
 /// Short usage reads (every `stall_s / 4` = 2 s) and a stall kill far away.
 const TIMING: &str = "[timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 3\n\

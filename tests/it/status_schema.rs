@@ -1,13 +1,11 @@
 //! `status --json` of a real fleet against `docs/status.schema.json`, validated by the
 //! Python `jsonschema` package (a validator this crate did not write).
 
-use crate::support;
-use crate::support::fleet;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use fleet::{FAST_TIMING, Fleet};
+use crate::support;
+use crate::support::fleet::{FAST_TIMING, Fleet};
 
 const SLEEPING_WORKER: &str = "exec sleep 1000\n";
 

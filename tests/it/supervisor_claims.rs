@@ -1,13 +1,12 @@
 //! A dead worker's claims: released and their issues given back once its group is gone.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 
 use afk_supervisor::sweeps::orphans::RESTORE_COMMENT;
-use fleet::{FAST_TIMING, Fleet};
 use nix::sys::signal::Signal;
+
+use crate::support::fleet::{FAST_TIMING, Fleet};
+use crate::support::{self, fleet};
 
 /// The first worker claims issue 1 the way the built-in worker does (an exclusive `mkdir`,
 /// its own pid in `claims/1/pid`, the label `running`), notes its pid, then either waits to

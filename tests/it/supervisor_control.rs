@@ -1,13 +1,11 @@
 //! Stopping, status, scaling and takeover of a real fleet.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 
-use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
+use crate::support::{fleet, wait_until};
 
 /// A worker with a grandchild in its group, an orphaned grandchild (reparented to the
 /// supervisor) that lives, and one that exits at once (must be reaped, not left a zombie).

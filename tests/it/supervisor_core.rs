@@ -1,14 +1,12 @@
 //! The supervisor's core with real processes: spawning with the `docs/SPEC.md` §6 environment,
 //! respawn, the circuit breaker, exit 78, stalls, and start-up refusals.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 
-use fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
+use crate::support::{fleet, wait_until};
 
 /// Records its environment, then idles with a grandchild in its process group.
 const RECORDING_WORKER: &str = r#"

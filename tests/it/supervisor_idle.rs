@@ -1,11 +1,9 @@
 //! Idling on an empty queue and un-idling when work appears, with the real local tracker.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 
-use fleet::{FAST_TIMING, Fleet};
+use crate::support::fleet::{FAST_TIMING, Fleet};
+use crate::support::{self, fleet};
 
 /// A worker that claims the first `ready-for-agent` issue (an exclusive `mkdir`, then the
 /// label `running`), notes it, and exits 0, as a worker with nothing more to do does.

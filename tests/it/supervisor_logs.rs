@@ -1,16 +1,14 @@
 //! The event log of a real supervisor rotates by size, and old slot log folders expire at
 //! start-up.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 
 use afk_supervisor::toonl;
-use fleet::{FAST_TIMING, Fleet, WAIT};
 use nix::sys::signal::Signal;
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{fleet, wait_until};
 
 const WORKER: &str = "exec sleep 600\n";
 

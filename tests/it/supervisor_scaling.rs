@@ -1,11 +1,9 @@
 //! Slots that are shrunk away and grown back.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::collections::HashSet;
 
-use fleet::{FAST_TIMING, Fleet};
+use crate::support::fleet::{FAST_TIMING, Fleet};
+use crate::support::{self, fleet};
 
 /// On SIGTERM, waits for the test's `release` file before it exits, so a grow can arrive
 /// while it is being hard-killed.

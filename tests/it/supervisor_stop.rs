@@ -1,16 +1,14 @@
 //! A stop is only reported once nothing of the fleet is left.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::process::{Command, Stdio};
 
 use afk_supervisor::pidfile;
 use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, SlotPid};
-use fleet::{FAST_TIMING, Fleet, WAIT, alive};
-use support::wait_until;
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive};
+use crate::support::{fleet, wait_until};
 
 /// Leaves a descendant in a session of its own (out of the worker's process group, so a
 /// group kill misses it), notes its pid, and waits.

@@ -1,15 +1,14 @@
 //! Under systemd: the notify protocol a real supervisor speaks on `NOTIFY_SOCKET`, and the
 //! user unit `systemd install` writes, checked by `systemd-analyze verify`.
 
-use crate::support::fleet;
-
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
 use nix::sys::signal::Signal;
+
+use crate::support::fleet::{self, FAST_TIMING, Fleet, WAIT};
 
 /// Notes what of the service manager's environment reached it, then waits.
 const WORKER: &str = r#"

@@ -2,15 +2,12 @@
 //! Ctrl-C in that pane stops the whole fleet (exit 130), and nothing of it is left behind;
 //! `status --watch` in a pane is the live view, and `q` or Ctrl-C there ends the view only.
 
-use crate::support;
-use crate::support::fleet;
-
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use fleet::{FAST_TIMING, Fleet, WAIT};
-use support::wait_until;
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{fleet, wait_until};
 
 /// A tmux server of this test's own (its own socket), killed on drop.
 struct Tmux {

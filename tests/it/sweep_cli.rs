@@ -1,17 +1,14 @@
 //! `afk-supervisor sweep --only orphans,attempt-cap [--dry-run] [--json]` end to end: the
 //! built binary on a real repo with the local tracker.
 
-use crate::support;
-use crate::support::sweep_fixtures;
-
 use std::path::Path;
 use std::process::Output;
 
 use afk_supervisor::tracker::LocalTracker;
-use support::TestEnv;
-use support::fake_gh::FakeGh;
-use support::stdout;
-use sweep_fixtures::*;
+
+use crate::support::fake_gh::FakeGh;
+use crate::support::sweep_fixtures::*;
+use crate::support::{TestEnv, stdout};
 
 fn sweep(env: &TestEnv, repo: &Path, extra: &[&str]) -> Output {
     env.bin()

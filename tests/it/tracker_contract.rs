@@ -2,15 +2,14 @@
 //! fake gh) and `local` (the real store in a real repo with a bare `origin`). Whatever a
 //! sweep relies on must hold for both.
 
-use crate::support;
-
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{
     ErrorKind, GhTracker, IssueState, LocalTracker, Tracker, TrackerError,
 };
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{Repo, TestEnv};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{Repo, TestEnv};
 
 const RESTORE: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
 

@@ -1,15 +1,13 @@
 //! The `gh` backend: exact argv, call counts, error classification, timeouts, bad JSON,
 //! and the argv checked against the real GitHub CLI.
 
-use crate::support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use afk_supervisor::tracker::{ErrorKind, GhTracker, IssueState, Tracker, TrackerError};
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::strings;
-use support::{TestEnv, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{TestEnv, strings, wait_until};
 
 fn fixture() -> (TestEnv, FakeGh) {
     let env = TestEnv::new();

@@ -1,8 +1,6 @@
 //! The `local` backend: no lost update under real concurrent processes, and pull requests
 //! landed on a real bare `origin` by fast-forward only.
 
-use crate::support;
-
 use std::path::Path;
 use std::process::Stdio;
 
@@ -10,7 +8,8 @@ use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{ErrorKind, LocalTracker, Tracker};
-use support::{Repo, TestEnv};
+
+use crate::support::{Repo, TestEnv};
 
 const PROCS: usize = 8;
 const EDITS: usize = 50;

@@ -3,8 +3,6 @@
 //! counts, and the belt: a pass that fails costs itself only, and of two belts of one
 //! tracker on two checkouts exactly one sweeps.
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -13,8 +11,11 @@ use afk_supervisor::layout::Layout;
 use afk_supervisor::supervisor::belt::{self, Belt, BeltPass};
 use afk_supervisor::sweeps::unblock::{self, comment_text};
 use afk_supervisor::tracker::LocalTracker;
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{Repo, TestEnv, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{
+    Repo, TestEnv, local_comments as comments, local_labels as labels, run, wait_until,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -55,9 +56,6 @@ fn local_fixture() -> (TestEnv, Repo, LocalTracker) {
     t.close(3).unwrap();
     (env, repo, t)
 }
-
-use support::run;
-use support::{local_comments as comments, local_labels as labels};
 
 #[test]
 fn promotes_exactly_the_issues_whose_blockers_are_all_closed() {

@@ -1,8 +1,6 @@
 //! The built-in worker end to end: a real repo with a bare origin, the real local tracker,
 //! and small shell scripts as the agent.
 
-use crate::support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -11,8 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Repo, TestEnv, wait_until};
-use support::{stderr, stdout};
+
+use crate::support::{Repo, TestEnv, stderr, stdout, wait_until};
 
 struct Fixture {
     env: TestEnv,

@@ -5,16 +5,15 @@
 //! for it, changing nothing. A quarantine on the shared tracker ends the claim with the
 //! hand-off mark (`docs/SPEC.md` §11.5, §11.10).
 
-use crate::support;
-
 use std::fs;
 use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
 use afk_supervisor::tracker::{ErrorKind, Tracker};
-use support::fake_gh::{FakeGh, FakeIssue};
-use support::{Repo, TestEnv, wait_until};
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{self, Repo, TestEnv, wait_until};
 
 /// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent counts
 /// its runs, then runs `script`.
