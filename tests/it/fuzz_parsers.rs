@@ -7,7 +7,8 @@
 //! (flipped, inserted, deleted, duplicated bytes, cuts) of the samples in
 //! `tests/corpus/<parser>/`. Every corpus file is also run through its parser as is; the
 //! inputs that found bugs are kept there. Bounded for CI (2,000 cases per parser by
-//! default); a longer run: `PROPTEST_CASES=200000 cargo test --release --test it fuzz_parsers::`.
+//! default); a longer run:
+//! `PROPTEST_CASES=200000 cargo test --release --test it fuzz_parsers::`.
 
 use std::collections::HashMap;
 use std::fs;
