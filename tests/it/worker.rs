@@ -715,14 +715,15 @@ fn an_issue_that_killed_three_workers_is_quarantined_at_its_next_claim() {
 
 /// An agent that prints without measure (#22): the slot log keeps at most
 /// `log.slot_log_max_bytes` of the attempt's output, its head and its tail, with the cut
-/// marked between them.
+/// marked between them. The two streams are read on two threads, so their last lines may
+/// land in either order: both end with `TAIL-END`, and so does the log whatever the order.
 #[test]
 fn a_chatty_agents_output_is_capped_with_its_head_and_tail_kept() {
     let f = Fixture::with_timing(
         Some(
             "echo HEAD-START\n\
              i=0; while [ $i -lt 40 ]; do head -c 100000 /dev/zero | tr '\\0' 'x'; echo; echo err-$i >&2; i=$((i+1)); done\n\
-             echo TAIL-END",
+             echo TAIL-END; echo TAIL-END >&2",
         ),
         "[log]\nslot_log_max_bytes = 65536\n",
     );
