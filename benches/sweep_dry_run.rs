@@ -10,7 +10,9 @@
 //! Under `cargo test --all-targets` (no `--bench` argument) it runs a small tree as a smoke
 //! test so the bench cannot rot.
 
-#[path = "../tests/sweep_fixtures/mod.rs"]
+// The tree builders of the integration tests; this bench uses a few of them.
+#[path = "../tests/it/support/sweep_fixtures.rs"]
+#[allow(dead_code)]
 mod sweep_fixtures;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,199 @@
+//! What holds the whole fleet back (SPEC §11.11, §11.12): a rate-limited tracker pauses
+//! it until the reset, comment pacing holds one budget across workers, and a broken agent
+//! costs one probe per backoff step once the fleet circuit is open.
+
+use std::time::Duration;
+
+use afk_supervisor::timeutil::now_epoch;
+
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::fleet::Fleet;
+use crate::support::wait_until;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The built-in worker with a quick agent, on the fake gh.
+fn gh_fleet(workers: usize, extra_tracker: &str) -> (Fleet, FakeGh) {
+    let mut f = Fleet::new("", "");
+    let agent = f.file("agent.sh");
+    std::fs::write(&agent, "echo working on \"$RED_AFK_ISSUE\"\n").unwrap();
+    f.write_config(&format!(
+        "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\n\
+         [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n{extra_tracker}\n\
+         [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 3\ncircuit_window_s = 60\n\
+         half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\nunblock_interval_s = 3600\n",
+        agent.display()
+    ));
+    let gh = FakeGh::install(&f.env);
+    f.extra_env
+        .push(("PATH".into(), gh.path_env().to_string_lossy().into_owned()));
+    (f, gh)
+}
+
+fn is_write(argv: &[String]) -> bool {
+    matches!(
+        argv.get(..2).map(|a| (a[0].as_str(), a[1].as_str())),
+        Some(("issue", "comment") | ("issue", "edit") | ("pr", "create"))
+    )
+}
+
+/// GitHub answers "rate limit exceeded" until a reset a few seconds ahead: the fleet logs
+/// one `fleet.paused` with that reset, makes no API call until it (but `gh api
+/// rate_limit`), counts no death and trips no circuit, then resumes by itself and works
+/// the queue.
+#[test]
+fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
+    let (mut f, gh) = gh_fleet(2, "");
+    gh.set_issues(&[]);
+    f.start(&[]);
+    f.wait_events("supervisor.tick", 1);
+    let reset = now_epoch() + 5;
+    gh.set_rate_limit(Some(reset));
+    gh.set_issues(&[
+        FakeIssue::open(1, &["ready-for-agent"]).with_body("# one\n"),
+        FakeIssue::open(2, &["ready-for-agent"]).with_body("# two\n"),
+    ]);
+    let paused = f.wait_events("fleet.paused", 1);
+    assert!(
+        paused[0].msg.contains("rate limit exceeded"),
+        "{}",
+        paused[0].msg
+    );
+    let pause = afk_supervisor::pause::read(&f.layout.state())
+        .unwrap()
+        .unwrap();
+    assert_eq!(pause.until_epoch, reset, "the reset from gh api rate_limit");
+    // While paused: `status` says so, in one line.
+    let out = f.run_cmd(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("paused: rate limited"))
+            .count(),
+        1,
+        "{text}"
+    );
+    f.wait_events("fleet.resumed", 1);
+    assert!(
+        wait_until(WAIT, || [1, 2].iter().all(|n| gh
+            .issue(*n)
+            .is_some_and(|i| i.labels.iter().any(|l| l == "ready-for-human")))),
+        "{}",
+        f.dump()
+    );
+    assert_eq!(f.count("fleet.paused"), 1, "{}", f.dump());
+    assert_eq!(f.count("fleet.resumed"), 1);
+    assert_eq!(f.count("circuit.trip"), 0);
+    assert_eq!(f.count("fleet.circuit-open"), 0);
+    // No death: every worker that ended exited 0 or 75.
+    let deaths: Vec<String> = f
+        .events_of("slot.exit")
+        .into_iter()
+        .map(|e| e.msg)
+        .filter(|m| !m.contains(" exit 0 after") && !m.contains(" exit 75 after"))
+        .collect();
+    assert!(deaths.is_empty(), "{deaths:?}");
+    // Between the pause and its reset (a second's margin each side), no repository call.
+    let during: Vec<Vec<String>> = gh
+        .stamped_calls()
+        .into_iter()
+        .filter(|(t, argv)| {
+            *t > (pause.since_epoch + 1) as f64
+                && *t < (reset - 1) as f64
+                && argv[..2] != ["api", "rate_limit"]
+        })
+        .map(|(_, a)| a)
+        .collect();
+    assert!(during.is_empty(), "{during:?}");
+    let hits = gh.rate_limit_hits();
+    assert!((1..=4).contains(&hits), "rate-limited calls: {hits}");
+    eprintln!("rate-limited calls: {hits}");
+}
+
+/// Three workers share one write budget: with 6 writes per 4 s window, no 3.5 s span of
+/// the fake's log holds more than 6 comments and label edits (the half second allows for
+/// the fake's start-up between the budget's stamp and its own), while the run needs
+/// several windows' worth.
+#[test]
+fn the_write_pace_holds_across_three_workers() {
+    let (mut f, gh) = gh_fleet(3, "max_writes_per_min = 6\npace_window_s = 4\n");
+    let issues: Vec<FakeIssue> = (1..=6)
+        .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("# task {n}\n")))
+        .collect();
+    gh.set_issues(&issues);
+    f.start(&[]);
+    assert!(
+        wait_until(Duration::from_secs(120), || (1..=6).all(|n| gh
+            .issue(n)
+            .is_some_and(|i| i.labels.iter().any(|l| l == "ready-for-human")))),
+        "{}",
+        f.dump()
+    );
+    let writes: Vec<f64> = gh
+        .stamped_calls()
+        .into_iter()
+        .filter(|(_, a)| is_write(a))
+        .map(|(t, _)| t)
+        .collect();
+    assert!(
+        writes.len() > 12,
+        "needs more than two windows: {}",
+        writes.len()
+    );
+    let most = writes
+        .iter()
+        .map(|t0| {
+            writes
+                .iter()
+                .filter(|t| **t >= *t0 && **t < t0 + 3.5)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    eprintln!("writes: {}; most in a 3.5 s span: {most}", writes.len());
+    assert!(most <= 6, "{most} writes in 3.5 s: {writes:?}");
+}
+
+/// Four slots whose worker always exits 1 at once: once the fleet circuit is open, each
+/// backoff step (1, 2, 4, 4 s) spawns exactly one probe, counted in the event log between
+/// the circuit's records.
+#[test]
+fn a_broken_agent_costs_one_probe_per_backoff_step() {
+    let mut f = Fleet::new(
+        "exit 1\n",
+        "[tracker]\nkind = \"local\"\n\n[timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 2\n\
+         circuit_window_s = 60\nhalf_open_base_s = 1\nhalf_open_cap_s = 4\nstop_grace_s = 2\n",
+    );
+    f.start(&["--workers", "4"]);
+    f.wait_events("fleet.circuit-reparked", 4);
+    let events = f.events();
+    let open = events
+        .iter()
+        .position(|e| e.kind == "fleet.circuit-open")
+        .expect("the fleet circuit opened");
+    assert_eq!(f.count("fleet.circuit-open"), 1, "{}", f.dump());
+    // Spawns between one circuit record and the next, from the open one on.
+    let mut per_step = Vec::new();
+    let mut n = 0;
+    for e in &events[open + 1..] {
+        match e.kind.as_str() {
+            "slot.spawn" | "slot.spawn-failed" => n += 1,
+            "fleet.circuit-reparked" => {
+                per_step.push(n);
+                n = 0;
+            }
+            _ => {}
+        }
+    }
+    eprintln!("spawns per backoff step: {per_step:?}");
+    assert!(per_step.len() >= 4, "{per_step:?}");
+    assert!(
+        per_step.iter().all(|n| *n == 1),
+        "{per_step:?}\n{}",
+        f.dump()
+    );
+    let state = f.state().expect("state.toon");
+    let fc = state.fleet_circuit.expect("fleet_circuit in state.toon");
+    assert_eq!(fc.tripped_slots, 2);
+    assert!(fc.reason.contains("exit"), "{}", fc.reason);
+}

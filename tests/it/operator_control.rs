@@ -1,0 +1,190 @@
+//! The operator's acts on a real fleet: `pause`/`resume` (no new spawns while paused,
+//! in-flight workers finish) and `stop --slot` / `restart` through the control path.
+
+use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::{fleet, stderr, stdout, wait_until};
+
+/// Notes each start, then runs until asked to retire (a drain) or killed.
+const NOTING_WORKER: &str = r#"
+echo "$RED_AFK_SLOT $$" >> "$AFK_TEST_DIR/spawns"
+while [ ! -f "$RED_AFK_RETIRE_FILE" ]; do sleep 0.1; done
+exit 0
+"#;
+
+/// Notes each start, works two seconds, exits 0: with an issue open, respawned each time.
+const CYCLING_WORKER: &str = r#"
+echo "$RED_AFK_SLOT $$" >> "$AFK_TEST_DIR/spawns"
+sleep 2
+exit 0
+"#;
+
+fn spawns(f: &Fleet) -> Vec<(usize, i32)> {
+    fleet::read(&f.file("spawns"))
+        .lines()
+        .filter_map(|l| {
+            let (s, p) = l.split_once(' ')?;
+            Some((s.parse().ok()?, p.parse().ok()?))
+        })
+        .collect()
+}
+
+fn status_json(f: &Fleet) -> serde_json::Value {
+    let out = f.run_cmd(&["status", "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // `status` exits 1 while the fleet is degraded (an operator pause is one reason), 0 else.
+    let want = if j["health"] == "degraded" { 1 } else { 0 };
+    assert_eq!(out.status.code(), Some(want), "{out:?}");
+    j
+}
+
+/// Waits for `n` more supervisor ticks than now.
+fn wait_ticks(f: &Fleet, n: usize) {
+    let now = f.count("supervisor.tick");
+    assert!(
+        wait_until(WAIT, || f.count("supervisor.tick") >= now + n),
+        "{}",
+        f.dump()
+    );
+}
+
+#[test]
+fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
+    let mut f = Fleet::new(CYCLING_WORKER, FAST_TIMING);
+    f.new_issue("work");
+    f.start(&["--workers", "1"]);
+    assert!(wait_until(WAIT, || spawns(&f).len() >= 2), "{}", f.dump());
+
+    let out = f.run_cmd(&["pause", "--reason", "release freeze"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout(&out).contains("fleet paused"), "{out:?}");
+    let paused = f.wait_events("fleet.operator-paused", 1);
+    assert!(paused[0].msg.contains("release freeze"), "{paused:?}");
+    assert!(paused[0].msg.contains("via=cli"), "{paused:?}");
+    let asked = f.events_of("control.request");
+    assert!(
+        asked
+            .iter()
+            .any(|e| e.msg.contains("pause") && e.msg.ends_with("(via=cli)"))
+    );
+
+    // The worker in flight finishes; nothing new starts while the pause holds.
+    assert!(
+        wait_until(WAIT, || f.worker_pids().is_empty()),
+        "{}",
+        f.dump()
+    );
+    let held = spawns(&f).len();
+    wait_ticks(&f, 4);
+    assert_eq!(spawns(&f).len(), held, "spawned while paused: {}", f.dump());
+    let j = status_json(&f);
+    assert_eq!(j["health"], "degraded", "{j}");
+    assert!(
+        j["degraded"]
+            .as_array()
+            .is_some_and(|d| d.contains(&"operator pause".into())),
+        "{j}"
+    );
+    assert_eq!(j["fleet"]["operator_pause"]["reason"], "release freeze");
+    assert_eq!(j["fleet"]["operator_pause"]["via"], "cli");
+    let plain = stdout(&f.run_cmd(&["status"]));
+    assert!(
+        plain.contains("paused by the operator: release freeze (via=cli), until resumed"),
+        "{plain}"
+    );
+
+    let out = f.run_cmd(&["resume"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let resumed = f.wait_events("fleet.operator-resumed", 1);
+    assert!(resumed[0].msg.contains("via=cli"), "{resumed:?}");
+    assert!(wait_until(WAIT, || spawns(&f).len() > held), "{}", f.dump());
+    assert!(status_json(&f)["fleet"]["operator_pause"].is_null());
+    // A second resume has nothing to lift; a pause in the past is refused.
+    assert!(stdout(&f.run_cmd(&["resume"])).contains("no operator pause"));
+    let out = f.run_cmd(&["pause", "--until", "2001-01-01T00:00:00Z"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("in the past"), "{out:?}");
+    let out = f.run_cmd(&["pause", "--until", "soon"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}
+
+#[test]
+fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
+    let mut f = Fleet::new(NOTING_WORKER, FAST_TIMING);
+    // No fleet: refused, nothing written.
+    let out = f.run_cmd(&["restart", "0"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(stderr(&out).contains("no supervisor running"), "{out:?}");
+    f.start(&["--workers", "2"]);
+    f.wait_workers(2);
+
+    let out = f.run_cmd(&["stop", "--slot", "1", "--shrink-mode", "hard-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout(&out).contains("slot 1: stop worker"), "{out:?}");
+    assert!(
+        wait_until(WAIT, || f.worker_pids().len() == 1),
+        "{}",
+        f.dump()
+    );
+    assert!(wait_until(WAIT, || {
+        status_json(&f)["slots"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|r| r["slot"] == 1 && r["state"] == "stopped"))
+    }));
+    wait_ticks(&f, 3);
+    assert_eq!(
+        spawns(&f).iter().filter(|(s, _)| *s == 1).count(),
+        1,
+        "slot 1 respawned: {}",
+        f.dump()
+    );
+    let stopped = f.events_of("slot.stopped");
+    assert!(
+        stopped.iter().any(|e| e.msg.contains("via=cli")),
+        "{stopped:?}"
+    );
+
+    let out = f.run_cmd(&["restart", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        wait_until(WAIT, || f.worker_pids().len() == 2),
+        "{}",
+        f.dump()
+    );
+
+    // A hard restart of a running slot: a new worker, no death counted.
+    let before: Vec<i32> = spawns(&f)
+        .iter()
+        .filter(|(s, _)| *s == 0)
+        .map(|(_, p)| *p)
+        .collect();
+    let out = f.run_cmd(&["restart", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(wait_until(WAIT, || spawns(&f)
+        .iter()
+        .filter(|(s, _)| *s == 0)
+        .count()
+        > before.len()));
+    assert_eq!(status_json(&f)["fleet"]["deaths"], 0, "{}", f.dump());
+
+    // A drained stop: the worker is asked to retire and the slot stays empty.
+    let out = f.run_cmd(&["stop", "--slot", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout(&out).contains("finishes its issue"), "{out:?}");
+    assert!(
+        wait_until(WAIT, || f.worker_pids().len() == 1),
+        "{}",
+        f.dump()
+    );
+
+    // Out of range: a usage error naming the fleet's slots.
+    let out = f.run_cmd(&["restart", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        stderr(&out).contains("slot 5 is not in the fleet (target 2"),
+        "{out:?}"
+    );
+    let out = f.run_cmd(&["stop", "--slot", "9"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}

@@ -1,0 +1,383 @@
+# A fake GitHub CLI for tests. Installed as `gh` by tests/it/support/fake_gh.rs, which
+# prepends a shebang naming the python3 interpreter it found.
+#
+# It accepts exactly the argv of docs/SPEC.md section 7 plus the worker's oldest-first claim
+# listing (`--search sort:created-asc`), each optionally with `--repo X` (never on
+# `auth status`, which the real gh rejects) and answers from `state.json` beside this
+# script. Anything else exits 2 with `unknown gh invocation: <argv>` on stderr.
+#
+# Files beside the script:
+#   state.json   issues, PRs, auth flag, a queue of scripted replies and an optional
+#                `chaos: {rate, seed, calls, failed}` (see fake_gh.rs)
+#   state.lock   flock serialising every read-modify-write of state.json
+#   calls.jsonl  one JSON array per call: the argv after the program name
+#   pids         one pid per call, written first thing
+#   hung         one pid per child a `hang` reply started (it shares the call's group)
+#   stamps.jsonl one JSON object per call: {"t": epoch seconds, "argv": [...]}
+#
+# A `rate_limit: {"reset": EPOCH, "hits": N}` in state.json makes every repository call
+# fail as GitHub's primary rate limit does until EPOCH (counting them in `hits`), and
+# `gh api rate_limit` report the core and graphql limits spent until EPOCH.
+#
+# `viewer` (default "fake") is the login `gh api user` answers and the author of every
+# comment the fake posts (association `viewer_association`, default "OWNER"); a stored
+# comment may name its own `author` and `authorAssociation` (an outsider's comment). A
+# scripted step with `apply: true` runs the call against the state first and then answers
+# with its code and stderr: a write GitHub applied though the answer failed (a 502).
+import copy
+import fcntl
+import json
+import os
+import random
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATE = os.path.join(HERE, "state.json")
+LOCK = os.path.join(HERE, "state.lock")
+CALLS = os.path.join(HERE, "calls.jsonl")
+PIDS = os.path.join(HERE, "pids")
+HUNG = os.path.join(HERE, "hung")
+STAMPS = os.path.join(HERE, "stamps.jsonl")
+RATE_LIMIT_STDERR = "GraphQL: API rate limit exceeded for user ID 1.\n"
+
+POSITIVE = re.compile(r"^[1-9][0-9]*$")
+
+# What chaos mode prints: gh's own text for a dropped connection (a transient failure).
+CHAOS_STDERR = (
+    "error connecting to api.github.com\n"
+    "check your internet connection or https://githubstatus.com\n"
+)
+
+
+class Reply(Exception):
+    def __init__(self, code, stdout="", stderr=""):
+        super().__init__(code)
+        self.code = code
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def append(path, line):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+
+
+def load():
+    try:
+        with open(STATE, encoding="utf-8") as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        state = {}
+    state.setdefault("repo", "fake-owner/fake-repo")
+    state.setdefault("auth", True)
+    state.setdefault("issues", [])
+    state.setdefault("prs", [])
+    state.setdefault("script", [])
+    return state
+
+
+def save(state):
+    tmp = STATE + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f, indent=2)
+    os.replace(tmp, STATE)
+
+
+def unknown(argv):
+    raise Reply(2, stderr="unknown gh invocation: " + shlex.join(argv))
+
+
+def split_repo(argv):
+    """Removes one `--repo X`; returns (rest, repo or None)."""
+    if "--repo" not in argv:
+        return list(argv), None
+    i = argv.index("--repo")
+    if i + 1 >= len(argv) or "--repo" in argv[i + 2 :]:
+        unknown(argv)
+    return argv[:i] + argv[i + 2 :], argv[i + 1]
+
+
+def match(rest, pattern):
+    """`pattern` items are literal strings or callables that take the value; returns the
+    values of the callable slots, or None when the argv does not fit."""
+    if len(rest) != len(pattern):
+        return None
+    values = []
+    for got, want in zip(rest, pattern):
+        if callable(want):
+            if not want(got):
+                return None
+            values.append(got)
+        elif got != want:
+            return None
+    return values
+
+
+def positive(s):
+    return bool(POSITIVE.match(s))
+
+
+def anything(_s):
+    return True
+
+
+def label_objs(names):
+    return [
+        {"id": "LA_" + n, "name": n, "description": "", "color": "ededed"} for n in names
+    ]
+
+
+def find_issue(state, n):
+    for issue in state["issues"]:
+        if issue["number"] == n:
+            return issue
+    raise Reply(
+        1,
+        stderr="GraphQL: Could not resolve to an issue or pull request with the number of %d. (repository.issue)"
+        % n,
+    )
+
+
+def newest_first(issues):
+    return sorted(issues, key=lambda i: i["number"], reverse=True)
+
+
+def oldest_first(issues):
+    return sorted(issues, key=lambda i: i["number"])
+
+
+def dump(value):
+    return json.dumps(value, indent=2) + "\n"
+
+
+def viewer(state):
+    return state.get("viewer") or "fake"
+
+
+def handle(argv, state):
+    """Runs one call against `state` (mutated in place); raises Reply."""
+    rest, repo = split_repo(argv)
+    url = "https://github.com/" + (repo or state["repo"])
+
+    if match(rest, ["api", "rate_limit"]) is not None:
+        if repo is not None:
+            unknown(argv)
+        limit = state.get("rate_limit")
+        reset = int(limit["reset"]) if limit else int(time.time()) + 3600
+        # Without a scripted limit nothing is spent (a scripted rate-limit reply is then a
+        # secondary-style limit with no reset to report).
+        spent = bool(limit) and time.time() < reset
+        limits = {
+            name: {"limit": 5000, "remaining": 0 if spent else 5000, "reset": reset, "used": 5000 if spent else 0}
+            for name in ("core", "graphql")
+        }
+        limits["search"] = {"limit": 30, "remaining": 30, "reset": int(time.time()) + 60, "used": 0}
+        raise Reply(0, stdout=dump({"resources": limits, "rate": limits["core"]}))
+
+    if match(rest, ["api", "user"]) is not None:
+        if repo is not None:
+            unknown(argv)
+        raise Reply(0, stdout=dump({"login": viewer(state), "id": 1, "type": "User"}))
+
+    if match(rest, ["auth", "status"]) is not None:
+        if repo is not None:
+            # The real gh: `unknown flag: --repo`.
+            unknown(argv)
+        if state["auth"]:
+            raise Reply(0, stderr="github.com\n  \u2713 Logged in to github.com as fake (GH_TOKEN)\n")
+        raise Reply(1, stderr="You are not logged into any GitHub hosts. Run gh auth login to authenticate.\n")
+
+    v = match(rest, ["issue", "list", "--state", "all", "--limit", positive, "--json", "number,state,labels,closedAt"])
+    if v is not None:
+        rows = [
+            {
+                "closedAt": i.get("closedAt"),
+                "labels": label_objs(i["labels"]),
+                "number": i["number"],
+                "state": i["state"],
+            }
+            for i in newest_first(state["issues"])[: int(v[0])]
+        ]
+        raise Reply(0, stdout=dump(rows))
+
+    # The worker's claim listing adds `--search sort:created-asc` (README, "The built-in
+    # worker"): GitHub then sorts oldest first before cutting at the limit.
+    labeled = ["issue", "list", "--label", anything, "--state", "open", "--limit", positive]
+    json_fields = ["--json", "number,body,labels"]
+    for extra, order in (([], newest_first), (["--search", "sort:created-asc"], oldest_first)):
+        v = match(rest, labeled + extra + json_fields)
+        if v is not None:
+            label, limit = v[0], int(v[1])
+            rows = [
+                {"body": i.get("body", ""), "labels": label_objs(i["labels"]), "number": i["number"]}
+                for i in order(state["issues"])
+                if i["state"] == "OPEN" and label in i["labels"]
+            ][:limit]
+            raise Reply(0, stdout=dump(rows))
+
+    v = match(rest, ["issue", "view", positive, "--json", "state,labels"])
+    if v is not None:
+        issue = find_issue(state, int(v[0]))
+        raise Reply(0, stdout=dump({"labels": label_objs(issue["labels"]), "state": issue["state"]}))
+
+    v = match(rest, ["issue", "view", positive, "--json", "state,labels,comments"])
+    if v is not None:
+        issue = find_issue(state, int(v[0]))
+        comments = [
+            {
+                "author": {"login": c.get("author") or viewer(state)},
+                "authorAssociation": c.get("authorAssociation") or state.get("viewer_association", "OWNER"),
+                "body": c["body"],
+                "createdAt": c.get("createdAt", ""),
+            }
+            for c in issue.get("comments", [])
+        ]
+        raise Reply(
+            0,
+            stdout=dump({"comments": comments, "labels": label_objs(issue["labels"]), "state": issue["state"]}),
+        )
+
+    if rest[:2] == ["issue", "edit"] and len(rest) >= 5 and positive(rest[2]):
+        flags = rest[3:]
+        add, remove = None, None
+        if flags[:1] == ["--add-label"] and len(flags) >= 2:
+            add, flags = flags[1], flags[2:]
+        if flags[:1] == ["--remove-label"] and len(flags) >= 2:
+            remove, flags = flags[1], flags[2:]
+        if flags or (add is None and remove is None):
+            unknown(argv)
+        n = int(rest[2])
+        issue = find_issue(state, n)
+        for label in (add or "").split(","):
+            if label and label not in issue["labels"]:
+                issue["labels"].append(label)
+        gone = set((remove or "").split(","))
+        issue["labels"] = [l for l in issue["labels"] if l not in gone]
+        raise Reply(0, stdout="%s/issues/%d\n" % (url, n))
+
+    v = match(rest, ["issue", "comment", positive, "--body", anything])
+    if v is not None:
+        n = int(v[0])
+        issue = find_issue(state, n)
+        issue.setdefault("comments", []).append(
+            {"body": v[1], "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        )
+        raise Reply(0, stdout="%s/issues/%d#issuecomment-%d\n" % (url, n, len(issue["comments"])))
+
+    v = match(rest, ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything])
+    if v is not None:
+        base, head, title, body = v
+        for pr in state["prs"]:
+            if pr["state"] == "OPEN" and pr["head"] == head and pr["base"] == base:
+                raise Reply(
+                    1,
+                    stderr='a pull request for branch "%s" into branch "%s" already exists:\n%s/pull/%d\n'
+                    % (head, base, url, pr["number"]),
+                )
+        number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
+        state["prs"].append(
+            {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
+        )
+        raise Reply(0, stdout="%s/pull/%d\n" % (url, number))
+
+    v = match(rest, ["pr", "merge", anything, "--merge", "--delete-branch"])
+    if v is not None:
+        head = v[0]
+        for pr in state["prs"]:
+            if pr["state"] == "OPEN" and pr["head"] == head:
+                pr["state"] = "MERGED"
+                raise Reply(0, stdout="")
+        raise Reply(1, stderr='no pull requests found for branch "%s"\n' % head)
+
+    unknown(argv)
+
+
+def chaos_strikes(state):
+    """Chaos mode: whether this call fails, before doing anything. Call k of a run with seed
+    S fails when a generator seeded with "S:k" draws below `rate`, so a seed replays the
+    same failures whatever else runs; `failed` counts them for the test to check."""
+    chaos = state.get("chaos")
+    if not chaos:
+        return False
+    k = chaos.get("calls", 0)
+    chaos["calls"] = k + 1
+    if random.Random("%s:%d" % (chaos["seed"], k)).random() >= float(chaos["rate"]):
+        return False
+    chaos["failed"] = chaos.get("failed", 0) + 1
+    return True
+
+
+def run(argv, state):
+    try:
+        handle(argv, state)
+        return Reply(0)
+    except Reply as r:
+        return r
+
+
+def finish(reply):
+    sys.stdout.write(reply.stdout)
+    sys.stderr.write(reply.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(reply.code)
+
+
+def main():
+    argv = sys.argv[1:]
+    append(PIDS, str(os.getpid()))
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        append(CALLS, json.dumps(argv))
+        append(STAMPS, json.dumps({"t": time.time(), "argv": argv}))
+        state = load()
+        # An argv outside the contract is refused before any scripted reply is used, so a
+        # scripted failure can never hide a wrong invocation.
+        probe = run(argv, copy.deepcopy(state))
+        if probe.code == 2:
+            finish(probe)
+        step = state["script"].pop(0) if state["script"] else None
+        limit = state.get("rate_limit")
+        if step is None and limit and argv[:2] not in (["auth", "status"], ["api", "rate_limit"]):
+            if time.time() < float(limit["reset"]):
+                limit["hits"] = limit.get("hits", 0) + 1
+                step = {"code": 1, "stderr": RATE_LIMIT_STDERR}
+        if step is None and chaos_strikes(state):
+            step = {"code": 1, "stderr": CHAOS_STDERR}
+        save(state)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    if step and step.get("hang"):
+        # Never answers, like a gh stuck on a dead connection; its child (as a real gh's
+        # pager or credential helper would) holds the output pipes too.
+        child = subprocess.Popen(["sleep", "3600"])
+        append(HUNG, str(child.pid))
+        while True:
+            time.sleep(3600)
+    if step and step.get("delay"):
+        time.sleep(float(step["delay"]))
+    if step and step.get("apply"):
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = load()
+            if run(argv, state).code == 0:
+                save(state)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    if step and "code" in step:
+        finish(Reply(int(step["code"]), step.get("stdout", ""), step.get("stderr", "")))
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load()
+        reply = run(argv, state)
+        if reply.code == 0:
+            save(state)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    finish(reply)
+
+
+if __name__ == "__main__":
+    main()
