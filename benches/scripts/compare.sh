@@ -298,6 +298,7 @@ run_respawn() { # SUP
     res "$section" "CPU per respawn (ms, utime+stime)" "$sup" "$2"
     res "$section" "CPU per respawn (ms, schedstat)" "$sup" "$5"
     res "$section" "respawns measured" "$sup" "$3"
+    res "$section" "threads ended while measured" "$sup" "${6:-?}"
     res "$section" "respawns per second" "$sup" "$(awk -v n="$3" -v s="$4" 'BEGIN { printf "%.1f", n / s }')"
   else
     res "$section" "CPU per respawn (ms, utime+stime)" "$sup" \
@@ -350,5 +351,5 @@ if [ -s "$NOTES" ]; then
 fi
 h goals "$RESULTS" "$IDLE_S" "$RESPAWN_SLOTS"
 echo
-echo "goals: the respawn figure is utime+stime over RESPAWNS respawns; the idle one is scaled to"
-echo "30 s, from schedstat unless a thread of the supervisor ended while measured."
+echo "goals: CPU figures are schedstat (ns, per thread) unless a thread of afk-supervisor ended"
+echo "while measured (then utime+stime, 10 ms ticks); the idle one is scaled to 30 s."
