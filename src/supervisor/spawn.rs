@@ -317,36 +317,29 @@ mod tests {
         assert_eq!((exit, text.as_str()), (ExitKind::Code(3), "plain arg\n"));
 
         fs::set_permissions(&script, fs::Permissions::from_mode(0o644)).unwrap();
-        let argv = vec![path];
+        let err = start_error(dir.path(), &path);
+        assert!(err.contains("Permission denied"), "{err}");
+    }
+
+    /// The error of spawning `program` (which must fail), as one line.
+    fn start_error(dir: &Path, program: &str) -> String {
+        let argv = vec![program.to_string()];
         let spec = SpawnSpec {
             argv: &argv,
-            cwd: dir.path(),
-            log: &dir.path().join("l.log"),
+            cwd: dir,
+            log: &dir.join("l.log"),
             env: vec![],
         };
-        let err = spawn(&spec).unwrap_err().to_string();
-        assert!(err.contains("Permission denied"), "{err}");
+        spawn(&spec).unwrap_err().to_string()
     }
 
     #[test]
     fn missing_program_is_a_start_error() {
         let dir = tempfile::tempdir().unwrap();
-        let argv = vec!["/nonexistent/worker".to_string()];
-        let spec = SpawnSpec {
-            argv: &argv,
-            cwd: dir.path(),
-            log: &dir.path().join("l.log"),
-            env: vec![],
-        };
-        let err = spawn(&spec).unwrap_err().to_string();
+        let err = start_error(dir.path(), "/nonexistent/worker");
         assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
         // Looked up in PATH, as execvp does: not found anywhere is the same error.
-        let argv = vec!["afk-no-such-program-anywhere".to_string()];
-        let spec = SpawnSpec {
-            argv: &argv,
-            ..spec
-        };
-        let err = spawn(&spec).unwrap_err().to_string();
+        let err = start_error(dir.path(), "afk-no-such-program-anywhere");
         assert!(err.contains("No such file or directory"), "{err}");
     }
 }
