@@ -341,5 +341,13 @@ mod tests {
         // Looked up in PATH, as execvp does: not found anywhere is the same error.
         let err = start_error(dir.path(), "afk-no-such-program-anywhere");
         assert!(err.contains("No such file or directory"), "{err}");
+        let spec = SpawnSpec {
+            argv: &[],
+            cwd: dir.path(),
+            log: &dir.path().join("l.log"),
+            env: vec![],
+        };
+        let err = spawn(&spec).unwrap_err().to_string();
+        assert!(err.contains("the command is empty"), "{err}");
     }
 }

@@ -101,7 +101,12 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
     if !cfg!(target_arch = "x86_64") {
         return Ok(Started::Unsupported);
     }
-    let program = plan.argv.first().map(String::as_str).unwrap_or_default();
+    let Some(program) = plan.argv.first().map(String::as_str) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the command is empty",
+        ));
+    };
     let argv = c_strings(plan.argv.iter().map(|a| a.as_bytes().to_vec()))?;
     let sh_argv = c_strings(
         std::iter::once(b"/bin/sh".to_vec()).chain(plan.argv.iter().map(|a| a.as_bytes().to_vec())),
