@@ -194,8 +194,9 @@ pub fn check_replaceable(path: &Path) -> Result<(), NotReplaceable> {
 #[error("{}: is a directory; it cannot be written", .0.display())]
 pub struct NotReplaceable(pub std::path::PathBuf);
 
-/// Writes `bytes` to `path` atomically: `<path>.tmp` is written and synced, then renamed
-/// over `path`, so a reader sees the old content or the new one, never a torn write.
+/// Writes `bytes` to `path` atomically and durably: `<path>.tmp` is written and synced,
+/// then renamed over `path`, so a reader sees the old content or the new one, never a torn
+/// write, and once this returns the new content survives a crash of the machine.
 ///
 /// Whatever is at `<path>.tmp` is this writer's to replace (a crashed write's leftover, a
 /// planted FIFO or symlink): it is removed first, never followed or opened, and the tmp is
@@ -203,6 +204,27 @@ pub struct NotReplaceable(pub std::path::PathBuf);
 /// removed: the write fails, naming it. The rename replaces a symlink or FIFO at `path`
 /// itself, not what it points at.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_and_rename(path, bytes, Sync::Data)
+}
+
+/// [`atomic_write`] without the sync: as atomic for every reader, but a crash of the
+/// machine (not of this process: what was written is in the page cache) may leave the old
+/// content, or on a file system that does not order the rename after the data, an empty
+/// file. For a file rewritten often whose content is worthless after a reboot: the
+/// heartbeat (`state.toon`), which describes processes a reboot ended, and which the next
+/// supervisor rewrites at its start.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_and_rename(path, bytes, Sync::None)
+}
+
+/// Whether a write waits for its data to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sync {
+    Data,
+    None,
+}
+
+fn write_and_rename(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -227,7 +249,9 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .open(&tmp)
             .map_err(named)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if sync == Sync::Data {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -264,6 +288,15 @@ mod tests {
         atomic_write(&p, b"one").unwrap();
         atomic_write(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
+        assert!(!tmp_file(&p).exists());
+        // The unsynced replace is the same rename: a new file, never the old one rewritten.
+        use std::os::unix::fs::MetadataExt;
+        let before = fs::metadata(&p).unwrap().ino();
+        let held = fs::File::open(&p).unwrap();
+        replace_file(&p, b"three").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"three");
+        assert_ne!(fs::metadata(&p).unwrap().ino(), before);
+        assert_eq!(std::io::read_to_string(held).unwrap(), "two");
         assert!(!tmp_file(&p).exists());
         remove_file_if_exists(&p).unwrap();
         remove_file_if_exists(&p).unwrap();

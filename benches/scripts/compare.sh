@@ -4,6 +4,11 @@
 #
 #   bash benches/scripts/compare.sh 2>&1 | tee /tmp/bench-compare.txt
 #   SIZES="64 256 1000" IDLE_S=30 RESPAWNS=500 SUPERVISORS="afk afk-bg supervisord s6 floor" bash benches/scripts/compare.sh
+#   SIZES=64 IDLE_S=10 RESPAWNS=200 SUPERVISORS="afk floor" bash benches/scripts/compare.sh   # quick
+#
+# It ends with the goals of issue 25 (item 4) as a table, each `met` or `MISSED`: CPU per
+# respawn at most 2x the floor's, start of 64 workers in at most 100 ms, idle CPU at 1,000
+# workers at most 10 ms per 30 s. A goal whose figures the run left out says `not run`.
 #
 # For every size N of SIZES, an idle fleet of N workers (`exec sleep 100000`): the
 # supervisor's RSS and PSS (KiB), threads, CPU time (utime+stime) over IDLE_S s idle,
@@ -267,6 +272,7 @@ run_idle() { # SUP N
   set -- $(h idle-cpu "$SPEC" "$IDLE_S")
   res "$section" "CPU over $IDLE_S s idle (ms, utime+stime)" "$sup" "$1"
   res "$section" "CPU over $IDLE_S s idle (ms, schedstat)" "$sup" "$3"
+  res "$section" "threads ended while measured" "$sup" "$4"
   stop_run "$run" "$dir"
   res "$section" "stop-all (ms)" "$sup" "$STOP_MS"
   if [ "${sup%-bg}" = afk ]; then
@@ -292,6 +298,7 @@ run_respawn() { # SUP
     res "$section" "CPU per respawn (ms, utime+stime)" "$sup" "$2"
     res "$section" "CPU per respawn (ms, schedstat)" "$sup" "$5"
     res "$section" "respawns measured" "$sup" "$3"
+    res "$section" "threads ended while measured" "$sup" "${6:-?}"
     res "$section" "respawns per second" "$sup" "$(awk -v n="$3" -v s="$4" 'BEGIN { printf "%.1f", n / s }')"
   else
     res "$section" "CPU per respawn (ms, utime+stime)" "$sup" \
@@ -342,3 +349,7 @@ if [ -s "$NOTES" ]; then
   echo
   sed 's/^/note: /' "$NOTES"
 fi
+h goals "$RESULTS" "$IDLE_S" "$RESPAWN_SLOTS"
+echo
+echo "goals: CPU figures are schedstat (ns, per thread) unless a thread of afk-supervisor ended"
+echo "while measured (then utime+stime, 10 ms ticks); the idle one is scaled to 30 s."

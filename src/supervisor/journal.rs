@@ -35,11 +35,18 @@ pub fn echo_on_stdout(yes: bool) {
 /// One line for the operator watching the foreground, where the echo goes (stdout under
 /// `--log-format json`, else stderr); not recorded in the event log.
 pub fn echo_line(line: &str) {
-    let _ = if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
-        writeln!(io::stdout(), "{line}")
+    let _ = echo(line.to_string());
+}
+
+/// `line` and its newline in one `write` (stderr is unbuffered: `writeln!` would make it
+/// two system calls, on every record).
+fn echo(mut line: String) -> io::Result<()> {
+    line.push('\n');
+    if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
+        io::stdout().lock().write_all(line.as_bytes())
     } else {
-        writeln!(io::stderr(), "{line}")
-    };
+        io::stderr().lock().write_all(line.as_bytes())
+    }
 }
 
 #[derive(Debug)]
@@ -78,16 +85,8 @@ impl Journal {
     pub fn write(&mut self, ev: Event) {
         // A terminal that went away (a tmux session killed, an ssh link dropped) must not
         // end the supervisor mid-stop: the echo is dropped once stderr fails, the log stays.
-        if self.echo {
-            let line = ev.human_line();
-            let written = if ECHO_ON_STDOUT.load(Ordering::Relaxed) {
-                writeln!(io::stdout(), "{line}")
-            } else {
-                writeln!(io::stderr(), "{line}")
-            };
-            if written.is_err() {
-                self.echo = false;
-            }
+        if self.echo && echo(ev.human_line()).is_err() {
+            self.echo = false;
         }
         if self.log.size() >= self.rotate_at
             && let Err(e) = self.rotate()

@@ -8,6 +8,8 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +18,10 @@ use crate::process;
 
 pub use crate::process::ExitKind;
 
+mod vfork;
+
+use vfork::EXIT_ORPHANED;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     #[error("{path}: cannot open slot log: {source}")]
@@ -23,9 +29,6 @@ pub enum SpawnError {
     #[error("cannot start `{program}`: {source}")]
     Start { program: String, source: io::Error },
 }
-
-/// How a child ends that lost its supervisor before it became a worker.
-const EXIT_ORPHANED: i32 = 111;
 
 /// What a slot runs.
 #[derive(Debug, Clone)]
@@ -63,9 +66,12 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
     spawn_in(spec, None)
 }
 
-/// [`spawn`], with the child moved into `cgroup` before it runs anything of its own: it
-/// writes itself into the cgroup between `fork` and `exec`, so no process of the worker
-/// ever runs outside it, and a child that cannot join it never becomes a worker.
+/// [`spawn`], with the child started inside `cgroup`: no process of the worker ever runs
+/// outside it, and a child that cannot join it never becomes a worker.
+///
+/// The worker is started as [`vfork`] explains, copying nothing of the supervisor's
+/// memory; where that cannot be done (not x86-64, an old kernel) it is forked and joins the
+/// cgroup between `fork` and `exec`.
 pub fn spawn_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
@@ -79,29 +85,100 @@ pub fn spawn_in(
     }
     // Never through a symlink, into a FIFO (which would block) or anything but a file.
     let out = crate::fsutil::open_append(spec.log).map_err(|e| log_err(e.into()))?;
-    let err = out.try_clone().map_err(log_err)?;
+    let out = above_stdio(out).map_err(log_err)?;
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
+    let start_err = |source| SpawnError::Start {
+        program: program.to_string(),
+        source,
+    };
+    let env = worker_environ(&spec.env);
+    let cgroup_dir = cgroup
+        .map(|c| {
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(c.dir())
+        })
+        .transpose()
+        .map_err(|e| start_err(io::Error::other(format!("cannot open its cgroup: {e}"))))?;
+    let plan = vfork::Plan {
+        argv: spec.argv,
+        cwd: spec.cwd,
+        env: &env,
+        log: out.as_raw_fd(),
+        cgroup: cgroup_dir.as_ref().map(AsRawFd::as_raw_fd),
+    };
+    let pid = match vfork::spawn(&plan).map_err(start_err)? {
+        vfork::Started::Pid(pid) => pid,
+        vfork::Started::Unsupported => forked(spec, env, out, cgroup)?,
+    };
+    // The child is not reaped before its watcher reports it, so even one that already
+    // exited still shows its start time (as a zombie).
+    let start = process::read(pid).map_or(0, |p| p.start);
+    Ok(Spawned { pid, start })
+}
+
+/// The log as the child's stdout and stderr copy it. A descriptor among 0-2 (a supervisor
+/// started with one of them closed) would be overwritten by the child's own set-up before
+/// it is copied, so such a log is moved above them first.
+fn above_stdio(out: fs::File) -> io::Result<fs::File> {
+    if out.as_raw_fd() > 2 {
+        return Ok(out);
+    }
+    // F_DUPFD_CLOEXEC from 3: never among 0-2, and never leaked into a worker.
+    let fd = nix::fcntl::fcntl(&out, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3))
+        .map_err(io::Error::from)?;
+    // SAFETY: `fd` was just returned by fcntl and is owned by nothing else.
+    Ok(fs::File::from(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(fd)
+    }))
+}
+
+/// The worker's whole environment: the supervisor's, without any `RED_AFK_*` or service
+/// manager variable, then `extra`.
+fn worker_environ(extra: &[(String, String)]) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            // The service manager's channel is the supervisor's alone: a worker must not
+            // speak for the unit (nor believe a watchdog is watching it).
+            !crate::afk_env::is_ours(&k)
+                && !super::notify::SERVICE_MANAGER_VARS.contains(&k.as_ref())
+                && !extra.iter().any(|(e, _)| *e == k)
+        })
+        .collect();
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    env
+}
+
+/// Starts the worker by `fork` and `exec`, joining `cgroup` in between.
+fn forked(
+    spec: &SpawnSpec<'_>,
+    env: Vec<(OsString, OsString)>,
+    out: fs::File,
+    cgroup: Option<&crate::cgroup::Cgroup>,
+) -> Result<i32, SpawnError> {
+    let program = spec.argv.first().map(String::as_str).unwrap_or_default();
+    let start_err = |source| SpawnError::Start {
+        program: program.to_string(),
+        source,
+    };
+    let err = out.try_clone().map_err(|source| SpawnError::Log {
+        path: spec.log.to_path_buf(),
+        source,
+    })?;
     let mut cmd = Command::new(program);
     cmd.args(spec.argv.iter().skip(1))
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(err);
-    for (k, _) in std::env::vars_os() {
-        if crate::afk_env::is_ours(&k.to_string_lossy()) {
-            cmd.env_remove(k);
-        }
-    }
-    // The service manager's channel is the supervisor's alone: a worker must not speak
-    // for the unit (nor believe a watchdog is watching it).
-    for k in super::notify::SERVICE_MANAGER_VARS {
-        cmd.env_remove(k);
-    }
-    cmd.envs(
-        spec.env
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
+        .stderr(err)
+        .env_clear()
+        .envs(env);
     // A child whose supervisor died between the fork and here is not recorded anywhere and
     // does not carry the worker environment yet (that comes with `execve`), so a successor
     // could neither adopt it nor count it: it ends instead of becoming a worker. With that
@@ -111,10 +188,7 @@ pub fn spawn_in(
     let procs = cgroup
         .map(|c| c.open_procs())
         .transpose()
-        .map_err(|e| SpawnError::Start {
-            program: program.to_string(),
-            source: io::Error::other(e.to_string()),
-        })?;
+        .map_err(|e| start_err(io::Error::other(e.to_string())))?;
     let procs_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: setsid, getppid, write and _exit are async-signal-safe and touch no memory
     // of the parent; `procs` outlives the spawn, so its descriptor is open in the child.
@@ -130,18 +204,10 @@ pub fn spawn_in(
             Ok(())
         });
     }
-    let child = cmd.spawn().map_err(|source| SpawnError::Start {
-        program: program.to_string(),
-        source,
-    })?;
+    let child = cmd.spawn().map_err(start_err)?;
     drop(procs);
-    let pid = child.id() as i32;
-    // The child is not reaped before its watcher reports it, so even one that already
-    // exited still shows its start time (as a zombie).
-    let start = process::read(pid).map_or(0, |p| p.start);
     // Dropping `Child` neither kills nor waits; the watcher owns waiting from here.
-    drop(child);
-    Ok(Spawned { pid, start })
+    Ok(child.id() as i32)
 }
 
 #[cfg(test)]
@@ -182,17 +248,106 @@ mod tests {
         assert_eq!(text, "slot=0 id=w-1\nerr\n");
     }
 
+    /// Spawns `argv` with its log in `dir` and waits for its end (reaped); returns the
+    /// exit and the log's text.
+    fn run_to_end(dir: &Path, argv: &[&str]) -> (ExitKind, String) {
+        let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+        let log = dir.join("run.log");
+        let _ = fs::remove_file(&log);
+        let spec = SpawnSpec {
+            argv: &argv,
+            cwd: dir,
+            log: &log,
+            env: vec![],
+        };
+        let s = spawn(&spec).unwrap();
+        let fd = process::Pidfd::open(s.pid).unwrap();
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&fd),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20_000u16)).unwrap();
+        let exit = process::child_exit(s.pid, true).unwrap();
+        (exit, fs::read_to_string(&log).unwrap())
+    }
+
+    /// The mask of `/proc/self/status` line `key` (hex), as the child saw it.
+    fn mask(status: &str, key: &str) -> u64 {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    }
+
+    #[test]
+    fn a_worker_starts_in_its_cwd_with_stdin_null_no_signal_blocked_and_sigpipe_default() {
+        let dir = tempfile::tempdir().unwrap();
+        // Blocked here (and SIGPIPE ignored by the Rust runtime): neither reaches the worker.
+        let mut usr2 = nix::sys::signal::SigSet::empty();
+        usr2.add(nix::sys::signal::Signal::SIGUSR2);
+        usr2.thread_block().unwrap();
+        let (exit, text) = run_to_end(
+            dir.path(),
+            &[
+                "sh",
+                "-c",
+                "pwd; readlink /proc/self/fd/0; cat /proc/self/status",
+            ],
+        );
+        usr2.thread_unblock().unwrap();
+        assert_eq!(exit, ExitKind::Code(0), "{text}");
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().map(std::path::PathBuf::from),
+            Some(dir.path().canonicalize().unwrap())
+        );
+        assert_eq!(lines.next(), Some("/dev/null"));
+        assert_eq!(mask(&text, "SigBlk:"), 0, "{text}");
+        let pipe_bit = 1u64 << (libc::SIGPIPE - 1);
+        assert_eq!(mask(&text, "SigIgn:") & pipe_bit, 0, "{text}");
+    }
+
+    #[test]
+    fn a_script_without_a_shebang_runs_under_sh_and_one_not_executable_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("plain");
+        fs::write(&script, "echo plain \"$1\"\nexit 3\n").unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        let path = script.to_string_lossy().into_owned();
+        let (exit, text) = run_to_end(dir.path(), &[&path, "arg"]);
+        assert_eq!((exit, text.as_str()), (ExitKind::Code(3), "plain arg\n"));
+
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = start_error(dir.path(), &path);
+        assert!(err.contains("Permission denied"), "{err}");
+    }
+
+    /// The error of spawning `program` (which must fail), as one line.
+    fn start_error(dir: &Path, program: &str) -> String {
+        let argv = vec![program.to_string()];
+        let spec = SpawnSpec {
+            argv: &argv,
+            cwd: dir,
+            log: &dir.join("l.log"),
+            env: vec![],
+        };
+        spawn(&spec).unwrap_err().to_string()
+    }
+
     #[test]
     fn missing_program_is_a_start_error() {
         let dir = tempfile::tempdir().unwrap();
-        let argv = vec!["/nonexistent/worker".to_string()];
+        let err = start_error(dir.path(), "/nonexistent/worker");
+        assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
+        // Looked up in PATH, as execvp does: not found anywhere is the same error.
+        let err = start_error(dir.path(), "afk-no-such-program-anywhere");
+        assert!(err.contains("No such file or directory"), "{err}");
         let spec = SpawnSpec {
-            argv: &argv,
+            argv: &[],
             cwd: dir.path(),
             log: &dir.path().join("l.log"),
             env: vec![],
         };
         let err = spawn(&spec).unwrap_err().to_string();
-        assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
+        assert!(err.contains("the command is empty"), "{err}");
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{SmallFileError, atomic_write, read_small_text};
+use crate::fsutil::{SmallFileError, read_small_text, replace_file};
 use crate::text::clip_quoted;
 
 /// Largest `state.toon` read: a full fleet of 1024 slots is a few hundred KiB.
@@ -338,12 +338,16 @@ pub fn decode(text: &str) -> Result<StateFile, reddb_io_toon::SerdeError> {
     reddb_io_toon::from_str(text)
 }
 
+/// Replaces the snapshot atomically, without waiting for the disk: it is rewritten after
+/// every loop turn that changed something, and is worth nothing after a reboot (the workers
+/// it lists are gone, and the next supervisor writes its own at start-up). A crash of the
+/// supervisor alone loses nothing written (`fsutil::replace_file`).
 pub fn write(path: &Path, state: &StateFile) -> Result<(), StateFileError> {
     let text = encode(state).map_err(|e| StateFileError::Encode {
         path: path.to_path_buf(),
         msg: e.to_string(),
     })?;
-    atomic_write(path, text.as_bytes()).map_err(|source| StateFileError::Io {
+    replace_file(path, text.as_bytes()).map_err(|source| StateFileError::Io {
         path: path.to_path_buf(),
         source,
     })
