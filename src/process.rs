@@ -57,37 +57,19 @@ pub fn table() -> Vec<Proc> {
         .collect()
 }
 
-/// One process of [`table_with_usage`]: what one read of its `/proc/<pid>/stat` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcUsage {
-    pub proc: Proc,
-    /// Its own CPU time (user and system), milliseconds.
-    pub own_cpu_ms: u64,
-    /// [`Self::own_cpu_ms`] plus that of the children it waited for, so the work of a
-    /// short-lived compiler step stays counted in its parent once it has exited.
-    pub cpu_ms: u64,
-    /// Resident memory, KiB.
-    pub rss_kib: u64,
-}
-
-/// [`table`], with each process's CPU time and resident memory, from the same `stat` read
-/// (no second read per process).
-pub fn table_with_usage() -> Vec<ProcUsage> {
+/// [`table`], with each process's CPU time in milliseconds: its own (user and system) and
+/// that of the children it waited for, so the work of a short-lived compiler step stays
+/// counted in its parent once it has exited.
+pub fn table_with_cpu() -> Vec<(Proc, u64)> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
     let tps = procfs::ticks_per_second().max(1);
-    let page_kib = procfs::page_size().max(1024) / 1024;
     all.filter_map(|p| {
         let s = p.ok()?.stat().ok()?;
         let children = u64::try_from(s.cutime.saturating_add(s.cstime)).unwrap_or(0);
-        let own = s.utime.saturating_add(s.stime);
-        Some(ProcUsage {
-            proc: Proc::from(&s),
-            own_cpu_ms: own.saturating_mul(1000) / tps,
-            cpu_ms: own.saturating_add(children).saturating_mul(1000) / tps,
-            rss_kib: s.rss.saturating_mul(page_kib),
-        })
+        let ticks = s.utime.saturating_add(s.stime).saturating_add(children);
+        Some((Proc::from(&s), ticks.saturating_mul(1000) / tps))
     })
     .collect()
 }

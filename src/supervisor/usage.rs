@@ -2,12 +2,14 @@
 //!
 //! A worker leads its own session and whatever it starts stays in that session (unless it
 //! calls `setsid`, which the stray search covers), so a worker's tree is its session. The
-//! session's members, their CPU time and their memory come from one `/proc` read per
-//! reading (each process's `stat` once), never on an event. The totals go into
+//! session's members are found with one `/proc` read per tick; sysinfo then reads exactly
+//! those processes, never the whole table, and never on an event. The totals go into
 //! `state.toon` for `status`, and a change of a tree's CPU time counts as progress for the
 //! stall check: a worker that is compiling is not stalled, whatever its log says.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 use crate::process;
 
@@ -28,36 +30,77 @@ pub struct Usage {
     pub memory_peak_kib: Option<u64>,
 }
 
-/// Reads the fleet's use. Stateless today (one `/proc` read per call, which already has
-/// every figure); kept a value so a caller holds one, as it would a cache.
-#[derive(Debug, Default)]
-pub struct Meter {}
+pub struct Meter {
+    sys: System,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl Meter {
     pub fn new() -> Self {
-        Meter {}
+        // sysinfo keeps every read process's stat file open by default: with a large fleet
+        // that is a descriptor per process, for no gain at one read per tick.
+        sysinfo::set_open_files_limit(0);
+        Meter { sys: System::new() }
     }
 
-    /// The use of each session led by one of `leaders`: one read of `/proc/<pid>/stat` per
-    /// process on the host, nothing else (a second read of each member, as sysinfo did,
-    /// doubled the cost of a large fleet's reading).
+    /// The use of each session led by one of `leaders`.
     pub fn measure(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
         let mut out: HashMap<i32, Usage> = HashMap::new();
         if leaders.is_empty() {
             return out;
         }
-        let leaders: HashSet<i32> = leaders.iter().copied().collect();
-        for p in process::table_with_usage() {
-            if p.proc.is_zombie() || !leaders.contains(&p.proc.sid) {
+        let mut members: Vec<(i32, i32)> = Vec::new();
+        for (p, cpu_ms) in process::table_with_cpu() {
+            if p.is_zombie() || !leaders.contains(&p.sid) {
                 continue;
             }
-            let u = out.entry(p.proc.sid).or_default();
-            if p.proc.pid != p.proc.sid {
-                u.agent_cpu_ms = u.agent_cpu_ms.saturating_add(p.cpu_ms);
+            members.push((p.pid, p.sid));
+            if p.pid != p.sid {
+                let u = out.entry(p.sid).or_default();
+                u.agent_cpu_ms = u.agent_cpu_ms.saturating_add(cpu_ms);
             }
-            u.cpu_ms = u.cpu_ms.saturating_add(p.own_cpu_ms);
-            u.rss_kib = u.rss_kib.saturating_add(p.rss_kib);
+        }
+        let pids: Vec<Pid> = members
+            .iter()
+            .map(|(pid, _)| Pid::from_u32(pid.unsigned_abs()))
+            .collect();
+        self.sys.refresh_processes_specifics(
+            ProcessesToUpdate::Some(&pids),
+            true,
+            ProcessRefreshKind::nothing()
+                .with_cpu()
+                .with_memory()
+                .without_tasks(),
+        );
+        for (pid, sid) in members {
+            let Some(p) = self.sys.process(Pid::from_u32(pid.unsigned_abs())) else {
+                continue;
+            };
+            let u = out.entry(sid).or_default();
+            u.cpu_ms = u.cpu_ms.saturating_add(p.accumulated_cpu_time());
+            u.rss_kib = u.rss_kib.saturating_add(p.memory() / 1024);
             u.procs += 1;
+        }
+        // Forget processes that are gone, so the table does not grow with the fleet's past.
+        let live: std::collections::HashSet<Pid> = pids.into_iter().collect();
+        let gone: Vec<Pid> = self
+            .sys
+            .processes()
+            .keys()
+            .filter(|p| !live.contains(p))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            self.sys.refresh_processes_specifics(
+                ProcessesToUpdate::Some(&gone),
+                true,
+                ProcessRefreshKind::nothing(),
+            );
         }
         out
     }

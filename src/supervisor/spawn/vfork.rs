@@ -27,7 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Exit code of a child that lost its supervisor before it became a worker.
-pub(super) const EXIT_ORPHANED: i32 = 111;
+pub(super) const EXIT_ORPHANED: i32 = crate::exit::ORPHANED;
 /// Exit code of a child whose `execve` failed (its errno is reported to the supervisor).
 const EXIT_EXEC_FAILED: i32 = 127;
 
