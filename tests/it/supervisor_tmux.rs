@@ -324,10 +324,13 @@ fn status_watch_in_a_tmux_pane_is_live_and_q_or_ctrl_c_end_the_view_not_the_flee
         let shown = wait_until(WAIT, || {
             pane = tmux.run(&["capture-pane", "-p", "-t", "view"]);
             let rows = running_rows(&pane);
+            // The whole frame: the rows and the footer below them (a capture can land
+            // between the two while the view draws).
             rows.len() == 2
                 && workers
                     .iter()
                     .all(|w| rows.iter().any(|r| r.contains(&format!(" {w} "))))
+                && pane.contains("q or Ctrl-C: quit this view")
         });
         assert!(shown, "round {round}: live view:\n{pane}");
         assert!(pane.contains(&format!("supervisor pid={sup}")), "{pane}");
