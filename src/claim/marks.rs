@@ -9,8 +9,10 @@
 //!
 //! A comment is a mark when its last non-empty line, trimmed, is one of:
 //! - `🤖 /afk claim <worker>@<host> <nonce>`: holds the issue when nobody holds it;
-//! - `🤖 /afk yielded <worker>@<host> <nonce>`: a loser's record; ends the claim of that
-//!   nonce if it was held (it never is when the loser read the thread right);
+//! - `🤖 /afk yielded <worker>@<host> <nonce>`: a loser's record. When the claim it names
+//!   was held (nobody held the issue, but it was handed off or closed meanwhile), it voids
+//!   that claim: the thread stands as it did before it, so a late claim on a handed-off
+//!   issue leaves it handed off;
 //! - `🤖 /afk release <worker>@<host> <nonce>`: ends the claim of that nonce and gives the
 //!   issue back to the queue (failed attempt, interruption);
 //! - `🤖 /afk handoff <worker>@<host> <nonce>`: ends the claim of that nonce and hands the
@@ -202,6 +204,8 @@ pub struct Held {
     pub holder: Holder,
     pub nonce: String,
     pub at: Option<u64>,
+    /// The thread's last event before this claim: what a `yielded` of it restores.
+    pub before: Option<(Event, Option<u64>)>,
 }
 
 /// What the last event of the fold was (a claim taken or ended).
@@ -252,6 +256,7 @@ pub fn standing(comments: &[Comment]) -> Standing {
                         holder,
                         nonce,
                         at: c.at,
+                        before: s.last,
                     });
                     s.last = Some((Event::Claimed, c.at));
                 }
@@ -262,7 +267,12 @@ pub fn standing(comments: &[Comment]) -> Standing {
                     }
                 }
             },
-            Mark::Yielded { nonce, .. } | Mark::Release { nonce, .. } => {
+            Mark::Yielded { nonce, .. } => {
+                if s.holds(&nonce) {
+                    s.last = s.holder.take().and_then(|h| h.before);
+                }
+            }
+            Mark::Release { nonce, .. } => {
                 if s.holds(&nonce) {
                     s.holder = None;
                     s.last = Some((Event::Ended, c.at));
@@ -408,6 +418,27 @@ mod tests {
         assert!(s.holds(a));
         let s = standing(&[c(&claim("a", a)), c(&release("a", a)), c(&claim("b", b))]);
         assert!(s.holds(b));
+        // A late claim on a handed-off issue that yields leaves it handed off (the
+        // claims belt then finishes the hand-off, never requeues it).
+        let handoff = Mark::Handoff {
+            holder: h("a"),
+            nonce: a.into(),
+        };
+        let yielded = Mark::Yielded {
+            holder: h("b"),
+            nonce: b.into(),
+        };
+        let s = standing(&[
+            c(&claim("a", a)),
+            c(&handoff),
+            c(&claim("b", b)),
+            c(&yielded),
+        ]);
+        assert_eq!(s.holder, None);
+        assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+        // On an unmarked thread it leaves no event at all.
+        let s = standing(&[c(&claim("b", b)), c(&yielded)]);
+        assert_eq!((s.holder, s.last), (None, None));
         // A restore ends whatever is held; a mark posted twice changes nothing.
         let s = standing(&[c(&claim("a", a)), c(&claim("a", a)), c(&Mark::Restore)]);
         assert_eq!(s.holder, None);

@@ -10,7 +10,9 @@
 //! - held by a worker of this checkout that no longer runs: taken over at once;
 //! - held by another checkout: taken over once the claim mark is `stale_after_s` old and
 //!   the holder's branch `afk/<worker>/<N>-*` on `origin` did not move since the last look;
-//! - held by nobody: taken over once the last mark event is `stale_after_s` old.
+//! - held by nobody: taken over once the last mark event is `stale_after_s` old;
+//! - labelled `ready-for-human` too (a late claimant's label switch not taken back): its
+//!   `running` removed, whatever the marks say.
 //!
 //! A takeover posts a takeover mark naming the claim it ends, re-reads the thread and puts
 //! `ready-for-agent` back only when its own mark was the effective one, so two checkouts
@@ -189,6 +191,20 @@ impl StaleBelt {
                 }
             };
             if thread.state != IssueState::Open || !thread.has_label(labels::RUNNING) {
+                continue;
+            }
+            if thread.has_label(labels::READY_FOR_HUMAN) {
+                // `running` beside `ready-for-human`: a late claimant's label switch whose
+                // take-back failed. No worker works an issue a person has; never requeued.
+                match tracked::edit_labels_settled(
+                    self.tracker.as_ref(),
+                    n,
+                    &[],
+                    &[labels::RUNNING],
+                ) {
+                    Ok(()) => taken += 1,
+                    Err(_) => errors += 1,
+                }
                 continue;
             }
             let standing = marks::standing(&thread.comments);

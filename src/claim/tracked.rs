@@ -154,12 +154,14 @@ pub fn claim(
     };
     // Best effort: a lost claim mark is harmless (it never held), the record is for people.
     let _ = tracker.comment(issue, &yielded.text());
-    if standing.holder.is_none() && !open && thread.has_label(labels::RUNNING) {
-        // Handed off between our check and our label switch: take back our `running`.
+    let others_hold = standing.holder.as_ref().is_some_and(|h| h.nonce != nonce);
+    if !others_hold && !open && thread.has_label(labels::RUNNING) {
+        // Handed off between our check and our label switch (our mark then held, since
+        // nobody else did, and our `yielded` voids it): take back our `running`.
         let _ = tracker.edit_labels(issue, &[], &[labels::RUNNING]);
     }
     Ok(ClaimRace::Lost {
-        holder: holder_of(&standing),
+        holder: holder_of(&standing).filter(|_| others_hold),
     })
 }
 

@@ -6,6 +6,7 @@ mod support;
 mod agents_spend;
 mod attempt_cap;
 mod boot_branches_unblock_stragglers;
+mod claims_late;
 mod claims_multi_host;
 mod conventions;
 mod demo;

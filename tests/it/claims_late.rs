@@ -1,0 +1,97 @@
+//! A late claimant on a handed-off issue. Two checkouts confirm one issue `ready-for-agent`;
+//! one claims, works and hands it off before the other's label switch lands. The late one's
+//! claim mark then holds (nobody else did), it finds `ready-for-human`, yields, and must
+//! take its `running` back and leave the thread handed off. When its take-back fails, the
+//! claims belt removes `running` and never requeues the issue (the 2026-12-02 CI failure
+//! of `claims_multi_host`: #2 was requeued and claimed and yielded in a loop).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use afk_supervisor::claim::marks::{Comment, Event, standing};
+use afk_supervisor::claim::stale::StaleBelt;
+use afk_supervisor::claim::tracked::{self, ClaimRace};
+use afk_supervisor::layout::Layout;
+use afk_supervisor::tracker::Tracker;
+
+use crate::support::fake_gh::{FakeComment, FakeGh, FakeIssue};
+use crate::support::{TestEnv, wait_until};
+
+const CLAIM: &str = "🤖 /afk claim w1@box-a-0badc0de 0123456789abcdef";
+const HANDOFF: &str =
+    "🤖 /afk finished attempt 1-a1.\n\n🤖 /afk handoff w1@box-a-0badc0de 0123456789abcdef";
+
+fn handed_off_and_switched(gh: &FakeGh) {
+    gh.set_issues(&[FakeIssue::open(1, &["ready-for-human", "running"])
+        .with_comment(FakeComment::by("fake", "OWNER", CLAIM))
+        .with_comment(FakeComment::by("fake", "OWNER", HANDOFF))]);
+}
+
+fn fold(gh: &FakeGh) -> afk_supervisor::claim::marks::Standing {
+    let comments: Vec<Comment> = gh
+        .issue(1)
+        .unwrap()
+        .comments
+        .iter()
+        .map(|c| Comment {
+            body: c.body.clone(),
+            at: None,
+        })
+        .collect();
+    standing(&comments)
+}
+
+#[test]
+fn a_late_claim_on_a_handed_off_issue_yields_and_takes_its_running_back() {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    handed_off_and_switched(&gh);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de").unwrap();
+    assert_eq!(race, ClaimRace::Lost { holder: None });
+    let issue = gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+    let bodies: Vec<&str> = issue.comments.iter().map(|c| c.body.as_str()).collect();
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    assert!(
+        bodies[3].starts_with("🤖 /afk yielded w2@box-b-0badc0de "),
+        "{bodies:?}"
+    );
+    // The yield voids the late claim: the thread still stands handed off.
+    let s = fold(&gh);
+    assert_eq!(s.holder, None);
+    assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+}
+
+#[test]
+fn the_belt_removes_running_beside_ready_for_human_and_requeues_nothing() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin();
+    let gh = FakeGh::install(&env);
+    handed_off_and_switched(&gh);
+    // The late claimant's yield landed; its take-back did not.
+    let yielded = "🤖 /afk yielded w2@box-b-0badc0de fedcba9876543210";
+    let late = "🤖 /afk claim w2@box-b-0badc0de fedcba9876543210";
+    let mut issue = gh.issue(1).unwrap();
+    issue.comments.push(FakeComment::by("fake", "OWNER", late));
+    issue
+        .comments
+        .push(FakeComment::by("fake", "OWNER", yielded));
+    gh.set_issues(&[issue]);
+    let tracker: Arc<dyn Tracker> = Arc::new(gh.tracker(Some("fake-owner/fake-repo")));
+    // A stale age of two hours: only this rule can act within the test.
+    let mut belt = StaleBelt::new(tracker, &Layout::new(&repo.path), 7200)
+        .with_unmarked_grace(Duration::from_secs(1));
+    let mut last = String::new();
+    assert!(wait_until(Duration::from_secs(30), || {
+        last = belt.pass().unwrap();
+        last.contains("looked=1")
+    }));
+    assert!(last.contains("taken-over=1 errors=0"), "{last}");
+    let issue = gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+    // No takeover mark: nothing was requeued.
+    assert_eq!(issue.comments.len(), 4, "{:?}", issue.comments);
+    let next = belt.pass().unwrap();
+    assert!(next.starts_with("running=0"), "{next}");
+}
