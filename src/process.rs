@@ -57,21 +57,51 @@ pub fn table() -> Vec<Proc> {
         .collect()
 }
 
-/// [`table`], with each process's CPU time in milliseconds: its own (user and system) and
-/// that of the children it waited for, so the work of a short-lived compiler step stays
-/// counted in its parent once it has exited.
-pub fn table_with_cpu() -> Vec<(Proc, u64)> {
-    let Ok(all) = procfs::process::all_processes() else {
-        return Vec::new();
-    };
+/// Most processes one tree reading follows: a fork bomb costs a bounded reading.
+pub const TREE_LIMIT: usize = 4096;
+
+/// One process with its CPU time in milliseconds: its own (user and system) and that of
+/// the children it waited for, so the work of a short-lived compiler step stays counted in
+/// its parent once it has exited. `None` when it does not exist.
+pub fn read_with_cpu(pid: i32) -> Option<(Proc, u64)> {
+    let s = procfs::process::Process::new(pid).ok()?.stat().ok()?;
     let tps = procfs::ticks_per_second().max(1);
-    all.filter_map(|p| {
-        let s = p.ok()?.stat().ok()?;
-        let children = u64::try_from(s.cutime.saturating_add(s.cstime)).unwrap_or(0);
-        let ticks = s.utime.saturating_add(s.stime).saturating_add(children);
-        Some((Proc::from(&s), ticks.saturating_mul(1000) / tps))
-    })
-    .collect()
+    let children = u64::try_from(s.cutime.saturating_add(s.cstime)).unwrap_or(0);
+    let ticks = s.utime.saturating_add(s.stime).saturating_add(children);
+    Some((Proc::from(&s), ticks.saturating_mul(1000) / tps))
+}
+
+/// The live members of the session `leader` leads that descend from it, the leader first,
+/// with their CPU time ([`read_with_cpu`]): found by following `/proc/<pid>/task/*/children`
+/// down from the leader, so a reading costs a few reads per member of the tree and nothing
+/// per other process on the host. A descendant that left the session (`setsid`) is not
+/// counted (the stray search follows those); one whose parent died meanwhile was
+/// reparented to the supervisor and is not found either, until it is gone.
+pub fn session_tree_with_cpu(leader: i32) -> Vec<(Proc, u64)> {
+    let mut out = Vec::new();
+    let mut next = vec![leader];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = next.pop() {
+        if out.len() >= TREE_LIMIT || !seen.insert(pid) {
+            continue;
+        }
+        let Some((p, cpu)) = read_with_cpu(pid) else {
+            continue;
+        };
+        if p.sid != leader || p.is_zombie() {
+            continue;
+        }
+        out.push((p, cpu));
+        let Ok(tasks) = procfs::process::Process::new(pid).and_then(|p| p.tasks()) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Ok(kids) = t.children() {
+                next.extend(kids.into_iter().filter_map(|k| i32::try_from(k).ok()));
+            }
+        }
+    }
+    out
 }
 
 /// A process as other tools record it: its pid and its start time in clock ticks since

@@ -19,7 +19,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::event::{Event, Started};
 use super::reaper::{Done, Group, Order, Reaper};
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
-use super::usage::{Meter, Usage};
+use super::usage::{Members, Meter, Usage};
 use crate::cgroup::fleet::FleetCgroups;
 use crate::cgroup::watch::Watcher;
 use crate::cgroup::{Cgroup, Figures};
@@ -142,7 +142,9 @@ pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
         if cg.kill().is_err() {
             cg.signal(sig);
         }
-    } else {
+    } else if !matches!(cg.populated(), Ok(false)) {
+        // A worker that exited alone left its cgroup empty (the common end): one read of
+        // `cgroup.events` instead of its member list and a walk of its children.
         cg.signal(sig);
     }
 }
@@ -285,11 +287,19 @@ impl Children for Os {
     }
 
     fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
-        let mut out = self.meter.measure(leaders);
+        // cgroup mode: the tree is the attempt cgroup's members (one read), not a walk.
+        let trees: Vec<(i32, Members)> = leaders
+            .iter()
+            .map(|pid| match self.cgroup_of.get(pid) {
+                Some(cg) => (*pid, Members::Listed(cg.procs())),
+                None => (*pid, Members::Session),
+            })
+            .collect();
+        let mut out = self.meter.measure(&trees);
         // cgroup mode: the kernel's count for the whole attempt (what exited included)
         // replaces the sampled one; memory too where the controller is delegated.
-        for pid in leaders {
-            let Some(cg) = self.cgroup_of.get(pid) else {
+        for (pid, members) in &trees {
+            let (Some(cg), Members::Listed(procs)) = (self.cgroup_of.get(pid), members) else {
                 continue;
             };
             let f = cg.figures();
@@ -297,7 +307,7 @@ impl Children for Os {
             if let Some(us) = f.cpu_usec {
                 u.cpu_ms = us / 1000;
             }
-            u.procs = cg.procs().len();
+            u.procs = procs.len();
             if let Some(b) = f.memory_current {
                 u.rss_kib = b / 1024;
             }

@@ -41,6 +41,12 @@ use crate::tracker::{self, LabeledIssue, Tracker};
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;
 
+/// The least time between two heartbeats written after transitions. A busy fleet's
+/// transitions (dozens of respawns a second) each made the whole `state.toon` be encoded
+/// and replaced; `status` is a person's or a program's look, and a fifth of a second
+/// behind is never a tick behind. The transitions of that fifth are written together.
+pub const HEARTBEAT_GAP: Duration = Duration::from_millis(200);
+
 /// What the driver holds to carry effects out.
 pub struct Driver {
     layout: Layout,
@@ -57,6 +63,8 @@ pub struct Driver {
     /// The last report of a heartbeat that cannot be written (disk full, lane removed), so
     /// it is logged once.
     state_error: Option<String>,
+    /// When the heartbeat was last written (see [`HEARTBEAT_GAP`]).
+    state_written_at: Option<Instant>,
 }
 
 impl Driver {
@@ -79,6 +87,7 @@ impl Driver {
             grace: Duration::from_secs(config.timing.stop_grace_s),
             strays: Strays::default(),
             state_error: None,
+            state_written_at: None,
         }
     }
 
@@ -160,24 +169,35 @@ impl Driver {
         }
     }
 
-    /// When the loop must wake next without an event.
+    /// When the loop must wake next without an event: a heartbeat held back by the gap
+    /// is one of them.
     pub fn next_deadline(&self, fleet: &Fleet, now: Instant) -> Instant {
-        let d = fleet.next_deadline(now);
+        let mut d = fleet.next_deadline(now);
+        if fleet.heartbeat_due()
+            && let Some(at) = self.state_written_at
+        {
+            d = d.min((at + HEARTBEAT_GAP).max(now));
+        }
         match self.strays.next_deadline(fleet.stopping().is_some()) {
             Some(s) => d.min(s.max(now)),
             None => d,
         }
     }
 
-    /// Writes the heartbeat if a transition happened since the last one.
+    /// Writes the heartbeat if a transition happened since the last one and the last one
+    /// is [`HEARTBEAT_GAP`] old.
     pub fn heartbeat_if_changed(&mut self, fleet: &mut Fleet, now: Instant) {
-        if fleet.heartbeat_due() {
+        let gap_over = self
+            .state_written_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= HEARTBEAT_GAP);
+        if fleet.heartbeat_due() && gap_over {
             self.write_state(fleet, now);
         }
     }
 
     /// Writes the heartbeat now.
     pub fn write_state(&mut self, fleet: &mut Fleet, now: Instant) {
+        self.state_written_at = Some(now);
         let snap = fleet.snapshot_written(now);
         match state_file::write(&self.layout.state_file(), &snap) {
             Ok(()) => self.state_error = None,
@@ -421,9 +441,18 @@ impl Driver {
         let stop_file = self.layout.supervisor_stop();
         let stop_file = crate::fsutil::regular_file_present(&stop_file)
             .map_err(|e| format!("{}: {e}; not a stop request, ignored", stop_file.display()));
-        let progress = fleet
-            .progress_wanted(now)
+        let queries = fleet.progress_wanted(now);
+        // One listing of the worker directories answers every `issue_only` query of a
+        // worker that has none (an idle worker, a custom one that keeps no attempts).
+        let with_dirs = queries
+            .iter()
+            .any(|q| q.issue_only)
+            .then(|| stall::workers_with_dirs(&self.layout));
+        let progress = queries
             .into_iter()
+            .filter(|q| {
+                !q.issue_only || with_dirs.as_ref().is_none_or(|d| d.contains(&q.worker_id))
+            })
             .map(|q| {
                 let attempt = stall::current_attempt(&self.layout, &q.worker_id);
                 let files_epoch = stall::progress_epoch(q.started_epoch, &q.log, attempt.as_ref());

@@ -62,7 +62,8 @@ pub fn periodic_tasks(
     )
     .with_rescue_limit(config.rescue.max_file_bytes)
     .with_unmarked_grace(Duration::from_secs(config.claims.unmarked_grace_s));
-    vec![
+    let shared = tracker.shared_across_checkouts();
+    let mut tasks = vec![
         Periodic {
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
@@ -85,7 +86,13 @@ pub fn periodic_tasks(
                 Box::new(move || Ok(stale.pass()?)),
             ))),
         },
-    ]
+    ];
+    // Stale claims exist only where other checkouts claim too: on a tracker only this
+    // checkout uses (`local`) the belt has nothing to do, and its pass is not run at all.
+    if !shared {
+        tasks.retain(|t| t.name != "claims-belt");
+    }
+    tasks
 }
 
 /// A tracker belt that skips its run while the fleet is paused for a rate limit

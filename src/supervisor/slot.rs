@@ -58,6 +58,10 @@ pub struct Seen {
     /// worker that computes is making progress whatever its files say).
     pub usage: Option<crate::supervisor::usage::Usage>,
     pub cpu_moved_epoch: u64,
+    /// When its tree was last read (`None`: not yet), and how many readings in a row
+    /// found its CPU time unchanged: a still tree is read less and less often.
+    pub usage_read: Option<Instant>,
+    pub still_reads: u32,
 }
 
 impl Seen {
@@ -69,6 +73,8 @@ impl Seen {
             progress_epoch: epoch,
             usage: None,
             cpu_moved_epoch: epoch,
+            usage_read: None,
+            still_reads: 0,
         }
     }
 

@@ -35,6 +35,17 @@ fn safe_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
+/// The ids of the workers that have a directory in any worker namespace: one `readdir`
+/// per namespace, whatever the fleet's size.
+pub fn workers_with_dirs(layout: &Layout) -> std::collections::HashSet<String> {
+    WORKER_NAMESPACES
+        .iter()
+        .filter_map(|ns| fs::read_dir(layout.worker_namespace(ns)).ok())
+        .flat_map(|rd| rd.flatten())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect()
+}
+
 /// The most recently modified attempt dir of `worker_id` in any worker namespace.
 pub fn current_attempt(layout: &Layout, worker_id: &str) -> Option<Attempt> {
     if !safe_id(worker_id) {

@@ -1,11 +1,14 @@
-//! What each worker's process tree costs: CPU time and memory, read once per tick.
+//! What each worker's process tree costs: CPU time and memory, read for the workers whose
+//! reading is due (the fleet decides which, `fleet/tick.rs`).
 //!
 //! A worker leads its own session and whatever it starts stays in that session (unless it
-//! calls `setsid`, which the stray search covers), so a worker's tree is its session. The
-//! session's members are found with one `/proc` read per tick; sysinfo then reads exactly
-//! those processes, never the whole table, and never on an event. The totals go into
-//! `state.toon` for `status`, and a change of a tree's CPU time counts as progress for the
-//! stall check: a worker that is compiling is not stalled, whatever its log says.
+//! calls `setsid`, which the stray search covers), so a worker's tree is its session's
+//! descendants of it, found by following `/proc/<pid>/task/*/children` from the leader; in
+//! cgroup mode it is its attempt cgroup's members. Either way a reading costs reads per
+//! member of the trees read, never a scan of the host's process table. sysinfo then reads
+//! exactly those processes, and never on an event. The totals go into `state.toon` for
+//! `status`, and a change of a tree's CPU time counts as progress for the stall check: a
+//! worker that is compiling is not stalled, whatever its log says.
 
 use std::collections::HashMap;
 
@@ -30,6 +33,15 @@ pub struct Usage {
     pub memory_peak_kib: Option<u64>,
 }
 
+/// Who makes up a worker's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Members {
+    /// Its session's descendants of the leader (process-group mode).
+    Session,
+    /// These processes (cgroup mode: its attempt cgroup's members).
+    Listed(Vec<i32>),
+}
+
 pub struct Meter {
     sys: System,
 }
@@ -48,27 +60,39 @@ impl Meter {
         Meter { sys: System::new() }
     }
 
-    /// The use of each session led by one of `leaders`.
-    pub fn measure(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
+    /// The use of each tree named: a leader and who its members are.
+    pub fn measure(&mut self, trees: &[(i32, Members)]) -> HashMap<i32, Usage> {
         let mut out: HashMap<i32, Usage> = HashMap::new();
-        if leaders.is_empty() {
+        if trees.is_empty() {
             return out;
         }
         let mut members: Vec<(i32, i32)> = Vec::new();
-        for (p, cpu_ms) in process::table_with_cpu() {
-            if p.is_zombie() || !leaders.contains(&p.sid) {
-                continue;
-            }
-            members.push((p.pid, p.sid));
-            if p.pid != p.sid {
-                let u = out.entry(p.sid).or_default();
-                u.agent_cpu_ms = u.agent_cpu_ms.saturating_add(cpu_ms);
+        for (leader, which) in trees {
+            let procs = match which {
+                Members::Session => process::session_tree_with_cpu(*leader),
+                Members::Listed(pids) => pids
+                    .iter()
+                    .take(process::TREE_LIMIT)
+                    .filter_map(|p| process::read_with_cpu(*p))
+                    .filter(|(p, _)| !p.is_zombie())
+                    .collect(),
+            };
+            for (p, cpu_ms) in procs {
+                members.push((p.pid, *leader));
+                if p.pid != *leader {
+                    let u = out.entry(*leader).or_default();
+                    u.agent_cpu_ms = u.agent_cpu_ms.saturating_add(cpu_ms);
+                }
             }
         }
         let pids: Vec<Pid> = members
             .iter()
             .map(|(pid, _)| Pid::from_u32(pid.unsigned_abs()))
             .collect();
+        // A fresh table each reading: only the trees read now are in it, so it never grows
+        // with the fleet's past and nothing read before is read again to forget it (the
+        // figures taken, accumulated CPU time and resident memory, need no earlier read).
+        self.sys = System::new();
         self.sys.refresh_processes_specifics(
             ProcessesToUpdate::Some(&pids),
             true,
@@ -85,22 +109,6 @@ impl Meter {
             u.cpu_ms = u.cpu_ms.saturating_add(p.accumulated_cpu_time());
             u.rss_kib = u.rss_kib.saturating_add(p.memory() / 1024);
             u.procs += 1;
-        }
-        // Forget processes that are gone, so the table does not grow with the fleet's past.
-        let live: std::collections::HashSet<Pid> = pids.into_iter().collect();
-        let gone: Vec<Pid> = self
-            .sys
-            .processes()
-            .keys()
-            .filter(|p| !live.contains(p))
-            .copied()
-            .collect();
-        if !gone.is_empty() {
-            self.sys.refresh_processes_specifics(
-                ProcessesToUpdate::Some(&gone),
-                true,
-                ProcessRefreshKind::nothing(),
-            );
         }
         out
     }
@@ -130,7 +138,7 @@ mod tests {
         let mut m = Meter::new();
         let deadline = Instant::now() + Duration::from_secs(20);
         let read = |m: &mut Meter| {
-            m.measure(&[leader])
+            m.measure(&[(leader, Members::Session)])
                 .get(&leader)
                 .copied()
                 .unwrap_or_default()

@@ -251,8 +251,7 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
     let paused = f.wait_events("fleet.agent-paused", 1);
     assert!(paused[0].msg.contains("usage limit"), "{}", paused[0].msg);
     // While paused, `status` says so in the words.
-    let out = f.run_cmd(&["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = f.wait_status_line(|l| l.starts_with("agent paused: usage limit, resumes "));
     assert!(
         text.lines()
             .any(|l| l.starts_with("agent paused: usage limit, resumes ")),
@@ -350,8 +349,7 @@ fn budget_run(program: &str, sample: &str, budget: &str, expect_runs: usize, wor
     let n_runs = runs(&f).len();
     eprintln!("budget run ({budget}): runs: {n_runs}");
     assert_eq!(n_runs, expect_runs, "{}", f.dump());
-    let out = f.run_cmd(&["status"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = f.wait_status_line(|l| l.starts_with("budget reached: ") && l.contains(words));
     assert!(
         text.lines()
             .any(|l| l.starts_with("budget reached: ") && l.contains(words)),

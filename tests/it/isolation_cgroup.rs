@@ -45,7 +45,11 @@ impl Drop for CgroupGuard {
 
 /// A fleet in `mode` (`cgroup` or `process-group`) running `script`.
 fn fleet_in(mode: &str, script: &str) -> (Fleet, CgroupGuard) {
-    let mut f = Fleet::new(script, FAST_TIMING);
+    fleet_in_timed(mode, script, FAST_TIMING)
+}
+
+fn fleet_in_timed(mode: &str, script: &str, timing: &str) -> (Fleet, CgroupGuard) {
+    let mut f = Fleet::new(script, timing);
     f.extra_env
         .push(("RED_AFK_ISOLATION".into(), mode.to_string()));
     let g = CgroupGuard::of(&f);
@@ -316,7 +320,10 @@ fn process_group_mode_leftovers_for_comparison() {
 fn cpu_seconds_of_a_busy_and_a_sleeping_worker() {
     require_cgroups();
     let script = "if [ \"$RED_AFK_SLOT\" = 0 ]; then while :; do :; done; fi\nexec sleep 600\n";
-    let (mut f, _g) = fleet_in("cgroup", script);
+    // A tree is first read one interval after its worker starts: a quarter of `stall_s`
+    // here (2 s), not the minute of a longer `stall_s`.
+    let timing = FAST_TIMING.replace("stall_s = 600", "stall_s = 8");
+    let (mut f, _g) = fleet_in_timed("cgroup", script, &timing);
     f.start(&["--workers", "2"]);
     f.wait_workers(2);
     let cpu = |slot: usize| {

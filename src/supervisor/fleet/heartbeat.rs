@@ -71,7 +71,9 @@ impl Fleet {
     /// Logs `ev`, stamped with the event's time when it has none (a line of the fleet's
     /// own; one from a helper thread keeps its time).
     pub fn log(&mut self, mut ev: LogLine) {
-        if ev.kind != kind::TICK {
+        // A transition is logged, so a line asks for the heartbeat; the tick line and the
+        // periodic tasks' results change nothing the heartbeat says.
+        if ev.kind != kind::TICK && ev.kind != kind::PERIODIC {
             self.record.dirty = true;
         }
         if ev.ts.is_empty() {

@@ -473,6 +473,52 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     assert!(b.signalled(pid, Signal::SIGTERM));
 }
 
+/// A tree is first read one interval (a minute) after its worker starts; a tree found
+/// still waits twice as long per still reading, and one whose CPU moves is read every
+/// minute again. What each tick reads is only the workers due.
+#[test]
+fn a_still_tree_is_read_less_and_less_often_a_moving_one_every_minute() {
+    let mut b = Bench::new(2);
+    b.start();
+    let (p0, p1) = (b.pid_in(0).unwrap(), b.pid_in(1).unwrap());
+    let usage = |ms| Usage {
+        cpu_ms: ms,
+        rss_kib: 1024,
+        procs: 1,
+        agent_cpu_ms: ms,
+        memory_peak_kib: None,
+    };
+    let wanted = |b: &Bench, secs: f64| {
+        let mut w = b.fleet.usage_wanted(b.at(secs)).unwrap_or_default();
+        w.sort_unstable();
+        w
+    };
+    b.world.usage.insert(p0, usage(100));
+    b.world.usage.insert(p1, usage(100));
+    assert!(wanted(&b, 30.0).is_empty());
+    let both = {
+        let mut v = vec![p0, p1];
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(wanted(&b, 61.0), both);
+    b.tick(61.0);
+    assert!(wanted(&b, 100.0).is_empty());
+    // Slot 1's tree computes; slot 0's stays still.
+    b.world.usage.insert(p1, usage(5000));
+    assert_eq!(wanted(&b, 122.0), both);
+    b.tick(122.0);
+    b.world.usage.insert(p1, usage(9000));
+    // A minute on: only the moving tree; the still one waits two minutes.
+    assert_eq!(wanted(&b, 183.0), vec![p1]);
+    b.tick(183.0);
+    assert_eq!(wanted(&b, 243.0), both);
+    b.tick(243.0);
+    let snap = b.fleet.snapshot(b.at(243.0));
+    assert_eq!(snap.slot_detail[1].cpu_ms, Some(9000));
+    assert_eq!(snap.slot_detail[0].cpu_ms, Some(100));
+}
+
 /// A worker that meets a tracker rate limit exits 75: not a death (no circuit trip, however
 /// often), the slot idles and the next queue check with work wakes it.
 #[test]

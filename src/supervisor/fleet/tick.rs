@@ -18,17 +18,24 @@ pub struct ProgressQuery {
     pub started_epoch: u64,
     /// The issue whose title is already known (not read again).
     pub title_of: Option<u64>,
+    /// Asked only to learn which issue a worker took (for `status`): where the worker
+    /// has no directory of attempts yet, nothing of it needs reading.
+    pub issue_only: bool,
 }
 
-/// How often, at most, the workers' CPU and memory are read (sooner when `stall_s` is short).
+/// How often a worker's tree's CPU and memory are read while it computes, or while it
+/// nears its stall threshold (sooner when `stall_s` is short). Its first reading is one
+/// such interval after its start.
 const USAGE_EVERY: Duration = Duration::from_secs(60);
 
-/// When the periodic work is next due: the tick, and the workers' usage reading it does
-/// less often. One part because only the tick reads and moves them.
+/// A tree whose CPU time did not move at its last readings is read at twice the interval
+/// per still reading, up to this many times it: an idle fleet of 1,000 waiting workers
+/// costs a few readings a minute, not a thousand.
+const USAGE_STILL_STEPS: u32 = 3;
+
+/// When the periodic work is next due: the tick. One part because only the tick moves it.
 pub(super) struct Timers {
     pub(super) next_tick: Instant,
-    /// When the workers' CPU and memory were last read.
-    pub(super) usage_read_at: Option<Instant>,
     /// Whether the workers are the built-in one, whose own CPU is not the agent's progress.
     pub(super) agent_only: bool,
 }
@@ -37,7 +44,6 @@ impl Timers {
     pub(super) fn new(now: Instant, tick_s: u64) -> Self {
         Timers {
             next_tick: crate::timeutil::deadline(now, Duration::from_secs(tick_s)),
-            usage_read_at: None,
             agent_only: false,
         }
     }
@@ -147,10 +153,11 @@ impl Fleet {
     /// The running workers whose files the tick at `now` reads: pid, worker id, slot log,
     /// start, and the issue whose title is known already (not read again). Only the slots
     /// that are due: a worker whose last sign of life is recent cannot be stalled, so its
-    /// files are read only with the CPU reading (for `status`'s issue and title), not at
-    /// every tick: an idle fleet's tick costs no read per worker.
+    /// files are read with its CPU reading (refreshing `status`'s issue and title), and a
+    /// worker whose issue is not known yet is asked for at every tick as `issue_only`,
+    /// which the driver answers from one listing of the worker directories: an idle
+    /// fleet's tick costs no read per worker.
     pub fn progress_wanted(&self, now: Instant) -> Vec<ProgressQuery> {
-        let all = self.usage_due(now);
         let now_e = self.epoch();
         let stall_s = self.timing.stall_s;
         self.pool
@@ -158,14 +165,17 @@ impl Fleet {
             .values()
             .filter_map(|s| {
                 let w = s.worker()?;
-                let due =
-                    all || w.seen.stalled || now_e.saturating_sub(w.seen.last_sign()) >= stall_s;
-                due.then(|| ProgressQuery {
+                let due = self.usage_due(w, now)
+                    || w.seen.stalled
+                    || now_e.saturating_sub(w.seen.last_sign()) >= stall_s;
+                let issue_only = !due && w.seen.issue.is_none();
+                (due || issue_only).then(|| ProgressQuery {
                     pid: w.pid,
                     worker_id: w.id.clone(),
                     log: w.log.clone(),
                     started_epoch: w.started_epoch,
                     title_of: s.shown.title.as_ref().map(|(n, _)| *n),
+                    issue_only,
                 })
             })
             .collect()
@@ -219,48 +229,62 @@ impl Fleet {
 
     // ---- stalls ----
 
-    /// The CPU and memory of every worker's tree as the driver read them for this tick
-    /// (when [`Fleet::usage_wanted`] asked); a tree whose CPU time moved made progress.
-    /// The leaders whose CPU and memory the next tick reads, when a reading is due.
+    /// The leaders whose CPU and memory this tick reads: only the workers whose reading
+    /// is due ([`Fleet::usage_due`]), `None` when none is.
     pub fn usage_wanted(&self, now: Instant) -> Option<Vec<i32>> {
-        if !self.usage_due(now) {
-            return None;
-        }
         let leaders: Vec<i32> = self
             .pool
             .slots
             .values()
-            .filter_map(|s| s.worker().map(|w| w.pid))
+            .filter_map(|s| s.worker())
+            .filter(|w| self.usage_due(w, now))
+            .map(|w| w.pid)
             .collect();
         (!leaders.is_empty()).then_some(leaders)
     }
 
-    fn usage_due(&self, now: Instant) -> bool {
-        // A `/proc` read and a sysinfo read of every worker's tree cost most of an idle
-        // tick at a large fleet: once a minute is enough for `status` and for a stall
-        // threshold measured in minutes.
-        // Often enough for the stall check to see a computing tree move well inside
-        // `stall_s`.
-        let every = USAGE_EVERY.min(Duration::from_secs((self.timing.stall_s / 4).max(1)));
-        self.timers
-            .usage_read_at
-            .is_none_or(|t| now.saturating_duration_since(t) >= every)
+    /// Whether `w`'s tree is read at the tick at `now`. The interval is once a minute (a
+    /// quarter of `stall_s` when that is shorter): often enough for `status` and for the
+    /// stall check to see a computing tree move well inside `stall_s`. A tree found still
+    /// waits twice as long per still reading (up to 8 times), unless its worker nears
+    /// the stall threshold (no sign of life for half of `stall_s`), where its CPU is the
+    /// sign the check needs.
+    pub(super) fn usage_due(&self, w: &LiveWorker, now: Instant) -> bool {
+        let stall_s = self.timing.stall_s;
+        let every = USAGE_EVERY.min(Duration::from_secs((stall_s / 4).max(1)));
+        let near_stall =
+            w.seen.stalled || self.epoch().saturating_sub(w.seen.last_sign()) >= stall_s / 2;
+        let every = match near_stall {
+            true => every,
+            false => every * (1 << w.seen.still_reads.min(USAGE_STILL_STEPS)),
+        };
+        let since = w.seen.usage_read.unwrap_or(w.started);
+        now.saturating_duration_since(since) >= every
     }
 
+    /// The CPU and memory of the due workers' trees as the driver read them for this tick
+    /// (when [`Fleet::usage_wanted`] asked); a tree whose CPU time moved made progress.
     fn measure_workers(&mut self, usage: Option<HashMap<i32, Usage>>, now: Instant) {
-        if !self.usage_due(now) {
-            return;
-        }
-        let previous_read = self.timers.usage_read_at.replace(now);
         let Some(usage) = usage else {
             return;
         };
         let now_e = self.epoch();
         let (agent_only, floor) = (self.timers.agent_only, self.timing.stall_cpu_floor_permille);
-        for slot in self.pool.slots.values_mut() {
+        let due: Vec<usize> = self
+            .pool
+            .slots
+            .values()
+            .filter(|s| s.worker().is_some_and(|w| self.usage_due(w, now)))
+            .map(|s| s.index)
+            .collect();
+        for idx in due {
+            let Some(slot) = self.pool.slots.get_mut(&idx) else {
+                continue;
+            };
             let Phase::Running(w) = &mut slot.phase else {
                 continue;
             };
+            let previous_read = w.seen.usage_read.replace(now);
             let u = usage.get(&w.pid).copied();
             // Under the built-in worker the agent's processes are the work; the worker's
             // own polling is not. A custom worker's whole tree counts.
@@ -275,6 +299,8 @@ impl Fleet {
                     w.seen.cpu_moved_epoch = now_e;
                 }
             }
+            let still = matches!((u, w.seen.usage), (Some(u), Some(b)) if u.cpu_ms == b.cpu_ms);
+            w.seen.still_reads = if still { w.seen.still_reads + 1 } else { 0 };
             slot.shown.cpu_permille = u
                 .and_then(|u| cpu_permille(w, u, previous_read, now))
                 .map(|c| (w.pid, c));

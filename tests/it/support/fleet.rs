@@ -110,6 +110,17 @@ impl Fleet {
         self.cmd(args).stdin(Stdio::null()).output().unwrap()
     }
 
+    /// `status`'s text once a line of it satisfies `line` (the heartbeat follows the event
+    /// log within `HEARTBEAT_GAP`), or the last text at the deadline.
+    pub fn wait_status_line(&self, line: impl Fn(&str) -> bool) -> String {
+        let mut text = String::new();
+        wait_until(WAIT, || {
+            text = String::from_utf8_lossy(&self.run_cmd(&["status"]).stdout).into_owned();
+            text.lines().any(&line)
+        });
+        text
+    }
+
     /// Starts the supervisor in the background; its stderr goes to `supervisor-<n>.err`.
     pub fn start(&mut self, args: &[&str]) -> i32 {
         let n = fs::read_dir(self.env.path())
