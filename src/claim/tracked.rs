@@ -183,8 +183,12 @@ pub fn held_elsewhere(tracker: &dyn Tracker, n: u64, host: &str) -> TrackerResul
 /// Posts `body` (a mark or a comment ending in one), retried: the mark's nonce makes a
 /// duplicate harmless.
 pub fn post(tracker: &dyn Tracker, issue: u64, body: &str) -> TrackerResult<()> {
-    retry(|| tracker.comment(issue, body))
+    retry_n(POST_TRIES, || tracker.comment(issue, body))
 }
+
+/// How often a mark or a comment ending in one is tried: a lost end mark leaves a thread
+/// that no longer says who holds the issue, and a repeat is harmless (its nonce).
+const POST_TRIES: u32 = 5;
 
 /// One read of the thread, retried on a transient failure (a read changes nothing).
 pub fn read_thread(tracker: &dyn Tracker, issue: u64) -> TrackerResult<IssueThread> {
@@ -216,12 +220,16 @@ pub fn edit_labels_settled(
 
 /// `f` tried up to three times while it fails transiently, for calls a repeat cannot harm
 /// (reads, marks, label edits).
-pub fn retry<T>(mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
+pub fn retry<T>(f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
+    retry_n(TRIES, f)
+}
+
+fn retry_n<T>(max: u32, mut f: impl FnMut() -> TrackerResult<T>) -> TrackerResult<T> {
     let mut tries = 0;
     loop {
         tries += 1;
         match f() {
-            Err(e) if e.is_transient() && tries < TRIES => {
+            Err(e) if e.is_transient() && tries < max => {
                 std::thread::sleep(Duration::from_millis(300 * u64::from(tries)));
             }
             other => return other,
