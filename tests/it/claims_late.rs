@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use afk_supervisor::claim::marks::{Comment, Event, standing};
+use afk_supervisor::claim::marks::Event;
 use afk_supervisor::claim::stale::StaleBelt;
 use afk_supervisor::claim::tracked::{self, ClaimRace};
 use afk_supervisor::layout::Layout;
@@ -25,20 +25,6 @@ fn handed_off_and_switched(gh: &FakeGh) {
     gh.set_issues(&[FakeIssue::open(1, &["ready-for-human", "running"])
         .with_comment(FakeComment::by("fake", "OWNER", CLAIM))
         .with_comment(FakeComment::by("fake", "OWNER", HANDOFF))]);
-}
-
-fn fold(gh: &FakeGh) -> afk_supervisor::claim::marks::Standing {
-    let comments: Vec<Comment> = gh
-        .issue(1)
-        .unwrap()
-        .comments
-        .iter()
-        .map(|c| Comment {
-            body: c.body.clone(),
-            at: None,
-        })
-        .collect();
-    standing(&comments)
 }
 
 #[test]
@@ -58,7 +44,7 @@ fn a_late_claim_on_a_handed_off_issue_yields_and_takes_its_running_back() {
         "{bodies:?}"
     );
     // The yield voids the late claim: the thread still stands handed off.
-    let s = fold(&gh);
+    let s = gh.issue(1).unwrap().standing();
     assert_eq!(s.holder, None);
     assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use afk_supervisor::claim::marks::{Comment, Event, Mark, standing};
+use afk_supervisor::claim::marks::{Event, Mark};
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::{TestEnv, fleet, wait_until};
@@ -157,16 +157,8 @@ impl Hosts {
         let issues = self.gh.issues();
         issues.len() == ISSUES as usize
             && issues.iter().all(|i| {
-                let thread: Vec<Comment> = i
-                    .comments
-                    .iter()
-                    .map(|c| Comment {
-                        body: c.body.clone(),
-                        at: None,
-                    })
-                    .collect();
                 i.labels == ["ready-for-human"]
-                    && matches!(standing(&thread).last, Some((Event::HandedOff, _)))
+                    && matches!(i.standing().last, Some((Event::HandedOff, _)))
             })
     }
 

@@ -98,6 +98,19 @@ pub struct FakeIssue {
 }
 
 impl FakeIssue {
+    /// Who holds the issue by its thread's marks (the fold every checkout computes).
+    pub fn standing(&self) -> afk_supervisor::claim::marks::Standing {
+        let comments: Vec<afk_supervisor::claim::marks::Comment> = self
+            .comments
+            .iter()
+            .map(|c| afk_supervisor::claim::marks::Comment {
+                body: c.body.clone(),
+                at: None,
+            })
+            .collect();
+        afk_supervisor::claim::marks::standing(&comments)
+    }
+
     pub fn open(number: u64, labels: &[&str]) -> Self {
         FakeIssue {
             number,
