@@ -14,7 +14,10 @@
 //! A fresh attempt cgroup per spawn keeps an old attempt's leftovers out of the new one's
 //! figures.
 
+use std::collections::HashSet;
+use std::io;
 use std::path::Path;
+use std::sync::Mutex;
 
 use super::{Cgroup, CgroupError, hierarchy};
 
@@ -50,6 +53,8 @@ pub struct FleetCgroups {
     controllers: Vec<String>,
     /// The worker limits that can be enforced, set on every attempt.
     worker_limits: Vec<Limit>,
+    /// Slots whose directory this supervisor made (or found) and enabled controllers in.
+    ready_slots: Mutex<HashSet<usize>>,
 }
 
 /// What start-up found: the fleet's cgroups, and one line per limit that cannot be
@@ -193,6 +198,7 @@ pub fn setup(
             origin,
             controllers,
             worker_limits,
+            ready_slots: Mutex::default(),
         },
         notes,
     })
@@ -208,6 +214,11 @@ impl FleetCgroups {
         &self.controllers
     }
 
+    /// Whether the attempts have the memory controller (and so its files).
+    pub fn has_memory(&self) -> bool {
+        self.controllers.iter().any(|c| c == "memory")
+    }
+
     pub fn slot(&self, slot: usize) -> Cgroup {
         self.root.child(&format!("slot-{slot}"))
     }
@@ -215,15 +226,38 @@ impl FleetCgroups {
     /// A fresh cgroup for one spawn in `slot`, with the worker limits set. A leftover
     /// directory of that name (a reused supervisor pid) is removed first; one still
     /// populated is an error, never shared.
+    ///
+    /// A slot's own directory is made and its controllers enabled once per supervisor (the
+    /// first spawn in it); after that a spawn costs one `mkdir`, and a slot directory found
+    /// gone (removed from outside) is made again.
     pub fn attempt(&self, slot: usize, sup_pid: i32, seq: u64) -> Result<Cgroup, CgroupError> {
         let s = self.slot(slot);
-        s.create()?;
-        s.enable(&self.controllers);
         let a = s.child(&format!("attempt-{sup_pid}-{seq}"));
-        if a.exists() {
-            a.remove_tree()?;
+        let ready = self.ready_slots.lock().is_ok_and(|r| r.contains(&slot));
+        let made = if ready {
+            a.make().map_err(Some)
+        } else {
+            Err(None)
+        };
+        match made {
+            Ok(()) => {}
+            Err(Some(e)) if e.source.kind() == io::ErrorKind::AlreadyExists => {
+                a.remove_tree()?;
+                a.create()?;
+            }
+            Err(Some(e)) if e.source.kind() != io::ErrorKind::NotFound => return Err(e),
+            Err(_) => {
+                s.create()?;
+                s.enable(&self.controllers);
+                if let Ok(mut r) = self.ready_slots.lock() {
+                    r.insert(slot);
+                }
+                if a.exists() {
+                    a.remove_tree()?;
+                }
+                a.create()?;
+            }
         }
-        a.create()?;
         for l in &self.worker_limits {
             // Checked enforceable at start-up; a value the kernel refuses was said there
             // too, so a failure here changes nothing it did not already say.
@@ -288,6 +322,45 @@ mod tests {
             outside_own_leaf(other.clone(), "afk-r-1").dir(),
             other.dir()
         );
+    }
+
+    /// A slot is made once per supervisor, yet one removed from outside is made again;
+    /// a leftover attempt of the same name is replaced, never shared; a tree with a
+    /// cgroup below goes whole.
+    #[test]
+    #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+    fn slots_are_made_once_and_again_when_gone() {
+        let (_, own) = hierarchy::own().unwrap();
+        let root = own.child(&format!("afk-unit-fleet-{}", std::process::id()));
+        root.create().unwrap();
+        // Removed even when an assertion fails (nothing runs in it).
+        struct Gone(Cgroup);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = self.0.remove_tree();
+            }
+        }
+        let _gone = Gone(root.clone());
+        let f = FleetCgroups {
+            root: root.clone(),
+            origin: own,
+            controllers: Vec::new(),
+            worker_limits: Vec::new(),
+            ready_slots: Mutex::default(),
+        };
+        let a = f.attempt(0, 1, 1).unwrap();
+        assert!(a.exists() && a.dir().starts_with(f.slot(0).dir()));
+        assert!(f.ready_slots.lock().unwrap().contains(&0));
+        a.remove_tree().unwrap();
+        f.slot(0).remove_tree().unwrap();
+        let again = f.attempt(0, 1, 2).unwrap();
+        assert!(again.exists(), "a slot removed from outside is made again");
+        again.child("inner").create().unwrap();
+        let same = f.attempt(0, 1, 2).unwrap();
+        assert!(same.exists() && !same.child("inner").exists());
+        assert_eq!(attempts_under(&root).len(), 1);
+        root.remove_tree().unwrap();
+        assert!(!root.dir().exists());
     }
 
     #[test]

@@ -302,7 +302,7 @@ impl Children for Os {
             let (Some(cg), Members::Listed(procs)) = (self.cgroup_of.get(pid), members) else {
                 continue;
             };
-            let f = cg.figures();
+            let f = cg.figures_with(self.memory_counted());
             let u = out.entry(*pid).or_default();
             if let Some(us) = f.cpu_usec {
                 u.cpu_ms = us / 1000;
@@ -436,7 +436,7 @@ impl Children for Os {
 
     fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
         self.cgroup_of.remove(&leader);
-        let f = cg.figures();
+        let f = cg.figures_with(self.memory_counted());
         let _ = cg.remove_tree();
         f
     }
@@ -462,6 +462,11 @@ impl Children for Os {
 }
 
 impl Os {
+    /// Whether the attempt cgroups have the memory controller's files to read.
+    fn memory_counted(&self) -> bool {
+        self.cgroups.as_ref().is_none_or(|c| c.has_memory())
+    }
+
     /// Live children of ours outside our session, but for `keep`: descendants that left
     /// their worker's group and were reparented to us when their parent died.
     fn stray_children(&self, keep: &HashSet<i32>) -> Vec<Proc> {

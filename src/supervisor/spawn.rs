@@ -80,11 +80,19 @@ pub fn spawn_in(
         path: spec.log.to_path_buf(),
         source,
     };
-    if let Some(dir) = spec.log.parent() {
-        fs::create_dir_all(dir).map_err(log_err)?;
-    }
     // Never through a symlink, into a FIFO (which would block) or anything but a file.
-    let out = crate::fsutil::open_append(spec.log).map_err(|e| log_err(e.into()))?;
+    // The day's folder is made only when the log cannot be opened without it: once a day,
+    // not once a spawn.
+    let out = match crate::fsutil::open_append(spec.log) {
+        Err(crate::fsutil::SmallFileError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = spec.log.parent() {
+                fs::create_dir_all(dir).map_err(log_err)?;
+            }
+            crate::fsutil::open_append(spec.log)
+        }
+        other => other,
+    };
+    let out = out.map_err(|e| log_err(e.into()))?;
     let out = above_stdio(out).map_err(log_err)?;
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
     let start_err = |source| SpawnError::Start {

@@ -131,7 +131,7 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         sh_argv: sh_p.as_mut_ptr(),
         envp: envp_p.as_ptr(),
         cwd: cwd.as_ptr(),
-        null: null.as_raw_fd(),
+        null,
         log: plan.log,
         parent: std::process::id() as libc::pid_t,
         errno: 0,
@@ -194,10 +194,16 @@ fn candidates(program: &str, env: &[(OsString, OsString)]) -> Vec<Vec<u8>> {
 }
 
 /// `/dev/null` for the child's stdin, above 0-2 so the child's own `dup2`s cannot
-/// overwrite it before it is copied.
-fn dev_null() -> io::Result<OwnedFd> {
+/// overwrite it before it is copied. Opened once for the process (close-on-exec, so only
+/// the `dup2` onto 0 reaches a worker): every spawn needs the same one.
+fn dev_null() -> io::Result<RawFd> {
+    static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(fd.as_raw_fd());
+    }
     let f = std::fs::File::open("/dev/null")?;
-    super::above_stdio(f).map(OwnedFd::from)
+    let fd = super::above_stdio(f).map(OwnedFd::from)?;
+    Ok(NULL.get_or_init(|| fd).as_raw_fd())
 }
 
 fn c_string(bytes: Vec<u8>) -> io::Result<CString> {
