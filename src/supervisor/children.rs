@@ -160,6 +160,9 @@ pub struct Os {
     watcher: Option<Watcher>,
     /// Each followed worker's cgroup, by the worker's pid (for its figures).
     cgroup_of: HashMap<i32, Cgroup>,
+    /// Each followed cgroup's CPU count (`usage_usec`) at its last reading and what that
+    /// reading found, by the worker's pid: a tree whose count has not moved is not read.
+    last_usage: HashMap<i32, (u64, Usage)>,
 }
 
 impl Os {
@@ -171,6 +174,7 @@ impl Os {
             cgroups: None,
             watcher: None,
             cgroup_of: HashMap::new(),
+            last_usage: HashMap::new(),
         }
     }
 
@@ -287,22 +291,43 @@ impl Children for Os {
     }
 
     fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage> {
-        // cgroup mode: the tree is the attempt cgroup's members (one read), not a walk.
-        let trees: Vec<(i32, Members)> = leaders
-            .iter()
-            .map(|pid| match self.cgroup_of.get(pid) {
-                Some(cg) => (*pid, Members::Listed(cg.procs())),
-                None => (*pid, Members::Session),
-            })
-            .collect();
-        let mut out = self.meter.measure(&trees);
-        // cgroup mode: the kernel's count for the whole attempt (what exited included)
-        // replaces the sampled one; memory too where the controller is delegated.
-        for (pid, members) in &trees {
-            let (Some(cg), Members::Listed(procs)) = (self.cgroup_of.get(pid), members) else {
+        let memory = self.memory_counted();
+        let mut out = HashMap::new();
+        let mut trees: Vec<(i32, Members)> = Vec::with_capacity(leaders.len());
+        let mut figures: HashMap<i32, Figures> = HashMap::new();
+        for pid in leaders {
+            let Some(cg) = self.cgroup_of.get(pid) else {
+                trees.push((*pid, Members::Session));
                 continue;
             };
-            let f = cg.figures_with(self.memory_counted());
+            // cgroup mode: the kernel's count for the whole attempt (what exited included).
+            // A cgroup whose count has not moved ran no instruction since it was last read:
+            // no member came or went and none touched its memory, so the last reading
+            // stands and a still tree costs one read, not a read per member.
+            let f = cg.figures_with(memory);
+            if let (Some(us), Some((was, last))) = (f.cpu_usec, self.last_usage.get(pid))
+                && us == *was
+            {
+                let mut u = *last;
+                if let Some(b) = f.memory_current {
+                    u.rss_kib = b / 1024;
+                }
+                u.memory_peak_kib = f.memory_peak.map(|b| b / 1024).or(u.memory_peak_kib);
+                out.insert(*pid, u);
+                continue;
+            }
+            figures.insert(*pid, f);
+            // The tree is the attempt cgroup's members (one read), not a walk.
+            trees.push((*pid, Members::Listed(cg.procs())));
+        }
+        let measured = self.meter.measure(&trees);
+        out.extend(measured);
+        // The kernel's figures replace the sampled ones; memory too where the controller
+        // is delegated.
+        for (pid, members) in &trees {
+            let (Some(f), Members::Listed(procs)) = (figures.get(pid), members) else {
+                continue;
+            };
             let u = out.entry(*pid).or_default();
             if let Some(us) = f.cpu_usec {
                 u.cpu_ms = us / 1000;
@@ -312,6 +337,9 @@ impl Children for Os {
                 u.rss_kib = b / 1024;
             }
             u.memory_peak_kib = f.memory_peak.map(|b| b / 1024);
+            if let Some(us) = f.cpu_usec {
+                self.last_usage.insert(*pid, (us, *u));
+            }
         }
         out
     }
@@ -412,6 +440,7 @@ impl Children for Os {
         let pidfd = Pidfd::open(pid).map(Arc::new);
         let watched = self.watch(pid, start, pidfd.clone(), true);
         self.cgroup_of.insert(pid, cg.clone());
+        self.last_usage.remove(&pid);
         Ok((
             Started {
                 pid,
@@ -428,6 +457,7 @@ impl Children for Os {
             w.watch(cg);
         }
         self.cgroup_of.insert(pid, cg.clone());
+        self.last_usage.remove(&pid);
     }
 
     fn watches_cgroups(&self) -> bool {
@@ -436,6 +466,7 @@ impl Children for Os {
 
     fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
         self.cgroup_of.remove(&leader);
+        self.last_usage.remove(&leader);
         let f = cg.figures_with(self.memory_counted());
         let _ = cg.remove_tree();
         f
@@ -577,6 +608,59 @@ mod reaper_cgroup_tests {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+    }
+
+    /// A still cgroup's reading is its last one (its CPU count did not move), and a
+    /// process that joins it moves the count, so the next reading sees the new member.
+    #[test]
+    #[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+    fn a_still_cgroup_keeps_its_reading_until_its_cpu_moves() {
+        let (_, own) = crate::cgroup::hierarchy::own().unwrap();
+        let cg = Scratch(own.child(&format!("afk-unit-usage-{}", std::process::id())));
+        cg.0.create().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), "exec sleep 300".into()];
+        let spec = SpawnSpec {
+            argv: &argv,
+            cwd: dir.path(),
+            log: &dir.path().join("log"),
+            env: vec![],
+        };
+        let s = spawn_in(&spec, Some(&cg.0)).unwrap();
+        let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(otx);
+        os.follow_cgroup(s.pid, &cg.0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = os.usage(&[s.pid])[&s.pid];
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let u = os.usage(&[s.pid])[&s.pid];
+            if u == last && u.procs == 1 {
+                break;
+            }
+            last = u;
+            assert!(Instant::now() < deadline, "never still: {u:?}");
+        }
+        assert_eq!(os.last_usage[&s.pid].1, last);
+        let second = spawn_in(&spec, Some(&cg.0)).unwrap();
+        let joined = loop {
+            let u = os.usage(&[s.pid])[&s.pid];
+            if u.procs == 2 {
+                break u;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the second member never counted: {u:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(joined.cpu_ms >= last.cpu_ms);
+        let _ = cg.0.kill();
+        for pid in [s.pid, second.pid] {
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        }
+        os.finish_cgroup(s.pid, &cg.0);
+        assert!(!os.last_usage.contains_key(&s.pid));
     }
 
     /// A worker in its own cgroup leaves a descendant in a new session with a cleared
