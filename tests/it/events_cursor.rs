@@ -88,6 +88,14 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
+    // It sleeps between looks only once its first look has found the end: a pause logged
+    // before that would be older than the end it starts from.
+    let wchan = format!("/proc/{}/wchan", follow.id());
+    assert!(
+        wait_until(WAIT, || std::fs::read_to_string(&wchan)
+            .is_ok_and(|w| w.contains("nanosleep"))),
+        "the follower never settled at the end ({wchan})"
+    );
     // Nothing older is printed; the pause is.
     assert!(
         f.run_cmd(&["pause", "--reason", "follow me"])
