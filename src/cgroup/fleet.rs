@@ -234,29 +234,20 @@ impl FleetCgroups {
         let s = self.slot(slot);
         let a = s.child(&format!("attempt-{sup_pid}-{seq}"));
         let ready = self.ready_slots.lock().is_ok_and(|r| r.contains(&slot));
-        let made = if ready {
-            a.make().map_err(Some)
-        } else {
-            Err(None)
-        };
-        match made {
+        if !ready {
+            self.prepare_slot(slot, &s)?;
+        }
+        match a.make() {
             Ok(()) => {}
-            Err(Some(e)) if e.source.kind() == io::ErrorKind::AlreadyExists => {
+            Err(e) if e.source.kind() == io::ErrorKind::AlreadyExists => {
                 a.remove_tree()?;
-                a.create()?;
+                a.make()?;
             }
-            Err(Some(e)) if e.source.kind() != io::ErrorKind::NotFound => return Err(e),
-            Err(_) => {
-                s.create()?;
-                s.enable(&self.controllers);
-                if let Ok(mut r) = self.ready_slots.lock() {
-                    r.insert(slot);
-                }
-                if a.exists() {
-                    a.remove_tree()?;
-                }
-                a.create()?;
+            Err(e) if e.source.kind() == io::ErrorKind::NotFound && ready => {
+                self.prepare_slot(slot, &s)?;
+                a.make()?;
             }
+            Err(e) => return Err(e),
         }
         for l in &self.worker_limits {
             // Checked enforceable at start-up; a value the kernel refuses was said there
@@ -264,6 +255,17 @@ impl FleetCgroups {
             let _ = a.set(l.file, &l.value);
         }
         Ok(a)
+    }
+
+    /// Makes slot `slot`'s directory `s` (one there already is fine) and enables the
+    /// attempts' controllers in it.
+    fn prepare_slot(&self, slot: usize, s: &Cgroup) -> Result<(), CgroupError> {
+        s.create()?;
+        s.enable(&self.controllers);
+        if let Ok(mut r) = self.ready_slots.lock() {
+            r.insert(slot);
+        }
+        Ok(())
     }
 
     /// Every attempt cgroup of the fleet with its slot: what a successor adopts or ends.

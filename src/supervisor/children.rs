@@ -149,6 +149,20 @@ pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
     }
 }
 
+/// The kernel's figures of an attempt in place of the sampled ones: its CPU count (what
+/// exited included) and, where the memory controller is delegated, its memory.
+fn kernel_figures(u: &mut Usage, f: &Figures) {
+    if let Some(us) = f.cpu_usec {
+        u.cpu_ms = us / 1000;
+    }
+    if let Some(b) = f.memory_current {
+        u.rss_kib = b / 1024;
+    }
+    if let Some(b) = f.memory_peak {
+        u.memory_peak_kib = Some(b / 1024);
+    }
+}
+
 /// The real processes.
 pub struct Os {
     tx: UnboundedSender<Event>,
@@ -309,10 +323,7 @@ impl Children for Os {
                 && us == *was
             {
                 let mut u = *last;
-                if let Some(b) = f.memory_current {
-                    u.rss_kib = b / 1024;
-                }
-                u.memory_peak_kib = f.memory_peak.map(|b| b / 1024).or(u.memory_peak_kib);
+                kernel_figures(&mut u, &f);
                 out.insert(*pid, u);
                 continue;
             }
@@ -329,14 +340,8 @@ impl Children for Os {
                 continue;
             };
             let u = out.entry(*pid).or_default();
-            if let Some(us) = f.cpu_usec {
-                u.cpu_ms = us / 1000;
-            }
+            kernel_figures(u, f);
             u.procs = procs.len();
-            if let Some(b) = f.memory_current {
-                u.rss_kib = b / 1024;
-            }
-            u.memory_peak_kib = f.memory_peak.map(|b| b / 1024);
             if let Some(us) = f.cpu_usec {
                 self.last_usage.insert(*pid, (us, *u));
             }
