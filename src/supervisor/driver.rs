@@ -161,7 +161,10 @@ impl Driver {
         self.feed(fleet, Event::Turn { alive }, now);
         if fleet.stopping().is_none() {
             self.strays.kill_due(&mut *self.children, now);
-            self.with_strays(fleet, now, |strays, scope| strays.retry_due(scope, now));
+            // Every turn, so the set of workers to spare is built only when a search runs.
+            if self.strays.retry_is_due(now) {
+                self.with_strays(fleet, now, |strays, scope| strays.retry_due(scope, now));
+            }
         }
         if fleet.tick_due(now) {
             let facts = self.tick_facts(fleet, now);
@@ -441,18 +444,17 @@ impl Driver {
         let stop_file = self.layout.supervisor_stop();
         let stop_file = crate::fsutil::regular_file_present(&stop_file)
             .map_err(|e| format!("{}: {e}; not a stop request, ignored", stop_file.display()));
-        let queries = fleet.progress_wanted(now);
-        // One listing of the worker directories answers every `issue_only` query of a
-        // worker that has none (an idle worker, a custom one that keeps no attempts).
-        let with_dirs = queries
-            .iter()
-            .any(|q| q.issue_only)
-            .then(|| stall::workers_with_dirs(&self.layout));
+        // One listing of the worker directories answers, for every worker whose issue is
+        // not known, whether it has any (an idle worker, a custom one that keeps no
+        // attempts, has none).
+        let with_dirs = std::cell::OnceCell::new();
+        let queries = fleet.progress_wanted(now, |id| {
+            with_dirs
+                .get_or_init(|| stall::workers_with_dirs(&self.layout))
+                .contains(id)
+        });
         let progress = queries
             .into_iter()
-            .filter(|q| {
-                !q.issue_only || with_dirs.as_ref().is_none_or(|d| d.contains(&q.worker_id))
-            })
             .map(|q| {
                 let attempt = stall::current_attempt(&self.layout, &q.worker_id);
                 let files_epoch = stall::progress_epoch(q.started_epoch, &q.log, attempt.as_ref());

@@ -134,6 +134,13 @@ impl SignalSet {
 /// loop itself is one thread, so the supervisor runs at most this many plus one.
 const BLOCKING_THREADS: usize = 4;
 
+/// How long an idle blocking thread waits for more work before it ends: two ticks, so a
+/// quiet fleet's tick (its queue check and stall reads) finds one waiting instead of making
+/// a thread and ending it again every tick (tokio's default is 10 s, under the 15 s tick).
+fn blocking_keep_alive(tick_s: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(tick_s.saturating_mul(2).max(30))
+}
+
 /// Runs the fleet until it is stopped; returns the exit code.
 ///
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
@@ -149,6 +156,7 @@ pub fn run(
         .enable_io()
         .enable_time()
         .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(blocking_keep_alive(config.timing.tick_s))
         .thread_name("afk-blocking")
         .build()
         .map_err(RunError::EventLoop)?;

@@ -98,8 +98,14 @@ impl Strays {
 
     /// The repeated searches that are due ([`STRAY_SEARCHES`], with backoff): a stray sent
     /// SIGTERM may start another process carrying the worker's id before it exits.
+    /// Whether a search is due again: the caller then gathers what it must leave alone
+    /// (every worker's pid), which it spares itself on the turns when none is.
+    pub fn retry_is_due(&self, now: Instant) -> bool {
+        self.retry.iter().any(|r| r.due <= now)
+    }
+
     pub fn retry_due(&mut self, scope: Scope<'_>, now: Instant) -> Vec<LogLine> {
-        if self.retry.iter().all(|r| r.due > now) {
+        if !self.retry_is_due(now) {
             return Vec::new();
         }
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retry)

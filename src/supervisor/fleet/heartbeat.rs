@@ -107,16 +107,20 @@ impl Fleet {
         if self.record.dirty {
             return true;
         }
-        let Some((last, at)) = &self.record.written else {
+        match &self.record.written {
+            None => return true,
+            Some((_, at)) if now.saturating_duration_since(*at) >= HEARTBEAT_MAX_AGE => {
+                return true;
+            }
+            Some(_) => {}
+        }
+        let mut snap = self.snapshot(now);
+        let Some((last, _)) = &self.record.written else {
             return true;
         };
-        if now.saturating_duration_since(*at) >= HEARTBEAT_MAX_AGE {
-            return true;
-        }
-        let (last, mut snap) = (last.clone(), self.snapshot(now));
         snap.ts.clone_from(&last.ts);
         snap.epoch = last.epoch;
-        snap != last
+        snap != *last
     }
 
     /// The tick line written since the last call, if any (for the service manager).
@@ -188,7 +192,7 @@ impl Fleet {
                     cgroup: s
                         .worker()
                         .and_then(|w| w.cgroup.as_ref())
-                        .map(|c| c.dir().display().to_string()),
+                        .map(|c| c.dir().to_string_lossy().into_owned()),
                     memory_peak_kib: s
                         .worker()
                         .and_then(|w| w.seen.usage)

@@ -184,7 +184,7 @@ impl Bench {
         let now = self.at(secs);
         let progress = self
             .fleet
-            .progress_wanted(now)
+            .progress_wanted(now, |_| true)
             .into_iter()
             .map(|q| {
                 let files = WorkerFiles {

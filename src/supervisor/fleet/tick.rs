@@ -18,9 +18,6 @@ pub struct ProgressQuery {
     pub started_epoch: u64,
     /// The issue whose title is already known (not read again).
     pub title_of: Option<u64>,
-    /// Asked only to learn which issue a worker took (for `status`): where the worker
-    /// has no directory of attempts yet, nothing of it needs reading.
-    pub issue_only: bool,
 }
 
 /// How often a worker's tree's CPU and memory are read while it computes, or while it
@@ -154,10 +151,15 @@ impl Fleet {
     /// start, and the issue whose title is known already (not read again). Only the slots
     /// that are due: a worker whose last sign of life is recent cannot be stalled, so its
     /// files are read with its CPU reading (refreshing `status`'s issue and title), and a
-    /// worker whose issue is not known yet is asked for at every tick as `issue_only`,
-    /// which the driver answers from one listing of the worker directories: an idle
-    /// fleet's tick costs no read per worker.
-    pub fn progress_wanted(&self, now: Instant) -> Vec<ProgressQuery> {
+    /// worker whose issue is not known yet is asked for at every tick, but only once
+    /// `has_dir` says it has a directory of attempts (the driver answers from one listing
+    /// of the worker directories, made the first time it is asked): an idle fleet's tick
+    /// costs no read and no query per worker.
+    pub fn progress_wanted(
+        &self,
+        now: Instant,
+        has_dir: impl Fn(&str) -> bool,
+    ) -> Vec<ProgressQuery> {
         let now_e = self.epoch();
         let stall_s = self.timing.stall_s;
         self.pool
@@ -168,14 +170,13 @@ impl Fleet {
                 let due = self.usage_due(w, now)
                     || w.seen.stalled
                     || now_e.saturating_sub(w.seen.last_sign()) >= stall_s;
-                let issue_only = !due && w.seen.issue.is_none();
+                let issue_only = !due && w.seen.issue.is_none() && has_dir(&w.id);
                 (due || issue_only).then(|| ProgressQuery {
                     pid: w.pid,
                     worker_id: w.id.clone(),
                     log: w.log.clone(),
                     started_epoch: w.started_epoch,
                     title_of: s.shown.title.as_ref().map(|(n, _)| *n),
-                    issue_only,
                 })
             })
             .collect()
