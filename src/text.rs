@@ -10,6 +10,16 @@ pub const MESSAGE_MAX: usize = 600;
 /// message; longer pieces are cut there and end in `…`.
 pub const QUOTE_MAX: usize = 80;
 
+/// `path` as text for a file others read (`state.toon`): a UTF-8 path as it is (checked by
+/// std's fast validation; `Path::display` and `to_string_lossy` walk it char by char, a
+/// cost the heartbeat pays per slot), any other lossily.
+pub fn path_text(path: &std::path::Path) -> String {
+    match path.to_str() {
+        Some(s) => s.to_owned(),
+        None => path.to_string_lossy().into_owned(),
+    }
+}
+
 /// `s` made safe to show to a person on a terminal or in a line-based log: every control
 /// character (C0 including TAB, CR, LF and ESC, DEL, and the C1 controls U+0080..U+009F)
 /// becomes a visible escape (`\t`, `\r`, `\n`, `\e`, `\0`, otherwise `\x7f` or

@@ -192,7 +192,7 @@ impl Fleet {
                     cgroup: s
                         .worker()
                         .and_then(|w| w.cgroup.as_ref())
-                        .map(|c| c.dir().to_string_lossy().into_owned()),
+                        .map(|c| crate::text::path_text(c.dir())),
                     memory_peak_kib: s
                         .worker()
                         .and_then(|w| w.seen.usage)
