@@ -42,10 +42,43 @@ impl From<&procfs::process::Stat> for Proc {
     }
 }
 
-/// One process, `None` when it does not exist (`/proc/<pid>/stat`, read by `procfs`).
+/// A file the kernel writes as it is read (`/proc`, cgroupfs), whole, up to `limit`
+/// bytes. Such a file hands over all it has in one read when the buffer holds it, so a
+/// read that comes back short is its end: one `read` per file instead of two (the second
+/// to see the end), which a respawn pays several times over.
+pub fn read_kernel_file(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut f = fs::File::open(path)?;
+    let mut buf = vec![0u8; limit.min(512)];
+    let mut len = 0;
+    loop {
+        let n = match f.read(&mut buf[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
+        if buf.len() >= limit {
+            break;
+        }
+        buf.resize((buf.len() * 2).min(limit), 0);
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+/// One process, `None` when it does not exist (`/proc/<pid>/stat`, parsed by `procfs`).
+/// Read by path in one `read` (every spawn reads its worker's start time here): procfs's
+/// `Process` would first open and stat the `/proc/<pid>` directory.
 pub fn read(pid: i32) -> Option<Proc> {
-    let p = procfs::process::Process::new(pid).ok()?;
-    p.stat().ok().map(|s| Proc::from(&s))
+    use procfs::FromRead;
+    let path = format!("/proc/{pid}/stat");
+    let bytes = read_kernel_file(Path::new(&path), 4096).ok()?;
+    procfs::process::Stat::from_read(bytes.as_slice())
+        .ok()
+        .map(|s| Proc::from(&s))
 }
 
 /// Every process visible in `/proc`. Processes that vanish mid-scan are skipped.
@@ -405,6 +438,25 @@ pub fn own_sid() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whole in one read or several (a file longer than the first buffer), cut at the limit.
+    #[test]
+    fn a_kernel_file_is_read_whole_and_no_further_than_its_limit() {
+        let me = read_kernel_file(Path::new("/proc/self/stat"), 4096).unwrap();
+        let text = String::from_utf8(me).unwrap();
+        assert!(
+            text.starts_with(&format!("{} (", std::process::id())),
+            "{text}"
+        );
+        assert!(text.ends_with('\n'), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let long: Vec<u8> = (0..5000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let f = dir.path().join("long");
+        fs::write(&f, &long).unwrap();
+        assert_eq!(read_kernel_file(&f, 1 << 20).unwrap(), long);
+        assert_eq!(read_kernel_file(&f, 1000).unwrap(), &long[..1000]);
+        assert!(read_kernel_file(&dir.path().join("gone"), 10).is_err());
+    }
 
     #[test]
     fn own_identity_session_and_group() {

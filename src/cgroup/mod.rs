@@ -12,12 +12,12 @@ pub mod hierarchy;
 pub mod watch;
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// The most bytes read from one cgroup file (`cgroup.procs` of a big tree is the largest).
-const MAX_READ: u64 = 1 << 20;
+const MAX_READ: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {source}")]
@@ -95,11 +95,10 @@ impl Cgroup {
     }
 
     fn read(&self, file: &str) -> Result<String, CgroupError> {
-        let mut text = String::new();
-        fs::File::open(self.dir.join(file))
-            .and_then(|f| f.take(MAX_READ).read_to_string(&mut text))
+        let bytes = crate::process::read_kernel_file(&self.dir.join(file), MAX_READ)
             .map_err(|e| self.err(file, e))?;
-        Ok(text)
+        String::from_utf8(bytes)
+            .map_err(|e| self.err(file, io::Error::new(io::ErrorKind::InvalidData, e)))
     }
 
     fn write(&self, file: &str, value: &str) -> Result<(), CgroupError> {

@@ -177,6 +177,10 @@ pub struct Os {
     /// Each followed cgroup's CPU count (`usage_usec`) at its last reading and what that
     /// reading found, by the worker's pid: a tree whose count has not moved is not read.
     last_usage: HashMap<i32, (u64, Usage)>,
+    /// The ended workers (by pid) whose cgroups are watched: only a tree found still
+    /// populated after its worker ended is, so a worker that ends alone (the common end)
+    /// costs no watch and no inotify wake-up for its cgroup filling or emptying.
+    watched: HashSet<i32>,
 }
 
 impl Os {
@@ -189,6 +193,7 @@ impl Os {
             watcher: None,
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
+            watched: HashSet::new(),
         }
     }
 
@@ -297,8 +302,19 @@ impl Children for Os {
 
     fn group_alive(&mut self, leader: i32, group: &Group) -> bool {
         match group {
-            // Only a definite "empty" ends the wait: a read that fails keeps it going.
-            Group::Cgroup(cg) => !matches!(cg.populated(), Ok(false)),
+            // Only a definite "empty" ends the wait: a read that fails keeps it going. A
+            // tree still populated is watched from then on and read again, so an emptying
+            // between the two reads is not missed: its end is an event (inotify).
+            Group::Cgroup(cg) => {
+                let alive = !matches!(cg.populated(), Ok(false));
+                match &self.watcher {
+                    Some(w) if alive && self.watched.insert(leader) => {
+                        w.watch(cg);
+                        !matches!(cg.populated(), Ok(false))
+                    }
+                    _ => alive,
+                }
+            }
             Group::Pidfd(fd) => fd.group_alive(),
             Group::Pinned => process::group_has_live_member(&process::table(), leader),
         }
@@ -431,10 +447,6 @@ impl Children for Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        // Watched before the worker exists, so even an instant end is an event.
-        if let Some(w) = &self.watcher {
-            w.watch(&cg);
-        }
         let Spawned { pid, start } = match spawn::spawn_in(spec, Some(&cg)) {
             Ok(s) => s,
             Err(e) => {
@@ -458,9 +470,6 @@ impl Children for Os {
     }
 
     fn follow_cgroup(&mut self, pid: i32, cg: &Cgroup) {
-        if let Some(w) = &self.watcher {
-            w.watch(cg);
-        }
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
     }
@@ -471,6 +480,7 @@ impl Children for Os {
 
     fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
         self.cgroup_of.remove(&leader);
+        self.watched.remove(&leader);
         self.last_usage.remove(&leader);
         let f = cg.figures_with(self.memory_counted());
         let _ = cg.remove_tree();
