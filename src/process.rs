@@ -42,6 +42,43 @@ impl From<&procfs::process::Stat> for Proc {
     }
 }
 
+/// The open-files limit the process started with, once [`raise_open_files_limit`] raised
+/// it: what every worker gets back before its `execve`.
+static OPEN_FILES_AT_START: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises the soft open-files limit to the hard one: the supervisor holds a pidfd per
+/// worker, and a soft limit of 1,024 (a login shell's, a systemd unit's default) would
+/// end a fleet of a thousand at its thousandth spawn. The limit it started with is kept
+/// for the workers ([`open_files_for_children`]): a program of theirs that uses
+/// `select()` must not see descriptors past 1,024. Answers `(from, to)` when it raised.
+pub fn raise_open_files_limit() -> Option<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
+            return None;
+        }
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            return None;
+        }
+    }
+    let _ = OPEN_FILES_AT_START.set(lim);
+    Some((lim.rlim_cur, lim.rlim_max))
+}
+
+/// The open-files limit a worker is started with: the one the supervisor was started
+/// with, when it raised its own; `None` when it did not (the child inherits it as is).
+pub fn open_files_for_children() -> Option<libc::rlimit> {
+    OPEN_FILES_AT_START.get().copied()
+}
+
 /// A file the kernel writes as it is read (`/proc`, cgroupfs), whole, up to `limit`
 /// bytes. Such a file hands over all it has in one read when the buffer holds it, so a
 /// read that comes back short is its end: one `read` per file instead of two (the second

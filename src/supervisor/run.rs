@@ -152,6 +152,13 @@ pub fn run(
     open_tracker: TrackerOpener,
 ) -> Result<RunEnd, RunError> {
     let argv = worker_argv(&config, layout)?;
+    if let Some((from, to)) = crate::process::raise_open_files_limit() {
+        tracing::debug!(
+            from,
+            to,
+            "open-files limit raised (workers keep the one inherited)"
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()

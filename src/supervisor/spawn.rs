@@ -198,11 +198,18 @@ fn forked(
         .transpose()
         .map_err(|e| start_err(io::Error::other(e.to_string())))?;
     let procs_fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-    // SAFETY: setsid, getppid, write and _exit are async-signal-safe and touch no memory
-    // of the parent; `procs` outlives the spawn, so its descriptor is open in the child.
+    let nofile = crate::process::open_files_for_children();
+    // SAFETY: setsid, getppid, setrlimit, write and _exit are async-signal-safe and touch
+    // no memory of the parent; `procs` outlives the spawn, so its descriptor is open in
+    // the child.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid().map_err(io::Error::from)?;
+            if let Some(lim) = &nofile
+                && libc::setrlimit(libc::RLIMIT_NOFILE, lim) < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
             if nix::unistd::getppid().as_raw() != parent {
                 libc::_exit(EXIT_ORPHANED);
             }

@@ -353,3 +353,42 @@ fn a_hung_agent_under_the_built_in_worker_is_stall_killed() {
     assert!(killed, "{}", f.dump());
     assert_eq!(f.count("slot.progress"), 0, "{}", f.dump());
 }
+
+/// The supervisor raises its own soft open-files limit to the hard one (a pidfd per
+/// worker), and every worker gets back the limit the supervisor was started with.
+#[test]
+fn the_supervisor_raises_its_open_files_limit_and_workers_keep_the_inherited_one() {
+    let worker = "ulimit -n > \"$AFK_TEST_DIR/nofile-$$\"\nexec sleep 1000\n";
+    let mut f = Fleet::new(worker, FAST_TIMING);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    assert!(
+        lim.rlim_max > 300,
+        "hard open-files limit {} leaves no room to test a raise",
+        lim.rlim_max
+    );
+    f.open_files = Some(256);
+    f.start(&["--workers", "2"]);
+    let pids = f.wait_workers(2);
+    for pid in &pids {
+        let file = f.file(&format!("nofile-{pid}"));
+        assert!(wait_until(WAIT, || fleet::read(&file).ends_with('\n')));
+        assert_eq!(fleet::read(&file).trim(), "256", "worker {pid}");
+    }
+    let limits = fs::read_to_string(format!("/proc/{}/limits", f.sup_pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("an open-files line");
+    let soft_hard: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    let hard = if lim.rlim_max == libc::RLIM_INFINITY {
+        "unlimited".to_string()
+    } else {
+        lim.rlim_max.to_string()
+    };
+    assert_eq!(soft_hard, vec![hard.as_str(), hard.as_str()], "{line}");
+}

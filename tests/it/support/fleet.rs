@@ -37,6 +37,8 @@ pub struct Fleet {
     /// An address-space limit (bytes) for every command of [`Fleet::cmd`] and so for its
     /// workers: set on the child, never on the test process the other tests share.
     pub address_space: Option<u64>,
+    /// A soft open-files limit for every command of [`Fleet::cmd`] (the hard one kept).
+    pub open_files: Option<u64>,
 }
 
 impl Fleet {
@@ -67,6 +69,7 @@ impl Fleet {
             sup: None,
             extra_env: Vec::new(),
             address_space: None,
+            open_files: None,
         }
     }
 
@@ -85,6 +88,26 @@ impl Fleet {
             .args(args);
         for (k, v) in &self.extra_env {
             c.env(k, v);
+        }
+        if let Some(soft) = self.open_files {
+            // SAFETY: as below: getrlimit and setrlimit in the forked child only.
+            unsafe {
+                c.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = soft;
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         if let Some(bytes) = self.address_space {
             let lim = libc::rlimit {
