@@ -137,15 +137,20 @@ pub fn poll_reaper(
 
 /// A worker group of cgroup mode: SIGKILL is `cgroup.kill`, anything else goes to every
 /// process in the cgroup.
-pub fn signal_cgroup(cg: &Cgroup, sig: Signal) {
+/// Answers whether the cgroup was found empty (then nothing was signalled).
+pub fn signal_cgroup(cg: &Cgroup, sig: Signal) -> bool {
     if sig == Signal::SIGKILL {
         if cg.kill().is_err() {
             cg.signal(sig);
         }
+        false
     } else if !matches!(cg.populated(), Ok(false)) {
+        cg.signal(sig);
+        false
+    } else {
         // A worker that exited alone left its cgroup empty (the common end): one read of
         // `cgroup.events` instead of its member list and a walk of its children.
-        cg.signal(sig);
+        true
     }
 }
 
@@ -181,6 +186,9 @@ pub struct Os {
     /// populated after its worker ended is, so a worker that ends alone (the common end)
     /// costs no watch and no inotify wake-up for its cgroup filling or emptying.
     watched: HashSet<i32>,
+    /// The ended workers (by pid) whose cgroups the SIGTERM of their cleanup found empty:
+    /// not read again before their figures are taken.
+    found_empty: HashSet<i32>,
 }
 
 impl Os {
@@ -194,6 +202,7 @@ impl Os {
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
             watched: HashSet::new(),
+            found_empty: HashSet::new(),
         }
     }
 
@@ -290,7 +299,11 @@ impl Children for Os {
 
     fn signal_group(&mut self, leader: i32, group: &Group, sig: Signal) {
         match group {
-            Group::Cgroup(cg) => signal_cgroup(cg, sig),
+            Group::Cgroup(cg) => {
+                if signal_cgroup(cg, sig) {
+                    self.found_empty.insert(leader);
+                }
+            }
             Group::Pidfd(fd) => {
                 let _ = fd.signal_group(Some(sig));
             }
@@ -305,6 +318,8 @@ impl Children for Os {
             // Only a definite "empty" ends the wait: a read that fails keeps it going. A
             // tree still populated is watched from then on and read again, so an emptying
             // between the two reads is not missed: its end is an event (inotify).
+            // An attempt cgroup found empty stays empty: nothing joins it but through us.
+            Group::Cgroup(_) if self.found_empty.contains(&leader) => false,
             Group::Cgroup(cg) => {
                 let alive = !matches!(cg.populated(), Ok(false));
                 match &self.watcher {
@@ -458,6 +473,7 @@ impl Children for Os {
         let watched = self.watch(pid, start, pidfd.clone(), true);
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
+        self.found_empty.remove(&pid);
         Ok((
             Started {
                 pid,
@@ -472,6 +488,7 @@ impl Children for Os {
     fn follow_cgroup(&mut self, pid: i32, cg: &Cgroup) {
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
+        self.found_empty.remove(&pid);
     }
 
     fn watches_cgroups(&self) -> bool {
@@ -481,6 +498,7 @@ impl Children for Os {
     fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
         self.cgroup_of.remove(&leader);
         self.watched.remove(&leader);
+        self.found_empty.remove(&leader);
         self.last_usage.remove(&leader);
         let f = cg.figures_with(self.memory_counted());
         let _ = cg.remove_tree();
