@@ -32,7 +32,19 @@ pub(super) struct Record {
     /// The last heartbeat written and when: a tick writes another only when it would say
     /// something else, or this one is [`HEARTBEAT_MAX_AGE`] old.
     pub(super) written: Option<(StateFile, Instant)>,
+    /// A tick read figures shown per slot (a tree's usage, a worker's issue or title),
+    /// which change no line of the event log: the next tick compares the slots' rows.
+    pub(super) rows_moved: bool,
+    /// Ticks until the rows are compared even though nothing said they moved.
+    pub(super) rows_check_in: u32,
 }
+
+/// How many quiet ticks compare only the fleet-wide part of the heartbeat before one
+/// compares every slot's row too: a row that changed in a way nothing flags (the figures a
+/// tick reads are flagged) reaches `state.toon` within this many ticks. A row comparison
+/// touches every slot's memory, a few milliseconds at 1,000 slots on a box that pages idle
+/// memory out.
+pub(super) const ROWS_CHECK_EVERY: u32 = 4;
 
 /// How old the heartbeat may grow while nothing in it changes: `status` shows its age to a
 /// person, who should not read a quiet fleet as a hung one (liveness itself is the pid
@@ -63,6 +75,8 @@ impl Record {
             stop_file_reported: None,
             isolation: None,
             written: None,
+            rows_moved: false,
+            rows_check_in: ROWS_CHECK_EVERY,
         }
     }
 }
@@ -95,6 +109,8 @@ impl Fleet {
     /// The heartbeat to write now: nothing is left unwritten after it.
     pub fn snapshot_written(&mut self, now: Instant) -> StateFile {
         self.record.dirty = false;
+        self.record.rows_moved = false;
+        self.record.rows_check_in = ROWS_CHECK_EVERY;
         let snap = self.snapshot(now);
         self.record.written = Some((snap.clone(), now));
         snap
@@ -114,13 +130,31 @@ impl Fleet {
             }
             Some(_) => {}
         }
-        let mut snap = self.snapshot(now);
-        let Some((last, _)) = &self.record.written else {
+        let rows = std::mem::take(&mut self.record.rows_moved) || {
+            self.record.rows_check_in = self.record.rows_check_in.saturating_sub(1);
+            self.record.rows_check_in == 0
+        };
+        let mut snap = self.snapshot_head(now);
+        if rows {
+            self.record.rows_check_in = ROWS_CHECK_EVERY;
+            snap.slot_pids = self.slot_pid_rows();
+            snap.slot_detail = self.slot_rows(now);
+        }
+        let Some((last, _)) = &mut self.record.written else {
             return true;
         };
         snap.ts.clone_from(&last.ts);
         snap.epoch = last.epoch;
-        snap != *last
+        if rows {
+            return snap != *last;
+        }
+        // The fleet-wide part alone: the last rows are set aside for the comparison.
+        let pids = std::mem::take(&mut last.slot_pids);
+        let detail = std::mem::take(&mut last.slot_detail);
+        let changed = snap != *last;
+        last.slot_pids = pids;
+        last.slot_detail = detail;
+        changed
     }
 
     /// The tick line written since the last call, if any (for the service manager).
@@ -134,6 +168,14 @@ impl Fleet {
     }
 
     pub fn snapshot(&mut self, now: Instant) -> StateFile {
+        let mut snap = self.snapshot_head(now);
+        snap.slot_pids = self.slot_pid_rows();
+        snap.slot_detail = self.slot_rows(now);
+        snap
+    }
+
+    /// The heartbeat but for its per-slot rows (left empty).
+    fn snapshot_head(&mut self, now: Instant) -> StateFile {
         let churn = self.churn.in_window(now, self.timing.circuit_window_s);
         let slots = self.slot_counts();
         let sys_now = self.wall;
@@ -155,50 +197,10 @@ impl Fleet {
                 (None, None) => Some("no tracker check has answered yet".into()),
             },
             slots,
-            slot_pids: self
-                .pool
-                .slots
-                .values()
-                .filter_map(|s| {
-                    s.worker().map(|w| SlotPid {
-                        slot: s.index,
-                        pid: w.pid,
-                        start: w.start,
-                    })
-                })
-                .collect(),
+            slot_pids: Vec::new(),
             churn,
             last_progress_epoch: self.record.last_progress_epoch,
-            slot_detail: self
-                .pool
-                .slots
-                .values()
-                .map(|s| SlotDetail {
-                    slot: s.index,
-                    state: s.shown_state(),
-                    pid: s.worker().map(|w| w.pid),
-                    worker_id: s.worker().map(|w| w.id.clone()),
-                    started_epoch: s.worker().map(|w| w.started_epoch),
-                    restarts: s.restarts,
-                    issue: s.worker().and_then(|w| w.seen.issue),
-                    cpu_ms: s.worker().and_then(|w| w.seen.usage).map(|u| u.cpu_ms),
-                    rss_kib: s.worker().and_then(|w| w.seen.usage).map(|u| u.rss_kib),
-                    reason: s.park_reason(),
-                    title: s.issue_title(),
-                    cpu_permille: s.cpu_permille(),
-                    probe_epoch: s
-                        .probe_at()
-                        .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
-                    cgroup: s
-                        .worker()
-                        .and_then(|w| w.cgroup.as_ref())
-                        .map(|c| crate::text::path_text(c.dir())),
-                    memory_peak_kib: s
-                        .worker()
-                        .and_then(|w| w.seen.usage)
-                        .and_then(|u| u.memory_peak_kib),
-                })
-                .collect(),
+            slot_detail: Vec::new(),
             paused: self.guards.pause_snapshot(),
             fleet_circuit: self.guards.fleet_circuit.snapshot(),
             quarantined: self.view.quarantined,
@@ -208,6 +210,55 @@ impl Fleet {
             spend: self.holds.spend.clone(),
             isolation: self.record.isolation.clone(),
         }
+    }
+
+    /// Each running worker's slot, pid and start, for `state.toon`.
+    fn slot_pid_rows(&self) -> Vec<SlotPid> {
+        self.pool
+            .slots
+            .values()
+            .filter_map(|s| {
+                s.worker().map(|w| SlotPid {
+                    slot: s.index,
+                    pid: w.pid,
+                    start: w.start,
+                })
+            })
+            .collect()
+    }
+
+    /// Each slot's row of `state.toon`.
+    fn slot_rows(&self, now: Instant) -> Vec<SlotDetail> {
+        let sys_now = self.wall;
+        self.pool
+            .slots
+            .values()
+            .map(|s| SlotDetail {
+                slot: s.index,
+                state: s.shown_state(),
+                pid: s.worker().map(|w| w.pid),
+                worker_id: s.worker().map(|w| w.id.clone()),
+                started_epoch: s.worker().map(|w| w.started_epoch),
+                restarts: s.restarts,
+                issue: s.worker().and_then(|w| w.seen.issue),
+                cpu_ms: s.worker().and_then(|w| w.seen.usage).map(|u| u.cpu_ms),
+                rss_kib: s.worker().and_then(|w| w.seen.usage).map(|u| u.rss_kib),
+                reason: s.park_reason(),
+                title: s.issue_title(),
+                cpu_permille: s.cpu_permille(),
+                probe_epoch: s
+                    .probe_at()
+                    .map(|t| epoch_secs(sys_now) + t.saturating_duration_since(now).as_secs()),
+                cgroup: s
+                    .worker()
+                    .and_then(|w| w.cgroup.as_ref())
+                    .map(|c| crate::text::path_text(c.dir())),
+                memory_peak_kib: s
+                    .worker()
+                    .and_then(|w| w.seen.usage)
+                    .and_then(|u| u.memory_peak_kib),
+            })
+            .collect()
     }
 
     /// The slots by what they do (a slot being started counts as busy).

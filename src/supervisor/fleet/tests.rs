@@ -184,7 +184,7 @@ impl Bench {
         let now = self.at(secs);
         let progress = self
             .fleet
-            .progress_wanted(now, |_| true)
+            .progress_wanted(now, |_| false)
             .into_iter()
             .map(|q| {
                 let files = WorkerFiles {
@@ -471,6 +471,51 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     b.tick(220.0);
     assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
     assert!(b.signalled(pid, Signal::SIGTERM));
+}
+
+/// A quiet tick compares the fleet-wide part of the heartbeat only; a tick that read a
+/// figure shown per slot compares the rows and writes at once, and a row that changed
+/// without anything saying so is still written within `ROWS_CHECK_EVERY` ticks.
+#[test]
+fn a_reading_is_written_at_its_tick_and_an_unflagged_row_within_a_few() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.tick(16.0);
+    let p0 = b.pid_in(0).unwrap();
+    b.world.usage.insert(
+        p0,
+        Usage {
+            cpu_ms: 4242,
+            rss_kib: 2048,
+            procs: 1,
+            agent_cpu_ms: 4242,
+            memory_peak_kib: None,
+        },
+    );
+    let before = b.world.writes;
+    // The first reading is a minute after the start.
+    b.tick(61.0);
+    assert_eq!(b.world.writes, before + 1, "{:?}", b.world.effects);
+    let row = |b: &Bench| {
+        let state = b.world.state.clone().unwrap();
+        state.slot_detail.into_iter().find(|d| d.slot == 0).unwrap()
+    };
+    assert_eq!(row(&b).cpu_ms, Some(4242));
+    // Behind the log's back: no line, no flag.
+    b.fleet.pool.slots.get_mut(&0).unwrap().restarts = 99;
+    let written = b.world.writes;
+    let mut ticks = 0;
+    while b.world.writes == written && ticks < 10 {
+        ticks += 1;
+        b.tick(61.0 + 15.0 * f64::from(ticks));
+    }
+    assert_eq!(
+        ticks,
+        heartbeat::ROWS_CHECK_EVERY as i32,
+        "{:?}",
+        b.world.effects
+    );
+    assert_eq!(row(&b).restarts, 99);
 }
 
 /// A tree is first read one interval (a minute) after its worker starts; a tree found

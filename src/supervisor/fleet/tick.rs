@@ -269,6 +269,7 @@ impl Fleet {
         let Some(usage) = usage else {
             return;
         };
+        self.record.rows_moved = true;
         let now_e = self.epoch();
         let (agent_only, floor) = (self.timers.agent_only, self.timing.stall_cpu_floor_permille);
         let due: Vec<usize> = self
@@ -316,6 +317,8 @@ impl Fleet {
         now: Instant,
     ) {
         self.measure_workers(usage, now);
+        // A worker's issue, title and progress come from these files.
+        self.record.rows_moved |= !files.is_empty();
         let mut files: HashMap<i32, WorkerFiles> = files.into_iter().collect();
         let now_e = self.epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
