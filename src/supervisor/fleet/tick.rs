@@ -317,8 +317,12 @@ impl Fleet {
         now: Instant,
     ) {
         self.measure_workers(usage, now);
-        // A worker's issue, title and progress come from these files.
-        self.record.rows_moved |= !files.is_empty();
+        // A worker's issue, title and progress come from these files; without any, the walk
+        // below would find nothing to look at in any slot.
+        if files.is_empty() {
+            return;
+        }
+        self.record.rows_moved = true;
         let mut files: HashMap<i32, WorkerFiles> = files.into_iter().collect();
         let now_e = self.epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
