@@ -75,8 +75,8 @@ pub fn raise_open_files_limit() -> Option<(u64, u64)> {
 
 /// The open-files limit a worker is started with: the one the supervisor was started
 /// with, when it raised its own; `None` when it did not (the child inherits it as is).
-pub fn open_files_for_children() -> Option<libc::rlimit> {
-    OPEN_FILES_AT_START.get().copied()
+pub fn open_files_for_children() -> Option<&'static libc::rlimit> {
+    OPEN_FILES_AT_START.get()
 }
 
 /// A file the kernel writes as it is read (`/proc`, cgroupfs), whole, up to `limit`

@@ -182,13 +182,20 @@ pub struct Os {
     /// Each followed cgroup's CPU count (`usage_usec`) at its last reading and what that
     /// reading found, by the worker's pid: a tree whose count has not moved is not read.
     last_usage: HashMap<i32, (u64, Usage)>,
-    /// The ended workers (by pid) whose cgroups are watched: only a tree found still
-    /// populated after its worker ended is, so a worker that ends alone (the common end)
-    /// costs no watch and no inotify wake-up for its cgroup filling or emptying.
-    watched: HashSet<i32>,
-    /// The ended workers (by pid) whose cgroups the SIGTERM of their cleanup found empty:
-    /// not read again before their figures are taken.
-    found_empty: HashSet<i32>,
+    /// What the cleanup of an ended worker (by pid) found of its cgroup so far.
+    ending: HashMap<i32, CgroupEnd>,
+}
+
+/// An ended worker's cgroup as its cleanup found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CgroupEnd {
+    /// Still populated, so watched (inotify) from then on: only such a tree is, so a
+    /// worker that ends alone (the common end) costs no watch and no wake-up for its
+    /// cgroup filling or emptying.
+    Watched,
+    /// Empty at its SIGTERM; it stays empty (nothing joins it but through us), so it is
+    /// not read again before its figures are taken.
+    Empty,
 }
 
 impl Os {
@@ -201,8 +208,7 @@ impl Os {
             watcher: None,
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
-            watched: HashSet::new(),
-            found_empty: HashSet::new(),
+            ending: HashMap::new(),
         }
     }
 
@@ -301,7 +307,7 @@ impl Children for Os {
         match group {
             Group::Cgroup(cg) => {
                 if signal_cgroup(cg, sig) {
-                    self.found_empty.insert(leader);
+                    self.ending.insert(leader, CgroupEnd::Empty);
                 }
             }
             Group::Pidfd(fd) => {
@@ -319,17 +325,20 @@ impl Children for Os {
             // tree still populated is watched from then on and read again, so an emptying
             // between the two reads is not missed: its end is an event (inotify).
             // An attempt cgroup found empty stays empty: nothing joins it but through us.
-            Group::Cgroup(_) if self.found_empty.contains(&leader) => false,
-            Group::Cgroup(cg) => {
-                let alive = !matches!(cg.populated(), Ok(false));
-                match &self.watcher {
-                    Some(w) if alive && self.watched.insert(leader) => {
-                        w.watch(cg);
-                        !matches!(cg.populated(), Ok(false))
-                    }
-                    _ => alive,
+            Group::Cgroup(cg) => match (self.ending.get(&leader), &self.watcher) {
+                (Some(CgroupEnd::Empty), _) => false,
+                (Some(CgroupEnd::Watched), _) | (None, None) => {
+                    !matches!(cg.populated(), Ok(false))
                 }
-            }
+                (None, Some(w)) => {
+                    if matches!(cg.populated(), Ok(false)) {
+                        return false;
+                    }
+                    self.ending.insert(leader, CgroupEnd::Watched);
+                    w.watch(cg);
+                    !matches!(cg.populated(), Ok(false))
+                }
+            },
             Group::Pidfd(fd) => fd.group_alive(),
             Group::Pinned => process::group_has_live_member(&process::table(), leader),
         }
@@ -473,7 +482,7 @@ impl Children for Os {
         let watched = self.watch(pid, start, pidfd.clone(), true);
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
-        self.found_empty.remove(&pid);
+        self.ending.remove(&pid);
         Ok((
             Started {
                 pid,
@@ -488,7 +497,7 @@ impl Children for Os {
     fn follow_cgroup(&mut self, pid: i32, cg: &Cgroup) {
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
-        self.found_empty.remove(&pid);
+        self.ending.remove(&pid);
     }
 
     fn watches_cgroups(&self) -> bool {
@@ -497,8 +506,7 @@ impl Children for Os {
 
     fn finish_cgroup(&mut self, leader: i32, cg: &Cgroup) -> Figures {
         self.cgroup_of.remove(&leader);
-        self.watched.remove(&leader);
-        self.found_empty.remove(&leader);
+        self.ending.remove(&leader);
         self.last_usage.remove(&leader);
         let f = cg.figures_with(self.memory_counted());
         let _ = cg.remove_tree();

@@ -205,7 +205,7 @@ fn forked(
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid().map_err(io::Error::from)?;
-            if let Some(lim) = &nofile
+            if let Some(lim) = nofile
                 && libc::setrlimit(libc::RLIMIT_NOFILE, lim) < 0
             {
                 return Err(io::Error::last_os_error());

@@ -130,13 +130,14 @@ impl Fleet {
             }
             Some(_) => {}
         }
-        let rows = std::mem::take(&mut self.record.rows_moved) || {
-            self.record.rows_check_in = self.record.rows_check_in.saturating_sub(1);
-            self.record.rows_check_in == 0
+        let rows = self.record.rows_moved || self.record.rows_check_in <= 1;
+        self.record.rows_moved = false;
+        self.record.rows_check_in = match rows {
+            true => ROWS_CHECK_EVERY,
+            false => self.record.rows_check_in - 1,
         };
         let mut snap = self.snapshot_head(now);
         if rows {
-            self.record.rows_check_in = ROWS_CHECK_EVERY;
             snap.slot_pids = self.slot_pid_rows();
             snap.slot_detail = self.slot_rows(now);
         }

@@ -64,9 +64,8 @@ struct ChildArgs {
     log: RawFd,
     parent: libc::pid_t,
     /// The open-files limit the supervisor started with, given back to the worker
-    /// ([`crate::process::raise_open_files_limit`]); unset when it was not raised.
-    nofile: libc::rlimit,
-    restore_nofile: bool,
+    /// ([`crate::process::raise_open_files_limit`]); null when it was not raised.
+    nofile: *const libc::rlimit,
     /// Written by the child when it fails before its `execve` succeeds.
     errno: i32,
 }
@@ -138,11 +137,7 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         null,
         log: plan.log,
         parent: std::process::id() as libc::pid_t,
-        nofile: crate::process::open_files_for_children().unwrap_or(libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        }),
-        restore_nofile: crate::process::open_files_for_children().is_some(),
+        nofile: crate::process::open_files_for_children().map_or(std::ptr::null(), |l| l),
         errno: 0,
     };
     // Left uninitialised (zeroing it was a visible share of a spawn): only the child
@@ -328,7 +323,7 @@ extern "C" fn child(args: *mut ChildArgs) -> ! {
             fail(a);
         }
         // Its own limits (no CLONE_THREAD): the supervisor's stay raised.
-        if a.restore_nofile && libc::setrlimit(libc::RLIMIT_NOFILE, &a.nofile) < 0 {
+        if !a.nofile.is_null() && libc::setrlimit(libc::RLIMIT_NOFILE, a.nofile) < 0 {
             fail(a);
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
