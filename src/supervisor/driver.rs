@@ -342,12 +342,12 @@ impl Driver {
             Effect::WriteState => self.write_state(fleet, now),
             Effect::CheckQueue { count_quarantined } => self.check_queue(count_quarantined),
             Effect::ReleaseClaims(dead) => self.release_claims(dead),
-            Effect::WriteRetire { slot, token } => {
+            Effect::WriteRetire { slot, token, asker } => {
                 let path = self.layout.retire_file(slot);
-                if let Err(e) = atomic_write(&path, token.as_bytes()) {
-                    let line = LogLine::now(kind::ERROR, format!("{}: {e}", path.display()));
-                    return Some(Event::Log(line));
-                }
+                let error = atomic_write(&path, token.as_bytes())
+                    .err()
+                    .map(|e| format!("{}: {e}", path.display()));
+                return Some(Event::RetireAsked { slot, asker, error });
             }
             Effect::RemoveRetire { slot } => {
                 let _ = remove_file_if_exists(&self.layout.retire_file(slot));
@@ -361,17 +361,7 @@ impl Driver {
                     ));
                 }
             }
-            Effect::AnswerSlotControl {
-                mut ack,
-                retire_first,
-            } => {
-                if let Some(slot) = retire_first {
-                    let path = self.layout.retire_file(slot);
-                    if let Err(e) = atomic_write(&path, b"") {
-                        ack.ok = false;
-                        ack.message = format!("{}: {e}", path.display());
-                    }
-                }
+            Effect::AnswerSlotControl(ack) => {
                 if let Err(e) = slot_control::write_ack(&self.layout, &ack) {
                     let path = slot_control::ack_path(&self.layout);
                     let line = LogLine::now(kind::ERROR, format!("{}: {e}", path.display()));

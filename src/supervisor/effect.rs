@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use super::event::RetireAsker;
 use super::reaper::Order;
 use super::release::DeadWorker;
 use super::slot_control::Ack;
@@ -26,8 +27,14 @@ pub enum Effect {
     /// Give these dead workers' claims back (their attempts rescued first) on the
     /// blocking pool; what it did comes back as log events.
     ReleaseClaims(Vec<DeadWorker>),
-    /// Tell the worker of `slot` to finish its issue and exit (`token` is the file's text).
-    WriteRetire { slot: usize, token: String },
+    /// Ask the worker of `slot` to finish its issue and exit: its retire file, holding
+    /// `token` (the run's start token). Answered at once by `Event::RetireAsked`, since
+    /// what the fleet says and keeps depends on whether the file is there.
+    WriteRetire {
+        slot: usize,
+        token: String,
+        asker: RetireAsker,
+    },
     /// The worker of `slot` is no longer asked to retire.
     RemoveRetire { slot: usize },
     /// Mark an attempt stall-killed before its worker is signalled, so a worker that
@@ -58,10 +65,6 @@ pub enum Effect {
     SearchStrays(Vec<(i32, String, bool)>),
     /// Reap the orphans of the workers' trees that were reparented to us.
     ReapOrphans,
-    /// Answer a slot-control request; `retire_first`: write that slot's retire file first,
-    /// and if that fails the answer is the failure.
-    AnswerSlotControl {
-        ack: Ack,
-        retire_first: Option<usize>,
-    },
+    /// Answer a slot-control request (`slot-control.ack.toon`).
+    AnswerSlotControl(Ack),
 }

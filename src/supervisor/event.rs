@@ -91,6 +91,36 @@ pub enum Event {
     FatalReason { slot: usize, reason: String },
     /// The answer to finishing an ended worker's empty cgroup: what the kernel counted.
     CgroupFinished { leader: i32, figures: Figures },
+    /// The answer to asking the worker of `slot` to retire: `error` when its retire file
+    /// could not be written (the path and why).
+    RetireAsked {
+        slot: usize,
+        asker: RetireAsker,
+        error: Option<String>,
+    },
+}
+
+/// Who asked a worker to retire, carried through the write and back with its answer.
+#[derive(Debug)]
+pub enum RetireAsker {
+    /// A shrink by drain: the slot is above the target.
+    Shrink,
+    /// The operator's stop or restart of one slot by drain: the answer to give, the line
+    /// that says it was done, and the slot's marks as they were before the request (put
+    /// back when the file cannot be written, so the slot is not left waiting on a worker
+    /// that was never asked).
+    SlotControl {
+        ack: Ack,
+        done: LogLine,
+        before: SlotMarks,
+    },
+}
+
+/// What an operator's request to one slot changes before its worker ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotMarks {
+    pub stopped: bool,
+    pub restart_pending: bool,
 }
 
 /// When an event happened: the monotonic instant every deadline is measured on, and the

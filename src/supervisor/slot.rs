@@ -154,6 +154,9 @@ pub struct Slot {
     pub restarts: u64,
     /// Surplus after a drain shrink: its worker finishes and is not replaced.
     pub retiring: bool,
+    /// A retiring slot's worker has its retire file (written for the shrink): until then,
+    /// each reading of `resize.toon` asks again.
+    pub retire_asked: bool,
     /// Idled because its worker exited 0 at once although the queue looked non-empty: it
     /// found nothing it could claim. Holds the claimable issues as they looked then; the
     /// slot wakes only when the queue differs, so a filter mismatch can never loop.
@@ -191,6 +194,7 @@ impl Slot {
             spawns: 0,
             restarts: 0,
             retiring: false,
+            retire_asked: false,
             unclaimable: None,
             fatal_reason: None,
             shown: Shown::default(),

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::circuit::{self, AfterDeath};
 use super::effect::Effect;
-use super::event::Started;
 pub use super::event::{Adopted, Adoptee, Event, Now, QueueError, TrackerUnavailable};
+use super::event::{RetireAsker, SlotMarks, Started};
 use super::reaper::{Done, Group, Reaper};
 use super::release::DeadWorker;
 use super::scale_directive::{Found, ScaleDirective};
@@ -219,6 +219,12 @@ impl Fleet {
                 }
             }
             Event::CgroupFinished { leader, figures } => self.cgroup_finished(leader, figures),
+            Event::RetireAsked { slot, asker, error } => match asker {
+                RetireAsker::Shrink => self.shrink_retire_asked(slot, error),
+                RetireAsker::SlotControl { ack, done, before } => {
+                    self.slot_retire_asked(slot, ack, done, before, error)
+                }
+            },
         }
         self.take_effects()
     }

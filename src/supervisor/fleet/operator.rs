@@ -6,6 +6,19 @@ use std::time::Instant;
 use super::*;
 use crate::supervisor::slot_control::{Ack, Action, Found, Request};
 
+/// What an operator's request to one slot came to.
+enum Acted {
+    /// Done; what to answer.
+    Done(String),
+    /// Done once the slot's worker is asked to retire: what to answer then, the line that
+    /// says so, and the slot's marks before the request.
+    Drain {
+        msg: String,
+        done: LogLine,
+        before: SlotMarks,
+    },
+}
+
 impl Fleet {
     /// Acts on a new slot-control request (as the driver read it, with the answer file)
     /// and acknowledges it. A request already answered (its id in the acknowledgement,
@@ -35,20 +48,58 @@ impl Fleet {
         if matches!(answered, Found::Some(a) if a.id == req.id) {
             return;
         }
-        let (ok, message, retire_first) = match self.slot_act(&req, now) {
-            Ok((m, retire)) => (true, m, retire),
-            Err(m) => (false, m, None),
-        };
-        let ack = Ack {
+        let ack = |ok, message| Ack {
             id: req.id.clone(),
             ok,
             message,
         };
-        self.emit(Effect::AnswerSlotControl { ack, retire_first });
+        match self.slot_act(&req, now) {
+            Ok(Acted::Done(m)) => self.emit(Effect::AnswerSlotControl(ack(true, m))),
+            Err(m) => self.emit(Effect::AnswerSlotControl(ack(false, m))),
+            Ok(Acted::Drain { msg, done, before }) => {
+                let asker = RetireAsker::SlotControl {
+                    ack: ack(true, msg),
+                    done,
+                    before,
+                };
+                self.ask_retire(req.slot, asker);
+            }
+        }
     }
 
-    /// What was done (and the slot whose retire file the answer needs first), or why not.
-    fn slot_act(&mut self, req: &Request, now: Instant) -> Result<(String, Option<usize>), String> {
+    /// The answer to asking the worker of a slot the operator stops or restarts by drain
+    /// to retire: the request is answered (and its line logged) only now, so neither says
+    /// it was done before the file is there. A file that could not be written answers
+    /// the request as failed and puts the slot's marks back, so the slot is not left
+    /// waiting on a worker that was never asked.
+    pub(super) fn slot_retire_asked(
+        &mut self,
+        idx: usize,
+        mut ack: Ack,
+        done: LogLine,
+        before: SlotMarks,
+        error: Option<String>,
+    ) {
+        match error {
+            None => self.log(done),
+            Some(e) => {
+                if let Some(s) = self.pool.slots.get_mut(&idx) {
+                    s.stopped = before.stopped;
+                    s.restart_pending = before.restart_pending;
+                }
+                self.record.dirty = true;
+                ack.ok = false;
+                ack.message = format!(
+                    "slot {idx}: its worker could not be asked to finish its issue ({e}); nothing changed"
+                );
+                self.log(line(kind::ERROR, ack.message.clone()).slot(idx));
+            }
+        }
+        self.emit(Effect::AnswerSlotControl(ack));
+    }
+
+    /// What was done, or is to be done once the worker is asked to retire, or why not.
+    fn slot_act(&mut self, req: &Request, now: Instant) -> Result<Acted, String> {
         let idx = req.slot;
         let target = self.pool.target;
         if self.stopping.is_some() {
@@ -64,6 +115,10 @@ impl Fleet {
         };
         let mode = req.shrink_mode;
         let via = &req.via;
+        let before = SlotMarks {
+            stopped: slot.stopped,
+            restart_pending: slot.restart_pending,
+        };
         match req.action {
             Action::Stop => slot.stopped = true,
             Action::Restart => {
@@ -89,13 +144,13 @@ impl Fleet {
             if req.action == Action::Restart {
                 self.spawn_in(idx, now);
             }
-            return Ok((msg, None));
+            return Ok(Acted::Done(msg));
         };
         if w.kill.is_some() {
             return Err(format!("slot {idx}'s worker is already being stopped"));
         }
         let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-        let mut retire = None;
+        let mut drain = false;
         let msg = match mode {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Operator);
@@ -115,7 +170,7 @@ impl Fleet {
                 if req.action == Action::Restart {
                     slot.restart_pending = true;
                 }
-                retire = Some(idx);
+                drain = true;
                 format!(
                     "slot {idx}: worker {id} finishes its issue, then the slot {} (via={via})",
                     match req.action {
@@ -129,8 +184,12 @@ impl Fleet {
             Action::Stop => kind::SLOT_STOPPED,
             Action::Restart => kind::SLOT_RESTART,
         };
-        self.log(line(k, msg.clone()).slot(idx).pid(pid));
-        Ok((msg, retire))
+        let done = line(k, msg.clone()).slot(idx).pid(pid);
+        if drain {
+            return Ok(Acted::Drain { msg, done, before });
+        }
+        self.log(done);
+        Ok(Acted::Done(msg))
     }
 
     /// A worker of a slot the operator acted on ended: a stopped slot stays empty, a

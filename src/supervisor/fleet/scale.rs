@@ -90,7 +90,7 @@ impl Fleet {
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
         };
-        let was_retiring = slot.retiring;
+        let asked = slot.retire_asked;
         slot.retiring = true;
         let Some(w) = slot.worker_mut() else {
             self.retire_slot(idx);
@@ -115,23 +115,52 @@ impl Fleet {
                     .pid(pid),
                 );
             }
-            ShrinkMode::DrainThenRetire if !was_retiring => {
-                let (pid, id) = (w.pid, w.id.clone());
-                // The run's start token: the file belongs to this run, and the next one
-                // clears it at start-up (`lock::SupervisorLock::acquire`).
-                let token = self.launch.me.1.to_string();
-                self.emit(Effect::WriteRetire { slot: idx, token });
-                self.log(
-                    line(
-                        kind::RETIRE,
-                        format!("slot {idx} surplus: worker {id} finishes its issue, then the slot retires"),
-                    )
-                    .slot(idx)
-                    .pid(pid),
-                );
-            }
+            ShrinkMode::DrainThenRetire if !asked => self.ask_retire(idx, RetireAsker::Shrink),
             ShrinkMode::DrainThenRetire => {}
         }
+    }
+
+    /// Asks the worker of `idx` to finish its issue and exit (its retire file). The file
+    /// holds the run's start token: it belongs to this run, and the next one clears it at
+    /// start-up (`lock::SupervisorLock::acquire`).
+    pub(super) fn ask_retire(&mut self, idx: usize, asker: RetireAsker) {
+        let token = self.launch.me.1.to_string();
+        self.emit(Effect::WriteRetire {
+            slot: idx,
+            token,
+            asker,
+        });
+    }
+
+    /// The answer to asking a surplus slot's worker to retire. Said once the file is
+    /// there; a file that could not be written is said too, and the next reading of
+    /// `resize.toon` (each tick) asks again: the slot stays surplus either way.
+    pub(super) fn shrink_retire_asked(&mut self, idx: usize, error: Option<String>) {
+        let Some(slot) = self.pool.slots.get_mut(&idx) else {
+            return;
+        };
+        let Some(w) = slot.worker() else {
+            return;
+        };
+        let (pid, id) = (w.pid, w.id.clone());
+        let (k, msg) = match error {
+            None => {
+                slot.retire_asked = true;
+                (
+                    kind::RETIRE,
+                    format!(
+                        "slot {idx} surplus: worker {id} finishes its issue, then the slot retires"
+                    ),
+                )
+            }
+            Some(e) => (
+                kind::ERROR,
+                format!(
+                    "slot {idx} surplus: worker {id} could not be asked to retire ({e}); asking again at the next tick"
+                ),
+            ),
+        };
+        self.log(line(k, msg).slot(idx).pid(pid));
     }
 
     pub(super) fn retire_slot(&mut self, idx: usize) {
@@ -146,6 +175,7 @@ impl Fleet {
     pub(super) fn unretire(&mut self, idx: usize) {
         if let Some(s) = self.pool.slots.get_mut(&idx) {
             s.retiring = false;
+            s.retire_asked = false;
             self.emit(Effect::RemoveRetire { slot: idx });
             self.log(
                 line(
@@ -168,6 +198,7 @@ impl Fleet {
             return;
         };
         slot.retiring = false;
+        slot.retire_asked = false;
         slot.unclaimable = None;
         if slot.is_parked() {
             self.pool.slots.insert(idx, slot);

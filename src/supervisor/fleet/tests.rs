@@ -26,6 +26,10 @@ struct World {
     /// Workers that ignore SIGTERM (only SIGKILL ends them).
     stubborn: HashSet<i32>,
     fail_spawns: bool,
+    /// A retire file cannot be written (a full disk).
+    fail_retire: bool,
+    /// Each slot-control answer.
+    acks: Vec<slot_control::Ack>,
     /// Spawned workers get no pidfd watch (their end is found on SIGCHLD).
     unwatched: bool,
     /// What a CPU reading reports per worker.
@@ -152,6 +156,13 @@ impl Bench {
                     }
                 }
             }
+            Effect::WriteRetire { slot, asker, .. } => {
+                let error = w.fail_retire.then(|| {
+                    format!("/afk-unit-fleet/slot-{slot}.retire: No space left on device")
+                });
+                return Some(Event::RetireAsked { slot, asker, error });
+            }
+            Effect::AnswerSlotControl(ack) => w.acks.push(ack),
             Effect::ReadFatalReason { slot, .. } => {
                 return Some(Event::FatalReason {
                     slot,
@@ -237,6 +248,28 @@ impl Bench {
             .copied()
             .expect("the worker ended");
         self.exited(pid, kind, secs);
+    }
+    /// The operator's request `id` to stop or restart one slot, as SIGUSR1 reads it.
+    fn slot_control(
+        &mut self,
+        id: &str,
+        slot: usize,
+        action: slot_control::Action,
+        shrink_mode: ShrinkMode,
+        secs: f64,
+    ) {
+        let request = slot_control::Request {
+            id: id.into(),
+            slot,
+            action,
+            shrink_mode,
+            via: "cli".into(),
+        };
+        let control = ControlFiles {
+            slot_request: slot_control::Found::Some(request),
+            ..quiet()
+        };
+        self.feed(Event::Control(control), secs);
     }
     fn resize(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
         let control = ControlFiles {
@@ -802,6 +835,101 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
     assert_eq!(b.count("slot.retired"), 1, "{:?}", b.kinds());
     assert!(b.world.effects.contains(&"RemoveRetire".to_string()));
     assert_eq!(b.spawns(), 2);
+}
+
+/// A drain whose retire file cannot be written says so and leaves the worker working;
+/// the slot stays surplus, and the next reading of `resize.toon` asks again, once.
+#[test]
+fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_the_next_reading() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.world.fail_retire = true;
+    b.resize(1, ShrinkMode::DrainThenRetire, 5.0);
+    assert_eq!(b.count("slot.retire"), 0, "{:?}", b.kinds());
+    assert_eq!(b.count("supervisor.error"), 1, "{:?}", b.kinds());
+    let error = b.world.lines.iter().rfind(|l| l.kind == "supervisor.error");
+    assert!(
+        error.is_some_and(|l| l.msg.contains("No space left on device")),
+        "{error:?}"
+    );
+    assert_eq!(b.phase(1), "retiring", "still surplus");
+    assert!(b.world.signals.is_empty(), "a drain signals nothing");
+    b.world.fail_retire = false;
+    b.world.effects.clear();
+    b.resize(1, ShrinkMode::DrainThenRetire, 20.0);
+    assert!(
+        b.world.effects.contains(&"WriteRetire".to_string()),
+        "{:?}",
+        b.world.effects
+    );
+    assert_eq!(b.count("slot.retire"), 1, "asked again: {:?}", b.kinds());
+    b.world.effects.clear();
+    b.resize(1, ShrinkMode::DrainThenRetire, 35.0);
+    assert!(
+        !b.world.effects.contains(&"WriteRetire".to_string()),
+        "asked once it worked: {:?}",
+        b.world.effects
+    );
+    b.end(1, ExitKind::Code(0), 40.0);
+    assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
+}
+
+/// The operator's stop of a slot by drain is answered, and its line logged, only once the
+/// worker's retire file is there; a file that cannot be written answers the request as
+/// failed and leaves the slot as it was, so its worker's end respawns it.
+#[test]
+fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fails() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.world.fail_retire = true;
+    b.slot_control(
+        "r1",
+        1,
+        slot_control::Action::Stop,
+        ShrinkMode::DrainThenRetire,
+        5.0,
+    );
+    assert_eq!(b.world.acks.len(), 1);
+    let ack = &b.world.acks[0];
+    assert!(!ack.ok, "{ack:?}");
+    assert!(ack.message.contains("No space left on device"), "{ack:?}");
+    assert_eq!(
+        b.count("slot.stopped"),
+        0,
+        "nothing said done: {:?}",
+        b.kinds()
+    );
+    assert!(!b.fleet.pool.slots[&1].stopped, "the slot's mark put back");
+    let before = b.spawns();
+    b.end(1, ExitKind::Code(1), 6.0);
+    assert_eq!(
+        b.spawns(),
+        before + 1,
+        "respawned: the slot was never stopped"
+    );
+
+    b.world.fail_retire = false;
+    let names = |b: &Bench| b.world.effects.clone();
+    b.world.effects.clear();
+    b.slot_control(
+        "r2",
+        1,
+        slot_control::Action::Stop,
+        ShrinkMode::DrainThenRetire,
+        7.0,
+    );
+    let effects = names(&b);
+    let at = |e: &str| effects.iter().position(|x| x == e);
+    assert!(
+        at("WriteRetire") < at("Log") && at("Log") < at("AnswerSlotControl"),
+        "the file, then the line, then the answer: {effects:?}"
+    );
+    assert!(b.world.acks[1].ok, "{:?}", b.world.acks[1]);
+    assert_eq!(b.count("slot.stopped"), 1, "{:?}", b.kinds());
+    assert!(b.fleet.pool.slots[&1].stopped);
+    let before = b.spawns();
+    b.end(1, ExitKind::Code(0), 8.0);
+    assert_eq!(b.spawns(), before, "a stopped slot stays empty");
 }
 
 /// SIGCHLD for a worker nothing watches: the fleet names it for the driver, which reads
