@@ -204,7 +204,7 @@ pub struct NotReplaceable(pub std::path::PathBuf);
 /// removed: the write fails, naming it. The rename replaces a symlink or FIFO at `path`
 /// itself, not what it points at.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_and_rename(path, bytes, Sync::Data)
+    write_and_rename(path, bytes, Durability::Synced)
 }
 
 /// [`atomic_write`] without the sync: as atomic for every reader, but a crash of the
@@ -214,17 +214,20 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// heartbeat (`state.toon`), which describes processes a reboot ended, and which the next
 /// supervisor rewrites at its start.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_and_rename(path, bytes, Sync::None)
+    write_and_rename(path, bytes, Durability::Cached)
 }
 
 /// Whether a write waits for its data to reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sync {
-    Data,
-    None,
+pub enum Durability {
+    /// Synced before the write returns (and, for a file the write created, its
+    /// directory entry too, where the write says so).
+    Synced,
+    /// Left in the page cache: a crash of the machine may lose it.
+    Cached,
 }
 
-fn write_and_rename(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
+fn write_and_rename(path: &Path, bytes: &[u8], sync: Durability) -> io::Result<()> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent)?;
     }
@@ -249,7 +252,7 @@ fn write_and_rename(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
             .open(&tmp)
             .map_err(named)?;
         f.write_all(bytes)?;
-        if sync == Sync::Data {
+        if sync == Durability::Synced {
             f.sync_all()?;
         }
         fs::rename(&tmp, path)
@@ -258,6 +261,16 @@ fn write_and_rename(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Syncs directory `dir` itself, so the entries made in it (a file created there) survive
+/// a crash of the machine. A symlink at `dir` is refused, never followed.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)?
+        .sync_all()
 }
 
 /// Removes a file, treating "already gone" as success.
@@ -280,6 +293,25 @@ fn gone_is_ok(r: io::Result<()>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_synced_and_a_symlink_or_file_in_its_place_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::create_dir(&real).unwrap();
+        sync_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        // O_NOFOLLOW with O_DIRECTORY: the link is not a directory (ENOTDIR, or ELOOP).
+        let e = sync_dir(&link).unwrap_err().raw_os_error();
+        assert!(matches!(e, Some(libc::ENOTDIR | libc::ELOOP)), "{e:?}");
+        let file = dir.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        assert_eq!(
+            sync_dir(&file).unwrap_err().raw_os_error(),
+            Some(libc::ENOTDIR)
+        );
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_tmp() {

@@ -260,7 +260,15 @@ pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> 
         path: file.clone(),
         msg: e.to_string(),
     })?;
-    toonl::append_record_current(&file, &FIELDS, json, MAX_LEDGER_BYTES)
+    // Synced: the ledger decides quarantine and spend, and a rescued attempt's record is
+    // where its work is found again; an attempt ends minutes apart, so the sync is cheap.
+    toonl::append_record_current(
+        &file,
+        &FIELDS,
+        json,
+        MAX_LEDGER_BYTES,
+        fsutil::Durability::Synced,
+    )
 }
 
 /// Every issue's records, by issue number (the files under `attempts/` named `<N>.toonl`);

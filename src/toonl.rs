@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use reddb_io_toon::{ToonlEncoder, ToonlRowReader, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{open_append, read_small_file};
+use crate::fsutil::{Durability, open_append, read_small_file, sync_dir};
 
 /// Largest log [`read_events`] reads (the supervisor only appends).
 pub const MAX_READ_BYTES: u64 = 256 << 20;
@@ -273,19 +273,22 @@ pub fn append_record(
     fields: &[&str],
     json: serde_json::Value,
 ) -> Result<(), LogError> {
-    append_under_header(path, fields, json, None)
+    append_under_header(path, fields, json, None, Durability::Cached)
 }
 
 /// [`append_record`] to a file whose fields may have grown since it was created: when the
 /// file's newest header is not `fields`' own, the row goes under a fresh copy of the current
 /// header (readers take each row under the header above it), so an older file keeps its
 /// old rows readable and gains the new fields. The file is read up to `max_bytes` to find
-/// its header; one bigger gets the header repeated, which readers accept.
+/// its header; one bigger gets the header repeated, which readers accept. With
+/// [`Durability::Synced`] the record is on the disk when this returns (and the file's
+/// directory entry, when the record started the file).
 pub fn append_record_current(
     path: &Path,
     fields: &[&str],
     json: serde_json::Value,
     max_bytes: u64,
+    durability: Durability,
 ) -> Result<(), LogError> {
     let header = header_line(fields);
     // `Some(torn)` when the header must be written again; `torn` when the file does not
@@ -300,7 +303,7 @@ pub fn append_record_current(
         }
         _ => None,
     };
-    append_under_header(path, fields, json, stale)
+    append_under_header(path, fields, json, stale, durability)
 }
 
 /// One `write` of the row: after the header when the file is new, or when `reheader` is
@@ -310,6 +313,7 @@ fn append_under_header(
     fields: &[&str],
     json: serde_json::Value,
     reheader: Option<bool>,
+    durability: Durability,
 ) -> Result<(), LogError> {
     let io_err = |source| LogError::Io {
         path: path.to_path_buf(),
@@ -329,7 +333,17 @@ fn append_under_header(
         }
         (false, None) => row,
     };
-    f.write_all(text.as_bytes()).map_err(io_err)
+    f.write_all(text.as_bytes()).map_err(io_err)?;
+    if durability == Durability::Synced {
+        f.sync_data().map_err(io_err)?;
+        if fresh && let Some(dir) = path.parent() {
+            sync_dir(dir).map_err(|source| LogError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads every complete record. A line torn by a crash mid-write (the last line without
