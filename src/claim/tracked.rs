@@ -126,12 +126,32 @@ pub enum ClaimRace {
 /// The name `worker.rs` imports the race's outcome by.
 pub use ClaimRace as Verdict;
 
+/// How long a hand-off's label change may take to land after its mark (the hand-off
+/// posts its mark first, then switches `running` to `ready-for-human`, retried).
+pub const HANDOFF_SETTLE: Duration = Duration::from_secs(60);
+
+/// How a claim that holds right after a hand-off mark waits for that hand-off's label
+/// change: at most `within` after the mark, and no longer once `stopped` says so.
+pub struct Settle<'a> {
+    pub within: Duration,
+    pub stopped: &'a dyn Fn() -> bool,
+}
+
 /// The claim step: the claim mark, the re-read, and the decision.
+///
+/// A claim posted between another checkout's hand-off mark and its label change holds
+/// (nobody else does) on an issue that does not look handed off yet. So a claim whose
+/// thread's last event before it is a hand-off less than `settle.within` old counts as
+/// won only when the issue still is not `ready-for-human` once that time has passed
+/// (read again every few seconds until then): a person who gave a handed-off issue back to
+/// the queue that fast waits a minute at most, a late claimant never works a handed-off
+/// issue. A stop while it waits loses the claim.
 pub fn claim(
     tracker: &dyn Tracker,
     issue: u64,
     worker: &str,
     host: &str,
+    settle: &Settle<'_>,
 ) -> Result<ClaimRace, ClaimError> {
     let me = Holder::new(worker, host);
     let nonce = marks::new_nonce();
@@ -141,11 +161,29 @@ pub fn claim(
     };
     retry(|| tracker.comment(issue, &mark.text()))
         .map_err(|source| ClaimError::Mark { issue, source })?;
-    let thread =
-        read_thread(tracker, issue).map_err(|source| ClaimError::Read { issue, source })?;
-    let standing = marks::standing(&thread.comments);
-    let open = thread.state == IssueState::Open && !thread.has_label(labels::READY_FOR_HUMAN);
-    if standing.holds(&nonce) && open {
+    let read = || read_thread(tracker, issue).map_err(|source| ClaimError::Read { issue, source });
+    let is_open =
+        |t: &IssueThread| t.state == IssueState::Open && !t.has_label(labels::READY_FOR_HUMAN);
+    let mut thread = read()?;
+    let mut standing = marks::standing(&thread.comments);
+    let mut open = is_open(&thread);
+    let mut stopped = false;
+    if let Some(wait) = handoff_unsettled(&standing, &nonce, settle.within)
+        && open
+    {
+        let deadline = std::time::Instant::now() + wait;
+        let every = (settle.within / 4).min(Duration::from_secs(5));
+        while open && !stopped && std::time::Instant::now() < deadline {
+            stopped = sleep_unless(
+                every.min(deadline - std::time::Instant::now()),
+                settle.stopped,
+            );
+            thread = read()?;
+            standing = marks::standing(&thread.comments);
+            open = is_open(&thread);
+        }
+    }
+    if standing.holds(&nonce) && open && !stopped {
         return Ok(ClaimRace::Won(WonClaim { holder: me, nonce }));
     }
     let yielded = Mark::Yielded {
@@ -163,6 +201,36 @@ pub fn claim(
     Ok(ClaimRace::Lost {
         holder: holder_of(&standing).filter(|_| others_hold),
     })
+}
+
+/// How long our claim (`nonce`) must wait for the label change of the hand-off just
+/// before it: `None` when the event before it was no hand-off or one `settle` old (by the
+/// tracker's comment times; unknown times wait the whole of it).
+fn handoff_unsettled(s: &Standing, nonce: &str, settle: Duration) -> Option<Duration> {
+    let held = s.holder.as_ref().filter(|h| h.nonce == nonce)?;
+    let Some((marks::Event::HandedOff, handed_at)) = held.before else {
+        return None;
+    };
+    let gap = match (handed_at, held.at) {
+        (Some(h), Some(c)) => Duration::from_secs(c.saturating_sub(h)),
+        _ => Duration::ZERO,
+    };
+    settle.checked_sub(gap).filter(|w| !w.is_zero())
+}
+
+/// Sleeps `d` in short steps; whether `stopped` said so before the end.
+fn sleep_unless(d: Duration, stopped: &dyn Fn() -> bool) -> bool {
+    let end = std::time::Instant::now() + d;
+    loop {
+        if stopped() {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= end {
+            return false;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(100)));
+    }
 }
 
 fn holder_of(s: &Standing) -> Option<Holder> {

@@ -111,7 +111,12 @@ impl Worker<'_> {
             return Ok(None);
         }
         let host = tracked::this_host(self.layout);
-        tracked::claim(self.tracker, n, &self.wenv.worker_id, &host).map(Some)
+        let stopped = || self.stop.signal().is_some();
+        let settle = tracked::Settle {
+            within: tracked::HANDOFF_SETTLE,
+            stopped: &stopped,
+        };
+        tracked::claim(self.tracker, n, &self.wenv.worker_id, &host, &settle).map(Some)
     }
 
     /// Posts a comment that gives the issue up: with its release mark, retried (the mark's

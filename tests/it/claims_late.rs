@@ -21,6 +21,131 @@ const CLAIM: &str = "🤖 /afk claim w1@box-a-0badc0de 0123456789abcdef";
 const HANDOFF: &str =
     "🤖 /afk finished attempt 1-a1.\n\n🤖 /afk handoff w1@box-a-0badc0de 0123456789abcdef";
 
+fn never() -> bool {
+    false
+}
+
+fn settle(secs: u64, stopped: &dyn Fn() -> bool) -> tracked::Settle<'_> {
+    tracked::Settle {
+        within: Duration::from_secs(secs),
+        stopped,
+    }
+}
+
+/// Now, as the tracker stamps a comment.
+fn stamp_now() -> String {
+    afk_supervisor::timeutil::rfc3339(std::time::SystemTime::now())
+}
+
+/// Handed off just now: the mark is there, the label change is not (yet).
+fn handed_off_just_now(gh: &FakeGh) {
+    let mut handoff = FakeComment::by("fake", "OWNER", HANDOFF);
+    handoff.created_at = stamp_now();
+    gh.set_issues(&[FakeIssue::open(1, &["running"])
+        .with_comment(FakeComment::by("fake", "OWNER", CLAIM))
+        .with_comment(handoff)]);
+}
+
+fn thread_reads(gh: &FakeGh) -> usize {
+    gh.calls()
+        .iter()
+        .filter(|c| c.iter().any(|a| a == "view"))
+        .count()
+}
+
+/// A claim posted between a hand-off mark and its label change holds (nobody else does)
+/// on an issue not yet `ready-for-human`: it waits for the change, finds it, yields and
+/// takes its `running` back.
+#[test]
+fn a_claim_right_after_a_hand_off_mark_waits_for_its_label_change_and_yields() {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    handed_off_just_now(&gh);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    let race = std::thread::scope(|s| {
+        let claimer = s.spawn(|| {
+            tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(60, &never)).unwrap()
+        });
+        // The hand-off's label change lands once the late claim mark is there.
+        assert!(wait_until(Duration::from_secs(30), || {
+            gh.issue(1).unwrap().comments.len() == 3
+        }));
+        let mut issue = gh.issue(1).unwrap();
+        issue.labels = vec!["ready-for-human".into()];
+        gh.set_issues(&[issue]);
+        claimer.join().unwrap()
+    });
+    assert_eq!(race, ClaimRace::Lost { holder: None });
+    let issue = gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+    let s = issue.standing();
+    assert_eq!(s.holder, None);
+    assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+}
+
+/// A handed-off issue a person put back in the queue at once: the claim after the
+/// hand-off mark waits out the settle, finds no `ready-for-human`, and wins.
+#[test]
+fn a_claim_right_after_a_hand_off_wins_once_the_settle_passes_without_its_label() {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    handed_off_just_now(&gh);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    gh.clear_calls();
+    let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(2, &never)).unwrap();
+    assert!(matches!(race, ClaimRace::Won(_)), "{race:?}");
+    assert!(
+        thread_reads(&gh) >= 2,
+        "read again after the wait: {:?}",
+        gh.calls()
+    );
+    assert_eq!(gh.issue(1).unwrap().labels, vec!["running"]);
+}
+
+/// A hand-off older than the settle is a person's requeue: no wait, one read.
+#[test]
+fn a_claim_long_after_a_hand_off_wins_at_once() {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    // The hand-off stamped 2026-01-01 (the fake's default), the claim now.
+    gh.set_issues(&[FakeIssue::open(1, &["running"])
+        .with_comment(FakeComment::by("fake", "OWNER", CLAIM))
+        .with_comment(FakeComment::by("fake", "OWNER", HANDOFF))]);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    gh.clear_calls();
+    let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(60, &never)).unwrap();
+    assert!(matches!(race, ClaimRace::Won(_)), "{race:?}");
+    assert_eq!(thread_reads(&gh), 1, "{:?}", gh.calls());
+}
+
+/// A stop while a claim waits on a hand-off loses the claim: its `yielded` voids it and
+/// the labels stay as they are (the hand-off, or the claims belt, finishes them).
+#[test]
+fn a_stop_while_a_claim_waits_on_a_hand_off_loses_it() {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    handed_off_just_now(&gh);
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stopped = || stop.load(std::sync::atomic::Ordering::SeqCst);
+    let race = std::thread::scope(|s| {
+        let claimer = s.spawn(|| {
+            tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(60, &stopped)).unwrap()
+        });
+        assert!(wait_until(Duration::from_secs(30), || {
+            gh.issue(1).unwrap().comments.len() == 3
+        }));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        claimer.join().unwrap()
+    });
+    assert_eq!(race, ClaimRace::Lost { holder: None });
+    let issue = gh.issue(1).unwrap();
+    assert_eq!(issue.labels, vec!["running"]);
+    let s = issue.standing();
+    assert_eq!(s.holder, None, "the yield voids the late claim");
+    assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+}
+
 fn handed_off_and_switched(gh: &FakeGh) {
     gh.set_issues(&[FakeIssue::open(1, &["ready-for-human", "running"])
         .with_comment(FakeComment::by("fake", "OWNER", CLAIM))
@@ -33,7 +158,7 @@ fn a_late_claim_on_a_handed_off_issue_yields_and_takes_its_running_back() {
     let gh = FakeGh::install(&env);
     handed_off_and_switched(&gh);
     let tracker = gh.tracker(Some("fake-owner/fake-repo"));
-    let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de").unwrap();
+    let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(30, &never)).unwrap();
     assert_eq!(race, ClaimRace::Lost { holder: None });
     let issue = gh.issue(1).unwrap();
     assert_eq!(issue.labels, vec!["ready-for-human"]);
