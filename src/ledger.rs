@@ -338,6 +338,15 @@ pub fn failures(records: &[Record]) -> usize {
         .count()
 }
 
+/// Failed attempts since the last quarantine, excused or not: how far back in the queue
+/// the issue goes (an excused failure still says the agent could not do it just now).
+pub fn failed_lately(records: &[Record]) -> usize {
+    current(records)
+        .iter()
+        .filter(|r| r.outcome.is_failure())
+        .count()
+}
+
 /// The branch the next attempt resumes: where the newest attempt's work was rescued, else
 /// that attempt's branch when it was capped. An attempt that ended by an interruption or a
 /// death with nothing rescued (it made no work of its own) is passed over, so the work it

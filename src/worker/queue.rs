@@ -5,6 +5,7 @@
 use super::{Worker, WorkerError};
 use crate::claim::Claim;
 use crate::claim::tracked::{self, Verdict, WonClaim};
+use crate::ledger;
 use crate::tracker::{LabeledIssue, labels};
 
 /// A claim the worker holds: the local lock and, on a shared tracker, the won claim mark
@@ -47,7 +48,15 @@ impl Worker<'_> {
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
             .map_err(|e| WorkerError::from(&e))?;
         queue.retain(|i| crate::tracker::is_claimable(&i.labels));
-        queue.sort_by_key(|i| i.number);
+        // Fewest failed attempts first, then lowest number: an issue that just failed goes
+        // behind the work nobody has tried, so one failing issue neither holds the queue nor
+        // is retried by every worker in turn before any other issue shows whether the agent
+        // fails everywhere (the excuse that keeps a broken agent from quarantining issues).
+        queue.sort_by_cached_key(|i| {
+            let failed =
+                ledger::read(self.layout, i.number).map_or(0, |r| ledger::failed_lately(&r));
+            (failed, i.number)
+        });
         for issue in queue {
             let claim = Claim::try_take(self.layout, issue.number)
                 .map_err(|e| WorkerError::file(self.layout.claims(), "cannot claim: ", e))?;

@@ -672,6 +672,34 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
     assert_eq!(f.labels(n), vec!["ready-for-human"]);
 }
 
+/// An issue that just failed goes behind the issues nobody has tried: a failing agent
+/// on three issues runs #1, #2, #3 and only then #1 again, so a broken agent shows on
+/// other issues before one of them is tried three times.
+#[test]
+fn an_issue_that_just_failed_goes_behind_the_untried_ones() {
+    let marks = TestEnv::new();
+    let runs = marks.path().join("runs");
+    let f = Fixture::new(Some(&format!(
+        "echo \"$RED_AFK_ISSUE\" >> {}\nexit 3",
+        runs.display()
+    )));
+    for t in ["One", "Two", "Three"] {
+        f.new_issue(t, &["ready-for-agent"]);
+    }
+    for _ in 1..=4 {
+        f.work_once(1);
+    }
+    let ran: Vec<String> = fs::read_to_string(&runs)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ran, ["1", "2", "3", "1"]);
+    for n in 1..=3 {
+        assert_eq!(f.labels(n), vec!["ready-for-agent"], "#{n}");
+    }
+}
+
 /// Deaths recorded by restores count too: an issue whose ledger already holds three
 /// `worker-died` attempts is quarantined by the next worker that claims it, before any
 /// agent runs.
