@@ -121,6 +121,10 @@ pub enum ClaimRace {
     Lost {
         holder: Option<Holder>,
     },
+    /// A stop came while the claim waited on a hand-off's label change: the claim was
+    /// released (its release mark, `running` back to `ready-for-agent`, best effort) so a
+    /// person's fast requeue stays a requeue, and the worker takes nothing.
+    Stopped,
 }
 
 /// The name `worker.rs` imports the race's outcome by.
@@ -145,7 +149,7 @@ pub struct Settle<'a> {
 /// won only when the issue still is not `ready-for-human` once that time has passed
 /// (read again every few seconds until then): a person who gave a handed-off issue back to
 /// the queue that fast waits a minute at most, a late claimant never works a handed-off
-/// issue. A stop while it waits loses the claim.
+/// issue. A stop while it waits gives the issue back to the queue ([`ClaimRace::Stopped`]).
 pub fn claim(
     tracker: &dyn Tracker,
     issue: u64,
@@ -173,18 +177,32 @@ pub fn claim(
     {
         let deadline = std::time::Instant::now() + wait;
         let every = (settle.within / 4).min(Duration::from_secs(5));
-        while open && !stopped && std::time::Instant::now() < deadline {
-            stopped = sleep_unless(
+        while open && std::time::Instant::now() < deadline {
+            if sleep_unless(
                 every.min(deadline - std::time::Instant::now()),
                 settle.stopped,
-            );
+            ) {
+                stopped = true;
+                break;
+            }
             thread = read()?;
             standing = marks::standing(&thread.comments);
             open = is_open(&thread);
         }
     }
-    if standing.holds(&nonce) && open && !stopped {
-        return Ok(ClaimRace::Won(WonClaim { holder: me, nonce }));
+    if standing.holds(&nonce) && open {
+        let won = WonClaim { holder: me, nonce };
+        if !stopped {
+            return Ok(ClaimRace::Won(won));
+        }
+        // Ours, and nobody handed it off after all (as far as the last read showed): a
+        // `yielded` would leave the fold at the hand-off before us, whose end the claims
+        // belt would then finish as `ready-for-human`. The release says it is back in the
+        // queue; the labels follow (a hand-off still landing adds `ready-for-human`, which
+        // keeps every claimant off it).
+        let _ = tracker.comment(issue, &won.release_mark());
+        let _ = tracker.edit_labels(issue, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+        return Ok(ClaimRace::Stopped);
     }
     let yielded = Mark::Yielded {
         holder: me,

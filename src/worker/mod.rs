@@ -179,6 +179,10 @@ impl Worker<'_> {
                 return Ok(WorkerOutcome::AgentPaused);
             }
             let Some((issue, claim)) = self.claim_next()? else {
+                // A stop that came while a claim waited took nothing: it ends the worker.
+                if let Some(signal) = self.stop.signal() {
+                    return Ok(WorkerOutcome::Interrupted { signal });
+                }
                 println!(
                     "worker {}: no ready-for-agent issue; exiting",
                     self.wenv.worker_id

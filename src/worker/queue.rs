@@ -27,6 +27,8 @@ impl TakenClaim {
 }
 
 impl Worker<'_> {
+    /// The next issue, claimed; `None` when nothing ready could be taken, or when a stop
+    /// came while a claim waited on a hand-off (the caller checks its stop flag).
     pub(super) fn claim_next(&self) -> Result<Option<(LabeledIssue, TakenClaim)>, WorkerError> {
         // While the fleet waits out a rate limit it takes nothing (and costs no call): the
         // exit code is the rate limit's, which the supervisor never counts as a death.
@@ -95,6 +97,14 @@ impl Worker<'_> {
                     );
                     let _ = claim.release();
                     continue;
+                }
+                Ok(Some(Verdict::Stopped)) => {
+                    println!(
+                        "worker {}: stopped while claiming #{}; gave it back",
+                        self.wenv.worker_id, issue.number
+                    );
+                    let _ = claim.release();
+                    return Ok(None);
                 }
                 Ok(Some(Verdict::Won(won))) => Some(won),
                 Ok(None) => None,

@@ -70,8 +70,10 @@ fn a_claim_right_after_a_hand_off_mark_waits_for_its_label_change_and_yields() {
         assert!(wait_until(Duration::from_secs(30), || {
             gh.issue(1).unwrap().comments.len() == 3
         }));
+        // As the hand-off's edit leaves it with this claimant's own switch landing after:
+        // `ready-for-human`, and `running` again.
         let mut issue = gh.issue(1).unwrap();
-        issue.labels = vec!["ready-for-human".into()];
+        issue.labels = vec!["ready-for-human".into(), "running".into()];
         gh.set_issues(&[issue]);
         claimer.join().unwrap()
     });
@@ -118,8 +120,9 @@ fn a_claim_long_after_a_hand_off_wins_at_once() {
     assert_eq!(thread_reads(&gh), 1, "{:?}", gh.calls());
 }
 
-/// A stop while a claim waits on a hand-off loses the claim: its `yielded` voids it and
-/// the labels stay as they are (the hand-off, or the claims belt, finishes them).
+/// A stop while a claim waits on a hand-off gives the issue back: the claim's release
+/// mark ends it and `running` goes back to `ready-for-agent`, so a person's fast requeue
+/// is not turned into a hand-off by the claims belt reading the fold.
 #[test]
 fn a_stop_while_a_claim_waits_on_a_hand_off_loses_it() {
     let env = TestEnv::new();
@@ -138,12 +141,20 @@ fn a_stop_while_a_claim_waits_on_a_hand_off_loses_it() {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         claimer.join().unwrap()
     });
-    assert_eq!(race, ClaimRace::Lost { holder: None });
+    assert_eq!(race, ClaimRace::Stopped);
     let issue = gh.issue(1).unwrap();
-    assert_eq!(issue.labels, vec!["running"]);
+    assert_eq!(issue.labels, vec!["ready-for-agent"]);
+    assert_eq!(issue.comments.len(), 4);
+    assert!(
+        issue.comments[3]
+            .body
+            .starts_with("🤖 /afk release w2@box-b-0badc0de "),
+        "{:?}",
+        issue.comments[3].body
+    );
     let s = issue.standing();
-    assert_eq!(s.holder, None, "the yield voids the late claim");
-    assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+    assert_eq!(s.holder, None, "the release ends the late claim");
+    assert_eq!(s.last.map(|l| l.0), Some(Event::Ended));
 }
 
 fn handed_off_and_switched(gh: &FakeGh) {
