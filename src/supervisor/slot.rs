@@ -155,7 +155,7 @@ pub struct Slot {
     /// Surplus after a drain shrink: its worker finishes and is not replaced.
     pub retiring: bool,
     /// A retiring slot's worker has its retire file (written for the shrink): until then,
-    /// each reading of `resize.toon` asks again.
+    /// each tick asks again.
     pub retire_asked: bool,
     /// Idled because its worker exited 0 at once although the queue looked non-empty: it
     /// found nothing it could claim. Holds the claimable issues as they looked then; the

@@ -90,7 +90,7 @@ impl Fleet {
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
         };
-        let asked = slot.retire_asked;
+        let newly = !slot.retiring;
         slot.retiring = true;
         let Some(w) = slot.worker_mut() else {
             self.retire_slot(idx);
@@ -115,7 +115,9 @@ impl Fleet {
                     .pid(pid),
                 );
             }
-            ShrinkMode::DrainThenRetire if !asked => self.ask_retire(idx, RetireAsker::Shrink),
+            // Asked when it turns surplus; a file that could not be written is asked for
+            // again by the next tick (`ask_retire_again`), not by each reading.
+            ShrinkMode::DrainThenRetire if newly => self.ask_retire(idx, RetireAsker::Shrink),
             ShrinkMode::DrainThenRetire => {}
         }
     }
@@ -132,9 +134,27 @@ impl Fleet {
         });
     }
 
+    /// The surplus slots whose worker's retire file could not be written, asked again: at
+    /// each tick, whether or not `resize.toon` is still there to be read (a restart with a
+    /// smaller target has none). Only the slots at or above the target are looked at.
+    pub(super) fn ask_retire_again(&mut self) {
+        let due: Vec<usize> = self
+            .pool
+            .slots
+            .range(self.pool.target..)
+            .filter(|(_, s)| {
+                s.retiring && !s.retire_asked && s.worker().is_some_and(|w| w.kill.is_none())
+            })
+            .map(|(idx, _)| *idx)
+            .collect();
+        for idx in due {
+            self.ask_retire(idx, RetireAsker::Shrink);
+        }
+    }
+
     /// The answer to asking a surplus slot's worker to retire. Said once the file is
-    /// there; a file that could not be written is said too, and the next reading of
-    /// `resize.toon` (each tick) asks again: the slot stays surplus either way.
+    /// there; a file that could not be written is said too, and the next tick asks again
+    /// ([`Fleet::ask_retire_again`]): the slot stays surplus either way.
     pub(super) fn shrink_retire_asked(&mut self, idx: usize, error: Option<String>) {
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
@@ -176,7 +196,11 @@ impl Fleet {
         if let Some(s) = self.pool.slots.get_mut(&idx) {
             s.retiring = false;
             s.retire_asked = false;
-            self.emit(Effect::RemoveRetire { slot: idx });
+            // The operator's drain (a slot stop, a drained restart) still wants its worker
+            // to finish and go: its retire file stays.
+            if !(s.stopped || s.restart_pending) {
+                self.emit(Effect::RemoveRetire { slot: idx });
+            }
             self.log(
                 line(
                     kind::UNRETIRE,

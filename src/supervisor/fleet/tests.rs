@@ -838,9 +838,10 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
 }
 
 /// A drain whose retire file cannot be written says so and leaves the worker working;
-/// the slot stays surplus, and the next reading of `resize.toon` asks again, once.
+/// the slot stays surplus, and each tick asks again (not each reading of `resize.toon`)
+/// until the file is there.
 #[test]
-fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_the_next_reading() {
+fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() {
     let mut b = Bench::new(2);
     b.start();
     b.world.fail_retire = true;
@@ -854,24 +855,61 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_the_next_rea
     );
     assert_eq!(b.phase(1), "retiring", "still surplus");
     assert!(b.world.signals.is_empty(), "a drain signals nothing");
+    let wrote = |b: &Bench| {
+        b.world
+            .effects
+            .iter()
+            .filter(|e| *e == "WriteRetire")
+            .count()
+    };
+    // Another reading of the same target does not ask again: the tick does.
+    b.world.effects.clear();
+    b.resize(1, ShrinkMode::DrainThenRetire, 10.0);
+    assert_eq!(wrote(&b), 0, "{:?}", b.world.effects);
+    // A tick with no `resize.toon` to read (a restart with a smaller target has none).
+    b.tick(20.0);
+    assert_eq!(wrote(&b), 1, "{:?}", b.world.effects);
+    assert_eq!(b.count("supervisor.error"), 2, "{:?}", b.kinds());
     b.world.fail_retire = false;
     b.world.effects.clear();
-    b.resize(1, ShrinkMode::DrainThenRetire, 20.0);
+    b.tick(35.0);
+    assert_eq!(wrote(&b), 1, "{:?}", b.world.effects);
+    assert_eq!(b.count("slot.retire"), 1, "asked again: {:?}", b.kinds());
+    b.world.effects.clear();
+    b.tick(50.0);
+    b.resize(1, ShrinkMode::DrainThenRetire, 55.0);
+    assert_eq!(wrote(&b), 0, "asked once it worked: {:?}", b.world.effects);
+    b.end(1, ExitKind::Code(0), 60.0);
+    assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
+}
+
+/// A slot the operator stopped by drain, shrunk away and grown back, keeps its worker's
+/// retire file: the worker still finishes its issue and goes, and the slot stays empty.
+#[test]
+fn a_slot_stopped_by_drain_keeps_its_retire_file_through_a_shrink_and_a_grow() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.slot_control(
+        "r1",
+        1,
+        slot_control::Action::Stop,
+        ShrinkMode::DrainThenRetire,
+        5.0,
+    );
+    assert!(b.fleet.pool.slots[&1].stopped);
+    b.resize(1, ShrinkMode::DrainThenRetire, 10.0);
+    assert_eq!(b.phase(1), "retiring");
+    b.world.effects.clear();
+    b.resize(2, ShrinkMode::DrainThenRetire, 15.0);
     assert!(
-        b.world.effects.contains(&"WriteRetire".to_string()),
+        !b.world.effects.iter().any(|e| e == "RemoveRetire"),
         "{:?}",
         b.world.effects
     );
-    assert_eq!(b.count("slot.retire"), 1, "asked again: {:?}", b.kinds());
-    b.world.effects.clear();
-    b.resize(1, ShrinkMode::DrainThenRetire, 35.0);
-    assert!(
-        !b.world.effects.contains(&"WriteRetire".to_string()),
-        "asked once it worked: {:?}",
-        b.world.effects
-    );
-    b.end(1, ExitKind::Code(0), 40.0);
-    assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
+    let before = b.spawns();
+    b.end(1, ExitKind::Code(0), 20.0);
+    assert_eq!(b.spawns(), before, "the stopped slot stays empty");
+    assert_eq!(b.count("slot.stopped"), 2, "{:?}", b.kinds());
 }
 
 /// The operator's stop of a slot by drain is answered, and its line logged, only once the
