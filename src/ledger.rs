@@ -250,11 +250,18 @@ pub fn path(layout: &Layout, n: u64) -> PathBuf {
 /// Appends one record, as one whole line.
 pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> {
     let file = path(layout, n);
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| LogError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    if let Some(dir) = file.parent()
+        && !dir.is_dir()
+    {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LogError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // The first record's directory entry, like the file's (synced with the record).
+        if let Some(up) = dir.parent() {
+            fsutil::sync_dir(up).map_err(io(up))?;
+        }
     }
     let json = serde_json::to_value(record).map_err(|e| LogError::Encode {
         path: file.clone(),
