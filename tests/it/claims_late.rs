@@ -46,6 +46,36 @@ fn handed_off_just_now(gh: &FakeGh) {
         .with_comment(handoff)]);
 }
 
+/// A fake GitHub whose issue 1 was handed off just now (its environment first: it must
+/// outlive the fake).
+fn just_handed_off() -> (TestEnv, FakeGh) {
+    let env = TestEnv::new();
+    let gh = FakeGh::install(&env);
+    handed_off_just_now(&gh);
+    (env, gh)
+}
+
+/// `w2` claims issue 1 on a thread, settling for `secs` until `stopped`; `meanwhile` runs
+/// once its claim mark is there (the thread's third comment). The race's outcome.
+fn claim_while(
+    gh: &FakeGh,
+    secs: u64,
+    stopped: &(dyn Fn() -> bool + Sync),
+    meanwhile: impl FnOnce(),
+) -> ClaimRace {
+    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+    std::thread::scope(|s| {
+        let claimer = s.spawn(|| {
+            tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(secs, stopped)).unwrap()
+        });
+        assert!(wait_until(Duration::from_secs(30), || {
+            gh.issue(1).unwrap().comments.len() == 3
+        }));
+        meanwhile();
+        claimer.join().unwrap()
+    })
+}
+
 fn thread_reads(gh: &FakeGh) -> usize {
     gh.calls()
         .iter()
@@ -58,24 +88,14 @@ fn thread_reads(gh: &FakeGh) -> usize {
 /// takes its `running` back.
 #[test]
 fn a_claim_right_after_a_hand_off_mark_waits_for_its_label_change_and_yields() {
-    let env = TestEnv::new();
-    let gh = FakeGh::install(&env);
-    handed_off_just_now(&gh);
-    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
-    let race = std::thread::scope(|s| {
-        let claimer = s.spawn(|| {
-            tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(60, &never)).unwrap()
-        });
-        // The hand-off's label change lands once the late claim mark is there.
-        assert!(wait_until(Duration::from_secs(30), || {
-            gh.issue(1).unwrap().comments.len() == 3
-        }));
-        // As the hand-off's edit leaves it with this claimant's own switch landing after:
-        // `ready-for-human`, and `running` again.
+    let (_env, gh) = just_handed_off();
+    // The hand-off's label change lands once the late claim mark is there, as the
+    // hand-off's edit leaves it with this claimant's own switch landing after:
+    // `ready-for-human`, and `running` again.
+    let race = claim_while(&gh, 60, &never, || {
         let mut issue = gh.issue(1).unwrap();
         issue.labels = vec!["ready-for-human".into(), "running".into()];
         gh.set_issues(&[issue]);
-        claimer.join().unwrap()
     });
     assert_eq!(race, ClaimRace::Lost { holder: None });
     let issue = gh.issue(1).unwrap();
@@ -89,9 +109,7 @@ fn a_claim_right_after_a_hand_off_mark_waits_for_its_label_change_and_yields() {
 /// hand-off mark waits out the settle, finds no `ready-for-human`, and wins.
 #[test]
 fn a_claim_right_after_a_hand_off_wins_once_the_settle_passes_without_its_label() {
-    let env = TestEnv::new();
-    let gh = FakeGh::install(&env);
-    handed_off_just_now(&gh);
+    let (_env, gh) = just_handed_off();
     let tracker = gh.tracker(Some("fake-owner/fake-repo"));
     gh.clear_calls();
     let race = tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(2, &never)).unwrap();
@@ -124,22 +142,12 @@ fn a_claim_long_after_a_hand_off_wins_at_once() {
 /// mark ends it and `running` goes back to `ready-for-agent`, so a person's fast requeue
 /// is not turned into a hand-off by the claims belt reading the fold.
 #[test]
-fn a_stop_while_a_claim_waits_on_a_hand_off_loses_it() {
-    let env = TestEnv::new();
-    let gh = FakeGh::install(&env);
-    handed_off_just_now(&gh);
-    let tracker = gh.tracker(Some("fake-owner/fake-repo"));
+fn a_stop_while_a_claim_waits_on_a_hand_off_gives_the_issue_back() {
+    let (_env, gh) = just_handed_off();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let stopped = || stop.load(std::sync::atomic::Ordering::SeqCst);
-    let race = std::thread::scope(|s| {
-        let claimer = s.spawn(|| {
-            tracked::claim(&tracker, 1, "w2", "box-b-0badc0de", &settle(60, &stopped)).unwrap()
-        });
-        assert!(wait_until(Duration::from_secs(30), || {
-            gh.issue(1).unwrap().comments.len() == 3
-        }));
+    let race = claim_while(&gh, 60, &stopped, || {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        claimer.join().unwrap()
     });
     assert_eq!(race, ClaimRace::Stopped);
     let issue = gh.issue(1).unwrap();
