@@ -195,8 +195,9 @@ pub fn check_replaceable(path: &Path) -> Result<(), NotReplaceable> {
 pub struct NotReplaceable(pub std::path::PathBuf);
 
 /// Writes `bytes` to `path` atomically and durably: `<path>.tmp` is written and synced,
-/// then renamed over `path`, so a reader sees the old content or the new one, never a torn
-/// write, and once this returns the new content survives a crash of the machine.
+/// then renamed over `path` and the directory synced, so a reader sees the old content or
+/// the new one, never a torn write, and once this returns the new content survives a crash
+/// of the machine.
 ///
 /// Whatever is at `<path>.tmp` is this writer's to replace (a crashed write's leftover, a
 /// planted FIFO or symlink): it is removed first, never followed or opened, and the tmp is
@@ -259,8 +260,26 @@ fn write_and_rename(path: &Path, bytes: &[u8], sync: Durability) -> io::Result<(
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
+        return result;
     }
-    result
+    // The rename is an entry of the directory: synced too, or a crash of the machine may
+    // bring the old content back. A failure here leaves the new content in place.
+    if sync == Durability::Synced {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_dir(dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: written, but its directory not synced: {e}",
+                    dir.display()
+                ),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Syncs directory `dir` itself, so the entries made in it (a file created there) survive
