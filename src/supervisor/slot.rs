@@ -157,6 +157,9 @@ pub struct Slot {
     /// A retiring slot's worker has its retire file (written for the shrink): until then,
     /// each tick asks again.
     pub retire_asked: bool,
+    /// Why the last ask for that file failed, said once: a disk that stays full asks again
+    /// at every tick, and the log hears again only when the error changes.
+    pub retire_error: Option<String>,
     /// Idled because its worker exited 0 at once although the queue looked non-empty: it
     /// found nothing it could claim. Holds the claimable issues as they looked then; the
     /// slot wakes only when the queue differs, so a filter mismatch can never loop.
@@ -195,6 +198,7 @@ impl Slot {
             restarts: 0,
             retiring: false,
             retire_asked: false,
+            retire_error: None,
             unclaimable: None,
             fatal_reason: None,
             shown: Shown::default(),

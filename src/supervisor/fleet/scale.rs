@@ -153,8 +153,8 @@ impl Fleet {
     }
 
     /// The answer to asking a surplus slot's worker to retire. Said once the file is
-    /// there; a file that could not be written is said too, and the next tick asks again
-    /// ([`Fleet::ask_retire_again`]): the slot stays surplus either way.
+    /// there; a file that could not be written is said too (once per error), and the next
+    /// tick asks again ([`Fleet::ask_retire_again`]): the slot stays surplus either way.
     pub(super) fn shrink_retire_asked(&mut self, idx: usize, error: Option<String>) {
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
@@ -166,6 +166,7 @@ impl Fleet {
         let (k, msg) = match error {
             None => {
                 slot.retire_asked = true;
+                slot.retire_error = None;
                 (
                     kind::RETIRE,
                     format!(
@@ -173,12 +174,14 @@ impl Fleet {
                     ),
                 )
             }
-            Some(e) => (
-                kind::ERROR,
-                format!(
-                    "slot {idx} surplus: worker {id} could not be asked to retire ({e}); asking again at the next tick"
-                ),
-            ),
+            Some(e) if slot.retire_error.as_ref() == Some(&e) => return,
+            Some(e) => {
+                let msg = format!(
+                    "slot {idx} surplus: worker {id} could not be asked to retire ({e}); asking again at each tick"
+                );
+                slot.retire_error = Some(e);
+                (kind::ERROR, msg)
+            }
         };
         self.log(line(k, msg).slot(idx).pid(pid));
     }
@@ -196,6 +199,7 @@ impl Fleet {
         if let Some(s) = self.pool.slots.get_mut(&idx) {
             s.retiring = false;
             s.retire_asked = false;
+            s.retire_error = None;
             // The operator's drain (a slot stop, a drained restart) still wants its worker
             // to finish and go: its retire file stays.
             if !(s.stopped || s.restart_pending) {
@@ -223,6 +227,7 @@ impl Fleet {
         };
         slot.retiring = false;
         slot.retire_asked = false;
+        slot.retire_error = None;
         slot.unclaimable = None;
         if slot.is_parked() {
             self.pool.slots.insert(idx, slot);
