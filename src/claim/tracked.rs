@@ -122,7 +122,7 @@ pub enum ClaimRace {
         holder: Option<Holder>,
     },
     /// A stop came while the claim waited on a hand-off's label change: the claim was
-    /// released (its release mark, `running` back to `ready-for-agent`, best effort) so a
+    /// released (its release mark, `running` back to `ready-for-agent`, each retried) so a
     /// person's fast requeue stays a requeue, and the worker takes nothing.
     Stopped,
 }
@@ -200,8 +200,15 @@ pub fn claim(
         // belt would then finish as `ready-for-human`. The release says it is back in the
         // queue; the labels follow (a hand-off still landing adds `ready-for-human`, which
         // keeps every claimant off it).
-        let _ = tracker.comment(issue, &won.release_mark());
-        let _ = tracker.edit_labels(issue, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+        // Retried as every release is: a lost release mark would leave the fold at our
+        // claim, a lost label change `running` for the claims belt to requeue.
+        let _ = post(tracker, issue, &won.release_mark());
+        let _ = edit_labels_settled(
+            tracker,
+            issue,
+            &[labels::READY_FOR_AGENT],
+            &[labels::RUNNING],
+        );
         return Ok(ClaimRace::Stopped);
     }
     let yielded = Mark::Yielded {

@@ -143,12 +143,30 @@ fn a_claim_long_after_a_hand_off_wins_at_once() {
 /// is not turned into a hand-off by the claims belt reading the fold.
 #[test]
 fn a_stop_while_a_claim_waits_on_a_hand_off_gives_the_issue_back() {
+    stop_while_waiting(0);
+}
+
+/// The same through a tracker failing transiently as the stop comes: the release mark
+/// and the label change are retried like every release.
+#[test]
+fn a_stop_while_a_claim_waits_gives_the_issue_back_through_tracker_failures() {
+    stop_while_waiting(2);
+}
+
+/// A stop during the wait; the `failing` tracker calls made after the claimant sees it
+/// fail (502), so they are the release's own.
+fn stop_while_waiting(failing: usize) {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let (_env, gh) = just_handed_off();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let stopped = || stop.load(std::sync::atomic::Ordering::SeqCst);
-    let race = claim_while(&gh, 60, &stopped, || {
-        stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    });
+    let (stop, seen) = (AtomicBool::new(false), AtomicBool::new(false));
+    let stopped = || {
+        let now = stop.load(SeqCst);
+        if now && !seen.swap(true, SeqCst) && failing > 0 {
+            gh.fail_next(failing, 1, "HTTP 502: Bad Gateway");
+        }
+        now
+    };
+    let race = claim_while(&gh, 60, &stopped, || stop.store(true, SeqCst));
     assert_eq!(race, ClaimRace::Stopped);
     let issue = gh.issue(1).unwrap();
     assert_eq!(issue.labels, vec!["ready-for-agent"]);
