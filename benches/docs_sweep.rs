@@ -130,20 +130,15 @@ fn main() {
     let config = Config::default();
     let git = Git::new(p).with_env(env.vars.clone());
     let tracker = LocalTracker::new(&Layout::new(env.dir.path().join("store")), git.clone());
-    let ctx = SweepCtx {
-        layout: &layout,
-        config: &config,
-        tracker: &tracker,
-        git: &git,
-        dry_run: false,
-    };
+    // A fresh context per run: each run is a whole sweep, its own base fetch included.
+    let ctx = || SweepCtx::new(&layout, &config, &tracker, &git, false);
 
     let mut clean = Vec::new();
     let mut clean_calls = 0;
     for _ in 0..clean_runs {
         let before = git.calls();
         let t = Instant::now();
-        let r = docs::run(&ctx).expect("sweep");
+        let r = docs::run(&ctx()).expect("sweep");
         clean.push(t.elapsed());
         clean_calls = git.calls() - before;
         assert_eq!(r.counts.outcome, DocsOutcome::Clean);
@@ -161,7 +156,7 @@ fn main() {
         }
         let before = git.calls();
         let t = Instant::now();
-        let r = docs::run(&ctx).expect("sweep");
+        let r = docs::run(&ctx()).expect("sweep");
         land.push(t.elapsed());
         land_calls = git.calls() - before;
         assert_eq!(

@@ -123,7 +123,8 @@ fn main() {
 
     let counting = Counting::new(&tracker);
     let t1 = Instant::now();
-    let report = branches::run(&lib_git, &counting, "main", true).expect("dry run");
+    let report =
+        branches::run(&lib_git, &counting, "main", true, &Default::default()).expect("dry run");
     let dry = t1.elapsed();
     let c = report.counts();
     println!(

@@ -100,13 +100,7 @@ fn main() {
     let counting = Counting::new(&tracker);
     let config = Config::default();
     let git = Git::new(repo);
-    let ctx = SweepCtx {
-        layout: &tree.layout,
-        config: &config,
-        tracker: &counting,
-        git: &git,
-        dry_run: true,
-    };
+    let ctx = SweepCtx::new(&tree.layout, &config, &counting, &git, true);
     let only = [SweepName::Orphans, SweepName::AttemptCap];
     let t1 = Instant::now();
     let report = suite::run_suite(&ctx, &only).into_result().expect("suite");

@@ -37,7 +37,8 @@
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
-//!   reports (no sweep imports it); `transition` (a tracker label change with its comment).
+//!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
+//!   `base_fetch` (the one fetch of `origin/<base>` a suite run's sweeps share).
 //! - `claim` (claims, the one home: taken, marked on the tracker, judged alive or stale,
 //!   released), `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),

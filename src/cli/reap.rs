@@ -5,6 +5,7 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::git::Git;
+use crate::sweeps::base_fetch::BaseFetch;
 use crate::sweeps::branches;
 use crate::tracker::select;
 
@@ -25,6 +26,7 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
         selected.tracker.as_ref(),
         &config.fleet.base,
         args.dry_run,
+        &BaseFetch::default(),
     )
     .map_err(|e| Failure::failed(e.to_string()))?;
     if let Some(e) = &report.tracker_error {

@@ -40,13 +40,13 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     // visible at a glance.
     eprintln!("{}", selected.reason);
     let git = Git::new(ctx.layout.repo());
-    let sweep_ctx = SweepCtx {
-        layout: &ctx.layout,
-        config: &config,
-        tracker: selected.tracker.as_ref(),
-        git: &git,
-        dry_run: args.dry_run,
-    };
+    let sweep_ctx = SweepCtx::new(
+        &ctx.layout,
+        &config,
+        selected.tracker.as_ref(),
+        &git,
+        args.dry_run,
+    );
     let only = args
         .only
         .as_ref()

@@ -498,13 +498,7 @@ async fn run_boot(
     let mut notifier = Notifier::from_env();
     let suite = tokio::task::spawn_blocking(move || {
         let git = Git::new(layout2.repo());
-        let ctx = SweepCtx {
-            layout: &layout2,
-            config: &config2,
-            tracker: tracker.as_ref(),
-            git: &git,
-            dry_run: false,
-        };
+        let ctx = SweepCtx::new(&layout2, &config2, tracker.as_ref(), &git, false);
         let run = suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
             let line = p.line();
             super::journal::echo_line(&line);

@@ -27,6 +27,7 @@ use std::fmt;
 
 use crate::git::{Git, GitError};
 use crate::layout::parse_positive;
+use crate::sweeps::base_fetch::{BaseFetch, BaseFetchError};
 use crate::sweeps::{Decision, Disposition, SweepName};
 use crate::text;
 use crate::tracker::{
@@ -379,23 +380,22 @@ pub struct ReapError {
 /// delete per side with anything to reap: at most 7, however many branches there are (the
 /// git layer splits a delete only past its argv budget, tens of thousands of names, and
 /// re-lists a side only when its delete failed).
-/// Tracker calls: one `list_all`, skipped when no branch names an issue.
+/// Tracker calls: one `list_all`, skipped when no branch names an issue. The fetch is
+/// `fetched`'s: none when this suite run has already fetched the base.
 pub fn run(
     git: &Git,
     tracker: &dyn Tracker,
     base: &str,
     dry_run: bool,
+    fetched: &BaseFetch,
 ) -> Result<ReapReport, ReapError> {
     let need = |what| move |source| ReapError { what, source };
     // A local-only checkout (no `origin` at all) has no remote side; its local branches are
     // judged against the local base instead of `origin/<base>`.
-    // Only a failed fetch asks whether there is an `origin` at all, so the usual pass
-    // costs no extra git call.
-    let has_origin = match git.fetch_base(base) {
-        Ok(()) => true,
-        Err(_) if !git.has_origin().map_err(need("listing remotes"))? => false,
-        Err(e) => return Err(need("fetching the base from origin")(e)),
-    };
+    let has_origin = fetched.fetch(git, base).map_err(|e| match e {
+        BaseFetchError::Fetch(e) => need("fetching the base from origin")(e),
+        BaseFetchError::Remotes(e) => need("listing remotes")(e),
+    })?;
     let remote = if has_origin {
         git.remote_afk_listing()
             .map_err(need("listing afk/* branches on origin"))?

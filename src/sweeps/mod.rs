@@ -4,6 +4,7 @@
 //! tracker failure.
 
 pub mod attempt_cap;
+pub mod base_fetch;
 pub mod branches;
 pub mod docs;
 pub mod guard;
@@ -23,6 +24,7 @@ use crate::git::Git;
 use crate::layout::Layout;
 use crate::text;
 use crate::tracker::Tracker;
+use base_fetch::BaseFetch;
 
 /// What every sweep gets.
 pub struct SweepCtx<'a> {
@@ -32,6 +34,28 @@ pub struct SweepCtx<'a> {
     pub git: &'a Git,
     /// Decide and report, change nothing.
     pub dry_run: bool,
+    /// The base fetch the reap and the docs sweep share, so a suite run fetches once.
+    pub base_fetch: BaseFetch,
+}
+
+impl<'a> SweepCtx<'a> {
+    /// A context for one suite run (or one sweep), with nothing fetched yet.
+    pub fn new(
+        layout: &'a Layout,
+        config: &'a Config,
+        tracker: &'a dyn Tracker,
+        git: &'a Git,
+        dry_run: bool,
+    ) -> Self {
+        SweepCtx {
+            layout,
+            config,
+            tracker,
+            git,
+            dry_run,
+            base_fetch: BaseFetch::default(),
+        }
+    }
 }
 
 /// One decision a sweep made about one subject (a path, a branch, an issue), for

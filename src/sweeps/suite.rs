@@ -287,8 +287,14 @@ fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Resu
             report.decisions.extend(r.decisions);
         }
         SweepName::Branches => {
-            let r = branches::run(ctx.git, ctx.tracker, &ctx.config.fleet.base, ctx.dry_run)
-                .map_err(|e| failed("", &e))?;
+            let r = branches::run(
+                ctx.git,
+                ctx.tracker,
+                &ctx.config.fleet.base,
+                ctx.dry_run,
+                &ctx.base_fetch,
+            )
+            .map_err(|e| failed("", &e))?;
             report.branches = r.counts();
             report.decisions.extend(r.suite_decisions());
             if let Some(e) = r.delete_error() {

@@ -61,13 +61,7 @@ pub fn run(
     let home = Home::new(layout, &wenv.worker_id)?;
 
     if !wenv.sweeps_done {
-        let ctx = SweepCtx {
-            layout,
-            config,
-            tracker,
-            git: &git,
-            dry_run: false,
-        };
+        let ctx = SweepCtx::new(layout, config, tracker, &git, false);
         match suite::run_suite(&ctx, &SweepName::ALL).into_result() {
             Ok(report) => println!("{}", report.summary()),
             Err(BootError::Halted(msg)) => {

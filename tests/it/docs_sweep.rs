@@ -159,13 +159,7 @@ impl Fx {
     }
 
     fn ctx<'a>(&'a self, tracker: &'a dyn Tracker, dry_run: bool) -> SweepCtx<'a> {
-        SweepCtx {
-            layout: &self.layout,
-            config: &self.config,
-            tracker,
-            git: &self.git,
-            dry_run,
-        }
+        SweepCtx::new(&self.layout, &self.config, tracker, &self.git, dry_run)
     }
 
     /// Runs the sweep between two snapshots of the primary checkout and checks that they
@@ -1311,4 +1305,88 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     assert_eq!(fl.count("slot.spawn"), 0, "{}", fl.dump());
     assert!(!fl.file(marker).exists(), "a worker ran");
     assert_eq!(git(&fl, &["rev-parse", "HEAD"]), head);
+}
+
+/// How often each git command ran, read from a `GIT_TRACE` file: `fetch` and `remote`
+/// counts.
+fn traced(trace: &Path) -> (usize, usize) {
+    let log = fs::read_to_string(trace).unwrap_or_default();
+    let count = |cmd: &str| {
+        log.lines()
+            .filter(|l| {
+                l.split_once("trace: built-in: git ")
+                    .is_some_and(|(_, rest)| rest.split(' ').next() == Some(cmd))
+            })
+            .count()
+    };
+    (count("fetch"), count("remote"))
+}
+
+/// The reap and the docs sweep in one suite run, through a git whose every call is traced.
+fn reap_then_docs(fx: &Fx) -> ((usize, usize), Result<suite::BootReport, BootError>) {
+    let trace = fx.env.path().join("git-trace");
+    let _ = fs::remove_file(&trace);
+    let git = fx.git.clone().with_env([("GIT_TRACE", &trace)]);
+    let tracker = fx.local_tracker();
+    let ctx = SweepCtx::new(&fx.layout, &fx.config, &tracker, &git, false);
+    let run = suite::run_suite(&ctx, &[SweepName::Branches, SweepName::DocsSweep]);
+    (traced(&trace), run.into_result())
+}
+
+#[test]
+fn a_suite_run_fetches_the_base_once_for_the_reap_and_the_docs_sweep() {
+    let fx = Fx::new();
+    fx.publish(&[(".red/adr/0001.md", "# precedent\n")]);
+    let ((fetches, remotes), end) = reap_then_docs(&fx);
+    let report = end.expect("suite passes");
+    assert_eq!(report.docs.outcome, DocsOutcome::Clean);
+    assert_eq!((fetches, remotes), (1, 0), "one fetch, no remote listing");
+
+    // Run apart, each sweep fetches for itself: the saving is the suite's shared fetch.
+    let trace = fx.env.path().join("git-trace-apart");
+    let git = fx.git.clone().with_env([("GIT_TRACE", &trace)]);
+    let tracker = fx.local_tracker();
+    for only in [SweepName::Branches, SweepName::DocsSweep] {
+        let ctx = SweepCtx::new(&fx.layout, &fx.config, &tracker, &git, false);
+        suite::run_suite(&ctx, &[only])
+            .into_result()
+            .expect("sweep passes");
+    }
+    assert_eq!(traced(&trace), (2, 0));
+}
+
+#[test]
+fn without_origin_a_suite_run_tries_the_fetch_once() {
+    let fx = Fx::new();
+    fx.git(&["remote", "remove", "origin"]);
+    let ((fetches, remotes), end) = reap_then_docs(&fx);
+    let report = end.expect("a local-only checkout passes");
+    assert_eq!(
+        (fetches, remotes),
+        (1, 1),
+        "one failed fetch, one remote listing"
+    );
+    assert!(
+        report
+            .decisions
+            .iter()
+            .any(|d| d.sweep == SweepName::DocsSweep && d.reason.starts_with("no `origin` remote")),
+        "{:?}",
+        report.decisions
+    );
+}
+
+/// A failed fetch is not remembered: the docs sweep tries again, and halts only on its own
+/// failure.
+#[test]
+fn an_unreachable_origin_is_tried_again_by_the_docs_sweep() {
+    let fx = Fx::new();
+    let gone = fx.env.path().join("no-such-origin.git");
+    fx.git(&["remote", "set-url", "origin", gone.to_str().unwrap()]);
+    let ((fetches, remotes), end) = reap_then_docs(&fx);
+    assert_eq!((fetches, remotes), (2, 2));
+    match end {
+        Err(BootError::Halted(msg)) => assert!(msg.contains("origin"), "{msg}"),
+        other => panic!("expected the docs sweep's halt, got {other:?}"),
+    }
 }

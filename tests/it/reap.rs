@@ -333,7 +333,7 @@ fn reap_cost(n: u64) -> (u64, usize, usize, usize, usize) {
     gh.set_issues(&many_branches(&env, &repo, n));
     let git = env.lib_git(&repo.path);
     let t = gh.tracker(None);
-    let r = branches::run(&git, &t, "main", false).unwrap();
+    let r = branches::run(&git, &t, "main", false, &Default::default()).unwrap();
     assert!(r.delete_errors.is_empty(), "{:?}", r.delete_errors);
     assert_eq!((r.remote_afk, r.local_afk), (n as usize, n as usize));
     let c = r.counts();
@@ -368,7 +368,7 @@ fn dry_run_costs_six_git_calls_and_counts_like_the_summary() {
     let t = LocalTracker::new(&Layout::new(&f.repo.path), f.env.lib_git(&f.repo.path));
     assert_eq!(t.kind(), "local");
     let git = f.env.lib_git(&f.repo.path);
-    let r = branches::run(&git, &t, "main", true).unwrap();
+    let r = branches::run(&git, &t, "main", true, &Default::default()).unwrap();
     // Dry run: fetch, ls-remote, local list, rescue-ref list, worktree list, one merge check;
     // no delete.
     assert_eq!(git.calls(), 6);

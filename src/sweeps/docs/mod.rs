@@ -14,6 +14,7 @@ pub mod land;
 pub mod probe;
 pub mod scan;
 
+use crate::sweeps::base_fetch::BaseFetchError;
 use crate::sweeps::{Decision, Disposition, SweepCtx, SweepName};
 
 use judge::{Ending, Halt, HaltReason, Plan};
@@ -95,8 +96,10 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
     // dry run fetches too. A repo with no `origin` at all (a local-only checkout on the
     // embedded tracker) has no shared base for docs to be invisible from: workers branch
     // from this very checkout. That is not an unreachable origin, so it does not halt.
-    if let Err(e) = git.fetch_base(base) {
-        if !git.has_origin()? {
+    // The suite's reap has usually fetched the base already; then this costs no git call.
+    match ctx.base_fetch.fetch(git, base) {
+        Ok(true) => {}
+        Ok(false) => {
             return Ok(DocsReport::clean(vec![Decision {
                 sweep: SweepName::DocsSweep,
                 subject: ".red".into(),
@@ -106,7 +109,10 @@ pub fn run(ctx: &SweepCtx<'_>) -> Result<DocsReport, ScanError> {
                 reason: "no `origin` remote: there is no shared base to land docs into".into(),
             }]));
         }
-        return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
+        Err(BaseFetchError::Fetch(e)) => {
+            return Ok(origin_unreachable(ctx, &base_ref, &e.to_string()));
+        }
+        Err(BaseFetchError::Remotes(e)) => return Err(e.into()),
     }
     let fork = scan::fork_point(git, &base_ref)?;
     let (found, not_utf8) = scan::candidates(git, Some(&base_ref), fork.as_deref())?;
