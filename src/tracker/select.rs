@@ -83,7 +83,12 @@ pub fn open(config: &Config, layout: &Layout) -> Result<Selected, SelectError> {
 pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), SelectError> {
     let timeout = Duration::from_secs(config.tracker.timeout_s);
     let git = Git::new(layout.repo());
-    let origin = origin_url(&git);
+    // `origin` names the gh repository; a requested local tracker does not ask (one git
+    // call fewer at every boot of a local fleet).
+    let origin = match config.tracker.kind {
+        TrackerKind::Local => None,
+        TrackerKind::Gh | TrackerKind::Auto => origin_url(&git),
+    };
     let from_origin = origin.as_deref().and_then(repo_from_url);
     let pace = super::pace::Pace::new(
         &layout.state(),

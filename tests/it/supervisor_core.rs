@@ -392,3 +392,48 @@ fn the_supervisor_raises_its_open_files_limit_and_workers_keep_the_inherited_one
     };
     assert_eq!(soft_hard, vec![hard.as_str(), hard.as_str()], "{line}");
 }
+
+/// The git commands of one boot (the supervisor's, read from its `GIT_TRACE`), each as its
+/// words after `git`.
+fn boot_git_commands(f: &mut Fleet) -> Vec<String> {
+    let trace = f.file("git-trace");
+    let _ = fs::remove_file(&trace);
+    f.extra_env.retain(|(k, _)| k != "GIT_TRACE");
+    f.extra_env
+        .push(("GIT_TRACE".into(), trace.display().to_string()));
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    kill(f.sup_pid(), Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
+    fleet::read(&trace)
+        .lines()
+        .filter_map(|l| {
+            l.split_once("trace: built-in: git ")
+                .map(|(_, c)| c.to_string())
+        })
+        .collect()
+}
+
+fn count(cmds: &[String], prefix: &str) -> usize {
+    cmds.iter().filter(|c| c.starts_with(prefix)).count()
+}
+
+#[test]
+fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
+    let mut f = Fleet::new("exec sleep 1000\n", FAST_TIMING);
+    // Auto: `origin` is asked for (it could name a GitHub repository); the reap and the
+    // docs sweep share one fetch; a fetch that worked needs no `git remote` listing.
+    let cmds = boot_git_commands(&mut f);
+    assert_eq!(count(&cmds, "remote get-url origin"), 1, "{cmds:#?}");
+    assert_eq!(count(&cmds, "fetch "), 1, "{cmds:#?}");
+    assert_eq!(count(&cmds, "remote"), 1, "{cmds:#?}");
+
+    // A requested local tracker has no use for `origin`'s URL.
+    f.write_config(&format!(
+        "[worker]\ncommand = [\"sh\", \"{}\"]\n\n[tracker]\nkind = \"local\"\n\n{FAST_TIMING}",
+        f.script.display()
+    ));
+    let cmds = boot_git_commands(&mut f);
+    assert_eq!(count(&cmds, "remote"), 0, "{cmds:#?}");
+    assert_eq!(count(&cmds, "fetch "), 1, "{cmds:#?}");
+}
