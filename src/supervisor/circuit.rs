@@ -226,11 +226,13 @@ impl Circuit {
     }
 }
 
+/// Knobs and a seconds helper both breakers' unit tests use: 30 s fast death, 3 in 90 s,
+/// back-off from 60 s to an hour.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_knobs {
     use super::*;
 
-    fn params() -> Params {
+    pub(crate) fn params() -> Params {
         Params {
             fast_death: Duration::from_secs(30),
             k: 3,
@@ -240,9 +242,15 @@ mod tests {
         }
     }
 
-    fn s(n: u64) -> Duration {
+    pub(crate) fn s(n: u64) -> Duration {
         Duration::from_secs(n)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_knobs::{params, s};
+    use super::*;
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {

@@ -313,20 +313,7 @@ fn tail_lines(log: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn params() -> Params {
-        Params {
-            fast_death: Duration::from_secs(30),
-            k: 3,
-            window: Duration::from_secs(90),
-            base_s: 60,
-            cap_s: 3600,
-        }
-    }
-
-    fn s(n: u64) -> Duration {
-        Duration::from_secs(n)
-    }
+    use crate::supervisor::circuit::test_knobs::{params, s};
 
     #[test]
     fn opens_when_the_fraction_of_slots_trips_in_one_window() {
