@@ -11,7 +11,7 @@
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::layout::tmp_file;
 
@@ -255,6 +255,7 @@ fn write_and_rename(path: &Path, bytes: &[u8], sync: Durability) -> io::Result<(
         f.write_all(bytes)?;
         if sync == Durability::Synced {
             f.sync_all()?;
+            observe(|| SyncSeen::Data(tmp.clone()));
         }
         fs::rename(&tmp, path)
     })();
@@ -289,8 +290,51 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(dir)?
-        .sync_all()
+        .sync_all()?;
+    observe(|| SyncSeen::Dir(dir.to_path_buf()));
+    Ok(())
 }
+
+/// Syncs the data written to `f` (opened at `path`) to the disk: what an appended record
+/// needs (its size, not its times).
+pub fn sync_data(f: &fs::File, path: &Path) -> io::Result<()> {
+    f.sync_data()?;
+    observe(|| SyncSeen::Data(path.to_path_buf()));
+    Ok(())
+}
+
+/// A sync that succeeded, as the unit tests see it: a sync cannot be seen from the outside
+/// short of a crash of the machine, so the durability promises (README "What is synced")
+/// are checked by the order of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))] // built and dropped unseen outside the unit tests
+pub(crate) enum SyncSeen {
+    /// A file's data.
+    Data(PathBuf),
+    /// A directory's entries.
+    Dir(PathBuf),
+}
+
+#[cfg(test)]
+thread_local! {
+    /// This thread's syncs since the last [`take_syncs`]: per thread, so tests running side
+    /// by side see only their own.
+    static SYNCS: std::cell::RefCell<Vec<SyncSeen>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The syncs this thread made since the last call, in order.
+#[cfg(test)]
+pub(crate) fn take_syncs() -> Vec<SyncSeen> {
+    SYNCS.with(|s| std::mem::take(&mut *s.borrow_mut()))
+}
+
+#[cfg(test)]
+fn observe(seen: impl FnOnce() -> SyncSeen) {
+    SYNCS.with(|s| s.borrow_mut().push(seen()));
+}
+
+#[cfg(not(test))]
+fn observe(_: impl FnOnce() -> SyncSeen) {}
 
 /// Removes a file, treating "already gone" as success.
 pub fn remove_file_if_exists(path: &Path) -> io::Result<()> {
@@ -477,5 +521,25 @@ mod tests {
         assert!(check_replaceable(&p).is_err());
         fs::remove_dir(&tmp).unwrap();
         assert!(check_replaceable(&p).is_ok());
+    }
+
+    /// A synced write syncs the new content before the rename makes it the file, then the
+    /// directory the rename changed; a cached one syncs nothing.
+    #[test]
+    fn a_synced_write_syncs_its_data_then_its_directory_and_a_cached_one_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.toon");
+        take_syncs();
+        atomic_write(&p, b"one\n").unwrap();
+        assert_eq!(
+            take_syncs(),
+            [
+                SyncSeen::Data(tmp_file(&p)),
+                SyncSeen::Dir(dir.path().to_path_buf())
+            ]
+        );
+        replace_file(&p, b"two\n").unwrap();
+        assert_eq!(take_syncs(), []);
+        assert_eq!(fs::read(&p).unwrap(), b"two\n");
     }
 }

@@ -633,4 +633,29 @@ mod tests {
         .unwrap();
         assert_eq!(resume_branch(&read(&layout, 3).unwrap()), None);
     }
+
+    /// The ledger's record is on the disk when `append` returns: the first one with the
+    /// entries that make it findable (`attempts/` in `.red/state/`, the file in
+    /// `attempts/`), each after what it names; a later one with its data alone.
+    #[test]
+    fn a_record_is_synced_and_the_first_one_with_its_directory_entries() {
+        use crate::fsutil::{SyncSeen, take_syncs};
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let file = path(&layout, 5);
+        let attempts = file.parent().unwrap().to_path_buf();
+        let r = Record::now(Some("w1"), None, Outcome::Done);
+        take_syncs();
+        append(&layout, 5, &r).unwrap();
+        assert_eq!(
+            take_syncs(),
+            [
+                SyncSeen::Dir(layout.state()),
+                SyncSeen::Data(file.clone()),
+                SyncSeen::Dir(attempts),
+            ]
+        );
+        append(&layout, 5, &r).unwrap();
+        assert_eq!(take_syncs(), [SyncSeen::Data(file)]);
+    }
 }

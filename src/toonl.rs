@@ -335,7 +335,7 @@ fn append_under_header(
     };
     f.write_all(text.as_bytes()).map_err(io_err)?;
     if durability == Durability::Synced {
-        f.sync_data().map_err(io_err)?;
+        crate::fsutil::sync_data(&f, path).map_err(io_err)?;
         if fresh && let Some(dir) = path.parent() {
             sync_dir(dir).map_err(|source| LogError::Io {
                 path: dir.to_path_buf(),
@@ -520,5 +520,28 @@ mod tests {
         assert_eq!(last_record(&format!("{}\"bad\n", text)), None);
         assert_eq!(last_record(""), None);
         assert_eq!(last_record(&header_line(&fields)), None);
+    }
+
+    /// A synced append syncs its row, and the directory too when the row started the file;
+    /// the event log's cached appends sync nothing.
+    #[test]
+    fn a_synced_append_syncs_its_row_and_a_new_file_its_directory() {
+        use crate::fsutil::{SyncSeen, take_syncs};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("records.toonl");
+        let json = |n: u64| serde_json::json!({"n": n});
+        take_syncs();
+        append_record_current(&p, &["n"], json(1), 1 << 20, Durability::Synced).unwrap();
+        assert_eq!(
+            take_syncs(),
+            [
+                SyncSeen::Data(p.clone()),
+                SyncSeen::Dir(dir.path().to_path_buf())
+            ]
+        );
+        append_record_current(&p, &["n"], json(2), 1 << 20, Durability::Synced).unwrap();
+        assert_eq!(take_syncs(), [SyncSeen::Data(p.clone())]);
+        append_event(&p.with_file_name("log.toonl"), &Event::now("k", "m")).unwrap();
+        assert_eq!(take_syncs(), []);
     }
 }
