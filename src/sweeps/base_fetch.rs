@@ -5,7 +5,7 @@
 //! sweep learnt the next now reuses. A failed fetch is not remembered: the next sweep
 //! tries again, so a blip during the reap does not halt the docs sweep by itself.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 
 use crate::git::{Git, GitError};
 
@@ -24,8 +24,9 @@ pub enum BaseFetchError {
 /// next boot, `afk-supervisor sweep`) fetches afresh.
 #[derive(Debug, Default)]
 pub struct BaseFetch {
-    /// `Some(true)`: fetched this run. `Some(false)`: this checkout has no `origin`.
-    known: Cell<Option<bool>>,
+    /// The base last settled and what was found: `true` fetched this run, `false` this
+    /// checkout has no `origin`. Kept with its name, so another base is fetched for itself.
+    known: RefCell<Option<(String, bool)>>,
 }
 
 impl BaseFetch {
@@ -33,8 +34,10 @@ impl BaseFetch {
     /// all (`false`). Only a failed fetch asks whether there is an `origin`, so the usual
     /// pass costs one git call, and a repeat costs none.
     pub fn fetch(&self, git: &Git, base: &str) -> Result<bool, BaseFetchError> {
-        if let Some(known) = self.known.get() {
-            return Ok(known);
+        if let Some((done, known)) = &*self.known.borrow()
+            && done == base
+        {
+            return Ok(*known);
         }
         let has_origin = match git.fetch_base(base) {
             Ok(()) => true,
@@ -44,7 +47,25 @@ impl BaseFetch {
                 Err(listing) => return Err(BaseFetchError::Remotes(listing)),
             },
         };
-        self.known.set(Some(has_origin));
+        *self.known.borrow_mut() = Some((base.to_string(), has_origin));
         Ok(has_origin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A git whose every call fails to start (no such directory): any call would show as
+    /// an error, so a remembered answer is one that made no call.
+    #[test]
+    fn a_settled_base_is_answered_without_git_and_another_base_is_not() {
+        let git = Git::new("/nonexistent/afk-base-fetch");
+        let f = BaseFetch::default();
+        *f.known.borrow_mut() = Some(("main".into(), true));
+        assert!(matches!(f.fetch(&git, "main"), Ok(true)));
+        assert_eq!(git.calls(), 0);
+        assert!(f.fetch(&git, "trunk").is_err());
+        assert!(git.calls() > 0);
     }
 }
