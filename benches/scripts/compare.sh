@@ -21,6 +21,10 @@
 # Each supervisor leads its own session (setsid), as under systemd or in a tmux pane; the
 # column afk-bg is afk-supervisor started as a plain background job of this script instead
 # (not a process-group leader), which today makes it take its /proc-reading fallback path.
+# The column afk-pg is afk-supervisor with `isolation.mode = "process-group"`: the isolation
+# the others have (a process group per worker, no cgroup), where the afk column takes the
+# default (a cgroup per attempt where the host delegates one), so afk/afk-pg is what the
+# cgroups cost.
 # CPU is utime+stime from /proc/PID/stat (clock ticks, all threads, not reaped children's)
 # and, finer, the sum of the threads' /proc/PID/task/TID/schedstat (blind to threads that
 # ended in between).
@@ -129,15 +133,17 @@ write_worker() {
 # Every supervisor leads its own session (setsid, as under systemd or in a tmux pane), but
 # afk-bg: afk-supervisor started as a plain background job of this script, in the script's
 # process group, as `afk-supervisor ... &` in a script or under nohup starts it.
-launch_afk() { # MODE N DIR RUN [bg]
-  local mode=$1 n=$2 dir=$3 run=$4 timing="" setsid=setsid
+launch_afk() { # MODE N DIR RUN [bg|pg]
+  local mode=$1 n=$2 dir=$3 run=$4 timing="" setsid=setsid isolation=auto
   [ "${5:-}" = bg ] && setsid=""
+  [ "${5:-}" = pg ] && isolation=process-group
   git init -q "$run/repo"
   mkdir -p "$run/repo/.red"
   write_worker "$mode" '$RED_AFK_SLOT' "$dir" "$run/worker.sh"
   [ "$mode" = die ] && timing="fast_death_s = 0"
   printf '%s\n' '[worker]' "command = [\"/bin/sh\", \"$run/worker.sh\"]" \
-    '[tracker]' 'kind = "local"' '[timing]' "$timing" >"$run/repo/.red/afk-supervisor.toml"
+    '[tracker]' 'kind = "local"' '[timing]' "$timing" \
+    '[isolation]' "mode = \"$isolation\"" >"$run/repo/.red/afk-supervisor.toml"
   T_LAUNCH=${EPOCHREALTIME/./}000
   BENCH_TAG=$TAG $setsid "$AFK_BIN" --repo "$run/repo" --workers "$n" >"$run/stderr" 2>&1 &
   PID=$!
@@ -146,6 +152,7 @@ launch_afk() { # MODE N DIR RUN [bg]
   AFK_LOG=$run/repo/.red/tmp/supervisors/default/supervisor.log.toonl
 }
 launch_afk-bg() { launch_afk "$@" bg; }
+launch_afk-pg() { launch_afk "$@" pg; }
 
 launch_supervisord() {
   local mode=$1 n=$2 dir=$3 run=$4
