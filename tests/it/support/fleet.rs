@@ -187,8 +187,11 @@ impl Fleet {
     pub fn events(&self) -> Vec<Event> {
         match toonl::read_events(&self.layout.event_log()) {
             Ok(e) => e,
-            Err(e) if !self.layout.event_log().exists() => {
-                let _ = e;
+            // Not there yet when read, though it may be by now (the supervisor creates it
+            // as it starts): judged by the read's own error, not by a second look.
+            Err(toonl::LogError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
                 Vec::new()
             }
             Err(e) => panic!("event log does not decode: {e}"),
