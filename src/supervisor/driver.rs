@@ -318,19 +318,32 @@ impl Driver {
     /// Carries out `effects` in order; an effect's answer is handled (and its own effects
     /// carried out) before the next one. Spawns asked for together (a start-up, a grown
     /// target, a wake-up) are started in one batch and answered after it, so no event-log
-    /// write sits between two forks.
+    /// write sits between two forks. Each answer keeps the wall time it came at: a spawn's
+    /// record says when that worker started, not when the batch of 64 ended.
     pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
         let mut effects = effects.into_iter().peekable();
+        let answered = |a: Option<Event>| {
+            a.map(|a| {
+                (
+                    a,
+                    Now {
+                        at: now,
+                        wall: SystemTime::now(),
+                    },
+                )
+            })
+        };
         while let Some(e) = effects.next() {
             let batch = matches!(e, Effect::Spawn { .. });
-            let mut answers: Vec<Event> = self.effect(fleet, e, now).into_iter().collect();
+            let mut answers: Vec<(Event, Now)> =
+                answered(self.effect(fleet, e, now)).into_iter().collect();
             while batch && matches!(effects.peek(), Some(Effect::Spawn { .. })) {
                 if let Some(next) = effects.next() {
-                    answers.extend(self.effect(fleet, next, now));
+                    answers.extend(answered(self.effect(fleet, next, now)));
                 }
             }
-            for answer in answers {
-                let more = fleet.handle(answer, Now::system(now));
+            for (answer, at) in answers {
+                let more = fleet.handle(answer, at);
                 self.carry(fleet, more, now);
             }
         }

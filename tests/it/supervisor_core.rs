@@ -437,3 +437,54 @@ fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
     assert_eq!(count(&cmds, "remote"), 0, "{cmds:#?}");
     assert_eq!(count(&cmds, "fetch "), 1, "{cmds:#?}");
 }
+
+/// Each worker stamps the wall clock as it starts (ns).
+const STAMPING_WORKER: &str = r#"
+date +%s%N > "$AFK_TEST_DIR/stamp-$RED_AFK_SLOT.tmp"
+mv "$AFK_TEST_DIR/stamp-$RED_AFK_SLOT.tmp" "$AFK_TEST_DIR/stamp-$RED_AFK_SLOT"
+exec sleep 1000
+"#;
+
+/// A start-up's spawns go out in one batch and are logged after it; each `slot.spawn`
+/// record still carries the time its worker was started. Spawn k's clock is read after its
+/// `clone3` returned and before spawn k+1 began, so it is no later than the start stamp of
+/// any worker spawned after it (the same wall clock, `date +%s%N`): before the fix every
+/// record carried the end of the batch, later than the workers that had already started.
+#[test]
+fn each_spawn_record_is_stamped_when_its_worker_started_not_when_the_batch_ended() {
+    const N: usize = 24;
+    let mut f = Fleet::new(STAMPING_WORKER, FAST_TIMING);
+    f.start(&["--workers", &N.to_string()]);
+    let records = f.wait_events("slot.spawn", N);
+    let stamp = |slot: u64| {
+        let p = f.file(&format!("stamp-{slot}"));
+        assert!(wait_until(WAIT, || p.exists()), "slot {slot} never stamped");
+        let ns: u128 = fleet::read(&p).trim().parse().expect("date +%s%N");
+        ns / 1_000_000
+    };
+    // (spawn sequence, record's ms, that worker's own start stamp's ms)
+    let mut spawns: Vec<(u64, u128, u128)> = records
+        .iter()
+        .map(|r| {
+            let seq: u64 = r.msg.rsplit('-').next().unwrap().parse().unwrap();
+            let at = afk_supervisor::timeutil::parse_rfc3339(&r.ts).unwrap();
+            let ms = at
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis();
+            (seq, ms, stamp(r.slot.unwrap()))
+        })
+        .collect();
+    spawns.sort();
+    for (k, &(seq, logged, _)) in spawns.iter().enumerate() {
+        for &(later, _, started) in &spawns[k + 1..] {
+            assert!(
+                logged <= started,
+                "spawn {seq} is logged at {logged} ms, after spawn {later}'s worker started at \
+                 {started} ms: {spawns:?}"
+            );
+        }
+    }
+    kill(f.sup_pid(), Signal::SIGTERM);
+    f.wait_exit();
+}
