@@ -215,8 +215,10 @@ pub fn claim(
         holder: me,
         nonce: nonce.clone(),
     };
-    // Best effort: a lost claim mark is harmless (it never held), the record is for people.
-    let _ = tracker.comment(issue, &yielded.text());
+    // Retried like a release: a claim posted after a hand-off is the thread's last event
+    // until its `yielded` voids it, so a lost `yielded` would leave the handed-off issue
+    // looking claimed by a worker that moved on.
+    let _ = post(tracker, issue, &yielded.text());
     let others_hold = standing.holder.as_ref().is_some_and(|h| h.nonce != nonce);
     if !others_hold && !open && thread.has_label(labels::RUNNING) {
         // Handed off between our check and our label switch (our mark then held, since

@@ -105,6 +105,37 @@ fn a_claim_right_after_a_hand_off_mark_waits_for_its_label_change_and_yields() {
     assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
 }
 
+/// The same race with the tracker failing the `yielded` mark once: it is posted again, so
+/// the thread does not end at the late claim of a worker that moved on.
+#[test]
+fn a_late_claims_yield_is_retried_through_a_tracker_failure() {
+    let (_env, gh) = just_handed_off();
+    let race = claim_while(&gh, 60, &never, || {
+        // Once the claimant has read the thread after its mark (`issue view`, and `api
+        // user` the first time only), it sleeps before reading again: the change lands then.
+        assert!(wait_until(Duration::from_secs(30), || gh.calls().len() >= 3));
+        let mut issue = gh.issue(1).unwrap();
+        issue.labels = vec!["ready-for-human".into(), "running".into()];
+        gh.set_issues(&[issue]);
+        // The claimant's next calls: the re-read (answered), then its `yielded` mark
+        // (failed once).
+        gh.delay_next(1, 0.0);
+        gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
+    });
+    assert_eq!(race, ClaimRace::Lost { holder: None });
+    let issue = gh.issue(1).unwrap();
+    let bodies: Vec<&str> = issue.comments.iter().map(|c| c.body.as_str()).collect();
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    assert!(
+        bodies[3].starts_with("🤖 /afk yielded w2@box-b-0badc0de "),
+        "{bodies:?}"
+    );
+    let s = issue.standing();
+    assert_eq!(s.holder, None);
+    assert_eq!(s.last.map(|l| l.0), Some(Event::HandedOff));
+    assert_eq!(issue.labels, vec!["ready-for-human"]);
+}
+
 /// A handed-off issue a person put back in the queue at once: the claim after the
 /// hand-off mark waits out the settle, finds no `ready-for-human`, and wins.
 #[test]
