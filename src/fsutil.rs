@@ -304,7 +304,8 @@ pub fn sync_data(f: &fs::File, path: &Path) -> io::Result<()> {
 }
 
 /// A sync that succeeded, as the unit tests see it: a sync cannot be seen from the outside
-/// short of a crash of the machine, so the durability promises (README "What is synced")
+/// short of a crash of the machine, so the durability promises (README, "fsync only where
+/// durability needs it")
 /// are checked by the order of these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(not(test), allow(dead_code))] // built and dropped unseen outside the unit tests

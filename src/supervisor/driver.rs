@@ -322,17 +322,7 @@ impl Driver {
     /// record says when that worker started, not when the batch of 64 ended.
     pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
         let mut effects = effects.into_iter().peekable();
-        let answered = |a: Option<Event>| {
-            a.map(|a| {
-                (
-                    a,
-                    Now {
-                        at: now,
-                        wall: SystemTime::now(),
-                    },
-                )
-            })
-        };
+        let answered = |a: Option<Event>| a.map(|a| (a, Now::system(now)));
         while let Some(e) = effects.next() {
             let batch = matches!(e, Effect::Spawn { .. });
             let mut answers: Vec<(Event, Now)> =

@@ -19,7 +19,7 @@ use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{LocalTracker, Tracker};
 
 use crate::support::fake_gh::FakeGh;
-use crate::support::{Repo, TestEnv, fleet, text};
+use crate::support::{Repo, TestEnv, fleet, git_trace_commands, text};
 
 struct Fx {
     env: TestEnv,
@@ -1307,19 +1307,15 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     assert_eq!(git(&fl, &["rev-parse", "HEAD"]), head);
 }
 
-/// How often each git command ran, read from a `GIT_TRACE` file: `fetch` and `remote`
-/// counts.
+/// How often `fetch` and `remote` ran, read from a `GIT_TRACE` file.
 fn traced(trace: &Path) -> (usize, usize) {
-    let log = fs::read_to_string(trace).unwrap_or_default();
-    let count = |cmd: &str| {
-        log.lines()
-            .filter(|l| {
-                l.split_once("trace: built-in: git ")
-                    .is_some_and(|(_, rest)| rest.split(' ').next() == Some(cmd))
-            })
+    let cmds = git_trace_commands(trace);
+    let runs = |cmd: &str| {
+        cmds.iter()
+            .filter(|c| c.split(' ').next() == Some(cmd))
             .count()
     };
-    (count("fetch"), count("remote"))
+    (runs("fetch"), runs("remote"))
 }
 
 /// The reap and the docs sweep in one suite run, through a git whose every call is traced.

@@ -6,7 +6,7 @@ use std::fs;
 use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
-use crate::support::{fleet, wait_until};
+use crate::support::{count_prefixed, fleet, git_trace_commands, wait_until};
 
 /// Records its environment, then idles with a grandchild in its process group.
 const RECORDING_WORKER: &str = r#"
@@ -405,17 +405,7 @@ fn boot_git_commands(f: &mut Fleet) -> Vec<String> {
     f.wait_workers(1);
     kill(f.sup_pid(), Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
-    fleet::read(&trace)
-        .lines()
-        .filter_map(|l| {
-            l.split_once("trace: built-in: git ")
-                .map(|(_, c)| c.to_string())
-        })
-        .collect()
-}
-
-fn count(cmds: &[String], prefix: &str) -> usize {
-    cmds.iter().filter(|c| c.starts_with(prefix)).count()
+    git_trace_commands(&trace)
 }
 
 #[test]
@@ -424,9 +414,13 @@ fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
     // Auto: `origin` is asked for (it could name a GitHub repository); the reap and the
     // docs sweep share one fetch; a fetch that worked needs no `git remote` listing.
     let cmds = boot_git_commands(&mut f);
-    assert_eq!(count(&cmds, "remote get-url origin"), 1, "{cmds:#?}");
-    assert_eq!(count(&cmds, "fetch "), 1, "{cmds:#?}");
-    assert_eq!(count(&cmds, "remote"), 1, "{cmds:#?}");
+    assert_eq!(
+        count_prefixed(&cmds, "remote get-url origin"),
+        1,
+        "{cmds:#?}"
+    );
+    assert_eq!(count_prefixed(&cmds, "fetch "), 1, "{cmds:#?}");
+    assert_eq!(count_prefixed(&cmds, "remote"), 1, "{cmds:#?}");
 
     // A requested local tracker has no use for `origin`'s URL.
     f.write_config(&format!(
@@ -434,8 +428,8 @@ fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
         f.script.display()
     ));
     let cmds = boot_git_commands(&mut f);
-    assert_eq!(count(&cmds, "remote"), 0, "{cmds:#?}");
-    assert_eq!(count(&cmds, "fetch "), 1, "{cmds:#?}");
+    assert_eq!(count_prefixed(&cmds, "remote"), 0, "{cmds:#?}");
+    assert_eq!(count_prefixed(&cmds, "fetch "), 1, "{cmds:#?}");
 }
 
 /// Each worker stamps the wall clock as it starts (ns).

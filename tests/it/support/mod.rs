@@ -226,6 +226,24 @@ pub struct Repo {
     pub origin: PathBuf,
 }
 
+/// The git commands a `GIT_TRACE` file recorded, in order, each as its words after `git`
+/// (`fetch --quiet …`); none when the file is not there.
+pub fn git_trace_commands(trace: &Path) -> Vec<String> {
+    std::fs::read_to_string(trace)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.split_once("trace: built-in: git ")
+                .map(|(_, c)| c.to_string())
+        })
+        .collect()
+}
+
+/// How many of `cmds` start with `prefix` (`"fetch "`, `"remote get-url"`).
+pub fn count_prefixed(cmds: &[String], prefix: &str) -> usize {
+    cmds.iter().filter(|c| c.starts_with(prefix)).count()
+}
+
 /// Polls `cond` until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
