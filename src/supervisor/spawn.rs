@@ -116,13 +116,14 @@ pub fn spawn_in(
         log: out.as_raw_fd(),
         cgroup: cgroup_dir.as_ref().map(AsRawFd::as_raw_fd),
     };
+    let window = process::StartWindow::open();
     let pid = match vfork::spawn(&plan).map_err(start_err)? {
         vfork::Started::Pid(pid) => pid,
         vfork::Started::Unsupported => forked(spec, env, out, cgroup)?,
     };
     // The child is not reaped before its watcher reports it, so even one that already
-    // exited still shows its start time (as a zombie).
-    let start = process::read(pid).map_or(0, |p| p.start);
+    // exited still shows its start time (as a zombie) where the clock cannot tell it.
+    let start = window.close(pid);
     Ok(Spawned { pid, start })
 }
 
@@ -249,6 +250,7 @@ mod tests {
         let p = process::read(s.pid).unwrap();
         assert_eq!(p.pgid, s.pid, "own process group");
         assert_eq!(p.sid, s.pid, "own session");
+        assert_eq!(s.start, p.start, "the start token /proc shows");
         let fd = process::Pidfd::open(s.pid).unwrap();
         let mut fds = [nix::poll::PollFd::new(
             std::os::fd::AsFd::as_fd(&fd),
