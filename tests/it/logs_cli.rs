@@ -189,8 +189,7 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
 
     // A record written in two parts is shown once, when complete.
     let row =
-        afk_supervisor::toonl::encode_row(&ev("2026-01-01T00:00:02.000Z", "slot.exit", "three"))
-            .unwrap();
+        afk_supervisor::toonl::encode_row(&ev("2026-01-01T00:00:02.000Z", "slot.exit", "three"));
     let (a, b) = row.split_at(row.len() / 2);
     let mut raw = std::fs::OpenOptions::new()
         .append(true)
