@@ -18,6 +18,7 @@ use crate::process;
 
 pub use crate::process::ExitKind;
 
+mod environ;
 mod vfork;
 
 use vfork::EXIT_ORPHANED;
@@ -99,7 +100,7 @@ pub fn spawn_in(
         program: program.to_string(),
         source,
     };
-    let env = worker_environ(&spec.env);
+    let env = environ::WorkerEnv::new(&spec.env).map_err(start_err)?;
     let cgroup_dir = cgroup
         .map(|c| {
             fs::OpenOptions::new()
@@ -119,7 +120,7 @@ pub fn spawn_in(
     let window = process::StartWindow::open();
     let pid = match vfork::spawn(&plan).map_err(start_err)? {
         vfork::Started::Pid(pid) => pid,
-        vfork::Started::Unsupported => forked(spec, env, out, cgroup)?,
+        vfork::Started::Unsupported => forked(spec, env.pairs(), out, cgroup)?,
     };
     // The child is not reaped before its watcher reports it, so even one that already
     // exited still shows its start time (as a zombie) where the clock cannot tell it.
@@ -141,27 +142,6 @@ fn above_stdio(out: fs::File) -> io::Result<fs::File> {
     Ok(fs::File::from(unsafe {
         std::os::fd::OwnedFd::from_raw_fd(fd)
     }))
-}
-
-/// The worker's whole environment: the supervisor's, without any `RED_AFK_*` or service
-/// manager variable, then `extra`.
-fn worker_environ(extra: &[(String, String)]) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| {
-            let k = k.to_string_lossy();
-            // The service manager's channel is the supervisor's alone: a worker must not
-            // speak for the unit (nor believe a watchdog is watching it).
-            !crate::afk_env::is_ours(&k)
-                && !super::notify::SERVICE_MANAGER_VARS.contains(&k.as_ref())
-                && !extra.iter().any(|(e, _)| *e == k)
-        })
-        .collect();
-    env.extend(
-        extra
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
-    env
 }
 
 /// Starts the worker by `fork` and `exec`, joining `cgroup` in between.

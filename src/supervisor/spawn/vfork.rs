@@ -20,7 +20,7 @@
 //! stack); elsewhere, and on kernels without `clone3` (before 5.3) or `CLONE_INTO_CGROUP`
 //! (before 5.7), the caller forks instead.
 
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -35,7 +35,7 @@ const EXIT_EXEC_FAILED: i32 = 127;
 pub(super) struct Plan<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
-    pub env: &'a [(OsString, OsString)],
+    pub env: &'a super::environ::WorkerEnv,
     /// Stdout and stderr.
     pub log: RawFd,
     /// cgroup mode: the attempt cgroup's directory, opened read-only.
@@ -114,18 +114,13 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
     let sh_argv = c_strings(
         std::iter::once(b"/bin/sh".to_vec()).chain(plan.argv.iter().map(|a| a.as_bytes().to_vec())),
     )?;
-    let envp = c_strings(
-        plan.env
-            .iter()
-            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()),
-    )?;
     let paths = c_strings(candidates(program, plan.env).into_iter())?;
     let cwd = c_string(plan.cwd.as_os_str().as_bytes().to_vec())?;
     let null = dev_null()?;
     let (argv_p, mut sh_p, envp_p, paths_p) = (
         pointers(&argv),
         pointers(&sh_argv),
-        pointers(&envp),
+        pointers(plan.env.entries()),
         pointers(&paths),
     );
     let mut args = ChildArgs {
@@ -181,14 +176,13 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
 /// The files `execvp` would try for `program`, in order: the program itself when it names
 /// a path, else each PATH directory's (the worker's PATH, as std's `Command` looks it up
 /// when the environment is set, else the default search path).
-fn candidates(program: &str, env: &[(OsString, OsString)]) -> Vec<Vec<u8>> {
+fn candidates(program: &str, env: &super::environ::WorkerEnv) -> Vec<Vec<u8>> {
     if program.contains('/') {
         return vec![program.as_bytes().to_vec()];
     }
     let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or(b"/bin:/usr/bin".as_slice(), |(_, v)| v.as_bytes());
+        .get("PATH")
+        .map_or(b"/bin:/usr/bin".as_slice(), |v| v.as_bytes());
     path.split(|b| *b == b':')
         .map(|dir| {
             let dir = if dir.is_empty() { b".".as_slice() } else { dir };
@@ -225,9 +219,9 @@ fn c_strings(items: impl Iterator<Item = Vec<u8>>) -> io::Result<Vec<CString>> {
 }
 
 /// The null-terminated array of pointers C wants; valid while `strings` lives.
-fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+fn pointers<'a>(strings: impl IntoIterator<Item = &'a CString>) -> Vec<*const libc::c_char> {
     strings
-        .iter()
+        .into_iter()
         .map(|s| s.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect()
