@@ -165,10 +165,26 @@ impl EventLog {
     }
 
     pub fn append(&mut self, event: &Event) -> Result<(), LogError> {
-        let line = encode_row(event);
+        self.append_all(std::slice::from_ref(event))
+    }
+
+    /// Appends `events` in one `write`: the records of one turn of the supervisor's loop
+    /// (a respawn's exit, spawn and figures) cost one system call, not one each. A write
+    /// that fails part-way is cut back to the last whole record before them, so either all
+    /// of them are in the file or none is.
+    pub fn append_all(&mut self, events: &[Event]) -> Result<(), LogError> {
+        if events.is_empty() {
+            return Ok(());
+        }
         // After a torn write that could not be cut off, the next record starts on a fresh
         // line, so it is never glued onto the torn one.
-        let text = if self.torn { format!("\n{line}") } else { line };
+        let mut text = String::with_capacity(128 * events.len());
+        if self.torn {
+            text.push('\n');
+        }
+        for event in events {
+            text.push_str(&encode_row(event));
+        }
         if let Err(source) = self.file.write_all(text.as_bytes()) {
             self.cut_torn();
             return Err(LogError::Io {

@@ -96,6 +96,17 @@ impl Driver {
         self.journal.write(line);
     }
 
+    /// Holds the records of each turn for one write (`true`), or writes each as it comes
+    /// (`false`, which writes what is held first): see [`super::journal::Journal::hold`].
+    pub fn hold_log(&mut self, yes: bool) {
+        self.journal.hold(yes);
+    }
+
+    /// Writes the turn's held records: the loop calls it before it sleeps.
+    pub fn flush_log(&mut self) {
+        self.journal.flush();
+    }
+
     /// Watches the previous supervisor's live workers, then starts the fleet: every spawn
     /// of the start-up is asked for at once and carried out in one batch, and the
     /// heartbeat is written once after it.

@@ -368,6 +368,7 @@ async fn run_fleet(
     };
     periodic.extend(housekeeping_tasks(&config, layout));
 
+    driver.hold_log(true);
     let code = event_loop(
         &mut fleet,
         &mut driver,
@@ -378,6 +379,7 @@ async fn run_fleet(
         &tx,
     )
     .await;
+    driver.hold_log(false);
     notifier.finish();
     driver.sigchld(&mut fleet, Instant::now());
     driver.write_state(&mut fleet, Instant::now());
@@ -418,6 +420,8 @@ async fn event_loop(
         .map(|_| Arc::new(AtomicBool::new(false)))
         .collect();
     loop {
+        // What the last turn logged is written before the loop may sleep.
+        driver.flush_log();
         let now = Instant::now();
         let mut deadline = driver.next_deadline(fleet, now);
         if fleet.stopping().is_none() {
