@@ -53,8 +53,8 @@
 //!   before it removes an attempt's tree).
 //! - `toonl` (the one TOONL reader and appender, and the one line a process that is not the
 //!   supervisor appends to the event log) and `toon_doc` (a TOON document writer for the
-//!   heartbeat's flat shapes, byte for byte the general encoder's, at a fraction of its
-//!   cost).
+//!   heartbeat's flat shapes, and the row writer for the event log's records, byte for byte
+//!   the general encoder's, at a fraction of its cost).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
 //!   `timeutil`, `cgroup` (every cgroup v2 fact: the hierarchy, the fleet's subtree, kill,
 //!   `populated`, figures, limits), `process` (every OS-process fact: `/proc`, pidfds,

@@ -3,10 +3,11 @@
 //! encoder of rows ([`encode_record`]), one appender ([`append_record`], [`EventLog`]), one
 //! reader of records ([`decode_records`], [`last_record`]).
 //!
-//! Cells are encoded and decoded by `reddb-io-toon` (its `ToonlEncoder` and streaming
-//! `ToonlRowReader`) so quoting follows TOON exactly. Each record is written with one
-//! `write` call of a whole line, so a crash leaves at most a truncated last line, which the
-//! readers skip.
+//! Cells are decoded by `reddb-io-toon` (its streaming `ToonlRowReader`) and encoded by its
+//! `ToonlEncoder`, or for the event log's own rows by `toon_doc::row`, which a property test
+//! holds to it, so quoting follows TOON exactly. Records are written whole lines at a time
+//! (one `write` for one record, or for the records of one turn of the supervisor's loop),
+//! so a crash leaves at most a truncated last line, which the readers skip.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
