@@ -316,6 +316,46 @@ fn quote(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Texts at the edges of TOON's quoting rules (keywords, numbers, delimiters, escapes,
+/// control and Unicode whitespace), for the property tests of every writer here and of
+/// `toonl`'s rows.
+#[cfg(test)]
+pub(crate) const TRICKY_TEXTS: &[&str] = &[
+    "",
+    " x",
+    "x ",
+    "true",
+    "null",
+    "12",
+    "-3",
+    "1.5e3",
+    "007",
+    "1.",
+    "+4",
+    "#h",
+    "a:b",
+    "a,b",
+    "a\"b",
+    "a\\b",
+    "[x]",
+    "{",
+    "tab\there",
+    "nl\nx",
+    "\u{1}",
+    "é ü",
+    "\u{a0}pad\u{a0}",
+    "-",
+    "x-y",
+    "e5",
+    "1e",
+    ".5",
+    "false",
+    "\r",
+    "\u{7f}",
+    "a|b",
+    "a\tb",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,37 +369,7 @@ mod tests {
     fn text() -> impl Strategy<Value = String> {
         prop_oneof![
             "[a-z/ ._-]{0,12}",
-            prop::sample::select(vec![
-                "",
-                " x",
-                "x ",
-                "true",
-                "null",
-                "12",
-                "-3",
-                "1.5e3",
-                "007",
-                "1.",
-                "+4",
-                "#h",
-                "a:b",
-                "a,b",
-                "a\"b",
-                "a\\b",
-                "[x]",
-                "{",
-                "tab\there",
-                "nl\nx",
-                "\u{1}",
-                "é ü",
-                "\u{a0}pad\u{a0}",
-                "-",
-                "x-y",
-                "e5",
-                "1e",
-                ".5",
-            ])
-            .prop_map(str::to_string),
+            prop::sample::select(TRICKY_TEXTS.to_vec()).prop_map(str::to_string),
         ]
     }
 
