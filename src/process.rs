@@ -311,8 +311,7 @@ pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
 /// When a process started, in seconds since the epoch, from its start token (clock ticks
 /// since boot) and the boot time in `/proc/stat`.
 pub fn start_epoch(start_ticks: u64) -> Option<u64> {
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    let hz = Some(start_window::clock_ticks_per_second()).filter(|h| *h > 0)?;
     let stat = fs::read_to_string("/proc/stat").ok()?;
     let btime: u64 = stat
         .lines()
@@ -320,7 +319,7 @@ pub fn start_epoch(start_ticks: u64) -> Option<u64> {
         .trim()
         .parse()
         .ok()?;
-    btime.checked_add(start_ticks / hz.max(1))
+    btime.checked_add(start_ticks / hz)
 }
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when the process ends, whoever its

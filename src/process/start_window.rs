@@ -103,7 +103,8 @@ fn boot_clock_ns() -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
-fn clock_ticks_per_second() -> u64 {
+/// `sysconf(_SC_CLK_TCK)`, the unit of `/proc`'s start times (0 when unknown).
+pub(crate) fn clock_ticks_per_second() -> u64 {
     static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     // SAFETY: sysconf only reads a configuration value.
     *HZ.get_or_init(|| u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(0))

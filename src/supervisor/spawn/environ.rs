@@ -50,7 +50,6 @@ pub(super) struct WorkerEnv {
     inherited: &'static Inherited,
     /// The slot's variables, encoded; each replaces an inherited one of its name.
     extra: Vec<CString>,
-    extra_keys: Vec<Vec<u8>>,
 }
 
 impl WorkerEnv {
@@ -71,7 +70,6 @@ impl WorkerEnv {
         Ok(WorkerEnv {
             inherited: inherited(),
             extra: extra_entries,
-            extra_keys: extra.iter().map(|(k, _)| k.as_bytes().to_vec()).collect(),
         })
     }
 
@@ -82,7 +80,7 @@ impl WorkerEnv {
             .iter()
             .filter(|e| {
                 let (k, _) = split(e.as_bytes());
-                !self.extra_keys.iter().any(|x| x.as_slice() == k)
+                !self.extra.iter().any(|x| split(x.as_bytes()).0 == k)
             })
             .chain(&self.extra)
     }
