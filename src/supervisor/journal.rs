@@ -65,6 +65,9 @@ pub struct Journal {
     holding: bool,
 }
 
+/// The most records a hold keeps before it writes them anyway.
+const MAX_HELD: usize = 32;
+
 /// Nothing held is lost when the journal goes (a return or an unwinding panic out of the
 /// loop).
 impl Drop for Journal {
@@ -88,7 +91,8 @@ impl Journal {
         })
     }
 
-    /// Holds every record from now until [`Journal::flush`] (`true`), or writes each as it
+    /// Holds every record from now until [`Journal::flush`] (`true`; up to [`MAX_HELD`]),
+    /// or writes each as it
     /// comes (`false`, the default; what is held is written first). The supervisor's loop
     /// holds and flushes once a turn, before it sleeps: a respawn's two or three records
     /// then cost one write to the log and one to the echo instead of one each, and nobody
@@ -110,7 +114,9 @@ impl Journal {
 
     pub fn write(&mut self, ev: Event) {
         self.held.push(ev);
-        if !self.holding {
+        // A long turn (a resize to hundreds of workers spawns them all in one) writes as it
+        // goes, so a SIGKILL mid-turn loses at most this many records, never the turn's.
+        if !self.holding || self.held.len() >= MAX_HELD {
             self.flush();
         }
     }
@@ -246,6 +252,15 @@ mod tests {
         j.write(Event::now("supervisor.stop", "six"));
         drop(j);
         assert_eq!(records(&path).last().map(String::as_str), Some("six"));
+        // A long turn writes every MAX_HELD records as it goes.
+        let mut j = Journal::open(&path, false).unwrap();
+        j.hold(true);
+        for i in 0..MAX_HELD + 3 {
+            j.write(Event::now("slot.spawn", format!("spawn {i}")));
+        }
+        assert_eq!(records(&path).len(), 6 + MAX_HELD);
+        j.flush();
+        assert_eq!(records(&path).len(), 6 + MAX_HELD + 3);
     }
 
     #[test]
