@@ -92,8 +92,8 @@ impl Journal {
     }
 
     /// Holds every record from now until [`Journal::flush`] (`true`; up to [`MAX_HELD`]),
-    /// or writes each as it
-    /// comes (`false`, the default; what is held is written first). The supervisor's loop
+    /// or writes each as it comes (`false`, the default; what is held is written first).
+    /// The supervisor's loop
     /// holds and flushes once a turn, before it sleeps: a respawn's two or three records
     /// then cost one write to the log and one to the echo instead of one each, and nobody
     /// reading the log can tell (a turn takes well under a millisecond, and the records keep
