@@ -342,12 +342,22 @@ const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 /// A descriptor that refers to one process for as long as it is held: never to a later
 /// process that happens to get the same pid. Readable once the process has ended.
 #[derive(Debug)]
-pub struct Pidfd(OwnedFd);
+pub struct Pidfd {
+    fd: OwnedFd,
+    /// The group this process led was found empty. An empty group stays empty: nothing
+    /// can join a group without a member (`setpgid` refuses), and its id, once free, names
+    /// a new group the kernel does not take for this one. So a group that answered `ESRCH`
+    /// to a signal is not asked again whether it has members.
+    group_gone: std::sync::atomic::AtomicBool,
+}
 
 impl Pidfd {
     /// `None` when the process is gone or the kernel lacks pidfds.
     pub fn open(pid: i32) -> Option<Pidfd> {
-        pidfd_open(pid).map(Pidfd)
+        pidfd_open(pid).map(|fd| Pidfd {
+            fd,
+            group_gone: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Sends `sig` (`None`: only checks) to every process in the group that this process
@@ -355,23 +365,30 @@ impl Pidfd {
     /// safe after the leader was reaped and even if its pid number is in use again. An
     /// `ESRCH` error means the group is empty.
     pub fn signal_group(&self, sig: Option<nix::sys::signal::Signal>) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.group_gone.load(Relaxed) {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
         let sig = sig.map_or(0, |s| s as libc::c_int);
         // SAFETY: pidfd_send_signal takes a descriptor we own, a signal number, a null
         // siginfo (the kernel fills in a plain kill) and flags.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
-                self.0.as_raw_fd(),
+                self.fd.as_raw_fd(),
                 sig,
                 std::ptr::null::<libc::siginfo_t>(),
                 PIDFD_SIGNAL_PROCESS_GROUP,
             )
         };
         if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
+            return Ok(());
         }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            self.group_gone.store(true, Relaxed);
+        }
+        Err(e)
     }
 
     /// Whether the group this process leads (or led) still has any member.
@@ -382,13 +399,13 @@ impl Pidfd {
 
 impl AsFd for Pidfd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.fd.as_fd()
     }
 }
 
 impl AsRawFd for Pidfd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }
 
@@ -583,6 +600,10 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert!(read(member).is_none_or(|p| p.is_zombie()));
+        // Found empty once, remembered: the kernel is not asked again.
+        assert!(fd.group_gone.load(std::sync::atomic::Ordering::Relaxed));
+        let again = fd.signal_group(Some(nix::sys::signal::Signal::SIGTERM));
+        assert_eq!(again.map_err(|e| e.raw_os_error()), Err(Some(libc::ESRCH)));
         // Reaped above through waitid; `wait` now only confirms nothing is left.
         assert!(child.wait().is_err());
     }

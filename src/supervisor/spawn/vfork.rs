@@ -131,7 +131,7 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         cwd: cwd.as_ptr(),
         null,
         log: plan.log,
-        parent: std::process::id() as libc::pid_t,
+        parent: own_pid(),
         nofile: crate::process::open_files_for_children().map_or(std::ptr::null(), |l| l),
         errno: 0,
     };
@@ -171,6 +171,13 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         return Err(io::Error::from_raw_os_error(errno));
     }
     Ok(Started::Pid(pid))
+}
+
+/// This process's pid, asked for once: it never changes in a process that spawns (no
+/// spawn runs in a child forked without an `exec`).
+fn own_pid() -> libc::pid_t {
+    static PID: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| std::process::id() as libc::pid_t)
 }
 
 /// The files `execvp` would try for `program`, in order: the program itself when it names
