@@ -209,7 +209,7 @@ pub fn run_capped(
         cmd.env(k, v);
     }
     // Registered before anyone can see it end: the supervisor's orphan reaper must leave
-    // this child to its waiter here (see [`is_running`]).
+    // this child to its waiter here (see [`is_running_then`]).
     let mut running = lock_running();
     let mut child = cmd.spawn().map_err(|source| RunError::Spawn {
         argv: argv.clone(),
@@ -370,15 +370,23 @@ fn feed(input: &mut Option<(Option<std::process::ChildStdin>, Vec<u8>, usize)>) 
     *stdin = None;
 }
 
-/// The commands this process is running through [`run`], by pid, until each is reaped.
-static RUNNING: std::sync::Mutex<Option<std::collections::HashSet<i32>>> =
+/// Called once a command has been reaped (see [`is_running_then`]).
+type Waker = Box<dyn FnOnce() + Send>;
+
+/// The commands this process is running through [`run`], by pid, until each is reaped,
+/// with whatever waits for that.
+static RUNNING: std::sync::Mutex<Option<std::collections::HashMap<i32, Vec<Waker>>>> =
     std::sync::Mutex::new(None);
 
-struct RunningSet<'a>(std::sync::MutexGuard<'a, Option<std::collections::HashSet<i32>>>);
+struct RunningSet<'a>(
+    std::sync::MutexGuard<'a, Option<std::collections::HashMap<i32, Vec<Waker>>>>,
+);
 
 impl RunningSet<'_> {
     fn insert(&mut self, pid: i32) {
-        self.0.get_or_insert_with(Default::default).insert(pid);
+        self.0
+            .get_or_insert_with(Default::default)
+            .insert(pid, Vec::new());
     }
 }
 
@@ -386,22 +394,40 @@ fn lock_running() -> RunningSet<'static> {
     RunningSet(RUNNING.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
-/// Removes the pid from the running set when the call ends, however it ends.
+/// Removes the pid from the running set when the call ends, however it ends (the child
+/// reaped, or left to the supervisor's reaper), and then calls what waited for that.
 struct Registered(i32);
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        if let Some(set) = lock_running().0.as_mut() {
-            set.remove(&self.0);
+        let wakers = lock_running()
+            .0
+            .as_mut()
+            .and_then(|set| set.remove(&self.0));
+        for wake in wakers.into_iter().flatten() {
+            wake();
         }
     }
 }
 
-/// Whether `pid` is a command [`run`] started and will reap itself. A zombie child of
-/// this process that is not one (a command's own child, reparented to a supervisor that is
-/// a child subreaper) is nobody's to wait for, and is reaped by the supervisor.
-pub fn is_running(pid: i32) -> bool {
-    lock_running().0.as_ref().is_some_and(|s| s.contains(&pid))
+/// Whether `pid` is a command [`run`] started and will reap itself; if it is, `wake` is
+/// called once it has been (from the command's thread). A zombie child of this process
+/// that is not one (a command's own child, reparented to a supervisor that is a child
+/// subreaper) is nobody's to wait for, and is reaped by the supervisor.
+///
+/// The check and the registration are one step, so no reaping falls between them: the
+/// supervisor's SIGCHLD pass, which reads its zombie children in the kernel's order and
+/// must stop at a command's, is asked for again once that command is gone, and the zombies
+/// behind it are read then.
+pub fn is_running_then(pid: i32, wake: impl FnOnce() + Send + 'static) -> bool {
+    let mut running = lock_running();
+    match running.0.as_mut().and_then(|set| set.get_mut(&pid)) {
+        Some(wakers) => {
+            wakers.push(Box::new(wake));
+            true
+        }
+        None => false,
+    }
 }
 
 /// How long the output of a killed group is still collected.
@@ -412,6 +438,40 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::thread;
+
+    #[test]
+    fn a_waiter_registered_while_a_command_runs_is_called_once_it_is_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!("echo $$ > '{}'; sleep 0.3", pid_file.display());
+        let call = thread::spawn(move || {
+            let argv = Argv::new("sh", ["-c", script.as_str()]);
+            run(&argv, Duration::from_secs(10), &RunOpts::default()).map(|o| o.status.code())
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pid: i32 = loop {
+            let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+            if let Ok(p) = text.trim().parse() {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the command never started");
+            thread::sleep(Duration::from_millis(5));
+        };
+        let (tx, rx) = mpsc::channel();
+        for n in 0..2 {
+            let tx = tx.clone();
+            assert!(is_running_then(pid, move || tx.send(n).unwrap()));
+        }
+        assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
+        assert_eq!(call.join().unwrap().unwrap(), Some(0));
+        // Both were called by the time `run` returned, and only once each.
+        let mut got: Vec<i32> = rx.try_iter().collect();
+        got.sort_unstable();
+        assert_eq!(got, [0, 1]);
+        // Once reaped it is no command of ours: nothing is registered, nothing called.
+        assert!(!is_running_then(pid, move || tx.send(9).unwrap()));
+        assert_eq!(rx.try_iter().count(), 0);
+    }
 
     #[test]
     fn captures_output_and_status() {

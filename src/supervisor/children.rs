@@ -38,7 +38,8 @@ pub trait Children {
     /// `keep_zombie` (its zombie then pins its group id).
     fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind>;
     /// A zombie child of ours, without reaping it: its pid, and whether it is a command
-    /// the supervisor runs and waits for itself (never to be reaped here).
+    /// the supervisor runs and waits for itself (never to be reaped here; a SIGCHLD event
+    /// follows once its waiter has reaped it).
     fn next_zombie(&mut self) -> Option<(i32, bool)>;
     /// Reaps a zombie child of ours.
     fn reap(&mut self, pid: i32);
@@ -184,6 +185,8 @@ pub struct Os {
     last_usage: HashMap<i32, (u64, Usage)>,
     /// What the cleanup of an ended worker (by pid) found of its cgroup so far.
     ending: HashMap<i32, CgroupEnd>,
+    /// The slot logs, kept open from one spawn to the next.
+    logs: spawn::LogFiles,
 }
 
 /// An ended worker's cgroup as its cleanup found it.
@@ -209,6 +212,7 @@ impl Os {
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
             ending: HashMap::new(),
+            logs: spawn::LogFiles::new(),
         }
     }
 
@@ -221,6 +225,17 @@ impl Os {
         });
         self.cgroups = Some(cgroups);
         self
+    }
+
+    /// How the end of our own child is reported. Where the SIGCHLD pass reads our zombies
+    /// one at a time ([`process::pidfd_groups`], see `Driver::sigchld`), that pass is what
+    /// reports it, so nothing is registered: a watch would cost two `epoll_ctl`s, a task
+    /// and a second event for every respawn, for an end the pass already fed. A pass
+    /// stopped at a command's zombie goes on once the command is reaped
+    /// ([`crate::cmd::on_reaped`]). Elsewhere (pinned groups, where `/proc` is read
+    /// instead) the pidfd is watched.
+    fn watch_own(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>) -> bool {
+        process::pidfd_groups() || self.watch(pid, start, fd, true)
     }
 
     /// Reports the end of a worker through its pidfd, registered with the event loop: no
@@ -257,10 +272,10 @@ impl Os {
 
 impl Children for Os {
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let Spawned { pid, start } = spawn::spawn(spec)?;
+        let Spawned { pid, start } = spawn::spawn_in(spec, None, &mut self.logs)?;
         // Our child cannot be reaped by anyone else, so this pidfd is its.
         let pidfd = Pidfd::open(pid).map(Arc::new);
-        let watched = self.watch(pid, start, pidfd.clone(), true);
+        let watched = self.watch_own(pid, start, pidfd.clone());
         Ok(Started {
             pid,
             start,
@@ -294,9 +309,13 @@ impl Children for Os {
 
     fn next_zombie(&mut self) -> Option<(i32, bool)> {
         let (pid, _) = process::peek_zombie_child()?;
-        // Only a command `cmd::run` still waits for is left alone; anything else in our
-        // session (a command's child reparented to us) would block every orphan behind it.
-        Some((pid, crate::cmd::is_running(pid)))
+        // Only a command `cmd::run` still waits for is left alone; anything else (a
+        // command's child reparented to us) would block every zombie behind it.
+        let tx = self.tx.clone();
+        let command = crate::cmd::is_running_then(pid, move || {
+            let _ = tx.send(Event::Sigchld);
+        });
+        Some((pid, command))
     }
 
     fn reap(&mut self, pid: i32) {
@@ -471,7 +490,7 @@ impl Children for Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        let Spawned { pid, start } = match spawn::spawn_in(spec, Some(&cg)) {
+        let Spawned { pid, start } = match spawn::spawn_in(spec, Some(&cg), &mut self.logs) {
             Ok(s) => s,
             Err(e) => {
                 let _ = cg.remove_tree();
@@ -479,7 +498,7 @@ impl Children for Os {
             }
         };
         let pidfd = Pidfd::open(pid).map(Arc::new);
-        let watched = self.watch(pid, start, pidfd.clone(), true);
+        let watched = self.watch_own(pid, start, pidfd.clone());
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
         self.ending.remove(&pid);
@@ -667,7 +686,7 @@ mod reaper_cgroup_tests {
             log: &dir.path().join("log"),
             env: vec![],
         };
-        let s = spawn_in(&spec, Some(&cg.0)).unwrap();
+        let s = spawn_in(&spec, Some(&cg.0), &mut spawn::LogFiles::new()).unwrap();
         let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
         let mut os = Os::new(otx);
         os.follow_cgroup(s.pid, &cg.0);
@@ -683,7 +702,7 @@ mod reaper_cgroup_tests {
             assert!(Instant::now() < deadline, "never still: {u:?}");
         }
         assert_eq!(os.last_usage[&s.pid].1, last);
-        let second = spawn_in(&spec, Some(&cg.0)).unwrap();
+        let second = spawn_in(&spec, Some(&cg.0), &mut spawn::LogFiles::new()).unwrap();
         let joined = loop {
             let u = os.usage(&[s.pid])[&s.pid];
             if u.procs == 2 {
@@ -739,6 +758,7 @@ mod reaper_cgroup_tests {
                     env: vec![],
                 },
                 Some(&cg.0),
+                &mut spawn::LogFiles::new(),
             )
             .unwrap();
             let deadline = Instant::now() + Duration::from_secs(20);

@@ -260,9 +260,12 @@ impl Driver {
     ///
     /// Where groups are signalled through pidfds, nothing is pinned: the kernel is asked
     /// for our zombie children one at a time (`waitid` without reaping) and each is reaped,
-    /// a worker's as its exit. The first zombie that belongs to a command the supervisor
-    /// runs itself (in our session; its own waiter reaps it) ends the pass, the next
-    /// SIGCHLD or tick goes on. Elsewhere `/proc` is read, sparing the pinned leaders.
+    /// a worker's as its exit: this pass is how our own workers' ends are learnt there (no
+    /// pidfd watch). The first zombie that belongs to a command the supervisor runs itself
+    /// (its own waiter reaps it) ends the pass, and a pass is asked for again once that
+    /// waiter has reaped it ([`crate::cmd::is_running_then`]), so a worker's zombie queued
+    /// behind it waits for that command's reaping, never for a tick. Elsewhere `/proc` is
+    /// read, sparing the pinned leaders.
     pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
         for (pid, start) in fleet.unwatched_own() {
             self.child_ended(fleet, pid, start, now);

@@ -19,7 +19,10 @@ use crate::process;
 pub use crate::process::ExitKind;
 
 mod environ;
+mod log_files;
 mod vfork;
+
+pub use log_files::LogFiles;
 
 use vfork::EXIT_ORPHANED;
 
@@ -64,11 +67,12 @@ pub fn worker_env(
 }
 
 pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
-    spawn_in(spec, None)
+    spawn_in(spec, None, &mut LogFiles::new())
 }
 
 /// [`spawn`], with the child started inside `cgroup`: no process of the worker ever runs
-/// outside it, and a child that cannot join it never becomes a worker.
+/// outside it, and a child that cannot join it never becomes a worker. The slot log is
+/// taken from `logs`, which keeps it open for the next spawn.
 ///
 /// The worker is started as [`vfork`] explains, copying nothing of the supervisor's
 /// memory; where that cannot be done (not x86-64, an old kernel) it is forked and joins the
@@ -76,25 +80,12 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
 pub fn spawn_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
+    logs: &mut LogFiles,
 ) -> Result<Spawned, SpawnError> {
-    let log_err = |source| SpawnError::Log {
+    let out = logs.open(spec.log).map_err(|e| SpawnError::Log {
         path: spec.log.to_path_buf(),
-        source,
-    };
-    // Never through a symlink, into a FIFO (which would block) or anything but a file.
-    // The day's folder is made only when the log cannot be opened without it: once a day,
-    // not once a spawn.
-    let out = match crate::fsutil::open_append(spec.log) {
-        Err(crate::fsutil::SmallFileError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(dir) = spec.log.parent() {
-                fs::create_dir_all(dir).map_err(log_err)?;
-            }
-            crate::fsutil::open_append(spec.log)
-        }
-        other => other,
-    };
-    let out = out.map_err(|e| log_err(e.into()))?;
-    let out = above_stdio(out).map_err(log_err)?;
+        source: e.into(),
+    })?;
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
     let start_err = |source| SpawnError::Start {
         program: program.to_string(),
@@ -148,7 +139,7 @@ fn above_stdio(out: fs::File) -> io::Result<fs::File> {
 fn forked(
     spec: &SpawnSpec<'_>,
     env: Vec<(OsString, OsString)>,
-    out: fs::File,
+    log: &fs::File,
     cgroup: Option<&crate::cgroup::Cgroup>,
 ) -> Result<i32, SpawnError> {
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
@@ -156,10 +147,12 @@ fn forked(
         program: program.to_string(),
         source,
     };
-    let err = out.try_clone().map_err(|source| SpawnError::Log {
+    let log_err = |source| SpawnError::Log {
         path: spec.log.to_path_buf(),
         source,
-    })?;
+    };
+    let out = log.try_clone().map_err(log_err)?;
+    let err = log.try_clone().map_err(log_err)?;
     let mut cmd = Command::new(program);
     cmd.args(spec.argv.iter().skip(1))
         .current_dir(spec.cwd)
@@ -231,18 +224,45 @@ mod tests {
         assert_eq!(p.pgid, s.pid, "own process group");
         assert_eq!(p.sid, s.pid, "own session");
         assert_eq!(s.start, p.start, "the start token /proc shows");
-        let fd = process::Pidfd::open(s.pid).unwrap();
-        let mut fds = [nix::poll::PollFd::new(
-            std::os::fd::AsFd::as_fd(&fd),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20_000u16)).unwrap();
+        wait_for_end(s.pid);
         // Seen without reaping: still a zombie until it is reaped.
         assert_eq!(process::child_exit(s.pid, false), Some(ExitKind::Code(7)));
         assert!(process::read(s.pid).unwrap().is_zombie());
         assert_eq!(process::child_exit(s.pid, true), Some(ExitKind::Code(7)));
         let text = fs::read_to_string(&log).unwrap();
         assert_eq!(text, "slot=0 id=w-1\nerr\n");
+    }
+
+    #[test]
+    fn a_slots_workers_append_to_its_log_opened_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("logs/2026-12-03/slot-0.log");
+        let mut logs = LogFiles::new();
+        for n in 0..3 {
+            let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("echo attempt {n}")];
+            let spec = SpawnSpec {
+                argv: &argv,
+                cwd: dir.path(),
+                log: &log,
+                env: vec![],
+            };
+            let s = spawn_in(&spec, None, &mut logs).unwrap();
+            wait_for_end(s.pid);
+            assert_eq!(process::child_exit(s.pid, true), Some(ExitKind::Code(0)));
+        }
+        assert_eq!(logs.opened(), 1);
+        let text = fs::read_to_string(&log).unwrap();
+        assert_eq!(text, "attempt 0\nattempt 1\nattempt 2\n");
+    }
+
+    /// Waits (20 s at most) until our child `pid` has ended, without reaping it.
+    fn wait_for_end(pid: i32) {
+        let fd = process::Pidfd::open(pid).unwrap();
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&fd),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20_000u16)).unwrap();
     }
 
     /// Spawns `argv` with its log in `dir` and waits for its end (reaped); returns the
@@ -258,12 +278,7 @@ mod tests {
             env: vec![],
         };
         let s = spawn(&spec).unwrap();
-        let fd = process::Pidfd::open(s.pid).unwrap();
-        let mut fds = [nix::poll::PollFd::new(
-            std::os::fd::AsFd::as_fd(&fd),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20_000u16)).unwrap();
+        wait_for_end(s.pid);
         let exit = process::child_exit(s.pid, true).unwrap();
         (exit, fs::read_to_string(&log).unwrap())
     }
