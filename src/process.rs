@@ -354,10 +354,15 @@ pub struct Pidfd {
 impl Pidfd {
     /// `None` when the process is gone or the kernel lacks pidfds.
     pub fn open(pid: i32) -> Option<Pidfd> {
-        pidfd_open(pid).map(|fd| Pidfd {
+        pidfd_open(pid).map(Pidfd::from_fd)
+    }
+
+    /// A pidfd the kernel made otherwise (`clone3` with `CLONE_PIDFD`).
+    pub fn from_fd(fd: OwnedFd) -> Pidfd {
+        Pidfd {
             fd,
             group_gone: std::sync::atomic::AtomicBool::new(false),
-        })
+        }
     }
 
     /// Sends `sig` (`None`: only checks) to every process in the group that this process

@@ -272,9 +272,8 @@ impl Os {
 
 impl Children for Os {
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let Spawned { pid, start } = spawn::spawn_in(spec, None, &mut self.logs)?;
-        // Our child cannot be reaped by anyone else, so this pidfd is its.
-        let pidfd = Pidfd::open(pid).map(Arc::new);
+        let Spawned { pid, start, pidfd } = spawn::spawn_in(spec, None, &mut self.logs)?;
+        let pidfd = pidfd.map(Arc::new);
         let watched = self.watch_own(pid, start, pidfd.clone());
         Ok(Started {
             pid,
@@ -490,14 +489,14 @@ impl Children for Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        let Spawned { pid, start } = match spawn::spawn_in(spec, Some(&cg), &mut self.logs) {
+        let Spawned { pid, start, pidfd } = match spawn::spawn_in(spec, Some(&cg), &mut self.logs) {
             Ok(s) => s,
             Err(e) => {
                 let _ = cg.remove_tree();
                 return Err(e);
             }
         };
-        let pidfd = Pidfd::open(pid).map(Arc::new);
+        let pidfd = pidfd.map(Arc::new);
         let watched = self.watch_own(pid, start, pidfd.clone());
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);

@@ -44,11 +44,13 @@ pub struct SpawnSpec<'a> {
     pub env: Vec<(String, String)>,
 }
 
-/// A started worker: its pid and the start token that, with the pid, identifies it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A started worker: its pid and the start token that, with the pid, identifies it, and
+/// its pidfd (none where the kernel has no pidfds).
+#[derive(Debug)]
 pub struct Spawned {
     pub pid: i32,
     pub start: u64,
+    pub pidfd: Option<process::Pidfd>,
 }
 
 /// Makes this process the reaper of its descendants' orphans.
@@ -109,14 +111,18 @@ pub fn spawn_in(
         cgroup: cgroup_dir.as_ref().map(AsRawFd::as_raw_fd),
     };
     let window = process::StartWindow::open();
-    let pid = match vfork::spawn(&plan).map_err(start_err)? {
-        vfork::Started::Pid(pid) => pid,
-        vfork::Started::Unsupported => forked(spec, env.pairs(), out, cgroup)?,
+    let (pid, pidfd) = match vfork::spawn(&plan).map_err(start_err)? {
+        vfork::Started::Pid(pid, fd) => (pid, Some(process::Pidfd::from_fd(fd))),
+        // Our child cannot be reaped by anyone else, so this pidfd is its.
+        vfork::Started::Unsupported => {
+            let pid = forked(spec, env.pairs(), out, cgroup)?;
+            (pid, process::Pidfd::open(pid))
+        }
     };
     // The child is not reaped before its watcher reports it, so even one that already
     // exited still shows its start time (as a zombie) where the clock cannot tell it.
     let start = window.close(pid);
-    Ok(Spawned { pid, start })
+    Ok(Spawned { pid, start, pidfd })
 }
 
 /// The log as the child's stdout and stderr copy it. A descriptor among 0-2 (a supervisor
@@ -224,6 +230,16 @@ mod tests {
         assert_eq!(p.pgid, s.pid, "own process group");
         assert_eq!(p.sid, s.pid, "own session");
         assert_eq!(s.start, p.start, "the start token /proc shows");
+        // The pidfd the spawn hands back names this child, and no worker inherits it.
+        let pidfd = s.pidfd.as_ref().expect("a pidfd for the child");
+        let fd = pidfd.as_raw_fd();
+        let info = fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        assert!(
+            info.lines().any(|l| l == format!("Pid:\t{}", s.pid)),
+            "{info}"
+        );
+        let flags = nix::fcntl::fcntl(pidfd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
         wait_for_end(s.pid);
         // Seen without reaping: still a zombie until it is reaped.
         assert_eq!(process::child_exit(s.pid, false), Some(ExitKind::Code(7)));

@@ -42,10 +42,11 @@ pub(super) struct Plan<'a> {
     pub cgroup: Option<RawFd>,
 }
 
-/// The outcome of [`spawn`]: a pid, or that this system cannot start it so (the caller
-/// forks instead).
+/// The outcome of [`spawn`]: a pid with the child's pidfd (which the clone made, so no
+/// `pidfd_open` follows), or that this system cannot start it so (the caller forks
+/// instead).
 pub(super) enum Started {
-    Pid(i32),
+    Pid(i32, OwnedFd),
     Unsupported,
 }
 
@@ -88,6 +89,7 @@ struct CloneArgs {
 }
 
 const CLONE_VM: u64 = 0x100;
+const CLONE_PIDFD: u64 = 0x1000;
 const CLONE_VFORK: u64 = 0x4000;
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// The first version of `clone_args` (without `set_tid` and `cgroup`), for kernels 5.3-5.6.
@@ -138,8 +140,11 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
     // Left uninitialised (zeroing it was a visible share of a spawn): only the child
     // writes it, before it reads anything of it.
     let mut stack: Vec<StackChunk> = Vec::with_capacity(STACK_BYTES / 16);
+    // Written by the kernel (close-on-exec, as every pidfd is) when the clone succeeds.
+    let mut pidfd: libc::c_int = -1;
     let mut clone = CloneArgs {
-        flags: CLONE_VM | CLONE_VFORK,
+        flags: CLONE_VM | CLONE_VFORK | CLONE_PIDFD,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
         exit_signal: libc::SIGCHLD as u64,
         stack: stack.spare_capacity_mut().as_mut_ptr() as u64,
         stack_size: (stack.capacity() * 16) as u64,
@@ -163,6 +168,8 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         };
     }
     let pid = ret as libc::pid_t;
+    // SAFETY: the clone succeeded, so the kernel wrote a new descriptor there, ours alone.
+    let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
     // SAFETY: the child has exec'd or exited (CLONE_VFORK); this reads what it wrote.
     let errno = unsafe { std::ptr::read_volatile(&args.errno) };
     if errno != 0 {
@@ -170,7 +177,7 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
         return Err(io::Error::from_raw_os_error(errno));
     }
-    Ok(Started::Pid(pid))
+    Ok(Started::Pid(pid, pidfd))
 }
 
 /// This process's pid, asked for once: it never changes in a process that spawns (no
