@@ -19,10 +19,7 @@ use crate::process;
 pub use crate::process::ExitKind;
 
 mod environ;
-mod log_files;
 mod vfork;
-
-pub use log_files::LogFiles;
 
 use vfork::EXIT_ORPHANED;
 
@@ -69,12 +66,16 @@ pub fn worker_env(
 }
 
 pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
-    spawn_in(spec, None, &mut LogFiles::new())
+    spawn_in(spec, None)
 }
 
 /// [`spawn`], with the child started inside `cgroup`: no process of the worker ever runs
-/// outside it, and a child that cannot join it never becomes a worker. The slot log is
-/// taken from `logs`, which keeps it open for the next spawn.
+/// outside it, and a child that cannot join it never becomes a worker.
+///
+/// The slot log is opened anew for each spawn, not kept open from one to the next: each
+/// descriptor the supervisor holds is copied into every child's table by the `clone` (and
+/// closed again by its `execve`), so a thousand kept logs would cost each spawn of a
+/// thousand-worker fleet more than the four system calls they save.
 ///
 /// The worker is started as [`vfork`] explains, copying nothing of the supervisor's
 /// memory; where that cannot be done (not x86-64, an old kernel) it is forked and joins the
@@ -82,12 +83,25 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
 pub fn spawn_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
-    logs: &mut LogFiles,
 ) -> Result<Spawned, SpawnError> {
-    let out = logs.open(spec.log).map_err(|e| SpawnError::Log {
+    let log_err = |source| SpawnError::Log {
         path: spec.log.to_path_buf(),
-        source: e.into(),
-    })?;
+        source,
+    };
+    // Never through a symlink, into a FIFO (which would block) or anything but a file.
+    // The day's folder is made only when the log cannot be opened without it: once a day,
+    // not once a spawn.
+    let out = match crate::fsutil::open_append(spec.log) {
+        Err(crate::fsutil::SmallFileError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(dir) = spec.log.parent() {
+                fs::create_dir_all(dir).map_err(log_err)?;
+            }
+            crate::fsutil::open_append(spec.log)
+        }
+        other => other,
+    };
+    let out = out.map_err(|e| log_err(e.into()))?;
+    let out = above_stdio(out).map_err(log_err)?;
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
     let start_err = |source| SpawnError::Start {
         program: program.to_string(),
@@ -115,7 +129,7 @@ pub fn spawn_in(
         vfork::Started::Pid(pid, fd) => (pid, Some(process::Pidfd::from_fd(fd))),
         // Our child cannot be reaped by anyone else, so this pidfd is its.
         vfork::Started::Unsupported => {
-            let pid = forked(spec, env.pairs(), out, cgroup)?;
+            let pid = forked(spec, env.pairs(), &out, cgroup)?;
             (pid, process::Pidfd::open(pid))
         }
     };
@@ -247,28 +261,6 @@ mod tests {
         assert_eq!(process::child_exit(s.pid, true), Some(ExitKind::Code(7)));
         let text = fs::read_to_string(&log).unwrap();
         assert_eq!(text, "slot=0 id=w-1\nerr\n");
-    }
-
-    #[test]
-    fn a_slots_workers_append_to_its_log_opened_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("logs/2026-12-03/slot-0.log");
-        let mut logs = LogFiles::new();
-        for n in 0..3 {
-            let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("echo attempt {n}")];
-            let spec = SpawnSpec {
-                argv: &argv,
-                cwd: dir.path(),
-                log: &log,
-                env: vec![],
-            };
-            let s = spawn_in(&spec, None, &mut logs).unwrap();
-            wait_for_end(s.pid);
-            assert_eq!(process::child_exit(s.pid, true), Some(ExitKind::Code(0)));
-        }
-        assert_eq!(logs.opened(), 1);
-        let text = fs::read_to_string(&log).unwrap();
-        assert_eq!(text, "attempt 0\nattempt 1\nattempt 2\n");
     }
 
     /// Waits (20 s at most) until our child `pid` has ended, without reaping it.
