@@ -40,6 +40,15 @@ pub fn claims_of(layout: &Layout, w: &DeadWorker) -> Vec<u64> {
     found
 }
 
+/// Whether any claim is there at all: one read of the claims folder that stops at the
+/// first, where [`claims_of`] reads the pid file of every claim. The loop asks this; which
+/// claims name a dead worker is read off the loop.
+pub fn any_claims(layout: &Layout) -> bool {
+    fs::read_dir(layout.claims()).is_ok_and(|mut dir| {
+        dir.any(|e| e.is_ok_and(|e| e.file_name().to_str().and_then(super::issue_of).is_some()))
+    })
+}
+
 /// Does this claim pid file name the dead worker? A start token that cannot be read proves
 /// nothing, so the claim is left to the boot sweep.
 fn holds(pid_file: &Path, w: &DeadWorker) -> bool {
@@ -61,5 +70,24 @@ pub fn remove(layout: &Layout, n: u64) -> Result<(), DeleteError> {
             .remove(&layout.claims().join(n.to_string()))
             .map(|_| ()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_claims_is_true_only_for_a_claim_named_by_its_issue() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(!any_claims(&layout), "no claims folder");
+        fs::create_dir_all(layout.claims()).unwrap();
+        assert!(!any_claims(&layout), "an empty folder");
+        fs::write(layout.claims().join("notes.txt"), "").unwrap();
+        fs::create_dir(layout.claims().join("not-an-issue")).unwrap();
+        assert!(!any_claims(&layout), "nothing named by an issue");
+        fs::create_dir(layout.claims().join("42")).unwrap();
+        assert!(any_claims(&layout));
     }
 }

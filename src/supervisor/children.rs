@@ -185,8 +185,6 @@ pub struct Os {
     last_usage: HashMap<i32, (u64, Usage)>,
     /// What the cleanup of an ended worker (by pid) found of its cgroup so far.
     ending: HashMap<i32, CgroupEnd>,
-    /// The slot logs, kept open from one spawn to the next.
-    logs: spawn::LogFiles,
 }
 
 /// An ended worker's cgroup as its cleanup found it.
@@ -212,7 +210,6 @@ impl Os {
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
             ending: HashMap::new(),
-            logs: spawn::LogFiles::new(),
         }
     }
 
@@ -225,17 +222,6 @@ impl Os {
         });
         self.cgroups = Some(cgroups);
         self
-    }
-
-    /// How the end of our own child is reported. Where the SIGCHLD pass reads our zombies
-    /// one at a time ([`process::pidfd_groups`], see `Driver::sigchld`), that pass is what
-    /// reports it, so nothing is registered: a watch would cost two `epoll_ctl`s, a task
-    /// and a second event for every respawn, for an end the pass already fed. A pass
-    /// stopped at a command's zombie goes on once the command is reaped
-    /// ([`crate::cmd::on_reaped`]). Elsewhere (pinned groups, where `/proc` is read
-    /// instead) the pidfd is watched.
-    fn watch_own(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>) -> bool {
-        process::pidfd_groups() || self.watch(pid, start, fd, true)
     }
 
     /// Reports the end of a worker through its pidfd, registered with the event loop: no
@@ -272,9 +258,9 @@ impl Os {
 
 impl Children for Os {
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let Spawned { pid, start, pidfd } = spawn::spawn_in(spec, None, &mut self.logs)?;
+        let Spawned { pid, start, pidfd } = spawn::spawn_in(spec, None)?;
         let pidfd = pidfd.map(Arc::new);
-        let watched = self.watch_own(pid, start, pidfd.clone());
+        let watched = self.watch(pid, start, pidfd.clone(), true);
         Ok(Started {
             pid,
             start,
@@ -489,7 +475,7 @@ impl Children for Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        let Spawned { pid, start, pidfd } = match spawn::spawn_in(spec, Some(&cg), &mut self.logs) {
+        let Spawned { pid, start, pidfd } = match spawn::spawn_in(spec, Some(&cg)) {
             Ok(s) => s,
             Err(e) => {
                 let _ = cg.remove_tree();
@@ -497,7 +483,7 @@ impl Children for Os {
             }
         };
         let pidfd = pidfd.map(Arc::new);
-        let watched = self.watch_own(pid, start, pidfd.clone());
+        let watched = self.watch(pid, start, pidfd.clone(), true);
         self.cgroup_of.insert(pid, cg.clone());
         self.last_usage.remove(&pid);
         self.ending.remove(&pid);
@@ -685,7 +671,7 @@ mod reaper_cgroup_tests {
             log: &dir.path().join("log"),
             env: vec![],
         };
-        let s = spawn_in(&spec, Some(&cg.0), &mut spawn::LogFiles::new()).unwrap();
+        let s = spawn_in(&spec, Some(&cg.0)).unwrap();
         let (otx, _orx) = tokio::sync::mpsc::unbounded_channel();
         let mut os = Os::new(otx);
         os.follow_cgroup(s.pid, &cg.0);
@@ -701,7 +687,7 @@ mod reaper_cgroup_tests {
             assert!(Instant::now() < deadline, "never still: {u:?}");
         }
         assert_eq!(os.last_usage[&s.pid].1, last);
-        let second = spawn_in(&spec, Some(&cg.0), &mut spawn::LogFiles::new()).unwrap();
+        let second = spawn_in(&spec, Some(&cg.0)).unwrap();
         let joined = loop {
             let u = os.usage(&[s.pid])[&s.pid];
             if u.procs == 2 {
@@ -757,7 +743,6 @@ mod reaper_cgroup_tests {
                     env: vec![],
                 },
                 Some(&cg.0),
-                &mut spawn::LogFiles::new(),
             )
             .unwrap();
             let deadline = Instant::now() + Duration::from_secs(20);

@@ -65,6 +65,26 @@ pub struct Driver {
     state_error: Option<String>,
     /// When the heartbeat was last written (see [`HEARTBEAT_GAP`]).
     state_written_at: Option<Instant>,
+    /// The zombie pass of SIGCHLD (see [`Driver::sigchld`]).
+    zombie_pass: ZombiePass,
+}
+
+/// The least time between two zombie passes (see [`Driver::sigchld`]).
+pub const ZOMBIE_PASS_GAP: Duration = Duration::from_millis(100);
+
+/// When the zombie pass last ran, and whether a SIGCHLD asks for another.
+#[derive(Debug, Default)]
+struct ZombiePass {
+    last: Option<Instant>,
+    due: bool,
+}
+
+impl ZombiePass {
+    /// When the pass asked for may run: now, or once the gap since the last is over.
+    fn at(&self, now: Instant) -> Option<Instant> {
+        self.due
+            .then(|| self.last.map_or(now, |l| (l + ZOMBIE_PASS_GAP).max(now)))
+    }
 }
 
 impl Driver {
@@ -88,6 +108,7 @@ impl Driver {
             strays: Strays::default(),
             state_error: None,
             state_written_at: None,
+            zombie_pass: ZombiePass::default(),
         }
     }
 
@@ -164,6 +185,9 @@ impl Driver {
     /// escaped descendants due their SIGKILL or another search get it, and the tick runs
     /// when due.
     pub fn turn(&mut self, fleet: &mut Fleet, now: Instant) {
+        if self.zombie_pass.at(now).is_some_and(|at| at <= now) {
+            self.reap_zombies(fleet, now);
+        }
         let alive = fleet
             .dying_groups()
             .into_iter()
@@ -191,6 +215,9 @@ impl Driver {
             && let Some(at) = self.state_written_at
         {
             d = d.min((at + HEARTBEAT_GAP).max(now));
+        }
+        if let Some(at) = self.zombie_pass.at(now) {
+            d = d.min(at);
         }
         match self.strays.next_deadline(fleet.stopping().is_some()) {
             Some(s) => d.min(s.max(now)),
@@ -255,18 +282,41 @@ impl Driver {
         left
     }
 
-    /// SIGCHLD: our own workers that ended without a pidfd watch, and the orphans of the
-    /// workers' trees reparented to us (the child subreaper).
+    /// SIGCHLD: our own workers that ended without a pidfd watch at once, and the zombie
+    /// pass (below) when [`ZOMBIE_PASS_GAP`] has gone by since the last one, else at the
+    /// end of that gap.
+    ///
+    /// Our own workers' ends come through their pidfds (`waitid` on one pid, which the
+    /// kernel answers without looking at the others); what the pass is for is the orphans
+    /// of the workers' trees reparented to us (the child subreaper), whose zombies only
+    /// keep a pid each until it runs. A pass asks the kernel for any zombie child, and the
+    /// kernel answers that by walking every child we have: on every SIGCHLD, a fleet of
+    /// a thousand workers paid for two walks of a thousand children with every respawn.
+    /// With the gap it pays for at most ten passes a second, however busy.
+    pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
+        self.zombie_pass.due = true;
+        if self.zombie_pass.at(now).is_some_and(|at| at <= now) {
+            return self.reap_zombies(fleet, now);
+        }
+        for (pid, start) in fleet.unwatched_own() {
+            self.child_ended(fleet, pid, start, now);
+        }
+    }
+
+    /// The zombie pass, now.
     ///
     /// Where groups are signalled through pidfds, nothing is pinned: the kernel is asked
     /// for our zombie children one at a time (`waitid` without reaping) and each is reaped,
-    /// a worker's as its exit: this pass is how our own workers' ends are learnt there (no
-    /// pidfd watch). The first zombie that belongs to a command the supervisor runs itself
-    /// (its own waiter reaps it) ends the pass, and a pass is asked for again once that
-    /// waiter has reaped it ([`crate::cmd::is_running_then`]), so a worker's zombie queued
-    /// behind it waits for that command's reaping, never for a tick. Elsewhere `/proc` is
-    /// read, sparing the pinned leaders.
-    pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
+    /// a worker's as its exit. The first zombie that belongs to a command the supervisor
+    /// runs itself (its own waiter reaps it) ends the pass, and a SIGCHLD is fed again once
+    /// that waiter has reaped it ([`crate::cmd::is_running_then`]), so the zombies behind
+    /// it wait for that, never for a tick. Elsewhere `/proc` is read, sparing the pinned
+    /// leaders.
+    pub fn reap_zombies(&mut self, fleet: &mut Fleet, now: Instant) {
+        self.zombie_pass = ZombiePass {
+            last: Some(now),
+            due: false,
+        };
         for (pid, start) in fleet.unwatched_own() {
             self.child_ended(fleet, pid, start, now);
         }
@@ -425,7 +475,7 @@ impl Driver {
             Effect::SearchStrays(ended) => {
                 self.with_strays(fleet, now, |strays, scope| strays.search(scope, ended, now));
             }
-            Effect::ReapOrphans => self.sigchld(fleet, now),
+            Effect::ReapOrphans => self.reap_zombies(fleet, now),
         }
         None
     }
@@ -569,14 +619,18 @@ impl Driver {
     /// Gives the claims of dead workers whose group is gone back, on the blocking pool
     /// (git work for the rescue, tracker calls for the restore); what it did comes back
     /// as [`Event::Log`].
+    ///
+    /// The loop only looks whether any claim is there (one directory read, stopping at the
+    /// first): which claims name a dead worker takes a pid file read per claim, a cost
+    /// that grows with the fleet, so it is read on the blocking pool.
     fn release_claims(&self, dead: Vec<crate::supervisor::release::DeadWorker>) {
         let Ok(tracker) = self.tracker.clone() else {
             return;
         };
+        if dead.is_empty() || !super::release::any_claims(&self.layout) {
+            return;
+        }
         for w in dead {
-            if super::release::claims_of(&self.layout, &w).is_empty() {
-                continue;
-            }
             let (layout, tx, tracker) = (self.layout.clone(), self.tx.clone(), tracker.clone());
             let keeper = crate::rescue::Keeper::new(
                 layout.repo(),
@@ -612,4 +666,26 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
         .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
         .map(|i| i.number)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_pass_runs_at_once_then_at_most_once_a_gap() {
+        let t0 = Instant::now();
+        let mut pass = ZombiePass::default();
+        assert_eq!(pass.at(t0), None, "nothing asked for");
+        pass.due = true;
+        assert_eq!(pass.at(t0), Some(t0), "the first runs at once");
+        pass = ZombiePass {
+            last: Some(t0),
+            due: true,
+        };
+        let soon = t0 + ZOMBIE_PASS_GAP / 4;
+        assert_eq!(pass.at(soon), Some(t0 + ZOMBIE_PASS_GAP));
+        let late = t0 + ZOMBIE_PASS_GAP * 3;
+        assert_eq!(pass.at(late), Some(late));
+    }
 }

@@ -184,9 +184,8 @@ pub struct Started {
     /// Refers to this process however its pid is reused (none where the kernel has no
     /// pidfds, and in tests).
     pub pidfd: Option<Arc<Pidfd>>,
-    /// Its end will be reported without a search: by its pidfd watch, or (our own child,
-    /// where the SIGCHLD pass reads zombies one at a time) by that pass. Otherwise the
-    /// driver looks for it (own children on every SIGCHLD, adopted ones every tick).
+    /// Its end will be reported as an event; otherwise the driver looks for it (own
+    /// children on SIGCHLD, adopted ones every tick).
     pub watched: bool,
 }
 

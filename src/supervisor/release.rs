@@ -21,7 +21,7 @@ use crate::sweeps::transition;
 use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
 
-pub use crate::claim::release::{DeadWorker, claims_of};
+pub use crate::claim::release::{DeadWorker, any_claims, claims_of};
 
 /// Releases every claim of `w` ([`release_rescuing`] with the default size limit).
 pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {

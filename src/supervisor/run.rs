@@ -381,7 +381,7 @@ async fn run_fleet(
     .await;
     driver.hold_log(false);
     notifier.finish();
-    driver.sigchld(&mut fleet, Instant::now());
+    driver.reap_zombies(&mut fleet, Instant::now());
     driver.write_state(&mut fleet, Instant::now());
     if let Some(cg) = isolation.cgroups()
         && let Err(e) = cg.teardown()
