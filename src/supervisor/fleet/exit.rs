@@ -18,6 +18,7 @@ impl Fleet {
         }
         let window_s = self.timing.circuit_window_s;
         let fleet_open = self.guards.fleet_circuit.is_open();
+        self.pool.unsettle(idx);
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return false;
         };

@@ -226,6 +226,10 @@ impl Fleet {
                 }
             },
         }
+        debug_assert!(
+            self.pool.unsettled_complete(),
+            "a slot's circuit opened without its slot among the unsettled"
+        );
         self.take_effects()
     }
 

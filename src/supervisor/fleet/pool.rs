@@ -1,6 +1,6 @@
 //! The slots and the target they converge on.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::supervisor::circuit;
 use crate::supervisor::slot::Slot;
@@ -11,6 +11,12 @@ use crate::supervisor::state_file::ShrinkMode;
 /// target, and a slot moves between `slots` and `retired` only with it.
 pub(super) struct Pool {
     pub(super) slots: BTreeMap<usize, Slot>,
+    /// Slots whose circuit may be open or probing: every slot whose circuit wants
+    /// attention is here (a closed one leaves when it is next looked at). The work of a
+    /// loop turn on the circuits, and the loop's next deadline, look at these alone: over
+    /// every slot, a thousand-worker fleet paid for a walk of a thousand slots twice a
+    /// turn, with nearly every circuit closed.
+    pub(super) unsettled: BTreeSet<usize>,
     /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
     pub(super) retired: HashMap<usize, Slot>,
     pub(super) target: usize,
@@ -23,6 +29,7 @@ impl Pool {
     pub(super) fn new(target: usize, params: circuit::Params) -> Self {
         Pool {
             slots: BTreeMap::new(),
+            unsettled: BTreeSet::new(),
             retired: HashMap::new(),
             target,
             shrink_mode: ShrinkMode::default(),
@@ -51,6 +58,18 @@ impl Pool {
             })
             .map(|s| s.index)
             .collect()
+    }
+
+    /// Notes that slot `idx`'s circuit may have opened.
+    pub(super) fn unsettle(&mut self, idx: usize) {
+        self.unsettled.insert(idx);
+    }
+
+    /// Whether every slot whose circuit wants attention is among the unsettled ones.
+    pub(super) fn unsettled_complete(&self) -> bool {
+        self.slots
+            .iter()
+            .all(|(i, s)| s.circuit.next_deadline().is_none() || self.unsettled.contains(i))
     }
 
     /// The start token of the running worker `pid` when it is our own child.

@@ -225,6 +225,8 @@ impl Fleet {
             self.spawn_in(idx, now);
             return;
         };
+        // It comes back with its circuit, which may be open.
+        self.pool.unsettle(idx);
         slot.retiring = false;
         slot.retire_asked = false;
         slot.retire_error = None;

@@ -349,6 +349,30 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
     b.turn(100.0);
     assert_eq!(b.count("circuit.closed"), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(0), "running");
+    // Closed, the slot leaves the few a turn looks at for circuit work (by the next).
+    b.turn(101.0);
+    assert!(b.fleet.pool.unsettled.is_empty());
+}
+
+#[test]
+fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
+    let mut b = Bench::new(50);
+    b.start();
+    // A death that trips nothing leaves its slot among the unsettled only until the
+    // next turn; five fast ones in slot 7 open its circuit, and it stays.
+    b.end(3, ExitKind::Code(1), 1.0);
+    for i in 0..5 {
+        b.end(7, ExitKind::Code(1), 2.0 + f64::from(i));
+    }
+    b.turn(8.0);
+    assert_eq!(b.phase(7), "parked");
+    assert_eq!(
+        b.fleet.pool.unsettled.iter().copied().collect::<Vec<_>>(),
+        [7]
+    );
+    // The loop's deadline is that slot's probe (60 s after its trip), before the tick.
+    let probe = b.fleet.next_deadline(b.at(8.0));
+    assert!(probe <= b.at(6.0 + 60.0 + 1.0), "{probe:?}");
 }
 
 #[test]

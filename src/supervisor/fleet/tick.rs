@@ -52,7 +52,12 @@ impl Fleet {
     pub fn next_deadline(&self, now: Instant) -> Instant {
         let mut d = self.timers.next_tick;
         let held = self.guards.slot_probes_held();
-        for s in self.pool.slots.values() {
+        for s in self
+            .pool
+            .unsettled
+            .iter()
+            .filter_map(|i| self.pool.slots.get(i))
+        {
             if held && matches!(s.phase, Phase::CircuitOpen) {
                 // Its probe waits for the pause or the fleet circuit, whose own
                 // deadlines wake the loop.
@@ -116,7 +121,15 @@ impl Fleet {
 
     fn circuits(&mut self, now: Instant) {
         let held = self.guards.slot_probes_held();
-        let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
+        // Only a slot whose circuit is open or probing has anything to do here; one that
+        // closed (or went) leaves the set.
+        let slots = &self.pool.slots;
+        self.pool.unsettled.retain(|i| {
+            slots
+                .get(i)
+                .is_some_and(|s| s.circuit.next_deadline().is_some())
+        });
+        let idxs: Vec<usize> = self.pool.unsettled.iter().copied().collect();
         for idx in idxs {
             let Some(slot) = self.pool.slots.get_mut(&idx) else {
                 continue;
