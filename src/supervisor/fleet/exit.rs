@@ -55,17 +55,12 @@ impl Fleet {
 
     /// Worker `pid` (started at `start`) ended with `exit`.
     pub(super) fn on_exit(&mut self, pid: i32, start: u64, exit: ExitKind, now: Instant) {
-        let Some(idx) = self
-            .pool
-            .slots
-            .values()
-            .find(|s| s.worker().is_some_and(|w| w.pid == pid && w.start == start))
-            .map(|s| s.index)
-        else {
+        let Some(idx) = self.pool.slot_of(pid, start) else {
             // Not a current worker (already handled): only its group cleanup may be pending.
             self.procs.reaper.leader_exited(pid);
             return;
         };
+        self.pool.by_worker.remove(&(pid, start));
         self.procs.unwatched.retain(|u| u.0 != pid);
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;

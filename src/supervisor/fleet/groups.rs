@@ -90,13 +90,10 @@ impl Fleet {
     /// Whether our own worker `pid` (started at `start`) is current, and if so whether its
     /// zombie must be kept to pin its group id when its end is read (`Some(keep)`).
     pub fn own_child_wait(&self, pid: i32, start: u64) -> Option<bool> {
-        let w = self
-            .pool
-            .slots
-            .values()
-            .filter_map(|s| s.worker())
-            .find(|w| w.pid == pid && w.start == start && w.own_child)?;
-        Some(matches!(self.group_of(w), Group::Pinned))
+        let idx = self.pool.slot_of(pid, start)?;
+        let w = self.pool.slots.get(&idx)?.worker()?;
+        w.own_child
+            .then(|| matches!(self.group_of(w), Group::Pinned))
     }
 
     /// Our own workers with no pidfd watch, checked by the driver on each SIGCHLD.

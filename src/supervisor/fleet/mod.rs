@@ -230,6 +230,10 @@ impl Fleet {
             self.pool.unsettled_complete(),
             "a slot's circuit opened without its slot among the unsettled"
         );
+        debug_assert!(
+            self.pool.workers_indexed(),
+            "a running worker missing from the index of workers"
+        );
         self.take_effects()
     }
 

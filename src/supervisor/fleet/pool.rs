@@ -17,6 +17,11 @@ pub(super) struct Pool {
     /// every slot, a thousand-worker fleet paid for a walk of a thousand slots twice a
     /// turn, with nearly every circuit closed.
     pub(super) unsettled: BTreeSet<usize>,
+    /// The slot of each running worker, by its pid and start token (which no other worker
+    /// shares): a worker's end finds its slot here, not by a walk over every slot. Every
+    /// running worker is in it; an entry whose slot now runs another worker is stale and
+    /// answers nothing (pruned at the tick).
+    pub(super) by_worker: HashMap<(i32, u64), usize>,
     /// Retired slots, kept so a slot that comes back keeps its circuit and its park.
     pub(super) retired: HashMap<usize, Slot>,
     pub(super) target: usize,
@@ -30,6 +35,7 @@ impl Pool {
         Pool {
             slots: BTreeMap::new(),
             unsettled: BTreeSet::new(),
+            by_worker: HashMap::new(),
             retired: HashMap::new(),
             target,
             shrink_mode: ShrinkMode::default(),
@@ -58,6 +64,32 @@ impl Pool {
             })
             .map(|s| s.index)
             .collect()
+    }
+
+    /// The slot whose running worker is `pid`, started at `start`.
+    pub(super) fn slot_of(&self, pid: i32, start: u64) -> Option<usize> {
+        let idx = *self.by_worker.get(&(pid, start))?;
+        let w = self.slots.get(&idx)?.worker()?;
+        (w.pid == pid && w.start == start).then_some(idx)
+    }
+
+    /// Drops the entries of workers no longer running where they were.
+    pub(super) fn prune_workers(&mut self) {
+        let slots = &self.slots;
+        self.by_worker.retain(|(pid, start), idx| {
+            slots
+                .get(idx)
+                .and_then(Slot::worker)
+                .is_some_and(|w| w.pid == *pid && w.start == *start)
+        });
+    }
+
+    /// Whether every running worker is found by [`Pool::slot_of`].
+    pub(super) fn workers_indexed(&self) -> bool {
+        self.slots.iter().all(|(i, s)| {
+            s.worker()
+                .is_none_or(|w| self.by_worker.get(&(w.pid, w.start)) == Some(i))
+        })
     }
 
     /// Notes that slot `idx`'s circuit may have opened.

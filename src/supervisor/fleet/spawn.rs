@@ -108,6 +108,7 @@ impl Fleet {
             queue_at_spawn: p.queue_at_spawn,
             cgroup: cgroup.map(Arc::new),
         });
+        self.pool.by_worker.insert((s.pid, s.start), idx);
         if !s.watched {
             self.procs.unwatched.push((s.pid, s.start));
         }

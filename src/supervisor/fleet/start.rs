@@ -79,6 +79,7 @@ impl Fleet {
             queue_at_spawn: None,
             cgroup: a.cgroup.clone().map(Arc::new),
         });
+        self.pool.by_worker.insert((pid, start), a.slot);
         self.pool.slots.insert(a.slot, slot);
     }
 }

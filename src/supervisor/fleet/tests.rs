@@ -355,6 +355,25 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
 }
 
 #[test]
+fn a_workers_end_finds_its_slot_by_its_pid_and_start_token() {
+    let mut b = Bench::new(3);
+    b.start();
+    let pid = b.pid_in(1).unwrap();
+    let start = b.fleet.pool.slots[&1].worker().unwrap().start;
+    let spawns = b.spawns();
+    // The same pid with another start token is another process: not this worker.
+    let kind = ExitKind::Code(1);
+    b.feed(Event::Exited { pid, start: start + 1, kind }, 2.0);
+    assert_eq!((b.pid_in(1), b.spawns()), (Some(pid), spawns));
+    b.feed(Event::Exited { pid, start, kind }, 3.0);
+    assert_eq!(b.spawns(), spawns + 1, "its slot respawned");
+    assert_ne!(b.pid_in(1), Some(pid));
+    // One entry per running worker: the ended one's went with it.
+    assert_eq!(b.fleet.pool.by_worker.len(), 3);
+    assert_eq!(b.fleet.pool.slot_of(pid, start), None);
+}
+
+#[test]
 fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
     let mut b = Bench::new(50);
     b.start();

@@ -220,6 +220,7 @@ impl Fleet {
         self.request_queue();
         self.check_stalls(facts.progress, facts.usage, now);
         self.adopted_gone(facts.gone, now);
+        self.pool.prune_workers();
         self.search_strays();
         self.emit(Effect::ReapOrphans);
         let slots = self.slot_counts();
