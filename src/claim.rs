@@ -80,6 +80,20 @@ mod tests {
     use crate::pidfile::liveness;
 
     #[test]
+    fn any_claims_is_true_only_for_a_claim_named_by_its_issue() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(!release::any_claims(&layout), "no claims folder");
+        std::fs::create_dir_all(layout.claims()).unwrap();
+        assert!(!release::any_claims(&layout), "an empty folder");
+        std::fs::write(layout.claims().join("notes.txt"), "").unwrap();
+        std::fs::create_dir(layout.claims().join("not-an-issue")).unwrap();
+        assert!(!release::any_claims(&layout), "nothing named by an issue");
+        std::fs::create_dir(layout.claims().join("42")).unwrap();
+        assert!(release::any_claims(&layout));
+    }
+
+    #[test]
     fn exclusive_and_releasable() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());

@@ -72,22 +72,3 @@ pub fn remove(layout: &Layout, n: u64) -> Result<(), DeleteError> {
         None => Ok(()),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn any_claims_is_true_only_for_a_claim_named_by_its_issue() {
-        let dir = tempfile::tempdir().unwrap();
-        let layout = Layout::new(dir.path());
-        assert!(!any_claims(&layout), "no claims folder");
-        fs::create_dir_all(layout.claims()).unwrap();
-        assert!(!any_claims(&layout), "an empty folder");
-        fs::write(layout.claims().join("notes.txt"), "").unwrap();
-        fs::create_dir(layout.claims().join("not-an-issue")).unwrap();
-        assert!(!any_claims(&layout), "nothing named by an issue");
-        fs::create_dir(layout.claims().join("42")).unwrap();
-        assert!(any_claims(&layout));
-    }
-}

@@ -363,7 +363,14 @@ fn a_workers_end_finds_its_slot_by_its_pid_and_start_token() {
     let spawns = b.spawns();
     // The same pid with another start token is another process: not this worker.
     let kind = ExitKind::Code(1);
-    b.feed(Event::Exited { pid, start: start + 1, kind }, 2.0);
+    b.feed(
+        Event::Exited {
+            pid,
+            start: start + 1,
+            kind,
+        },
+        2.0,
+    );
     assert_eq!((b.pid_in(1), b.spawns()), (Some(pid), spawns));
     b.feed(Event::Exited { pid, start, kind }, 3.0);
     assert_eq!(b.spawns(), spawns + 1, "its slot respawned");
