@@ -51,6 +51,15 @@ impl Pool {
             .count()
     }
 
+    /// Whether the live workers already meet the target, asked before a spawn into one of
+    /// the slots that is not occupied. With no more slots than the target that cannot be
+    /// (that slot is one of them), and no slot is walked: only a fleet holding surplus
+    /// slots (a shrink under way) counts them, where every spawn of a thousand-worker fleet
+    /// counted a thousand slots.
+    pub(super) fn target_met(&self) -> bool {
+        self.slots.len() > self.target && self.live_in_target() >= self.target
+    }
+
     /// Idle slots a queue with work would wake, lowest first.
     pub(super) fn wakeable(&self) -> Vec<usize> {
         self.slots

@@ -27,7 +27,7 @@ impl Fleet {
         if slot.occupied() || slot.stopped {
             return;
         }
-        if self.pool.live_in_target() >= self.pool.target {
+        if self.pool.target_met() {
             self.log(
                 line(
                     kind::ERROR,

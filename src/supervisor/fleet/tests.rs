@@ -381,6 +381,22 @@ fn a_workers_end_finds_its_slot_by_its_pid_and_start_token() {
 }
 
 #[test]
+fn the_live_workers_are_counted_against_the_target_only_beside_surplus_slots() {
+    let mut b = Bench::new(3);
+    b.start();
+    // Asked before a spawn into an unoccupied slot: slot 0 is that one here.
+    b.fleet.pool.slots.get_mut(&0).unwrap().phase = Phase::Idle { confirmed: false };
+    assert!(!b.fleet.pool.target_met(), "3 slots, target 3, 2 live");
+    b.fleet.pool.target = 2;
+    assert!(b.fleet.pool.target_met(), "3 slots, target 2, 2 live");
+    b.fleet.pool.slots.get_mut(&2).unwrap().retiring = true;
+    assert!(
+        !b.fleet.pool.target_met(),
+        "a retiring slot's worker does not count"
+    );
+}
+
+#[test]
 fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
     let mut b = Bench::new(50);
     b.start();
