@@ -141,6 +141,19 @@ fn blocking_keep_alive(tick_s: u64) -> std::time::Duration {
     std::time::Duration::from_secs(tick_s.saturating_mul(2).max(30))
 }
 
+/// The loop's runtime: one thread for the loop, and a pool for what blocks, whose threads
+/// leave the loop's signals to the loop's thread.
+fn runtime(tick_s: u64) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .thread_keep_alive(blocking_keep_alive(tick_s))
+        .thread_name("afk-blocking")
+        .on_thread_start(crate::process::leave_loop_signals_to_the_loop)
+        .build()
+}
+
 /// Runs the fleet until it is stopped; returns the exit code.
 ///
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
@@ -159,14 +172,7 @@ pub fn run(
             "open-files limit raised (workers keep the one inherited)"
         );
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .max_blocking_threads(BLOCKING_THREADS)
-        .thread_keep_alive(blocking_keep_alive(config.timing.tick_s))
-        .thread_name("afk-blocking")
-        .build()
-        .map_err(RunError::EventLoop)?;
+    let rt = runtime(config.timing.tick_s).map_err(RunError::EventLoop)?;
     let code = rt.block_on(run_fleet(layout, config, argv, open_tracker));
     // A boot suite abandoned by a stop signal keeps running its git and gh calls to their
     // own timeouts; the process does not wait for them.
@@ -608,4 +614,30 @@ fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
         });
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked_here() -> Vec<nix::sys::signal::Signal> {
+        let mask = nix::sys::signal::SigSet::thread_get_mask().unwrap();
+        crate::process::LOOP_SIGNALS
+            .into_iter()
+            .filter(|s| mask.contains(*s))
+            .collect()
+    }
+
+    /// A signal for the process goes to a thread that does not block it: the pool's
+    /// threads block the loop's, so only the loop's thread is woken by them.
+    #[test]
+    fn the_blocking_pool_leaves_the_loop_signals_to_the_loop_thread() {
+        let rt = runtime(15).unwrap();
+        let on_loop = std::thread::spawn(blocked_here).join().unwrap();
+        assert!(on_loop.is_empty(), "a new thread starts with none blocked");
+        let in_pool = rt
+            .block_on(async { tokio::task::spawn_blocking(blocked_here).await })
+            .unwrap();
+        assert_eq!(in_pool, crate::process::LOOP_SIGNALS.to_vec());
+    }
 }
