@@ -267,7 +267,7 @@ fn write_and_rename(path: &Path, bytes: &[u8], sync: Durability) -> io::Result<(
 /// A new, empty file at `tmp`, beside `path`: its directory made when missing, and whatever
 /// was left at `tmp` (a file, a FIFO, a symlink, never followed) removed first, but a
 /// directory, which is an error. The common case (the directory there, nothing at `tmp`)
-/// is one `open`: the heartbeat is replaced up to five times a second, and the `mkdir`
+/// is one `open`: the heartbeat is replaced up to once a second, and the `mkdir`
 /// and `lstat` asked ahead of every write were three of its eight system calls.
 fn create_tmp(path: &Path, tmp: &Path) -> io::Result<fs::File> {
     let create = || {
