@@ -41,14 +41,28 @@ use crate::tracker::{self, LabeledIssue, Tracker};
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;
 
-/// The least time between two heartbeats written after transitions. A busy fleet's
-/// transitions (dozens of respawns a second) each made the whole `state.toon` be encoded
-/// and replaced; `status` is a person's or a program's look (`status --watch` redraws once
-/// a second), and a second behind is never a tick behind. The first transition after a
-/// quiet second is written at the end of its turn; the transitions of a busy second are
-/// written together. Five writes a second were a seventh of a respawn's cost under churn:
-/// on ext4 each replace makes and frees an inode and starts the new data's write-back.
+/// The least time between two heartbeats written after a worker's start, end or progress.
+/// A busy fleet's transitions (dozens of respawns a second) each made the whole
+/// `state.toon` be encoded and replaced; `status` is a person's or a program's look
+/// (`status --watch` redraws once a second), and a second behind is never a tick behind.
+/// The first transition after a quiet second is written at the end of its turn; those of a
+/// busy second are written together. Five writes a second were a seventh of a respawn's
+/// cost under churn: on ext4 each replace makes and frees an inode and starts the new
+/// data's write-back.
 pub const HEARTBEAT_GAP: Duration = Duration::from_millis(1000);
+
+/// The same after anything rarer (a pause, a circuit, a resize, a stop), which `status`
+/// should show as soon as the event log does: still bounded, should such records come
+/// by the dozen.
+pub const URGENT_HEARTBEAT_GAP: Duration = Duration::from_millis(200);
+
+/// The heartbeat gap for what the fleet has still to write.
+fn heartbeat_gap(fleet: &Fleet) -> Duration {
+    match fleet.heartbeat_urgent() {
+        true => URGENT_HEARTBEAT_GAP,
+        false => HEARTBEAT_GAP,
+    }
+}
 
 /// What the driver holds to carry effects out.
 pub struct Driver {
@@ -217,7 +231,7 @@ impl Driver {
         if fleet.heartbeat_due()
             && let Some(at) = self.state_written_at
         {
-            d = d.min((at + HEARTBEAT_GAP).max(now));
+            d = d.min((at + heartbeat_gap(fleet)).max(now));
         }
         if let Some(at) = self.zombie_pass.at(now) {
             d = d.min(at);
@@ -229,11 +243,11 @@ impl Driver {
     }
 
     /// Writes the heartbeat if a transition happened since the last one and the last one
-    /// is [`HEARTBEAT_GAP`] old.
+    /// is [`HEARTBEAT_GAP`] old ([`URGENT_HEARTBEAT_GAP`] after more than churn).
     pub fn heartbeat_if_changed(&mut self, fleet: &mut Fleet, now: Instant) {
         let gap_over = self
             .state_written_at
-            .is_none_or(|at| now.saturating_duration_since(at) >= HEARTBEAT_GAP);
+            .is_none_or(|at| now.saturating_duration_since(at) >= heartbeat_gap(fleet));
         if fleet.heartbeat_due() && gap_over {
             self.write_state(fleet, now);
         }

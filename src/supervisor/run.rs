@@ -465,6 +465,8 @@ async fn event_loop(
         }
         driver.heartbeat_if_changed(fleet, Instant::now());
         if let Some(line) = fleet.take_tick_line() {
+            // The tick's record is in the event log before the service manager hears of it.
+            driver.flush_log();
             notifier.status(&line);
         }
         if let Some(stop) = fleet.stopping() {

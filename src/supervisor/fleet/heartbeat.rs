@@ -15,6 +15,9 @@ use super::*;
 pub(super) struct Record {
     /// Something was logged (every transition is) since the last heartbeat.
     pub(super) dirty: bool,
+    /// Of that, something other than a worker's start, end or progress (a pause, a
+    /// circuit, a resize, a stop): written at once, not after the heartbeat gap.
+    pub(super) urgent: bool,
     /// The last tick line not yet taken by the service manager's `STATUS=`.
     pub(super) tick_line: Option<String>,
     /// How the boot suite ended, for `status`.
@@ -75,11 +78,15 @@ impl Record {
             stop_file_reported: None,
             isolation: None,
             written: None,
+            urgent: false,
             rows_moved: false,
             rows_check_in: ROWS_CHECK_EVERY,
         }
     }
 }
+
+/// The records a busy fleet makes by the dozen a second, whose heartbeat waits out the gap.
+const CHURN: [&str; 3] = [kind::SPAWN, kind::EXIT, kind::PROGRESS];
 
 impl Fleet {
     /// Logs `ev`, stamped with the event's time when it has none (a line of the fleet's
@@ -89,6 +96,7 @@ impl Fleet {
         // periodic tasks' results change nothing the heartbeat says.
         if ev.kind != kind::TICK && ev.kind != kind::PERIODIC {
             self.record.dirty = true;
+            self.record.urgent |= !CHURN.contains(&ev.kind.as_str());
         }
         if ev.ts.is_empty() {
             ev.ts = rfc3339_millis(self.wall);
@@ -106,9 +114,16 @@ impl Fleet {
         self.record.dirty
     }
 
+    /// Whether one of those is more than churn (see [`Record::urgent`]): the heartbeat is
+    /// written at the end of this turn, whatever the gap.
+    pub fn heartbeat_urgent(&self) -> bool {
+        self.record.urgent
+    }
+
     /// The heartbeat to write now: nothing is left unwritten after it.
     pub fn snapshot_written(&mut self, now: Instant) -> StateFile {
         self.record.dirty = false;
+        self.record.urgent = false;
         self.record.rows_moved = false;
         self.record.rows_check_in = ROWS_CHECK_EVERY;
         let snap = self.snapshot(now);

@@ -1153,3 +1153,21 @@ fn a_quiet_tick_writes_no_heartbeat() {
     b.tick(301.0);
     assert_eq!(b.world.writes, quiet + 1, "five minutes old");
 }
+
+/// A respawn is churn: its heartbeat may wait out the gap. A resize (as a pause, a
+/// circuit, a stop) is not: `status` shows it at the end of its turn.
+#[test]
+fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.tick(16.0);
+    assert!(!b.fleet.heartbeat_due());
+    b.end(1, ExitKind::Code(1), 100.0);
+    assert_eq!(b.spawns(), 3, "respawned");
+    assert!(b.fleet.heartbeat_due());
+    assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);
+    b.resize(3, ShrinkMode::DrainThenRetire, 101.0);
+    assert!(b.fleet.heartbeat_urgent());
+    b.fleet.snapshot_written(b.at(101.0));
+    assert!(!b.fleet.heartbeat_due() && !b.fleet.heartbeat_urgent());
+}
