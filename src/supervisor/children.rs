@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -24,6 +25,23 @@ use crate::cgroup::fleet::FleetCgroups;
 use crate::cgroup::watch::Watcher;
 use crate::cgroup::{Cgroup, Figures};
 use crate::process::{self, ExitKind, Pidfd, Proc};
+
+/// One spawn of a batch: the worker of spawn `seq` in `slot`.
+pub struct Attempt<'a> {
+    pub spec: SpawnSpec<'a>,
+    pub slot: usize,
+    pub seq: u64,
+}
+
+/// What a spawn answers: the worker (with its attempt cgroup, in cgroup mode), or why not.
+pub type Attempted = Result<(Started, Option<Cgroup>), SpawnError>;
+
+/// Where a batch's answers go ([`Children::spawn_attempts`]).
+pub type Answer<'a> = dyn FnMut(Attempted, SystemTime) + 'a;
+
+/// The most children of a batch on their way to their `execve` at once: each holds its
+/// slot log open and a stack, so a thousand-worker start keeps a bounded few.
+const IN_FLIGHT: usize = 32;
 
 pub trait Children {
     /// Starts a worker. Its end arrives later as [`Event::ChildEnded`] (or, where it cannot
@@ -82,6 +100,16 @@ pub trait Children {
         _seq: u64,
     ) -> Result<(Started, Option<Cgroup>), SpawnError> {
         self.spawn(spec).map(|s| (s, None))
+    }
+    /// The spawns of one loop turn (a fleet's start, a resize), each answered through
+    /// `answer`, in order, as [`Children::spawn_attempt`] answers it, with the wall time
+    /// its worker was started at. The real one lets the children's `execve`s overlap the
+    /// next clones instead of waiting for each.
+    fn spawn_attempts(&mut self, batch: &[Attempt<'_>], answer: &mut Answer<'_>) {
+        for a in batch {
+            let at = SystemTime::now();
+            answer(self.spawn_attempt(&a.spec, a.slot, a.seq), at);
+        }
     }
     /// Follows an adopted worker's cgroup: its figures and its emptying.
     fn follow_cgroup(&mut self, _pid: i32, _cg: &Cgroup) {}
@@ -226,6 +254,59 @@ impl Os {
 
     /// Reports the end of a worker through its pidfd, registered with the event loop: no
     /// thread per worker. `false` without a runtime or a pidfd.
+    /// A spawn up to its clone: in cgroup mode inside a fresh cgroup of its own.
+    fn begin_attempt(
+        &mut self,
+        spec: &SpawnSpec<'_>,
+        slot: usize,
+        seq: u64,
+    ) -> Result<(spawn::Pending, Option<Cgroup>), SpawnError> {
+        let Some(cgroups) = self.cgroups.clone() else {
+            return spawn::begin_in(spec, None).map(|p| (p, None));
+        };
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let cg = cgroups
+            .attempt(slot, std::process::id() as i32, seq)
+            .map_err(|e| SpawnError::Start {
+                program: program.clone(),
+                source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
+            })?;
+        match spawn::begin_in(spec, Some(&cg)) {
+            Ok(p) => Ok((p, Some(cg))),
+            Err(e) => {
+                let _ = cg.remove_tree();
+                Err(e)
+            }
+        }
+    }
+
+    /// The rest of a spawn: its `execve` waited for, then the worker watched.
+    fn finish_attempt(&mut self, pending: spawn::Pending, cg: Option<Cgroup>) -> Attempted {
+        let Spawned { pid, start, pidfd } = match pending.finish() {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(cg) = &cg {
+                    let _ = cg.remove_tree();
+                }
+                return Err(e);
+            }
+        };
+        let pidfd = pidfd.map(Arc::new);
+        let watched = self.watch(pid, start, pidfd.clone(), true);
+        if let Some(cg) = &cg {
+            self.cgroup_of.insert(pid, cg.clone());
+            self.last_usage.remove(&pid);
+            self.ending.remove(&pid);
+        }
+        let started = Started {
+            pid,
+            start,
+            pidfd,
+            watched,
+        };
+        Ok((started, cg))
+    }
+
     fn watch(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
         let registered = fd.and_then(|fd| {
             let rt = tokio::runtime::Handle::try_current().ok()?;
@@ -258,15 +339,8 @@ impl Os {
 
 impl Children for Os {
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let Spawned { pid, start, pidfd } = spawn::spawn_in(spec, None)?;
-        let pidfd = pidfd.map(Arc::new);
-        let watched = self.watch(pid, start, pidfd.clone(), true);
-        Ok(Started {
-            pid,
-            start,
-            pidfd,
-            watched,
-        })
+        let pending = spawn::begin_in(spec, None)?;
+        self.finish_attempt(pending, None).map(|(s, _)| s)
     }
 
     fn adopt(&mut self, pid: i32, start: u64) -> Option<Started> {
@@ -459,43 +533,29 @@ impl Children for Os {
         }
     }
 
-    fn spawn_attempt(
-        &mut self,
-        spec: &SpawnSpec<'_>,
-        slot: usize,
-        seq: u64,
-    ) -> Result<(Started, Option<Cgroup>), SpawnError> {
-        let Some(cgroups) = self.cgroups.clone() else {
-            return self.spawn(spec).map(|s| (s, None));
-        };
-        let program = spec.argv.first().cloned().unwrap_or_default();
-        let cg = cgroups
-            .attempt(slot, std::process::id() as i32, seq)
-            .map_err(|e| SpawnError::Start {
-                program: program.clone(),
-                source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
-            })?;
-        let Spawned { pid, start, pidfd } = match spawn::spawn_in(spec, Some(&cg)) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = cg.remove_tree();
-                return Err(e);
+    fn spawn_attempt(&mut self, spec: &SpawnSpec<'_>, slot: usize, seq: u64) -> Attempted {
+        let (pending, cg) = self.begin_attempt(spec, slot, seq)?;
+        self.finish_attempt(pending, cg)
+    }
+
+    fn spawn_attempts(&mut self, batch: &[Attempt<'_>], answer: &mut Answer<'_>) {
+        for chunk in batch.chunks(IN_FLIGHT) {
+            let begun: Vec<_> = chunk
+                .iter()
+                .map(|a| {
+                    (
+                        SystemTime::now(),
+                        self.begin_attempt(&a.spec, a.slot, a.seq),
+                    )
+                })
+                .collect();
+            for (at, b) in begun {
+                answer(
+                    b.and_then(|(pending, cg)| self.finish_attempt(pending, cg)),
+                    at,
+                );
             }
-        };
-        let pidfd = pidfd.map(Arc::new);
-        let watched = self.watch(pid, start, pidfd.clone(), true);
-        self.cgroup_of.insert(pid, cg.clone());
-        self.last_usage.remove(&pid);
-        self.ending.remove(&pid);
-        Ok((
-            Started {
-                pid,
-                start,
-                pidfd,
-                watched,
-            },
-            Some(cg),
-        ))
+        }
     }
 
     fn follow_cgroup(&mut self, pid: i32, cg: &Cgroup) {
@@ -628,6 +688,72 @@ mod reaper_tests {
             );
             assert!(process::read(s.pid).is_none(), "leader reaped");
             assert!(r.is_empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// More spawns than may be in flight at once, one of them of a missing program: every
+    /// answer comes in order, the missing one as its start error, each other a worker of
+    /// its own slot (its log says which) that ends with its slot's exit code.
+    #[test]
+    fn a_batch_answers_every_spawn_in_order_with_its_own_worker_or_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = IN_FLIGHT + 8;
+        let missing = 5;
+        let argvs: Vec<Vec<String>> = (0..n)
+            .map(|i| match i == missing {
+                true => vec!["/nonexistent/worker".into()],
+                false => vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("echo slot $SLOT; exit {i}"),
+                ],
+            })
+            .collect();
+        let logs: Vec<_> = (0..n)
+            .map(|i| dir.path().join(format!("{i}.log")))
+            .collect();
+        let batch: Vec<Attempt<'_>> = (0..n)
+            .map(|i| Attempt {
+                spec: SpawnSpec {
+                    argv: &argvs[i],
+                    cwd: dir.path(),
+                    log: &logs[i],
+                    env: vec![("SLOT".into(), i.to_string())],
+                },
+                slot: i,
+                seq: i as u64,
+            })
+            .collect();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(tx);
+        let mut answers = Vec::new();
+        os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
+        assert_eq!(answers.len(), n);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (i, a) in answers.into_iter().enumerate() {
+            if i == missing {
+                let err = a.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
+                continue;
+            }
+            let (started, cgroup) = a.unwrap();
+            assert!(cgroup.is_none());
+            let exit = loop {
+                if let Some(k) = process::child_exit(started.pid, true) {
+                    break k;
+                }
+                assert!(Instant::now() < deadline, "worker {i} never ended");
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            assert_eq!(exit, ExitKind::Code(i as i32));
+            let text = std::fs::read_to_string(&logs[i]).unwrap();
+            assert_eq!(text, format!("slot {i}\n"));
         }
     }
 }

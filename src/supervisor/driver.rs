@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::children::{self, Children};
+use super::children::{self, Attempt, Children};
 use super::effect::Effect;
 use super::event::{
     Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
@@ -403,21 +403,83 @@ impl Driver {
     /// record says when that worker started, not when the batch of 64 ended.
     pub fn carry(&mut self, fleet: &mut Fleet, effects: Vec<Effect>, now: Instant) {
         let mut effects = effects.into_iter().peekable();
-        let answered = |a: Option<Event>| a.map(|a| (a, Now::system(now)));
         while let Some(e) = effects.next() {
-            let batch = matches!(e, Effect::Spawn { .. });
-            let mut answers: Vec<(Event, Now)> =
-                answered(self.effect(fleet, e, now)).into_iter().collect();
-            while batch && matches!(effects.peek(), Some(Effect::Spawn { .. })) {
-                if let Some(next) = effects.next() {
-                    answers.extend(answered(self.effect(fleet, next, now)));
+            let answers: Vec<(Event, Now)> = match e {
+                Effect::Spawn { .. } => {
+                    let mut batch = vec![e];
+                    while matches!(effects.peek(), Some(Effect::Spawn { .. })) {
+                        batch.extend(effects.next());
+                    }
+                    self.spawn_batch(batch, now)
                 }
-            }
+                e => self
+                    .effect(fleet, e, now)
+                    .map(|a| (a, Now::system(now)))
+                    .into_iter()
+                    .collect(),
+            };
             for (answer, at) in answers {
                 let more = fleet.handle(answer, at);
                 self.carry(fleet, more, now);
             }
         }
+    }
+
+    /// Starts the workers of consecutive [`Effect::Spawn`]s together (see
+    /// [`Children::spawn_attempts`]); each answer is stamped when it came.
+    fn spawn_batch(&mut self, spawns: Vec<Effect>, now: Instant) -> Vec<(Event, Now)> {
+        let day = date_utc(SystemTime::now());
+        let mut asked = Vec::with_capacity(spawns.len());
+        let mut envs = Vec::with_capacity(spawns.len());
+        for e in spawns {
+            if let Effect::Spawn {
+                slot,
+                seq,
+                argv,
+                env,
+            } = e
+            {
+                asked.push((slot, seq, argv, self.layout.slot_log(&day, slot)));
+                envs.push(env);
+            }
+        }
+        let batch: Vec<Attempt<'_>> = asked
+            .iter()
+            .zip(envs)
+            .map(|((slot, seq, argv, log), env)| Attempt {
+                spec: SpawnSpec {
+                    argv,
+                    cwd: self.layout.repo(),
+                    log,
+                    env,
+                },
+                slot: *slot,
+                seq: *seq,
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut of = asked.iter();
+        self.children.spawn_attempts(&batch, &mut |answer, wall| {
+            let Some(&(slot, seq, _, ref log)) = of.next() else {
+                return;
+            };
+            let event = match answer {
+                Ok((started, cgroup)) => Event::Spawned {
+                    slot,
+                    seq,
+                    started,
+                    log: log.clone(),
+                    cgroup,
+                },
+                Err(e) => Event::SpawnFailed {
+                    slot,
+                    seq,
+                    error: e.to_string(),
+                },
+            };
+            answers.push((event, Now { at: now, wall }));
+        });
+        answers
     }
 
     fn effect(&mut self, fleet: &mut Fleet, e: Effect, now: Instant) -> Option<Event> {
@@ -452,33 +514,9 @@ impl Driver {
                     return Some(Event::Log(line));
                 }
             }
-            Effect::Spawn {
-                slot,
-                seq,
-                argv,
-                env,
-            } => {
-                let log = self.layout.slot_log(&date_utc(SystemTime::now()), slot);
-                let spec = SpawnSpec {
-                    argv: &argv,
-                    cwd: self.layout.repo(),
-                    log: &log,
-                    env,
-                };
-                return Some(match self.children.spawn_attempt(&spec, slot, seq) {
-                    Ok((started, cgroup)) => Event::Spawned {
-                        slot,
-                        seq,
-                        started,
-                        log,
-                        cgroup,
-                    },
-                    Err(e) => Event::SpawnFailed {
-                        slot,
-                        seq,
-                        error: e.to_string(),
-                    },
-                });
+            // Carried out in batches: `spawn_batch`.
+            spawn @ Effect::Spawn { .. } => {
+                return self.spawn_batch(vec![spawn], now).pop().map(|(a, _)| a);
             }
             Effect::Group(order) => children::carry_order(&mut *self.children, Some(&order)),
             Effect::ReadFatalReason { slot, log } => {

@@ -84,6 +84,66 @@ pub fn spawn_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
 ) -> Result<Spawned, SpawnError> {
+    begin_in(spec, cgroup)?.finish()
+}
+
+/// A worker on its way to its `execve` ([`begin_in`]), to be [`Pending::finish`]ed.
+pub struct Pending {
+    /// The clone's child, or the forked one (already past its `execve`).
+    child: Child,
+    start: u64,
+    program: String,
+    // What the child copies before its `execve`: open until then.
+    _log: fs::File,
+    _cgroup_dir: Option<fs::File>,
+}
+
+enum Child {
+    Flying(vfork::InFlight),
+    Forked(i32, Option<process::Pidfd>),
+}
+
+impl Child {
+    fn pid(&self) -> i32 {
+        match self {
+            Child::Flying(f) => f.pid(),
+            Child::Forked(pid, _) => *pid,
+        }
+    }
+}
+
+impl Pending {
+    pub fn pid(&self) -> i32 {
+        self.child.pid()
+    }
+
+    /// Waits for the child's `execve`: the worker, or why it could not start.
+    pub fn finish(self) -> Result<Spawned, SpawnError> {
+        let (pid, pidfd) = match self.child {
+            Child::Flying(f) => {
+                let (pid, fd) = f.land().map_err(|source| SpawnError::Start {
+                    program: self.program,
+                    source,
+                })?;
+                (pid, Some(process::Pidfd::from_fd(fd)))
+            }
+            Child::Forked(pid, pidfd) => (pid, pidfd),
+        };
+        Ok(Spawned {
+            pid,
+            start: self.start,
+            pidfd,
+        })
+    }
+}
+
+/// [`spawn_in`] up to the clone: returns while the child is still on its way to its
+/// `execve`, so that several workers' `execve`s overlap ([`vfork::launch`]). The fork
+/// this falls back to waits for the `execve` here.
+pub fn begin_in(
+    spec: &SpawnSpec<'_>,
+    cgroup: Option<&crate::cgroup::Cgroup>,
+) -> Result<Pending, SpawnError> {
     let log_err = |source| SpawnError::Log {
         path: spec.log.to_path_buf(),
         source,
@@ -125,18 +185,26 @@ pub fn spawn_in(
         cgroup: cgroup_dir.as_ref().map(AsRawFd::as_raw_fd),
     };
     let window = process::StartWindow::open();
-    let (pid, pidfd) = match vfork::spawn(&plan).map_err(start_err)? {
-        vfork::Started::Pid(pid, fd) => (pid, Some(process::Pidfd::from_fd(fd))),
+    let child = match vfork::launch(&plan).map_err(start_err)? {
+        vfork::Launched::Flying(f) => Child::Flying(f),
         // Our child cannot be reaped by anyone else, so this pidfd is its.
-        vfork::Started::Unsupported => {
+        vfork::Launched::Unsupported => {
             let pid = forked(spec, env.pairs(), &out, cgroup)?;
-            (pid, process::Pidfd::open(pid))
+            Child::Forked(pid, process::Pidfd::open(pid))
         }
     };
-    // The child is not reaped before its watcher reports it, so even one that already
-    // exited still shows its start time (as a zombie) where the clock cannot tell it.
+    let pid = child.pid();
+    // The kernel stamped the start inside the clone. The child is not reaped before its
+    // watcher reports it, so even one that already exited still shows its start time (as
+    // a zombie) where the clock cannot tell it.
     let start = window.close(pid);
-    Ok(Spawned { pid, start, pidfd })
+    Ok(Pending {
+        child,
+        start,
+        program: program.to_string(),
+        _log: out,
+        _cgroup_dir: cgroup_dir,
+    })
 }
 
 /// The log as the child's stdout and stderr copy it. A descriptor among 0-2 (a supervisor
@@ -369,5 +437,53 @@ mod tests {
         };
         let err = spawn(&spec).unwrap_err().to_string();
         assert!(err.contains("the command is empty"), "{err}");
+    }
+
+    /// The child of a clone runs on the supervisor's memory and thread-local storage while
+    /// the supervisor's thread goes on: each of its failed calls (here a PATH search past
+    /// missing directories, ending in a failed exec) must leave that thread's `errno`
+    /// alone, which mio reads after every would-block.
+    #[test]
+    fn a_child_on_its_way_to_exec_never_writes_the_supervisors_errno() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv = vec!["afk-no-such-program-anywhere".to_string()];
+        let path = "/nonexistent/a:/nonexistent/b:/nonexistent/c".to_string();
+        let spec = SpawnSpec {
+            argv: &argv,
+            cwd: dir.path(),
+            log: &dir.path().join("l.log"),
+            env: vec![("PATH".into(), path)],
+        };
+        fs::write(spec.log, "").unwrap();
+        // Set before the clone: the parent's own calls up to the check all succeed (the log
+        // and its folder are there), and a call that succeeds leaves errno as it is.
+        const SENTINEL: i32 = 4242;
+        // SAFETY: this thread's own errno.
+        unsafe { *libc::__errno_location() = SENTINEL };
+        let pending = begin_in(&spec, None).unwrap();
+        // Until the child has exited (after its failed calls), with calls that succeed and
+        // so leave errno as it is.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+            // SAFETY: fills `info`, a valid siginfo_t.
+            let r =
+                unsafe { libc::waitid(libc::P_PID, pending.pid() as libc::id_t, &mut info, flags) };
+            assert_eq!(r, 0);
+            // SAFETY: waitid filled it.
+            if unsafe { info.si_pid() } != 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never ended"
+            );
+            std::hint::spin_loop();
+        }
+        // SAFETY: this thread's own errno.
+        assert_eq!(unsafe { *libc::__errno_location() }, SENTINEL);
+        let err = pending.finish().unwrap_err().to_string();
+        assert!(err.contains("No such file or directory"), "{err}");
     }
 }

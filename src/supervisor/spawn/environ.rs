@@ -46,6 +46,7 @@ fn split(entry: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// One worker's whole environment.
+#[derive(Clone)]
 pub(super) struct WorkerEnv {
     inherited: &'static Inherited,
     /// The slot's variables, encoded; each replaces an inherited one of its name.

@@ -1,30 +1,41 @@
-//! A worker started the way `posix_spawn(3)` starts a process, with the one step it lacks.
+//! A worker started the way `posix_spawn(3)` starts a process, with the one step it lacks,
+//! and without waiting for its `execve`.
 //!
-//! `clone3(CLONE_VM | CLONE_VFORK)`: the child runs on the supervisor's memory (on a stack
-//! of its own) until its `execve`, and the supervisor's thread waits that long. Nothing of
-//! the supervisor's memory is copied, where a `fork` (std's `Command` forks whenever a
-//! `pre_exec` is set) copies every page table and the child's `execve` tears the copy down
-//! again: that pair was most of a respawn's cost. In cgroup mode `CLONE_INTO_CGROUP` starts
-//! the child inside its attempt cgroup, so no code of the worker runs outside it and no
-//! migration through `cgroup.procs` is needed.
+//! `clone3(CLONE_VM | CLONE_CHILD_CLEARTID)`: the child runs on the supervisor's memory (on
+//! a stack of its own) until its `execve`. Nothing of the supervisor's memory is copied,
+//! where a `fork` (std's `Command` forks whenever a `pre_exec` is set) copies every page
+//! table and the child's `execve` tears the copy down again: that pair was most of a
+//! respawn's cost. In cgroup mode `CLONE_INTO_CGROUP` starts the child inside its attempt
+//! cgroup, so no code of the worker runs outside it and no migration through
+//! `cgroup.procs` is needed.
 //!
-//! The child runs only [`child`]: plain system calls through libc, no allocation, no lock,
-//! nothing that could unwind. Signals are blocked in the supervisor's thread around the
-//! clone, and the child resets every handler before it unblocks them, so no handler of the
-//! supervisor ever runs in the child (glibc's `posix_spawn` does the same). What std's
-//! `Command` and the `pre_exec` guaranteed still holds: a new session, stdin on
-//! `/dev/null`, stdout and stderr on the log, an empty signal mask with `SIGPIPE` at its
-//! default, and a child whose supervisor died before its `execve` ends with exit 111.
+//! `posix_spawn` adds `CLONE_VFORK`, which holds the parent until the child's `execve`:
+//! a fleet's start spawned its workers one at a time, each spawn waiting for the last
+//! child to load its program on a machine busy with the workers already started. Here the
+//! parent goes on at once ([`launch`]); what the child reads is kept in a [`Flight`] until
+//! the kernel says the child let go of the memory (it clears a word and wakes its futex at
+//! the `execve` or the exit), and [`InFlight::land`] waits for that and reads the
+//! `execve`'s error, if any. A batch of spawns launches them all, then lands each.
 //!
-//! x86-64 only (the clone needs a few instructions of assembly to run the child on its own
-//! stack); elsewhere, and on kernels without `clone3` (before 5.3) or `CLONE_INTO_CGROUP`
-//! (before 5.7), the caller forks instead.
+//! The child runs only [`child`]: raw system calls, no allocation, no lock, nothing that
+//! could unwind, and nothing that writes `errno` (it would be the supervisor thread's).
+//! Signals are blocked in the supervisor's thread around the clone, and the child resets
+//! every handler before it unblocks them, so no handler of the supervisor ever runs in the
+//! child (glibc's `posix_spawn` does the same). What std's `Command` and the `pre_exec`
+//! guaranteed still holds: a new session, stdin on `/dev/null`, stdout and stderr on the
+//! log, an empty signal mask with `SIGPIPE` at its default, and a child whose supervisor
+//! died before its `execve` ends with exit 111.
+//!
+//! x86-64 only (the clone and the system calls need a few instructions of assembly);
+//! elsewhere, and on kernels without `clone3` (before 5.3) or `CLONE_INTO_CGROUP` (before
+//! 5.7), the caller forks instead.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Exit code of a child that lost its supervisor before it became a worker.
 pub(super) const EXIT_ORPHANED: i32 = crate::exit::ORPHANED;
@@ -40,14 +51,6 @@ pub(super) struct Plan<'a> {
     pub log: RawFd,
     /// cgroup mode: the attempt cgroup's directory, opened read-only.
     pub cgroup: Option<RawFd>,
-}
-
-/// The outcome of [`spawn`]: a pid with the child's pidfd (which the clone made, so no
-/// `pidfd_open` follows), or that this system cannot start it so (the caller forks
-/// instead).
-pub(super) enum Started {
-    Pid(i32, OwnedFd),
-    Unsupported,
 }
 
 /// Everything the child reads, prepared by the parent: the child only follows pointers.
@@ -90,11 +93,11 @@ struct CloneArgs {
 
 const CLONE_VM: u64 = 0x100;
 const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_VFORK: u64 = 0x4000;
+const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// The first version of `clone_args` (without `set_tid` and `cgroup`), for kernels 5.3-5.6.
 const CLONE_ARGS_SIZE_VER0: usize = 64;
-/// The child's stack: a few libc calls deep, never more.
+/// The child's stack: a few calls deep, never more.
 const STACK_BYTES: usize = 64 << 10;
 
 /// The child's stack is made of these, so its top is 16-byte aligned, as the ABI wants
@@ -102,9 +105,49 @@ const STACK_BYTES: usize = 64 << 10;
 #[repr(C, align(16))]
 struct StackChunk([u8; 16]);
 
-pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
+/// The outcome of [`launch`]: a child on its way to its `execve`, or that this system
+/// cannot start it so (the caller forks instead).
+pub(super) enum Launched {
+    Flying(InFlight),
+    Unsupported,
+}
+
+/// A child cloned and not yet known to have run its `execve`: what it reads stays at one
+/// address until [`InFlight::land`] has seen it let go of the supervisor's memory.
+pub(super) struct InFlight {
+    flight: Box<Flight>,
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+}
+
+/// Everything the child reads, and the word the kernel clears when it no longer does.
+struct Flight {
+    args: ChildArgs,
+    /// Nonzero until the child's `execve` (or its exit) gives the supervisor's memory back:
+    /// then the kernel writes 0 here and wakes its futex (`CLONE_CHILD_CLEARTID`).
+    released: AtomicU32,
+    /// The child, once cloned (0 before): a `Flight` is never freed before it let go.
+    pid: libc::pid_t,
+    // Only read by the child, through `args`; held here so that they outlive it.
+    _stack: Vec<StackChunk>,
+    _strings: [Vec<CString>; 3],
+    _cwd: CString,
+    _env: super::environ::WorkerEnv,
+    _pointers: [Vec<*const libc::c_char>; 4],
+}
+
+/// What [`Flight::released`] holds until the kernel clears it.
+const HELD: u32 = 1;
+
+/// Clones the child and returns while it is still on its way to its `execve`: the clone
+/// of the next worker overlaps this one's `execve`, where `CLONE_VFORK` held the
+/// supervisor until each child had run its own (a fleet's start-up spawned one worker at
+/// a time, each waiting for the last one to load its program, on a machine busy starting
+/// the workers before it). [`InFlight::land`] waits for the `execve` and says whether it
+/// failed.
+pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
     if !cfg!(target_arch = "x86_64") {
-        return Ok(Started::Unsupported);
+        return Ok(Launched::Unsupported);
     }
     let Some(program) = plan.argv.first().map(String::as_str) else {
         return Err(io::Error::new(
@@ -119,13 +162,16 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
     let paths = c_strings(candidates(program, plan.env).into_iter())?;
     let cwd = c_string(plan.cwd.as_os_str().as_bytes().to_vec())?;
     let null = dev_null()?;
+    let env = plan.env.clone();
+    // The pointers name heap buffers, which stay where they are when their owners move
+    // into the box.
     let (argv_p, mut sh_p, envp_p, paths_p) = (
         pointers(&argv),
         pointers(&sh_argv),
-        pointers(plan.env.entries()),
+        pointers(env.entries()),
         pointers(&paths),
     );
-    let mut args = ChildArgs {
+    let args = ChildArgs {
         paths: paths_p.as_ptr(),
         argv: argv_p.as_ptr(),
         sh_argv: sh_p.as_mut_ptr(),
@@ -137,17 +183,27 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         nofile: crate::process::open_files_for_children().map_or(std::ptr::null(), |l| l),
         errno: 0,
     };
-    // Left uninitialised (zeroing it was a visible share of a spawn): only the child
-    // writes it, before it reads anything of it.
-    let mut stack: Vec<StackChunk> = Vec::with_capacity(STACK_BYTES / 16);
+    let mut flight = Box::new(Flight {
+        args,
+        released: AtomicU32::new(HELD),
+        pid: 0,
+        // Left uninitialised (zeroing it was a visible share of a spawn): only the child
+        // writes it, before it reads anything of it.
+        _stack: Vec::with_capacity(STACK_BYTES / 16),
+        _strings: [argv, sh_argv, paths],
+        _cwd: cwd,
+        _env: env,
+        _pointers: [argv_p, sh_p, envp_p, paths_p],
+    });
     // Written by the kernel (close-on-exec, as every pidfd is) when the clone succeeds.
     let mut pidfd: libc::c_int = -1;
     let mut clone = CloneArgs {
-        flags: CLONE_VM | CLONE_VFORK | CLONE_PIDFD,
+        flags: CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
+        child_tid: flight.released.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
-        stack: stack.spare_capacity_mut().as_mut_ptr() as u64,
-        stack_size: (stack.capacity() * 16) as u64,
+        stack: flight._stack.spare_capacity_mut().as_mut_ptr() as u64,
+        stack_size: (flight._stack.capacity() * 16) as u64,
         ..CloneArgs::default()
     };
     let mut size = CLONE_ARGS_SIZE_VER0;
@@ -156,28 +212,88 @@ pub(super) fn spawn(plan: &Plan<'_>) -> io::Result<Started> {
         clone.cgroup = fd as u64;
         size = std::mem::size_of::<CloneArgs>();
     }
-    let ret = with_signals_blocked(|| clone3(&mut clone, size, &mut args));
-    drop(stack);
+    let args: *mut ChildArgs = &mut flight.args;
+    let ret = with_signals_blocked(|| clone3(&mut clone, size, args));
     if ret < 0 {
         let errno = -ret as i32;
         return match errno {
             // No clone3, or no CLONE_INTO_CGROUP: this kernel is older than the code.
-            libc::ENOSYS | libc::E2BIG => Ok(Started::Unsupported),
-            libc::EINVAL if plan.cgroup.is_some() => Ok(Started::Unsupported),
+            libc::ENOSYS | libc::E2BIG => Ok(Launched::Unsupported),
+            libc::EINVAL if plan.cgroup.is_some() => Ok(Launched::Unsupported),
             _ => Err(io::Error::from_raw_os_error(errno)),
         };
     }
-    let pid = ret as libc::pid_t;
+    flight.pid = ret as libc::pid_t;
     // SAFETY: the clone succeeded, so the kernel wrote a new descriptor there, ours alone.
     let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
-    // SAFETY: the child has exec'd or exited (CLONE_VFORK); this reads what it wrote.
-    let errno = unsafe { std::ptr::read_volatile(&args.errno) };
-    if errno != 0 {
-        // It exited with EXIT_EXEC_FAILED: reaped here, so no zombie is left for the loop.
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        return Err(io::Error::from_raw_os_error(errno));
+    Ok(Launched::Flying(InFlight {
+        flight,
+        pid: ret as libc::pid_t,
+        pidfd,
+    }))
+}
+
+impl InFlight {
+    pub(super) fn pid(&self) -> libc::pid_t {
+        self.pid
     }
-    Ok(Started::Pid(pid, pidfd))
+
+    /// Waits until the child has run its `execve` (or ended), then frees what it read: its
+    /// pid and pidfd, or the `execve`'s error (the child, which exited, reaped here).
+    pub(super) fn land(self) -> io::Result<(libc::pid_t, OwnedFd)> {
+        self.flight.wait_released();
+        // SAFETY: the child's last write to `errno` came before the kernel's clear (at its
+        // exit or execve), which `wait_released` saw with an acquire load.
+        let errno = unsafe { std::ptr::read_volatile(&self.flight.args.errno) };
+        if errno != 0 {
+            // It exited with EXIT_EXEC_FAILED: reaped here, so no zombie is left for the loop.
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok((self.pid, self.pidfd))
+    }
+}
+
+impl Flight {
+    /// Returns once the child no longer reads this (at once before a clone).
+    fn wait_released(&self) {
+        if self.pid == 0 {
+            return;
+        }
+        let word = &self.released;
+        while word.load(Ordering::Acquire) != 0 {
+            // Not a private futex: the kernel's wake at the clear is a shared one. Woken
+            // early, by a signal or a spurious wake, it only looks again. A child that
+            // died without the clear (a core dump skips it) is let go of by its exit.
+            let tick = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            // SAFETY: waits on a word of ours, alive for the call, with a valid timeout.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    HELD,
+                    &tick as *const libc::timespec,
+                );
+            }
+            if word.load(Ordering::Acquire) != 0
+                && crate::process::child_exit(self.pid, false).is_some()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Flight {
+    /// A flight dropped before it landed (its caller failed in between) still waits: the
+    /// child may be reading it.
+    fn drop(&mut self) {
+        self.wait_released();
+    }
 }
 
 /// This process's pid, asked for once: it never changes in a process that spawns (no
@@ -259,11 +375,11 @@ fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
 /// `clone3` with the child running [`child`] on the stack `clone` names. Returns the
 /// child's pid, or minus the errno.
 #[cfg(target_arch = "x86_64")]
-fn clone3(clone: &mut CloneArgs, size: usize, args: &mut ChildArgs) -> i64 {
+fn clone3(clone: &mut CloneArgs, size: usize, args: *mut ChildArgs) -> i64 {
     let ret: i64;
     // SAFETY: the kernel starts the child with its stack pointer at the top of the stack
-    // `clone` names (alive until this returns: CLONE_VFORK holds this thread until the
-    // child's execve or exit). The child calls `child`, which never returns; the parent
+    // `clone` names (in a `Flight`, kept until the child's execve or exit has let go of
+    // it). The child calls `child`, which never returns; the parent
     // takes the jump. r12 and r13 carry `child`'s argument and address across the syscall,
     // which keeps every register but rax, rcx and r11.
     unsafe {
@@ -278,7 +394,7 @@ fn clone3(clone: &mut CloneArgs, size: usize, args: &mut ChildArgs) -> i64 {
             inlateout("rax") libc::SYS_clone3 => ret,
             in("rdi") clone as *mut CloneArgs,
             in("rsi") size,
-            in("r12") args as *mut ChildArgs,
+            in("r12") args,
             in("r13") child as extern "C" fn(*mut ChildArgs) -> ! as usize,
             lateout("rcx") _,
             lateout("r11") _,
@@ -289,97 +405,167 @@ fn clone3(clone: &mut CloneArgs, size: usize, args: &mut ChildArgs) -> i64 {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn clone3(_: &mut CloneArgs, _: usize, _: &mut ChildArgs) -> i64 {
+fn clone3(_: &mut CloneArgs, _: usize, _: *mut ChildArgs) -> i64 {
     -(libc::ENOSYS as i64)
 }
 
-/// The child, between the clone and its `execve`, on the supervisor's memory: system calls
-/// only, through pointers the parent prepared.
+/// The child, between the clone and its `execve`, on the supervisor's memory while the
+/// supervisor's threads run on: raw system calls only, through pointers the parent
+/// prepared. Not libc's wrappers: they set `errno`, and the child has no thread-local
+/// storage of its own (no `CLONE_SETTLS`), so each failed call (a missing PATH candidate,
+/// a signal libc reserves) would write the `errno` of the supervisor's thread under it,
+/// and mio reads that one to tell "would block" from a failure.
 extern "C" fn child(args: *mut ChildArgs) -> ! {
-    // SAFETY: `args` points at the parent's ChildArgs, alive and untouched while the parent
-    // waits (CLONE_VFORK); every pointer in it is a NUL-terminated string or a
-    // null-terminated array of them. Only async-signal-safe libc calls follow.
+    // SAFETY: `args` points into the parent's `Flight`, alive and untouched until this
+    // child has exec'd or exited; every pointer in it is a NUL-terminated string or a
+    // null-terminated array of them.
     unsafe {
         let a = &mut *args;
         // Every handler the supervisor set would run its code on its memory: back to the
         // default before any signal is unblocked (an ignored signal stays ignored, as
         // across any exec, but SIGPIPE, which the Rust runtime ignores).
-        for sig in 1..=libc::SIGRTMAX() {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+        for sig in 1..=KERNEL_SIGNALS {
+            let mut old = KernelSigaction::default();
+            if sys(
+                libc::SYS_rt_sigaction,
+                sig,
+                0,
+                &mut old as *mut _ as usize,
+                8,
+            ) != 0
+            {
                 continue;
             }
-            let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
-            if handled || sig == libc::SIGPIPE {
-                let mut dfl: libc::sigaction = std::mem::zeroed();
-                dfl.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            let handled = old.handler != SIG_DFL && old.handler != SIG_IGN;
+            if handled || sig == libc::SIGPIPE as usize {
+                let dfl = KernelSigaction::default();
+                sys(libc::SYS_rt_sigaction, sig, &dfl as *const _ as usize, 0, 8);
             }
         }
-        if libc::setsid() < 0 {
-            fail(a);
-        }
+        check(a, sys(libc::SYS_setsid, 0, 0, 0, 0));
         // A supervisor that died before this point recorded nothing of this child: it ends
         // instead of becoming a worker nobody can account for.
-        if libc::getppid() != a.parent {
-            libc::_exit(EXIT_ORPHANED);
+        if sys(libc::SYS_getppid, 0, 0, 0, 0) != a.parent as isize {
+            exit(EXIT_ORPHANED);
         }
-        if libc::dup2(a.null, 0) < 0 || libc::dup2(a.log, 1) < 0 || libc::dup2(a.log, 2) < 0 {
-            fail(a);
+        for (from, to) in [(a.null, 0), (a.log, 1), (a.log, 2)] {
+            check(a, sys(libc::SYS_dup2, from as usize, to, 0, 0));
         }
-        if libc::chdir(a.cwd) < 0 {
-            fail(a);
-        }
+        check(a, sys(libc::SYS_chdir, a.cwd as usize, 0, 0, 0));
         // Its own limits (no CLONE_THREAD): the supervisor's stay raised.
-        if !a.nofile.is_null() && libc::setrlimit(libc::RLIMIT_NOFILE, a.nofile) < 0 {
-            fail(a);
+        if !a.nofile.is_null() {
+            let nofile = libc::RLIMIT_NOFILE as usize;
+            check(a, sys(libc::SYS_setrlimit, nofile, a.nofile as usize, 0, 0));
         }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        let empty: u64 = 0;
+        sys(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as usize,
+            &empty as *const u64 as usize,
+            0,
+            8,
+        );
         // execvp's search: past a missing or unusable candidate to the next; EACCES is
         // reported if nothing else worked.
         let mut denied = false;
         let mut p = a.paths;
         while !(*p).is_null() {
-            libc::execve(*p, a.argv, a.envp);
-            match errno() {
+            let e = -sys(
+                libc::SYS_execve,
+                *p as usize,
+                a.argv as usize,
+                a.envp as usize,
+                0,
+            );
+            match e as i32 {
                 libc::ENOEXEC => {
                     // `/bin/sh FILE ARGS…`, FILE the one found.
                     *a.sh_argv.add(1) = *p;
-                    libc::execve(*a.sh_argv, a.sh_argv.cast_const(), a.envp);
-                    fail(a);
+                    let sh = *a.sh_argv as usize;
+                    let e = sys(libc::SYS_execve, sh, a.sh_argv as usize, a.envp as usize, 0);
+                    check(a, e);
+                    fail(a, libc::EIO);
                 }
                 libc::EACCES => denied = true,
                 libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
-                _ => fail(a),
+                e => fail(a, e),
             }
             p = p.add(1);
         }
-        if denied {
-            a.errno = libc::EACCES;
-        } else {
-            a.errno = libc::ENOENT;
-        }
-        libc::_exit(EXIT_EXEC_FAILED);
+        fail(a, if denied { libc::EACCES } else { libc::ENOENT });
     }
 }
 
-/// Reports errno to the waiting parent and ends the child.
+/// Signals 1 to 64, as the kernel numbers them.
+const KERNEL_SIGNALS: usize = 64;
+const SIG_DFL: usize = 0;
+const SIG_IGN: usize = 1;
+
+/// `struct sigaction` as `rt_sigaction` takes it on x86-64 (not libc's layout).
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// A system call: its result, or minus the errno. Nothing else is touched.
+#[cfg(target_arch = "x86_64")]
+unsafe fn sys(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+    let ret: isize;
+    // SAFETY: the caller passes arguments valid for system call `n`; `syscall` keeps every
+    // register but rax, rcx and r11, and uses no stack.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n as isize => ret,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
+            in("r10") d,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn sys(_: libc::c_long, _: usize, _: usize, _: usize, _: usize) -> isize {
+    -(libc::ENOSYS as isize)
+}
+
+/// Ends the child with the errno of a failed call (`ret` below 0).
 ///
 /// # Safety
 /// Only in [`child`].
-unsafe fn fail(a: &mut ChildArgs) -> ! {
-    a.errno = errno();
-    if a.errno == 0 {
-        a.errno = libc::EIO;
+unsafe fn check(a: &mut ChildArgs, ret: isize) {
+    if ret < 0 {
+        // SAFETY: in the child, as the caller promises.
+        unsafe { fail(a, -ret as i32) }
     }
-    // SAFETY: ends this child only; the parent resumes.
-    unsafe { libc::_exit(EXIT_EXEC_FAILED) }
 }
 
-fn errno() -> i32 {
-    // SAFETY: the calling thread's errno (in the child, the parent thread's slot, which the
-    // parent does not read while it waits).
-    unsafe { *libc::__errno_location() }
+/// Reports `errno` to the parent and ends the child.
+///
+/// # Safety
+/// Only in [`child`].
+unsafe fn fail(a: &mut ChildArgs, errno: i32) -> ! {
+    // SAFETY: the parent reads it only once the kernel's clear at this exit has been seen.
+    unsafe { std::ptr::write_volatile(&mut a.errno, errno) };
+    exit(EXIT_EXEC_FAILED)
+}
+
+fn exit(code: i32) -> ! {
+    // SAFETY: exit_group ends this child (its own thread group) and returns to no one.
+    unsafe {
+        sys(libc::SYS_exit_group, code as usize, 0, 0, 0);
+    }
+    // Unreachable: exit_group does not return.
+    loop {
+        std::hint::spin_loop();
+    }
 }
