@@ -260,9 +260,10 @@ impl Os {
         spec: &SpawnSpec<'_>,
         slot: usize,
         seq: u64,
+        overlap: bool,
     ) -> Result<(spawn::Pending, Option<Cgroup>), SpawnError> {
         let Some(cgroups) = self.cgroups.clone() else {
-            return spawn::begin_in(spec, None).map(|p| (p, None));
+            return spawn::begin_in(spec, None, overlap).map(|p| (p, None));
         };
         let program = spec.argv.first().cloned().unwrap_or_default();
         let cg = cgroups
@@ -271,7 +272,7 @@ impl Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        match spawn::begin_in(spec, Some(&cg)) {
+        match spawn::begin_in(spec, Some(&cg), overlap) {
             Ok(p) => Ok((p, Some(cg))),
             Err(e) => {
                 let _ = cg.remove_tree();
@@ -339,7 +340,7 @@ impl Os {
 
 impl Children for Os {
     fn spawn(&mut self, spec: &SpawnSpec<'_>) -> Result<Started, SpawnError> {
-        let pending = spawn::begin_in(spec, None)?;
+        let pending = spawn::begin_in(spec, None, false)?;
         self.finish_attempt(pending, None).map(|(s, _)| s)
     }
 
@@ -534,7 +535,7 @@ impl Children for Os {
     }
 
     fn spawn_attempt(&mut self, spec: &SpawnSpec<'_>, slot: usize, seq: u64) -> Attempted {
-        let (pending, cg) = self.begin_attempt(spec, slot, seq)?;
+        let (pending, cg) = self.begin_attempt(spec, slot, seq, false)?;
         self.finish_attempt(pending, cg)
     }
 
@@ -545,7 +546,7 @@ impl Children for Os {
                 .map(|a| {
                     (
                         SystemTime::now(),
-                        self.begin_attempt(&a.spec, a.slot, a.seq),
+                        self.begin_attempt(&a.spec, a.slot, a.seq, chunk.len() > 1),
                     )
                 })
                 .collect();

@@ -84,7 +84,7 @@ pub fn spawn_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
 ) -> Result<Spawned, SpawnError> {
-    begin_in(spec, cgroup)?.finish()
+    begin_in(spec, cgroup, false)?.finish()
 }
 
 /// A worker on its way to its `execve` ([`begin_in`]), to be [`Pending::finish`]ed.
@@ -137,12 +137,13 @@ impl Pending {
     }
 }
 
-/// [`spawn_in`] up to the clone: returns while the child is still on its way to its
-/// `execve`, so that several workers' `execve`s overlap ([`vfork::launch`]). The fork
-/// this falls back to waits for the `execve` here.
+/// [`spawn_in`] up to the clone: with `overlap`, returns while the child is still on its
+/// way to its `execve`, so that several workers' `execve`s overlap ([`vfork::launch`]);
+/// without, once it has run it. The fork this falls back to waits for the `execve` here.
 pub fn begin_in(
     spec: &SpawnSpec<'_>,
     cgroup: Option<&crate::cgroup::Cgroup>,
+    overlap: bool,
 ) -> Result<Pending, SpawnError> {
     let log_err = |source| SpawnError::Log {
         path: spec.log.to_path_buf(),
@@ -183,6 +184,7 @@ pub fn begin_in(
         env: &env,
         log: out.as_raw_fd(),
         cgroup: cgroup_dir.as_ref().map(AsRawFd::as_raw_fd),
+        overlap,
     };
     let window = process::StartWindow::open();
     let child = match vfork::launch(&plan).map_err(start_err)? {
@@ -460,7 +462,7 @@ mod tests {
         const SENTINEL: i32 = 4242;
         // SAFETY: this thread's own errno.
         unsafe { *libc::__errno_location() = SENTINEL };
-        let pending = begin_in(&spec, None).unwrap();
+        let pending = begin_in(&spec, None, true).unwrap();
         // Until the child has exited (after its failed calls), with calls that succeed and
         // so leave errno as it is.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
