@@ -252,8 +252,6 @@ impl Os {
         self
     }
 
-    /// Reports the end of a worker through its pidfd, registered with the event loop: no
-    /// thread per worker. `false` without a runtime or a pidfd.
     /// A spawn up to its clone: in cgroup mode inside a fresh cgroup of its own.
     fn begin_attempt(
         &mut self,
@@ -308,6 +306,8 @@ impl Os {
         Ok((started, cg))
     }
 
+    /// Reports the end of a worker through its pidfd, registered with the event loop: no
+    /// thread per worker. `false` without a runtime or a pidfd.
     fn watch(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
         let registered = fd.and_then(|fd| {
             let rt = tokio::runtime::Handle::try_current().ok()?;

@@ -426,7 +426,8 @@ impl Driver {
     }
 
     /// Starts the workers of consecutive [`Effect::Spawn`]s together (see
-    /// [`Children::spawn_attempts`]); each answer is stamped when it came.
+    /// [`Children::spawn_attempts`]); each answer is stamped with the time its worker was
+    /// started, not the time the batch ended.
     fn spawn_batch(&mut self, spawns: Vec<Effect>, now: Instant) -> Vec<(Event, Now)> {
         let day = date_utc(SystemTime::now());
         let mut asked = Vec::with_capacity(spawns.len());

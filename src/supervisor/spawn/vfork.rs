@@ -121,7 +121,6 @@ pub(super) enum Launched {
 /// address until [`InFlight::land`] has seen it let go of the supervisor's memory.
 pub(super) struct InFlight {
     flight: Box<Flight>,
-    pid: libc::pid_t,
     pidfd: OwnedFd,
 }
 
@@ -234,16 +233,12 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
     flight.pid = ret as libc::pid_t;
     // SAFETY: the clone succeeded, so the kernel wrote a new descriptor there, ours alone.
     let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(pidfd) };
-    Ok(Launched::Flying(InFlight {
-        flight,
-        pid: ret as libc::pid_t,
-        pidfd,
-    }))
+    Ok(Launched::Flying(InFlight { flight, pidfd }))
 }
 
 impl InFlight {
     pub(super) fn pid(&self) -> libc::pid_t {
-        self.pid
+        self.flight.pid
     }
 
     /// Waits until the child has run its `execve` (or ended), then frees what it read: its
@@ -255,10 +250,10 @@ impl InFlight {
         let errno = unsafe { std::ptr::read_volatile(&self.flight.args.errno) };
         if errno != 0 {
             // It exited with EXIT_EXEC_FAILED: reaped here, so no zombie is left for the loop.
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid()), None);
             return Err(io::Error::from_raw_os_error(errno));
         }
-        Ok((self.pid, self.pidfd))
+        Ok((self.pid(), self.pidfd))
     }
 }
 
