@@ -28,7 +28,11 @@ pub fn init(format: LogFormat) -> Option<WorkerGuard> {
         eprintln!("afk-supervisor: RUST_LOG ignored: {e}");
         EnvFilter::new("off")
     });
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    // The writer's thread is started before a supervisor's loop exists and must never take
+    // one of its signals: the loop reads them from a descriptor, with no handler installed.
+    let (writer, guard) = crate::process::with_loop_signals_blocked(|| {
+        tracing_appender::non_blocking(std::io::stderr())
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

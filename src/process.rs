@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+mod loop_signals;
 mod start_window;
 pub use start_window::StartWindow;
 
@@ -430,27 +431,10 @@ pub fn pidfd_groups() -> bool {
     })
 }
 
-/// The signals the supervisor's loop handles (SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1).
-pub const LOOP_SIGNALS: [nix::sys::signal::Signal; 5] = {
-    use nix::sys::signal::Signal::*;
-    [SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1]
+pub use loop_signals::{
+    LOOP_SIGNALS, LoopSignalFd, leave_loop_signals_to_the_loop, signal_bit,
+    with_loop_signals_blocked,
 };
-
-/// Blocks [`LOOP_SIGNALS`] in the calling thread, so that the kernel hands them to the
-/// loop's thread. A signal for the whole process goes to any thread that does not block
-/// it, and the loop's thread blocks every signal for the length of each spawn (see
-/// `supervisor::spawn::vfork`): a worker's SIGCHLD landed on the blocking pool's idle
-/// thread, woke it from its wait only to run the handler, and woke the loop from there,
-/// two thread switches per death. Blocked here, it waits the microseconds of the clone
-/// and is handled by the loop's thread, which the worker's pidfd wakes anyway.
-pub fn leave_loop_signals_to_the_loop() {
-    let mut set = nix::sys::signal::SigSet::empty();
-    for s in LOOP_SIGNALS {
-        set.add(s);
-    }
-    // Fails only for an invalid `how`, which this is not.
-    let _ = set.thread_block();
-}
 
 /// How our own child ended, without blocking: `None` while it runs. With `reap` the child
 /// is reaped; without, it stays a zombie (keeping its pid and group id from reuse).

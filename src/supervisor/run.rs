@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use nix::sys::signal::Signal;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::children::Os;
@@ -100,32 +101,78 @@ pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, RunE
     Ok(argv)
 }
 
-/// The event sources of the loop: every signal the supervisor handles, as a stream each.
+/// The loop's signals (every one the supervisor handles), read from one signalfd
+/// ([`process::LoopSignalFd`] says why not through handlers).
 struct SignalSet {
-    term: Signal,
-    int: Signal,
-    hup: Signal,
-    chld: Signal,
-    usr1: Signal,
+    fd: AsyncFd<process::LoopSignalFd>,
+    /// Read from the descriptor and not yet taken, one bit per signal number: a read takes
+    /// every pending signal, and one not wanted yet (a SIGCHLD during the boot suite)
+    /// waits here for the loop.
+    pending: u64,
 }
 
+/// The signals that stop the fleet.
+const STOP_SIGNALS: u64 = process::signal_bit(Signal::SIGTERM)
+    | process::signal_bit(Signal::SIGINT)
+    | process::signal_bit(Signal::SIGHUP);
+
 impl SignalSet {
+    /// Blocks the loop's signals in this thread (and every thread it starts from now on)
+    /// and opens their descriptor.
     fn install() -> std::io::Result<SignalSet> {
-        Ok(SignalSet {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-            chld: signal(SignalKind::child())?,
-            usr1: signal(SignalKind::user_defined1())?,
-        })
+        let fd = process::LoopSignalFd::open()?;
+        // SAFETY: the descriptor is owned by the value moved in, which keeps it open and
+        // the same for as long as the AsyncFd holds it.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
+        Ok(SignalSet { fd, pending: 0 })
     }
 
-    /// The next stop signal only (during the boot suite nothing else matters).
+    /// The next of the `wanted` signals (lowest number first when several are pending).
+    /// Cancel-safe: a signal read is kept in `pending` until it is returned.
+    async fn next_of(&mut self, wanted: u64) -> std::io::Result<Signal> {
+        loop {
+            let hit = self.pending & wanted;
+            if hit != 0 {
+                let n = hit.trailing_zeros();
+                self.pending &= !(1 << n);
+                if let Ok(sig) = Signal::try_from(n as i32) {
+                    return Ok(sig);
+                }
+                continue;
+            }
+            let mut ready = self.fd.readable().await?;
+            match ready.get_inner().take() {
+                Ok((bits, drained)) => {
+                    self.pending |= bits;
+                    // A read that did not fill its buffer took all there was: the next
+                    // signal makes the descriptor readable again, so no read is spent
+                    // only to hear "would block".
+                    if drained {
+                        ready.clear_ready();
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The next signal the loop handles.
+    async fn next(&mut self) -> std::io::Result<Signal> {
+        self.next_of(u64::MAX).await
+    }
+
+    /// The next stop signal only (during the boot suite nothing else matters; the others
+    /// wait for the loop).
     async fn stop(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.term.recv() => exit::SIGTERM,
-            _ = self.int.recv() => exit::SIGINT,
-            _ = self.hup.recv() => exit::SIGHUP,
+        match self.next_of(STOP_SIGNALS).await {
+            Ok(Signal::SIGINT) => exit::SIGINT,
+            Ok(Signal::SIGHUP) => exit::SIGHUP,
+            Ok(_) => exit::SIGTERM,
+            // The descriptor failed: nothing can stop the boot suite now, so it is not
+            // waited for (the loop fails on the same descriptor).
+            Err(_) => std::future::pending().await,
         }
     }
 }
@@ -157,7 +204,7 @@ fn runtime(tick_s: u64) -> std::io::Result<tokio::runtime::Runtime> {
 /// Runs the fleet until it is stopped; returns the exit code.
 ///
 /// One thread runs the event loop (a current-thread tokio runtime): each worker's end
-/// arrives through its pidfd, signals through `tokio::signal`, tracker results from the
+/// arrives through its pidfd, signals through one signalfd, tracker results from the
 /// blocking pool as [`event::Event`]s, and every deadline (tick, probe, group kill) from one timer.
 pub fn run(
     layout: &Layout,
@@ -165,6 +212,10 @@ pub fn run(
     open_tracker: TrackerOpener,
 ) -> Result<RunEnd, RunError> {
     let argv = worker_argv(&config, layout)?;
+    // Before any thread of the runtime exists, so every one inherits the block: the loop's
+    // signals are read from a descriptor, and a thread that did not block one would take
+    // its default action instead (see `process::LoopSignalFd`).
+    process::leave_loop_signals_to_the_loop();
     if let Some((from, to)) = crate::process::raise_open_files_limit() {
         tracing::debug!(
             from,
@@ -186,8 +237,8 @@ async fn run_fleet(
     argv: Vec<String>,
     open_tracker: TrackerOpener,
 ) -> Result<RunEnd, RunError> {
-    // Signals are caught before anything is written, so none can end the process between
-    // the pid file and its removal.
+    // Signals are blocked (and read from their descriptor) before anything is written, so
+    // none can end the process between the pid file and its removal.
     let mut signals = SignalSet::install().map_err(RunError::Signals)?;
     let (tx, mut rx) = unbounded_channel::<event::Event>();
     let (lock, notes) = SupervisorLock::acquire(layout)?;
@@ -445,11 +496,21 @@ async fn event_loop(
                     driver.feed(fleet, msg, Instant::now());
                 }
             }
-            _ = signals.chld.recv() => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
-            _ = signals.usr1.recv() => driver.control(fleet, Instant::now()),
-            _ = signals.term.recv() => driver.feed(fleet, stop(exit::SIGTERM, "SIGTERM"), Instant::now()),
-            _ = signals.int.recv() => driver.feed(fleet, stop(exit::SIGINT, "SIGINT"), Instant::now()),
-            _ = signals.hup.recv() => driver.feed(fleet, stop(exit::SIGHUP, "SIGHUP"), Instant::now()),
+            sig = signals.next() => match sig {
+                Ok(Signal::SIGCHLD) => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
+                Ok(Signal::SIGUSR1) => driver.control(fleet, Instant::now()),
+                Ok(Signal::SIGTERM) => driver.feed(fleet, stop(exit::SIGTERM, "SIGTERM"), Instant::now()),
+                Ok(Signal::SIGINT) => driver.feed(fleet, stop(exit::SIGINT, "SIGINT"), Instant::now()),
+                Ok(Signal::SIGHUP) => driver.feed(fleet, stop(exit::SIGHUP, "SIGHUP"), Instant::now()),
+                Ok(_) => {}
+                Err(e) => {
+                    // No signal can reach the loop any more: no stop would be obeyed.
+                    let msg = format!("the signal descriptor failed: {e}");
+                    let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
+                    driver.log(Event::now(kind::ERROR, msg));
+                    return exit::FAILED;
+                }
+            },
             _ = notifier.watchdog_due() => notifier.watchdog(),
             _ = tokio::time::sleep_until(deadline.into()) => {}
         }

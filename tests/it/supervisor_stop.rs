@@ -184,3 +184,64 @@ fn a_fleet_of_dying_workers_without_origin_stops_cleanly() {
         f.tagged()
     );
 }
+
+/// The `SigBlk` mask of `/proc/<pid>/task/<tid>/status` (or of `/proc/<pid>/status`).
+fn blocked_mask(status: &std::path::Path) -> u64 {
+    let text = fleet::read(status);
+    let hex = text
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .unwrap_or_else(|| panic!("no SigBlk in {}:\n{text}", status.display()));
+    u64::from_str_radix(hex.trim(), 16).unwrap()
+}
+
+/// The loop reads its signals from a descriptor with no handler installed, so a thread
+/// that left one unblocked would take its default action (SIGTERM ending the supervisor
+/// without its stop): every thread of a running supervisor blocks them, the diagnostics
+/// writer's included, and the workers start with none blocked. A SIGTERM then still
+/// stops the fleet the orderly way.
+#[test]
+fn every_supervisor_thread_leaves_the_loops_signals_to_the_loop_and_workers_block_none() {
+    use nix::sys::signal::Signal;
+    let mut f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    f.extra_env
+        .push(("RUST_LOG".into(), "afk_supervisor=debug".into()));
+    let sup = f.start(&["--workers", "2"]);
+    let workers = f.wait_workers(2);
+    let ticks = f.count("supervisor.tick");
+    f.wait_events("supervisor.tick", ticks + 1);
+    let tasks: Vec<_> = fs::read_dir(format!("/proc/{sup}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        tasks.len() >= 2,
+        "the loop and the diagnostics writer at least: {tasks:?}"
+    );
+    let wanted = process::LOOP_SIGNALS
+        .iter()
+        .fold(0u64, |m, s| m | process::signal_bit(*s) >> 1);
+    for task in &tasks {
+        let mask = blocked_mask(&task.join("status"));
+        assert_eq!(
+            mask & wanted,
+            wanted,
+            "{} blocks {mask:#x}, not all of {wanted:#x}",
+            task.display()
+        );
+    }
+    for w in workers {
+        let status = std::path::PathBuf::from(format!("/proc/{w}/status"));
+        assert_eq!(blocked_mask(&status), 0, "worker {w}");
+    }
+    fleet::kill(sup, Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
+    assert!(
+        f.events_of("supervisor.stop")
+            .iter()
+            .any(|e| e.msg.starts_with("stopping fleet (SIGTERM)")),
+        "{}",
+        f.dump()
+    );
+    assert!(f.tagged().is_empty(), "still alive: {:?}", f.tagged());
+}
