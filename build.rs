@@ -8,6 +8,9 @@
 
 use std::process::{Command, Stdio};
 
+#[path = "src/timeutil/civil.rs"]
+mod civil;
+
 /// (cfg name, program, its version flag).
 const TOOLS: [(&str, &str, &str); 4] = [
     ("afk_has_tmux", "tmux", "-V"),
@@ -45,17 +48,9 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !text.is_empty()).then_some(text)
 }
 
-/// `yyyy-mm-dd` of a day count since 1970-01-01 (Howard Hinnant's civil-from-days).
+/// `yyyy-mm-dd` of a day count since 1970-01-01.
 fn civil(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = civil::civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
 

@@ -6,6 +6,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
+mod civil;
+
 /// About a century: where a deadline lands when `now + d` does not fit in an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -45,7 +47,8 @@ const YEAR_10000: u64 = 253_402_300_800;
 fn rfc3339_millis_since_epoch(d: Duration) -> String {
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, dd) = civil_from_days(days);
+    let (y, m, dd) = civil::civil_from_days(days as i64);
+    let (y, m, dd) = (y as u64, m as u64, dd as u64);
     let mut s = String::with_capacity(24);
     let digits = |s: &mut String, n: u64, width: u32| {
         for i in (0..width).rev() {
@@ -67,21 +70,6 @@ fn rfc3339_millis_since_epoch(d: Duration) -> String {
     digits(&mut s, u64::from(d.subsec_millis()), 3);
     s.push('Z');
     s
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 /// RFC 3339 UTC to the second, for `started_at`-style fields.
