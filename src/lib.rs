@@ -27,7 +27,8 @@
 //!   `fleet` (the pure state machine: `handle(event, now)` returns effects; one file per
 //!   event), `effect` (what the fleet asks done), `release` (a dead worker's issues back),
 //!   `children` (the one door to OS processes; `crate::process` holds the facts about
-//!   them), `reaper` (a dying group's bookkeeping), `event` (what happens to the fleet),
+//!   them), `exits` (the workers' ends as one descriptor: an epoll set of their pidfds),
+//!   `reaper` (a dying group's bookkeeping), `event` (what happens to the fleet),
 //!   `slot`, `fleet_circuit` (the whole fleet's circuit), `circuit` (one slot's), `holds`,
 //!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
 //!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,

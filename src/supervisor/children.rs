@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::event::{Event, Started};
+use super::exits::Exits;
 use super::reaper::{Done, Group, Order, Reaper};
 use super::spawn::{self, SpawnError, SpawnSpec, Spawned};
 use super::usage::{Members, Meter, Usage};
@@ -213,6 +214,9 @@ pub struct Os {
     last_usage: HashMap<i32, (u64, Usage)>,
     /// What the cleanup of an ended worker (by pid) found of its cgroup so far.
     ending: HashMap<i32, CgroupEnd>,
+    /// Where the workers' ends are reported to the loop; without it (no loop) an own
+    /// worker's end comes by SIGCHLD and an adopted one's is looked for at the tick.
+    exits: Option<Arc<Exits>>,
 }
 
 /// An ended worker's cgroup as its cleanup found it.
@@ -238,7 +242,14 @@ impl Os {
             cgroup_of: HashMap::new(),
             last_usage: HashMap::new(),
             ending: HashMap::new(),
+            exits: None,
         }
+    }
+
+    /// Every worker's end reported through `exits`, which the loop waits on.
+    pub fn with_exits(mut self, exits: Arc<Exits>) -> Os {
+        self.exits = Some(exits);
+        self
     }
 
     /// In cgroup mode: workers start in attempt cgroups of `cgroups`, and each one's
@@ -306,35 +317,13 @@ impl Os {
         Ok((started, cg))
     }
 
-    /// Reports the end of a worker through its pidfd, registered with the event loop: no
-    /// thread per worker. `false` without a runtime or a pidfd.
+    /// Reports the end of a worker through its pidfd in the loop's set of them: no thread
+    /// and no task per worker. `false` without a set or a pidfd.
     fn watch(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
-        let registered = fd.and_then(|fd| {
-            let rt = tokio::runtime::Handle::try_current().ok()?;
-            let _guard = rt.enter();
-            // SAFETY: the Arc owns a valid pidfd, and the descriptor is closed only when
-            // the last clone drops, which the AsyncFd holds until it is deregistered.
-            let afd = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-            }
-            .ok()?;
-            let tx = self.tx.clone();
-            rt.spawn(async move {
-                let _ = afd.readable().await;
-                let msg = if own {
-                    Event::ChildEnded { pid, start }
-                } else {
-                    Event::Exited {
-                        pid,
-                        start,
-                        kind: ExitKind::Unknown,
-                    }
-                };
-                let _ = tx.send(msg);
-            });
-            Some(())
-        });
-        registered.is_some()
+        match (&self.exits, fd) {
+            (Some(exits), Some(fd)) => exits.watch(pid, start, &fd, own),
+            _ => false,
+        }
     }
 }
 

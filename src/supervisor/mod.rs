@@ -6,6 +6,7 @@ pub mod circuit;
 pub mod driver;
 pub mod effect;
 pub mod event;
+pub mod exits;
 pub mod fleet;
 pub mod fleet_circuit;
 pub mod holds;

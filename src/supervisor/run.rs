@@ -18,6 +18,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use super::children::Os;
 use super::driver::Driver;
 use super::event::{self, Adoptee};
+use super::exits::Exits;
 use super::fleet::Fleet;
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock, report_release_failure};
@@ -109,6 +110,90 @@ struct SignalSet {
     /// every pending signal, and one not wanted yet (a SIGCHLD during the boot suite)
     /// waits here for the loop.
     pending: u64,
+}
+
+/// What the loop hears besides its signals and timers: the events of the supervisor's
+/// own tasks (a channel) and the workers' ends (the set of their pidfds).
+struct Inbox {
+    rx: UnboundedReceiver<event::Event>,
+    /// `None` where the kernel has no epoll set to give (then an own worker's end comes by
+    /// SIGCHLD, an adopted one's is looked for at the tick).
+    exits: Option<AsyncFd<Arc<Exits>>>,
+}
+
+impl Inbox {
+    fn new(rx: UnboundedReceiver<event::Event>) -> Inbox {
+        let exits = Exits::new().map(Arc::new).and_then(|set| {
+            // SAFETY: the set's descriptor is owned by the value moved in, which keeps it
+            // open and the same for as long as the AsyncFd holds it.
+            unsafe { AsyncFd::register_with_interest(set, tokio::io::Interest::READABLE) }
+                .map_err(std::io::Error::from)
+        });
+        if let Err(e) = &exits {
+            tracing::warn!(error = %e, "no set of the workers' pidfds; their ends come by SIGCHLD");
+        }
+        Inbox {
+            rx,
+            exits: exits.ok(),
+        }
+    }
+
+    /// The set the workers' pidfds go into.
+    fn exits(&self) -> Option<Arc<Exits>> {
+        self.exits.as_ref().map(|fd| fd.get_ref().clone())
+    }
+
+    /// The events that arrived, at least one. Cancel-safe: an end taken from the set is
+    /// returned in the same poll.
+    async fn next(&mut self) -> Result<Vec<event::Event>, InboxError> {
+        let Inbox { rx, exits } = self;
+        let ended = async {
+            match exits {
+                Some(fd) => ended(fd).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            msg = rx.recv() => {
+                let first = msg.ok_or(InboxError::Closed)?;
+                let mut events = vec![first];
+                while let Ok(msg) = rx.try_recv() {
+                    events.push(msg);
+                }
+                Ok(events)
+            }
+            ends = ended => ends.map_err(InboxError::Exits),
+        }
+    }
+}
+
+/// The workers' ends reported by the set, waiting for at least one.
+async fn ended(fd: &AsyncFd<Arc<Exits>>) -> std::io::Result<Vec<event::Event>> {
+    loop {
+        let mut ready = fd.readable().await?;
+        match ready.get_inner().take() {
+            Ok((ends, drained)) => {
+                // A read that did not fill its buffer took every end there was: the next
+                // makes the set readable again.
+                if drained {
+                    ready.clear_ready();
+                }
+                if !ends.is_empty() {
+                    return Ok(ends);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum InboxError {
+    #[error("the loop's event channel closed")]
+    Closed,
+    #[error("the set of the workers' pidfds failed: {0}")]
+    Exits(std::io::Error),
 }
 
 /// The signals that stop the fleet.
@@ -240,7 +325,7 @@ async fn run_fleet(
     // Signals are blocked (and read from their descriptor) before anything is written, so
     // none can end the process between the pid file and its removal.
     let mut signals = SignalSet::install().map_err(RunError::Signals)?;
-    let (tx, mut rx) = unbounded_channel::<event::Event>();
+    let (tx, rx) = unbounded_channel::<event::Event>();
     let (lock, notes) = SupervisorLock::acquire(layout)?;
     // Without its event log, or with no way to write its heartbeat (a directory where
     // `state.toon` or its `.tmp` goes), the supervisor cannot run: one line, exit 1, and
@@ -388,7 +473,11 @@ async fn run_fleet(
     }
     let had_state = had_state || !unrecorded.is_empty();
     adoptees.extend(unrecorded);
+    let mut inbox = Inbox::new(rx);
     let mut children = Os::new(tx.clone());
+    if let Some(exits) = inbox.exits() {
+        children = children.with_exits(exits);
+    }
     if let Some(cg) = isolation.cgroups() {
         children = children.with_cgroups(cg.clone());
     }
@@ -429,7 +518,7 @@ async fn run_fleet(
     let code = event_loop(
         &mut fleet,
         &mut driver,
-        &mut rx,
+        &mut inbox,
         &mut signals,
         &mut notifier,
         &mut periodic,
@@ -459,7 +548,7 @@ async fn run_fleet(
 async fn event_loop(
     fleet: &mut Fleet,
     driver: &mut Driver,
-    rx: &mut UnboundedReceiver<event::Event>,
+    inbox: &mut Inbox,
     signals: &mut SignalSet,
     notifier: &mut Notifier,
     periodic: &mut [Periodic],
@@ -488,14 +577,20 @@ async fn event_loop(
         }
         let stop = |code, why| event::Event::Stop { code, why };
         tokio::select! {
-            msg = rx.recv() => {
-                // Every sender lives in this process; all gone cannot happen while we loop.
-                let Some(msg) = msg else { return exit::FAILED };
-                driver.feed(fleet, msg, Instant::now());
-                while let Ok(msg) = rx.try_recv() {
-                    driver.feed(fleet, msg, Instant::now());
+            arrived = inbox.next() => match arrived {
+                Ok(events) => {
+                    for e in events {
+                        driver.feed(fleet, e, Instant::now());
+                    }
                 }
-            }
+                Err(e) => {
+                    // Workers' ends would go unheard, or (every sender lives in this
+                    // process) the channel closed, which cannot happen while we loop.
+                    let _ = writeln!(std::io::stderr(), "afk-supervisor: {e}");
+                    driver.log(Event::now(kind::ERROR, e.to_string()));
+                    return exit::FAILED;
+                }
+            },
             sig = signals.next() => match sig {
                 Ok(Signal::SIGCHLD) => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
                 Ok(Signal::SIGUSR1) => driver.control(fleet, Instant::now()),
