@@ -132,8 +132,10 @@ struct Flight {
     released: AtomicU32,
     /// The child, once cloned (0 before): a `Flight` is never freed before it let go.
     pid: libc::pid_t,
+    /// The child's stack (its capacity; never any element), given back to
+    /// [`SPARE_STACKS`] once the child let go.
+    stack: Vec<StackChunk>,
     // Only read by the child, through `args`; held here so that they outlive it.
-    _stack: Vec<StackChunk>,
     _strings: [Vec<CString>; 3],
     _cwd: CString,
     _env: super::environ::WorkerEnv,
@@ -193,7 +195,7 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
         pid: 0,
         // Left uninitialised (zeroing it was a visible share of a spawn): only the child
         // writes it, before it reads anything of it.
-        _stack: Vec::with_capacity(STACK_BYTES / 16),
+        stack: spare_stack(),
         _strings: [argv, sh_argv, paths],
         _cwd: cwd,
         _env: env,
@@ -206,8 +208,8 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         child_tid: flight.released.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
-        stack: flight._stack.spare_capacity_mut().as_mut_ptr() as u64,
-        stack_size: (flight._stack.capacity() * 16) as u64,
+        stack: flight.stack.spare_capacity_mut().as_mut_ptr() as u64,
+        stack_size: (flight.stack.capacity() * 16) as u64,
         ..CloneArgs::default()
     };
     if !plan.overlap {
@@ -293,10 +295,28 @@ impl Flight {
 
 impl Drop for Flight {
     /// A flight dropped before it landed (its caller failed in between) still waits: the
-    /// child may be reading it.
+    /// child may be reading it. Its stack then serves the next.
     fn drop(&mut self) {
         self.wait_released();
+        let stack = std::mem::take(&mut self.stack);
+        let mut spare = SPARE_STACKS.lock().unwrap_or_else(|p| p.into_inner());
+        if stack.capacity() == STACK_BYTES / 16 && spare.len() < SPARE_STACKS_MAX {
+            spare.push(stack);
+        }
     }
+}
+
+/// Stacks of children that let go, for the next: a fresh 64 KiB block for every spawn sent
+/// malloc through a consolidation of its free lists each time. As many are kept as a batch
+/// has in flight.
+static SPARE_STACKS: std::sync::Mutex<Vec<Vec<StackChunk>>> = std::sync::Mutex::new(Vec::new());
+const SPARE_STACKS_MAX: usize = 32;
+
+/// A stack for a child: a spare one, else a new block (left uninitialised: only the child
+/// writes it, before it reads anything of it).
+fn spare_stack() -> Vec<StackChunk> {
+    let spare = SPARE_STACKS.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    spare.unwrap_or_else(|| Vec::with_capacity(STACK_BYTES / 16))
 }
 
 /// This process's pid, asked for once: it never changes in a process that spawns (no
