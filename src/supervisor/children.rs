@@ -683,6 +683,45 @@ mod reaper_tests {
 }
 
 #[cfg(test)]
+mod exits_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A worker spawned by an `Os` given the loop's set is watched there: its end is
+    /// reported by the set, as our own child's, and read by `exit_of`.
+    #[test]
+    fn a_spawned_worker_is_watched_in_the_loops_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), "exit 4".into()];
+        let spec = SpawnSpec {
+            argv: &argv,
+            cwd: dir.path(),
+            log: &dir.path().join("log"),
+            env: vec![],
+        };
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let exits = Arc::new(crate::supervisor::exits::Exits::new().unwrap());
+        let mut os = Os::new(tx).with_exits(exits.clone());
+        let s = os.spawn(&spec).unwrap();
+        assert!(s.watched, "watched in the set");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let ends = loop {
+            let (ends, _) = exits.take().unwrap();
+            if !ends.is_empty() {
+                break ends;
+            }
+            assert!(Instant::now() < deadline, "the end never came");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(
+            matches!(ends[..], [Event::ChildEnded { pid, start }] if pid == s.pid && start == s.start),
+            "{ends:?}"
+        );
+        assert_eq!(os.exit_of(s.pid, false), Some(ExitKind::Code(4)));
+    }
+}
+
+#[cfg(test)]
 mod batch_tests {
     use super::*;
     use std::time::{Duration, Instant};

@@ -193,8 +193,6 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
         args,
         released: AtomicU32::new(HELD),
         pid: 0,
-        // Left uninitialised (zeroing it was a visible share of a spawn): only the child
-        // writes it, before it reads anything of it.
         stack: spare_stack(),
         _strings: [argv, sh_argv, paths],
         _cwd: cwd,
@@ -310,10 +308,11 @@ impl Drop for Flight {
 /// malloc through a consolidation of its free lists each time. As many are kept as a batch
 /// has in flight.
 static SPARE_STACKS: std::sync::Mutex<Vec<Vec<StackChunk>>> = std::sync::Mutex::new(Vec::new());
+/// `children::IN_FLIGHT`, which this module, below it, cannot name.
 const SPARE_STACKS_MAX: usize = 32;
 
-/// A stack for a child: a spare one, else a new block (left uninitialised: only the child
-/// writes it, before it reads anything of it).
+/// A stack for a child: a spare one, else a new block, left uninitialised (zeroing it was a
+/// visible share of a spawn): only the child writes it, before it reads anything of it.
 fn spare_stack() -> Vec<StackChunk> {
     let spare = SPARE_STACKS.lock().unwrap_or_else(|p| p.into_inner()).pop();
     spare.unwrap_or_else(|| Vec::with_capacity(STACK_BYTES / 16))
