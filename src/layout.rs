@@ -9,14 +9,23 @@ use std::path::{Path, PathBuf};
 pub const WORKER_NAMESPACES: [&str; 3] = ["workers", "go-workers", "scout-workers"];
 
 /// Paths under one repo's `.red/`.
+///
+/// The supervisor lane and `.red/tmp/` are joined once: a respawn names a retire file, a
+/// slot log and the claims folder, and joining each from the repo root, a component at a
+/// time, was an allocation a component on every one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     repo: PathBuf,
+    tmp: PathBuf,
+    lane: PathBuf,
 }
 
 impl Layout {
     pub fn new(repo: impl Into<PathBuf>) -> Self {
-        Layout { repo: repo.into() }
+        let repo = repo.into();
+        let tmp = repo.join(".red").join("tmp");
+        let lane = tmp.join("supervisors").join("default");
+        Layout { repo, tmp, lane }
     }
 
     pub fn repo(&self) -> &Path {
@@ -29,7 +38,7 @@ impl Layout {
 
     /// `.red/tmp/`: the only tree any sweep may delete in.
     pub fn tmp(&self) -> PathBuf {
-        self.red().join("tmp")
+        self.tmp.clone()
     }
 
     pub fn state(&self) -> PathBuf {
@@ -47,11 +56,11 @@ impl Layout {
     }
 
     pub fn worker_namespace(&self, ns: &str) -> PathBuf {
-        self.tmp().join(ns)
+        self.tmp.join(ns)
     }
 
     pub fn claims(&self) -> PathBuf {
-        self.tmp().join("claims")
+        self.tmp.join("claims")
     }
 
     /// `claims/<N>/pid`: the claim lock of issue N.
@@ -60,58 +69,79 @@ impl Layout {
     }
 
     pub fn docs_sweep(&self) -> PathBuf {
-        self.tmp().join("docs-sweep")
+        self.tmp.join("docs-sweep")
     }
 
     pub fn logs(&self) -> PathBuf {
-        self.tmp().join("logs")
+        self.tmp.join("logs")
     }
 
     /// `logs/<yyyy-mm-dd>/afk-supervisor-slot-<i>.log`.
     pub fn slot_log(&self, date: &str, slot: usize) -> PathBuf {
-        self.logs()
-            .join(date)
-            .join(format!("afk-supervisor-slot-{slot}.log"))
+        let mut name = String::with_capacity(48);
+        name.push_str("logs/");
+        name.push_str(date);
+        name.push_str("/afk-supervisor-slot-");
+        push_number(&mut name, slot);
+        name.push_str(".log");
+        joined(&self.tmp, &name)
     }
 
     /// The supervisor lane, `.red/tmp/supervisors/default/`.
     pub fn supervisor_lane(&self) -> PathBuf {
-        self.tmp().join("supervisors").join("default")
+        self.lane.clone()
     }
 
     pub fn supervisor_pid(&self) -> PathBuf {
-        self.supervisor_lane().join("afk-supervisor.pid")
+        self.lane.join("afk-supervisor.pid")
     }
 
     pub fn supervisor_lock(&self) -> PathBuf {
-        self.supervisor_lane().join("afk-supervisor.lock")
+        self.lane.join("afk-supervisor.lock")
     }
 
     pub fn supervisor_stop(&self) -> PathBuf {
-        self.supervisor_lane().join("afk-supervisor.stop")
+        self.lane.join("afk-supervisor.stop")
     }
 
     pub fn resize_file(&self) -> PathBuf {
-        self.supervisor_lane().join("resize.toon")
+        self.lane.join("resize.toon")
     }
 
     pub fn state_file(&self) -> PathBuf {
-        self.supervisor_lane().join("state.toon")
+        self.lane.join("state.toon")
     }
 
     pub fn retire_file(&self, slot: usize) -> PathBuf {
-        self.supervisor_lane()
-            .join(format!("afk-supervisor-slot-{slot}.retire"))
+        let mut name = String::with_capacity(40);
+        name.push_str("afk-supervisor-slot-");
+        push_number(&mut name, slot);
+        name.push_str(".retire");
+        joined(&self.lane, &name)
     }
 
     pub fn event_log(&self) -> PathBuf {
-        self.supervisor_lane().join("supervisor.log.toonl")
+        self.lane.join("supervisor.log.toonl")
     }
 
     /// What a supervisor started in the background (`start`) prints, appended.
     pub fn supervisor_out(&self) -> PathBuf {
-        self.supervisor_lane().join("supervisor.out")
+        self.lane.join("supervisor.out")
     }
+}
+
+/// `dir/rel` in one allocation (`rel` relative, `/`-separated).
+fn joined(dir: &Path, rel: &str) -> PathBuf {
+    let mut p = std::ffi::OsString::with_capacity(dir.as_os_str().len() + 1 + rel.len());
+    p.push(dir.as_os_str());
+    p.push("/");
+    p.push(rel);
+    PathBuf::from(p)
+}
+
+fn push_number(s: &mut String, n: usize) {
+    use std::fmt::Write;
+    let _ = write!(s, "{n}");
 }
 
 /// `<file>.start` beside a pid file: the recorded process start time (`docs/SPEC.md` §2).
@@ -189,6 +219,30 @@ mod tests {
         assert_eq!(parse_positive("42"), Some(42));
         for bad in ["", "0", "042", "-1", "+1", "4x", "99999999999999999999999"] {
             assert_eq!(parse_positive(bad), None, "{bad}");
+        }
+    }
+
+    /// The paths built in one allocation are the ones the component joins give.
+    #[test]
+    fn file_paths_equal_their_joins() {
+        for repo in ["/r", "/r/", "rel/repo", "."] {
+            let l = Layout::new(repo);
+            let lane = Path::new(repo).join(".red/tmp/supervisors/default");
+            assert_eq!(
+                l.retire_file(12),
+                lane.join("afk-supervisor-slot-12.retire")
+            );
+            assert_eq!(
+                l.slot_log("2026-12-05", 3),
+                Path::new(repo)
+                    .join(".red")
+                    .join("tmp")
+                    .join("logs")
+                    .join("2026-12-05")
+                    .join("afk-supervisor-slot-3.log")
+            );
+            assert_eq!(l.supervisor_lane(), lane);
+            assert_eq!(l.tmp(), l.red().join("tmp"));
         }
     }
 

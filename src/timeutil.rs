@@ -46,30 +46,33 @@ const YEAR_10000: u64 = 253_402_300_800;
 
 fn rfc3339_millis_since_epoch(d: Duration) -> String {
     let secs = d.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, dd) = civil::civil_from_days(days as i64);
-    let (y, m, dd) = (y as u64, m as u64, dd as u64);
+    let rem = secs % 86_400;
     let mut s = String::with_capacity(24);
-    let digits = |s: &mut String, n: u64, width: u32| {
-        for i in (0..width).rev() {
-            s.push(char::from(b'0' + (n / 10u64.pow(i) % 10) as u8));
-        }
-    };
-    digits(&mut s, y, 4);
-    for (sep, n) in [
-        ('-', m),
-        ('-', dd),
-        ('T', rem / 3600),
-        (':', rem / 60 % 60),
-        (':', rem % 60),
-    ] {
+    push_date(&mut s, secs / 86_400);
+    for (sep, n) in [('T', rem / 3600), (':', rem / 60 % 60), (':', rem % 60)] {
         s.push(sep);
-        digits(&mut s, n, 2);
+        push_digits(&mut s, n, 2);
     }
     s.push('.');
-    digits(&mut s, u64::from(d.subsec_millis()), 3);
+    push_digits(&mut s, u64::from(d.subsec_millis()), 3);
     s.push('Z');
     s
+}
+
+/// `yyyy-mm-dd` of day `days` since the epoch (a year below 10000).
+fn push_date(s: &mut String, days: u64) {
+    let (y, m, dd) = civil::civil_from_days(days as i64);
+    push_digits(s, y as u64, 4);
+    for n in [m, dd] {
+        s.push('-');
+        push_digits(s, n as u64, 2);
+    }
+}
+
+fn push_digits(s: &mut String, n: u64, width: u32) {
+    for i in (0..width).rev() {
+        s.push(char::from(b'0' + (n / 10u64.pow(i) % 10) as u8));
+    }
 }
 
 /// RFC 3339 UTC to the second, for `started_at`-style fields.
@@ -96,8 +99,16 @@ pub fn coarse_duration(s: u64) -> String {
     }
 }
 
-/// `yyyy-mm-dd` in UTC, the slot-log directory name.
+/// `yyyy-mm-dd` in UTC, the slot-log directory name: by hand for 1970 to 9999 like
+/// [`rfc3339_millis`] (every spawn names its log by it), the `time` crate's elsewhere.
 pub fn date_utc(t: SystemTime) -> String {
+    if let Ok(d) = t.duration_since(UNIX_EPOCH)
+        && d.as_secs() < YEAR_10000
+    {
+        let mut s = String::with_capacity(10);
+        push_date(&mut s, d.as_secs() / 86_400);
+        return s;
+    }
     let fmt = format_description!("[year]-[month]-[day]");
     OffsetDateTime::from(t)
         .format(&fmt)
@@ -118,7 +129,7 @@ pub fn now_epoch() -> u64 {
 mod tests {
     use super::*;
 
-    /// The hand-written format agrees with the `time` crate's, across leap days, century
+    /// The hand-written formats (the timestamp and the date) agree with the `time` crate's, across leap days, century
     /// years, the ends of days and the range's ends.
     #[test]
     fn millisecond_timestamps_match_the_time_crates_format() {
@@ -146,6 +157,7 @@ mod tests {
             for ms in [0u64, 7, 999] {
                 let at = UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
                 assert_eq!(rfc3339_millis(at), by_crate(at), "at {s}.{ms:03}");
+                assert_eq!(date_utc(at), by_crate(at)[..10], "date at {s}.{ms:03}");
             }
         }
         assert_eq!(
@@ -154,6 +166,7 @@ mod tests {
         );
         let before = UNIX_EPOCH - Duration::from_secs(1);
         assert_eq!(rfc3339_millis(before), "1969-12-31T23:59:59.000Z");
+        assert_eq!(date_utc(before), "1969-12-31");
     }
 
     #[test]
