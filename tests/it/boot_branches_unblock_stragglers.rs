@@ -4,7 +4,6 @@
 
 use std::process::Command;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::LocalTracker;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
@@ -41,7 +40,7 @@ fn branches(env: &TestEnv, repo: &Repo) {
 fn local_fixture() -> (TestEnv, Repo, LocalTracker) {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+    let t = env.local_tracker(&repo.path);
     let issues: [&[&str]; 8] = [
         &["ready-for-agent"],
         &[],
@@ -123,7 +122,7 @@ fn suite_dry_run_changes_nothing() {
 fn no_stragglers_no_warning() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+    let t = env.local_tracker(&repo.path);
     t.create("ready", "", &["ready-for-agent"]).unwrap();
     let mut c = bin(&env, &repo);
     c.args(["--tracker", "local", "sweep", "--only", "stragglers"]);

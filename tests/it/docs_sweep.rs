@@ -50,9 +50,7 @@ impl Fx {
     }
 
     fn write(&self, rel: &str, content: &str) {
-        let p = self.path(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, content).unwrap();
+        self.env.write(&self.repo.path, rel, content);
     }
 
     fn git(&self, args: &[&str]) -> String {

@@ -5,27 +5,15 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Output;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{TestEnv, text, wait_until};
-
-fn run(env: &TestEnv, repo: &std::path::Path, args: &[&str]) -> Output {
-    env.bin().current_dir(repo).args(args).output().unwrap()
-}
-
-fn ok(env: &TestEnv, repo: &std::path::Path, args: &[&str]) -> String {
-    let out = run(env, repo, args);
-    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
-    text(&out.stdout)
-}
 
 #[test]
 fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin().path;
-    let out = ok(
-        &env,
+    let out = env.ok_in(
         &repo,
         &[
             "init",
@@ -60,7 +48,7 @@ fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite
         "{written}"
     );
     // What `config` reads back is what init was told, from the file.
-    let shown = ok(&env, &repo, &["config"]);
+    let shown = env.ok_in(&repo, &["config"]);
     for want in [
         "fleet.workers = 3  # file",
         "tracker.kind = local  # file",
@@ -74,7 +62,7 @@ fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite
 
     // A second init keeps the file and says how to replace it.
     fs::write(&cfg, "# mine\n").unwrap();
-    let again = run(&env, &repo, &["init"]);
+    let again = env.run_in(&repo, &["init"]);
     assert_eq!(again.status.code(), Some(1));
     assert_eq!(
         text(&again.stderr),
@@ -84,7 +72,7 @@ fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite
         )
     );
     assert_eq!(fs::read_to_string(&cfg).unwrap(), "# mine\n");
-    let forced = ok(&env, &repo, &["init", "--force"]);
+    let forced = env.ok_in(&repo, &["init", "--force"]);
     assert!(
         forced.contains("no agent yet: set [agent] command"),
         "{forced}"
@@ -101,37 +89,32 @@ fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite
 fn issue_new_is_ready_for_agent_unless_told_and_red_never_shows_in_git_status() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin().path;
-    assert_eq!(ok(&env, &repo, &["issue", "new", "--title", "a"]), "1\n");
+    assert_eq!(env.ok_in(&repo, &["issue", "new", "--title", "a"]), "1\n");
     assert_eq!(
-        ok(&env, &repo, &["issue", "new", "--title", "b", "--no-label"]),
+        env.ok_in(&repo, &["issue", "new", "--title", "b", "--no-label"]),
         "2\n"
     );
     assert_eq!(
-        ok(
-            &env,
-            &repo,
-            &["issue", "new", "--title", "c", "--label", "bug"]
-        ),
+        env.ok_in(&repo, &["issue", "new", "--title", "c", "--label", "bug"]),
         "3\n"
     );
-    let listed = ok(&env, &repo, &["issue", "list"]);
+    let listed = env.ok_in(&repo, &["issue", "list"]);
     assert_eq!(
         listed, "#3 OPEN c [bug]\n#2 OPEN b\n#1 OPEN a [ready-for-agent]\n",
         "{listed}"
     );
-    let both = run(
-        &env,
+    let both = env.run_in(
         &repo,
         &["issue", "new", "--title", "d", "--no-label", "--label", "x"],
     );
     assert_eq!(both.status.code(), Some(2));
-    ok(&env, &repo, &["config"]);
+    env.ok_in(&repo, &["config"]);
     // The local store lives in .red/state/, which the command ignored as it created it.
     let status = env.git(&repo, &["status", "--short", "--untracked-files=all"]);
     assert_eq!(status, "?? .gitignore\n", "{status}");
     env.git(&repo, &["add", ".gitignore"]);
     env.git(&repo, &["commit", "-q", "-m", "ignore .red"]);
-    ok(&env, &repo, &["issue", "new", "--title", "e"]);
+    env.ok_in(&repo, &["issue", "new", "--title", "e"]);
     assert_eq!(env.git(&repo, &["status", "--short"]), "");
 }
 

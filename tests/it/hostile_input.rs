@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::LocalTracker;
 
+use crate::support::cli::SUPERVISED;
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::{Repo, TestEnv, fleet, local_comments, local_labels, wait_until};
 
@@ -66,7 +66,7 @@ impl Fx {
             ".red/tmp/\n.red/state/\n",
         )
         .unwrap();
-        let tracker = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+        let tracker = env.local_tracker(&repo.path);
         Fx { env, repo, tracker }
     }
 
@@ -131,8 +131,6 @@ enum Agent<'a> {
     Script(&'a str),
     Missing,
 }
-
-const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
 
 fn describe(o: &Output) -> String {
     format!(

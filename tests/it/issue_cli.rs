@@ -9,33 +9,13 @@ use serde_json::{Value, json};
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::{Repo, TestEnv, stderr};
 
-fn run(env: &TestEnv, repo: &Path, args: &[&str]) -> Output {
-    env.bin()
-        .arg("--repo")
-        .arg(repo)
-        .args(args)
-        .output()
-        .expect("run afk-supervisor")
-}
-
-fn ok(env: &TestEnv, repo: &Path, args: &[&str]) -> String {
-    let out = run(env, repo, args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_issue_commands_on_the_local_store() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
     assert_eq!(
-        ok(
-            &env,
+        env.ok_on(
             r,
             &[
                 "issue",
@@ -53,15 +33,10 @@ fn the_issue_commands_on_the_local_store() {
         "1\n"
     );
     assert_eq!(
-        ok(
-            &env,
-            r,
-            &["issue", "new", "--title", "Second", "--no-label"]
-        ),
+        env.ok_on(r, &["issue", "new", "--title", "Second", "--no-label"]),
         "2\n"
     );
-    ok(
-        &env,
+    env.ok_on(
         r,
         &[
             "issue",
@@ -73,20 +48,19 @@ fn the_issue_commands_on_the_local_store() {
             "ready-for-agent",
         ],
     );
-    ok(&env, r, &["issue", "comment", "1", "--body", "🤖 hello"]);
-    ok(&env, r, &["issue", "close", "2"]);
+    env.ok_on(r, &["issue", "comment", "1", "--body", "🤖 hello"]);
+    env.ok_on(r, &["issue", "close", "2"]);
 
     assert_eq!(
-        ok(&env, r, &["issue", "list"]),
+        env.ok_on(r, &["issue", "list"]),
         "#1 OPEN First [req:9, running]\n"
     );
     assert_eq!(
-        ok(&env, r, &["issue", "list", "--state", "all"]),
+        env.ok_on(r, &["issue", "list", "--state", "all"]),
         "#2 CLOSED Second\n#1 OPEN First [req:9, running]\n"
     );
     assert_eq!(
-        ok(
-            &env,
+        env.ok_on(
             r,
             &["issue", "list", "--state", "closed", "--label", "running"]
         ),
@@ -94,7 +68,8 @@ fn the_issue_commands_on_the_local_store() {
     );
 
     let rows: Value =
-        serde_json::from_str(&ok(&env, r, &["issue", "list", "--state", "all", "--json"])).unwrap();
+        serde_json::from_str(&env.ok_on(r, &["issue", "list", "--state", "all", "--json"]))
+            .unwrap();
     let closed_at = rows[0]["closed_at"]
         .as_str()
         .expect("closed_at")
@@ -107,7 +82,8 @@ fn the_issue_commands_on_the_local_store() {
         ])
     );
 
-    let one: Value = serde_json::from_str(&ok(&env, r, &["issue", "show", "1", "--json"])).unwrap();
+    let one: Value =
+        serde_json::from_str(&env.ok_on(r, &["issue", "show", "1", "--json"])).unwrap();
     let keys: Vec<&str> = one
         .as_object()
         .unwrap()
@@ -133,7 +109,7 @@ fn the_issue_commands_on_the_local_store() {
     assert_eq!(one["comments"][0]["body"], "🤖 hello");
     assert!(one["comments"][0]["at"].as_str().unwrap().ends_with('Z'));
 
-    let text = ok(&env, r, &["issue", "show", "1"]);
+    let text = env.ok_on(r, &["issue", "show", "1"]);
     assert!(
         text.starts_with("#1 First\nstate: OPEN\nlabels: req:9, running\n"),
         "{text}"
@@ -144,13 +120,14 @@ fn the_issue_commands_on_the_local_store() {
         "{text}"
     );
 
-    ok(&env, r, &["issue", "reopen", "2"]);
-    let two: Value = serde_json::from_str(&ok(&env, r, &["issue", "show", "2", "--json"])).unwrap();
+    env.ok_on(r, &["issue", "reopen", "2"]);
+    let two: Value =
+        serde_json::from_str(&env.ok_on(r, &["issue", "show", "2", "--json"])).unwrap();
     assert_eq!(two["state"], "OPEN");
     assert_eq!(two["closed_at"], Value::Null);
 
     // The backend is named once, on stderr, so JSON on stdout stays clean.
-    let out = run(&env, r, &["issue", "list", "--json"]);
+    let out = env.run_on(r, &["issue", "list", "--json"]);
     assert_eq!(stderr(&out), "tracker: local (origin is not on GitHub)\n");
 }
 
@@ -159,9 +136,9 @@ fn errors_are_one_line_with_the_right_exit_code() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
-    ok(&env, r, &["issue", "new", "--title", "x"]);
+    env.ok_on(r, &["issue", "new", "--title", "x"]);
 
-    let out = run(&env, r, &["issue", "show", "99"]);
+    let out = env.run_on(r, &["issue", "show", "99"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 2, "{err}");
@@ -170,15 +147,15 @@ fn errors_are_one_line_with_the_right_exit_code() {
         "{err}"
     );
 
-    let out = run(&env, r, &["issue", "label", "1"]);
+    let out = env.run_on(r, &["issue", "label", "1"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("give at least one --add or --remove"));
 
-    let out = run(&env, r, &["issue", "label", "1", "--add", "a,b"]);
+    let out = env.run_on(r, &["issue", "label", "1", "--add", "a,b"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("contain no comma"));
 
-    let out = run(&env, r, &["issue", "list", "--state", "sideways"]);
+    let out = env.run_on(r, &["issue", "list", "--state", "sideways"]);
     assert_eq!(out.status.code(), Some(2));
 
     // A hand edit that broke the file: named with line and column, and left as it was.
@@ -189,7 +166,7 @@ fn errors_are_one_line_with_the_right_exit_code() {
         &["issue", "list"][..],
         &["issue", "label", "1", "--add", "b"],
     ] {
-        let out = run(&env, r, args);
+        let out = env.run_on(r, args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = stderr(&out);
         assert!(err.contains(&format!("{}:", file.display())), "{err}");
@@ -203,23 +180,19 @@ fn label_edits_from_parallel_commands_are_all_kept() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = repo.path.clone();
-    ok(&env, &r, &["issue", "new", "--title", "x", "--no-label"]);
+    env.ok_on(&r, &["issue", "new", "--title", "x", "--no-label"]);
     std::thread::scope(|s| {
         for i in 0..8 {
             let (env, r) = (&env, &r);
             s.spawn(move || {
                 for j in 0..5 {
-                    ok(
-                        env,
-                        r,
-                        &["issue", "label", "1", "--add", &format!("p{i}-{j}")],
-                    );
+                    env.ok_on(r, &["issue", "label", "1", "--add", &format!("p{i}-{j}")]);
                 }
             });
         }
     });
     let one: Value =
-        serde_json::from_str(&ok(&env, &r, &["issue", "show", "1", "--json"])).unwrap();
+        serde_json::from_str(&env.ok_on(&r, &["issue", "show", "1", "--json"])).unwrap();
     assert_eq!(one["labels"].as_array().unwrap().len(), 40);
 }
 

@@ -1,15 +1,14 @@
 //! `afk-supervisor logs`: the event log for people, from real files.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use afk_supervisor::layout::Layout;
 use afk_supervisor::toonl::{Event, EventLog};
 
-use crate::support::{TestEnv, ev};
+use crate::support::{TestEnv, ev, stdout_lines};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -171,15 +170,7 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
             .spawn()
             .unwrap(),
     );
-    let (tx, rx) = mpsc::channel();
-    let out = child.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = stdout_lines(&mut child.0);
     let next = || rx.recv_timeout(WAIT).expect("no line from logs --follow");
     assert!(next().ends_with(": one"));
 

@@ -2,11 +2,11 @@
 //! folders: when the next day's log of the slot appears, it moves on to it.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::Stdio;
-use std::sync::mpsc;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::stdout_lines;
 
 #[test]
 fn following_a_slot_log_moves_to_the_next_days_file() {
@@ -27,15 +27,7 @@ fn following_a_slot_log_moves_to_the_next_days_file() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = stdout_lines(&mut child);
     let next = || {
         rx.recv_timeout(WAIT)
             .expect("logs --follow printed nothing more")

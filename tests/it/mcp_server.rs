@@ -2,14 +2,13 @@
 //! venv the test makes), against a running fleet on the local tracker; and by raw pipes
 //! for what no SDK client sends (a malformed frame, stdin closed).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 
 use serde_json::Value;
 
-use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
-use crate::support::{self, wait_until};
+use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit, WAIT};
+use crate::support::{self, stdout_lines, wait_until};
 
 const SLEEPING_WORKER: &str = "exec sleep 1000\n";
 
@@ -44,12 +43,6 @@ fn call<'a>(s: &'a Value, label: &str) -> &'a Value {
         .iter()
         .find(|c| c["label"] == label)
         .unwrap_or_else(|| panic!("no call {label}: {s}"))
-}
-
-fn status_json(f: &Fleet) -> Value {
-    let out = f.run_cmd(&["status", "--json"]);
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Files issue `labels` on the fleet's local tracker and returns its number.
@@ -89,7 +82,7 @@ fn fleet() -> Fleet {
     f.start(&["--workers", "2"]);
     f.wait_workers(2);
     assert!(wait_until(WAIT, || {
-        status_json(&f)["fleet"]["ready_for_agent"] == 1
+        f.status_json(StatusExit::Is(0))["fleet"]["ready_for_agent"] == 1
     }));
     f
 }
@@ -152,7 +145,7 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     let mcp = call(&s, "status");
     assert_eq!(mcp["is_error"], false, "{mcp}");
     let mut got = mcp["structured"].clone();
-    let mut want = status_json(&f);
+    let mut want = f.status_json(StatusExit::Is(0));
     for v in [&mut got, &mut want] {
         v["epoch"] = Value::Null;
         for k in ["heartbeat_epoch", "heartbeat_age_s", "uptime_s"] {
@@ -231,7 +224,7 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
         assert!(c["text"].as_str().unwrap().contains(words), "{label}: {c}");
     }
     // Refused writes changed nothing.
-    let st = status_json(&f);
+    let st = f.status_json(StatusExit::Is(0));
     assert_eq!(st["fleet"]["target"], 2);
     assert!(st["fleet"]["operator_pause"].is_null());
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
@@ -336,21 +329,6 @@ fn with_allow_writes_every_write_tool_acts_on_the_fleet_and_hostile_input_is_ref
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
 
-/// Reads stdout lines on a thread so every wait has a deadline.
-fn lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 #[test]
 fn a_malformed_frame_is_answered_and_the_server_keeps_serving_then_exits_on_closed_stdin() {
     let env = support::TestEnv::new();
@@ -365,7 +343,7 @@ fn a_malformed_frame_is_answered_and_the_server_keeps_serving_then_exits_on_clos
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let rx = lines(&mut child);
+    let rx = stdout_lines(&mut child);
     let mut stdin = child.stdin.take().unwrap();
     let init = serde_json::json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -1,7 +1,7 @@
 //! The operator's acts on a real fleet: `pause`/`resume` (no new spawns while paused,
 //! in-flight workers finish) and `stop --slot` / `restart` through the control path.
 
-use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
+use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit, WAIT};
 use crate::support::{fleet, stderr, stdout, wait_until};
 
 /// Notes each start, then runs until asked to retire (a drain) or killed.
@@ -26,15 +26,6 @@ fn spawns(f: &Fleet) -> Vec<(usize, i32)> {
             Some((s.parse().ok()?, p.parse().ok()?))
         })
         .collect()
-}
-
-fn status_json(f: &Fleet) -> serde_json::Value {
-    let out = f.run_cmd(&["status", "--json"]);
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // `status` exits 1 while the fleet is degraded (an operator pause is one reason), 0 else.
-    let want = if j["health"] == "degraded" { 1 } else { 0 };
-    assert_eq!(out.status.code(), Some(want), "{out:?}");
-    j
 }
 
 /// Waits for `n` more supervisor ticks than now.
@@ -76,7 +67,7 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     let held = spawns(&f).len();
     wait_ticks(&f, 4);
     assert_eq!(spawns(&f).len(), held, "spawned while paused: {}", f.dump());
-    let j = status_json(&f);
+    let j = f.status_json(StatusExit::OfHealth);
     assert_eq!(j["health"], "degraded", "{j}");
     assert!(
         j["degraded"]
@@ -97,7 +88,7 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     let resumed = f.wait_events("fleet.operator-resumed", 1);
     assert!(resumed[0].msg.contains("via=cli"), "{resumed:?}");
     assert!(wait_until(WAIT, || spawns(&f).len() > held), "{}", f.dump());
-    assert!(status_json(&f)["fleet"]["operator_pause"].is_null());
+    assert!(f.status_json(StatusExit::OfHealth)["fleet"]["operator_pause"].is_null());
     // A second resume has nothing to lift; a pause in the past is refused.
     assert!(stdout(&f.run_cmd(&["resume"])).contains("no operator pause"));
     let out = f.run_cmd(&["pause", "--until", "2001-01-01T00:00:00Z"]);
@@ -127,7 +118,7 @@ fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
         f.dump()
     );
     assert!(wait_until(WAIT, || {
-        status_json(&f)["slots"]
+        f.status_json(StatusExit::OfHealth)["slots"]
             .as_array()
             .is_some_and(|s| s.iter().any(|r| r["slot"] == 1 && r["state"] == "stopped"))
     }));
@@ -165,7 +156,12 @@ fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
         .filter(|(s, _)| *s == 0)
         .count()
         > before.len()));
-    assert_eq!(status_json(&f)["fleet"]["deaths"], 0, "{}", f.dump());
+    assert_eq!(
+        f.status_json(StatusExit::OfHealth)["fleet"]["deaths"],
+        0,
+        "{}",
+        f.dump()
+    );
 
     // A drained stop: the worker is asked to retire and the slot stays empty.
     let out = f.run_cmd(&["stop", "--slot", "0"]);

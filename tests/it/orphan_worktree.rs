@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::{attempt_cap, orphans};
 use afk_supervisor::tracker::LocalTracker;
 
@@ -20,7 +19,7 @@ const BRANCH: &str = "afk/w1/1-fix";
 fn fixture() -> (TestEnv, Repo, Tree, LocalTracker, PathBuf) {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+    let t = env.local_tracker(&repo.path);
     assert_eq!(t.create("fix", "", &[]).unwrap(), 1);
     t.close(1).unwrap();
     let tree = Tree::new(&repo.path);

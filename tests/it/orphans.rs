@@ -3,7 +3,6 @@
 //! dirs, stale claims, dead worker shells, corrupt files, reused pids, and dry runs.
 
 use std::fs;
-use std::path::Path;
 
 use afk_supervisor::safe_delete::{DeleteError, DeleteRoot};
 use afk_supervisor::sweeps::orphans::{self, OrphanReport, RESTORE_COMMENT};
@@ -11,13 +10,6 @@ use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
 
 use crate::support::sweep_fixtures::*;
 use crate::support::{BindMount, TestEnv, local_comments as comments, local_labels as labels};
-
-fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
-    LocalTracker::new(
-        &afk_supervisor::layout::Layout::new(repo),
-        env.lib_git(repo),
-    )
-}
 
 fn sweep(tree: &Tree, t: &dyn Tracker, dry_run: bool) -> OrphanReport {
     orphans::run(&tree.layout, t, tree.now, dry_run).unwrap()
@@ -44,7 +36,7 @@ impl Small {
         let env = TestEnv::new();
         let dir = env.path().join("repo");
         let tree = Tree::new(&dir);
-        let t = tracker(&env, &dir);
+        let t = env.local_tracker(&dir);
         let closed = t.create("closed", "", &[]).unwrap();
         t.close(closed).unwrap();
         Small {
@@ -78,7 +70,7 @@ impl FateTable {
         let env = TestEnv::new();
         let dir = &env.path().join("repo");
         let tree = Tree::new(dir);
-        let t = tracker(&env, dir);
+        let t = env.local_tracker(dir);
         let live = LiveProc::spawn();
         let mk = |title: &str, l: &[&str]| t.create(title, "", l).unwrap();
         let closed = mk("closed", &["running"]);
@@ -357,7 +349,7 @@ fn legacy_flat_dirs_only_numeric_and_dead() {
     let env = TestEnv::new();
     let dir = &env.path().join("repo");
     let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
+    let t = env.local_tracker(dir);
     let live = LiveProc::spawn();
     let tmp = tree.layout.tmp();
     let mk = |name: &str, pid: Pid| {
@@ -394,7 +386,7 @@ fn stale_claims_are_released_and_running_issues_restored() {
     let env = TestEnv::new();
     let dir = &env.path().join("repo");
     let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
+    let t = env.local_tracker(dir);
     let live = LiveProc::spawn();
     let running_dead = t.create("running, dead holder", "", &["running"]).unwrap();
     let running_live = t.create("running, live holder", "", &["running"]).unwrap();
@@ -444,7 +436,7 @@ fn symlinks_are_never_walked_and_their_targets_survive() {
     let dir = &env.path().join("repo");
     let outside = tempfile::tempdir().unwrap();
     let tree = Tree::new(dir);
-    let t = tracker(&env, dir);
+    let t = env.local_tracker(dir);
     let closed = t.create("closed", "", &[]).unwrap();
     t.close(closed).unwrap();
     let castle = tree.layout.state().join("castle");
@@ -504,7 +496,7 @@ fn a_symlinked_tmp_fails_the_sweep_and_deletes_nothing() {
     let w = elsewhere.path().join("workers/w1/5-a1");
     fs::create_dir_all(&w).unwrap();
     std::os::unix::fs::symlink(elsewhere.path(), layout.tmp()).unwrap();
-    let t = tracker(&env, dir);
+    let t = env.local_tracker(dir);
     let err = orphans::run(&layout, &t, std::time::SystemTime::now(), false).unwrap_err();
     assert!(err.to_string().contains("symlink"), "{err}");
     assert!(w.exists());

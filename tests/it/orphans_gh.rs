@@ -37,13 +37,6 @@ fn sweep(s: &Setup) -> OrphanReport {
     orphans::run(&s.tree.layout, &s.t, s.tree.now, false).unwrap()
 }
 
-fn verbs(gh: &FakeGh) -> Vec<String> {
-    gh.calls()
-        .iter()
-        .map(|argv| argv.iter().take(2).cloned().collect::<Vec<_>>().join(" "))
-        .collect()
-}
-
 /// Dirs whose issue states would mean "remove" or "restore", aged either side of both
 /// fallback TTLs.
 fn fallback_tree(s: &Setup) -> [(PathBuf, bool); 4] {
@@ -62,7 +55,7 @@ fn assert_fallback(s: &Setup, dirs: &[(PathBuf, bool)], r: &OrphanReport) {
         assert_eq!(p.exists(), *kept, "{}", p.display());
     }
     // Only the batch listing was tried: no per-issue view, no edit, no comment.
-    assert_eq!(verbs(&s.gh), vec!["issue list"]);
+    assert_eq!(s.gh.verbs(&[]), vec!["issue list"]);
     assert_eq!(s.gh.issue(2).unwrap().labels, vec!["running"]);
     assert!(s.gh.issue(2).unwrap().comments.is_empty());
     assert_eq!(
@@ -123,7 +116,10 @@ fn a_number_missing_from_the_batch_gets_one_view() {
     assert!(kept.exists() && kept2.exists());
     assert!(ghost.exists());
     assert!(!old_ghost.exists());
-    assert_eq!(verbs(&s.gh), vec!["issue list", "issue view", "issue view"]);
+    assert_eq!(
+        s.gh.verbs(&[]),
+        vec!["issue list", "issue view", "issue view"]
+    );
     assert_eq!(r.tracker_reads, 3);
 }
 
@@ -137,7 +133,7 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     let r = sweep(&s);
     assert!(a.exists());
     // The restore reads the claim marks first (SPEC §11.5): that read fails, nothing is posted.
-    assert_eq!(verbs(&s.gh), vec!["issue list", "issue view"]);
+    assert_eq!(s.gh.verbs(&[]), vec!["issue list", "issue view"]);
     assert_eq!(s.gh.issue(7).unwrap().labels, vec!["running"]);
     assert_eq!((r.counts.restored, r.counts.kept), (0, 1));
     // Next boot, with the tracker back, the restore goes through.
@@ -146,7 +142,7 @@ fn a_transient_failure_of_the_restore_keeps_the_dir_and_posts_nothing() {
     assert!(!a.exists());
     assert_eq!(r.counts.restored, 1);
     assert_eq!(
-        verbs(&s.gh),
+        s.gh.verbs(&[]),
         vec!["issue list", "issue view", "issue comment", "issue edit"]
     );
     let issue = s.gh.issue(7).unwrap();
@@ -190,7 +186,7 @@ fn two_thousand_dirs_of_three_hundred_issues_cost_one_list_plus_the_transitions(
         );
     }
     let r = sweep(&s);
-    let v = verbs(&s.gh);
+    let v = s.gh.verbs(&[]);
     let count = |verb: &str| v.iter().filter(|c| *c == verb).count();
     assert_eq!(r.counts.restored, 10);
     assert_eq!(count("issue list"), 1);

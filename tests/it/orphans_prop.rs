@@ -10,7 +10,6 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::attempt_cap::{self, Caps};
 use afk_supervisor::sweeps::orphans;
 use afk_supervisor::tracker::LocalTracker;
@@ -185,7 +184,7 @@ fn build(spec: &Spec, live: &LiveProc) -> World {
     let store = TestEnv::new();
     let tree = Tree::new(repo.path());
     let layout = &tree.layout;
-    let tracker = LocalTracker::new(&Layout::new(store.path()), store.lib_git(store.path()));
+    let tracker = store.local_tracker(store.path());
     for (i, kind) in spec.issues.iter().enumerate() {
         let l: &[&str] = match kind {
             IssueKind::Closed | IssueKind::Running => &["running"],

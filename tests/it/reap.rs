@@ -4,12 +4,11 @@
 
 use std::path::Path;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::sweeps::branches::{self, Action};
-use afk_supervisor::tracker::{LocalTracker, Tracker};
+use afk_supervisor::tracker::Tracker;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
-use crate::support::{Repo, TestEnv, set};
+use crate::support::{Repo, TestEnv, run, set};
 
 /// The fixture: issues #1 open, #2 closed, #3 closed on the local tracker (#9 and #0 never
 /// exist), and these branches:
@@ -33,7 +32,7 @@ fn fixture() -> Fixture {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
-    let t = LocalTracker::new(&Layout::new(r), env.lib_git(r));
+    let t = env.local_tracker(r);
     assert_eq!(t.create("open one", "", &["ready-for-agent"]).unwrap(), 1);
     assert_eq!(t.create("closed one", "", &[]).unwrap(), 2);
     assert_eq!(t.create("closed, in a worktree", "", &[]).unwrap(), 3);
@@ -85,20 +84,9 @@ fn fixture() -> Fixture {
 }
 
 fn reap(f: &Fixture, extra: &[&str]) -> (i32, String, String) {
-    let out = f
-        .env
-        .bin()
-        .arg("--repo")
-        .arg(&f.repo.path)
-        .args(["--tracker", "local", "reap"])
-        .args(extra)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut c = f.env.bin_on(&f.repo.path);
+    c.args(["--tracker", "local", "reap"]).args(extra);
+    run(c)
 }
 
 const FIRST_RUN: &str = "\
@@ -180,20 +168,9 @@ fn dry_run_says_would_reap_and_deletes_nothing() {
 
 /// `reap` with `--tracker gh` and the fake first on PATH.
 fn reap_gh(f: &Fixture, gh: &FakeGh) -> (i32, String, String) {
-    let out = f
-        .env
-        .bin()
-        .env("PATH", gh.path_env())
-        .arg("--repo")
-        .arg(&f.repo.path)
-        .args(["--tracker", "gh", "reap"])
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut c = f.env.bin_on(&f.repo.path);
+    gh.apply(&mut c).args(["--tracker", "gh", "reap"]);
+    run(c)
 }
 
 fn gh_issues() -> Vec<FakeIssue> {
@@ -365,7 +342,7 @@ fn reap_cost_does_not_grow_with_the_branch_count() {
 #[test]
 fn dry_run_costs_six_git_calls_and_counts_like_the_summary() {
     let f = fixture();
-    let t = LocalTracker::new(&Layout::new(&f.repo.path), f.env.lib_git(&f.repo.path));
+    let t = f.env.local_tracker(&f.repo.path);
     assert_eq!(t.kind(), "local");
     let git = f.env.lib_git(&f.repo.path);
     let r = branches::run(&git, &t, "main", true, &Default::default()).unwrap();

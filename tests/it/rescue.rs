@@ -76,20 +76,6 @@ fn git(f: &Fleet, args: &[&str]) -> String {
     f.env.git(&f.repo, args)
 }
 
-/// Every attempt dir under the worker namespaces.
-fn attempt_dirs(f: &Fleet) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let root = f.repo.join(".red/tmp/workers");
-    for w in fs::read_dir(root).into_iter().flatten().flatten() {
-        for a in fs::read_dir(w.path()).into_iter().flatten().flatten() {
-            if a.path().is_dir() {
-                out.push(a.path());
-            }
-        }
-    }
-    out
-}
-
 /// The agent commits a file and leaves another uncommitted; its worker is SIGKILLed (as
 /// the OOM killer does). The next attempt resumes from the rescue: its worktree holds the
 /// agent's commit and a WIP commit with the uncommitted file. After `sweep` with every
@@ -162,7 +148,7 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
     // Every attempt dir 40 days old: the attempt cap and orphan cleanup may remove them
     // all, but the agent's commit stays on a ref.
     let old = SystemTime::now() - Duration::from_secs(40 * 86_400);
-    for d in attempt_dirs(&f) {
+    for d in support::attempt_dirs(&f.repo) {
         fs::File::open(&d).unwrap().set_modified(old).unwrap();
     }
     let out = f.run_cmd(&["sweep"]);

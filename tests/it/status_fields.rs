@@ -3,18 +3,13 @@
 //! CPU rate of a computing worker's tree against a sleeping one, each slot's last event,
 //! the boot suite and the tracker; and an open circuit's reason in words with its probe time.
 
-use crate::support::fleet::{Fleet, WAIT};
+use crate::support::fleet::{Fleet, StatusExit, WAIT};
 use crate::support::{fleet, wait_until};
 
 /// Short usage reads (every `stall_s / 4` = 2 s) and a stall kill far away.
 const TIMING: &str = "[timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 3\n\
 circuit_window_s = 60\nhalf_open_base_s = 600\nhalf_open_cap_s = 600\nstop_grace_s = 2\n\
 stall_s = 8\nstall_kill_s = 1200\n";
-
-fn status_json(f: &Fleet) -> serde_json::Value {
-    let out = f.run_cmd(&["status", "--json"]);
-    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-}
 
 #[test]
 fn status_shows_the_title_the_cpu_rate_the_last_event_the_boot_suite_and_the_tracker() {
@@ -32,7 +27,7 @@ exec sleep 600
     f.wait_workers(2);
     let mut v = serde_json::Value::Null;
     let shown = wait_until(WAIT, || {
-        v = status_json(&f);
+        v = f.status_json(StatusExit::Any);
         v["slots"][0]["title"] == "Fix the parser"
             && v["slots"][0]["cpu_permille"]
                 .as_u64()
@@ -76,7 +71,7 @@ fn an_open_circuit_says_how_many_fast_deaths_and_when_the_probe_is_due() {
     let sup = f.start(&["--workers", "1"]);
     let mut v = serde_json::Value::Null;
     let parked = wait_until(WAIT, || {
-        v = status_json(&f);
+        v = f.status_json(StatusExit::Any);
         v["slots"][0]["state"] == "parked"
     });
     assert!(parked, "{v:#}");

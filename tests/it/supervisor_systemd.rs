@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::support::fleet::{self, FAST_TIMING, Fleet, WAIT};
+use crate::support::stdout_ok;
 
 /// Notes what of the service manager's environment reached it, then waits.
 const WORKER: &str = r#"
@@ -194,15 +195,10 @@ impl Installed {
     }
 }
 
-fn stdout(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 fn install_print_shows_both_files_and_the_commands_and_writes_nothing() {
     let i = Installed::new();
-    let out = stdout(&i.run(&["systemd", "install", "--workers", "3", "--print"]));
+    let out = stdout_ok(&i.run(&["systemd", "install", "--workers", "3", "--print"]));
     let unit = i.unit();
     let bin = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"));
     let git =
@@ -273,7 +269,7 @@ fn verify(i: &Installed, unit: &str) -> Output {
 )]
 fn the_installed_unit_passes_systemd_analyze_verify_without_a_warning() {
     let i = Installed::new();
-    stdout(&i.run(&["systemd", "install", "--workers", "2"]));
+    stdout_ok(&i.run(&["systemd", "install", "--workers", "2"]));
     let unit = i.unit();
     let out = verify(&i, &unit);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -294,13 +290,13 @@ fn the_installed_unit_passes_systemd_analyze_verify_without_a_warning() {
 #[test]
 fn uninstall_removes_the_instance_and_then_the_template() {
     let i = Installed::new();
-    stdout(&i.run(&["systemd", "install"]));
+    stdout_ok(&i.run(&["systemd", "install"]));
     let unit = i.unit();
     let dir = i.unit_dir();
     let wants = dir.join("default.target.wants");
     std::fs::create_dir_all(&wants).unwrap();
     std::os::unix::fs::symlink(dir.join("afk-supervisor@.service"), wants.join(&unit)).unwrap();
-    let out = stdout(&i.run(&["systemd", "uninstall"]));
+    let out = stdout_ok(&i.run(&["systemd", "uninstall"]));
     assert!(
         out.contains(&format!("removed {}", wants.join(&unit).display())),
         "{out}"
@@ -308,7 +304,7 @@ fn uninstall_removes_the_instance_and_then_the_template() {
     assert!(!dir.join(format!("{unit}.d")).exists());
     assert!(!dir.join("afk-supervisor@.service").exists());
     assert!(std::fs::symlink_metadata(wants.join(&unit)).is_err());
-    let out = stdout(&i.run(&["systemd", "uninstall"]));
+    let out = stdout_ok(&i.run(&["systemd", "uninstall"]));
     assert!(
         out.starts_with(&format!("{unit}: nothing installed\n")),
         "{out}"

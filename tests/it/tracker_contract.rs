@@ -2,14 +2,13 @@
 //! fake gh) and `local` (the real store in a real repo with a bare `origin`). Whatever a
 //! sweep relies on must hold for both.
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::tracker::local::PrState;
 use afk_supervisor::tracker::{
     ErrorKind, GhTracker, IssueState, LocalTracker, Tracker, TrackerError,
 };
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
-use crate::support::{Repo, TestEnv};
+use crate::support::{Repo, TestEnv, local_comments};
 
 const RESTORE: &str = "🤖 /afk orchestrator died mid-issue; restoring ready-for-agent.";
 
@@ -123,7 +122,7 @@ impl LocalFixture {
     fn new() -> Self {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
-        let tracker = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+        let tracker = env.local_tracker(&repo.path);
         LocalFixture { env, repo, tracker }
     }
 }
@@ -145,13 +144,7 @@ impl Fixture for LocalFixture {
         }
     }
     fn comments(&self, n: u64) -> Vec<String> {
-        self.tracker
-            .show(n)
-            .unwrap()
-            .comments
-            .into_iter()
-            .map(|c| c.body)
-            .collect()
+        local_comments(&self.tracker, n)
     }
     fn merged(&self, head: &str) -> bool {
         self.tracker
@@ -320,21 +313,8 @@ fn list_open_with_label_returns_open_matches_with_bodies(f: &impl Fixture) {
     );
 }
 
-/// Pushes a branch `head` one commit ahead of main to origin.
-fn push_branch(f: &impl Fixture, head: &str) -> String {
-    let repo = &f.repo().path;
-    f.env()
-        .git(repo, &["checkout", "-q", "-b", head, "origin/main"]);
-    std::fs::write(repo.join("doc.md"), format!("{head}\n")).unwrap();
-    f.env().git(repo, &["add", "doc.md"]);
-    f.env().git(repo, &["commit", "-q", "-m", "docs: x"]);
-    f.env().git(repo, &["push", "-q", "origin", head]);
-    f.env().git(repo, &["checkout", "-q", "main"]);
-    f.env().git(repo, &["rev-parse", head]).trim().to_string()
-}
-
 fn pull_requests_are_created_and_merged_once(f: &impl Fixture) {
-    push_branch(f, "docs-sweep/1");
+    f.env().push_branch(f.repo(), "docs-sweep/1");
     let id = f
         .tracker()
         .pr_create(

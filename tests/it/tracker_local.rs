@@ -16,10 +16,6 @@ const EDITS: usize = 50;
 const CHILD_REPO: &str = "AFK_TEST_TRACKER_CHILD_REPO";
 const CHILD_ID: &str = "AFK_TEST_TRACKER_CHILD_ID";
 
-fn tracker(env: &TestEnv, repo: &Path) -> LocalTracker {
-    LocalTracker::new(&Layout::new(repo), env.lib_git(repo))
-}
-
 /// Not a test of its own: the body of one contending process, started by
 /// `label_edits_from_8_processes_are_never_lost` re-executing this test binary.
 #[test]
@@ -50,7 +46,7 @@ fn label_edits_from_8_processes_are_never_lost() {
     let env = TestEnv::new();
     let repo = env.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    let t = tracker(&env, &repo);
+    let t = env.local_tracker(&repo);
     t.create("adds land here", "", &["keep"]).unwrap();
     let seeded: Vec<String> = (0..PROCS)
         .flat_map(|i| (1..EDITS).step_by(2).map(move |j| format!("s{i}-{j}")))
@@ -107,18 +103,6 @@ fn label_edits_from_8_processes_are_never_lost() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-/// Makes `head` one commit ahead of `origin/main` and pushes it; returns its sha.
-fn push_branch(env: &TestEnv, repo: &Repo, head: &str) -> String {
-    let p = &repo.path;
-    env.git(p, &["checkout", "-q", "-b", head, "origin/main"]);
-    std::fs::write(p.join(format!("{}.md", head.replace('/', "-"))), "doc\n").unwrap();
-    env.git(p, &["add", "-A"]);
-    env.git(p, &["commit", "-q", "-m", &format!("docs: {head}")]);
-    env.git(p, &["push", "-q", "origin", head]);
-    env.git(p, &["checkout", "-q", "main"]);
-    env.git(p, &["rev-parse", head]).trim().to_string()
-}
-
 fn origin_ref(env: &TestEnv, repo: &Repo, r: &str) -> Option<String> {
     let out = env.git_output(&repo.origin, &["rev-parse", "--verify", "--quiet", r]);
     out.status
@@ -130,8 +114,8 @@ fn origin_ref(env: &TestEnv, repo: &Repo, r: &str) -> Option<String> {
 fn merging_fast_forwards_base_on_origin_and_deletes_the_head() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&env, &repo.path);
-    let sha = push_branch(&env, &repo, "docs-sweep/a");
+    let t = env.local_tracker(&repo.path);
+    let sha = env.push_branch(&repo, "docs-sweep/a");
     let id = t
         .pr_create("main", "docs-sweep/a", "docs: a", "files: a")
         .unwrap();
@@ -155,8 +139,8 @@ fn merging_fast_forwards_base_on_origin_and_deletes_the_head() {
 fn a_non_fast_forward_is_refused_with_gits_message_and_nothing_moves() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&env, &repo.path);
-    push_branch(&env, &repo, "docs-sweep/b");
+    let t = env.local_tracker(&repo.path);
+    env.push_branch(&repo, "docs-sweep/b");
     t.pr_create("main", "docs-sweep/b", "docs: b", "").unwrap();
     // Someone lands another commit on main first.
     std::fs::write(repo.path.join("other.txt"), "x\n").unwrap();
@@ -179,8 +163,8 @@ fn a_non_fast_forward_is_refused_with_gits_message_and_nothing_moves() {
 fn merging_lands_the_heads_latest_commit_on_origin() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&env, &repo.path);
-    push_branch(&env, &repo, "docs-sweep/c");
+    let t = env.local_tracker(&repo.path);
+    env.push_branch(&repo, "docs-sweep/c");
     t.pr_create("main", "docs-sweep/c", "docs: c", "").unwrap();
     // The head moves on origin after the PR was opened, from another clone.
     let other = env.path().join("other");
@@ -209,14 +193,14 @@ fn merging_lands_the_heads_latest_commit_on_origin() {
 fn a_pr_needs_both_branches_on_origin() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = tracker(&env, &repo.path);
+    let t = env.local_tracker(&repo.path);
     let e = t.pr_create("main", "not-pushed", "t", "").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Failed);
     assert!(
         e.detail.contains("not-pushed does not exist on origin"),
         "{e}"
     );
-    push_branch(&env, &repo, "docs-sweep/d");
+    env.push_branch(&repo, "docs-sweep/d");
     let e = t.pr_create("trunk", "docs-sweep/d", "t", "").unwrap_err();
     assert!(e.detail.contains("trunk does not exist on origin"), "{e}");
     assert!(t.pull_requests().unwrap().is_empty());
@@ -234,7 +218,7 @@ fn a_store_without_origin_reports_git_failure_for_prs() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let t = tracker(&env, &dir);
+    let t = env.local_tracker(&dir);
     let e = t.pr_create("main", "x", "t", "").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Failed);
     assert!(e.command.contains("ls-remote origin"), "{e}");

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use afk_supervisor::layout::Layout;
 use afk_supervisor::supervisor::belt::{self, Belt, BeltPass};
 use afk_supervisor::sweeps::unblock::{self, comment_text};
 use afk_supervisor::tracker::LocalTracker;
@@ -32,7 +31,7 @@ fn local_unblock(env: &TestEnv, repo: &Path, extra: &[&str]) -> (i32, String, St
 fn local_fixture() -> (TestEnv, Repo, LocalTracker) {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
-    let t = LocalTracker::new(&Layout::new(&repo.path), env.lib_git(&repo.path));
+    let t = env.local_tracker(&repo.path);
     let b = "blocked:dependency";
     let issues: [(&str, &str, &[&str]); 9] = [
         ("blocker, open", "", &["ready-for-agent"]),
@@ -141,19 +140,6 @@ fn flags_are_checked() {
 
 // ---- the gh backend, through the fake ----
 
-fn verbs(gh: &FakeGh) -> Vec<String> {
-    gh.calls()
-        .iter()
-        .map(|argv| {
-            let mut v: Vec<&str> = argv.iter().take(2).map(String::as_str).collect();
-            if argv.iter().any(|a| a == "--label") {
-                v.push("--label");
-            }
-            v.join(" ")
-        })
-        .collect()
-}
-
 fn gh_fixture(env: &TestEnv) -> FakeGh {
     let gh = FakeGh::install(env);
     gh.set_issues(&[
@@ -174,7 +160,7 @@ fn gh_pass_costs_two_lists_and_per_promotion_a_comments_read_and_two_writes() {
     assert_eq!(r.promoted, vec![2, 3]);
     assert_eq!(r.list_calls, 2);
     assert_eq!(
-        verbs(&gh),
+        gh.verbs(&["--label"]),
         vec![
             "issue list --label",
             "issue list",
@@ -194,7 +180,7 @@ fn gh_pass_costs_two_lists_and_per_promotion_a_comments_read_and_two_writes() {
     gh.clear_calls();
     let r = unblock::pass(&t, false).unwrap();
     assert!(r.promoted.is_empty());
-    assert_eq!(verbs(&gh), vec!["issue list --label"]);
+    assert_eq!(gh.verbs(&["--label"]), vec!["issue list --label"]);
 }
 
 #[test]
@@ -208,7 +194,7 @@ fn blockers_known_from_the_blocked_listing_need_no_second_list() {
     let r = unblock::pass(&gh.tracker(None), false).unwrap();
     assert!(r.promoted.is_empty());
     assert_eq!(r.list_calls, 1);
-    assert_eq!(verbs(&gh), vec!["issue list --label"]);
+    assert_eq!(gh.verbs(&["--label"]), vec!["issue list --label"]);
 }
 
 #[test]
@@ -283,7 +269,7 @@ fn a_failing_tracker_never_promotes() {
             }
             (got, want) => panic!("{replies:?}: expected {want:?}, got {got:?}"),
         }
-        assert_eq!(verbs(&gh), want, "{replies:?}");
+        assert_eq!(gh.verbs(&["--label"]), want, "{replies:?}");
         for n in [2, 3] {
             let i = gh.issue(n).unwrap();
             assert!(i.labels.contains(&"blocked:dependency".to_string()));
@@ -517,7 +503,8 @@ fn two_checkouts_one_belt_sweeps_and_the_other_takes_over() {
 
     // Exactly one belt swept each pass: every blocked listing is the failed pass or one of
     // the swept passes, and b swept nothing while a owned the tracker.
-    let listings = verbs(&gh)
+    let listings = gh
+        .verbs(&["--label"])
         .iter()
         .filter(|v| *v == "issue list --label")
         .count();

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Repo, TestEnv, stderr, stdout, wait_until};
+use crate::support::cli::{self, SUPERVISED};
+use crate::support::{self, Repo, TestEnv, json_comments, json_labels, stderr, stdout, wait_until};
 
 struct Fixture {
     env: TestEnv,
@@ -77,15 +78,7 @@ impl Fixture {
 
     /// Runs `worker --once` under a supervisor's variables and checks its exit code.
     fn work_once(&self, want: i32) -> Output {
-        let o = self.run(&["worker", "--once"], &SUPERVISED);
-        assert_eq!(
-            o.status.code(),
-            Some(want),
-            "{}\n{}",
-            stdout(&o),
-            stderr(&o)
-        );
-        o
+        cli::work_once(self.env.bin_on(&self.repo.path), want)
     }
 
     fn issue(&self, n: u64) -> Value {
@@ -99,23 +92,11 @@ impl Fixture {
     }
 
     fn labels(&self, n: u64) -> Vec<String> {
-        let v = self.issue(n);
-        v["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| l.as_str().unwrap().to_string())
-            .collect()
+        json_labels(&self.issue(n))
     }
 
     fn comments(&self, n: u64) -> Vec<String> {
-        let v = self.issue(n);
-        v["comments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["body"].as_str().unwrap().to_string())
-            .collect()
+        json_comments(&self.issue(n))
     }
 
     fn workers_dir(&self) -> PathBuf {
@@ -123,23 +104,9 @@ impl Fixture {
     }
 
     fn attempt_dirs(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for w in fs::read_dir(self.workers_dir())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for a in fs::read_dir(w.path()).into_iter().flatten().flatten() {
-                if a.path().is_dir() {
-                    out.push(a.path());
-                }
-            }
-        }
-        out
+        support::attempt_dirs(&self.repo.path)
     }
 }
-
-const SUPERVISED: [(&str, &str); 2] = [("RED_AFK_SWEEPS_DONE", "1"), ("RED_AFK_WORKER_ID", "w1")];
 
 #[test]
 fn boot_only_reports_which_path_it_took() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use afk_supervisor::tracker::{ErrorKind, Tracker};
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
-use crate::support::{self, Repo, TestEnv, wait_until};
+use crate::support::{self, Repo, TestEnv, cli, wait_until};
 
 /// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent counts
 /// its runs, then runs `script`.
@@ -62,24 +62,9 @@ impl GhWorker {
 
     /// Runs `worker --once` under a supervisor's variables and checks its exit code.
     fn work_once(&self, want: i32) -> Output {
-        let o = self
-            .env
-            .bin()
-            .arg("--repo")
-            .arg(&self.repo.path)
-            .args(["worker", "--once"])
-            .env("PATH", self.gh.path_env())
-            .env("RED_AFK_SWEEPS_DONE", "1")
-            .env("RED_AFK_WORKER_ID", "w1")
-            .output()
-            .unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(want),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        o
+        let mut c = self.env.bin_on(&self.repo.path);
+        self.gh.apply(&mut c);
+        cli::work_once(c, want)
     }
 
     /// Issue 1 is as it was, no agent ran, no claim is left.

@@ -259,17 +259,26 @@ impl FakeGh {
         }
     }
 
+    /// Each call's first two words (`issue list`), then those of `flags` it carries, in
+    /// the order of `flags`: the calls' kinds, to compare in order.
+    pub fn verbs(&self, flags: &[&str]) -> Vec<String> {
+        self.calls()
+            .iter()
+            .map(|argv| {
+                let mut v: Vec<&str> = argv.iter().take(2).map(String::as_str).collect();
+                v.extend(flags.iter().filter(|f| argv.iter().any(|a| a == *f)));
+                v.join(" ")
+            })
+            .collect()
+    }
+
     pub fn clear_calls(&self) {
         let _ = fs::remove_file(self.bin_dir().join("calls.jsonl"));
     }
 
     /// The pid of every call so far (each call writes its pid first thing).
     pub fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.bin_dir().join("pids"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        self.read_pids("pids")
     }
 
     /// The next `k` calls exit with `code` and print `stderr`.
@@ -296,7 +305,12 @@ impl FakeGh {
 
     /// The pids of the children hung calls started.
     pub fn hung_children(&self) -> Vec<i32> {
-        fs::read_to_string(self.bin_dir().join("hung"))
+        self.read_pids("hung")
+    }
+
+    /// The pids listed one a line in the fake's file `name`; none before it exists.
+    fn read_pids(&self, name: &str) -> Vec<i32> {
+        fs::read_to_string(self.bin_dir().join(name))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())

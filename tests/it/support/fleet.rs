@@ -15,7 +15,7 @@ use afk_supervisor::process;
 use afk_supervisor::supervisor::state_file::{self, StateFile};
 use afk_supervisor::toonl::{self, Event};
 
-use crate::support::{TestEnv, wait_until};
+use crate::support::{TestEnv, json_comments, json_labels, wait_until};
 
 /// Generous: CI shares two cores with other builds.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -24,6 +24,17 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub const FAST_TIMING: &str = "[timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 3\n\
 circuit_window_s = 60\nhalf_open_base_s = 1\nhalf_open_cap_s = 4\nstop_grace_s = 2\n\
 stall_s = 600\nstall_kill_s = 1200\n";
+
+/// What [`Fleet::status_json`] holds `status`'s exit code to.
+pub enum StatusExit {
+    /// Nothing, and output that is not JSON reads as `Null`: for polling.
+    Any,
+    /// This code.
+    Is(i32),
+    /// The code the document's health means: 1 degraded (an operator pause is one reason),
+    /// 0 else.
+    OfHealth,
+}
 
 pub struct Fleet {
     pub env: TestEnv,
@@ -131,6 +142,26 @@ impl Fleet {
 
     pub fn run_cmd(&self, args: &[&str]) -> Output {
         self.cmd(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// `status --json`'s document, its exit code checked as `exit` says.
+    pub fn status_json(&self, exit: StatusExit) -> serde_json::Value {
+        let out = self.run_cmd(&["status", "--json"]);
+        match exit {
+            StatusExit::Any => {
+                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+            }
+            StatusExit::Is(code) => {
+                assert_eq!(out.status.code(), Some(code), "{out:?}");
+                serde_json::from_slice(&out.stdout).unwrap()
+            }
+            StatusExit::OfHealth => {
+                let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let want = if j["health"] == "degraded" { 1 } else { 0 };
+                assert_eq!(out.status.code(), Some(want), "{out:?}");
+                j
+            }
+        }
     }
 
     /// `status`'s text once a line of it satisfies `line` (the heartbeat follows the event
@@ -290,21 +321,11 @@ impl Fleet {
     }
 
     pub fn labels_of(&self, n: u64) -> Vec<String> {
-        self.show_issue(n)["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| l.as_str().unwrap().to_string())
-            .collect()
+        json_labels(&self.show_issue(n))
     }
 
     pub fn comments_of(&self, n: u64) -> Vec<String> {
-        self.show_issue(n)["comments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["body"].as_str().unwrap().to_string())
-            .collect()
+        json_comments(&self.show_issue(n))
     }
 
     /// Makes the binary reachable from worker scripts as `$AFK_TEST_BIN`.

@@ -1,8 +1,9 @@
 //! Shared test scaffolding: an isolated environment (HOME, git identity and config) and
 //! real git repositories with a local bare `origin`; the fleet fixture, the fake `gh`, the
-//! `.red/tmp` tree builders and the MCP venv beside it. Every test module has them as
-//! `crate::support`.
+//! `.red/tmp` tree builders, the binary's runners and the MCP venv beside it. Every test
+//! module has them as `crate::support`.
 
+pub mod cli;
 pub mod fake_gh;
 pub mod fleet;
 pub mod python;
@@ -11,7 +12,8 @@ pub mod sweep_fixtures;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A temp dir with its own HOME and git config, so no test depends on the machine.
@@ -190,6 +192,12 @@ pub fn stdout(o: &Output) -> String {
     text(&o.stdout)
 }
 
+/// The stdout of a command that must have exited 0 (all of its output shown if not).
+pub fn stdout_ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    stdout(o)
+}
+
 pub fn stderr(o: &Output) -> String {
     text(&o.stderr)
 }
@@ -244,6 +252,57 @@ pub fn count_prefixed(cmds: &[String], prefix: &str) -> usize {
     cmds.iter().filter(|c| c.starts_with(prefix)).count()
 }
 
+/// Every attempt dir under the worker namespaces of the checkout `repo`
+/// (`.red/tmp/workers/<worker>/<attempt>/`).
+pub fn attempt_dirs(repo: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let root = repo.join(".red/tmp/workers");
+    for w in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        for a in std::fs::read_dir(w.path()).into_iter().flatten().flatten() {
+            if a.path().is_dir() {
+                out.push(a.path());
+            }
+        }
+    }
+    out
+}
+
+/// The label names of an issue as `issue show --json` prints it.
+pub fn json_labels(issue: &serde_json::Value) -> Vec<String> {
+    issue["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The comment bodies of an issue as `issue show --json` prints it, oldest first.
+pub fn json_comments(issue: &serde_json::Value) -> Vec<String> {
+    issue["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["body"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A child's stdout lines, read on a thread so every wait for one can have a deadline
+/// (`recv_timeout`); the channel closes at its end or the first unreadable line.
+pub fn stdout_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// Polls `cond` until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -267,6 +326,14 @@ impl TestEnv {
             .with_env([("LC_ALL", "C")])
     }
 
+    /// The real local tracker of the checkout `repo`, its git run by [`TestEnv::lib_git`].
+    pub fn local_tracker(&self, repo: &Path) -> afk_supervisor::tracker::LocalTracker {
+        afk_supervisor::tracker::LocalTracker::new(
+            &afk_supervisor::layout::Layout::new(repo),
+            self.lib_git(repo),
+        )
+    }
+
     /// Writes `content` to `dir/rel`, creating parent directories.
     pub fn write(&self, dir: &Path, rel: &str, content: &str) {
         let p = dir.join(rel);
@@ -281,6 +348,20 @@ impl TestEnv {
         self.git(dir, &["add", "-A"]);
         self.git(dir, &["commit", "-q", "--allow-empty", "-m", msg]);
         self.git(dir, &["rev-parse", "HEAD"]).trim().to_string()
+    }
+
+    /// Pushes a branch `head` one commit (a file of its own) ahead of `origin/main` to
+    /// origin, for a pull request to land; returns its sha. The checkout is back on `main`.
+    pub fn push_branch(&self, repo: &Repo, head: &str) -> String {
+        let p = &repo.path;
+        let file = format!("{}.md", head.replace('/', "-"));
+        self.git(p, &["checkout", "-q", "-b", head, "origin/main"]);
+        std::fs::write(p.join(&file), "doc\n").unwrap();
+        self.git(p, &["add", &file]);
+        self.git(p, &["commit", "-q", "-m", &format!("docs: {head}")]);
+        self.git(p, &["push", "-q", "origin", head]);
+        self.git(p, &["checkout", "-q", "main"]);
+        self.git(p, &["rev-parse", head]).trim().to_string()
     }
 }
 
