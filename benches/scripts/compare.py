@@ -402,10 +402,11 @@ def cmd_afk_log(args):
 # ---------------------------------------------------------------------------------------
 # the table
 
-SUPS = ["afk", "afk-bg", "afk-pg", "supervisord", "s6", "floor"]
+SUPS = ["afk", "afk-bg", "afk-pg", "supervisord", "s6", "floor", "c-pg", "c-cgroup"]
 NAMES = {"afk": "afk-supervisor", "afk-bg": "afk-supervisor (background job)",
          "afk-pg": "afk-supervisor (process-group)",
-         "supervisord": "supervisord", "s6": "s6", "floor": "floor (sh loops)"}
+         "supervisord": "supervisord", "s6": "s6", "floor": "floor (sh loops)",
+         "c-pg": "C floor (process groups)", "c-cgroup": "C floor (a cgroup per attempt)"}
 
 
 # Counts that describe the run rather than a cost: no ratio.
@@ -514,6 +515,16 @@ def cmd_goals(args):
         return ", ".join(cells) or "-"
 
     rows = []
+
+    def against_c(ours, c_sup):
+        """How afk-supervisor stands to the C floor of the same isolation, and that floor to
+        the `sh` loops': what any supervisor of that isolation pays, set apart."""
+        c = val(respawn, fig, c_sup)
+        if ours is None or c is None or floor is None:
+            return ""
+        return (f"; {ratio(ours, c)} of the {NAMES[c_sup]} {fmt(repr(c), c)} ms, "
+                f"itself {ratio(c, floor)} of floor")
+
     # 1. CPU per respawn at most 2x the floor's. schedstat (ns) for every column: the
     # floor's shells each burn a few clock ticks, which utime+stime rounds down to nothing;
     # utime+stime for afk-supervisor only when one of its threads ended while measured.
@@ -528,7 +539,8 @@ def cmd_goals(args):
         r = ratio(ours, floor)
         verdict = "met" if floor > 0 and ours <= 2 * floor else "MISSED"
     rows.append([f"supervisor CPU per respawn <= 2x the floor's ({src})", shown(ours, "ms"),
-                 compared(respawn, fig, "ms"), f"{r} of floor (goal <= 2x)", verdict])
+                 compared(respawn, fig, "ms"),
+                 f"{r} of floor (goal <= 2x){against_c(ours, 'c-cgroup')}", verdict])
     # 1b. The same with the floor's isolation (process groups, no cgroup per attempt), when
     # the run has that column: what is left once the cgroups' own cost is set aside.
     pg = val(respawn, "CPU per respawn (ms, schedstat)", "afk-pg")
@@ -536,7 +548,8 @@ def cmd_goals(args):
         verdict = "met" if floor > 0 and pg <= 2 * floor else "MISSED"
         rows.append(["the same, with `isolation.mode = \"process-group\"` (schedstat)",
                      shown(pg, "ms"), compared(respawn, fig, "ms"),
-                     f"{ratio(pg, floor)} of floor (goal <= 2x)", verdict])
+                     f"{ratio(pg, floor)} of floor (goal <= 2x){against_c(pg, 'c-pg')}",
+                     verdict])
     # 2. Start of 64 workers in at most 100 ms.
     sec, fig = "idle fleet of 64 workers", "start-all (ms)"
     ours = val(sec, fig, "afk")

@@ -28,6 +28,12 @@
 # CPU is utime+stime from /proc/PID/stat (clock ticks, all threads, not reaped children's)
 # and, finer, the sum of the threads' /proc/PID/task/TID/schedstat (blind to threads that
 # ended in between).
+# The columns c-pg and c-cgroup are the least a supervisor can do per respawn, in C
+# (respawn-floor.c, built with cc): clone3 with a pidfd in one epoll set, a waitid, a signal
+# to the ended group and one log line; c-cgroup adds a cgroup per attempt (mkdir, the child
+# started inside it, cgroup.events and cpu.stat read, rmdir) under a directory it makes in
+# this script's own cgroup v2 (left out, with a note, where that cannot be made). They set
+# the floor of each isolation mode apart from the floor of plain `sh` loops.
 # afk-supervisor runs with fast_death_s = 0 in the respawn workload (no circuit); s6 waits 1 s
 # before restarting a service that died within 1 s, which is reported as it is.
 #
@@ -44,7 +50,7 @@ SIZES=${SIZES:-"64 256 1000"}
 IDLE_S=${IDLE_S:-30}
 RESPAWNS=${RESPAWNS:-500}
 RESPAWN_SLOTS=${RESPAWN_SLOTS:-16}
-SUPERVISORS=${SUPERVISORS:-"afk afk-bg supervisord s6 floor"}
+SUPERVISORS=${SUPERVISORS:-"afk afk-bg afk-pg supervisord s6 floor c-pg c-cgroup"}
 START_TIMEOUT=${START_TIMEOUT:-120}
 STOP_TIMEOUT=${STOP_TIMEOUT:-60}
 RESPAWN_TIMEOUT=${RESPAWN_TIMEOUT:-180}
@@ -65,11 +71,13 @@ fi
 TMP=$(mktemp -d -t afk-compare.XXXXXX)
 TAG="afk-compare-$$-$RANDOM$RANDOM"
 ROOT="" # the pid of the supervisor (or floor launcher) currently running
+CG_FLOOR="" # the cgroup v2 directory c-cgroup makes its attempts in
 cleanup() {
   set +e
   [ -n "$ROOT" ] && kill -KILL "$ROOT" 2>/dev/null
   kill_tagged
   wait 2>/dev/null
+  [ -n "$CG_FLOOR" ] && rmdir "$CG_FLOOR"/floor-* "$CG_FLOOR" 2>/dev/null
   if [ -n "${KEEP_TMP:-}" ]; then echo "tmp kept: $TMP" >&2; else rm -rf "$TMP"; fi
 }
 kill_tagged() { # SIGKILL every live process of this run (by pid, found by BENCH_TAG); bounded
@@ -106,6 +114,23 @@ if want s6 && ! command -v s6-svscan >/dev/null; then
   log "installing s6 (apt-get install s6)"
   { apt-get update -qq && apt-get install -y -qq s6; } >"$TMP/apt.log" 2>&1 ||
     { cat "$TMP/apt.log" >&2; echo "cannot install s6" >&2; exit 1; }
+fi
+
+if want c-pg || want c-cgroup; then
+  cc -O2 -o "$TMP/respawn-floor" benches/scripts/respawn-floor.c ||
+    { echo "cannot build benches/scripts/respawn-floor.c (needs cc)" >&2; exit 1; }
+fi
+# c-cgroup's attempts go under a directory of this script's own cgroup (cgroup v2), as
+# afk-supervisor's go under its own.
+if want c-cgroup; then
+  cg_mnt=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' /proc/self/mountinfo | head -n 1)
+  cg_rel=$(awk -F: '$1 == "0" { print $3; exit }' /proc/self/cgroup)
+  if [ -n "$cg_mnt" ] && mkdir "$cg_mnt$cg_rel/afk-compare-floor-$$" 2>/dev/null; then
+    CG_FLOOR=$cg_mnt$cg_rel/afk-compare-floor-$$
+  else
+    note "c-cgroup left out: no writable cgroup v2 directory under ${cg_mnt:-(no cgroup2 mount)}${cg_rel}"
+    SUPERVISORS=$(printf '%s\n' $SUPERVISORS | grep -vx c-cgroup | tr '\n' ' ')
+  fi
 fi
 
 # ---- workers ---------------------------------------------------------------------------
@@ -232,6 +257,20 @@ SH
   SPEC="@$run/loops"
   STOP=("killpg:TERM:$PID")
 }
+
+# c-pg, c-cgroup: respawn-floor.c, one process that is the whole supervisor.
+launch_c() { # ISOLATION MODE N DIR RUN
+  local iso=$1 mode=$2 n=$3 dir=$4 run=$5
+  write_worker "$mode" '$SLOT' "$dir" "$run/worker.sh"
+  T_LAUNCH=${EPOCHREALTIME/./}000
+  BENCH_TAG=$TAG setsid "$TMP/respawn-floor" "$iso" "$n" "$run/worker.sh" "$run/log" ${CG_FLOOR:+"$CG_FLOOR"} \
+    >"$run/stdout" 2>&1 &
+  PID=$!
+  SPEC=$PID
+  STOP=("kill:TERM:$PID")
+}
+launch_c-pg() { launch_c pg "$@"; }
+launch_c-cgroup() { launch_c cgroup "$@"; }
 
 # stop_run RUN DIR: stop the current supervisor, print the stop-all ms (or a failure text)
 stop_run() {
