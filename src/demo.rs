@@ -700,13 +700,14 @@ mod tests {
         let path = dir.path().join("log.toonl");
         let mut log = toonl::EventLog::open(&path).unwrap();
         let ev = |kind: &str, slot: usize, msg: &str| toonl::Event::now(kind, msg).slot(slot);
+        let exited = |w: &str, code: i32| format!("worker {w} exit {code} after 1.0s");
         for e in [
             ev("slot.spawn", 0, "spawned worker a"),
             ev("slot.spawn", 1, "spawned worker b"),
-            ev("slot.exit", 0, "worker a exit 0 after 1.0s"),
+            ev("slot.exit", 0, &exited("a", exit::OK)),
             ev("slot.spawn", 0, "spawned worker c"),
-            ev("slot.exit", 1, "worker b exit 1 after 1.0s"),
-            ev("slot.exit", 0, "worker c exit 78 after 1.0s"),
+            ev("slot.exit", 1, &exited("b", exit::FAILED)),
+            ev("slot.exit", 0, &exited("c", exit::CONFIG)),
             ev("supervisor.stop", 0, "stop"),
             ev("slot.exit", 1, "worker d killed by SIGTERM after 1.0s"),
         ] {

@@ -7,7 +7,10 @@
 
 use super::{AccountWide, End, Seen, Usage, f64_at, str_at, u64_at};
 
-/// The exit code by which a generic agent says "the account, not this issue".
+/// The exit code by which a generic agent says "the account, not this issue". The agent's
+/// contract, not one of the supervisor's codes (`exit`): that it equals the worker's
+/// `RATE_LIMITED` (both EX_TEMPFAIL) is a coincidence nothing relies on, since the worker
+/// answers it with its own `AGENT_PAUSED`.
 pub const ACCOUNT_WIDE_EXIT: i32 = 75;
 
 /// Largest result file read.

@@ -4,8 +4,8 @@
 //! carries its effects out through a [`Children`]; `crate::process` holds the facts about
 //! processes this door is built on.
 //!
-//! [`Os`] is the real one (pidfds registered with the event loop, `waitid`, group signals
-//! through pidfds or pinned group ids).
+//! [`Os`] is the real one (pidfds in one epoll set of their own, `super::exits`, which the
+//! loop waits on; `waitid`, group signals through pidfds or pinned group ids).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -238,7 +238,10 @@ impl Slot {
     pub fn park_reason(&self) -> Option<String> {
         match &self.phase {
             Phase::Fatal => Some(self.fatal_reason.clone().unwrap_or_else(|| {
-                "worker exited 78 (host misconfigured); parked without retry".into()
+                format!(
+                    "worker exited {} (host misconfigured); parked without retry",
+                    crate::exit::CONFIG
+                )
             })),
             Phase::CircuitOpen => Some(match self.circuit.state() {
                 circuit::State::Open { step: 0, .. } => {

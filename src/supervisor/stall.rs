@@ -181,7 +181,8 @@ pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let fallback = || {
         format!(
-            "worker exited 78 (host misconfigured); see {}",
+            "worker exited {} (host misconfigured); see {}",
+            crate::exit::CONFIG,
             log.display()
         )
     };
@@ -318,7 +319,8 @@ mod tests {
         .unwrap();
         assert_eq!(fatal_reason_from_log(&log), "agent.command is not set (x)");
         let missing = dir.path().join("none.log");
-        assert!(fatal_reason_from_log(&missing).starts_with("worker exited 78"));
+        let fallback = format!("worker exited {} ", crate::exit::CONFIG);
+        assert!(fatal_reason_from_log(&missing).starts_with(&fallback));
         let big = "y".repeat(10_000);
         std::fs::write(&log, format!("{big}\nlast one")).unwrap();
         assert_eq!(fatal_reason_from_log(&log), "last one");

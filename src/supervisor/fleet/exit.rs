@@ -57,11 +57,11 @@ impl Fleet {
     pub(super) fn on_exit(&mut self, pid: i32, start: u64, exit: ExitKind, now: Instant) {
         let Some(idx) = self.pool.slot_of(pid, start) else {
             // Not a current worker (already handled): only its group cleanup may be pending.
-            self.procs.reaper.leader_exited(pid);
+            self.groups.reaper.leader_exited(pid);
             return;
         };
         self.pool.by_worker.remove(&(pid, start));
-        self.procs.unwatched.retain(|u| u.0 != pid);
+        self.groups.unwatched.retain(|u| u.0 != pid);
         let Some(slot) = self.pool.slots.get_mut(&idx) else {
             return;
         };
@@ -76,22 +76,22 @@ impl Fleet {
         // In cgroup mode nothing of the worker is outside its cgroup: no stray search.
         match &w.cgroup {
             Some(cg) => {
-                self.procs
+                self.groups
                     .ended_cgroups
                     .insert(w.pid, (cg.as_ref().clone(), idx, w.id.clone()));
             }
             None => {
-                self.procs.ended.insert(w.pid, (w.id.clone(), w.own_child));
+                self.groups.ended.insert(w.pid, (w.id.clone(), w.own_child));
             }
         }
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
         if !matches!(
             exit,
-            ExitKind::Code(0) | ExitKind::Code(crate::exit::CONFIG)
+            ExitKind::Code(crate::exit::OK) | ExitKind::Code(crate::exit::CONFIG)
         ) && self.stopping.is_none()
         {
-            self.procs.pending_release.push(DeadWorker {
+            self.groups.pending_release.push(DeadWorker {
                 slot: idx,
                 pid: w.pid,
                 start: w.start,
@@ -134,10 +134,10 @@ impl Fleet {
                 self.fleet_probe_inconclusive(idx, &exit.to_string(), now);
                 return;
             }
-            let clean = matches!(exit, ExitKind::Code(0));
+            let clean = matches!(exit, ExitKind::Code(crate::exit::OK));
             let fatal = matches!(exit, ExitKind::Code(crate::exit::CONFIG));
             self.end_fleet_probe(idx, clean, !clean && !fatal, now);
-            // A clean probe idles like any clean exit; 78 still parks its slot for good.
+            // A clean probe idles like any clean exit; `CONFIG` still parks its slot for good.
             if !clean && !fatal {
                 return;
             }
@@ -202,7 +202,7 @@ impl Fleet {
                 self.log(line(kind::IDLE, msg).slot(idx));
                 self.request_queue();
             }
-            ExitKind::Code(0) => {
+            ExitKind::Code(crate::exit::OK) => {
                 let closed = self
                     .pool
                     .slots

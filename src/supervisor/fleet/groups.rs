@@ -1,4 +1,4 @@
-//! What the fleet keeps of its workers' processes: the groups being terminated, the
+//! What the fleet keeps of its workers' process groups: the groups being terminated, the
 //! workers nothing watches, the dead workers whose claims wait for their group to go, and
 //! the ended workers whose escaped descendants are still to be searched for. Pure
 //! bookkeeping: the driver reaches the processes (`children.rs`).
@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-/// One part because these are what waits on the processes: a group's end, a watch that
-/// could not be set, a release that needs the group gone first.
-pub(super) struct Processes {
+/// One part because these are what waits on the workers' groups: a group's end, a watch
+/// that could not be set, a release that needs the group gone first.
+pub(super) struct Groups {
     pub(super) reaper: Reaper,
     /// Workers with no pidfd watch (the kernel has none, or registering it failed): own
     /// ones are checked on every SIGCHLD, adopted ones every tick (by the driver).
@@ -38,9 +38,9 @@ pub(super) struct Processes {
     pub(super) cgroups_evented: bool,
 }
 
-impl Processes {
+impl Groups {
     pub(super) fn new(stop_grace: Duration) -> Self {
-        Processes {
+        Groups {
             reaper: Reaper::new(stop_grace),
             unwatched: Vec::new(),
             pending_release: Vec::new(),
@@ -57,7 +57,7 @@ impl Processes {
 
 /// [`Fleet::terminate`] on the parts it needs, for a caller holding a worker borrowed.
 pub(super) fn terminate_into(
-    procs: &mut Processes,
+    groups: &mut Groups,
     out: &mut Vec<Effect>,
     pid: i32,
     group: Group,
@@ -65,8 +65,8 @@ pub(super) fn terminate_into(
     exited: bool,
     now: Instant,
 ) {
-    let evented = procs.cgroups_evented;
-    if let Some(o) = procs
+    let evented = groups.cgroups_evented;
+    if let Some(o) = groups
         .reaper
         .terminate(pid, group, own, exited, evented, now)
     {
@@ -78,13 +78,21 @@ impl Fleet {
     /// How the group of worker `w` is signalled and found empty: its cgroup where it has
     /// one, else through its pidfd where the kernel can, else by its pinned group id.
     pub(super) fn group_of(&self, w: &LiveWorker) -> Group {
-        super::stop::group_for(self.procs.pidfd_groups, w)
+        super::stop::group_for(self.groups.pidfd_groups, w)
     }
 
     /// Starts terminating worker `pid`'s group (SIGTERM now, SIGKILL after the grace).
     pub(super) fn terminate(&mut self, pid: i32, group: Group, own: bool, exited: bool) {
         let now = self.now;
-        terminate_into(&mut self.procs, &mut self.out, pid, group, own, exited, now);
+        terminate_into(
+            &mut self.groups,
+            &mut self.out,
+            pid,
+            group,
+            own,
+            exited,
+            now,
+        );
     }
 
     /// Whether our own worker `pid` (started at `start`) is current, and if so whether its
@@ -98,7 +106,7 @@ impl Fleet {
 
     /// Our own workers with no pidfd watch, checked by the driver on each SIGCHLD.
     pub fn unwatched_own(&self) -> Vec<(i32, u64)> {
-        self.procs
+        self.groups
             .unwatched
             .iter()
             .copied()
@@ -108,7 +116,7 @@ impl Fleet {
 
     /// Adopted workers with no pidfd watch, checked by identity before every tick.
     pub fn unwatched_adopted(&self) -> Vec<(i32, u64)> {
-        self.procs
+        self.groups
             .unwatched
             .iter()
             .copied()
@@ -124,7 +132,7 @@ impl Fleet {
 
     /// The groups being terminated, for the driver to say which still have members.
     pub fn dying_groups(&self) -> Vec<(i32, Group)> {
-        self.procs
+        self.groups
             .reaper
             .groups()
             .map(|(l, g)| (l, g.clone()))
@@ -134,10 +142,10 @@ impl Fleet {
     /// Adopted workers the driver found gone at the tick.
     pub(super) fn adopted_gone(&mut self, gone: Vec<(i32, u64)>, now: Instant) {
         for (pid, start) in gone {
-            if !self.procs.unwatched.contains(&(pid, start)) {
+            if !self.groups.unwatched.contains(&(pid, start)) {
                 continue;
             }
-            self.procs.unwatched.retain(|u| u.0 != pid);
+            self.groups.unwatched.retain(|u| u.0 != pid);
             self.on_exit(pid, start, ExitKind::Unknown, now);
         }
     }
@@ -146,10 +154,10 @@ impl Fleet {
     /// claims wait for them, an OOM kill changes how the attempt ends).
     pub(super) fn finish_cgroups(&mut self, done: &[Done]) {
         for d in done {
-            let Some((cg, slot, id)) = self.procs.ended_cgroups.remove(&d.leader) else {
+            let Some((cg, slot, id)) = self.groups.ended_cgroups.remove(&d.leader) else {
                 continue;
             };
-            self.procs.finishing.insert(d.leader, (slot, id));
+            self.groups.finishing.insert(d.leader, (slot, id));
             self.emit(Effect::FinishCgroup {
                 leader: d.leader,
                 cgroup: cg,
@@ -161,12 +169,12 @@ impl Fleet {
     /// the attempt `oom-killed` (a failure of the issue, in its ledger when its claim is
     /// given back); then its claims are given back.
     pub(super) fn cgroup_finished(&mut self, leader: i32, f: crate::cgroup::Figures) {
-        let Some((slot, id)) = self.procs.finishing.remove(&leader) else {
+        let Some((slot, id)) = self.groups.finishing.remove(&leader) else {
             return;
         };
         let oom = f.oom_kills.is_some_and(|n| n > 0);
         if oom {
-            for w in &mut self.procs.pending_release {
+            for w in &mut self.groups.pending_release {
                 if w.pid == leader {
                     w.outcome = crate::ledger::Outcome::OomKilled;
                 }
@@ -187,7 +195,7 @@ impl Fleet {
         }
         self.log(line(kind::FIGURES, msg).slot(slot).pid(leader));
         if self.stopping.is_some() {
-            self.procs.pending_release.clear();
+            self.groups.pending_release.clear();
             return;
         }
         self.release_claims(&[Done {

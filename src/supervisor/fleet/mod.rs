@@ -61,7 +61,7 @@ pub struct Fleet {
     wall: std::time::SystemTime,
     pool: Pool,
     launch: Launch,
-    procs: Processes,
+    groups: Groups,
     churn: ChurnCount,
     view: TrackerView,
     guards: Guards,
@@ -101,7 +101,7 @@ mod tests;
 mod tick;
 
 use churn::ChurnCount;
-use groups::Processes;
+use groups::Groups;
 use guards::Guards;
 use heartbeat::{Record, line};
 use pool::Pool;
@@ -131,9 +131,9 @@ impl Fleet {
                 me,
                 spawn_seq: 0,
             },
-            procs: Processes {
+            groups: Groups {
                 pidfd_groups,
-                ..Processes::new(Duration::from_secs(timing.stop_grace_s))
+                ..Groups::new(Duration::from_secs(timing.stop_grace_s))
             },
             churn: ChurnCount::default(),
             view: TrackerView::new(),
@@ -159,8 +159,8 @@ impl Fleet {
     /// worker has its own cgroup (which `children` creates), and `evented`: its emptying
     /// arrives as an event. Before [`Fleet::start`].
     pub fn set_isolation(&mut self, described: String, cgroup_mode: bool, evented: bool) {
-        self.procs.cgroup_mode = cgroup_mode;
-        self.procs.cgroups_evented = evented;
+        self.groups.cgroup_mode = cgroup_mode;
+        self.groups.cgroups_evented = evented;
         self.record.isolation = Some(described);
     }
 
@@ -178,8 +178,8 @@ impl Fleet {
         self.wall = now.wall;
         let now = now.at;
         match event {
-            // The driver reads how our own child ended (it reaps) and feeds `Exited`; a
-            // SIGCHLD is its zombies, each fed the same way.
+            // Never the fleet's: read and reaped by the driver (`Driver::feed` keeps them),
+            // which feeds `Exited` for each worker that ended.
             Event::ChildEnded { .. } | Event::Sigchld => {}
             Event::Exited { pid, start, kind } => self.on_exit(pid, start, kind, now),
             Event::Queue(r) => self.on_queue(r, now),
@@ -193,7 +193,8 @@ impl Fleet {
                 resumed_via,
             } => self.on_operator_pause(active, resumed_via),
             Event::Log(ev) => self.log(ev),
-            // The dying groups are looked at by the turn that follows.
+            // Nothing to decide: it only wakes the loop, whose next `Turn` carries which
+            // dying groups still have members.
             Event::CgroupChanged => {}
             Event::Stop { code, why } => self.begin_stop(code, why, now),
             Event::Control(files) => {
@@ -250,14 +251,14 @@ impl Fleet {
     /// Gives the claims of dead workers whose process group is now confirmed gone back,
     /// on the blocking pool (the driver's); its events come back as [`Event::Log`].
     pub(super) fn release_claims(&mut self, done: &[Done]) {
-        if done.is_empty() || self.procs.pending_release.is_empty() {
+        if done.is_empty() || self.groups.pending_release.is_empty() {
             return;
         }
         let (ready, rest): (Vec<DeadWorker>, Vec<DeadWorker>) =
-            std::mem::take(&mut self.procs.pending_release)
+            std::mem::take(&mut self.groups.pending_release)
                 .into_iter()
                 .partition(|w| done.iter().any(|d| d.leader == w.pid));
-        self.procs.pending_release = rest;
+        self.groups.pending_release = rest;
         if self.view.tracker.is_err() || ready.is_empty() {
             return;
         }

@@ -156,11 +156,11 @@ impl Fleet {
                 w.kill = Some(KillReason::Operator);
                 // Its process group, even in cgroup mode (as this always did).
                 let group = match &w.pidfd {
-                    Some(fd) if self.procs.pidfd_groups => Group::Pidfd(Arc::clone(fd)),
+                    Some(fd) if self.groups.pidfd_groups => Group::Pidfd(Arc::clone(fd)),
                     _ => Group::Pinned,
                 };
                 let out = &mut self.out;
-                groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
+                groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
                 format!(
                     "slot {idx}: {} worker {id} now (hard-kill) (via={via})",
                     req.action

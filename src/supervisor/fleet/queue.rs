@@ -101,7 +101,9 @@ impl Fleet {
                     {
                         *confirmed = true;
                         let msg = format!(
-                            "slot {idx} idle: worker exited 0 and no ready-for-agent issue is open"
+                            "slot {idx} idle: worker exited {} and no ready-for-agent issue \
+                             is open",
+                            crate::exit::OK
                         );
                         self.log(line(kind::IDLE, msg).slot(idx));
                     }

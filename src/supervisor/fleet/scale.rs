@@ -103,9 +103,9 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Shrink);
                 let (pid, own, id) = (w.pid, w.own_child, w.id.clone());
-                let group = super::stop::group_for(self.procs.pidfd_groups, w);
+                let group = super::stop::group_for(self.groups.pidfd_groups, w);
                 let out = &mut self.out;
-                groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
+                groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
                 self.log(
                     line(
                         kind::HARD_KILL,

@@ -110,7 +110,7 @@ impl Fleet {
         });
         self.pool.by_worker.insert((s.pid, s.start), idx);
         if !s.watched {
-            self.procs.unwatched.push((s.pid, s.start));
+            self.groups.unwatched.push((s.pid, s.start));
         }
         // Recorded in the heartbeat at the end of this loop turn (one write per turn,
         // however many spawned); a supervisor killed before that leaves a worker its

@@ -60,7 +60,7 @@ impl Fleet {
             return;
         };
         if !watched {
-            self.procs.unwatched.push((pid, start));
+            self.groups.unwatched.push((pid, start));
         }
         let mut slot = Slot::new(a.slot, self.pool.params);
         slot.spawns = a.restarts + 1;

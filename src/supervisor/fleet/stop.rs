@@ -16,7 +16,7 @@ impl Fleet {
                 kind::STOP,
                 format!("{why} again: killing every remaining worker group now"),
             ));
-            self.procs.reaper.kill_all_now(now);
+            self.groups.reaper.kill_all_now(now);
             return;
         }
         let grace = Duration::from_secs(self.timing.stop_grace_s);
@@ -30,7 +30,7 @@ impl Fleet {
                     .saturating_add(Duration::from_secs(10)),
             ),
         });
-        let pidfd_groups = self.procs.pidfd_groups;
+        let pidfd_groups = self.groups.pidfd_groups;
         let live: Vec<(i32, Group, bool)> = self
             .pool
             .slots
@@ -53,14 +53,14 @@ impl Fleet {
     /// Every worker ended and every group is empty (the driver then ends what escaped
     /// the groups before the stop is complete).
     pub fn stop_settled(&self) -> bool {
-        self.pool.slots.values().all(|s| s.worker().is_none()) && self.procs.reaper.is_empty()
+        self.pool.slots.values().all(|s| s.worker().is_none()) && self.groups.reaper.is_empty()
     }
 
     /// Processes a stray search must leave alone: every worker (own or adopted, running
     /// or its group still being cleaned up) and our unwatched children.
     pub fn covered(&self) -> HashSet<i32> {
         let mut keep = self.kept_children();
-        keep.extend(self.procs.reaper.leaders());
+        keep.extend(self.groups.reaper.leaders());
         keep.extend(
             self.pool
                 .slots
@@ -73,7 +73,7 @@ impl Fleet {
     /// cgroup mode: the ended workers' cgroups not yet empty (a stop leaves them to their
     /// own cleanup rather than sweeping them as strays).
     pub fn ended_cgroups(&self) -> Vec<crate::cgroup::Cgroup> {
-        self.procs
+        self.groups
             .ended_cgroups
             .values()
             .map(|e| e.0.clone())
@@ -83,7 +83,7 @@ impl Fleet {
     /// Whether the fleet runs in cgroup mode (a stop then sweeps attempt cgroups, not
     /// the process table).
     pub fn cgroup_mode(&self) -> bool {
-        self.procs.cgroup_mode
+        self.groups.cgroup_mode
     }
 
     /// After an ended worker's group is gone, its descendants that escaped the group (they
@@ -92,8 +92,8 @@ impl Fleet {
     /// wait here and the next tick asks for one search for all of them.
     pub(super) fn clean_after(&mut self, done: &[Done]) {
         for d in done {
-            if let Some(ended) = self.procs.ended.remove(&d.leader) {
-                self.procs.stray_search.push((d.leader, ended.0, ended.1));
+            if let Some(ended) = self.groups.ended.remove(&d.leader) {
+                self.groups.stray_search.push((d.leader, ended.0, ended.1));
             }
         }
     }
@@ -101,7 +101,7 @@ impl Fleet {
     /// The tick's one search for the escaped descendants of every worker whose group ended
     /// since the last tick.
     pub(super) fn search_strays(&mut self) {
-        let pending = std::mem::take(&mut self.procs.stray_search);
+        let pending = std::mem::take(&mut self.groups.stray_search);
         if !pending.is_empty() {
             self.emit(Effect::SearchStrays(pending));
         }
@@ -113,7 +113,7 @@ impl Fleet {
             .slots
             .values()
             .filter_map(|s| s.worker().filter(|w| w.own_child).map(|w| w.pid))
-            .chain(self.procs.unwatched.iter().map(|(p, _)| *p))
+            .chain(self.groups.unwatched.iter().map(|(p, _)| *p))
             .collect()
     }
 
@@ -121,7 +121,7 @@ impl Fleet {
     /// pin their groups.
     pub fn kept_from_reaping(&self) -> HashSet<i32> {
         let mut keep = self.kept_children();
-        keep.extend(self.procs.reaper.leaders());
+        keep.extend(self.groups.reaper.leaders());
         keep
     }
 
@@ -131,7 +131,7 @@ impl Fleet {
             .slots
             .values()
             .filter_map(|s| s.worker().map(|w| w.pid))
-            .chain(self.procs.reaper.leaders())
+            .chain(self.groups.reaper.leaders())
             .collect()
     }
 }

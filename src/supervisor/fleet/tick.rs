@@ -77,7 +77,7 @@ impl Fleet {
         {
             d = d.min(g);
         }
-        if let Some(r) = self.procs.reaper.next_deadline() {
+        if let Some(r) = self.groups.reaper.next_deadline() {
             d = d.min(r);
         }
         if let Some(s) = self.stopping {
@@ -93,7 +93,7 @@ impl Fleet {
     pub(super) fn service(&mut self, alive: &[(i32, bool)], now: Instant) {
         let alive: HashMap<i32, bool> = alive.iter().copied().collect();
         let (done, orders) = self
-            .procs
+            .groups
             .reaper
             .poll(&|l| alive.get(&l).copied().unwrap_or(true), now);
         self.out.extend(orders.into_iter().map(Effect::Group));
@@ -102,14 +102,14 @@ impl Fleet {
         }
         self.finish_cgroups(&done);
         if self.stopping.is_some() {
-            self.procs.pending_release.clear();
+            self.groups.pending_release.clear();
             return;
         }
         self.clean_after(&done);
         // A cgroup being finished gives its claims back once its figures are read.
         let done: Vec<Done> = done
             .into_iter()
-            .filter(|d| !self.procs.finishing.contains_key(&d.leader))
+            .filter(|d| !self.groups.finishing.contains_key(&d.leader))
             .collect();
         self.release_claims(&done);
         self.resume_if_due(now);
@@ -201,7 +201,7 @@ impl Fleet {
             crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
         match facts.stop_file {
             Ok(true) => {
-                self.begin_stop(0, "stop file", now);
+                self.begin_stop(crate::exit::OK, "stop file", now);
                 return;
             }
             Ok(false) => self.record.stop_file_reported = None,
@@ -368,7 +368,7 @@ impl Fleet {
                 w.pid,
                 w.own_child,
                 w.id.clone(),
-                super::stop::group_for(self.procs.pidfd_groups, w),
+                super::stop::group_for(self.groups.pidfd_groups, w),
             );
             let ev = match stall::progress(now_e, w.seen.progress_epoch, stall_s, kill_s) {
                 stall::Progress::Kill { idle_s } => {
@@ -381,7 +381,7 @@ impl Fleet {
                         });
                     }
                     let out = &mut self.out;
-                    groups::terminate_into(&mut self.procs, out, pid, group, own, false, now);
+                    groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
                     line(
                         kind::STALL_KILL,
                         format!(
