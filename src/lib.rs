@@ -28,7 +28,9 @@
 //!   event), `effect` (what the fleet asks done), `release` (a dead worker's issues back),
 //!   `children` (the one door to OS processes; `crate::process` holds the facts about
 //!   them), `exits` (the workers' ends as one descriptor: an epoll set of their pidfds),
-//!   `reaper` (a dying group's bookkeeping), `event` (what happens to the fleet),
+//!   `reaper` (a dying group's bookkeeping), `signals` (what each of the loop's signals asks
+//!   of the fleet, read from the signalfd or, in a test, from a script), `event` (what
+//!   happens to the fleet),
 //!   `slot`, `fleet_circuit` (the whole fleet's circuit), `circuit` (one slot's), `holds`,
 //!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
 //!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,

@@ -324,11 +324,7 @@ fn read_src(rel: &Path) -> String {
 fn map_order(lib: &str, declared: &BTreeSet<String>) -> Vec<String> {
     let mut text = String::new();
     let mut in_list = false;
-    for line in lib.lines() {
-        let Some(doc) = line.strip_prefix("//!") else {
-            break;
-        };
-        let doc = doc.trim_start();
+    for doc in map_lines(lib) {
         if doc.starts_with("- ") {
             in_list = true;
         }
@@ -337,6 +333,35 @@ fn map_order(lib: &str, declared: &BTreeSet<String>) -> Vec<String> {
             text.push(' ');
         }
     }
+    named_in_order(&text, declared)
+}
+
+/// The lines of the crate's head comment, without their `//!`.
+fn map_lines(lib: &str) -> impl Iterator<Item = &str> {
+    lib.lines()
+        .map_while(|line| line.strip_prefix("//!"))
+        .map(str::trim_start)
+}
+
+/// The supervisor's parts in the order the map's `supervisor` entry lists them.
+fn supervisor_order(lib: &str, parts: &BTreeSet<String>) -> Vec<String> {
+    let mut text = String::new();
+    let mut in_entry = false;
+    for doc in map_lines(lib) {
+        if doc.starts_with("- ") {
+            in_entry = doc.starts_with("- `supervisor`");
+        }
+        if in_entry {
+            text.push_str(doc);
+            text.push(' ');
+        }
+    }
+    named_in_order(&text, parts)
+}
+
+/// The names of `names` that `text` puts in backticks outside parentheses, in the order
+/// of their first mention.
+fn named_in_order(text: &str, names: &BTreeSet<String>) -> Vec<String> {
     let mut order: Vec<String> = Vec::new();
     let mut parens = 0i32;
     let mut in_tick = false;
@@ -345,7 +370,7 @@ fn map_order(lib: &str, declared: &BTreeSet<String>) -> Vec<String> {
         match c {
             '`' if in_tick => {
                 in_tick = false;
-                if parens == 0 && declared.contains(&name) && !order.contains(&name) {
+                if parens == 0 && names.contains(&name) && !order.contains(&name) {
                     order.push(name.clone());
                 }
             }
@@ -496,10 +521,9 @@ fn top_level_modules_import_only_modules_below_them() {
     );
 }
 
-/// The supervisor's parts (its direct children) import each other in no circle.
-#[test]
-fn the_supervisor_parts_form_no_cycle() {
-    let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");
+/// Which of the supervisor's parts (its direct children) each part names, `crate::` or
+/// `super::`, itself left out.
+fn supervisor_edges(children: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (rel, module) in library_files() {
         let [sup, child, ..] = module.as_slice() else {
@@ -521,6 +545,14 @@ fn the_supervisor_parts_form_no_cycle() {
             }
         }
     }
+    edges
+}
+
+/// The supervisor's parts (its direct children) import each other in no circle.
+#[test]
+fn the_supervisor_parts_form_no_cycle() {
+    let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");
+    let edges = supervisor_edges(&children);
     assert!(edges.len() > 5, "only {} parts import another", edges.len());
     let found = cycles(&edges);
     assert!(
@@ -528,4 +560,32 @@ fn the_supervisor_parts_form_no_cycle() {
         "the supervisor's parts import each other in a circle:\n{}",
         found.join("\n")
     );
+}
+
+/// What the map says of the supervisor's parts holds: each is listed, and each imports only
+/// parts listed after it (its tests too), so the list is the order to read them in.
+#[test]
+fn the_supervisor_parts_import_only_parts_after_them_in_the_map() {
+    let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");
+    let order = supervisor_order(&read_src(Path::new("lib.rs")), &children);
+    let unplaced: Vec<&String> = children.iter().filter(|m| !order.contains(m)).collect();
+    assert!(
+        unplaced.is_empty(),
+        "parts of the supervisor missing from lib.rs's map: {unplaced:?}"
+    );
+    let rank = |m: &str| order.iter().position(|o| o == m);
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (from, tos) in supervisor_edges(&children) {
+        for to in tos {
+            checked += 1;
+            if rank(&to) < rank(&from) {
+                wrong.push(format!(
+                    "supervisor::{from} names supervisor::{to}, listed before it in lib.rs's map"
+                ));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} imports between parts read");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -78,8 +78,6 @@ pub struct SupervisorLock {
     _lock: File,
     pub pid: i32,
     pub start: u64,
-    /// The pid files are gone (or their removal was tried and reported): drop does nothing.
-    released: bool,
 }
 
 impl SupervisorLock {
@@ -164,32 +162,21 @@ impl SupervisorLock {
                 _lock: lock,
                 pid: me,
                 start,
-                released: false,
             },
             notes,
         ))
     }
 
-    /// A clean stop: the pid files and the stop request go, and the error is the caller's
-    /// to report; the lock itself is released when the value goes.
-    pub fn release(mut self) -> io::Result<()> {
-        self.remove_files()
-    }
-
-    /// Tried once, whatever it returns, so a failed explicit release is not reported twice.
     fn remove_files(&mut self) -> io::Result<()> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
         pidfile::remove_pid_file(&self.layout.supervisor_pid())?;
         remove_file_if_exists(&self.layout.supervisor_stop())
     }
 }
 
 impl Drop for SupervisorLock {
-    /// An early return or a panic releases as a clean stop does; a failure is one line on
-    /// stderr (never a panic, even with stderr gone), as there is no caller left to tell.
+    /// The one release: a clean stop, an early return and a panic alike drop the lock, and
+    /// its pid files and stop request go with it. A failure is one line on stderr (never a
+    /// panic, even with stderr gone), as there is no caller left to tell.
     fn drop(&mut self) {
         if let Err(e) = self.remove_files() {
             report_release_failure(&e);
@@ -198,7 +185,7 @@ impl Drop for SupervisorLock {
 }
 
 /// The one line a failed release prints.
-pub fn report_release_failure(e: &io::Error) {
+fn report_release_failure(e: &io::Error) {
     use std::io::Write;
     let _ = writeln!(io::stderr(), "afk-supervisor: removing pid files: {e}");
 }
@@ -296,7 +283,7 @@ mod tests {
             format!("supervisor already running for this project (pid={me})")
         );
         assert_eq!(fs::read(layout.supervisor_pid()).unwrap(), before);
-        lock.release().unwrap();
+        drop(lock);
         assert!(!layout.supervisor_pid().exists());
         assert!(running_supervisor(&layout).is_err());
         let (again, _) = SupervisorLock::acquire(&layout).unwrap();
@@ -318,10 +305,8 @@ mod tests {
                         source,
                     }
                 })?;
-            lock.release().map_err(|source| LockError::Io {
-                path: layout.supervisor_pid(),
-                source,
-            })
+            drop(lock);
+            Ok(())
         }
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path());
@@ -338,9 +323,9 @@ mod tests {
             running_supervisor(&layout),
             Ok((std::process::id() as i32, again.start))
         );
-        // A release after the files went by hand is quiet, and so is the drop after it.
+        // A drop after the files went by hand is quiet.
         pidfile::remove_pid_file(&layout.supervisor_pid()).unwrap();
-        again.release().unwrap();
+        drop(again);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod reaper;
 pub mod release;
 pub mod run;
 pub mod scale_directive;
+pub mod signals;
 pub mod slot;
 pub mod slot_control;
 pub mod slot_logs;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -21,9 +20,10 @@ use super::event::{self, Adoptee};
 use super::exits::Exits;
 use super::fleet::Fleet;
 use super::journal::{Journal, Rotation};
-use super::lock::{LockError, SupervisorLock, report_release_failure};
+use super::lock::{LockError, SupervisorLock};
 use super::notify::Notifier;
 use super::periodic::{Periodic, housekeeping_tasks, periodic_tasks, start_periodic};
+use super::signals::{Descriptor, Heard, Signals, heard};
 use super::spawn;
 use super::state_file;
 use super::texts::kind;
@@ -100,16 +100,6 @@ pub fn worker_argv(config: &Config, layout: &Layout) -> Result<Vec<String>, RunE
         "--once".into(),
     ]);
     Ok(argv)
-}
-
-/// The loop's signals (every one the supervisor handles), read from one signalfd
-/// ([`process::LoopSignalFd`] says why not through handlers).
-struct SignalSet {
-    fd: AsyncFd<process::LoopSignalFd>,
-    /// Read from the descriptor and not yet taken, one bit per signal number: a read takes
-    /// every pending signal, and one not wanted yet (a SIGCHLD during the boot suite)
-    /// waits here for the loop.
-    pending: u64,
 }
 
 /// What the loop hears besides its signals and timers: the events of the supervisor's
@@ -196,72 +186,6 @@ enum InboxError {
     Exits(std::io::Error),
 }
 
-/// The signals that stop the fleet.
-const STOP_SIGNALS: u64 = process::signal_bit(Signal::SIGTERM)
-    | process::signal_bit(Signal::SIGINT)
-    | process::signal_bit(Signal::SIGHUP);
-
-impl SignalSet {
-    /// Blocks the loop's signals in this thread (and every thread it starts from now on)
-    /// and opens their descriptor.
-    fn install() -> std::io::Result<SignalSet> {
-        let fd = process::LoopSignalFd::open()?;
-        // SAFETY: the descriptor is owned by the value moved in, which keeps it open and
-        // the same for as long as the AsyncFd holds it.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
-        Ok(SignalSet { fd, pending: 0 })
-    }
-
-    /// The next of the `wanted` signals (lowest number first when several are pending).
-    /// Cancel-safe: a signal read is kept in `pending` until it is returned.
-    async fn next_of(&mut self, wanted: u64) -> std::io::Result<Signal> {
-        loop {
-            let hit = self.pending & wanted;
-            if hit != 0 {
-                let n = hit.trailing_zeros();
-                self.pending &= !(1 << n);
-                if let Ok(sig) = Signal::try_from(n as i32) {
-                    return Ok(sig);
-                }
-                continue;
-            }
-            let mut ready = self.fd.readable().await?;
-            match ready.get_inner().take() {
-                Ok((bits, drained)) => {
-                    self.pending |= bits;
-                    // A read that did not fill its buffer took all there was: the next
-                    // signal makes the descriptor readable again, so no read is spent
-                    // only to hear "would block".
-                    if drained {
-                        ready.clear_ready();
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// The next signal the loop handles.
-    async fn next(&mut self) -> std::io::Result<Signal> {
-        self.next_of(u64::MAX).await
-    }
-
-    /// The next stop signal only (during the boot suite nothing else matters; the others
-    /// wait for the loop).
-    async fn stop(&mut self) -> i32 {
-        match self.next_of(STOP_SIGNALS).await {
-            Ok(Signal::SIGINT) => exit::SIGINT,
-            Ok(Signal::SIGHUP) => exit::SIGHUP,
-            Ok(_) => exit::SIGTERM,
-            // The descriptor failed: nothing can stop the boot suite now, so it is not
-            // waited for (the loop fails on the same descriptor).
-            Err(_) => std::future::pending().await,
-        }
-    }
-}
-
 /// Threads of the blocking pool (tracker and git calls, the boot suite, the belt); the
 /// loop itself is one thread, so the supervisor runs at most this many plus one.
 const BLOCKING_THREADS: usize = 4;
@@ -324,7 +248,7 @@ async fn run_fleet(
 ) -> Result<RunEnd, RunError> {
     // Signals are blocked (and read from their descriptor) before anything is written, so
     // none can end the process between the pid file and its removal.
-    let mut signals = SignalSet::install().map_err(RunError::Signals)?;
+    let mut signals = Signals::new(Descriptor::install().map_err(RunError::Signals)?);
     let (tx, rx) = unbounded_channel::<event::Event>();
     let (lock, notes) = SupervisorLock::acquire(layout)?;
     // Without its event log, or with no way to write its heartbeat (a directory where
@@ -535,9 +459,8 @@ async fn run_fleet(
         driver.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
     }
     driver.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
-    if let Err(e) = lock.release() {
-        report_release_failure(&e);
-    }
+    // The pid files and the stop request go with the lock, here and on every early return.
+    drop(lock);
     Ok(RunEnd::Stopped(code))
 }
 
@@ -549,7 +472,7 @@ async fn event_loop(
     fleet: &mut Fleet,
     driver: &mut Driver,
     inbox: &mut Inbox,
-    signals: &mut SignalSet,
+    signals: &mut Signals<Descriptor>,
     notifier: &mut Notifier,
     periodic: &mut [Periodic],
     tx: &UnboundedSender<event::Event>,
@@ -575,7 +498,6 @@ async fn event_loop(
                 deadline = deadline.min(*d);
             }
         }
-        let stop = |code, why| event::Event::Stop { code, why };
         tokio::select! {
             arrived = inbox.next() => match arrived {
                 Ok(events) => {
@@ -591,13 +513,14 @@ async fn event_loop(
                     return exit::FAILED;
                 }
             },
-            sig = signals.next() => match sig {
-                Ok(Signal::SIGCHLD) => driver.feed(fleet, event::Event::Sigchld, Instant::now()),
-                Ok(Signal::SIGUSR1) => driver.control(fleet, Instant::now()),
-                Ok(Signal::SIGTERM) => driver.feed(fleet, stop(exit::SIGTERM, "SIGTERM"), Instant::now()),
-                Ok(Signal::SIGINT) => driver.feed(fleet, stop(exit::SIGINT, "SIGINT"), Instant::now()),
-                Ok(Signal::SIGHUP) => driver.feed(fleet, stop(exit::SIGHUP, "SIGHUP"), Instant::now()),
-                Ok(_) => {}
+            sig = signals.next() => match sig.map(heard) {
+                Ok(Some(Heard::Control)) => driver.control(fleet, Instant::now()),
+                Ok(Some(h)) => {
+                    if let Some(e) = h.event() {
+                        driver.feed(fleet, e, Instant::now());
+                    }
+                }
+                Ok(None) => {}
                 Err(e) => {
                     // No signal can reach the loop any more: no stop would be obeyed.
                     let msg = format!("the signal descriptor failed: {e}");
@@ -654,7 +577,7 @@ async fn run_boot(
     layout: &Layout,
     config: &Config,
     tracker: Option<&Arc<dyn Tracker>>,
-    signals: &mut SignalSet,
+    signals: &mut Signals<Descriptor>,
 ) -> BootWait {
     let Some(tracker) = tracker.cloned() else {
         return BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));

@@ -11,6 +11,7 @@ use nix::sys::signal::Signal;
 
 use crate::supervisor::event::{ControlFiles, TickFacts, WorkerFiles};
 use crate::supervisor::reaper::Order;
+use crate::supervisor::signals::{Heard, heard};
 use crate::supervisor::slot_control;
 use crate::supervisor::usage::Usage;
 
@@ -177,6 +178,19 @@ impl Bench {
         let effects = self.fleet.handle(ev, self.now(secs));
         self.carry(effects, secs);
     }
+    /// `sig` reaches the supervisor at `secs` and is fed as the loop feeds it (through
+    /// `signals::heard`, the one place a signal's meaning is decided); SIGUSR1 with the
+    /// control files as the driver would read them.
+    fn signal(&mut self, sig: Signal, control: ControlFiles, secs: f64) {
+        match heard(sig) {
+            Some(Heard::Control) => self.feed(Event::Control(control), secs),
+            Some(h) => {
+                let ev = h.event().expect("every signal but SIGUSR1 is one event");
+                self.feed(ev, secs);
+            }
+            None => {}
+        }
+    }
     /// The end of a loop turn, with which dying groups still have members.
     fn turn(&mut self, secs: f64) {
         let alive = self
@@ -269,7 +283,7 @@ impl Bench {
             slot_request: slot_control::Found::Some(request),
             ..quiet()
         };
-        self.feed(Event::Control(control), secs);
+        self.signal(Signal::SIGUSR1, control, secs);
     }
     fn resize(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
         let control = ControlFiles {
@@ -280,7 +294,7 @@ impl Bench {
             }),
             ..quiet()
         };
-        self.feed(Event::Control(control), secs);
+        self.signal(Signal::SIGUSR1, control, secs);
     }
     /// The worker in `slot` has shown no sign of life since `epoch` (its start included).
     fn quiet_since(&mut self, slot: usize, epoch: u64) {
@@ -312,10 +326,10 @@ fn a_death_respawns_in_the_same_slot_and_a_clean_exit_idles_it() {
     let mut b = Bench::new(2);
     b.start();
     assert_eq!(b.spawns(), 2);
-    b.end(1, ExitKind::Code(1), 40.0);
+    b.end(1, ExitKind::Code(exit::FAILED), 40.0);
     assert_eq!(b.spawns(), 3, "respawned at once");
     assert_eq!(b.world.spawns.last().map(|s| s.0), Some(1));
-    b.end(0, ExitKind::Code(0), 41.0);
+    b.end(0, ExitKind::Code(exit::OK), 41.0);
     assert_eq!(b.phase(0), "idle");
     assert_eq!(b.spawns(), 3, "a clean exit waits for work");
     // The queue says there is work: the idle slot wakes; an empty queue keeps it idle.
@@ -332,7 +346,7 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
     b.start();
     // Five deaths 1 s apart, each within fast_death (30 s) of its start: the circuit trips.
     for i in 0..5 {
-        b.end(0, ExitKind::Code(1), 1.0 + f64::from(i));
+        b.end(0, ExitKind::Code(exit::FAILED), 1.0 + f64::from(i));
     }
     assert_eq!(b.phase(0), "parked", "{:?}", b.kinds());
     assert_eq!(b.count("circuit.trip"), 1);
@@ -362,7 +376,7 @@ fn a_workers_end_finds_its_slot_by_its_pid_and_start_token() {
     let start = b.fleet.pool.slots[&1].worker().unwrap().start;
     let spawns = b.spawns();
     // The same pid with another start token is another process: not this worker.
-    let kind = ExitKind::Code(1);
+    let kind = ExitKind::Code(exit::FAILED);
     b.feed(
         Event::Exited {
             pid,
@@ -402,9 +416,9 @@ fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
     b.start();
     // A death that trips nothing leaves its slot among the unsettled only until the
     // next turn; five fast ones in slot 7 open its circuit, and it stays.
-    b.end(3, ExitKind::Code(1), 1.0);
+    b.end(3, ExitKind::Code(exit::FAILED), 1.0);
     for i in 0..5 {
-        b.end(7, ExitKind::Code(1), 2.0 + f64::from(i));
+        b.end(7, ExitKind::Code(exit::FAILED), 2.0 + f64::from(i));
     }
     b.turn(8.0);
     assert_eq!(b.phase(7), "parked");
@@ -421,7 +435,7 @@ fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
 fn exit_78_parks_the_slot_for_good() {
     let mut b = Bench::new(1);
     b.start();
-    b.end(0, ExitKind::Code(78), 1.0);
+    b.end(0, ExitKind::Code(exit::CONFIG), 1.0);
     assert_eq!(b.phase(0), "parked");
     b.turn(10_000.0);
     b.feed(Event::Queue(Ok(BTreeSet::from([1, 2]))), 10_001.0);
@@ -460,13 +474,7 @@ fn a_stop_terminates_every_group_and_kills_what_ignores_it_after_the_grace() {
     b.start();
     let (obedient, stubborn) = (b.pid_in(0).unwrap(), b.pid_in(1).unwrap());
     b.world.stubborn.insert(stubborn);
-    b.feed(
-        Event::Stop {
-            code: exit::SIGTERM,
-            why: "SIGTERM",
-        },
-        1.0,
-    );
+    b.signal(Signal::SIGTERM, quiet(), 1.0);
     assert!(b.signalled(obedient, Signal::SIGTERM) && b.signalled(stubborn, Signal::SIGTERM));
     b.reported(obedient, 1.1);
     b.turn(1.1);
@@ -512,7 +520,7 @@ fn idle_slots_wake_in_batches() {
     let mut b = Bench::new(40);
     b.start();
     for slot in 0..40 {
-        b.end(slot, ExitKind::Code(0), 40.0);
+        b.end(slot, ExitKind::Code(exit::OK), 40.0);
     }
     assert_eq!(b.spawns(), 40);
     b.feed(Event::Queue(Ok((1..=100).collect())), 41.0);
@@ -687,7 +695,7 @@ fn trip_every_slot(b: &mut Bench, slots: usize) -> f64 {
         for slot in 0..slots {
             t += 0.5;
             if b.pid_in(slot).is_some() {
-                b.end(slot, ExitKind::Code(1), t);
+                b.end(slot, ExitKind::Code(exit::FAILED), t);
             }
         }
     }
@@ -736,7 +744,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         assert_eq!((0..4).filter(|s| b.pid_in(*s).is_some()).count(), 1);
         // The probe dies fast: re-parked with the next step.
         at += 1.0;
-        b.end(probe, ExitKind::Code(1), at);
+        b.end(probe, ExitKind::Code(exit::FAILED), at);
     }
     assert_eq!(per_step, vec![1, 1, 1], "{:?}", b.kinds());
     assert_eq!(b.count("fleet.circuit-probe"), 3);
@@ -815,7 +823,7 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     );
     b.end(0, ExitKind::Code(exit::RATE_LIMITED), 3.0);
     // A plain death while paused is not respawned either.
-    b.end(1, ExitKind::Code(1), 3.2);
+    b.end(1, ExitKind::Code(exit::FAILED), 3.2);
     for i in 0..6 {
         b.feed(Event::Queue(Ok(BTreeSet::from([4]))), 3.5 + f64::from(i));
         b.turn(3.6 + f64::from(i));
@@ -848,14 +856,40 @@ fn a_fleet_probe_that_exits_0_closes_the_circuit() {
     assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
     b.turn(t + 61.0);
     let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
-    b.end(probe, ExitKind::Code(0), t + 62.0);
+    b.end(probe, ExitKind::Code(exit::OK), t + 62.0);
     assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(probe), "idle");
     assert_eq!(b.phase(1 - probe), "running");
 }
 
-fn stop(code: i32, why: &'static str) -> Event {
-    Event::Stop { code, why }
+/// Each stop signal stops the fleet with its own status (128 + its number) and the same
+/// orderly SIGTERM to every group; a signal the loop does not handle changes nothing.
+#[test]
+fn each_stop_signal_ends_the_fleet_with_its_own_status() {
+    for (sig, code) in [
+        (Signal::SIGTERM, 143),
+        (Signal::SIGINT, 130),
+        (Signal::SIGHUP, 129),
+    ] {
+        let mut b = Bench::new(2);
+        b.start();
+        let pids = [b.pid_in(0).unwrap(), b.pid_in(1).unwrap()];
+        b.world.effects.clear();
+        b.signal(Signal::SIGUSR2, quiet(), 0.5);
+        b.signal(Signal::SIGPIPE, quiet(), 0.5);
+        assert!(b.world.effects.is_empty(), "{sig}: {:?}", b.world.effects);
+        assert!(b.fleet.stopping().is_none());
+        b.signal(sig, quiet(), 1.0);
+        assert_eq!(b.fleet.stopping().map(|s| s.code), Some(code), "{sig}");
+        for pid in pids {
+            assert!(b.signalled(pid, Signal::SIGTERM), "{sig}: {pid}");
+            assert!(!b.signalled(pid, Signal::SIGKILL), "{sig}: {pid}");
+            b.reported(pid, 1.1);
+        }
+        b.turn(1.1);
+        assert!(b.fleet.stop_settled(), "{sig}");
+        assert_eq!(b.spawns(), 2, "{sig}: nothing respawned");
+    }
 }
 
 /// SIGTERM twice: the second kills every remaining group at once, whatever the grace.
@@ -865,11 +899,11 @@ fn a_second_stop_signal_kills_what_is_left_at_once() {
     b.start();
     let pid = b.pid_in(0).unwrap();
     b.world.stubborn.insert(pid);
-    b.feed(stop(exit::SIGTERM, "SIGTERM"), 1.0);
+    b.signal(Signal::SIGTERM, quiet(), 1.0);
     assert!(b.signalled(pid, Signal::SIGTERM));
     b.turn(1.5);
     assert!(!b.signalled(pid, Signal::SIGKILL), "within the grace");
-    b.feed(stop(exit::SIGINT, "SIGINT"), 2.0);
+    b.signal(Signal::SIGINT, quiet(), 2.0);
     b.turn(2.0);
     assert!(b.signalled(pid, Signal::SIGKILL), "{:?}", b.world.effects);
     b.reported(pid, 2.1);
@@ -891,7 +925,7 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
     assert!(b.world.signals.is_empty(), "a drain signals nothing");
     assert_eq!(b.phase(1), "retiring");
     b.world.effects.clear();
-    b.end(1, ExitKind::Code(0), 6.0);
+    b.end(1, ExitKind::Code(exit::OK), 6.0);
     assert_eq!(
         b.world.signals,
         vec![(surplus, Signal::SIGTERM)],
@@ -950,7 +984,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     b.tick(50.0);
     b.resize(1, ShrinkMode::DrainThenRetire, 55.0);
     assert_eq!(wrote(&b), 0, "asked once it worked: {:?}", b.world.effects);
-    b.end(1, ExitKind::Code(0), 60.0);
+    b.end(1, ExitKind::Code(exit::OK), 60.0);
     assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
 }
 
@@ -978,7 +1012,7 @@ fn a_slot_stopped_by_drain_keeps_its_retire_file_through_a_shrink_and_a_grow() {
         b.world.effects
     );
     let before = b.spawns();
-    b.end(1, ExitKind::Code(0), 20.0);
+    b.end(1, ExitKind::Code(exit::OK), 20.0);
     assert_eq!(b.spawns(), before, "the stopped slot stays empty");
     assert_eq!(b.count("slot.stopped"), 2, "{:?}", b.kinds());
 }
@@ -1010,7 +1044,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
     );
     assert!(!b.fleet.pool.slots[&1].stopped, "the slot's mark put back");
     let before = b.spawns();
-    b.end(1, ExitKind::Code(1), 6.0);
+    b.end(1, ExitKind::Code(exit::FAILED), 6.0);
     assert_eq!(
         b.spawns(),
         before + 1,
@@ -1037,7 +1071,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
     assert_eq!(b.count("slot.stopped"), 1, "{:?}", b.kinds());
     assert!(b.fleet.pool.slots[&1].stopped);
     let before = b.spawns();
-    b.end(1, ExitKind::Code(0), 8.0);
+    b.end(1, ExitKind::Code(exit::OK), 8.0);
     assert_eq!(b.spawns(), before, "a stopped slot stays empty");
 }
 
@@ -1051,9 +1085,10 @@ fn sigchld_is_how_an_unwatched_workers_end_arrives() {
     let pid = b.pid_in(0).unwrap();
     assert_eq!(b.fleet.unwatched_own(), vec![(pid, 1)]);
     assert_eq!(b.fleet.own_child_wait(pid, 1), Some(true), "a pinned group");
-    let effects = b.fleet.handle(Event::Sigchld, b.now(40.0));
-    assert!(effects.is_empty());
-    b.end(0, ExitKind::Code(1), 40.0);
+    b.world.effects.clear();
+    b.signal(Signal::SIGCHLD, quiet(), 40.0);
+    assert!(b.world.effects.is_empty(), "{:?}", b.world.effects);
+    b.end(0, ExitKind::Code(exit::FAILED), 40.0);
     assert_eq!(b.spawns(), 2, "respawned");
     let next = b.pid_in(0).unwrap();
     assert_eq!(b.fleet.unwatched_own(), vec![(next, 1)]);
@@ -1068,7 +1103,7 @@ fn the_stop_file_at_a_tick_stops_with_0() {
     assert!(!b.fleet.tick_due(b.at(1.0)));
     assert!(b.fleet.tick_due(b.at(16.0)));
     b.tick_with(Ok(true), quiet(), 16.0);
-    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(0));
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::OK));
     assert!(b.signalled(pid, Signal::SIGTERM));
     assert!(!b.fleet.tick_due(b.at(100.0)), "no tick during a stop");
 }
@@ -1140,7 +1175,7 @@ fn a_quiet_tick_writes_no_heartbeat() {
     b.resize(2, ShrinkMode::DrainThenRetire, 150.0);
     assert!(b.fleet.heartbeat_due());
     // A death is a change: the tick after it writes.
-    b.end(1, ExitKind::Code(1), 160.0);
+    b.end(1, ExitKind::Code(exit::FAILED), 160.0);
     b.tick(161.0);
     assert_eq!(b.world.writes, after_first + 1);
 
@@ -1162,7 +1197,7 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     b.start();
     b.tick(16.0);
     assert!(!b.fleet.heartbeat_due());
-    b.end(1, ExitKind::Code(1), 100.0);
+    b.end(1, ExitKind::Code(exit::FAILED), 100.0);
     assert_eq!(b.spawns(), 3, "respawned");
     assert!(b.fleet.heartbeat_due());
     assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);
