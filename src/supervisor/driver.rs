@@ -524,6 +524,14 @@ impl Driver {
                 let reason = stall::fatal_reason_from_log(&log);
                 return Some(Event::FatalReason { slot, reason });
             }
+            Effect::ReadCircuitLog { tripped, log } => {
+                let lines = stall::last_lines(&log, crate::supervisor::fleet_circuit::REASON_LINES);
+                return Some(Event::CircuitLog {
+                    tripped,
+                    log,
+                    lines,
+                });
+            }
             Effect::FinishCgroup { leader, cgroup } => {
                 let figures = self.children.finish_cgroup(leader, &cgroup);
                 return Some(Event::CgroupFinished { leader, figures });

@@ -54,6 +54,10 @@ pub enum Effect {
     /// Read the last line of a worker's log that exited 78, answered by
     /// `Event::FatalReason`.
     ReadFatalReason { slot: usize, log: PathBuf },
+    /// Read the last lines of `log` (the slot log of the worker whose trip opened the fleet
+    /// circuit, `tripped` slots in all), answered by `Event::CircuitLog`: the fleet reads
+    /// no file itself.
+    ReadCircuitLog { tripped: usize, log: PathBuf },
     /// cgroup mode: an ended worker's cgroup is empty: read its figures and remove it,
     /// answered by `Event::CgroupFinished`.
     FinishCgroup {

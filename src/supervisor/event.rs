@@ -89,6 +89,13 @@ pub enum Event {
     },
     /// The answer to reading a worker's log after its exit 78: its last line.
     FatalReason { slot: usize, reason: String },
+    /// The answer to reading a slot log for the fleet circuit's reason: its last lines
+    /// (none when it could not be read).
+    CircuitLog {
+        tripped: usize,
+        log: PathBuf,
+        lines: Vec<String>,
+    },
     /// The answer to finishing an ended worker's empty cgroup: what the kernel counted.
     CgroupFinished { leader: i32, figures: Figures },
     /// The answer to asking the worker of `slot` to retire: `error` when its retire file

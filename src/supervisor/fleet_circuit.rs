@@ -6,7 +6,8 @@
 //! slot.
 //!
 //! Pure logic over instants handed in by the caller, like the slot [`Circuit`]; the
-//! fleet acts on what it answers.
+//! fleet acts on what it answers. Its reason quotes the end of a slot log, which the
+//! driver reads (`stall::last_lines`) and the fleet hands in.
 //!
 //! [`Circuit`]: super::circuit::Circuit
 
@@ -92,15 +93,14 @@ impl FleetCircuit {
     }
 
     /// Slot `idx`'s circuit tripped at `now`. Opens the fleet circuit (returning the
-    /// number of slots tripped in the window) when enough distinct slots did; the
-    /// `reason` closure is asked only then.
+    /// number of slots tripped in the window) when enough distinct slots did; its reason
+    /// is [`FleetCircuit::set_reason`]'s.
     pub fn on_slot_trip(
         &mut self,
         idx: usize,
         now: Instant,
         target: usize,
         params: &Params,
-        reason: impl FnOnce() -> String,
     ) -> Option<usize> {
         if self.is_open() {
             return None;
@@ -122,7 +122,7 @@ impl FleetCircuit {
         self.park(now, 0, params.backoff(0));
         self.trips.clear();
         self.tripped_slots = slots.len();
-        self.reason = reason();
+        self.reason.clear();
         Some(slots.len())
     }
 
@@ -244,6 +244,11 @@ impl FleetCircuit {
         &self.reason
     }
 
+    /// Why the circuit opened ([`reason`]), once the slot log's end is known.
+    pub fn set_reason(&mut self, reason: String) {
+        self.reason = reason;
+    }
+
     /// `state.toon` `fleet_circuit`; `None` while closed.
     pub fn snapshot(&self) -> Option<state_file::FleetCircuit> {
         let state = match self.state {
@@ -261,53 +266,22 @@ impl FleetCircuit {
 }
 
 /// Lines of one slot log quoted in the reason.
-const REASON_LINES: usize = 3;
-/// The most read from the end of that log.
-const TAIL_BYTES: u64 = 4096;
+pub const REASON_LINES: usize = 3;
 
 /// The circuit's one reason: the last exit of each slot that has one, and the last lines
-/// of `log` (one slot's), as one line.
-pub fn reason(last_exits: &BTreeMap<usize, String>, log: Option<&Path>) -> String {
+/// of one slot's log (as `stall::last_lines` read them), as one line.
+pub fn reason(last_exits: &BTreeMap<usize, String>, log: Option<(&Path, &[String])>) -> String {
     let exits: Vec<String> = last_exits
         .iter()
         .map(|(slot, exit)| format!("slot {slot} {exit}"))
         .collect();
     let mut out = format!("last exits: {}", exits.join(", "));
-    if let Some(log) = log {
-        let tail = tail_lines(log);
-        if !tail.is_empty() {
-            out.push_str(&format!("; {} ends: {}", log.display(), tail.join(" | ")));
-        }
+    if let Some((log, tail)) = log
+        && !tail.is_empty()
+    {
+        out.push_str(&format!("; {} ends: {}", log.display(), tail.join(" | ")));
     }
     crate::text::escape(&crate::text::one_line(&out))
-}
-
-/// The last non-empty lines of a slot log, read safely (no symlink, regular files only,
-/// the last [`TAIL_BYTES`] only).
-fn tail_lines(log: &Path) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut opts = std::fs::OpenOptions::new();
-    opts.read(true);
-    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
-    else {
-        return Vec::new();
-    };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut tail = Vec::new();
-    if f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))
-        .and_then(|_| f.take(TAIL_BYTES).read_to_end(&mut tail))
-        .is_err()
-    {
-        return Vec::new();
-    }
-    let text = String::from_utf8_lossy(&tail);
-    let lines: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(crate::text::excerpt)
-        .collect();
-    lines[lines.len().saturating_sub(REASON_LINES)..].to_vec()
 }
 
 #[cfg(test)]
@@ -324,15 +298,13 @@ mod tests {
         assert_eq!(c.threshold(5), 3);
         assert_eq!(c.threshold(1), 2);
         // The same slot twice is one slot; a trip outside the window is forgotten.
-        assert_eq!(c.on_slot_trip(0, t0, 4, &p, || "r".into()), None);
-        assert_eq!(c.on_slot_trip(0, t0 + s(1), 4, &p, || "r".into()), None);
-        assert_eq!(c.on_slot_trip(1, t0 + s(200), 4, &p, || "r".into()), None);
+        assert_eq!(c.on_slot_trip(0, t0, 4, &p), None);
+        assert_eq!(c.on_slot_trip(0, t0 + s(1), 4, &p), None);
+        assert_eq!(c.on_slot_trip(1, t0 + s(200), 4, &p), None);
         assert!(!c.is_open());
-        assert_eq!(
-            c.on_slot_trip(2, t0 + s(201), 4, &p, || "why".into()),
-            Some(2)
-        );
+        assert_eq!(c.on_slot_trip(2, t0 + s(201), 4, &p), Some(2));
         assert!(c.is_open());
+        c.set_reason("why".into());
         assert!(!c.may_spawn(0));
         let snap = c.snapshot().unwrap();
         assert_eq!(
@@ -342,7 +314,7 @@ mod tests {
         assert_eq!(snap.reason, "why");
         // A fleet of one never opens it.
         let mut one = FleetCircuit::new(Fraction(500));
-        assert_eq!(one.on_slot_trip(0, t0, 1, &p, || "r".into()), None);
+        assert_eq!(one.on_slot_trip(0, t0, 1, &p), None);
     }
 
     #[test]
@@ -350,8 +322,8 @@ mod tests {
         let t0 = Instant::now();
         let p = params();
         let mut c = FleetCircuit::new(Fraction(500));
-        c.on_slot_trip(0, t0, 2, &p, String::new);
-        c.on_slot_trip(1, t0, 2, &p, String::new);
+        c.on_slot_trip(0, t0, 2, &p);
+        c.on_slot_trip(1, t0, 2, &p);
         assert!(!c.probe_due(t0 + s(59)));
         assert!(c.probe_due(t0 + s(60)));
         assert_eq!(c.start_probe(3, t0 + s(60)), Some((s(60), 0)));
@@ -378,19 +350,16 @@ mod tests {
 
     #[test]
     fn the_reason_names_exits_and_the_logs_last_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("slot-0.log");
-        std::fs::write(&log, "one\ntwo\n\nthree\nError: token expired\n").unwrap();
+        let log = Path::new("/afk/slot-0.log");
+        let tail = ["two", "three", "Error: token expired\u{7}"].map(String::from);
         let exits = BTreeMap::from([(0, "exit 1".to_string()), (1, "exit 2".to_string())]);
-        let r = reason(&exits, Some(&log));
-        assert!(
-            r.starts_with("last exits: slot 0 exit 1, slot 1 exit 2; "),
-            "{r}"
+        let r = reason(&exits, Some((log, &tail)));
+        assert_eq!(
+            r,
+            "last exits: slot 0 exit 1, slot 1 exit 2; /afk/slot-0.log ends: two | three | \
+             Error: token expired\\x07"
         );
-        assert!(
-            r.ends_with("ends: two | three | Error: token expired"),
-            "{r}"
-        );
-        assert!(!r.contains('\n'));
+        // A log that could not be read, or ends with nothing, adds nothing.
+        assert_eq!(reason(&exits, Some((log, &[]))), reason(&exits, None));
     }
 }

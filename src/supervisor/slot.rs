@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::circuit::{self, Circuit};
 use super::state_file::SlotState;
@@ -84,8 +84,9 @@ impl Seen {
     }
 }
 
-/// A running worker in a slot (the `Running` state; `Pending` is before it, the slot's
-/// idle and parked phases after): how it is reached and named, and what is seen of it.
+/// A running worker in a slot (the `Running` state; [`Pending`] is before it and
+/// [`Finished`] what is kept of it after, as watchexec's `CommandState` has them): how it
+/// is reached and named, and what is seen of it.
 #[derive(Debug, Clone)]
 pub struct LiveWorker {
     pub pid: i32,
@@ -108,6 +109,17 @@ pub struct LiveWorker {
     pub queue_at_spawn: Option<std::collections::BTreeSet<u64>>,
     /// cgroup mode: the attempt's own cgroup (the worker and everything it starts).
     pub cgroup: Option<std::sync::Arc<crate::cgroup::Cgroup>>,
+}
+
+/// How a slot's last worker ended, kept on the slot once the worker is gone (the
+/// `Finished` state; the slot itself goes idle, parked or back to starting): what the
+/// fleet circuit's reason quotes.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub exit: crate::process::ExitKind,
+    pub lived: Duration,
+    /// Its stdout's file.
+    pub log: PathBuf,
 }
 
 /// A worker asked for and not yet started: what it is started with and named by.
@@ -176,6 +188,8 @@ pub struct Slot {
     /// A drained restart asked (`restart --shrink-mode drain-then-retire`): its worker
     /// finishes its issue, then a fresh one starts.
     pub restart_pending: bool,
+    /// The slot's last worker that ended, and how.
+    pub finished: Option<Finished>,
 }
 
 /// Facts about a slot's current worker kept for `status`, each tagged with what it belongs
@@ -204,6 +218,7 @@ impl Slot {
             shown: Shown::default(),
             stopped: false,
             restart_pending: false,
+            finished: None,
         }
     }
 

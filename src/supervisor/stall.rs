@@ -170,15 +170,30 @@ pub fn progress(now_epoch: u64, progress_epoch: u64, stall_s: u64, kill_s: u64) 
     }
 }
 
-/// Most bytes of a slot log's end read for a parked slot's reason.
+/// Most bytes of a slot log's end read for a reason (a parked slot's, the fleet
+/// circuit's).
 const REASON_TAIL_BYTES: u64 = 4096;
 /// Longest reason kept: a worker's one-line error naming a key and a file fits.
 const REASON_MAX_CHARS: usize = 400;
 
+/// The last [`REASON_TAIL_BYTES`] of a slot log as text: never through a link, never
+/// anything but a regular file; `None` when it cannot be read.
+fn log_end(log: &std::path::Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    let mut f = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse).ok()??;
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut tail = Vec::new();
+    f.seek(SeekFrom::Start(len.saturating_sub(REASON_TAIL_BYTES)))
+        .and_then(|_| f.take(REASON_TAIL_BYTES).read_to_end(&mut tail))
+        .ok()?;
+    Some(String::from_utf8_lossy(&tail).into_owned())
+}
+
 /// The reason an exit-78 worker gave: the last non-empty line of its slot log (a worker
 /// reports its failure there as one line), bounded, never following a link.
 pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
-    use std::io::{Read, Seek, SeekFrom};
     let fallback = || {
         format!(
             "worker exited {} (host misconfigured); see {}",
@@ -186,24 +201,9 @@ pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
             log.display()
         )
     };
-    let opts = {
-        let mut o = std::fs::OpenOptions::new();
-        o.read(true);
-        o
-    };
-    let Ok(Some(mut f)) = crate::fsutil::open_regular(log, opts, crate::fsutil::Links::Refuse)
-    else {
+    let Some(text) = log_end(log) else {
         return fallback();
     };
-    let len = f.metadata().map_or(0, |m| m.len());
-    let mut tail = Vec::new();
-    let read = f
-        .seek(SeekFrom::Start(len.saturating_sub(REASON_TAIL_BYTES)))
-        .and_then(|_| f.take(REASON_TAIL_BYTES).read_to_end(&mut tail));
-    if read.is_err() {
-        return fallback();
-    }
-    let text = String::from_utf8_lossy(&tail);
     text.lines()
         .map(str::trim)
         .rfind(|l| !l.is_empty())
@@ -215,6 +215,21 @@ pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
             }
         })
         .unwrap_or_else(fallback)
+}
+
+/// The last `n` non-empty lines of a slot log, each an excerpt, read as
+/// [`fatal_reason_from_log`] reads it; none when it cannot be read.
+pub fn last_lines(log: &std::path::Path, n: usize) -> Vec<String> {
+    let Some(text) = log_end(log) else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(crate::text::excerpt)
+        .collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 #[cfg(test)]
@@ -324,5 +339,21 @@ mod tests {
         let big = "y".repeat(10_000);
         std::fs::write(&log, format!("{big}\nlast one")).unwrap();
         assert_eq!(fatal_reason_from_log(&log), "last one");
+    }
+
+    #[test]
+    fn a_logs_last_lines_are_read_without_following_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("slot-0.log");
+        std::fs::write(&log, "one\ntwo\n\nthree\nError: token expired\n").unwrap();
+        assert_eq!(
+            last_lines(&log, 3),
+            ["two", "three", "Error: token expired"]
+        );
+        assert_eq!(last_lines(&log, 9).len(), 4);
+        let link = dir.path().join("link.log");
+        std::os::unix::fs::symlink(&log, &link).unwrap();
+        assert!(last_lines(&link, 3).is_empty());
+        assert!(last_lines(&dir.path().join("none.log"), 3).is_empty());
     }
 }

@@ -109,9 +109,13 @@ impl Fleet {
             .slot(idx)
             .pid(pid),
         );
-        self.guards
-            .last_exits
-            .insert(idx, (exit.to_string(), w.log.clone()));
+        if let Some(slot) = self.pool.slots.get_mut(&idx) {
+            slot.finished = Some(Finished {
+                exit,
+                lived,
+                log: w.log.clone(),
+            });
+        }
         if self.stopping.is_some() {
             return;
         }

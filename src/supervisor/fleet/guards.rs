@@ -19,8 +19,6 @@ pub(super) struct Guards {
     pub(super) pause_file_error: Option<crate::pause::PauseFileError>,
     /// The fleet-wide circuit (`fleet_circuit`).
     pub(super) fleet_circuit: fleet_circuit::FleetCircuit,
-    /// Each slot's last exit and log, for the fleet circuit's reason.
-    pub(super) last_exits: BTreeMap<usize, (String, std::path::PathBuf)>,
 }
 
 impl Guards {
@@ -30,7 +28,6 @@ impl Guards {
             operator: None,
             pause_file_error: None,
             fleet_circuit: fleet_circuit::FleetCircuit::new(fleet_circuit_fraction),
-            last_exits: BTreeMap::new(),
         }
     }
 
@@ -162,30 +159,46 @@ impl Fleet {
 
     // ---- the fleet-wide circuit ----
 
-    /// Slot `idx`'s own circuit tripped: maybe the fleet's opens.
+    /// Slot `idx`'s own circuit tripped: maybe the fleet's opens. Its reason quotes the end
+    /// of that slot's last log, which the driver reads and answers at once
+    /// ([`Effect::ReadCircuitLog`]); the fleet is parked already.
     pub(super) fn note_slot_trip(&mut self, idx: usize, now: Instant) {
-        let exits: BTreeMap<usize, String> = self
-            .guards
-            .last_exits
-            .iter()
-            .map(|(s, (e, _))| (*s, e.clone()))
-            .collect();
-        let log = self.guards.last_exits.get(&idx).map(|(_, l)| l.clone());
         let (target, params) = (self.pool.target, self.pool.params);
-        let Some(tripped) =
-            self.guards
-                .fleet_circuit
-                .on_slot_trip(idx, now, target, &params, || {
-                    fleet_circuit::reason(&exits, log.as_deref())
-                })
+        let Some(tripped) = self
+            .guards
+            .fleet_circuit
+            .on_slot_trip(idx, now, target, &params)
         else {
             return;
         };
+        let log = self.pool.slots.get(&idx).and_then(|s| s.finished.as_ref());
+        match log.map(|f| f.log.clone()) {
+            Some(log) => self.emit(Effect::ReadCircuitLog { tripped, log }),
+            None => self.fleet_circuit_opened(tripped, None),
+        }
+    }
+
+    /// The fleet circuit opened with `tripped` slots tripped, `log` the end of the last
+    /// one's log: its reason and its record.
+    pub(super) fn fleet_circuit_opened(
+        &mut self,
+        tripped: usize,
+        log: Option<(&std::path::Path, &[String])>,
+    ) {
+        let exits: BTreeMap<usize, String> = self
+            .pool
+            .slots
+            .iter()
+            .filter_map(|(i, s)| s.finished.as_ref().map(|f| (*i, f.exit.to_string())))
+            .collect();
+        let reason = fleet_circuit::reason(&exits, log);
+        self.guards.fleet_circuit.set_reason(reason);
         let msg = format!(
-            "fleet circuit open: {tripped} of {target} slots tripped their circuits within {}s; \
+            "fleet circuit open: {tripped} of {} slots tripped their circuits within {}s; \
              the fleet is parked and one slot probes in {}s: {}",
+            self.pool.target,
             self.timing.circuit_window_s,
-            params.backoff(0).as_secs(),
+            self.pool.params.backoff(0).as_secs(),
             self.guards.fleet_circuit.reason()
         );
         self.log(line(kind::FLEET_CIRCUIT_OPEN, msg));

@@ -28,7 +28,7 @@ use super::event::{RetireAsker, SlotMarks, Started};
 use super::reaper::{Done, Group, Reaper};
 use super::release::DeadWorker;
 use super::scale_directive::{Found, ScaleDirective};
-use super::slot::{KillReason, LiveWorker, Pending, Phase, Seen, Slot, Unclaimable};
+use super::slot::{Finished, KillReason, LiveWorker, Pending, Phase, Seen, Slot, Unclaimable};
 use super::spawn::ExitKind;
 use super::state_file::{self, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
 use super::texts::{self, TickCounts, kind};
@@ -220,6 +220,11 @@ impl Fleet {
                 }
             }
             Event::CgroupFinished { leader, figures } => self.cgroup_finished(leader, figures),
+            Event::CircuitLog {
+                tripped,
+                log,
+                lines,
+            } => self.fleet_circuit_opened(tripped, Some((&log, &lines))),
             Event::RetireAsked { slot, asker, error } => match asker {
                 RetireAsker::Shrink => self.shrink_retire_asked(slot, error),
                 RetireAsker::SlotControl { ack, done, before } => {

@@ -164,6 +164,13 @@ impl Bench {
                 return Some(Event::RetireAsked { slot, asker, error });
             }
             Effect::AnswerSlotControl(ack) => w.acks.push(ack),
+            Effect::ReadCircuitLog { tripped, log } => {
+                return Some(Event::CircuitLog {
+                    tripped,
+                    log,
+                    lines: vec!["Error: token expired".into()],
+                });
+            }
             Effect::ReadFatalReason { slot, .. } => {
                 return Some(Event::FatalReason {
                     slot,
@@ -722,10 +729,18 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         ("open", 2)
     );
     assert!(
-        fc.reason.starts_with("last exits: slot 0 "),
+        fc.reason
+            .starts_with("last exits: slot 0 exit 1, slot 1 exit 1, "),
         "{}",
         fc.reason
     );
+    // The tripping slot's log, as the driver read it: the fleet read no file.
+    assert!(
+        fc.reason.ends_with(" ends: Error: token expired"),
+        "{}",
+        fc.reason
+    );
+    assert_eq!(b.count("fleet.circuit-open"), 1);
     // The slots' own probes (60 s after their trips) and the fleet's (60 s after it
     // opened) fall in the same minute: one spawn in all, then one per step.
     let mut per_step = Vec::new();
