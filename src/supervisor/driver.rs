@@ -195,7 +195,7 @@ impl Driver {
     /// SIGUSR1: `resize.toon` and `slot-control.toon` are read and fed.
     pub fn control(&mut self, fleet: &mut Fleet, now: Instant) {
         let files = self.control_files();
-        self.feed(fleet, Event::Control(files), now);
+        self.feed(fleet, Event::Control(Box::new(files)), now);
     }
 
     /// The end of a loop turn: the dying groups are looked at, what is due runs, the
@@ -220,7 +220,7 @@ impl Driver {
         }
         if fleet.tick_due(now) {
             let facts = self.tick_facts(fleet, now);
-            self.feed(fleet, Event::Tick(facts), now);
+            self.feed(fleet, Event::Tick(Box::new(facts)), now);
         }
     }
 

@@ -65,9 +65,11 @@ pub enum Event {
     /// SIGCHLD: zombies to collect, our own workers' among them.
     Sigchld,
     /// SIGUSR1 (or the tick): `resize.toon` and `slot-control.toon` as the driver read them.
-    Control(ControlFiles),
+    /// Boxed, like the tick's facts: the rare events' payloads would size every event, and
+    /// a worker's end is one, collected into a vector at each wake-up.
+    Control(Box<ControlFiles>),
     /// The tick is due, with what the driver read for it.
-    Tick(TickFacts),
+    Tick(Box<TickFacts>),
     /// The end of a loop turn: whatever is due runs (group cleanup, probes, wake-ups).
     /// `alive`: whether each group being terminated still has a live member.
     Turn { alive: Vec<(i32, bool)> },
@@ -118,7 +120,7 @@ pub enum RetireAsker {
     /// that was never asked).
     SlotControl {
         ack: Ack,
-        done: LogLine,
+        done: Box<LogLine>,
         before: SlotMarks,
     },
 }

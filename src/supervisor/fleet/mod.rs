@@ -198,10 +198,11 @@ impl Fleet {
             Event::CgroupChanged => {}
             Event::Stop { code, why } => self.begin_stop(code, why, now),
             Event::Control(files) => {
+                let files = *files;
                 self.apply_resize(files.resize, now);
                 self.apply_slot_control(files.slot_request, files.slot_ack, now);
             }
-            Event::Tick(facts) => self.tick(facts, now),
+            Event::Tick(facts) => self.tick(*facts, now),
             Event::Turn { alive } => self.service(&alive, now),
             Event::Spawned {
                 slot,
@@ -228,7 +229,7 @@ impl Fleet {
             Event::RetireAsked { slot, asker, error } => match asker {
                 RetireAsker::Shrink => self.shrink_retire_asked(slot, error),
                 RetireAsker::SlotControl { ack, done, before } => {
-                    self.slot_retire_asked(slot, ack, done, before, error)
+                    self.slot_retire_asked(slot, ack, *done, before, error)
                 }
             },
         }

@@ -59,7 +59,7 @@ impl Fleet {
             Ok(Acted::Drain { msg, done, before }) => {
                 let asker = RetireAsker::SlotControl {
                     ack: ack(true, msg),
-                    done,
+                    done: Box::new(done),
                     before,
                 };
                 self.ask_retire(req.slot, asker);

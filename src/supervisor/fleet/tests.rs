@@ -190,7 +190,7 @@ impl Bench {
     /// control files as the driver would read them.
     fn signal(&mut self, sig: Signal, control: ControlFiles, secs: f64) {
         match heard(sig) {
-            Some(Heard::Control) => self.feed(Event::Control(control), secs),
+            Some(Heard::Control) => self.feed(Event::Control(Box::new(control)), secs),
             Some(h) => {
                 let ev = h.event().expect("every signal but SIGUSR1 is one event");
                 self.feed(ev, secs);
@@ -238,7 +238,7 @@ impl Bench {
             usage,
             gone: Vec::new(),
         };
-        self.feed(Event::Tick(facts), secs);
+        self.feed(Event::Tick(Box::new(facts)), secs);
     }
     fn pid_in(&self, slot: usize) -> Option<i32> {
         self.fleet
@@ -1152,7 +1152,7 @@ fn a_stall_kill_marks_the_attempt_before_the_signal() {
         gone: Vec::new(),
     };
     b.world.effects.clear();
-    b.feed(Event::Tick(facts), 16.0);
+    b.feed(Event::Tick(Box::new(facts)), 16.0);
     let at = |name: &str| b.world.effects.iter().position(|e| e == name);
     assert!(at("MarkStall").is_some(), "{:?}", b.world.effects);
     assert!(at("MarkStall") < at("Group"), "{:?}", b.world.effects);
