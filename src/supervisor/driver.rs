@@ -552,7 +552,7 @@ impl Driver {
             _ => Found::None,
         };
         ControlFiles {
-            resize: scale_directive::read(&self.layout.resize_file()),
+            scale: scale_directive::read(&self.layout.resize_file()),
             slot_request,
             slot_ack,
         }

@@ -154,7 +154,8 @@ impl Now {
 /// The control files the operator writes, as read once for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlFiles {
-    pub resize: scale_directive::Found,
+    /// `resize.toon`: the scale directive.
+    pub scale: scale_directive::Found,
     pub slot_request: slot_control::Found<Request>,
     /// Read only beside a request not answered in this run.
     pub slot_ack: slot_control::Found<Ack>,

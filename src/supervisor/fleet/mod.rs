@@ -199,7 +199,7 @@ impl Fleet {
             Event::Stop { code, why } => self.begin_stop(code, why, now),
             Event::Control(files) => {
                 let files = *files;
-                self.apply_resize(files.resize, now);
+                self.apply_scale(files.scale, now);
                 self.apply_slot_control(files.slot_request, files.slot_ack, now);
             }
             Event::Tick(facts) => self.tick(*facts, now),

@@ -9,7 +9,7 @@ impl Fleet {
 
     /// Converges the slots on `resize.toon` as the driver read it. A corrupt directive is
     /// reported once per distinct content and otherwise ignored.
-    pub(super) fn apply_resize(&mut self, found: Found, now: Instant) {
+    pub(super) fn apply_scale(&mut self, found: Found, now: Instant) {
         match found {
             Found::None => self.record.resize_reported = None,
             Found::Corrupt { raw, why } => {

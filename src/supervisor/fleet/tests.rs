@@ -57,7 +57,7 @@ struct Bench {
 
 fn quiet() -> ControlFiles {
     ControlFiles {
-        resize: Found::None,
+        scale: Found::None,
         slot_request: slot_control::Found::None,
         slot_ack: slot_control::Found::None,
     }
@@ -292,9 +292,9 @@ impl Bench {
         };
         self.signal(Signal::SIGUSR1, control, secs);
     }
-    fn resize(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
+    fn scale(&mut self, target: usize, shrink_mode: ShrinkMode, secs: f64) {
         let control = ControlFiles {
-            resize: Found::Directive(ScaleDirective {
+            scale: Found::Directive(ScaleDirective {
                 target,
                 shrink_mode,
                 runner: None,
@@ -464,13 +464,13 @@ fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
     let mut b = Bench::new(3);
     b.start();
     let surplus = b.pid_in(2).unwrap();
-    b.resize(2, ShrinkMode::HardKill, 5.0);
+    b.scale(2, ShrinkMode::HardKill, 5.0);
     assert!(b.signalled(surplus, Signal::SIGTERM));
     b.reported(surplus, 5.1);
     b.turn(5.2);
     assert_eq!(b.fleet.pool.slots.len(), 2, "slot 2 retired");
     assert_eq!(b.spawns(), 3, "a surplus is not replaced");
-    b.resize(4, ShrinkMode::HardKill, 6.0);
+    b.scale(4, ShrinkMode::HardKill, 6.0);
     assert_eq!(b.spawns(), 5);
     assert_eq!(b.fleet.pool.slots.len(), 4);
 }
@@ -935,7 +935,7 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
     let mut b = Bench::new(2);
     b.start();
     let surplus = b.pid_in(1).unwrap();
-    b.resize(1, ShrinkMode::DrainThenRetire, 5.0);
+    b.scale(1, ShrinkMode::DrainThenRetire, 5.0);
     assert!(b.world.effects.contains(&"WriteRetire".to_string()));
     assert!(b.world.signals.is_empty(), "a drain signals nothing");
     assert_eq!(b.phase(1), "retiring");
@@ -960,7 +960,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     let mut b = Bench::new(2);
     b.start();
     b.world.fail_retire = true;
-    b.resize(1, ShrinkMode::DrainThenRetire, 5.0);
+    b.scale(1, ShrinkMode::DrainThenRetire, 5.0);
     assert_eq!(b.count("slot.retire"), 0, "{:?}", b.kinds());
     assert_eq!(b.count("supervisor.error"), 1, "{:?}", b.kinds());
     let error = b.world.lines.iter().rfind(|l| l.kind == "supervisor.error");
@@ -979,7 +979,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     };
     // Another reading of the same target does not ask again: the tick does.
     b.world.effects.clear();
-    b.resize(1, ShrinkMode::DrainThenRetire, 10.0);
+    b.scale(1, ShrinkMode::DrainThenRetire, 10.0);
     assert_eq!(wrote(&b), 0, "{:?}", b.world.effects);
     // A tick with no `resize.toon` to read (a restart with a smaller target has none).
     b.tick(20.0);
@@ -997,7 +997,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     assert_eq!(b.count("slot.retire"), 1, "asked again: {:?}", b.kinds());
     b.world.effects.clear();
     b.tick(50.0);
-    b.resize(1, ShrinkMode::DrainThenRetire, 55.0);
+    b.scale(1, ShrinkMode::DrainThenRetire, 55.0);
     assert_eq!(wrote(&b), 0, "asked once it worked: {:?}", b.world.effects);
     b.end(1, ExitKind::Code(exit::OK), 60.0);
     assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
@@ -1017,10 +1017,10 @@ fn a_slot_stopped_by_drain_keeps_its_retire_file_through_a_shrink_and_a_grow() {
         5.0,
     );
     assert!(b.fleet.pool.slots[&1].stopped);
-    b.resize(1, ShrinkMode::DrainThenRetire, 10.0);
+    b.scale(1, ShrinkMode::DrainThenRetire, 10.0);
     assert_eq!(b.phase(1), "retiring");
     b.world.effects.clear();
-    b.resize(2, ShrinkMode::DrainThenRetire, 15.0);
+    b.scale(2, ShrinkMode::DrainThenRetire, 15.0);
     assert!(
         !b.world.effects.iter().any(|e| e == "RemoveRetire"),
         "{:?}",
@@ -1187,7 +1187,7 @@ fn a_quiet_tick_writes_no_heartbeat() {
     );
     // The same target again changes nothing, but `scale` waits for a heartbeat.
     assert!(!b.fleet.heartbeat_due());
-    b.resize(2, ShrinkMode::DrainThenRetire, 150.0);
+    b.scale(2, ShrinkMode::DrainThenRetire, 150.0);
     assert!(b.fleet.heartbeat_due());
     // A death is a change: the tick after it writes.
     b.end(1, ExitKind::Code(exit::FAILED), 160.0);
@@ -1216,7 +1216,7 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     assert_eq!(b.spawns(), 3, "respawned");
     assert!(b.fleet.heartbeat_due());
     assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);
-    b.resize(3, ShrinkMode::DrainThenRetire, 101.0);
+    b.scale(3, ShrinkMode::DrainThenRetire, 101.0);
     assert!(b.fleet.heartbeat_urgent());
     b.fleet.snapshot_written(b.at(101.0));
     assert!(!b.fleet.heartbeat_due() && !b.fleet.heartbeat_urgent());

@@ -215,7 +215,7 @@ impl Fleet {
         }
         let files = facts.control;
         self.ask_retire_again();
-        self.apply_resize(files.resize, now);
+        self.apply_scale(files.scale, now);
         self.apply_slot_control(files.slot_request, files.slot_ack, now);
         self.request_queue();
         self.check_stalls(facts.progress, facts.usage, now);
