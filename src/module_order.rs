@@ -427,6 +427,21 @@ fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     found
 }
 
+/// Fails naming `what` unless every one of `declared` has a place in `order`; then each
+/// one's place.
+fn placed<'a>(
+    declared: &BTreeSet<String>,
+    order: &'a [String],
+    what: &str,
+) -> impl Fn(&str) -> Option<usize> + 'a {
+    let unplaced: Vec<&String> = declared.iter().filter(|m| !order.contains(m)).collect();
+    assert!(
+        unplaced.is_empty(),
+        "{what} but not in lib.rs's module map: {unplaced:?}"
+    );
+    move |m: &str| order.iter().position(|o| o == m)
+}
+
 #[test]
 fn paths_are_read_as_the_compiler_resolves_them() {
     let m = |s: &str| s.split("::").map(String::from).collect::<Vec<_>>();
@@ -480,12 +495,7 @@ fn top_level_modules_import_only_modules_below_them() {
     let lib = read_src(Path::new("lib.rs"));
     let declared = declared_modules(&lib, "pub mod ");
     let order = map_order(&lib, &declared);
-    let unplaced: Vec<&String> = declared.iter().filter(|m| !order.contains(m)).collect();
-    assert!(
-        unplaced.is_empty(),
-        "modules declared in lib.rs but not in its module map: {unplaced:?}"
-    );
-    let rank = |m: &str| order.iter().position(|o| o == m);
+    let rank = placed(&declared, &order, "modules declared in lib.rs");
     let mut wrong = Vec::new();
     let mut checked = 0;
     for (rel, module) in library_files() {
@@ -568,12 +578,7 @@ fn the_supervisor_parts_form_no_cycle() {
 fn the_supervisor_parts_import_only_parts_after_them_in_the_map() {
     let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");
     let order = supervisor_order(&read_src(Path::new("lib.rs")), &children);
-    let unplaced: Vec<&String> = children.iter().filter(|m| !order.contains(m)).collect();
-    assert!(
-        unplaced.is_empty(),
-        "parts of the supervisor missing from lib.rs's map: {unplaced:?}"
-    );
-    let rank = |m: &str| order.iter().position(|o| o == m);
+    let rank = placed(&children, &order, "parts of the supervisor");
     let mut wrong = Vec::new();
     let mut checked = 0;
     for (from, tos) in supervisor_edges(&children) {
