@@ -22,6 +22,7 @@ use super::event::{
     WorkerFiles,
 };
 use super::fleet::Fleet;
+use super::fleet_circuit;
 use super::journal::Journal;
 use super::scale_directive;
 use super::slot_control::{self, Found};
@@ -525,7 +526,7 @@ impl Driver {
                 return Some(Event::FatalReason { slot, reason });
             }
             Effect::ReadCircuitLog { tripped, log } => {
-                let lines = stall::last_lines(&log, crate::supervisor::fleet_circuit::REASON_LINES);
+                let lines = stall::last_lines(&log, fleet_circuit::REASON_LINES);
                 return Some(Event::CircuitLog {
                     tripped,
                     log,

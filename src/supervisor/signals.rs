@@ -73,7 +73,8 @@ const STOP_SIGNALS: u64 =
 /// Where the loop's signals come from.
 pub trait SignalSource {
     /// Every signal that arrived since the last read, one bit per signal number; waits for
-    /// at least one.
+    /// at least one. Cancel-safe: what a read takes it returns in the same poll, so a
+    /// `select!` that drops the future loses no signal.
     fn read(&mut self) -> impl Future<Output = io::Result<u64>>;
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::circuit::{self, Circuit};
 use super::state_file::SlotState;
@@ -113,11 +113,10 @@ pub struct LiveWorker {
 
 /// How a slot's last worker ended, kept on the slot once the worker is gone (the
 /// `Finished` state; the slot itself goes idle, parked or back to starting): what the
-/// fleet circuit's reason quotes.
+/// fleet circuit's reason quotes, and nothing it does not.
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub exit: crate::process::ExitKind,
-    pub lived: Duration,
     /// Its stdout's file.
     pub log: PathBuf,
 }

@@ -112,7 +112,6 @@ impl Fleet {
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.finished = Some(Finished {
                 exit,
-                lived,
                 log: w.log.clone(),
             });
         }
