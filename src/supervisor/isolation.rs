@@ -51,12 +51,12 @@ pub fn fleet_name(layout: &Layout) -> String {
     fleet::fleet_name(layout.repo(), &layout.supervisor_lane())
 }
 
+/// The isolation chosen at start, with the lines to log for it.
+pub type ChosenIsolation = (Isolation, Vec<String>);
+
 /// Chooses the mode (moving this process into the fleet's leaf in cgroup mode) and
 /// returns it with the start-up lines to log.
-pub fn choose(
-    config: &Config,
-    layout: &Layout,
-) -> Result<(Isolation, Vec<String>), CgroupRequired> {
+pub fn choose(config: &Config, layout: &Layout) -> Result<ChosenIsolation, CgroupRequired> {
     let cfg = &config.isolation;
     let worker = limits(cfg.worker_limits());
     let fleet_wide = limits(cfg.fleet_limits());

@@ -19,6 +19,7 @@ use super::driver::Driver;
 use super::event::{self, Adoptee};
 use super::exits::Exits;
 use super::fleet::Fleet;
+use super::isolation::{CgroupRequired, ChosenIsolation};
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock};
 use super::notify::Notifier;
@@ -314,11 +315,24 @@ async fn run_fleet(
         }
     };
 
-    // Boot suite: exactly once in this supervisor's life, before anything is spawned.
+    // Boot suite: exactly once in this supervisor's life, before anything is spawned. The
+    // isolation is chosen on this thread while the suite runs on the pool: in cgroup mode
+    // moving this process into its leaf waits out an RCU grace period (about 10 ms), which
+    // the suite's git calls now hide instead of adding to the start.
     let boot_began = Instant::now();
-    let boot = match run_boot(layout, &config, tracker.as_ref().ok(), &mut signals).await {
+    let choose_isolation = || super::isolation::choose(&config, layout);
+    let (boot, chosen) = run_boot(
+        layout,
+        &config,
+        tracker.as_ref().ok(),
+        &mut signals,
+        choose_isolation,
+    )
+    .await;
+    let boot = match boot {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
+            forget_isolation(chosen);
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
@@ -357,10 +371,11 @@ async fn run_fleet(
         }
     }
     if boot.is_halted() {
+        forget_isolation(chosen);
         return Ok(RunEnd::BootHalted);
     }
 
-    let (isolation, notes) = match super::isolation::choose(&config, layout) {
+    let (isolation, notes) = match chosen.unwrap_or_else(choose_isolation) {
         Ok(x) => x,
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
@@ -571,16 +586,33 @@ enum BootWait {
     Signalled(i32),
 }
 
+/// What a boot that ends the supervisor does with the isolation chosen beside it: the
+/// fleet's cgroups are taken down as a stop takes them down, so none is left behind.
+fn forget_isolation(chosen: Option<Result<ChosenIsolation, CgroupRequired>>) {
+    if let Some(Ok((iso, _))) = chosen
+        && let Some(cg) = iso.cgroups()
+    {
+        let _ = cg.teardown();
+    }
+}
+
 /// Runs the suite on the blocking pool so a stop signal during a long sweep is obeyed at
 /// once (nothing has been spawned yet, so there is nothing else to stop).
-async fn run_boot(
+///
+/// `meanwhile` runs on this thread while the suite runs (its answer is `None` when there was
+/// no suite to run beside): what else the start needs that does not wait on the suite.
+async fn run_boot<T>(
     layout: &Layout,
     config: &Config,
     tracker: Option<&Arc<dyn Tracker>>,
     signals: &mut Signals<Descriptor>,
-) -> BootWait {
+    meanwhile: impl FnOnce() -> T,
+) -> (BootWait, Option<T>) {
     let Some(tracker) = tracker.cloned() else {
-        return BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
+        return (
+            BootWait::Done(SuiteRun::precheck_failed("tracker unavailable")),
+            None,
+        );
     };
     let (layout2, config2) = (layout.clone(), config.clone());
     let began = Instant::now();
@@ -598,7 +630,8 @@ async fn run_boot(
         notifier.finish();
         run
     });
-    tokio::select! {
+    let beside = meanwhile();
+    let wait = tokio::select! {
         r = suite => match r {
             Ok(r) => {
                 tracing::info!(elapsed_ms = began.elapsed().as_millis() as u64, "boot suite finished");
@@ -607,7 +640,8 @@ async fn run_boot(
             Err(e) => BootWait::Done(SuiteRun::failed(format!("the boot suite did not finish: {e}"))),
         },
         code = signals.stop() => BootWait::Signalled(code),
-    }
+    };
+    (wait, Some(beside))
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).

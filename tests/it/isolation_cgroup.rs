@@ -187,6 +187,31 @@ fn a_worker_runs_in_its_own_attempt_cgroup() {
     assert!(!g.0.exists(), "the fleet's cgroups are removed at the end");
 }
 
+/// The cgroups are made while the boot sweeps run, so a boot that halts has made them:
+/// the supervisor that exits 4 takes them down as a stop does, and leaves its own cgroup.
+#[test]
+#[cfg_attr(not(afk_has_cgroup_v2), ignore = "no writable cgroup v2 subtree")]
+fn a_boot_that_halts_leaves_no_fleet_cgroup() {
+    require_cgroups();
+    let (mut f, g) = fleet_in("cgroup", "exec sleep 600\n");
+    // The docs sweep halts on a doc that git ignores (zero precedent), before any spawn.
+    std::fs::write(f.repo.join(".gitignore"), ".red/\n").unwrap();
+    f.env.git(&f.repo, &["add", ".gitignore"]);
+    f.env.git(&f.repo, &["commit", "-q", "-m", "ignore .red"]);
+    f.env.git(&f.repo, &["push", "-q", "origin", "main"]);
+    std::fs::create_dir_all(f.repo.join(".red/adr")).unwrap();
+    std::fs::write(f.repo.join(".red/adr/0001.md"), "private?\n").unwrap();
+    f.start(&["--workers", "1"]);
+    let status = f.wait_exit();
+    assert_eq!(status.code(), Some(4), "{}", f.dump());
+    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert!(
+        !g.0.exists(),
+        "{} left after a halted boot",
+        g.0.dir().display()
+    );
+}
+
 /// The escaping worker ends (its issue done): what it left in a new session with a
 /// cleared environment is gone with it, while the supervisor runs on.
 #[test]
