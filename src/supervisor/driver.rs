@@ -87,13 +87,28 @@ pub struct Driver {
     zombie_pass: ZombiePass,
 }
 
-/// The least time between two zombie passes (see [`Driver::sigchld`]).
+/// The least time between two zombie passes (see [`Driver::sigchld`]), in a fleet of up
+/// to a hundred workers.
 pub const ZOMBIE_PASS_GAP: Duration = Duration::from_millis(100);
 
-/// When the zombie pass last ran, and whether a SIGCHLD asks for another.
+/// The most: a fleet of a thousand workers or more.
+pub const ZOMBIE_PASS_GAP_MAX: Duration = Duration::from_secs(1);
+
+/// The gap after a pass that walked about `children` children: a millisecond for each,
+/// within [`ZOMBIE_PASS_GAP`] and [`ZOMBIE_PASS_GAP_MAX`], so the walks cost about the
+/// same each second in a fleet of any size (up to a thousand) instead of growing with it.
+/// What a longer gap delays is the reaping of orphans' zombies, which keep only a pid each
+/// (and the end of a group one of them is the last member of).
+pub fn zombie_pass_gap(children: usize) -> Duration {
+    let per_child = Duration::from_millis(u64::try_from(children).unwrap_or(u64::MAX));
+    per_child.clamp(ZOMBIE_PASS_GAP, ZOMBIE_PASS_GAP_MAX)
+}
+
+/// When the zombie pass last ran, the gap that follows it, and whether a SIGCHLD asks for
+/// another.
 #[derive(Debug, Default)]
 struct ZombiePass {
-    last: Option<Instant>,
+    last: Option<(Instant, Duration)>,
     due: bool,
 }
 
@@ -101,7 +116,7 @@ impl ZombiePass {
     /// When the pass asked for may run: now, or once the gap since the last is over.
     fn at(&self, now: Instant) -> Option<Instant> {
         self.due
-            .then(|| self.last.map_or(now, |l| (l + ZOMBIE_PASS_GAP).max(now)))
+            .then(|| self.last.map_or(now, |(l, gap)| (l + gap).max(now)))
     }
 }
 
@@ -310,7 +325,8 @@ impl Driver {
     /// keep a pid each until it runs. A pass asks the kernel for any zombie child, and the
     /// kernel answers that by walking every child we have: on every SIGCHLD, a fleet of
     /// a thousand workers paid for two walks of a thousand children with every respawn.
-    /// With the gap it pays for at most ten passes a second, however busy.
+    /// With the gap it pays for at most ten passes a second, however busy, and fewer in a
+    /// bigger fleet ([`zombie_pass_gap`]): a thousand workers, one a second.
     pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
         self.zombie_pass.due = true;
         if self.zombie_pass.at(now).is_some_and(|at| at <= now) {
@@ -332,7 +348,7 @@ impl Driver {
     /// leaders.
     pub fn reap_zombies(&mut self, fleet: &mut Fleet, now: Instant) {
         self.zombie_pass = ZombiePass {
-            last: Some(now),
+            last: Some((now, zombie_pass_gap(fleet.worker_count()))),
             due: false,
         };
         for (pid, start) in fleet.unwatched_own() {
@@ -745,12 +761,31 @@ mod tests {
         pass.due = true;
         assert_eq!(pass.at(t0), Some(t0), "the first runs at once");
         pass = ZombiePass {
-            last: Some(t0),
+            last: Some((t0, ZOMBIE_PASS_GAP)),
             due: true,
         };
         let soon = t0 + ZOMBIE_PASS_GAP / 4;
         assert_eq!(pass.at(soon), Some(t0 + ZOMBIE_PASS_GAP));
         let late = t0 + ZOMBIE_PASS_GAP * 3;
         assert_eq!(pass.at(late), Some(late));
+    }
+
+    /// A pass walks every child, so the gap after it grows with the fleet: the walks cost
+    /// about the same each second at 100 workers and at 1,000.
+    #[test]
+    fn the_gap_after_a_pass_grows_with_the_children_it_walks() {
+        assert_eq!(zombie_pass_gap(0), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(16), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(100), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(400), Duration::from_millis(400));
+        assert_eq!(zombie_pass_gap(1_000), ZOMBIE_PASS_GAP_MAX);
+        assert_eq!(zombie_pass_gap(usize::MAX), ZOMBIE_PASS_GAP_MAX);
+        let t0 = Instant::now();
+        let pass = ZombiePass {
+            last: Some((t0, zombie_pass_gap(1_000))),
+            due: true,
+        };
+        let soon = t0 + ZOMBIE_PASS_GAP * 2;
+        assert_eq!(pass.at(soon), Some(t0 + ZOMBIE_PASS_GAP_MAX));
     }
 }

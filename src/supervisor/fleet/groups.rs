@@ -124,6 +124,11 @@ impl Fleet {
             .collect()
     }
 
+    /// How many workers the fleet runs (about how many children a zombie pass walks).
+    pub fn worker_count(&self) -> usize {
+        self.pool.by_worker.len()
+    }
+
     /// The start token of our own current worker `pid` (its zombie is its exit, not an
     /// orphan).
     pub fn own_worker_start(&self, pid: i32) -> Option<u64> {
