@@ -1216,6 +1216,12 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     assert_eq!(b.spawns(), 3, "respawned");
     assert!(b.fleet.heartbeat_due());
     assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);
+    // In cgroup mode every end brings its attempt's figures: churn as well.
+    b.fleet.log(super::heartbeat::line(
+        kind::FIGURES,
+        "worker sup-1-slot-1-2 attempt used 0.010 CPU seconds",
+    ));
+    assert!(!b.fleet.heartbeat_urgent());
     b.scale(3, ShrinkMode::DrainThenRetire, 101.0);
     assert!(b.fleet.heartbeat_urgent());
     b.fleet.snapshot_written(b.at(101.0));
