@@ -587,7 +587,8 @@ enum BootWait {
 }
 
 /// What a boot that ends the supervisor does with the isolation chosen beside it: the
-/// fleet's cgroups are taken down as a stop takes them down, so none is left behind.
+/// fleet's cgroups are taken down as a stop takes them down (a `git` call of a suite
+/// abandoned to a stop signal, still running in the supervisor's leaf, keeps that leaf).
 fn forget_isolation(chosen: Option<Result<ChosenIsolation, CgroupRequired>>) {
     if let Some(Ok((iso, _))) = chosen
         && let Some(cg) = iso.cgroups()
