@@ -440,7 +440,11 @@ async fn run_fleet(
         tx.clone(),
         tracker.clone().map_err(event::TrackerUnavailable::from),
     );
+    // The start-up's records are held as a turn's are: 64 spawns cost a few writes to the
+    // log and the echo, not two each, while the workers already started want the CPU.
+    driver.hold_log(true);
     driver.start(&mut fleet, adoptees, dead, had_state, Instant::now());
+    driver.flush_log();
     let mut notifier = Notifier::from_env();
     let live = fleet.snapshot(Instant::now()).slot_pids.len();
     notifier.ready(&format!(
@@ -453,7 +457,6 @@ async fn run_fleet(
     };
     periodic.extend(housekeeping_tasks(&config, layout));
 
-    driver.hold_log(true);
     let code = event_loop(
         &mut fleet,
         &mut driver,
