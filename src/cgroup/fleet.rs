@@ -112,15 +112,22 @@ fn outside_own_leaf(own: Cgroup, name: &str) -> Cgroup {
     }
 }
 
-/// Sets the fleet's subtree up and moves this process into its leaf; or says why the
-/// subtree is not writable (the caller then runs in process-group mode, or refuses to
-/// start where `isolation.mode = "cgroup"` asked for it).
-pub fn setup(
-    parent: Option<&Path>,
-    name: &str,
-    worker_limits: &[Limit],
-    fleet_limits: &[Limit],
-) -> Result<Setup, String> {
+/// The fleet's directories made and this process in its leaf, the controllers not yet
+/// enabled: [`enter`] is what start-up does while the boot sweeps run (the move waits out
+/// an RCU grace period), [`Entered::configure`] what it does after them. The kernel
+/// refuses to enable a controller in a cgroup that holds processes, and the sweeps' `git`
+/// calls forked before the move stay where the supervisor started until they end.
+#[derive(Debug)]
+pub struct Entered {
+    parent: Cgroup,
+    root: Cgroup,
+    origin: Cgroup,
+}
+
+/// Makes the fleet's directory and leaf and moves this process in; or says why the subtree
+/// is not writable (the caller then runs in process-group mode, or refuses to start where
+/// `isolation.mode = "cgroup"` asked for it).
+pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, String> {
     let (_, own) = hierarchy::own()?;
     let origin = own.clone();
     let parent = match parent {
@@ -146,62 +153,91 @@ pub fn setup(
         }
         return Err(format!("cgroup v2 subtree not writable: {e}"));
     }
-    // Controllers reach an attempt only if every cgroup above it enables them for its
-    // children. The fleet's parent is enabled only where it is not the hierarchy's root
-    // (a delegated subtree is ours to shape; the root is the host's).
-    let offered: Vec<String> = WANTED
-        .iter()
-        .map(|c| c.to_string())
-        .filter(|c| parent.controllers().contains(c))
-        .collect();
-    let is_mount_root = hierarchy::own()
-        .ok()
-        .is_some_and(|(m, _)| m.point == parent.dir());
-    if !is_mount_root {
-        parent.enable(&offered);
+    Ok(Entered {
+        parent,
+        root,
+        origin,
+    })
+}
+
+impl Entered {
+    /// The directory the fleet's subtree is made in.
+    pub fn root(&self) -> &Cgroup {
+        &self.root
     }
-    let in_root: Vec<String> = offered
-        .into_iter()
-        .filter(|c| root.controllers().contains(c))
-        .collect();
-    let controllers = root.enable(&in_root);
-    let mut notes = Vec::new();
-    let usable = |l: &Limit, have: &[String], notes: &mut Vec<String>| {
-        let ok = have.iter().any(|c| c == l.controller());
-        if !ok {
-            notes.push(format!(
-                "{} = {:?} not enforceable: the {} controller is not delegated to {}",
-                l.key,
-                l.value,
-                l.controller(),
-                root.dir().display()
-            ));
-        }
-        ok
-    };
-    for l in fleet_limits {
-        let have = root.controllers();
-        if usable(l, &have, &mut notes)
-            && let Err(e) = root.set(l.file, &l.value)
-        {
-            notes.push(format!("{} = {:?} not enforceable: {e}", l.key, l.value));
-        }
+
+    /// Back where this process started, and the fleet's directories removed: what a start
+    /// that ends before the fleet runs leaves.
+    pub fn teardown(&self) -> Result<(), CgroupError> {
+        let _ = self.origin.move_pid(0);
+        self.root.remove_tree()
     }
-    let worker_limits = worker_limits
-        .iter()
-        .filter(|l| usable(l, &controllers, &mut notes))
-        .cloned()
-        .collect();
-    Ok(Setup {
-        cgroups: FleetCgroups {
+
+    /// The controllers enabled down to the attempts and the limits checked and set, with
+    /// one line per limit that cannot be enforced.
+    pub fn configure(self, worker_limits: &[Limit], fleet_limits: &[Limit]) -> Setup {
+        let Entered {
+            parent,
             root,
             origin,
-            controllers,
-            worker_limits,
-            ready_slots: Mutex::default(),
-        },
-        notes,
-    })
+        } = self;
+        // Controllers reach an attempt only if every cgroup above it enables them for its
+        // children. The fleet's parent is enabled only where it is not the hierarchy's root
+        // (a delegated subtree is ours to shape; the root is the host's).
+        let offered: Vec<String> = WANTED
+            .iter()
+            .map(|c| c.to_string())
+            .filter(|c| parent.controllers().contains(c))
+            .collect();
+        let is_mount_root = hierarchy::own()
+            .ok()
+            .is_some_and(|(m, _)| m.point == parent.dir());
+        if !is_mount_root {
+            parent.enable(&offered);
+        }
+        let in_root: Vec<String> = offered
+            .into_iter()
+            .filter(|c| root.controllers().contains(c))
+            .collect();
+        let controllers = root.enable(&in_root);
+        let mut notes = Vec::new();
+        let usable = |l: &Limit, have: &[String], notes: &mut Vec<String>| {
+            let ok = have.iter().any(|c| c == l.controller());
+            if !ok {
+                notes.push(format!(
+                    "{} = {:?} not enforceable: the {} controller is not delegated to {}",
+                    l.key,
+                    l.value,
+                    l.controller(),
+                    root.dir().display()
+                ));
+            }
+            ok
+        };
+        for l in fleet_limits {
+            let have = root.controllers();
+            if usable(l, &have, &mut notes)
+                && let Err(e) = root.set(l.file, &l.value)
+            {
+                notes.push(format!("{} = {:?} not enforceable: {e}", l.key, l.value));
+            }
+        }
+        let worker_limits = worker_limits
+            .iter()
+            .filter(|l| usable(l, &controllers, &mut notes))
+            .cloned()
+            .collect();
+        Setup {
+            cgroups: FleetCgroups {
+                root,
+                origin,
+                controllers,
+                worker_limits,
+                ready_slots: Mutex::default(),
+            },
+            notes,
+        }
+    }
 }
 
 impl FleetCgroups {

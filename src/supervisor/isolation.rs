@@ -54,33 +54,24 @@ pub fn fleet_name(layout: &Layout) -> String {
 /// The isolation chosen at start, with the lines to log for it.
 pub type ChosenIsolation = (Isolation, Vec<String>);
 
-/// Chooses the mode (moving this process into the fleet's leaf in cgroup mode) and
-/// returns it with the start-up lines to log.
-pub fn choose(config: &Config, layout: &Layout) -> Result<ChosenIsolation, CgroupRequired> {
+/// The mode decided, not yet configured: the fleet's cgroup subtree entered (this process
+/// in its leaf), or process groups and why. Start-up enters while the boot sweeps run and
+/// settles after them (see [`fleet::Entered`]).
+#[derive(Debug)]
+pub enum Entering {
+    Cgroup(fleet::Entered),
+    ProcessGroup(String),
+}
+
+/// The mode decided and, in cgroup mode, the subtree made and this process moved into its
+/// leaf; [`Entering::settle`] finishes the choice.
+pub fn enter(config: &Config, layout: &Layout) -> Result<Entering, CgroupRequired> {
     let cfg = &config.isolation;
-    let worker = limits(cfg.worker_limits());
-    let fleet_wide = limits(cfg.fleet_limits());
     let why = match cfg.mode {
         IsolationMode::ProcessGroup => "isolation.mode = process-group".to_string(),
         IsolationMode::Auto | IsolationMode::Cgroup => {
-            match fleet::setup(
-                cfg.cgroup_root.as_deref(),
-                &fleet_name(layout),
-                &worker,
-                &fleet_wide,
-            ) {
-                Ok(s) => {
-                    let mut notes = vec![format!(
-                        "isolation: cgroup at {} (controllers: {})",
-                        s.cgroups.root().dir().display(),
-                        match s.cgroups.controllers() {
-                            [] => "none delegated".to_string(),
-                            c => c.join(" "),
-                        }
-                    )];
-                    notes.extend(s.notes);
-                    return Ok((Isolation::Cgroup(Arc::new(s.cgroups)), notes));
-                }
+            match fleet::enter(cfg.cgroup_root.as_deref(), &fleet_name(layout)) {
+                Ok(entered) => return Ok(Entering::Cgroup(entered)),
                 Err(why) if cfg.mode == IsolationMode::Cgroup => {
                     return Err(CgroupRequired(why));
                 }
@@ -88,14 +79,51 @@ pub fn choose(config: &Config, layout: &Layout) -> Result<ChosenIsolation, Cgrou
             }
         }
     };
-    let mut notes = vec![format!("isolation: process-group ({why})")];
-    for l in worker.iter().chain(&fleet_wide) {
-        notes.push(format!(
-            "{} = {:?} not enforceable: isolation is process-group ({why})",
-            l.key, l.value
-        ));
+    Ok(Entering::ProcessGroup(why))
+}
+
+impl Entering {
+    /// The choice finished: in cgroup mode the controllers enabled and the limits set; the
+    /// mode with its lines to log, one per limit that cannot be enforced.
+    pub fn settle(self, config: &Config) -> ChosenIsolation {
+        let cfg = &config.isolation;
+        let worker = limits(cfg.worker_limits());
+        let fleet_wide = limits(cfg.fleet_limits());
+        match self {
+            Entering::Cgroup(entered) => {
+                let s = entered.configure(&worker, &fleet_wide);
+                let mut notes = vec![format!(
+                    "isolation: cgroup at {} (controllers: {})",
+                    s.cgroups.root().dir().display(),
+                    match s.cgroups.controllers() {
+                        [] => "none delegated".to_string(),
+                        c => c.join(" "),
+                    }
+                )];
+                notes.extend(s.notes);
+                (Isolation::Cgroup(Arc::new(s.cgroups)), notes)
+            }
+            Entering::ProcessGroup(why) => {
+                let mut notes = vec![format!("isolation: process-group ({why})")];
+                for l in worker.iter().chain(&fleet_wide) {
+                    notes.push(format!(
+                        "{} = {:?} not enforceable: isolation is process-group ({why})",
+                        l.key, l.value
+                    ));
+                }
+                (Isolation::ProcessGroup(why), notes)
+            }
+        }
     }
-    Ok((Isolation::ProcessGroup(why), notes))
+
+    /// A start that ends before the fleet runs (its boot halted or was stopped): the
+    /// fleet's cgroups taken down as a stop takes them down. An error names what is left.
+    pub fn abandon(self) -> Result<(), crate::cgroup::CgroupError> {
+        match self {
+            Entering::Cgroup(entered) => entered.teardown(),
+            Entering::ProcessGroup(_) => Ok(()),
+        }
+    }
 }
 
 /// What a successor found in the fleet's attempt cgroups.

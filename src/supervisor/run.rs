@@ -19,7 +19,7 @@ use super::driver::Driver;
 use super::event::{self, Adoptee};
 use super::exits::Exits;
 use super::fleet::Fleet;
-use super::isolation::{CgroupRequired, ChosenIsolation};
+use super::isolation::{CgroupRequired, Entering};
 use super::journal::{Journal, Rotation};
 use super::lock::{LockError, SupervisorLock};
 use super::notify::Notifier;
@@ -316,23 +316,26 @@ async fn run_fleet(
     };
 
     // Boot suite: exactly once in this supervisor's life, before anything is spawned. The
-    // isolation is chosen on this thread while the suite runs on the pool: in cgroup mode
+    // isolation is entered on this thread while the suite runs on the pool: in cgroup mode
     // moving this process into its leaf waits out an RCU grace period (about 10 ms), which
-    // the suite's git calls now hide instead of adding to the start.
+    // the suite's git calls now hide instead of adding to the start. Its controllers are
+    // enabled after the suite (`Entering::settle`): the suite's calls forked before the
+    // move stay in the cgroup the supervisor started in, which the kernel will not enable
+    // a controller in while they run.
     let boot_began = Instant::now();
-    let choose_isolation = || super::isolation::choose(&config, layout);
-    let (boot, chosen) = run_boot(
+    let enter_isolation = || super::isolation::enter(&config, layout);
+    let (boot, entered) = run_boot(
         layout,
         &config,
         tracker.as_ref().ok(),
         &mut signals,
-        choose_isolation,
+        enter_isolation,
     )
     .await;
     let boot = match boot {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
-            forget_isolation(chosen);
+            forget_isolation(entered, &mut journal);
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
@@ -371,12 +374,12 @@ async fn run_fleet(
         }
     }
     if boot.is_halted() {
-        forget_isolation(chosen);
+        forget_isolation(entered, &mut journal);
         return Ok(RunEnd::BootHalted);
     }
 
-    let (isolation, notes) = match chosen.unwrap_or_else(choose_isolation) {
-        Ok(x) => x,
+    let (isolation, notes) = match entered.unwrap_or_else(enter_isolation) {
+        Ok(x) => x.settle(&config),
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
             return Err(e.into());
@@ -589,14 +592,15 @@ enum BootWait {
     Signalled(i32),
 }
 
-/// What a boot that ends the supervisor does with the isolation chosen beside it: the
-/// fleet's cgroups are taken down as a stop takes them down (a `git` call of a suite
-/// abandoned to a stop signal, still running in the supervisor's leaf, keeps that leaf).
-fn forget_isolation(chosen: Option<Result<ChosenIsolation, CgroupRequired>>) {
-    if let Some(Ok((iso, _))) = chosen
-        && let Some(cg) = iso.cgroups()
+/// What a boot that ends the supervisor does with the isolation entered beside it: the
+/// fleet's cgroups are taken down as a stop takes them down. A `git` call of a suite
+/// abandoned to a stop signal, still running in the supervisor's leaf, keeps that leaf:
+/// the log says what is left, as a stop's does.
+fn forget_isolation(entered: Option<Result<Entering, CgroupRequired>>, journal: &mut Journal) {
+    if let Some(Ok(entered)) = entered
+        && let Err(e) = entered.abandon()
     {
-        let _ = cg.teardown();
+        journal.write(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
     }
 }
 
