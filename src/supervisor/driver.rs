@@ -94,29 +94,45 @@ pub const ZOMBIE_PASS_GAP: Duration = Duration::from_millis(100);
 /// The most: a fleet of a thousand workers or more.
 pub const ZOMBIE_PASS_GAP_MAX: Duration = Duration::from_secs(1);
 
-/// The gap after a pass that walked about `children` children: a millisecond for each,
+/// The gap between passes that walk about `children` children: a millisecond for each,
 /// within [`ZOMBIE_PASS_GAP`] and [`ZOMBIE_PASS_GAP_MAX`], so the walks cost about the
 /// same each second in a fleet of any size (up to a thousand) instead of growing with it.
 /// What a longer gap delays is the reaping of orphans' zombies, which keep only a pid each
-/// (and the end of a group one of them is the last member of).
+/// while no group is being waited out ([`zombie_gap`]).
 pub fn zombie_pass_gap(children: usize) -> Duration {
     let per_child = Duration::from_millis(u64::try_from(children).unwrap_or(u64::MAX));
     per_child.clamp(ZOMBIE_PASS_GAP, ZOMBIE_PASS_GAP_MAX)
 }
 
-/// When the zombie pass last ran, the gap that follows it, and whether a SIGCHLD asks for
-/// another.
+/// The gap for a fleet of `workers`: the least while `waiting` (a group is being waited
+/// out, or the fleet stops: an orphan's zombie can be a group's last member, which a
+/// worker's slot, its claims and the stop wait for), else by the fleet's size.
+fn zombie_gap(workers: usize, waiting: bool) -> Duration {
+    if waiting {
+        ZOMBIE_PASS_GAP
+    } else {
+        zombie_pass_gap(workers)
+    }
+}
+
+/// [`zombie_gap`] for the fleet as it is.
+fn fleet_zombie_gap(fleet: &Fleet) -> Duration {
+    let waiting = fleet.groups_dying() || fleet.stopping().is_some();
+    zombie_gap(fleet.worker_count(), waiting)
+}
+
+/// When the zombie pass last ran, and whether a SIGCHLD asks for another.
 #[derive(Debug, Default)]
 struct ZombiePass {
-    last: Option<(Instant, Duration)>,
+    last: Option<Instant>,
     due: bool,
 }
 
 impl ZombiePass {
-    /// When the pass asked for may run: now, or once the gap since the last is over.
-    fn at(&self, now: Instant) -> Option<Instant> {
+    /// When the pass asked for may run: now, or once `gap` since the last is over.
+    fn at(&self, now: Instant, gap: Duration) -> Option<Instant> {
         self.due
-            .then(|| self.last.map_or(now, |(l, gap)| (l + gap).max(now)))
+            .then(|| self.last.map_or(now, |l| (l + gap).max(now)))
     }
 }
 
@@ -218,7 +234,11 @@ impl Driver {
     /// escaped descendants due their SIGKILL or another search get it, and the tick runs
     /// when due.
     pub fn turn(&mut self, fleet: &mut Fleet, now: Instant) {
-        if self.zombie_pass.at(now).is_some_and(|at| at <= now) {
+        if self
+            .zombie_pass
+            .at(now, fleet_zombie_gap(fleet))
+            .is_some_and(|at| at <= now)
+        {
             self.reap_zombies(fleet, now);
         }
         let alive = fleet
@@ -249,7 +269,7 @@ impl Driver {
         {
             d = d.min((at + heartbeat_gap(fleet)).max(now));
         }
-        if let Some(at) = self.zombie_pass.at(now) {
+        if let Some(at) = self.zombie_pass.at(now, fleet_zombie_gap(fleet)) {
             d = d.min(at);
         }
         match self.strays.next_deadline(fleet.stopping().is_some()) {
@@ -329,7 +349,11 @@ impl Driver {
     /// bigger fleet ([`zombie_pass_gap`]): a thousand workers, one a second.
     pub fn sigchld(&mut self, fleet: &mut Fleet, now: Instant) {
         self.zombie_pass.due = true;
-        if self.zombie_pass.at(now).is_some_and(|at| at <= now) {
+        if self
+            .zombie_pass
+            .at(now, fleet_zombie_gap(fleet))
+            .is_some_and(|at| at <= now)
+        {
             return self.reap_zombies(fleet, now);
         }
         for (pid, start) in fleet.unwatched_own() {
@@ -348,7 +372,7 @@ impl Driver {
     /// leaders.
     pub fn reap_zombies(&mut self, fleet: &mut Fleet, now: Instant) {
         self.zombie_pass = ZombiePass {
-            last: Some((now, zombie_pass_gap(fleet.worker_count()))),
+            last: Some(now),
             due: false,
         };
         for (pid, start) in fleet.unwatched_own() {
@@ -756,18 +780,19 @@ mod tests {
     #[test]
     fn a_zombie_pass_runs_at_once_then_at_most_once_a_gap() {
         let t0 = Instant::now();
+        let gap = ZOMBIE_PASS_GAP;
         let mut pass = ZombiePass::default();
-        assert_eq!(pass.at(t0), None, "nothing asked for");
+        assert_eq!(pass.at(t0, gap), None, "nothing asked for");
         pass.due = true;
-        assert_eq!(pass.at(t0), Some(t0), "the first runs at once");
+        assert_eq!(pass.at(t0, gap), Some(t0), "the first runs at once");
         pass = ZombiePass {
-            last: Some((t0, ZOMBIE_PASS_GAP)),
+            last: Some(t0),
             due: true,
         };
-        let soon = t0 + ZOMBIE_PASS_GAP / 4;
-        assert_eq!(pass.at(soon), Some(t0 + ZOMBIE_PASS_GAP));
-        let late = t0 + ZOMBIE_PASS_GAP * 3;
-        assert_eq!(pass.at(late), Some(late));
+        let soon = t0 + gap / 4;
+        assert_eq!(pass.at(soon, gap), Some(t0 + gap));
+        let late = t0 + gap * 3;
+        assert_eq!(pass.at(late, gap), Some(late));
     }
 
     /// A pass walks every child, so the gap after it grows with the fleet: the walks cost
@@ -782,10 +807,17 @@ mod tests {
         assert_eq!(zombie_pass_gap(usize::MAX), ZOMBIE_PASS_GAP_MAX);
         let t0 = Instant::now();
         let pass = ZombiePass {
-            last: Some((t0, zombie_pass_gap(1_000))),
+            last: Some(t0),
             due: true,
         };
         let soon = t0 + ZOMBIE_PASS_GAP * 2;
-        assert_eq!(pass.at(soon), Some(t0 + ZOMBIE_PASS_GAP_MAX));
+        assert_eq!(
+            pass.at(soon, zombie_pass_gap(1_000)),
+            Some(t0 + ZOMBIE_PASS_GAP_MAX)
+        );
+        // A group waited out (or a stop) takes the least gap at any size: an orphan's
+        // zombie may be what keeps it.
+        assert_eq!(zombie_gap(1_000, false), ZOMBIE_PASS_GAP_MAX);
+        assert_eq!(zombie_gap(1_000, true), ZOMBIE_PASS_GAP);
     }
 }

@@ -129,6 +129,12 @@ impl Fleet {
         self.pool.by_worker.len()
     }
 
+    /// Whether a group is being waited out: an orphan's zombie can be its last member,
+    /// and only a zombie pass ends it.
+    pub fn groups_dying(&self) -> bool {
+        !self.groups.reaper.is_empty()
+    }
+
     /// The start token of our own current worker `pid` (its zombie is its exit, not an
     /// orphan).
     pub fn own_worker_start(&self, pid: i32) -> Option<u64> {

@@ -1204,6 +1204,25 @@ fn a_quiet_tick_writes_no_heartbeat() {
     assert_eq!(b.world.writes, quiet + 1, "five minutes old");
 }
 
+/// A group whose leader ended while a member lives on is waited out, and says so (the
+/// driver then reaps orphans' zombies at the shortest gap) until it is empty.
+#[test]
+fn a_group_is_dying_while_a_member_outlives_its_leader() {
+    let mut b = Bench::new(1);
+    b.start();
+    assert!(!b.fleet.groups_dying());
+    let pid = b.pid_in(0).expect("a worker");
+    // The member left behind ignores the group's SIGTERM.
+    b.world.stubborn.insert(pid);
+    b.world.running.remove(&pid);
+    b.exited(pid, ExitKind::Code(exit::FAILED), 10.0);
+    b.turn(10.0);
+    assert!(b.fleet.groups_dying(), "{:?}", b.world.effects);
+    b.world.groups.remove(&pid);
+    b.turn(11.0);
+    assert!(!b.fleet.groups_dying(), "{:?}", b.world.effects);
+}
+
 /// A respawn is churn: its heartbeat may wait out the gap. A resize (as a pause, a
 /// circuit, a stop) is not: `status` shows it at the end of its turn.
 #[test]
