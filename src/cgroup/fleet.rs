@@ -120,6 +120,8 @@ fn outside_own_leaf(own: Cgroup, name: &str) -> Cgroup {
 #[derive(Debug)]
 pub struct Entered {
     parent: Cgroup,
+    /// The parent is the hierarchy's root (the host's, never shaped by the fleet).
+    parent_is_mount_root: bool,
     root: Cgroup,
     origin: Cgroup,
 }
@@ -128,7 +130,7 @@ pub struct Entered {
 /// is not writable (the caller then runs in process-group mode, or refuses to start where
 /// `isolation.mode = "cgroup"` asked for it).
 pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, String> {
-    let (_, own) = hierarchy::own()?;
+    let (mount, own) = hierarchy::own()?;
     let origin = own.clone();
     let parent = match parent {
         Some(p) => {
@@ -154,23 +156,24 @@ pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, String> {
         return Err(format!("cgroup v2 subtree not writable: {e}"));
     }
     Ok(Entered {
+        parent_is_mount_root: mount.point == parent.dir(),
         parent,
         root,
         origin,
     })
 }
 
-impl Entered {
-    /// The directory the fleet's subtree is made in.
-    pub fn root(&self) -> &Cgroup {
-        &self.root
-    }
+/// This process back in `origin`, where it started, and every empty directory of the fleet
+/// at `root` removed; a populated one stays (and is named in the error).
+fn leave(origin: &Cgroup, root: &Cgroup) -> Result<(), CgroupError> {
+    let _ = origin.move_pid(0);
+    root.remove_tree()
+}
 
-    /// Back where this process started, and the fleet's directories removed: what a start
-    /// that ends before the fleet runs leaves.
+impl Entered {
+    /// What a start that ends before the fleet runs leaves: see [`leave`].
     pub fn teardown(&self) -> Result<(), CgroupError> {
-        let _ = self.origin.move_pid(0);
-        self.root.remove_tree()
+        leave(&self.origin, &self.root)
     }
 
     /// The controllers enabled down to the attempts and the limits checked and set, with
@@ -178,27 +181,24 @@ impl Entered {
     pub fn configure(self, worker_limits: &[Limit], fleet_limits: &[Limit]) -> Setup {
         let Entered {
             parent,
+            parent_is_mount_root,
             root,
             origin,
         } = self;
         // Controllers reach an attempt only if every cgroup above it enables them for its
         // children. The fleet's parent is enabled only where it is not the hierarchy's root
         // (a delegated subtree is ours to shape; the root is the host's).
+        let in_parent = parent.controllers();
         let offered: Vec<String> = WANTED
             .iter()
             .map(|c| c.to_string())
-            .filter(|c| parent.controllers().contains(c))
+            .filter(|c| in_parent.contains(c))
             .collect();
-        let is_mount_root = hierarchy::own()
-            .ok()
-            .is_some_and(|(m, _)| m.point == parent.dir());
-        if !is_mount_root {
+        if !parent_is_mount_root {
             parent.enable(&offered);
         }
-        let in_root: Vec<String> = offered
-            .into_iter()
-            .filter(|c| root.controllers().contains(c))
-            .collect();
+        let have = root.controllers();
+        let in_root: Vec<String> = offered.into_iter().filter(|c| have.contains(c)).collect();
         let controllers = root.enable(&in_root);
         let mut notes = Vec::new();
         let usable = |l: &Limit, have: &[String], notes: &mut Vec<String>| {
@@ -215,7 +215,6 @@ impl Entered {
             ok
         };
         for l in fleet_limits {
-            let have = root.controllers();
             if usable(l, &have, &mut notes)
                 && let Err(e) = root.set(l.file, &l.value)
             {
@@ -309,11 +308,9 @@ impl FleetCgroups {
         attempts_under(&self.root)
     }
 
-    /// The supervisor leaves its leaf for where it started and removes every empty
-    /// directory of the fleet; a populated one stays (and is named in the error).
+    /// The end of a stop: see [`leave`].
     pub fn teardown(&self) -> Result<(), CgroupError> {
-        let _ = self.origin.move_pid(0);
-        self.root.remove_tree()
+        leave(&self.origin, &self.root)
     }
 }
 

@@ -192,8 +192,9 @@ impl Cgroup {
     /// Enables `controllers` for this cgroup's children; each that fails is left out and
     /// the ones enabled afterwards are returned.
     pub fn enable(&self, controllers: &[String]) -> Vec<String> {
+        let enabled = self.subtree_control();
         for c in controllers {
-            if !self.subtree_control().contains(c) {
+            if !enabled.contains(c) {
                 let _ = self.write("cgroup.subtree_control", &format!("+{c}"));
             }
         }

@@ -94,31 +94,24 @@ pub const ZOMBIE_PASS_GAP: Duration = Duration::from_millis(100);
 /// The most: a fleet of a thousand workers or more.
 pub const ZOMBIE_PASS_GAP_MAX: Duration = Duration::from_secs(1);
 
-/// The gap between passes that walk about `children` children: a millisecond for each,
-/// within [`ZOMBIE_PASS_GAP`] and [`ZOMBIE_PASS_GAP_MAX`], so the walks cost about the
-/// same each second in a fleet of any size (up to a thousand) instead of growing with it.
-/// What a longer gap delays is the reaping of orphans' zombies, which keep only a pid each
-/// while no group is being waited out ([`zombie_gap`]).
-pub fn zombie_pass_gap(children: usize) -> Duration {
-    let per_child = Duration::from_millis(u64::try_from(children).unwrap_or(u64::MAX));
-    per_child.clamp(ZOMBIE_PASS_GAP, ZOMBIE_PASS_GAP_MAX)
-}
-
-/// The gap for a fleet of `workers`: the least while `waiting` (a group is being waited
-/// out, or the fleet stops: an orphan's zombie can be a group's last member, which a
-/// worker's slot, its claims and the stop wait for), else by the fleet's size.
-fn zombie_gap(workers: usize, waiting: bool) -> Duration {
+/// The gap between passes in a fleet of `workers` (about the children a pass walks): a
+/// millisecond for each, within [`ZOMBIE_PASS_GAP`] and [`ZOMBIE_PASS_GAP_MAX`], so the
+/// walks cost about the same each second at any size instead of growing with it. A longer
+/// gap delays only the reaping of orphans' zombies, which keep a pid each; but while
+/// `waiting` (a group is being waited out, or the fleet stops) the gap is the least, since
+/// an orphan's zombie can be the last member a slot, its claims or the stop wait for.
+pub fn zombie_pass_gap(workers: usize, waiting: bool) -> Duration {
     if waiting {
-        ZOMBIE_PASS_GAP
-    } else {
-        zombie_pass_gap(workers)
+        return ZOMBIE_PASS_GAP;
     }
+    let per_worker = Duration::from_millis(u64::try_from(workers).unwrap_or(u64::MAX));
+    per_worker.clamp(ZOMBIE_PASS_GAP, ZOMBIE_PASS_GAP_MAX)
 }
 
-/// [`zombie_gap`] for the fleet as it is.
+/// [`zombie_pass_gap`] for the fleet as it is.
 fn fleet_zombie_gap(fleet: &Fleet) -> Duration {
     let waiting = fleet.groups_dying() || fleet.stopping().is_some();
-    zombie_gap(fleet.worker_count(), waiting)
+    zombie_pass_gap(fleet.worker_count(), waiting)
 }
 
 /// When the zombie pass last ran, and whether a SIGCHLD asks for another.
@@ -799,12 +792,12 @@ mod tests {
     /// about the same each second at 100 workers and at 1,000.
     #[test]
     fn the_gap_after_a_pass_grows_with_the_children_it_walks() {
-        assert_eq!(zombie_pass_gap(0), ZOMBIE_PASS_GAP);
-        assert_eq!(zombie_pass_gap(16), ZOMBIE_PASS_GAP);
-        assert_eq!(zombie_pass_gap(100), ZOMBIE_PASS_GAP);
-        assert_eq!(zombie_pass_gap(400), Duration::from_millis(400));
-        assert_eq!(zombie_pass_gap(1_000), ZOMBIE_PASS_GAP_MAX);
-        assert_eq!(zombie_pass_gap(usize::MAX), ZOMBIE_PASS_GAP_MAX);
+        assert_eq!(zombie_pass_gap(0, false), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(16, false), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(100, false), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(400, false), Duration::from_millis(400));
+        assert_eq!(zombie_pass_gap(1_000, false), ZOMBIE_PASS_GAP_MAX);
+        assert_eq!(zombie_pass_gap(usize::MAX, false), ZOMBIE_PASS_GAP_MAX);
         let t0 = Instant::now();
         let pass = ZombiePass {
             last: Some(t0),
@@ -812,12 +805,11 @@ mod tests {
         };
         let soon = t0 + ZOMBIE_PASS_GAP * 2;
         assert_eq!(
-            pass.at(soon, zombie_pass_gap(1_000)),
+            pass.at(soon, zombie_pass_gap(1_000, false)),
             Some(t0 + ZOMBIE_PASS_GAP_MAX)
         );
         // A group waited out (or a stop) takes the least gap at any size: an orphan's
         // zombie may be what keeps it.
-        assert_eq!(zombie_gap(1_000, false), ZOMBIE_PASS_GAP_MAX);
-        assert_eq!(zombie_gap(1_000, true), ZOMBIE_PASS_GAP);
+        assert_eq!(zombie_pass_gap(1_000, true), ZOMBIE_PASS_GAP);
     }
 }

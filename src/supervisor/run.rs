@@ -323,14 +323,9 @@ async fn run_fleet(
     // move stay in the cgroup the supervisor started in, which the kernel will not enable
     // a controller in while they run.
     let boot_began = Instant::now();
-    let enter_isolation = || super::isolation::enter(&config, layout);
-    let (boot, entered) = run_boot(
-        layout,
-        &config,
-        tracker.as_ref().ok(),
-        &mut signals,
-        enter_isolation,
-    )
+    let (boot, entered) = run_boot(layout, &config, tracker.as_ref().ok(), &mut signals, || {
+        super::isolation::enter(&config, layout)
+    })
     .await;
     let boot = match boot {
         BootWait::Done(r) => r,
@@ -378,7 +373,7 @@ async fn run_fleet(
         return Ok(RunEnd::BootHalted);
     }
 
-    let (isolation, notes) = match entered.unwrap_or_else(enter_isolation) {
+    let (isolation, notes) = match entered {
         Ok(x) => x.settle(&config),
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
@@ -596,8 +591,8 @@ enum BootWait {
 /// fleet's cgroups are taken down as a stop takes them down. A `git` call of a suite
 /// abandoned to a stop signal, still running in the supervisor's leaf, keeps that leaf:
 /// the log says what is left, as a stop's does.
-fn forget_isolation(entered: Option<Result<Entering, CgroupRequired>>, journal: &mut Journal) {
-    if let Some(Ok(entered)) = entered
+fn forget_isolation(entered: Result<Entering, CgroupRequired>, journal: &mut Journal) {
+    if let Ok(entered) = entered
         && let Err(e) = entered.abandon()
     {
         journal.write(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
@@ -607,20 +602,18 @@ fn forget_isolation(entered: Option<Result<Entering, CgroupRequired>>, journal: 
 /// Runs the suite on the blocking pool so a stop signal during a long sweep is obeyed at
 /// once (nothing has been spawned yet, so there is nothing else to stop).
 ///
-/// `meanwhile` runs on this thread while the suite runs (its answer is `None` when there was
-/// no suite to run beside): what else the start needs that does not wait on the suite.
+/// `meanwhile` runs on this thread while the suite runs: what else the start needs that
+/// does not wait on the suite.
 async fn run_boot<T>(
     layout: &Layout,
     config: &Config,
     tracker: Option<&Arc<dyn Tracker>>,
     signals: &mut Signals<Descriptor>,
     meanwhile: impl FnOnce() -> T,
-) -> (BootWait, Option<T>) {
+) -> (BootWait, T) {
     let Some(tracker) = tracker.cloned() else {
-        return (
-            BootWait::Done(SuiteRun::precheck_failed("tracker unavailable")),
-            None,
-        );
+        let done = BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
+        return (done, meanwhile());
     };
     let (layout2, config2) = (layout.clone(), config.clone());
     let began = Instant::now();
@@ -649,7 +642,7 @@ async fn run_boot<T>(
         },
         code = signals.stop() => BootWait::Signalled(code),
     };
-    (wait, Some(beside))
+    (wait, beside)
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).
