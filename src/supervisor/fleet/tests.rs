@@ -539,6 +539,28 @@ fn idle_slots_wake_in_batches() {
     assert_eq!(woken, vec![16, 32, 40, 40]);
 }
 
+/// A worker busy from its start (a build, silent) is progressing at its first reading: it
+/// is measured from its start, when its tree had used nothing.
+#[test]
+fn a_worker_busy_from_its_start_progresses_at_its_first_reading() {
+    let mut b = Bench::new(1);
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    b.quiet_since(0, epoch_secs(b.wall0) - 1000);
+    b.world.usage.insert(
+        pid,
+        Usage {
+            cpu_ms: 60_000,
+            rss_kib: 1024,
+            procs: 2,
+            agent_cpu_ms: 60_000,
+            memory_peak_kib: None,
+        },
+    );
+    b.tick(70.0);
+    assert_eq!(b.count("slot.stalled"), 0, "{:?}", b.kinds());
+}
+
 /// A worker with no sign of life for `stall_s` is flagged, one whose tree's CPU time moves
 /// is progressing again, and past `stall_kill_s` its group is terminated.
 #[test]
@@ -551,7 +573,8 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     b.quiet_since(0, long_ago);
     b.tick(1.0);
     assert_eq!(b.count("slot.stalled"), 1, "{:?}", b.kinds());
-    // Its tree computes: the first reading is the baseline, a moved one is progress.
+    // Its tree computes: the first reading is measured from its start (100 ms over 70 s,
+    // under the floor), a moved one is progress.
     let cpu = |b: &mut Bench, ms: u64| {
         b.world.usage.insert(
             pid,

@@ -308,8 +308,17 @@ impl Fleet {
             let work = |u: Usage| {
                 if agent_only { u.agent_cpu_ms } else { u.cpu_ms }
             };
-            if let (Some(u), Some(before), Some(t)) = (u, w.seen.usage, previous_read) {
-                let used = work(u).saturating_sub(work(before));
+            // A worker of ours is first measured from its start, when its tree had used
+            // nothing: else one busy from its first second showed no progress before its
+            // second reading, and the stall clock (whole seconds) could count a spawn late
+            // in its second as a second idle already.
+            let since = match (w.seen.usage, previous_read) {
+                (Some(before), Some(t)) => Some((work(before), t)),
+                (None, None) if w.own_child => Some((0, w.started)),
+                _ => None,
+            };
+            if let (Some(u), Some((before, t))) = (u, since) {
+                let used = work(u).saturating_sub(before);
                 let wall =
                     u64::try_from(now.saturating_duration_since(t).as_millis()).unwrap_or(u64::MAX);
                 if stall::cpu_progressed(used, wall, floor) {
