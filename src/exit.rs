@@ -17,6 +17,9 @@ pub const CONFIG: i32 = 78;
 /// A child of the supervisor that lost it between the fork and the exec (it never became a
 /// worker) ends with this code; a successor reads no death into it.
 pub const ORPHANED: i32 = 111;
+/// A child of the supervisor whose `execve` failed (the command is missing or cannot be
+/// run) ends with this code, as a shell's would; the supervisor reports the spawn's failure.
+pub const EXEC_FAILED: i32 = 127;
 pub const SIGHUP: i32 = 129;
 pub const SIGINT: i32 = 130;
 pub const SIGTERM: i32 = 143;

@@ -40,6 +40,14 @@ pub type Attempted = Result<(Started, Option<Cgroup>), SpawnError>;
 /// Where a batch's answers go ([`Children::spawn_attempts`]).
 pub type Answer<'a> = dyn FnMut(Attempted, SystemTime) + 'a;
 
+/// How our own child ended.
+#[derive(Debug)]
+pub enum Ended {
+    Ran(ExitKind),
+    /// Its `execve` failed: it never became the worker (its exit 127 is the spawn's).
+    NotStarted(SpawnError),
+}
+
 /// The most children of a batch on their way to their `execve` at once: each holds its
 /// slot log open and a stack, so a thousand-worker start keeps a bounded few.
 const IN_FLIGHT: usize = 32;
@@ -54,8 +62,10 @@ pub trait Children {
     /// Whether `pid` still is the live process that started at `start`.
     fn is_live(&mut self, pid: i32, start: u64) -> bool;
     /// How our own child ended, `None` while it runs. The child is reaped unless
-    /// `keep_zombie` (its zombie then pins its group id).
-    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind>;
+    /// `keep_zombie` (its zombie then pins its group id). A worker whose `execve` failed
+    /// after its spawn was answered (the spawn did not wait for it) ended as
+    /// [`Ended::NotStarted`].
+    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<Ended>;
     /// A zombie child of ours, without reaping it: its pid, and whether it is a command
     /// the supervisor runs and waits for itself (never to be reaped here; a SIGCHLD event
     /// follows once its waiter has reaped it).
@@ -104,8 +114,8 @@ pub trait Children {
     }
     /// The spawns of one loop turn (a fleet's start, a resize), each answered through
     /// `answer`, in order, as [`Children::spawn_attempt`] answers it, with the wall time
-    /// its worker was started at. The real one lets the children's `execve`s overlap the
-    /// next clones instead of waiting for each.
+    /// its worker was started at. The real one waits for none of the children's
+    /// `execve`s: one that fails is reported at the child's end ([`Ended::NotStarted`]).
     fn spawn_attempts(&mut self, batch: &[Attempt<'_>], answer: &mut Answer<'_>) {
         for a in batch {
             let at = SystemTime::now();
@@ -217,6 +227,10 @@ pub struct Os {
     /// Where the workers' ends are reported to the loop; without it (no loop) an own
     /// worker's end comes by SIGCHLD and an adopted one's is looked for at the tick.
     exits: Option<Arc<Exits>>,
+    /// Workers answered before their `execve` was seen, by pid: what each child reads
+    /// until then. Let go of at a later spawn once landed, or at the child's end; never
+    /// more than [`IN_FLIGHT`].
+    detached: Vec<(i32, spawn::Detached)>,
 }
 
 /// An ended worker's cgroup as its cleanup found it.
@@ -243,6 +257,7 @@ impl Os {
             last_usage: HashMap::new(),
             ending: HashMap::new(),
             exits: None,
+            detached: Vec::new(),
         }
     }
 
@@ -290,9 +305,16 @@ impl Os {
         }
     }
 
-    /// The rest of a spawn: its `execve` waited for, then the worker watched.
+    /// The rest of a spawn: the worker watched, without waiting for its `execve` when the
+    /// child is still on its way to it ([`spawn::Pending::finish_detached`]).
     fn finish_attempt(&mut self, pending: spawn::Pending, cg: Option<Cgroup>) -> Attempted {
-        let Spawned { pid, start, pidfd } = match pending.finish() {
+        let finished = pending.finish_detached().map(|(s, detached)| {
+            if let Some(d) = detached {
+                self.detached.push((s.pid, d));
+            }
+            s
+        });
+        let Spawned { pid, start, pidfd } = match finished {
             Ok(s) => s,
             Err(e) => {
                 if let Some(cg) = &cg {
@@ -315,6 +337,19 @@ impl Os {
             watched,
         };
         Ok((started, cg))
+    }
+
+    /// Lets go of the detached children that ran their `execve`, and waits for the oldest
+    /// until at most `keep` are left (each holds a stack and its slot log open). A failed
+    /// one stays until its end is handled ([`Children::exit_of`]), which reports it.
+    fn land_detached(&mut self, keep: usize) {
+        let mut i = 0;
+        while self.detached.len() > keep && i < self.detached.len() {
+            self.detached[i].1.wait();
+            i += 1;
+        }
+        self.detached
+            .retain(|(_, d)| !matches!(d.landed(), Some(Ok(()))));
     }
 
     /// Reports the end of a worker through its pidfd in the loop's set of them: no thread
@@ -352,8 +387,13 @@ impl Children for Os {
         process::ProcId { pid, start }.is_live()
     }
 
-    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<ExitKind> {
-        process::child_exit(pid, !keep_zombie)
+    fn exit_of(&mut self, pid: i32, keep_zombie: bool) -> Option<Ended> {
+        let kind = process::child_exit(pid, !keep_zombie)?;
+        let at = self.detached.iter().position(|(p, _)| *p == pid);
+        match at.and_then(|i| self.detached.swap_remove(i).1.ended()) {
+            Some(e) => Some(Ended::NotStarted(e)),
+            None => Some(Ended::Ran(kind)),
+        }
     }
 
     fn next_zombie(&mut self) -> Option<(i32, bool)> {
@@ -530,12 +570,13 @@ impl Children for Os {
 
     fn spawn_attempts(&mut self, batch: &[Attempt<'_>], answer: &mut Answer<'_>) {
         for chunk in batch.chunks(IN_FLIGHT) {
+            self.land_detached(IN_FLIGHT - chunk.len());
             let begun: Vec<_> = chunk
                 .iter()
                 .map(|a| {
                     (
                         SystemTime::now(),
-                        self.begin_attempt(&a.spec, a.slot, a.seq, chunk.len() > 1),
+                        self.begin_attempt(&a.spec, a.slot, a.seq, true),
                     )
                 })
                 .collect();
@@ -717,7 +758,13 @@ mod exits_tests {
             matches!(ends[..], [Event::ChildEnded { pid, start }] if pid == s.pid && start == s.start),
             "{ends:?}"
         );
-        assert_eq!(os.exit_of(s.pid, false), Some(ExitKind::Code(4)));
+        assert!(
+            matches!(
+                os.exit_of(s.pid, false),
+                Some(Ended::Ran(ExitKind::Code(4)))
+            ),
+            "exit 4"
+        );
     }
 }
 
@@ -767,23 +814,82 @@ mod batch_tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         for (i, a) in answers.into_iter().enumerate() {
             if i == missing {
-                let err = a.err().map(|e| e.to_string()).unwrap_or_default();
+                // Answered as its start error, or as a worker whose end says so.
+                let err = match a {
+                    Err(e) => e.to_string(),
+                    Ok((started, _)) => match end_of(&mut os, started.pid, deadline) {
+                        Ended::NotStarted(e) => e.to_string(),
+                        other => panic!("{other:?}"),
+                    },
+                };
                 assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
                 continue;
             }
             let (started, cgroup) = a.unwrap();
             assert!(cgroup.is_none());
-            let exit = loop {
-                if let Some(k) = process::child_exit(started.pid, true) {
-                    break k;
-                }
-                assert!(Instant::now() < deadline, "worker {i} never ended");
-                std::thread::sleep(Duration::from_millis(5));
+            let exit = match end_of(&mut os, started.pid, deadline) {
+                Ended::Ran(k) => k,
+                other => panic!("worker {i}: {other:?}"),
             };
             assert_eq!(exit, ExitKind::Code(i as i32));
             let text = std::fs::read_to_string(&logs[i]).unwrap();
             assert_eq!(text, format!("slot {i}\n"));
         }
+        assert!(os.detached.is_empty(), "every child let go");
+    }
+
+    /// How our child `pid` ended, as the loop reads it, waited for until `deadline`.
+    fn end_of(os: &mut Os, pid: i32, deadline: Instant) -> Ended {
+        loop {
+            if let Some(e) = os.exit_of(pid, false) {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "{pid} never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A lone spawn of a missing program is answered before the child's `execve` is seen
+    /// (the spawn does not wait for it); the failure then comes as the child's end, with
+    /// the error a waited-for spawn gives. A child fast enough to fail before the answer is
+    /// answered as the error itself; at least one of 20 must take the later path.
+    #[test]
+    fn an_execve_that_fails_after_the_answer_is_reported_at_the_childs_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let argv: Vec<String> = vec!["/nonexistent/worker".into()];
+        let log = dir.path().join("log");
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(tx);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut later = 0;
+        for seq in 0..20 {
+            let batch = [Attempt {
+                spec: SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log: &log,
+                    env: vec![],
+                },
+                slot: 0,
+                seq,
+            }];
+            let mut answers = Vec::new();
+            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
+            let err = match answers.pop().expect("one answer") {
+                Err(e) => e.to_string(),
+                Ok((started, _)) => {
+                    later += 1;
+                    match end_of(&mut os, started.pid, deadline) {
+                        Ended::NotStarted(e) => e.to_string(),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            };
+            assert!(err.contains("cannot start `/nonexistent/worker`"), "{err}");
+            assert!(err.contains("No such file"), "{err}");
+        }
+        assert!(later >= 1, "every failure was seen before the answer");
+        assert!(os.detached.is_empty());
     }
 }
 

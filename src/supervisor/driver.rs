@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::children::{self, Attempt, Children};
+use super::children::{self, Attempt, Children, Ended};
 use super::effect::Effect;
 use super::event::{
     Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
@@ -398,10 +398,17 @@ impl Driver {
         let Some(keep_zombie) = fleet.own_child_wait(pid, start) else {
             return;
         };
-        if let Some(kind) = self.children.exit_of(pid, keep_zombie) {
-            let effects = fleet.handle(Event::Exited { pid, start, kind }, Now::system(now));
-            self.carry(fleet, effects, now);
-        }
+        let event = match self.children.exit_of(pid, keep_zombie) {
+            Some(Ended::Ran(kind)) => Event::Exited { pid, start, kind },
+            Some(Ended::NotStarted(e)) => Event::NotStarted {
+                pid,
+                start,
+                error: e.to_string(),
+            },
+            None => return,
+        };
+        let effects = fleet.handle(event, Now::system(now));
+        self.carry(fleet, effects, now);
     }
 
     /// Runs `f` on the strays with what a search must leave alone (the fleet's workers),

@@ -35,6 +35,9 @@ pub enum Event {
         start: u64,
         kind: ExitKind,
     },
+    /// Our own worker ended because its `execve` failed, after its spawn had been
+    /// answered (the spawn does not wait for it): the spawn's failure, why in one line.
+    NotStarted { pid: i32, start: u64, error: String },
     /// The claimable `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<BTreeSet<u64>, QueueError>),
     /// The fleet is paused for a rate limit (read from the pause file): the queue check

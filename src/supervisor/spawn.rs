@@ -137,6 +137,75 @@ impl Pending {
     }
 }
 
+impl Pending {
+    /// The worker at once, without waiting for its `execve` where the child is still on
+    /// its way to it: that wait put the supervisor to sleep at every respawn, and woke it
+    /// again when the child had loaded its program, for an answer that is nearly always
+    /// "it ran". The rest comes as the [`Detached`], asked later. A child that already
+    /// let go (or a forked one) is answered in full here, as [`Pending::finish`] does.
+    pub fn finish_detached(self) -> Result<(Spawned, Option<Detached>), SpawnError> {
+        let Child::Flying(f) = self.child else {
+            return self.finish().map(|s| (s, None));
+        };
+        let (pid, fd, aloft) = f.detach();
+        let spawned = Spawned {
+            pid,
+            start: self.start,
+            pidfd: Some(process::Pidfd::from_fd(fd)),
+        };
+        let detached = Detached {
+            aloft,
+            program: self.program,
+            _log: self._log,
+            _cgroup_dir: self._cgroup_dir,
+        };
+        match detached.landed() {
+            None => Ok((spawned, Some(detached))),
+            Some(Ok(())) => Ok((spawned, None)),
+            Some(Err(e)) => {
+                // It exited: reaped here, as `finish` does, so no zombie is left for the loop.
+                let _ = process::child_exit(pid, true);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A worker started by [`Pending::finish_detached`] whose `execve` was not yet seen: what
+/// it reads and the descriptors it copies stay open until it let go.
+pub struct Detached {
+    aloft: vfork::Aloft,
+    program: String,
+    _log: fs::File,
+    _cgroup_dir: Option<fs::File>,
+}
+
+impl Detached {
+    /// `None` while the child may still be before its `execve`; then whether it ran. A
+    /// failed one's child exits 127 and its end arrives as any worker's does. No system
+    /// call.
+    pub fn landed(&self) -> Option<Result<(), SpawnError>> {
+        self.aloft.landed().map(|r| {
+            r.map_err(|source| SpawnError::Start {
+                program: self.program.clone(),
+                source,
+            })
+        })
+    }
+
+    /// Returns once [`Detached::landed`] has its answer.
+    pub fn wait(&self) {
+        self.aloft.wait();
+    }
+
+    /// Lets go of what the child read, without waiting: for a child known to have ended.
+    pub fn ended(self) -> Option<SpawnError> {
+        let failed = self.landed().and_then(Result::err);
+        self.aloft.ended();
+        failed
+    }
+}
+
 /// [`spawn_in`] up to the clone: with `overlap`, returns while the child is still on its
 /// way to its `execve`, so that several workers' `execve`s overlap ([`vfork::launch`]);
 /// without, once it has run it. The fork this falls back to waits for the `execve` here.

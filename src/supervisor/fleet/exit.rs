@@ -55,6 +55,25 @@ impl Fleet {
 
     /// Worker `pid` (started at `start`) ended with `exit`.
     pub(super) fn on_exit(&mut self, pid: i32, start: u64, exit: ExitKind, now: Instant) {
+        self.ended(pid, start, exit, None, now);
+    }
+
+    /// Worker `pid` never became one: its `execve` failed after its spawn was answered.
+    /// Its end is the spawn's failure (`slot.spawn-failed`, a fast death), not an exit.
+    pub(super) fn on_not_started(&mut self, pid: i32, start: u64, error: String, now: Instant) {
+        let exit = ExitKind::Code(crate::exit::EXEC_FAILED);
+        self.ended(pid, start, exit, Some(error), now);
+    }
+
+    /// A worker's end, logged as its exit, or as its spawn's `failure`.
+    fn ended(
+        &mut self,
+        pid: i32,
+        start: u64,
+        exit: ExitKind,
+        failure: Option<String>,
+        now: Instant,
+    ) {
         let Some(idx) = self.pool.slot_of(pid, start) else {
             // Not a current worker (already handled): only its group cleanup may be pending.
             self.groups.reaper.leader_exited(pid);
@@ -101,14 +120,14 @@ impl Fleet {
         }
         let lived = now.saturating_duration_since(w.started);
         tracing::debug!(slot = idx, pid, %exit, lived_ms = lived.as_millis() as u64, "worker ended");
-        self.log(
-            line(
+        let record = match failure {
+            Some(error) => line(kind::SPAWN_FAILED, error),
+            None => line(
                 kind::EXIT,
                 format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
-            )
-            .slot(idx)
-            .pid(pid),
-        );
+            ),
+        };
+        self.log(record.slot(idx).pid(pid));
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.finished = Some(Finished {
                 exit,

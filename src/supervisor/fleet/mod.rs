@@ -182,6 +182,7 @@ impl Fleet {
             // which feeds `Exited` for each worker that ended.
             Event::ChildEnded { .. } | Event::Sigchld => {}
             Event::Exited { pid, start, kind } => self.on_exit(pid, start, kind, now),
+            Event::NotStarted { pid, start, error } => self.on_not_started(pid, start, error, now),
             Event::Queue(r) => self.on_queue(r, now),
             Event::Paused(p) => self.on_paused(p, now),
             Event::Hold(h, spend) => self.on_hold(h, spend, now),

@@ -459,6 +459,47 @@ fn a_worker_that_cannot_start_counts_as_a_fast_death() {
     assert_eq!(b.count("circuit.trip"), 1);
 }
 
+/// A worker answered as started whose `execve` then failed: its end is the spawn's
+/// failure, logged as one (no `slot.exit`), and a fast death, as a spawn that failed at
+/// once is: five of them trip the slot's circuit.
+#[test]
+fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
+    let mut b = Bench::new(1);
+    b.start();
+    for i in 0..5 {
+        let secs = 1.0 + i as f64;
+        let pid = b.pid_in(0).expect("a worker in the slot");
+        b.world.running.remove(&pid);
+        b.world.groups.remove(&pid);
+        let error = "cannot start `worker`: No such file or directory (os error 2)".to_string();
+        b.feed(
+            Event::NotStarted {
+                pid,
+                start: 1,
+                error,
+            },
+            secs,
+        );
+        b.turn(secs);
+    }
+    let failed: Vec<_> = b
+        .world
+        .lines
+        .iter()
+        .filter(|l| l.kind == "slot.spawn-failed")
+        .collect();
+    assert_eq!(failed.len(), 5, "{:?}", b.kinds());
+    assert!(
+        failed
+            .iter()
+            .all(|l| l.msg.contains("cannot start `worker`"))
+    );
+    assert_eq!(b.count("slot.exit"), 0, "{:?}", b.kinds());
+    assert_eq!(b.count("circuit.trip"), 1, "{:?}", b.kinds());
+    assert_eq!(b.phase(0), "parked");
+    assert_eq!(b.spawns(), 5);
+}
+
 #[test]
 fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
     let mut b = Bench::new(3);

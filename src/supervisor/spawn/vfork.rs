@@ -11,11 +11,13 @@
 //!
 //! `posix_spawn` adds `CLONE_VFORK`, which holds the parent until the child's `execve`:
 //! a fleet's start spawned its workers one at a time, each spawn waiting for the last
-//! child to load its program on a machine busy with the workers already started. Here the
-//! parent goes on at once ([`launch`]); what the child reads is kept in a [`Flight`] until
-//! the kernel says the child let go of the memory (it clears a word and wakes its futex at
-//! the `execve` or the exit), and [`InFlight::land`] waits for that and reads the
-//! `execve`'s error, if any. A batch of spawns launches them all, then lands each.
+//! child to load its program on a machine busy with the workers already started, and every
+//! respawn put the supervisor to sleep and woke it again. Here the parent goes on at once
+//! ([`launch`]); what the child reads is kept in a [`Flight`] until the kernel says the
+//! child let go of the memory (it clears a word and wakes its futex at the `execve` or the
+//! exit). [`InFlight::land`] waits for that and reads the `execve`'s error, if any;
+//! [`InFlight::detach`] hands the pid and pidfd over at once and leaves an [`Aloft`] to be
+//! asked later, without a system call.
 //!
 //! The child runs only [`child`]: raw system calls, no allocation, no lock, nothing that
 //! could unwind, and nothing that writes `errno` (it would be the supervisor thread's).
@@ -40,7 +42,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Exit code of a child that lost its supervisor before it became a worker.
 pub(super) const EXIT_ORPHANED: i32 = crate::exit::ORPHANED;
 /// Exit code of a child whose `execve` failed (its errno is reported to the supervisor).
-const EXIT_EXEC_FAILED: i32 = 127;
+const EXIT_EXEC_FAILED: i32 = crate::exit::EXEC_FAILED;
 
 /// What the caller spawns.
 pub(super) struct Plan<'a> {
@@ -51,9 +53,10 @@ pub(super) struct Plan<'a> {
     pub log: RawFd,
     /// cgroup mode: the attempt cgroup's directory, opened read-only.
     pub cgroup: Option<RawFd>,
-    /// Return while the child is on its way to its `execve` (a batch: the next clone
-    /// overlaps it); otherwise the clone itself waits for it (`CLONE_VFORK`), which a
-    /// lone spawn, waited for at once anyway, does for one system call less.
+    /// Return while the child is on its way to its `execve` (the loop's spawns: the next
+    /// clone, or the loop's next turn, overlaps it); otherwise the clone itself waits for
+    /// it (`CLONE_VFORK`), which a spawn answered in full at once does for one system call
+    /// less than a launch and a land.
     pub overlap: bool,
 }
 
@@ -254,6 +257,48 @@ impl InFlight {
             return Err(io::Error::from_raw_os_error(errno));
         }
         Ok((self.pid(), self.pidfd))
+    }
+}
+
+impl InFlight {
+    /// The child's pid and pidfd at once, without waiting for its `execve`: what it reads
+    /// goes on in the [`Aloft`], which says later whether the `execve` ran.
+    pub(super) fn detach(self) -> (libc::pid_t, OwnedFd, Aloft) {
+        (self.flight.pid, self.pidfd, Aloft(self.flight))
+    }
+}
+
+/// What a detached child reads until its `execve`, kept until it let go ([`Aloft::landed`]).
+/// Dropped before that, it waits, as a [`Flight`] does.
+pub(super) struct Aloft(Box<Flight>);
+
+impl Aloft {
+    /// `None` while the child may still read it; then `Ok` if its `execve` ran, or the
+    /// `execve`'s error (the child exits [`EXIT_EXEC_FAILED`], and is left to whoever
+    /// waits for it: its end is reported as any worker's is). No system call.
+    pub(super) fn landed(&self) -> Option<io::Result<()>> {
+        if self.0.released.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        // SAFETY: as in `land`: the child's write came before the kernel's clear.
+        let errno = unsafe { std::ptr::read_volatile(&self.0.args.errno) };
+        Some(match errno {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        })
+    }
+}
+
+impl Aloft {
+    /// Frees what the child read, for a child known to have ended (it reads nothing any
+    /// more, whether or not the kernel cleared the word: a core dump skips the clear).
+    pub(super) fn ended(mut self) {
+        self.0.pid = 0;
+    }
+
+    /// Returns once the child let go ([`Aloft::landed`] is then `Some`).
+    pub(super) fn wait(&self) {
+        self.0.wait_released();
     }
 }
 
