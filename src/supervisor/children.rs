@@ -78,8 +78,9 @@ pub trait Children {
     fn group_alive(&mut self, leader: i32, group: &Group) -> bool;
     /// CPU and memory of each session led by one of `leaders`.
     fn usage(&mut self, leaders: &[i32]) -> HashMap<i32, Usage>;
-    /// How a group led by a worker with this pidfd is signalled once it ends.
-    fn group_for(&self, pidfd: Option<&Arc<Pidfd>>) -> Group;
+    /// Lets go of the pidfd held for worker (`pid`, `start`): the fleet no longer names
+    /// it (its group is gone, or is not followed through it).
+    fn forget(&mut self, _pid: i32, _start: u64) {}
     /// What a stop must end besides the worker groups, but for `keep`: our children that
     /// left their worker's group (reparented to us, the subreaper), and every other live
     /// process of the fleet of `lane` wherever it was reparented (after a takeover, what
@@ -153,6 +154,7 @@ pub fn carry_order(os: &mut dyn Children, order: Option<&Order>) {
             os.signal_group(*leader, group, *sig);
         }
         Some(Order::Reap { leader }) => os.reap(*leader),
+        Some(Order::Forget { leader, start }) => os.forget(*leader, *start),
         _ => {}
     }
 }
@@ -227,6 +229,10 @@ pub struct Os {
     /// Where the workers' ends are reported to the loop; without it (no loop) an own
     /// worker's end comes by SIGCHLD and an adopted one's is looked for at the tick.
     exits: Option<Arc<Exits>>,
+    /// The pidfd of each worker the fleet names by (pid, start) with `Started::pidfd`:
+    /// held here, not in the fleet, until the fleet lets go of it ([`Order::Forget`]), so
+    /// the fleet's decisions never open or close a descriptor.
+    pidfds: HashMap<(i32, u64), Arc<Pidfd>>,
     /// Workers answered before their `execve` was seen, by pid: what each child reads
     /// until then. Let go of at a later spawn once landed, or at the child's end; never
     /// more than [`IN_FLIGHT`].
@@ -257,6 +263,7 @@ impl Os {
             last_usage: HashMap::new(),
             ending: HashMap::new(),
             exits: None,
+            pidfds: HashMap::new(),
             detached: Vec::new(),
         }
     }
@@ -323,8 +330,7 @@ impl Os {
                 return Err(e);
             }
         };
-        let pidfd = pidfd.map(Arc::new);
-        let watched = self.watch(pid, start, pidfd.clone(), true);
+        let watched = self.hold(pid, start, pidfd.map(Arc::new), true);
         if let Some(cg) = &cg {
             self.cgroup_of.insert(pid, cg.clone());
             self.last_usage.remove(&pid);
@@ -333,7 +339,7 @@ impl Os {
         let started = Started {
             pid,
             start,
-            pidfd,
+            pidfd: self.pidfds.contains_key(&(pid, start)),
             watched,
         };
         Ok((started, cg))
@@ -352,13 +358,25 @@ impl Os {
             .retain(|(_, d)| !matches!(d.landed(), Some(Ok(()))));
     }
 
-    /// Reports the end of a worker through its pidfd in the loop's set of them: no thread
-    /// and no task per worker. `false` without a set or a pidfd.
-    fn watch(&self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
-        match (&self.exits, fd) {
-            (Some(exits), Some(fd)) => exits.watch(pid, start, &fd, own),
-            _ => false,
-        }
+    /// Holds the pidfd of worker (`pid`, `start`), and reports the worker's end through
+    /// it in the loop's set of them: no thread and no task per worker. Whether the end is
+    /// reported (`false` without a set or a pidfd).
+    fn hold(&mut self, pid: i32, start: u64, fd: Option<Arc<Pidfd>>, own: bool) -> bool {
+        let Some(fd) = fd else {
+            return false;
+        };
+        let watched = self
+            .exits
+            .as_ref()
+            .is_some_and(|exits| exits.watch(pid, start, &fd, own));
+        self.pidfds.insert((pid, start), fd);
+        watched
+    }
+
+    /// The pidfd held for worker (`leader`, `start`); none once forgotten, when its group
+    /// is gone.
+    fn pidfd(&self, leader: i32, start: u64) -> Option<&Arc<Pidfd>> {
+        self.pidfds.get(&(leader, start))
     }
 }
 
@@ -374,11 +392,11 @@ impl Children for Os {
         if !self.is_live(pid, start) {
             return None;
         }
-        let watched = self.watch(pid, start, pidfd.clone(), false);
+        let watched = self.hold(pid, start, pidfd, false);
         Some(Started {
             pid,
             start,
-            pidfd,
+            pidfd: self.pidfds.contains_key(&(pid, start)),
             watched,
         })
     }
@@ -418,8 +436,10 @@ impl Children for Os {
                     self.ending.insert(leader, CgroupEnd::Empty);
                 }
             }
-            Group::Pidfd(fd) => {
-                let _ = fd.signal_group(Some(sig));
+            Group::Pidfd { start } => {
+                if let Some(fd) = self.pidfd(leader, *start) {
+                    let _ = fd.signal_group(Some(sig));
+                }
             }
             Group::Pinned => {
                 let _ = killpg(Pid::from_raw(leader), sig);
@@ -447,7 +467,9 @@ impl Children for Os {
                     !matches!(cg.populated(), Ok(false))
                 }
             },
-            Group::Pidfd(fd) => fd.group_alive(),
+            Group::Pidfd { start } => self
+                .pidfd(leader, *start)
+                .is_some_and(|fd| fd.group_alive()),
             Group::Pinned => process::group_has_live_member(&process::table(), leader),
         }
     }
@@ -497,11 +519,8 @@ impl Children for Os {
         out
     }
 
-    fn group_for(&self, pidfd: Option<&Arc<Pidfd>>) -> Group {
-        match pidfd {
-            Some(fd) if process::pidfd_groups() => Group::Pidfd(Arc::clone(fd)),
-            _ => Group::Pinned,
-        }
+    fn forget(&mut self, pid: i32, start: u64) {
+        self.pidfds.remove(&(pid, start));
     }
 
     fn strays(&mut self, keep: &HashSet<i32>, lane: &Path) -> Vec<Proc> {
@@ -650,7 +669,7 @@ impl Os {
 #[cfg(test)]
 mod reaper_tests {
     //! The reaper's orders carried out on real processes (the reaper itself is bookkeeping).
-    use super::super::spawn::{SpawnSpec, spawn};
+    use super::super::spawn::SpawnSpec;
     use super::*;
     use crate::process;
     use std::time::{Duration, Instant};
@@ -669,14 +688,17 @@ mod reaper_tests {
             let gc = dir.path().join("gc.pid");
             let script = format!("sleep 300 & echo $! > {}; exit 3", gc.display());
             let argv: Vec<String> = vec!["sh".into(), "-c".into(), script];
-            let s = spawn(&SpawnSpec {
-                argv: &argv,
-                cwd: dir.path(),
-                log: &dir.path().join("log"),
-                env: vec![],
-            })
-            .unwrap();
-            let fd = Arc::new(Pidfd::open(s.pid).unwrap());
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut os = super::Os::new(tx);
+            let s = os
+                .spawn(&SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log: &dir.path().join("log"),
+                    env: vec![],
+                })
+                .unwrap();
+            assert!(s.pidfd, "its pidfd held by the Os");
             let deadline = Instant::now() + Duration::from_secs(20);
             // Reaped at once when the group is signalled through the pidfd; kept a zombie
             // (pinning the group id) otherwise.
@@ -695,12 +717,10 @@ mod reaper_tests {
                 .unwrap();
             assert!(process::read(gc).is_some_and(|p| !p.is_zombie()));
             let group = if pidfd {
-                Group::Pidfd(fd)
+                Group::Pidfd { start: s.start }
             } else {
                 Group::Pinned
             };
-            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-            let mut os = super::Os::new(tx);
             let mut r = Reaper::new(Duration::from_secs(30));
             let order = r.terminate(s.pid, group, true, true, false, Instant::now());
             super::carry_order(&mut os, order.as_ref());
@@ -717,6 +737,8 @@ mod reaper_tests {
                     killed: false
                 }]
             );
+            // The pidfd a group was followed through is let go of with the group.
+            assert_eq!(os.pidfds.contains_key(&(s.pid, s.start)), !pidfd);
             assert!(process::read(s.pid).is_none(), "leader reaped");
             assert!(r.is_empty());
         }

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use super::holds::Hold;
 use super::scale_directive;
@@ -19,7 +18,6 @@ use super::state_file::SpendToday;
 use super::usage::Usage;
 use crate::cgroup::{Cgroup, Figures};
 use crate::pause::{OperatorPause, Pause, PauseFileError};
-use crate::process::Pidfd;
 use crate::toonl::Event as LogLine;
 use crate::tracker::TrackerError;
 use crate::tracker::select::SelectError;
@@ -194,9 +192,10 @@ pub struct WorkerFiles {
 pub struct Started {
     pub pid: i32,
     pub start: u64,
-    /// Refers to this process however its pid is reused (none where the kernel has no
-    /// pidfds, and in tests).
-    pub pidfd: Option<Arc<Pidfd>>,
+    /// `children` holds a pidfd for it, which refers to this process however its pid is
+    /// reused (none where the kernel has no pidfds, and in tests). The fleet names it by
+    /// (pid, start), and says when it is no longer needed (`reaper::Order::Forget`).
+    pub pidfd: bool,
     /// Its end will be reported as an event; otherwise the driver looks for it (own
     /// children on SIGCHLD, adopted ones every tick).
     pub watched: bool,

@@ -1,7 +1,8 @@
 //! Cleaning up after workers: what is left of an ended worker's process group is
 //! terminated (SIGTERM, then SIGKILL after the stop grace) and the group is followed until
-//! it is empty. Pure bookkeeping: it says what to signal or reap as [`Order`]s and is told
-//! which groups still have members; the driver reaches the processes through `children`.
+//! it is empty. Pure bookkeeping: it says what to signal, reap or let go of as [`Order`]s
+//! and is told which groups still have members; the driver reaches the processes through
+//! `children`, which holds their pidfds (a group here names its leader's by pid and start).
 //!
 //! A late SIGKILL to a group must never hit an unrelated one. Where the kernel signals
 //! groups through pidfds (Linux 6.9+), the group is named by its kernel object, not its
@@ -9,19 +10,18 @@
 //! until its group is gone: that pins the group id, which the kernel cannot hand to a new
 //! process while the zombie exists.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-
-use crate::process::Pidfd;
 
 /// How a dying group is signalled and found empty.
 #[derive(Debug, Clone)]
 pub enum Group {
     /// Through the leader's pidfd (Linux 6.9+): safe after the leader was reaped, and
-    /// "empty" is the kernel's answer, no table read.
-    Pidfd(Arc<Pidfd>),
+    /// "empty" is the kernel's answer, no table read. The driver holds the pidfd of the
+    /// worker (leader, `start`) until the group is done ([`Order::Forget`]): nothing here
+    /// owns a descriptor.
+    Pidfd { start: u64 },
     /// By group id, with our own leader kept a zombie until the group is empty so the id
     /// cannot be reused; emptiness is read from `/proc`.
     Pinned,
@@ -62,6 +62,9 @@ pub enum Order {
     },
     /// Reap our own leader, whose zombie pinned its group id until the group emptied.
     Reap { leader: i32 },
+    /// Let go of the pidfd of worker (`leader`, `start`): its group is gone, or is not
+    /// followed through it.
+    Forget { leader: i32, start: u64 },
 }
 
 /// A group that finished cleaning up.
@@ -146,6 +149,14 @@ impl Reaper {
         self.dying.iter().any(|d| d.leader == leader && d.killed)
     }
 
+    /// Whether the group `leader` led is followed through the leader's pidfd (which must
+    /// then be held until the group is done).
+    pub fn follows_pidfd(&self, leader: i32) -> bool {
+        self.dying
+            .iter()
+            .any(|d| d.leader == leader && matches!(d.group, Group::Pidfd { .. }))
+    }
+
     pub fn groups(&self) -> impl Iterator<Item = (i32, &Group)> + '_ {
         self.dying.iter().map(|d| (d.leader, &d.group))
     }
@@ -174,8 +185,15 @@ impl Reaper {
         self.dying.retain_mut(|d| {
             let members = alive(d.leader);
             if !members && d.leader_exited {
-                if d.own_child && matches!(d.group, Group::Pinned) {
-                    orders.push(Order::Reap { leader: d.leader });
+                match d.group {
+                    Group::Pinned if d.own_child => {
+                        orders.push(Order::Reap { leader: d.leader });
+                    }
+                    Group::Pidfd { start } => orders.push(Order::Forget {
+                        leader: d.leader,
+                        start,
+                    }),
+                    _ => {}
                 }
                 done.push(Done {
                     leader: d.leader,

@@ -97,8 +97,11 @@ pub struct LiveWorker {
     pub started_epoch: u64,
     /// Spawned by this supervisor (else adopted from a previous one).
     pub own_child: bool,
-    /// Refers to this worker however its pid is reused; signals its group once it ended.
-    pub pidfd: Option<std::sync::Arc<crate::process::Pidfd>>,
+    /// The driver holds a pidfd for it: it refers to this worker however its pid is
+    /// reused, and signals its group once it ended ([`Group::Pidfd`]).
+    ///
+    /// [`Group::Pidfd`]: super::reaper::Group::Pidfd
+    pub pidfd: bool,
     pub log: PathBuf,
     pub kill: Option<KillReason>,
     /// What the ticks learned of it while it runs.

@@ -92,6 +92,14 @@ impl Fleet {
         let retiring = slot.retiring;
         let group = self.group_of(&w);
         self.terminate(w.pid, group, w.own_child, true);
+        // Its pidfd is held on only while its group is followed through it (until then
+        // the reaper says when).
+        if w.pidfd && !self.groups.reaper.follows_pidfd(w.pid) {
+            self.emit(Effect::Group(Order::Forget {
+                leader: w.pid,
+                start: w.start,
+            }));
+        }
         // In cgroup mode nothing of the worker is outside its cgroup: no stray search.
         match &w.cgroup {
             Some(cg) => {

@@ -25,7 +25,7 @@ use super::circuit::{self, AfterDeath};
 use super::effect::Effect;
 pub use super::event::{Adopted, Adoptee, Event, Now, QueueError, TrackerUnavailable};
 use super::event::{RetireAsker, SlotMarks, Started};
-use super::reaper::{Done, Group, Reaper};
+use super::reaper::{Done, Group, Order, Reaper};
 use super::release::DeadWorker;
 use super::scale_directive::{Found, ScaleDirective};
 use super::slot::{Finished, KillReason, LiveWorker, Pending, Phase, Seen, Slot, Unclaimable};

@@ -155,8 +155,8 @@ impl Fleet {
             ShrinkMode::HardKill => {
                 w.kill = Some(KillReason::Operator);
                 // Its process group, even in cgroup mode (as this always did).
-                let group = match &w.pidfd {
-                    Some(fd) if self.groups.pidfd_groups => Group::Pidfd(Arc::clone(fd)),
+                let group = match w.pidfd {
+                    true if self.groups.pidfd_groups => Group::Pidfd { start: w.start },
                     _ => Group::Pinned,
                 };
                 let out = &mut self.out;

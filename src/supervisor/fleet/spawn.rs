@@ -92,6 +92,12 @@ impl Fleet {
     ) {
         let now_e = self.epoch();
         let Some((slot, p)) = self.answered(idx, seq) else {
+            if s.pidfd {
+                self.emit(Effect::Group(Order::Forget {
+                    leader: s.pid,
+                    start: s.start,
+                }));
+            }
             return;
         };
         slot.phase = Phase::Running(LiveWorker {

@@ -138,9 +138,9 @@ impl Fleet {
 
 /// How the group of worker `w` is signalled: see [`Fleet::group_of`].
 pub(super) fn group_for(pidfd_groups: bool, w: &LiveWorker) -> Group {
-    match (&w.cgroup, &w.pidfd) {
+    match (&w.cgroup, w.pidfd) {
         (Some(cg), _) => Group::Cgroup(cg.as_ref().clone()),
-        (None, Some(fd)) if pidfd_groups => Group::Pidfd(Arc::clone(fd)),
+        (None, true) if pidfd_groups => Group::Pidfd { start: w.start },
         _ => Group::Pinned,
     }
 }

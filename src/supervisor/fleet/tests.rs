@@ -33,6 +33,10 @@ struct World {
     acks: Vec<slot_control::Ack>,
     /// Spawned workers get no pidfd watch (their end is found on SIGCHLD).
     unwatched: bool,
+    /// Spawned workers come with a pidfd the driver holds ...
+    pidfds: bool,
+    /// ... these ones, by (pid, start), until the fleet lets go of them.
+    held: HashSet<(i32, u64)>,
     /// What a CPU reading reports per worker.
     usage: HashMap<i32, Usage>,
     /// Each spawn: slot and pid.
@@ -67,6 +71,11 @@ impl Bench {
     /// A fleet of `workers` with the default timing (fast death 30 s, circuit 5 in 90 s,
     /// half-open 60 s, stop grace 10 s), started at `t0`.
     fn new(workers: usize) -> Bench {
+        Bench::with_groups(workers, false)
+    }
+    /// [`Bench::new`], where the kernel signals groups through pidfds (`pidfd_groups`) or
+    /// not.
+    fn with_groups(workers: usize, pidfd_groups: bool) -> Bench {
         let mut config = Config::default();
         config.fleet.workers = workers;
         let argv = vec!["worker".to_string()];
@@ -76,7 +85,7 @@ impl Bench {
             at: t0,
             wall: wall0,
         };
-        let fleet = Fleet::new(layout, &config, argv, (1, 1), false, start);
+        let fleet = Fleet::new(layout, &config, argv, (1, 1), pidfd_groups, start);
         Bench {
             fleet,
             world: World::default(),
@@ -134,13 +143,16 @@ impl Bench {
                 w.running.insert(pid);
                 w.groups.insert(pid);
                 w.spawns.push((slot, pid));
+                if w.pidfds {
+                    w.held.insert((pid, 1));
+                }
                 return Some(Event::Spawned {
                     slot,
                     seq,
                     started: Started {
                         pid,
                         start: 1,
-                        pidfd: None,
+                        pidfd: w.pidfds,
                         watched: !w.unwatched,
                     },
                     log: format!("/afk-unit-fleet/slot-{slot}.log").into(),
@@ -156,6 +168,9 @@ impl Bench {
                         w.ended.insert(leader, ExitKind::Signal(sig as i32));
                     }
                 }
+            }
+            Effect::Group(Order::Forget { leader, start }) => {
+                assert!(w.held.remove(&(leader, start)), "forgot {leader} twice");
             }
             Effect::WriteRetire { slot, asker, .. } => {
                 let error = w.fail_retire.then(|| {
@@ -457,6 +472,58 @@ fn a_worker_that_cannot_start_counts_as_a_fast_death() {
     assert_eq!(b.phase(0), "parked");
     assert!(b.count("slot.spawn-failed") >= 1, "{:?}", b.kinds());
     assert_eq!(b.count("circuit.trip"), 1);
+}
+
+/// Where groups are signalled through pidfds, an ended worker's pidfd is held on (by the
+/// driver: the fleet only names it) while its group is terminated, and let go of once the
+/// group is gone, here after the SIGKILL a member that ignores SIGTERM needs.
+#[test]
+fn a_workers_pidfd_is_let_go_of_when_its_group_is_gone() {
+    let mut b = Bench::with_groups(1, true);
+    b.world.pidfds = true;
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    assert_eq!(b.world.held, HashSet::from([(pid, 1)]));
+    // The leader ends; a member of its group stays and ignores SIGTERM.
+    b.world.running.remove(&pid);
+    b.world.stubborn.insert(pid);
+    b.exited(pid, ExitKind::Code(1), 1.0);
+    b.turn(1.0);
+    assert!(b.signalled(pid, Signal::SIGTERM));
+    assert!(
+        b.world.held.contains(&(pid, 1)),
+        "held while its group lives"
+    );
+    b.turn(5.0);
+    assert!(b.world.held.contains(&(pid, 1)));
+    b.turn(12.0);
+    assert!(b.signalled(pid, Signal::SIGKILL));
+    b.turn(12.1);
+    let successor = b.pid_in(0).unwrap();
+    assert_eq!(
+        b.world.held,
+        HashSet::from([(successor, 1)]),
+        "{:?}",
+        b.kinds()
+    );
+}
+
+/// Where groups are pinned (or in cgroups), an ended worker's pidfd follows nothing: it is
+/// let go of with the worker's end, while its group is still being terminated.
+#[test]
+fn a_pidfd_no_group_is_followed_through_is_let_go_of_at_the_workers_end() {
+    let mut b = Bench::with_groups(1, false);
+    b.world.pidfds = true;
+    b.start();
+    let pid = b.pid_in(0).unwrap();
+    b.world.running.remove(&pid);
+    b.world.stubborn.insert(pid);
+    b.exited(pid, ExitKind::Code(1), 1.0);
+    assert!(!b.world.held.contains(&(pid, 1)), "let go of at its end");
+    assert!(
+        b.fleet.groups.reaper.contains(pid),
+        "its group still terminated"
+    );
 }
 
 /// A worker answered as started whose `execve` then failed: its end is the spawn's
