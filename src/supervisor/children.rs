@@ -233,6 +233,8 @@ pub struct Os {
     /// held here, not in the fleet, until the fleet lets go of it ([`Order::Forget`]), so
     /// the fleet's decisions never open or close a descriptor.
     pidfds: HashMap<(i32, u64), Arc<Pidfd>>,
+    /// Each slot's log as its last attempt had it open, by slot: see [`Os::slot_log`].
+    slot_logs: HashMap<usize, (std::path::PathBuf, Arc<std::fs::File>)>,
     /// Workers answered before their `execve` was seen, by pid: what each child reads
     /// until then. Let go of at a later spawn once landed, or at the child's end; never
     /// more than [`IN_FLIGHT`].
@@ -264,6 +266,7 @@ impl Os {
             ending: HashMap::new(),
             exits: None,
             pidfds: HashMap::new(),
+            slot_logs: HashMap::new(),
             detached: Vec::new(),
         }
     }
@@ -285,6 +288,27 @@ impl Os {
         self
     }
 
+    /// Slot `slot`'s log at `path`, open: the one its last attempt wrote to while the path
+    /// is the same (the day's) and the file is still there (not deleted: one `fstat`),
+    /// else opened anew. A respawn then opens and closes no file (four system calls and a
+    /// path walk of eight names); a day's first spawn closes what the days before left
+    /// open.
+    fn slot_log(&mut self, slot: usize, path: &Path) -> Result<Arc<std::fs::File>, SpawnError> {
+        use std::os::unix::fs::MetadataExt;
+        if let Some((open, file)) = self.slot_logs.get(&slot)
+            && open == path
+            && file.metadata().is_ok_and(|m| m.nlink() > 0)
+        {
+            return Ok(Arc::clone(file));
+        }
+        let file = Arc::new(spawn::open_log(path)?);
+        let day = path.parent();
+        self.slot_logs.retain(|_, (open, _)| open.parent() == day);
+        self.slot_logs
+            .insert(slot, (path.to_path_buf(), Arc::clone(&file)));
+        Ok(file)
+    }
+
     /// A spawn up to its clone: in cgroup mode inside a fresh cgroup of its own.
     fn begin_attempt(
         &mut self,
@@ -293,8 +317,9 @@ impl Os {
         seq: u64,
         overlap: bool,
     ) -> Result<(spawn::Pending, Option<Cgroup>), SpawnError> {
+        let log = self.slot_log(slot, spec.log)?;
         let Some(cgroups) = self.cgroups.clone() else {
-            return spawn::begin_in(spec, None, overlap).map(|p| (p, None));
+            return spawn::begin_with_log(spec, log, None, overlap).map(|p| (p, None));
         };
         let program = spec.argv.first().cloned().unwrap_or_default();
         let cg = cgroups
@@ -303,7 +328,7 @@ impl Os {
                 program: program.clone(),
                 source: std::io::Error::other(format!("cannot create its cgroup: {e}")),
             })?;
-        match spawn::begin_in(spec, Some(&cg), overlap) {
+        match spawn::begin_with_log(spec, log, Some(&cg), overlap) {
             Ok(p) => Ok((p, Some(cg))),
             Err(e) => {
                 let _ = cg.remove_tree();
@@ -869,6 +894,64 @@ mod batch_tests {
             assert!(Instant::now() < deadline, "{pid} never ended");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// A slot's attempts write to one open log while its path (the day's) stays and the
+    /// file is there: a deleted log is made anew at the next attempt, and a new day's
+    /// first spawn lets go of the logs of the days before.
+    #[test]
+    fn a_slots_log_stays_open_from_one_attempt_to_the_next_until_it_goes_or_the_day_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (day1, day2) = (dir.path().join("d1"), dir.path().join("d2"));
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(tx);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let attempt = |os: &mut Os, slot: usize, log: &Path, n: u64| {
+            let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("echo attempt {n}")];
+            let batch = [Attempt {
+                spec: SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log,
+                    env: vec![],
+                },
+                slot,
+                seq: n,
+            }];
+            let mut answers = Vec::new();
+            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
+            let (started, _) = answers.pop().unwrap().unwrap();
+            let Ended::Ran(k) = end_of(os, started.pid, deadline) else {
+                panic!("attempt {n} did not start");
+            };
+            assert_eq!(k, ExitKind::Code(0));
+        };
+        let log0 = day1.join("slot-0.log");
+        attempt(&mut os, 0, &log0, 1);
+        let opened = Arc::clone(&os.slot_logs[&0].1);
+        attempt(&mut os, 0, &log0, 2);
+        assert!(
+            Arc::ptr_eq(&opened, &os.slot_logs[&0].1),
+            "the same open log"
+        );
+        drop(opened);
+        assert_eq!(
+            std::fs::read_to_string(&log0).unwrap(),
+            "attempt 1\nattempt 2\n"
+        );
+        std::fs::remove_file(&log0).unwrap();
+        attempt(&mut os, 0, &log0, 3);
+        assert_eq!(std::fs::read_to_string(&log0).unwrap(), "attempt 3\n");
+        attempt(&mut os, 1, &day2.join("slot-1.log"), 4);
+        assert_eq!(
+            os.slot_logs.keys().copied().collect::<Vec<_>>(),
+            vec![1],
+            "the day before's logs let go of"
+        );
+        assert_eq!(
+            std::fs::read_to_string(day2.join("slot-1.log")).unwrap(),
+            "attempt 4\n"
+        );
     }
 
     /// A lone spawn of a missing program is answered before the child's `execve` is seen

@@ -72,10 +72,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> Result<Spawned, SpawnError> {
 /// [`spawn`], with the child started inside `cgroup`: no process of the worker ever runs
 /// outside it, and a child that cannot join it never becomes a worker.
 ///
-/// The slot log is opened anew for each spawn, not kept open from one to the next: each
-/// descriptor the supervisor holds is copied into every child's table by the `clone` (and
-/// closed again by its `execve`), so a thousand kept logs would cost each spawn of a
-/// thousand-worker fleet more than the four system calls they save.
+/// The slot log is opened here for this spawn alone; the loop's spawns keep each slot's
+/// log open from one attempt to the next (`children::Os`), which costs their clones
+/// nothing: the child copies the supervisor's descriptor table itself (`CLONE_FILES`, then
+/// `unshare` in the child), so the descriptors the supervisor holds are not copied inside
+/// its own `clone`.
 ///
 /// The worker is started as [`vfork`] explains, copying nothing of the supervisor's
 /// memory; where that cannot be done (not x86-64, an old kernel) it is forked and joins the
@@ -94,7 +95,7 @@ pub struct Pending {
     start: u64,
     program: String,
     // What the child copies before its `execve`: open until then.
-    _log: fs::File,
+    _log: std::sync::Arc<fs::File>,
     _cgroup_dir: Option<fs::File>,
 }
 
@@ -176,7 +177,7 @@ impl Pending {
 pub struct Detached {
     aloft: vfork::Aloft,
     program: String,
-    _log: fs::File,
+    _log: std::sync::Arc<fs::File>,
     _cgroup_dir: Option<fs::File>,
 }
 
@@ -214,24 +215,39 @@ pub fn begin_in(
     cgroup: Option<&crate::cgroup::Cgroup>,
     overlap: bool,
 ) -> Result<Pending, SpawnError> {
+    let log = std::sync::Arc::new(open_log(spec.log)?);
+    begin_with_log(spec, log, cgroup, overlap)
+}
+
+/// Opens a slot log for appending, as a worker's stdout and stderr: never through a
+/// symlink, into a FIFO (which would block) or anything but a file. The day's folder is
+/// made only when the log cannot be opened without it: once a day, not once a spawn.
+pub fn open_log(path: &Path) -> Result<fs::File, SpawnError> {
     let log_err = |source| SpawnError::Log {
-        path: spec.log.to_path_buf(),
+        path: path.to_path_buf(),
         source,
     };
-    // Never through a symlink, into a FIFO (which would block) or anything but a file.
-    // The day's folder is made only when the log cannot be opened without it: once a day,
-    // not once a spawn.
-    let out = match crate::fsutil::open_append(spec.log) {
+    let out = match crate::fsutil::open_append(path) {
         Err(crate::fsutil::SmallFileError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(dir) = spec.log.parent() {
+            if let Some(dir) = path.parent() {
                 fs::create_dir_all(dir).map_err(log_err)?;
             }
-            crate::fsutil::open_append(spec.log)
+            crate::fsutil::open_append(path)
         }
         other => other,
     };
     let out = out.map_err(|e| log_err(e.into()))?;
-    let out = above_stdio(out).map_err(log_err)?;
+    above_stdio(out).map_err(log_err)
+}
+
+/// [`begin_in`] with the slot log already open ([`open_log`]): held until the child's
+/// `execve`, which copies it.
+pub fn begin_with_log(
+    spec: &SpawnSpec<'_>,
+    out: std::sync::Arc<fs::File>,
+    cgroup: Option<&crate::cgroup::Cgroup>,
+    overlap: bool,
+) -> Result<Pending, SpawnError> {
     let program = spec.argv.first().map(String::as_str).unwrap_or_default();
     let start_err = |source| SpawnError::Start {
         program: program.to_string(),

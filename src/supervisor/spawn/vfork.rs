@@ -99,6 +99,7 @@ struct CloneArgs {
 }
 
 const CLONE_VM: u64 = 0x100;
+const CLONE_FILES: u64 = 0x400;
 const CLONE_PIDFD: u64 = 0x1000;
 const CLONE_VFORK: u64 = 0x4000;
 const CLONE_CHILD_CLEARTID: u64 = 0x20_0000;
@@ -205,7 +206,7 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
     // Written by the kernel (close-on-exec, as every pidfd is) when the clone succeeds.
     let mut pidfd: libc::c_int = -1;
     let mut clone = CloneArgs {
-        flags: CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID,
+        flags: CLONE_VM | CLONE_FILES | CLONE_PIDFD | CLONE_CHILD_CLEARTID,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         child_tid: flight.released.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
@@ -488,6 +489,11 @@ extern "C" fn child(args: *mut ChildArgs) -> ! {
     // null-terminated array of them.
     unsafe {
         let a = &mut *args;
+        // A table of its own before it changes any descriptor: the clone shared the
+        // supervisor's (`CLONE_FILES`), so the copy of every descriptor the supervisor holds
+        // is made here, on the child's time, not inside the supervisor's clone. What it
+        // needs (the log, /dev/null) is held open by the parent until its `execve`.
+        check(a, sys(libc::SYS_unshare, CLONE_FILES as usize, 0, 0, 0));
         // Every handler the supervisor set would run its code on its memory: back to the
         // default before any signal is unblocked (an ignored signal stays ignored, as
         // across any exec, but SIGPIPE, which the Rust runtime ignores).
