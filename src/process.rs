@@ -77,6 +77,19 @@ pub fn raise_open_files_limit() -> Option<(u64, u64)> {
     Some((lim.rlim_cur, lim.rlim_max))
 }
 
+/// This process's soft open-files limit (0 when it cannot be read).
+pub fn open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct passed.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => lim.rlim_cur,
+        _ => 0,
+    }
+}
+
 /// The open-files limit a worker is started with: the one the supervisor was started
 /// with, when it raised its own; `None` when it did not (the child inherits it as is).
 pub fn open_files_for_children() -> Option<&'static libc::rlimit> {

@@ -235,6 +235,11 @@ pub struct Os {
     pidfds: HashMap<(i32, u64), Arc<Pidfd>>,
     /// Each slot's log as its last attempt had it open, by slot: see [`Os::slot_log`].
     slot_logs: HashMap<usize, (std::path::PathBuf, Arc<std::fs::File>)>,
+    /// The most descriptors kept logs and pidfds may take together: half the open-files
+    /// limit. Past it no log is kept (those kept are let go of), so under a low hard limit
+    /// the pidfds, one per worker, keep the room they had and a fleet is not capped by its
+    /// logs: a slot's log is then opened for each spawn.
+    slot_logs_max: usize,
     /// Workers answered before their `execve` was seen, by pid: what each child reads
     /// until then. Let go of at a later spawn once landed, or at the child's end; never
     /// more than [`IN_FLIGHT`].
@@ -267,6 +272,7 @@ impl Os {
             exits: None,
             pidfds: HashMap::new(),
             slot_logs: HashMap::new(),
+            slot_logs_max: (process::open_files_limit() / 2) as usize,
             detached: Vec::new(),
         }
     }
@@ -304,8 +310,12 @@ impl Os {
         let file = Arc::new(spawn::open_log(path)?);
         let day = path.parent();
         self.slot_logs.retain(|_, (open, _)| open.parent() == day);
-        self.slot_logs
-            .insert(slot, (path.to_path_buf(), Arc::clone(&file)));
+        if self.slot_logs.len() + self.pidfds.len() < self.slot_logs_max {
+            self.slot_logs
+                .insert(slot, (path.to_path_buf(), Arc::clone(&file)));
+        } else {
+            self.slot_logs.clear();
+        }
         Ok(file)
     }
 
@@ -951,6 +961,15 @@ mod batch_tests {
         assert_eq!(
             std::fs::read_to_string(day2.join("slot-1.log")).unwrap(),
             "attempt 4\n"
+        );
+        // Past the most kept open (logs and pidfds together), a slot's log is opened for
+        // its spawn alone, and those kept are let go of.
+        os.slot_logs_max = os.pidfds.len() + 1;
+        attempt(&mut os, 2, &day2.join("slot-2.log"), 5);
+        assert!(os.slot_logs.is_empty());
+        assert_eq!(
+            std::fs::read_to_string(day2.join("slot-2.log")).unwrap(),
+            "attempt 5\n"
         );
     }
 
