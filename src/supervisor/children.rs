@@ -351,6 +351,11 @@ impl Os {
     /// child is still on its way to it ([`spawn::Pending::finish_detached`]).
     fn finish_attempt(&mut self, pending: spawn::Pending, cg: Option<Cgroup>) -> Attempted {
         let finished = pending.finish_detached().map(|(s, detached)| {
+            // An entry under this pid is of a child reaped elsewhere (its pid came back to
+            // us): let go of without waiting, and never read as this child's end.
+            if let Some(i) = self.detached.iter().position(|(p, _)| *p == s.pid) {
+                let _ = self.detached.swap_remove(i).1.ended();
+            }
             if let Some(d) = detached {
                 self.detached.push((s.pid, d));
             }
@@ -382,15 +387,25 @@ impl Os {
 
     /// Lets go of the detached children that ran their `execve`, and waits for the oldest
     /// until at most `keep` are left (each holds a stack and its slot log open). A failed
-    /// one stays until its end is handled ([`Children::exit_of`]), which reports it.
+    /// one stays until its end is handled ([`Children::exit_of`]), which reports it, or
+    /// until it is found reaped by another path (then nothing will report it).
     fn land_detached(&mut self, keep: usize) {
         let mut i = 0;
         while self.detached.len() > keep && i < self.detached.len() {
             self.detached[i].1.wait();
             i += 1;
         }
-        self.detached
-            .retain(|(_, d)| !matches!(d.landed(), Some(Ok(()))));
+        let mut kept = Vec::with_capacity(self.detached.len());
+        for (pid, d) in std::mem::take(&mut self.detached) {
+            match d.landed() {
+                Some(Ok(())) => {}
+                Some(Err(_)) if process::child_exit(pid, false) == Some(ExitKind::Unknown) => {
+                    let _ = d.ended();
+                }
+                _ => kept.push((pid, d)),
+            }
+        }
+        self.detached = kept;
     }
 
     /// Holds the pidfd of worker (`pid`, `start`), and reports the worker's end through
@@ -1014,6 +1029,36 @@ mod batch_tests {
         }
         assert!(later >= 1, "every failure was seen before the answer");
         assert!(os.detached.is_empty());
+        // A failed child reaped by another path (the zombie pass) is let go of by the next
+        // landing, not kept for an end that will never be read.
+        let mut reaped_elsewhere = false;
+        for seq in 20..40 {
+            let batch = [Attempt {
+                spec: SpawnSpec {
+                    argv: &argv,
+                    cwd: dir.path(),
+                    log: &log,
+                    env: vec![],
+                },
+                slot: 0,
+                seq,
+            }];
+            let mut answers = Vec::new();
+            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
+            let Some(Ok((started, _))) = answers.pop() else {
+                continue;
+            };
+            while process::child_exit(started.pid, true).is_none() {
+                assert!(Instant::now() < deadline, "{} never ended", started.pid);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(os.detached.len(), 1);
+            os.land_detached(IN_FLIGHT);
+            assert!(os.detached.is_empty(), "let go of once reaped elsewhere");
+            reaped_elsewhere = true;
+            break;
+        }
+        assert!(reaped_elsewhere, "every failure was seen before the answer");
     }
 }
 

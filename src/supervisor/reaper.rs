@@ -149,12 +149,13 @@ impl Reaper {
         self.dying.iter().any(|d| d.leader == leader && d.killed)
     }
 
-    /// Whether the group `leader` led is followed through the leader's pidfd (which must
-    /// then be held until the group is done).
-    pub fn follows_pidfd(&self, leader: i32) -> bool {
-        self.dying
-            .iter()
-            .any(|d| d.leader == leader && matches!(d.group, Group::Pidfd { .. }))
+    /// Whether the group worker (`leader`, `start`) led is followed through its pidfd
+    /// (which must then be held until the group is done). The start token tells a worker
+    /// that got the pid of a leader whose group is still dying from that leader.
+    pub fn follows_pidfd(&self, leader: i32, start: u64) -> bool {
+        self.dying.iter().any(|d| {
+            d.leader == leader && matches!(d.group, Group::Pidfd { start: s } if s == start)
+        })
     }
 
     pub fn groups(&self) -> impl Iterator<Item = (i32, &Group)> + '_ {
@@ -230,5 +231,51 @@ impl Reaper {
                 (false, false) => Some(d.recheck_at.min(d.kill_at)),
             })
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group followed through its leader's pidfd is known by the leader's start token
+    /// too (a worker given the pid of a leader whose group is still dying is not that
+    /// leader), and the pidfd is let go of once the group is gone.
+    #[test]
+    fn a_pidfd_group_is_known_by_its_leaders_start_and_let_go_of_when_done() {
+        let mut r = Reaper::new(Duration::from_secs(10));
+        let now = Instant::now();
+        let order = r.terminate(42, Group::Pidfd { start: 7 }, true, true, false, now);
+        assert!(matches!(
+            order,
+            Some(Order::Signal {
+                leader: 42,
+                sig: Signal::SIGTERM,
+                ..
+            })
+        ));
+        assert!(r.follows_pidfd(42, 7));
+        assert!(!r.follows_pidfd(42, 8), "another worker with that pid");
+        let (done, orders) = r.poll(&|_| true, now);
+        assert!(done.is_empty() && orders.is_empty(), "{orders:?}");
+        let (done, orders) = r.poll(&|_| false, now);
+        assert_eq!(
+            done,
+            vec![Done {
+                leader: 42,
+                killed: false
+            }]
+        );
+        assert!(
+            matches!(
+                orders[..],
+                [Order::Forget {
+                    leader: 42,
+                    start: 7
+                }]
+            ),
+            "{orders:?}"
+        );
+        assert!(!r.follows_pidfd(42, 7));
     }
 }

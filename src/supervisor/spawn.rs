@@ -164,8 +164,10 @@ impl Pending {
             None => Ok((spawned, Some(detached))),
             Some(Ok(())) => Ok((spawned, None)),
             Some(Err(e)) => {
-                // It exited: reaped here, as `finish` does, so no zombie is left for the loop.
-                let _ = process::child_exit(pid, true);
+                // It is exiting (the kernel clears the word early in the exit, before the
+                // child is a zombie): waited for and reaped here, as `finish` does, so no
+                // zombie is left for the loop and its attempt cgroup can be removed.
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
                 Err(e)
             }
         }

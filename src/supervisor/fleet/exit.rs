@@ -94,7 +94,7 @@ impl Fleet {
         self.terminate(w.pid, group, w.own_child, true);
         // Its pidfd is held on only while its group is followed through it (until then
         // the reaper says when).
-        if w.pidfd && !self.groups.reaper.follows_pidfd(w.pid) {
+        if w.pidfd && !self.groups.reaper.follows_pidfd(w.pid, w.start) {
             self.emit(Effect::Group(Order::Forget {
                 leader: w.pid,
                 start: w.start,
@@ -110,6 +110,22 @@ impl Fleet {
             None => {
                 self.groups.ended.insert(w.pid, (w.id.clone(), w.own_child));
             }
+        }
+        if let Some(error) = failure {
+            // As a spawn that failed at once: it never ran (no claims, no attempt, no probe
+            // of the agent's account answered), and it is a fast death for the circuit.
+            self.log(line(kind::SPAWN_FAILED, error).slot(idx).pid(pid));
+            if self.stopping.is_some() {
+                return;
+            }
+            if idx >= self.pool.target {
+                self.retire_slot(idx);
+                return;
+            }
+            if self.death(idx, now, w.started) {
+                self.spawn_in(idx, now);
+            }
+            return;
         }
         // A worker that did not end cleanly may hold claims it can no longer give back.
         // At a stop they are left to the next boot's orphan cleanup.
@@ -128,14 +144,14 @@ impl Fleet {
         }
         let lived = now.saturating_duration_since(w.started);
         tracing::debug!(slot = idx, pid, %exit, lived_ms = lived.as_millis() as u64, "worker ended");
-        let record = match failure {
-            Some(error) => line(kind::SPAWN_FAILED, error),
-            None => line(
+        self.log(
+            line(
                 kind::EXIT,
                 format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
-            ),
-        };
-        self.log(record.slot(idx).pid(pid));
+            )
+            .slot(idx)
+            .pid(pid),
+        );
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.finished = Some(Finished {
                 exit,

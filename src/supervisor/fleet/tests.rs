@@ -567,6 +567,49 @@ fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
     assert_eq!(b.spawns(), 5);
 }
 
+/// The probe after an agent hold whose `execve` fails after its answer did not run the
+/// agent: the fleet stays held to that one probe, which its slot tries again, as it does
+/// after a spawn that failed at once.
+#[test]
+fn a_probe_whose_execve_failed_does_not_resume_the_fleet() {
+    let mut b = Bench::new(2);
+    b.start();
+    b.end(0, ExitKind::Code(exit::AGENT_PAUSED), 1.0);
+    b.end(1, ExitKind::Code(exit::AGENT_PAUSED), 1.0);
+    let wall0 = b
+        .wall0
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let hold = crate::supervisor::holds::Hold {
+        kind: crate::supervisor::holds::HoldKind::Agent,
+        words: "usage limit".into(),
+        reason: "limit reached".into(),
+        until_epoch: wall0 + 60,
+    };
+    b.feed(Event::Hold(hold, None), 2.0);
+    b.turn(62.0);
+    assert_eq!(b.count("fleet.agent-probe"), 1, "{:?}", b.kinds());
+    let spawns = b.spawns();
+    let probe = b.pid_in(0).expect("the probe runs in slot 0");
+    b.world.running.remove(&probe);
+    b.world.groups.remove(&probe);
+    let error = "cannot start `worker`: Text file busy (os error 26)".to_string();
+    b.feed(
+        Event::NotStarted {
+            pid: probe,
+            start: 1,
+            error,
+        },
+        62.5,
+    );
+    b.turn(62.5);
+    assert_eq!(b.count("fleet.agent-resumed"), 0, "{:?}", b.kinds());
+    assert_eq!(b.fleet.holds.probe, Some(0));
+    assert_eq!(b.spawns(), spawns + 1, "the probe tried again");
+    assert!(b.pid_in(1).is_none(), "no other slot spawned");
+}
+
 #[test]
 fn shrinking_hard_kills_the_surplus_and_growing_spawns() {
     let mut b = Bench::new(3);
