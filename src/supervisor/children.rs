@@ -910,6 +910,30 @@ mod batch_tests {
         assert!(os.detached.is_empty(), "every child let go");
     }
 
+    /// One spawn as the loop asks for it (a batch of one), answered.
+    fn lone(
+        os: &mut Os,
+        argv: &[String],
+        cwd: &Path,
+        log: &Path,
+        slot: usize,
+        seq: u64,
+    ) -> Attempted {
+        let batch = [Attempt {
+            spec: SpawnSpec {
+                argv,
+                cwd,
+                log,
+                env: vec![],
+            },
+            slot,
+            seq,
+        }];
+        let mut answers = Vec::new();
+        os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
+        answers.pop().expect("one answer")
+    }
+
     /// How our child `pid` ended, as the loop reads it, waited for until `deadline`.
     fn end_of(os: &mut Os, pid: i32, deadline: Instant) -> Ended {
         loop {
@@ -933,19 +957,7 @@ mod batch_tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         let attempt = |os: &mut Os, slot: usize, log: &Path, n: u64| {
             let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("echo attempt {n}")];
-            let batch = [Attempt {
-                spec: SpawnSpec {
-                    argv: &argv,
-                    cwd: dir.path(),
-                    log,
-                    env: vec![],
-                },
-                slot,
-                seq: n,
-            }];
-            let mut answers = Vec::new();
-            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
-            let (started, _) = answers.pop().unwrap().unwrap();
+            let (started, _) = lone(os, &argv, dir.path(), log, slot, n).unwrap();
             let Ended::Ran(k) = end_of(os, started.pid, deadline) else {
                 panic!("attempt {n} did not start");
             };
@@ -1002,19 +1014,7 @@ mod batch_tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut later = 0;
         for seq in 0..20 {
-            let batch = [Attempt {
-                spec: SpawnSpec {
-                    argv: &argv,
-                    cwd: dir.path(),
-                    log: &log,
-                    env: vec![],
-                },
-                slot: 0,
-                seq,
-            }];
-            let mut answers = Vec::new();
-            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
-            let err = match answers.pop().expect("one answer") {
+            let err = match lone(&mut os, &argv, dir.path(), &log, 0, seq) {
                 Err(e) => e.to_string(),
                 Ok((started, _)) => {
                     later += 1;
@@ -1033,19 +1033,7 @@ mod batch_tests {
         // landing, not kept for an end that will never be read.
         let mut reaped_elsewhere = false;
         for seq in 20..40 {
-            let batch = [Attempt {
-                spec: SpawnSpec {
-                    argv: &argv,
-                    cwd: dir.path(),
-                    log: &log,
-                    env: vec![],
-                },
-                slot: 0,
-                seq,
-            }];
-            let mut answers = Vec::new();
-            os.spawn_attempts(&batch, &mut |a, _| answers.push(a));
-            let Some(Ok((started, _))) = answers.pop() else {
+            let Ok((started, _)) = lone(&mut os, &argv, dir.path(), &log, 0, seq) else {
                 continue;
             };
             while process::child_exit(started.pid, true).is_none() {

@@ -270,6 +270,39 @@ impl Bench {
         self.exited(pid, kind, secs);
         self.turn(secs);
     }
+    /// One worker started with a pidfd the driver holds, where the kernel signals groups
+    /// through pidfds (`pidfd_groups`) or not; and its pid.
+    fn one_with_pidfd(pidfd_groups: bool) -> (Bench, i32) {
+        let mut b = Bench::with_groups(1, pidfd_groups);
+        b.world.pidfds = true;
+        b.start();
+        let pid = b.pid_in(0).expect("a worker in slot 0");
+        (b, pid)
+    }
+    /// The worker in `slot` was answered as started, and its `execve` failed (`why`): its
+    /// end as the driver feeds it at `secs`, and the turn.
+    fn not_started(&mut self, slot: usize, why: &str, secs: f64) {
+        let pid = self.pid_in(slot).expect("a worker in the slot");
+        self.world.running.remove(&pid);
+        self.world.groups.remove(&pid);
+        let error = format!("cannot start `worker`: {why}");
+        self.feed(
+            Event::NotStarted {
+                pid,
+                start: 1,
+                error,
+            },
+            secs,
+        );
+        self.turn(secs);
+    }
+    /// Worker `pid` ends (exit 1) at `secs`, and a member of its group stays, ignoring
+    /// SIGTERM.
+    fn leader_ends_group_stays(&mut self, pid: i32, secs: f64) {
+        self.world.running.remove(&pid);
+        self.world.stubborn.insert(pid);
+        self.exited(pid, ExitKind::Code(1), secs);
+    }
     /// Worker `pid`'s end as the driver feeds it.
     fn exited(&mut self, pid: i32, kind: ExitKind, secs: f64) {
         let start = 1;
@@ -479,15 +512,9 @@ fn a_worker_that_cannot_start_counts_as_a_fast_death() {
 /// group is gone, here after the SIGKILL a member that ignores SIGTERM needs.
 #[test]
 fn a_workers_pidfd_is_let_go_of_when_its_group_is_gone() {
-    let mut b = Bench::with_groups(1, true);
-    b.world.pidfds = true;
-    b.start();
-    let pid = b.pid_in(0).unwrap();
+    let (mut b, pid) = Bench::one_with_pidfd(true);
     assert_eq!(b.world.held, HashSet::from([(pid, 1)]));
-    // The leader ends; a member of its group stays and ignores SIGTERM.
-    b.world.running.remove(&pid);
-    b.world.stubborn.insert(pid);
-    b.exited(pid, ExitKind::Code(1), 1.0);
+    b.leader_ends_group_stays(pid, 1.0);
     b.turn(1.0);
     assert!(b.signalled(pid, Signal::SIGTERM));
     assert!(
@@ -512,13 +539,8 @@ fn a_workers_pidfd_is_let_go_of_when_its_group_is_gone() {
 /// let go of with the worker's end, while its group is still being terminated.
 #[test]
 fn a_pidfd_no_group_is_followed_through_is_let_go_of_at_the_workers_end() {
-    let mut b = Bench::with_groups(1, false);
-    b.world.pidfds = true;
-    b.start();
-    let pid = b.pid_in(0).unwrap();
-    b.world.running.remove(&pid);
-    b.world.stubborn.insert(pid);
-    b.exited(pid, ExitKind::Code(1), 1.0);
+    let (mut b, pid) = Bench::one_with_pidfd(false);
+    b.leader_ends_group_stays(pid, 1.0);
     assert!(!b.world.held.contains(&(pid, 1)), "let go of at its end");
     assert!(
         b.fleet.groups.reaper.contains(pid),
@@ -534,20 +556,7 @@ fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
     let mut b = Bench::new(1);
     b.start();
     for i in 0..5 {
-        let secs = 1.0 + i as f64;
-        let pid = b.pid_in(0).expect("a worker in the slot");
-        b.world.running.remove(&pid);
-        b.world.groups.remove(&pid);
-        let error = "cannot start `worker`: No such file or directory (os error 2)".to_string();
-        b.feed(
-            Event::NotStarted {
-                pid,
-                start: 1,
-                error,
-            },
-            secs,
-        );
-        b.turn(secs);
+        b.not_started(0, "No such file or directory (os error 2)", 1.0 + i as f64);
     }
     let failed: Vec<_> = b
         .world
@@ -591,19 +600,7 @@ fn a_probe_whose_execve_failed_does_not_resume_the_fleet() {
     b.turn(62.0);
     assert_eq!(b.count("fleet.agent-probe"), 1, "{:?}", b.kinds());
     let spawns = b.spawns();
-    let probe = b.pid_in(0).expect("the probe runs in slot 0");
-    b.world.running.remove(&probe);
-    b.world.groups.remove(&probe);
-    let error = "cannot start `worker`: Text file busy (os error 26)".to_string();
-    b.feed(
-        Event::NotStarted {
-            pid: probe,
-            start: 1,
-            error,
-        },
-        62.5,
-    );
-    b.turn(62.5);
+    b.not_started(0, "Text file busy (os error 26)", 62.5);
     assert_eq!(b.count("fleet.agent-resumed"), 0, "{:?}", b.kinds());
     assert_eq!(b.fleet.holds.probe, Some(0));
     assert_eq!(b.spawns(), spawns + 1, "the probe tried again");
