@@ -448,6 +448,36 @@ mod tests {
         (exit, fs::read_to_string(&log).unwrap())
     }
 
+    /// A worker holds none of the supervisor's descriptors but its stdin, stdout and
+    /// stderr, however the clone shared the supervisor's table (what the test's own parent
+    /// left open to it is not the supervisor's to close); and its own set-up of 0-2 (done
+    /// after its `unshare` where the table was shared) left the supervisor's 0-2 as they
+    /// were.
+    #[test]
+    fn a_worker_holds_only_its_stdio_and_leaves_the_supervisors_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = || -> Vec<_> {
+            (0..3)
+                .map(|fd| fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+                .collect()
+        };
+        let before = ours();
+        // Descriptors the supervisor holds (not close-on-exec ones would leak; these are).
+        let held: Vec<fs::File> = (0..8)
+            .map(|_| fs::File::open("/dev/null").unwrap())
+            .collect();
+        let (exit, text) = run_to_end(dir.path(), &["sh", "-c", "ls /proc/$$/fd"]);
+        let numbers: Vec<String> = held.iter().map(|f| f.as_raw_fd().to_string()).collect();
+        drop(held);
+        assert_eq!(exit, ExitKind::Code(0));
+        let fds: Vec<&str> = text.split_whitespace().collect();
+        assert!(["0", "1", "2"].iter().all(|n| fds.contains(n)), "{text}");
+        for n in &numbers {
+            assert!(!fds.contains(&n.as_str()), "fd {n} leaked: {text}");
+        }
+        assert_eq!(ours(), before, "the supervisor's stdio untouched");
+    }
+
     /// The mask of `/proc/self/status` line `key` (hex), as the child saw it.
     fn mask(status: &str, key: &str) -> u64 {
         let line = status.lines().find(|l| l.starts_with(key)).unwrap();

@@ -77,6 +77,8 @@ struct ChildArgs {
     /// The open-files limit the supervisor started with, given back to the worker
     /// ([`crate::process::raise_open_files_limit`]); null when it was not raised.
     nofile: *const libc::rlimit,
+    /// Cloned with `CLONE_FILES`: the child's first call gives it a table of its own.
+    shared_files: bool,
     /// Written by the child when it fails before its `execve` succeeds.
     errno: i32,
 }
@@ -191,6 +193,7 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
         log: plan.log,
         parent: own_pid(),
         nofile: crate::process::open_files_for_children().map_or(std::ptr::null(), |l| l),
+        shared_files: share_files(),
         errno: 0,
     };
     let mut flight = Box::new(Flight {
@@ -206,7 +209,7 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
     // Written by the kernel (close-on-exec, as every pidfd is) when the clone succeeds.
     let mut pidfd: libc::c_int = -1;
     let mut clone = CloneArgs {
-        flags: CLONE_VM | CLONE_FILES | CLONE_PIDFD | CLONE_CHILD_CLEARTID,
+        flags: CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID,
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         child_tid: flight.released.as_ptr() as u64,
         exit_signal: libc::SIGCHLD as u64,
@@ -216,6 +219,9 @@ pub(super) fn launch(plan: &Plan<'_>) -> io::Result<Launched> {
     };
     if !plan.overlap {
         clone.flags |= CLONE_VFORK;
+    }
+    if flight.args.shared_files {
+        clone.flags |= CLONE_FILES;
     }
     let mut size = CLONE_ARGS_SIZE_VER0;
     if let Some(fd) = plan.cgroup {
@@ -364,6 +370,22 @@ fn spare_stack() -> Vec<StackChunk> {
     spare.unwrap_or_else(|| Vec::with_capacity(STACK_BYTES / 16))
 }
 
+/// Whether the child may share the supervisor's descriptor table until its own
+/// `unshare(CLONE_FILES)` (which then copies it on the child's time, not inside the
+/// supervisor's clone). Only where no seccomp filter is in force (`/proc/self/status`
+/// says `Seccomp: 0`, read once): a filter may refuse `unshare` (container runtimes' default
+/// profiles do without CAP_SYS_ADMIN), and a child that could not unshare would fail every
+/// spawn. Elsewhere the clone copies the table, as a clone without `CLONE_FILES` does.
+fn share_files() -> bool {
+    static SHARE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SHARE.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.split_whitespace().eq(["Seccomp:", "0"]))
+        })
+    })
+}
+
 /// This process's pid, asked for once: it never changes in a process that spawns (no
 /// spawn runs in a child forked without an `exec`).
 fn own_pid() -> libc::pid_t {
@@ -489,11 +511,14 @@ extern "C" fn child(args: *mut ChildArgs) -> ! {
     // null-terminated array of them.
     unsafe {
         let a = &mut *args;
-        // A table of its own before it changes any descriptor: the clone shared the
-        // supervisor's (`CLONE_FILES`), so the copy of every descriptor the supervisor holds
-        // is made here, on the child's time, not inside the supervisor's clone. What it
-        // needs (the log, /dev/null) is held open by the parent until its `execve`.
-        check(a, sys(libc::SYS_unshare, CLONE_FILES as usize, 0, 0, 0));
+        // A table of its own before it changes any descriptor: where the clone shared the
+        // supervisor's (`CLONE_FILES`, see `share_files`), the copy of every descriptor the
+        // supervisor holds is made here, on the child's time, not inside the supervisor's
+        // clone. What it needs (the log, /dev/null) is held open by the parent until its
+        // `execve`.
+        if a.shared_files {
+            check(a, sys(libc::SYS_unshare, CLONE_FILES as usize, 0, 0, 0));
+        }
         // Every handler the supervisor set would run its code on its memory: back to the
         // default before any signal is unblocked (an ignored signal stays ignored, as
         // across any exec, but SIGPIPE, which the Rust runtime ignores).
