@@ -268,8 +268,9 @@ impl FleetCircuit {
 /// Lines of one slot log quoted in the reason.
 pub const REASON_LINES: usize = 3;
 
-/// The circuit's one reason: the last exit of each slot that has one, and the last lines
-/// of one slot's log (as `stall::last_lines` read them), as one line.
+/// The circuit's one reason: how each slot's last worker ended (its exit, or why it could
+/// not start), and the last lines of one slot's log (as `stall::last_lines` read them), as
+/// one line.
 pub fn reason(last_exits: &BTreeMap<usize, String>, log: Option<(&Path, &[String])>) -> String {
     let exits: Vec<String> = last_exits
         .iter()

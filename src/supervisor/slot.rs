@@ -119,9 +119,20 @@ pub struct LiveWorker {
 /// fleet circuit's reason quotes, and nothing it does not.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    pub exit: crate::process::ExitKind,
-    /// Its stdout's file.
-    pub log: PathBuf,
+    /// How, in words: `exit 1`, `killed by SIGKILL`, `could not start (why)`.
+    pub end: String,
+    /// Its stdout's file; none for a worker that never started (it wrote nothing).
+    pub log: Option<PathBuf>,
+}
+
+impl Finished {
+    /// A worker that could not start: its spawn's error (`slot.spawn-failed`).
+    pub fn not_started(error: &str) -> Finished {
+        Finished {
+            end: format!("could not start ({error})"),
+            log: None,
+        }
+    }
 }
 
 /// A worker asked for and not yet started: what it is started with and named by.

@@ -114,6 +114,9 @@ impl Fleet {
         if let Some(error) = failure {
             // As a spawn that failed at once: it never ran (no claims, no attempt, no probe
             // of the agent's account answered), and it is a fast death for the circuit.
+            if let Some(slot) = self.pool.slots.get_mut(&idx) {
+                slot.finished = Some(Finished::not_started(&error));
+            }
             self.log(line(kind::SPAWN_FAILED, error).slot(idx).pid(pid));
             if self.stopping.is_some() {
                 return;
@@ -154,8 +157,8 @@ impl Fleet {
         );
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.finished = Some(Finished {
-                exit,
-                log: w.log.clone(),
+                end: exit.to_string(),
+                log: Some(w.log.clone()),
             });
         }
         if self.stopping.is_some() {

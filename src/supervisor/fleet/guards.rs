@@ -171,8 +171,8 @@ impl Fleet {
         else {
             return;
         };
-        let log = self.pool.slots.get(&idx).and_then(|s| s.finished.as_ref());
-        match log.map(|f| f.log.clone()) {
+        let finished = self.pool.slots.get(&idx).and_then(|s| s.finished.as_ref());
+        match finished.and_then(|f| f.log.clone()) {
             Some(log) => self.emit(Effect::ReadCircuitLog { tripped, log }),
             None => self.fleet_circuit_opened(tripped, None),
         }
@@ -189,7 +189,7 @@ impl Fleet {
             .pool
             .slots
             .iter()
-            .filter_map(|(i, s)| s.finished.as_ref().map(|f| (*i, f.exit.to_string())))
+            .filter_map(|(i, s)| s.finished.as_ref().map(|f| (*i, f.end.clone())))
             .collect();
         let reason = fleet_circuit::reason(&exits, log);
         self.guards.fleet_circuit.set_reason(reason);

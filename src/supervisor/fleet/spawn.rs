@@ -136,6 +136,7 @@ impl Fleet {
             return;
         };
         slot.phase = *p.was;
+        slot.finished = Some(Finished::not_started(&error));
         self.log(line(kind::SPAWN_FAILED, error).slot(idx));
         if self.death(idx, now, now) {
             self.spawn_in(idx, now);

@@ -507,6 +507,27 @@ fn a_worker_that_cannot_start_counts_as_a_fast_death() {
     assert_eq!(b.count("circuit.trip"), 1);
 }
 
+/// A fleet whose workers cannot start at all (a missing command) opens the fleet circuit
+/// with the start error as each slot's last end, not an empty list of exits.
+#[test]
+fn a_fleet_that_cannot_start_says_why_when_its_circuit_opens() {
+    let mut b = Bench::new(2);
+    b.world.fail_spawns = true;
+    b.start();
+    let open: Vec<_> = b
+        .world
+        .lines
+        .iter()
+        .filter(|l| l.kind == "fleet.circuit-open")
+        .collect();
+    assert_eq!(open.len(), 1, "{:?}", b.kinds());
+    for slot in 0..2 {
+        let said =
+            format!("slot {slot} could not start (cannot start worker: No such file or directory)");
+        assert!(open[0].msg.contains(&said), "{}", open[0].msg);
+    }
+}
+
 /// Where groups are signalled through pidfds, an ended worker's pidfd is held on (by the
 /// driver: the fleet only names it) while its group is terminated, and let go of once the
 /// group is gone, here after the SIGKILL a member that ignores SIGTERM needs.
