@@ -371,6 +371,10 @@ impl Bench {
     fn kinds(&self) -> Vec<String> {
         self.world.lines.iter().map(|e| e.kind.clone()).collect()
     }
+    /// The event-log records of `kind`, in order.
+    fn records(&self, kind: &str) -> Vec<&LogLine> {
+        self.world.lines.iter().filter(|l| l.kind == kind).collect()
+    }
     fn count(&self, kind: &str) -> usize {
         self.kinds().iter().filter(|k| *k == kind).count()
     }
@@ -514,12 +518,7 @@ fn a_fleet_that_cannot_start_says_why_when_its_circuit_opens() {
     let mut b = Bench::new(2);
     b.world.fail_spawns = true;
     b.start();
-    let open: Vec<_> = b
-        .world
-        .lines
-        .iter()
-        .filter(|l| l.kind == "fleet.circuit-open")
-        .collect();
+    let open = b.records("fleet.circuit-open");
     assert_eq!(open.len(), 1, "{:?}", b.kinds());
     for slot in 0..2 {
         let said =
@@ -579,12 +578,7 @@ fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
     for i in 0..5 {
         b.not_started(0, "No such file or directory (os error 2)", 1.0 + i as f64);
     }
-    let failed: Vec<_> = b
-        .world
-        .lines
-        .iter()
-        .filter(|l| l.kind == "slot.spawn-failed")
-        .collect();
+    let failed = b.records("slot.spawn-failed");
     assert_eq!(failed.len(), 5, "{:?}", b.kinds());
     assert!(
         failed
