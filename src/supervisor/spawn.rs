@@ -136,41 +136,34 @@ impl Pending {
             pidfd,
         })
     }
-}
 
-impl Pending {
     /// The worker at once, without waiting for its `execve` where the child is still on
     /// its way to it: that wait put the supervisor to sleep at every respawn, and woke it
     /// again when the child had loaded its program, for an answer that is nearly always
     /// "it ran". The rest comes as the [`Detached`], asked later. A child that already
     /// let go (or a forked one) is answered in full here, as [`Pending::finish`] does.
-    pub fn finish_detached(self) -> Result<(Spawned, Option<Detached>), SpawnError> {
-        let Child::Flying(f) = self.child else {
-            return self.finish().map(|s| (s, None));
-        };
-        let (pid, fd, aloft) = f.detach();
-        let spawned = Spawned {
-            pid,
-            start: self.start,
-            pidfd: Some(process::Pidfd::from_fd(fd)),
-        };
-        let detached = Detached {
-            aloft,
-            program: self.program,
-            _log: self._log,
-            _cgroup_dir: self._cgroup_dir,
-        };
-        match detached.landed() {
-            None => Ok((spawned, Some(detached))),
-            Some(Ok(())) => Ok((spawned, None)),
-            Some(Err(e)) => {
-                // It is exiting (the kernel clears the word early in the exit, before the
-                // child is a zombie): waited for and reaped here, as `finish` does, so no
-                // zombie is left for the loop and its attempt cgroup can be removed.
-                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-                Err(e)
+    pub fn finish_detached(mut self) -> Result<(Spawned, Option<Detached>), SpawnError> {
+        if let Child::Flying(f) = self.child {
+            match f.detach() {
+                Ok((pid, fd, aloft)) => {
+                    let spawned = Spawned {
+                        pid,
+                        start: self.start,
+                        pidfd: Some(process::Pidfd::from_fd(fd)),
+                    };
+                    let detached = Detached {
+                        aloft,
+                        program: self.program,
+                        _log: self._log,
+                        _cgroup_dir: self._cgroup_dir,
+                    };
+                    return Ok((spawned, Some(detached)));
+                }
+                // Already past its `execve` (or its exit): landed in full below.
+                Err(f) => self.child = Child::Flying(f),
             }
         }
+        self.finish().map(|s| (s, None))
     }
 }
 

@@ -112,22 +112,7 @@ impl Fleet {
             }
         }
         if let Some(error) = failure {
-            // As a spawn that failed at once: it never ran (no claims, no attempt, no probe
-            // of the agent's account answered), and it is a fast death for the circuit.
-            if let Some(slot) = self.pool.slots.get_mut(&idx) {
-                slot.finished = Some(Finished::not_started(&error));
-            }
-            self.log(line(kind::SPAWN_FAILED, error).slot(idx).pid(pid));
-            if self.stopping.is_some() {
-                return;
-            }
-            if idx >= self.pool.target {
-                self.retire_slot(idx);
-                return;
-            }
-            if self.death(idx, now, w.started) {
-                self.spawn_in(idx, now);
-            }
+            self.start_failed(idx, error, Some(pid), w.started, now);
             return;
         }
         // A worker that did not end cleanly may hold claims it can no longer give back.

@@ -136,9 +136,38 @@ impl Fleet {
             return;
         };
         slot.phase = *p.was;
-        slot.finished = Some(Finished::not_started(&error));
-        self.log(line(kind::SPAWN_FAILED, error).slot(idx));
-        if self.death(idx, now, now) {
+        self.start_failed(idx, error, None, now, now);
+    }
+
+    /// The worker of slot `idx` (asked for at `started`; `pid` once it had one) never ran,
+    /// for `error` (`slot.spawn-failed`). The slot keeps that as its last end, and it is a fast death for the
+    /// circuit, whether the failure came with the spawn's answer or at the child's end
+    /// ([`Fleet::on_not_started`]): no claims, no attempt, no probe of the agent's account
+    /// answered.
+    pub(super) fn start_failed(
+        &mut self,
+        idx: usize,
+        error: String,
+        pid: Option<i32>,
+        started: Instant,
+        now: Instant,
+    ) {
+        if let Some(slot) = self.pool.slots.get_mut(&idx) {
+            slot.finished = Some(Finished::not_started(&error));
+        }
+        let mut record = line(kind::SPAWN_FAILED, error).slot(idx);
+        if let Some(pid) = pid {
+            record = record.pid(pid);
+        }
+        self.log(record);
+        if self.stopping.is_some() {
+            return;
+        }
+        if idx >= self.pool.target {
+            self.retire_slot(idx);
+            return;
+        }
+        if self.death(idx, now, started) {
             self.spawn_in(idx, now);
         }
     }

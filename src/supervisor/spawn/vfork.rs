@@ -255,23 +255,23 @@ impl InFlight {
     /// pid and pidfd, or the `execve`'s error (the child, which exited, reaped here).
     pub(super) fn land(self) -> io::Result<(libc::pid_t, OwnedFd)> {
         self.flight.wait_released();
-        // SAFETY: the child's last write to `errno` came before the kernel's clear (at its
-        // exit or execve), which `wait_released` saw with an acquire load.
-        let errno = unsafe { std::ptr::read_volatile(&self.flight.args.errno) };
-        if errno != 0 {
+        if let Some(Err(e)) = self.flight.outcome() {
             // It exited with EXIT_EXEC_FAILED: reaped here, so no zombie is left for the loop.
             let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid()), None);
-            return Err(io::Error::from_raw_os_error(errno));
+            return Err(e);
         }
         Ok((self.pid(), self.pidfd))
     }
-}
 
-impl InFlight {
     /// The child's pid and pidfd at once, without waiting for its `execve`: what it reads
-    /// goes on in the [`Aloft`], which says later whether the `execve` ran.
-    pub(super) fn detach(self) -> (libc::pid_t, OwnedFd, Aloft) {
-        (self.flight.pid, self.pidfd, Aloft(self.flight))
+    /// goes on in the [`Aloft`], which says later whether the `execve` ran. A child that
+    /// already let go is handed back, for [`InFlight::land`].
+    pub(super) fn detach(self) -> Result<(libc::pid_t, OwnedFd, Aloft), InFlight> {
+        if self.flight.outcome().is_some() {
+            // Let go already: `land` answers in full, without waiting.
+            return Err(self);
+        }
+        Ok((self.flight.pid, self.pidfd, Aloft(self.flight)))
     }
 }
 
@@ -284,19 +284,9 @@ impl Aloft {
     /// `execve`'s error (the child exits [`EXIT_EXEC_FAILED`], and is left to whoever
     /// waits for it: its end is reported as any worker's is). No system call.
     pub(super) fn landed(&self) -> Option<io::Result<()>> {
-        if self.0.released.load(Ordering::Acquire) != 0 {
-            return None;
-        }
-        // SAFETY: as in `land`: the child's write came before the kernel's clear.
-        let errno = unsafe { std::ptr::read_volatile(&self.0.args.errno) };
-        Some(match errno {
-            0 => Ok(()),
-            e => Err(io::Error::from_raw_os_error(e)),
-        })
+        self.0.outcome()
     }
-}
 
-impl Aloft {
     /// Frees what the child read, for a child known to have ended (it reads nothing any
     /// more, whether or not the kernel cleared the word: a core dump skips the clear).
     pub(super) fn ended(mut self) {
@@ -310,6 +300,21 @@ impl Aloft {
 }
 
 impl Flight {
+    /// `None` while the child may still read this; then `Ok` if its `execve` ran, or the
+    /// `execve`'s error. No system call.
+    fn outcome(&self) -> Option<io::Result<()>> {
+        if self.released.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        // SAFETY: the child's last write to `errno` came before the kernel's clear (at its
+        // exit or execve), which the acquire load above saw.
+        let errno = unsafe { std::ptr::read_volatile(&self.args.errno) };
+        Some(match errno {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        })
+    }
+
     /// Returns once the child no longer reads this (at once before a clone).
     fn wait_released(&self) {
         if self.pid == 0 {
