@@ -4,6 +4,13 @@
 //! checkout with no `origin`, two failed fetches and two `git remote` listings. What one
 //! sweep learnt the next now reuses. A failed fetch is not remembered: the next sweep
 //! tries again, so a blip during the reap does not halt the docs sweep by itself.
+//!
+//! Whether there is an `origin` is asked first (`git remote`, a local call of a millisecond
+//! or two) rather than learnt from a failed fetch: in a checkout without one, `git fetch
+//! origin` takes `origin` for a path and starts a shell and `git-upload-pack` to find it
+//! missing, about twice the listing's cost, and a fetch that fails is then always an error
+//! of the remote, never a question. Beside a fetch from a real host the listing is lost in
+//! the round trip.
 
 use std::cell::RefCell;
 
@@ -15,7 +22,7 @@ pub enum BaseFetchError {
     /// `origin` is configured and the fetch failed (unreachable, refused, no such base).
     #[error("{0}")]
     Fetch(GitError),
-    /// The fetch failed and `git remote` could not say whether there is an `origin` at all.
+    /// `git remote` could not say whether there is an `origin` at all.
     #[error("{0}")]
     Remotes(GitError),
 }
@@ -31,22 +38,18 @@ pub struct BaseFetch {
 
 impl BaseFetch {
     /// Whether there is an `origin` whose base is now fetched (`true`) or no `origin` at
-    /// all (`false`). Only a failed fetch asks whether there is an `origin`, so the usual
-    /// pass costs one git call, and a repeat costs none.
+    /// all (`false`): two git calls (the listing, then the fetch) where there is one, one
+    /// where there is not, and none for a repeat.
     pub fn fetch(&self, git: &Git, base: &str) -> Result<bool, BaseFetchError> {
         if let Some((done, known)) = &*self.known.borrow()
             && done == base
         {
             return Ok(*known);
         }
-        let has_origin = match git.fetch_base(base) {
-            Ok(()) => true,
-            Err(e) => match git.has_origin() {
-                Ok(false) => false,
-                Ok(true) => return Err(BaseFetchError::Fetch(e)),
-                Err(listing) => return Err(BaseFetchError::Remotes(listing)),
-            },
-        };
+        let has_origin = git.has_origin().map_err(BaseFetchError::Remotes)?;
+        if has_origin {
+            git.fetch_base(base).map_err(BaseFetchError::Fetch)?;
+        }
         *self.known.borrow_mut() = Some((base.to_string(), has_origin));
         Ok(has_origin)
     }

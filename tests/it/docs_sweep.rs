@@ -1334,7 +1334,7 @@ fn a_suite_run_fetches_the_base_once_for_the_reap_and_the_docs_sweep() {
     let ((fetches, remotes), end) = reap_then_docs(&fx);
     let report = end.expect("suite passes");
     assert_eq!(report.docs.outcome, DocsOutcome::Clean);
-    assert_eq!((fetches, remotes), (1, 0), "one fetch, no remote listing");
+    assert_eq!((fetches, remotes), (1, 1), "one remote listing, one fetch");
 
     // Run apart, each sweep fetches for itself: the saving is the suite's shared fetch.
     let trace = fx.env.path().join("git-trace-apart");
@@ -1346,19 +1346,19 @@ fn a_suite_run_fetches_the_base_once_for_the_reap_and_the_docs_sweep() {
             .into_result()
             .expect("sweep passes");
     }
-    assert_eq!(traced(&trace), (2, 0));
+    assert_eq!(traced(&trace), (2, 2));
 }
 
 #[test]
-fn without_origin_a_suite_run_tries_the_fetch_once() {
+fn without_origin_a_suite_run_lists_the_remotes_once_and_fetches_nothing() {
     let fx = Fx::new();
     fx.git(&["remote", "remove", "origin"]);
     let ((fetches, remotes), end) = reap_then_docs(&fx);
     let report = end.expect("a local-only checkout passes");
     assert_eq!(
         (fetches, remotes),
-        (1, 1),
-        "one failed fetch, one remote listing"
+        (0, 1),
+        "one remote listing, no fetch (which would take `origin` for a path)"
     );
     assert!(
         report

@@ -332,23 +332,23 @@ fn reap_cost_does_not_grow_with_the_branch_count() {
     let small = reap_cost(100);
     let large = reap_cost(2000);
     eprintln!("reap over 100 branches: {small:?}; over 2000: {large:?}");
-    // fetch, ls-remote, local list, rescue-ref list (refs/afk/rescue/*), worktree list, merge
-    // check, push --delete, branch -D.
-    assert_eq!(small.0, 8);
-    assert_eq!(large.0, 8);
+    // remote listing, fetch, ls-remote, local list, rescue-ref list (refs/afk/rescue/*),
+    // worktree list, merge check, push --delete, branch -D.
+    assert_eq!(small.0, 9);
+    assert_eq!(large.0, 9);
     assert_eq!((small.1, large.1), (1, 1));
 }
 
 #[test]
-fn dry_run_costs_six_git_calls_and_counts_like_the_summary() {
+fn dry_run_costs_seven_git_calls_and_counts_like_the_summary() {
     let f = fixture();
     let t = f.env.local_tracker(&f.repo.path);
     assert_eq!(t.kind(), "local");
     let git = f.env.lib_git(&f.repo.path);
     let r = branches::run(&git, &t, "main", true, &Default::default()).unwrap();
-    // Dry run: fetch, ls-remote, local list, rescue-ref list, worktree list, one merge check;
-    // no delete.
-    assert_eq!(git.calls(), 6);
+    // Dry run: remote listing, fetch, ls-remote, local list, rescue-ref list, worktree list,
+    // one merge check; no delete.
+    assert_eq!(git.calls(), 7);
     assert_eq!(r.tracker_calls, 1);
     assert_eq!(
         r.counts(),

@@ -409,10 +409,10 @@ fn boot_git_commands(f: &mut Fleet) -> Vec<String> {
 }
 
 #[test]
-fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
+fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origins_url() {
     let mut f = Fleet::new("exec sleep 1000\n", FAST_TIMING);
     // Auto: `origin` is asked for (it could name a GitHub repository); the reap and the
-    // docs sweep share one fetch; a fetch that worked needs no `git remote` listing.
+    // docs sweep share one remote listing and one fetch.
     let cmds = boot_git_commands(&mut f);
     assert_eq!(
         count_prefixed(&cmds, "remote get-url origin"),
@@ -420,7 +420,7 @@ fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
         "{cmds:#?}"
     );
     assert_eq!(count_prefixed(&cmds, "fetch "), 1, "{cmds:#?}");
-    assert_eq!(count_prefixed(&cmds, "remote"), 1, "{cmds:#?}");
+    assert_eq!(count_prefixed(&cmds, "remote"), 2, "{cmds:#?}");
 
     // A requested local tracker has no use for `origin`'s URL.
     f.write_config(&format!(
@@ -428,7 +428,7 @@ fn a_boot_fetches_the_base_once_and_a_local_tracker_does_not_ask_for_origin() {
         f.script.display()
     ));
     let cmds = boot_git_commands(&mut f);
-    assert_eq!(count_prefixed(&cmds, "remote"), 0, "{cmds:#?}");
+    assert_eq!(count_prefixed(&cmds, "remote"), 1, "{cmds:#?}");
     assert_eq!(count_prefixed(&cmds, "fetch "), 1, "{cmds:#?}");
 }
 
