@@ -31,6 +31,13 @@ impl Proc {
     pub fn is_zombie(&self) -> bool {
         self.state == 'Z' || self.state == 'X'
     }
+
+    /// Leads its own session and its process group, as a worker does (the supervisor starts
+    /// each worker with `setsid`; what a worker starts stays in its session unless it calls
+    /// `setsid` too).
+    pub fn leads_session(&self) -> bool {
+        self.pid == self.sid && self.pid == self.pgid
+    }
 }
 
 impl From<&procfs::process::Stat> for Proc {
@@ -283,18 +290,22 @@ pub struct FleetMember {
     pub worker_id: Option<String>,
 }
 
-impl FleetMember {
-    /// Leads its own session, as a worker does (the supervisor starts each worker with
-    /// `setsid`; what a worker starts stays in its session unless it calls `setsid` too).
-    pub fn leads_session(&self) -> bool {
-        self.proc.pid == self.proc.sid && self.proc.pid == self.proc.pgid
-    }
-}
-
 /// Every live process, other than this one and its own session, whose environment ties it
 /// to the supervisor lane `lane`. Reads the whole process table and each candidate's
 /// environment: for start-up and stop, never per event.
 pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
+    members_where(lane, |_| true)
+}
+
+/// [`fleet_members`] that lead their own session, as a worker does: only a session
+/// leader's environment is read, so a host of many processes (shells, services, their
+/// threads of children) costs a reading of its table and of the few leaders in it, not of
+/// every environment on it.
+pub fn fleet_leaders(lane: &Path) -> Vec<FleetMember> {
+    members_where(lane, Proc::leads_session)
+}
+
+fn members_where(lane: &Path, keep: impl Fn(&Proc) -> bool) -> Vec<FleetMember> {
     let Ok(lane_meta) = fs::metadata(lane) else {
         return Vec::new();
     };
@@ -302,7 +313,7 @@ pub fn fleet_members(lane: &Path) -> Vec<FleetMember> {
     let my_sid = own_sid();
     table()
         .into_iter()
-        .filter(|p| p.pid != me && p.sid != my_sid && !p.is_zombie())
+        .filter(|p| p.pid != me && p.sid != my_sid && !p.is_zombie() && keep(p))
         .filter_map(|p| {
             let env = environ(p.pid)?;
             let retire = env_value(&env, crate::afk_env::RETIRE_FILE)?;
@@ -565,6 +576,50 @@ mod tests {
         let p = t.iter().find(|p| p.pid == me).expect("self in /proc");
         assert_eq!(p.sid, own_sid());
         assert!(group_has_live_member(&t, p.pgid));
+    }
+
+    /// A lane's members are found by the retire file their environment names, wherever
+    /// they are; its leaders are those that lead their own session, as a worker does, and
+    /// not what a worker started in its session.
+    #[test]
+    fn a_lanes_leaders_are_the_members_that_lead_their_own_session() {
+        let lane = tempfile::tempdir().unwrap();
+        let mut leader = std::process::Command::new("setsid")
+            .args(["sh", "-c", "sleep 300 & echo $!; exec sleep 300"])
+            .env(crate::afk_env::RETIRE_FILE, lane.path().join("retire"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let member: i32 = line.trim().parse().unwrap();
+        let leader_pid = leader.id() as i32;
+        let pids = |found: Vec<FleetMember>| {
+            let mut p: Vec<i32> = found.into_iter().map(|m| m.proc.pid).collect();
+            p.sort_unstable();
+            p
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut both = vec![leader_pid, member];
+        both.sort_unstable();
+        while pids(fleet_members(lane.path())) != both {
+            assert!(std::time::Instant::now() < deadline, "{both:?} never found");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(pids(fleet_leaders(lane.path())), vec![leader_pid]);
+        let elsewhere = tempfile::tempdir().unwrap();
+        assert!(fleet_members(elsewhere.path()).is_empty());
+        for pid in [member, leader_pid] {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        leader.wait().unwrap();
     }
 
     #[test]

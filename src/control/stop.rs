@@ -149,9 +149,9 @@ pub fn live_fleet_processes(layout: &Layout) -> Vec<i32> {
 /// The workers among the fleet's processes (session leaders with a worker id), recorded
 /// or not, as (pid, start).
 fn member_workers(layout: &Layout) -> Vec<(i32, u64)> {
-    process::fleet_members(&layout.supervisor_lane())
+    process::fleet_leaders(&layout.supervisor_lane())
         .into_iter()
-        .filter(|m| m.leads_session() && m.worker_id.is_some())
+        .filter(|m| m.worker_id.is_some())
         .map(|m| (m.proc.pid, m.proc.start))
         .collect()
 }

@@ -246,6 +246,68 @@ pub struct Os {
     detached: Vec<(i32, spawn::Detached)>,
 }
 
+/// The first spawns' slot logs, opened while the boot suite runs: creating a file is the
+/// most a first spawn costs the supervisor (tens of microseconds, and more on a file system
+/// with many recently deleted inodes, which ext4 steps over one by one), and the suite
+/// leaves a core idle while it waits on `git`. A log that cannot be opened here is left to
+/// its spawn, which reports why.
+#[derive(Debug, Default)]
+pub struct SlotLogs {
+    logs: Vec<SlotLog>,
+    /// The day's folder, when these logs made it.
+    made_day: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug)]
+struct SlotLog {
+    slot: usize,
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    /// Nothing was at the path before: the file is ours to take back if no worker came.
+    made: bool,
+}
+
+impl SlotLogs {
+    /// Today's logs of slots `0..slots`, at most half the open-files limit of them (what
+    /// [`Os`] keeps).
+    pub fn open(layout: &crate::layout::Layout, slots: usize) -> SlotLogs {
+        let absent = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let day = crate::timeutil::date_utc(SystemTime::now());
+        let most = (process::open_files_limit() / 2) as usize;
+        let made_day = Some(layout.slot_log(&day, 0))
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .filter(|d| slots > 0 && absent(d));
+        let logs = (0..slots.min(most))
+            .filter_map(|slot| {
+                let path = layout.slot_log(&day, slot);
+                let made = absent(&path);
+                let file = spawn::open_log(&path).ok()?;
+                Some(SlotLog {
+                    slot,
+                    path,
+                    file,
+                    made,
+                })
+            })
+            .collect();
+        SlotLogs { logs, made_day }
+    }
+
+    /// A start that spawns nothing after all (a halted boot, a stop during it) takes back
+    /// what [`SlotLogs::open`] made and no worker wrote to: the empty files and the day's
+    /// folder, so a fleet that never started leaves no logs to read.
+    pub fn discard(self) {
+        for log in self.logs {
+            if log.made && log.file.metadata().is_ok_and(|m| m.len() == 0) {
+                let _ = std::fs::remove_file(&log.path);
+            }
+        }
+        if let Some(day) = self.made_day {
+            let _ = std::fs::remove_dir(day);
+        }
+    }
+}
+
 /// An ended worker's cgroup as its cleanup found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CgroupEnd {
@@ -291,6 +353,19 @@ impl Os {
             let _ = tx.send(Event::CgroupChanged);
         });
         self.cgroups = Some(cgroups);
+        self
+    }
+
+    /// Logs opened before the first spawn ([`SlotLogs::open`]), kept as each slot's last
+    /// attempt would have kept it; past the limit on kept logs the rest are let go of.
+    pub fn with_slot_logs(mut self, logs: SlotLogs) -> Os {
+        let room = self
+            .slot_logs_max
+            .saturating_sub(self.slot_logs.len() + self.pidfds.len());
+        for log in logs.logs.into_iter().take(room) {
+            self.slot_logs
+                .insert(log.slot, (log.path, Arc::new(log.file)));
+        }
         self
     }
 
@@ -943,6 +1018,46 @@ mod batch_tests {
             assert!(Instant::now() < deadline, "{pid} never ended");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The logs opened beside the boot are the ones the first spawns write to. A start that
+    /// spawns nothing after all takes back the empty files and the day's folder it made,
+    /// and leaves a log that was there before it.
+    #[test]
+    fn the_logs_opened_beside_the_boot_are_the_first_spawns_and_taken_back_if_none_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = crate::layout::Layout::new(dir.path());
+        let day = crate::timeutil::date_utc(SystemTime::now());
+        let log = |slot| layout.slot_log(&day, slot);
+        let logs = SlotLogs::open(&layout, 2);
+        assert!(log(0).is_file() && log(1).is_file() && !log(2).exists());
+        logs.discard();
+        assert!(
+            !log(0).parent().unwrap().exists(),
+            "the day's folder made and taken back"
+        );
+
+        std::fs::create_dir_all(log(1).parent().unwrap()).unwrap();
+        std::fs::write(log(1), "before\n").unwrap();
+        SlotLogs::open(&layout, 3).discard();
+        assert!(!log(0).exists() && !log(2).exists());
+        assert_eq!(std::fs::read_to_string(log(1)).unwrap(), "before\n");
+
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(tx).with_slot_logs(SlotLogs::open(&layout, 3));
+        let opened = Arc::clone(&os.slot_logs[&2].1);
+        let argv: Vec<String> = vec!["sh".into(), "-c".into(), "echo first".into()];
+        let (started, _) = lone(&mut os, &argv, dir.path(), &log(2), 2, 1).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        assert!(matches!(
+            end_of(&mut os, started.pid, deadline),
+            Ended::Ran(ExitKind::Code(0))
+        ));
+        assert!(
+            Arc::ptr_eq(&opened, &os.slot_logs[&2].1),
+            "the log opened beside the boot"
+        );
+        assert_eq!(std::fs::read_to_string(log(2)).unwrap(), "first\n");
     }
 
     /// A slot's attempts write to one open log while its path (the day's) stays and the

@@ -14,7 +14,7 @@ use std::time::Instant;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use super::children::Os;
+use super::children::{Os, SlotLogs};
 use super::driver::Driver;
 use super::event::{self, Adoptee};
 use super::exits::Exits;
@@ -323,14 +323,16 @@ async fn run_fleet(
     // move stay in the cgroup the supervisor started in, which the kernel will not enable
     // a controller in while they run.
     let boot_began = Instant::now();
-    let (boot, entered) = run_boot(layout, &config, tracker.as_ref().ok(), &mut signals, || {
-        super::isolation::enter(&config, layout)
-    })
-    .await;
+    let (boot, (entered, leaders, logs)) =
+        run_boot(layout, &config, tracker.as_ref().ok(), &mut signals, || {
+            beside_boot(&config, layout)
+        })
+        .await;
     let boot = match boot {
         BootWait::Done(r) => r,
         BootWait::Signalled(code) => {
             forget_isolation(entered, &mut journal);
+            logs.discard();
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
@@ -370,6 +372,7 @@ async fn run_fleet(
     }
     if boot.is_halted() {
         forget_isolation(entered, &mut journal);
+        logs.discard();
         return Ok(RunEnd::BootHalted);
     }
 
@@ -377,6 +380,7 @@ async fn run_fleet(
         Ok(x) => x.settle(&config),
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
+            logs.discard();
             return Err(e.into());
         }
     };
@@ -391,7 +395,7 @@ async fn run_fleet(
         }
         adoptees.extend(t.found);
     }
-    let mut unrecorded = unrecorded_workers(layout, &adoptees);
+    let mut unrecorded = unrecorded_workers(leaders, &adoptees);
     if let Some(cg) = isolation.cgroups() {
         // What the attempt cgroups hold was judged above: adopted, or a dead attempt's
         // leftovers being killed (not yet gone, and never a worker).
@@ -411,7 +415,7 @@ async fn run_fleet(
     let had_state = had_state || !unrecorded.is_empty();
     adoptees.extend(unrecorded);
     let mut inbox = Inbox::new(rx);
-    let mut children = Os::new(tx.clone());
+    let mut children = Os::new(tx.clone()).with_slot_logs(logs);
     if let Some(exits) = inbox.exits() {
         children = children.with_exits(exits);
     }
@@ -632,10 +636,14 @@ async fn run_boot<T>(
         run
     });
     let beside = meanwhile();
+    tracing::info!(
+        elapsed_us = began.elapsed().as_micros() as u64,
+        "work beside the boot suite finished"
+    );
     let wait = tokio::select! {
         r = suite => match r {
             Ok(r) => {
-                tracing::info!(elapsed_ms = began.elapsed().as_millis() as u64, "boot suite finished");
+                tracing::info!(elapsed_us = began.elapsed().as_micros() as u64, "boot suite finished");
                 BootWait::Done(r)
             }
             Err(e) => BootWait::Done(SuiteRun::failed(format!("the boot suite did not finish: {e}"))),
@@ -643,6 +651,40 @@ async fn run_boot<T>(
         code = signals.stop() => BootWait::Signalled(code),
     };
     (wait, beside)
+}
+
+/// What the start does while the boot suite runs, none of which waits on the suite or
+/// changes what it sees: entering the isolation; reading the host's process table for
+/// workers a killed supervisor left unrecorded (no sweep starts or ends a process); and
+/// opening the first spawns' slot logs. The entering mostly sleeps (a cgroup move waits
+/// out an RCU grace period), so the other two run on a thread of their own that ends with
+/// this call, and the three together end before the suite's `git` calls do.
+fn beside_boot(
+    config: &Config,
+    layout: &Layout,
+) -> (
+    Result<Entering, CgroupRequired>,
+    Vec<process::FleetMember>,
+    SlotLogs,
+) {
+    let prepare = || {
+        (
+            process::fleet_leaders(&layout.supervisor_lane()),
+            SlotLogs::open(layout, config.fleet.workers),
+        )
+    };
+    std::thread::scope(|scope| {
+        let prepared = std::thread::Builder::new()
+            .name("afk-boot-beside".into())
+            .spawn_scoped(scope, prepare);
+        let entered = super::isolation::enter(config, layout);
+        let (leaders, logs) = match prepared.map(|t| t.join()) {
+            Ok(Ok(done)) => done,
+            // No thread to be had, or it died: the same work, here.
+            _ => prepare(),
+        };
+        (entered, leaders, logs)
+    })
 }
 
 /// The previous supervisor's workers that are still live (pid and start both match).
@@ -694,12 +736,14 @@ fn takeover_candidates(
 /// Live workers of this repo's fleet that `state.toon` does not record: a supervisor
 /// killed between starting a worker and writing the heartbeat leaves one, and without this
 /// its successor would spawn a full fleet beside it. A worker is found by the lane its
-/// environment names ([`process::fleet_members`]); of the session leaders sharing one
+/// environment names ([`process::fleet_leaders`], read while the boot suite ran, so each
+/// is checked again to be the process that was read); of the session leaders sharing one
 /// worker id the oldest is the worker, the others are descendants that called `setsid`.
-fn unrecorded_workers(layout: &Layout, known: &[Adoptee]) -> Vec<Adoptee> {
-    let mut leaders: Vec<process::FleetMember> = process::fleet_members(&layout.supervisor_lane())
+fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> Vec<Adoptee> {
+    let mut leaders: Vec<process::FleetMember> = leaders
         .into_iter()
-        .filter(|m| m.leads_session() && m.worker_id.is_some() && m.slot.is_some())
+        .filter(|m| m.worker_id.is_some() && m.slot.is_some())
+        .filter(|m| pidfile::judge_pid(m.proc.pid, Some(m.proc.start)).is_live())
         .collect();
     leaders.sort_by_key(|m| m.proc.start);
     let mut found: Vec<Adoptee> = Vec::new();

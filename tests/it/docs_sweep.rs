@@ -1303,6 +1303,12 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     assert_eq!(fl.count("slot.spawn"), 0, "{}", fl.dump());
     assert!(!fl.file(marker).exists(), "a worker ran");
     assert_eq!(git(&fl, &["rev-parse", "HEAD"]), head);
+    // The slot logs opened beside the sweeps are taken back: no log for a fleet that never ran.
+    let logs = fl.repo.join(".red/tmp/logs");
+    let left: Vec<_> = fs::read_dir(&logs)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// How often `fetch` and `remote` ran, read from a `GIT_TRACE` file.
