@@ -234,7 +234,7 @@ pub struct Os {
     /// the fleet's decisions never open or close a descriptor.
     pidfds: HashMap<(i32, u64), Arc<Pidfd>>,
     /// Each slot's log as its last attempt had it open, by slot: see [`Os::slot_log`].
-    slot_logs: HashMap<usize, (std::path::PathBuf, Arc<std::fs::File>)>,
+    slot_logs: HashMap<usize, KeptLog>,
     /// The most descriptors kept logs and pidfds may take together: half the open-files
     /// limit. Past it no log is kept (those kept are let go of), so under a low hard limit
     /// the pidfds, one per worker, keep the room they had and a fleet is not capped by its
@@ -268,16 +268,17 @@ struct SlotLog {
 }
 
 impl SlotLogs {
-    /// Today's logs of slots `0..slots`, at most half the open-files limit of them (what
-    /// [`Os`] keeps).
+    /// Today's logs of slots `0..slots`: as many as [`Os`] keeps beside a pidfd for each
+    /// of the `slots` workers, all under half the open-files limit (none at all for a fleet
+    /// that size limit leaves no room for).
     pub fn open(layout: &crate::layout::Layout, slots: usize) -> SlotLogs {
         let absent = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
         let day = crate::timeutil::date_utc(SystemTime::now());
-        let most = (process::open_files_limit() / 2) as usize;
+        let room = ((process::open_files_limit() / 2) as usize).saturating_sub(slots);
         let made_day = Some(layout.slot_log(&day, 0))
             .and_then(|p| p.parent().map(Path::to_path_buf))
             .filter(|d| slots > 0 && absent(d));
-        let logs = (0..slots.min(most))
+        let logs = (0..slots.min(room))
             .filter_map(|slot| {
                 let path = layout.slot_log(&day, slot);
                 let made = absent(&path);
@@ -297,14 +298,50 @@ impl SlotLogs {
     /// what [`SlotLogs::open`] made and no worker wrote to: the empty files and the day's
     /// folder, so a fleet that never started leaves no logs to read.
     pub fn discard(self) {
-        for log in self.logs {
-            if log.made && log.file.metadata().is_ok_and(|m| m.len() == 0) {
-                let _ = std::fs::remove_file(&log.path);
-            }
+        for log in self.logs.iter().filter(|l| l.made) {
+            take_back(&log.path, &log.file);
         }
         if let Some(day) = self.made_day {
             let _ = std::fs::remove_dir(day);
         }
+    }
+}
+
+/// A slot's log as [`Os`] keeps it open between attempts.
+#[derive(Debug)]
+struct KeptLog {
+    path: std::path::PathBuf,
+    file: Arc<std::fs::File>,
+    /// Made before the boot for a first spawn that has not come ([`SlotLogs`]): a slot
+    /// that stays paused, parked or past the target keeps no empty log of the day.
+    unused: bool,
+}
+
+impl KeptLog {
+    /// No longer kept: a log made for a spawn that never came is taken back.
+    fn let_go(&self) {
+        if self.unused {
+            take_back(&self.path, &self.file);
+        }
+    }
+}
+
+impl Drop for Os {
+    /// A supervisor's end takes back the logs it made for spawns that never came.
+    fn drop(&mut self) {
+        self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
+    }
+}
+
+/// Removes `path` if it is still the empty file `file` is: a log made for a spawn that
+/// never came. Never one a worker wrote to, nor a file someone put in its place.
+fn take_back(path: &Path, file: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(held), Ok(there)) = (file.metadata(), std::fs::symlink_metadata(path)) else {
+        return;
+    };
+    if held.len() == 0 && (held.dev(), held.ino()) == (there.dev(), there.ino()) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -362,9 +399,17 @@ impl Os {
         let room = self
             .slot_logs_max
             .saturating_sub(self.slot_logs.len() + self.pidfds.len());
-        for log in logs.logs.into_iter().take(room) {
-            self.slot_logs
-                .insert(log.slot, (log.path, Arc::new(log.file)));
+        let mut logs = logs.logs.into_iter();
+        for log in logs.by_ref().take(room) {
+            let kept = KeptLog {
+                path: log.path,
+                file: Arc::new(log.file),
+                unused: log.made,
+            };
+            self.slot_logs.insert(log.slot, kept);
+        }
+        for log in logs.filter(|l| l.made) {
+            take_back(&log.path, &log.file);
         }
         self
     }
@@ -376,20 +421,33 @@ impl Os {
     /// open.
     fn slot_log(&mut self, slot: usize, path: &Path) -> Result<Arc<std::fs::File>, SpawnError> {
         use std::os::unix::fs::MetadataExt;
-        if let Some((open, file)) = self.slot_logs.get(&slot)
-            && open == path
-            && file.metadata().is_ok_and(|m| m.nlink() > 0)
+        if let Some(kept) = self.slot_logs.get_mut(&slot)
+            && kept.path == path
+            && kept.file.metadata().is_ok_and(|m| m.nlink() > 0)
         {
-            return Ok(Arc::clone(file));
+            kept.unused = false;
+            return Ok(Arc::clone(&kept.file));
         }
         let file = Arc::new(spawn::open_log(path)?);
         let day = path.parent();
-        self.slot_logs.retain(|_, (open, _)| open.parent() == day);
+        self.slot_logs.retain(|_, kept| {
+            let keep = kept.path.parent() == day;
+            if !keep {
+                kept.let_go();
+            }
+            keep
+        });
         if self.slot_logs.len() + self.pidfds.len() < self.slot_logs_max {
-            self.slot_logs
-                .insert(slot, (path.to_path_buf(), Arc::clone(&file)));
+            let kept = KeptLog {
+                path: path.to_path_buf(),
+                file: Arc::clone(&file),
+                unused: false,
+            };
+            if let Some(before) = self.slot_logs.insert(slot, kept) {
+                before.let_go();
+            }
         } else {
-            self.slot_logs.clear();
+            self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
         }
         Ok(file)
     }
@@ -1020,9 +1078,10 @@ mod batch_tests {
         }
     }
 
-    /// The logs opened beside the boot are the ones the first spawns write to. A start that
-    /// spawns nothing after all takes back the empty files and the day's folder it made,
-    /// and leaves a log that was there before it.
+    /// The logs opened beside the boot are the ones the first spawns write to. One made
+    /// for a spawn that never came is taken back when it is let go of (a start that spawns
+    /// nothing, a new day, the supervisor's end), with the day's folder where a start made
+    /// it; a log that was there before, or that a worker wrote to, stays.
     #[test]
     fn the_logs_opened_beside_the_boot_are_the_first_spawns_and_taken_back_if_none_comes() {
         let dir = tempfile::tempdir().unwrap();
@@ -1044,20 +1103,44 @@ mod batch_tests {
         assert_eq!(std::fs::read_to_string(log(1)).unwrap(), "before\n");
 
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut os = Os::new(tx).with_slot_logs(SlotLogs::open(&layout, 3));
-        let opened = Arc::clone(&os.slot_logs[&2].1);
-        let argv: Vec<String> = vec!["sh".into(), "-c".into(), "echo first".into()];
-        let (started, _) = lone(&mut os, &argv, dir.path(), &log(2), 2, 1).unwrap();
+        let mut os = Os::new(tx).with_slot_logs(SlotLogs::open(&layout, 4));
+        let opened = Arc::clone(&os.slot_logs[&2].file);
         let deadline = Instant::now() + Duration::from_secs(30);
-        assert!(matches!(
-            end_of(&mut os, started.pid, deadline),
-            Ended::Ran(ExitKind::Code(0))
-        ));
+        let attempt = |os: &mut Os, slot, path: &Path, n| {
+            let argv: Vec<String> = vec!["sh".into(), "-c".into(), format!("echo attempt {n}")];
+            let (started, _) = lone(os, &argv, dir.path(), path, slot, n).unwrap();
+            let end = end_of(os, started.pid, deadline);
+            assert!(matches!(end, Ended::Ran(ExitKind::Code(0))), "{end:?}");
+        };
+        attempt(&mut os, 2, &log(2), 1);
         assert!(
-            Arc::ptr_eq(&opened, &os.slot_logs[&2].1),
+            Arc::ptr_eq(&opened, &os.slot_logs[&2].file),
             "the log opened beside the boot"
         );
-        assert_eq!(std::fs::read_to_string(log(2)).unwrap(), "first\n");
+        assert_eq!(std::fs::read_to_string(log(2)).unwrap(), "attempt 1\n");
+        // A new day lets go of the day before's logs: those made for slot 0's and slot 3's
+        // spawns, which never came that day, are taken back; slot 1's (there before) and
+        // slot 2's (written) stay.
+        let tomorrow = dir.path().join("tomorrow").join("slot-3.log");
+        attempt(&mut os, 3, &tomorrow, 2);
+        assert!(!log(0).exists() && !log(3).exists());
+        assert!(log(1).exists() && log(2).exists());
+        assert_eq!(std::fs::read_to_string(&tomorrow).unwrap(), "attempt 2\n");
+        drop(os);
+        assert!(
+            tomorrow.exists() && log(2).exists(),
+            "written logs stay at the end"
+        );
+
+        std::fs::remove_dir_all(dir.path().join(".red")).unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let os = Os::new(tx).with_slot_logs(SlotLogs::open(&layout, 2));
+        assert!(log(0).exists() && log(1).exists());
+        drop(os);
+        assert!(
+            !log(0).exists() && !log(1).exists(),
+            "taken back at the end"
+        );
     }
 
     /// A slot's attempts write to one open log while its path (the day's) stays and the
@@ -1080,10 +1163,10 @@ mod batch_tests {
         };
         let log0 = day1.join("slot-0.log");
         attempt(&mut os, 0, &log0, 1);
-        let opened = Arc::clone(&os.slot_logs[&0].1);
+        let opened = Arc::clone(&os.slot_logs[&0].file);
         attempt(&mut os, 0, &log0, 2);
         assert!(
-            Arc::ptr_eq(&opened, &os.slot_logs[&0].1),
+            Arc::ptr_eq(&opened, &os.slot_logs[&0].file),
             "the same open log"
         );
         drop(opened);

@@ -658,7 +658,7 @@ async fn run_boot<T>(
 /// workers a killed supervisor left unrecorded (no sweep starts or ends a process); and
 /// opening the first spawns' slot logs. The entering mostly sleeps (a cgroup move waits
 /// out an RCU grace period), so the other two run on a thread of their own that ends with
-/// this call, and the three together end before the suite's `git` calls do.
+/// this call: on this box the three take about as long as the suite's `git` calls.
 fn beside_boot(
     config: &Config,
     layout: &Layout,
@@ -680,8 +680,14 @@ fn beside_boot(
         let entered = super::isolation::enter(config, layout);
         let (leaders, logs) = match prepared.map(|t| t.join()) {
             Ok(Ok(done)) => done,
-            // No thread to be had, or it died: the same work, here.
-            _ => prepare(),
+            // No thread to be had: the same work, here.
+            Err(_) => prepare(),
+            // It died: the process table is read again (the adoption must not miss a
+            // worker), and the first spawns open their logs themselves.
+            Ok(Err(_)) => (
+                process::fleet_leaders(&layout.supervisor_lane()),
+                SlotLogs::default(),
+            ),
         };
         (entered, leaders, logs)
     })

@@ -375,13 +375,13 @@ pub struct ReapError {
 }
 
 /// Gathers the inventory, classifies from one tracker listing, decides and (unless
-/// `dry_run`) deletes. Git calls: fetch of the base, `ls-remote`, local branch list,
-/// worktree list, one merge check (only when a local branch's fate depends on it), and one
-/// delete per side with anything to reap: at most 7, however many branches there are (the
-/// git layer splits a delete only past its argv budget, tens of thousands of names, and
-/// re-lists a side only when its delete failed).
-/// Tracker calls: one `list_all`, skipped when no branch names an issue. The fetch is
-/// `fetched`'s: none when this suite run has already fetched the base.
+/// `dry_run`) deletes. Git calls: the remote listing and the fetch of the base, `ls-remote`,
+/// local branch list, rescue-ref list, worktree list, one merge check (only when a local
+/// branch's fate depends on it), and one delete per side with anything to reap: at most 9,
+/// however many branches there are (the git layer splits a delete only past its argv
+/// budget, tens of thousands of names, and re-lists a side only when its delete failed).
+/// Tracker calls: one `list_all`, skipped when no branch names an issue. The listing and
+/// the fetch are `fetched`'s: none when this suite run has already fetched the base.
 pub fn run(
     git: &Git,
     tracker: &dyn Tracker,
