@@ -204,6 +204,12 @@ impl Driver {
         self.carry(fleet, effects, now);
     }
 
+    /// What [`read_holds`] needs, to read it off the loop before a start's first spawns.
+    pub fn holds_reader(&self) -> impl FnOnce() -> HoldsRead + Send + 'static {
+        let (layout, budget) = (self.layout.clone(), self.budget.clone());
+        move || read_holds(&layout, &budget)
+    }
+
     /// Feeds one outside event; answers to its effects are fed at once.
     pub fn feed(&mut self, fleet: &mut Fleet, event: Event, now: Instant) {
         match event {
@@ -658,9 +664,16 @@ impl Driver {
         let budget = self.budget.clone();
         let tracker = self.tracker.clone();
         blocking(move || {
-            // The pause is read first: a paused fleet's queue check costs no call.
-            let state_dir = layout.state();
-            let paused = || match crate::pause::read(&state_dir) {
+            // The holds are read first: a paused or held fleet's queue check costs no call.
+            let holds = read_holds(&layout, &budget);
+            let held = holds.held;
+            for e in holds.events {
+                let _ = tx.send(e);
+            }
+            if held {
+                return;
+            }
+            let paused = || match crate::pause::read(&layout.state()) {
                 Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
                 Ok(_) => None,
                 Err(e) => {
@@ -668,35 +681,6 @@ impl Driver {
                     None
                 }
             };
-            // The operator's pause holds starts, not queue checks: the count stays true.
-            let (active, resumed_via) = match crate::pause::read_operator(&state_dir) {
-                Ok(p) => (
-                    p.clone().filter(|p| p.active_at(now_epoch())),
-                    p.filter(|r| r.resumed).map(|r| r.via),
-                ),
-                Err(e) => {
-                    let _ = tx.send(Event::PauseFile(e));
-                    (None, None)
-                }
-            };
-            let _ = tx.send(Event::OperatorPause {
-                active,
-                resumed_via,
-            });
-            if let Some(p) = paused() {
-                let _ = tx.send(Event::Paused(p));
-                return;
-            }
-            // The agent's holds next: a held fleet's queue check costs no call either.
-            match super::holds::read(&layout, &budget, now_epoch()) {
-                (Some(h), spend) => {
-                    let _ = tx.send(Event::Hold(h, spend));
-                    return;
-                }
-                (None, spend) => {
-                    let _ = tx.send(Event::Spend(spend));
-                }
-            }
             if count_quarantined
                 && let Ok(t) = &tracker
                 && let Ok(q) = t.list_open_with_label(tracker::labels::QUARANTINED, QUEUE_LIMIT)
@@ -759,6 +743,55 @@ fn blocking(job: impl FnOnce() + Send + 'static) {
         }
         Err(_) => job(),
     }
+}
+
+/// What holds the fleet, as the events the fleet takes it by ([`read_holds`]).
+pub struct HoldsRead {
+    pub events: Vec<Event>,
+    /// A pause of the rate limit or a hold of the agent's: no queue check is asked.
+    pub held: bool,
+}
+
+/// The fleet's holds, read before anything is asked of the tracker and before a start's
+/// first spawns: the operator's pause (always: it holds spawns, not queue checks, and its
+/// end is learnt here too), then the rate limit's pause, else the agent's hold or the
+/// day's spend. A file that cannot be read is an event of its own and holds nothing.
+pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
+    let state_dir = layout.state();
+    let mut events = Vec::new();
+    let (active, resumed_via) = match crate::pause::read_operator(&state_dir) {
+        Ok(p) => (
+            p.clone().filter(|p| p.active_at(now_epoch())),
+            p.filter(|r| r.resumed).map(|r| r.via),
+        ),
+        Err(e) => {
+            events.push(Event::PauseFile(e));
+            (None, None)
+        }
+    };
+    events.push(Event::OperatorPause {
+        active,
+        resumed_via,
+    });
+    match crate::pause::read(&state_dir) {
+        Ok(Some(p)) if p.active_at(now_epoch()) => {
+            events.push(Event::Paused(p));
+            return HoldsRead { events, held: true };
+        }
+        Ok(_) => {}
+        Err(e) => events.push(Event::PauseFile(e)),
+    }
+    let held = match super::holds::read(layout, budget, now_epoch()) {
+        (Some(h), spend) => {
+            events.push(Event::Hold(h, spend));
+            true
+        }
+        (None, spend) => {
+            events.push(Event::Spend(spend));
+            false
+        }
+    };
+    HoldsRead { events, held }
 }
 
 /// The numbers of the issues a worker would try to claim: claimable labels and no claim

@@ -445,6 +445,14 @@ async fn run_fleet(
     // The start-up's records are held as a turn's are: 64 spawns cost a few writes to the
     // log and the echo, not two each, while the workers already started want the CPU.
     driver.hold_log(true);
+    // The holds in force before the first spawn: a pause or an agent's hold written while
+    // no fleet ran holds this start (`pause` says so), where the first queue check would
+    // only have stopped the respawns after every slot had started once.
+    if let Ok(holds) = tokio::task::spawn_blocking(driver.holds_reader()).await {
+        for e in holds.events {
+            driver.feed(&mut fleet, e, Instant::now());
+        }
+    }
     driver.start(&mut fleet, adoptees, dead, had_state, Instant::now());
     driver.flush_log();
     let mut notifier = Notifier::from_env();

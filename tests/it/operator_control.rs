@@ -99,6 +99,31 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
 
+/// A pause written while no fleet runs holds the next start: its first spawns wait for the
+/// resume, as every later one would.
+#[test]
+fn a_pause_written_without_a_fleet_holds_the_next_start_until_resumed() {
+    let mut f = Fleet::new(CYCLING_WORKER, FAST_TIMING);
+    f.new_issue("work");
+    let out = f.run_cmd(&["pause", "--reason", "before the start"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout(&out).contains("holds for the next start"), "{out:?}");
+    f.start(&["--workers", "2"]);
+    let paused = f.wait_events("fleet.operator-paused", 1);
+    assert!(paused[0].msg.contains("before the start"), "{paused:?}");
+    // The pause is read before the start's one batch of spawns, whose records are written
+    // with it: none is there, and none comes over the ticks after.
+    wait_ticks(&f, 3);
+    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert!(spawns(&f).is_empty(), "{}", f.dump());
+
+    let out = f.run_cmd(&["resume"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    f.wait_events("fleet.operator-resumed", 1);
+    assert!(wait_until(WAIT, || !spawns(&f).is_empty()), "{}", f.dump());
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}
+
 #[test]
 fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
     let mut f = Fleet::new(NOTING_WORKER, FAST_TIMING);
