@@ -487,6 +487,9 @@ async fn run_fleet(
         driver.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
     }
     driver.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
+    // The slot logs made for spawns that never came are taken back while the lock is still
+    // held: a successor never finds one it could mistake for its own.
+    drop(driver);
     // The pid files and the stop request go with the lock, here and on every early return.
     drop(lock);
     Ok(RunEnd::Stopped(code))

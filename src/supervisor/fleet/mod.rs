@@ -81,6 +81,9 @@ struct Launch {
     /// Workers started by this supervisor: the last part of every worker id, so an id is
     /// never reused even when a slot is retired and created again.
     spawn_seq: u64,
+    /// The start found the fleet held (a pause, the agent's hold) and spawned nothing: its
+    /// slots that never had a worker start once nothing holds ([`Fleet::start_held_slots`]).
+    held_start: bool,
 }
 
 mod churn;
@@ -130,6 +133,7 @@ impl Fleet {
                 runner: config.worker.runner.clone(),
                 me,
                 spawn_seq: 0,
+                held_start: false,
             },
             groups: Groups {
                 pidfd_groups,

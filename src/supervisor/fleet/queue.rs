@@ -47,6 +47,7 @@ impl TrackerView {
 impl Fleet {
     pub fn on_queue(&mut self, result: Result<BTreeSet<u64>, QueueError>, now: Instant) {
         self.view.queue_inflight = false;
+        self.start_held_slots(now);
         tracing::debug!(
             claimable = result.as_ref().ok().map(BTreeSet::len),
             "queue checked"

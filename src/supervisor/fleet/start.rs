@@ -26,11 +26,39 @@ impl Fleet {
             let msg = texts::takeover(adopted, dead, self.pool.target);
             self.log(line(kind::TAKEOVER, msg));
         }
+        // Holds read before the start (a pause written while no fleet ran) keep every slot
+        // from spawning; the first queue check after they lift starts them.
+        self.launch.held_start = self.guards.held() || self.holds.held.is_some();
         let (t, m) = (self.pool.target, self.pool.shrink_mode);
         self.reconcile(t, m, now);
         // One write for the whole start-up, never one per spawn.
         self.heartbeat();
         self.take_effects()
+    }
+
+    /// A held start's slots that never had a worker start, as the start would have started
+    /// them, once nothing holds: whatever the queue says (a start spawns every slot of the
+    /// target, and a worker that finds nothing to claim idles its slot), where the queue
+    /// would wake only as many as it has issues. Asked at each queue answer, which is where
+    /// every hold's end is learnt; after the first, it costs one test.
+    pub(super) fn start_held_slots(&mut self, now: Instant) {
+        if !self.launch.held_start
+            || self.guards.held()
+            || self.holds.held.is_some()
+            || self.holds.probe.is_some()
+        {
+            return;
+        }
+        self.launch.held_start = false;
+        let never: Vec<usize> = self
+            .pool
+            .wakeable()
+            .into_iter()
+            .filter(|i| self.pool.slots.get(i).is_some_and(|s| s.spawns == 0))
+            .collect();
+        for idx in never {
+            self.spawn_in(idx, now);
+        }
     }
 
     fn adopt(&mut self, found: Adopted, now: Instant) {

@@ -1432,3 +1432,48 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     b.fleet.snapshot_written(b.at(101.0));
     assert!(!b.fleet.heartbeat_due() && !b.fleet.heartbeat_urgent());
 }
+
+/// A start under a pause read before it (written while no fleet ran) spawns nothing; once
+/// it lifts, every slot that never had a worker starts, as the start would have started
+/// it, though the queue is empty or cannot be read. A later queue answer starts no more.
+#[test]
+fn a_start_held_by_a_pause_starts_every_slot_once_the_pause_lifts() {
+    for answer in [
+        Ok(BTreeSet::new()),
+        Err(QueueError::Unavailable(
+            crate::supervisor::event::TrackerUnavailable::NotOpened,
+        )),
+    ] {
+        let mut b = Bench::new(3);
+        let pause = crate::pause::OperatorPause {
+            reason: "freeze".into(),
+            since_epoch: 0,
+            until_epoch: None,
+            via: "cli".into(),
+            resumed: false,
+        };
+        let held = Event::OperatorPause {
+            active: Some(pause),
+            resumed_via: None,
+        };
+        b.feed(held, 0.0);
+        b.start();
+        assert_eq!(b.spawns(), 0, "{:?}", b.kinds());
+        b.feed(Event::Queue(Ok(BTreeSet::new())), 1.0);
+        assert_eq!(
+            b.spawns(),
+            0,
+            "a queue answer under the pause starts nothing"
+        );
+        let lifted = Event::OperatorPause {
+            active: None,
+            resumed_via: Some("cli".into()),
+        };
+        b.feed(lifted, 2.0);
+        b.feed(Event::Queue(answer), 2.0);
+        assert_eq!(b.spawns(), 3, "{:?}", b.kinds());
+        assert_eq!(b.count("fleet.operator-resumed"), 1);
+        b.feed(Event::Queue(Ok(BTreeSet::new())), 3.0);
+        assert_eq!(b.spawns(), 3);
+    }
+}
