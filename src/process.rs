@@ -530,6 +530,21 @@ pub fn own_sid() -> i32 {
 mod tests {
     use super::*;
 
+    /// A shell that starts a member of its group, says its pid, and becomes a `sleep`.
+    const LEADER_WITH_MEMBER: &str = "sleep 300 & echo $!; exec sleep 300";
+
+    /// Starts `cmd` (a shell running [`LEADER_WITH_MEMBER`]): the leader, and its member's pid.
+    fn leader_with_member(cmd: &mut std::process::Command) -> (std::process::Child, i32) {
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        (child, line.trim().parse().unwrap())
+    }
+
     /// Whole in one read or several (a file longer than the first buffer), cut at the limit.
     #[test]
     fn a_kernel_file_is_read_whole_and_no_further_than_its_limit() {
@@ -584,19 +599,11 @@ mod tests {
     #[test]
     fn a_lanes_leaders_are_the_members_that_lead_their_own_session() {
         let lane = tempfile::tempdir().unwrap();
-        let mut leader = std::process::Command::new("setsid")
-            .args(["sh", "-c", "sleep 300 & echo $!; exec sleep 300"])
-            .env(crate::afk_env::RETIRE_FILE, lane.path().join("retire"))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let member: i32 = line.trim().parse().unwrap();
+        let (mut leader, member) = leader_with_member(
+            std::process::Command::new("setsid")
+                .args(["sh", "-c", LEADER_WITH_MEMBER])
+                .env(crate::afk_env::RETIRE_FILE, lane.path().join("retire")),
+        );
         let leader_pid = leader.id() as i32;
         let pids = |found: Vec<FleetMember>| {
             let mut p: Vec<i32> = found.into_iter().map(|m| m.proc.pid).collect();
@@ -646,19 +653,11 @@ mod tests {
             eprintln!("SKIPPED on this machine: no PIDFD_SIGNAL_PROCESS_GROUP");
             return;
         }
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "sleep 300 & echo $!; exec sleep 300"])
-            .stdout(std::process::Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let member: i32 = line.trim().parse().unwrap();
+        let (mut child, member) = leader_with_member(
+            std::process::Command::new("sh")
+                .args(["-c", LEADER_WITH_MEMBER])
+                .process_group(0),
+        );
         let leader = child.id() as i32;
         let fd = Pidfd::open(leader).unwrap();
         nix::sys::signal::kill(
