@@ -204,12 +204,6 @@ impl Driver {
         self.carry(fleet, effects, now);
     }
 
-    /// What [`read_holds`] needs, to read it off the loop before a start's first spawns.
-    pub fn holds_reader(&self) -> impl FnOnce() -> HoldsRead + Send + 'static {
-        let (layout, budget) = (self.layout.clone(), self.budget.clone());
-        move || read_holds(&layout, &budget)
-    }
-
     /// Feeds one outside event; answers to its effects are fed at once.
     pub fn feed(&mut self, fleet: &mut Fleet, event: Event, now: Instant) {
         match event {
@@ -746,6 +740,7 @@ fn blocking(job: impl FnOnce() + Send + 'static) {
 }
 
 /// What holds the fleet, as the events the fleet takes it by ([`read_holds`]).
+#[derive(Debug, Default)]
 pub struct HoldsRead {
     pub events: Vec<Event>,
     /// A pause of the rate limit or a hold of the agent's: no queue check is asked.

@@ -15,7 +15,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::children::{Os, SlotLogs};
-use super::driver::Driver;
+use super::driver::{Driver, HoldsRead, read_holds};
 use super::event::{self, Adoptee};
 use super::exits::Exits;
 use super::fleet::Fleet;
@@ -328,8 +328,8 @@ async fn run_fleet(
             beside_boot(&config, layout)
         })
         .await;
-    let boot = match boot {
-        BootWait::Done(r) => r,
+    let (boot, holds) = match boot {
+        BootWait::Done(done) => *done,
         BootWait::Signalled(code) => {
             forget_isolation(entered, &mut journal);
             logs.discard();
@@ -448,10 +448,8 @@ async fn run_fleet(
     // The holds in force before the first spawn: a pause or an agent's hold written while
     // no fleet ran holds this start (`pause` says so), where the first queue check would
     // only have stopped the respawns after every slot had started once.
-    if let Ok(holds) = tokio::task::spawn_blocking(driver.holds_reader()).await {
-        for e in holds.events {
-            driver.feed(&mut fleet, e, Instant::now());
-        }
+    for e in holds.events {
+        driver.feed(&mut fleet, e, Instant::now());
     }
     driver.start(&mut fleet, adoptees, dead, had_state, Instant::now());
     driver.flush_log();
@@ -598,7 +596,9 @@ async fn event_loop(
 }
 
 enum BootWait {
-    Done(SuiteRun),
+    /// The suite's run, and the holds read after it on its thread (boxed: the enum lives
+    /// once, and its other variant is a number).
+    Done(Box<(SuiteRun, HoldsRead)>),
     Signalled(i32),
 }
 
@@ -615,7 +615,10 @@ fn forget_isolation(entered: Result<Entering, CgroupRequired>, journal: &mut Jou
 }
 
 /// Runs the suite on the blocking pool so a stop signal during a long sweep is obeyed at
-/// once (nothing has been spawned yet, so there is nothing else to stop).
+/// once (nothing has been spawned yet, so there is nothing else to stop), then, on the same
+/// thread, reads the holds the start must obey before its first spawn ([`read_holds`]):
+/// after the suite, so a rate limit one of its tracker calls met is among them, and on its
+/// thread, so the start asks the pool for no second one.
 ///
 /// `meanwhile` runs on this thread while the suite runs: what else the start needs that
 /// does not wait on the suite.
@@ -626,25 +629,27 @@ async fn run_boot<T>(
     signals: &mut Signals<Descriptor>,
     meanwhile: impl FnOnce() -> T,
 ) -> (BootWait, T) {
-    let Some(tracker) = tracker.cloned() else {
-        let done = BootWait::Done(SuiteRun::precheck_failed("tracker unavailable"));
-        return (done, meanwhile());
-    };
+    let tracker = tracker.cloned();
     let (layout2, config2) = (layout.clone(), config.clone());
     let began = Instant::now();
     // Progress of a boot that may take minutes: a line per sweep start and end for the
     // operator, and the same in systemd's STATUS= while the unit is still starting.
     let mut notifier = Notifier::from_env();
     let suite = tokio::task::spawn_blocking(move || {
-        let git = Git::new(layout2.repo());
-        let ctx = SweepCtx::new(&layout2, &config2, tracker.as_ref(), &git, false);
-        let run = suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
-            let line = p.line();
-            super::journal::echo_line(&line);
-            notifier.status(&line);
-        });
+        let run = match tracker {
+            Some(tracker) => {
+                let git = Git::new(layout2.repo());
+                let ctx = SweepCtx::new(&layout2, &config2, tracker.as_ref(), &git, false);
+                suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
+                    let line = p.line();
+                    super::journal::echo_line(&line);
+                    notifier.status(&line);
+                })
+            }
+            None => SuiteRun::precheck_failed("tracker unavailable"),
+        };
         notifier.finish();
-        run
+        (run, read_holds(&layout2, &config2.budget))
     });
     let beside = meanwhile();
     tracing::info!(
@@ -653,11 +658,15 @@ async fn run_boot<T>(
     );
     let wait = tokio::select! {
         r = suite => match r {
-            Ok(r) => {
+            Ok((r, holds)) => {
                 tracing::info!(elapsed_us = began.elapsed().as_micros() as u64, "boot suite finished");
-                BootWait::Done(r)
+                BootWait::Done(Box::new((r, holds)))
             }
-            Err(e) => BootWait::Done(SuiteRun::failed(format!("the boot suite did not finish: {e}"))),
+            // The holds go unread: the first queue check reads them.
+            Err(e) => BootWait::Done(Box::new((
+                SuiteRun::failed(format!("the boot suite did not finish: {e}")),
+                HoldsRead::default(),
+            ))),
         },
         code = signals.stop() => BootWait::Signalled(code),
     };
