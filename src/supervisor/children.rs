@@ -253,18 +253,10 @@ pub struct Os {
 /// its spawn, which reports why.
 #[derive(Debug, Default)]
 pub struct SlotLogs {
-    logs: Vec<SlotLog>,
+    /// By slot, each as [`Os`] will keep it: `unused` where nothing was at its path before.
+    logs: Vec<(usize, KeptLog)>,
     /// The day's folder, when these logs made it.
     made_day: Option<std::path::PathBuf>,
-}
-
-#[derive(Debug)]
-struct SlotLog {
-    slot: usize,
-    path: std::path::PathBuf,
-    file: std::fs::File,
-    /// Nothing was at the path before: the file is ours to take back if no worker came.
-    made: bool,
 }
 
 impl SlotLogs {
@@ -275,33 +267,27 @@ impl SlotLogs {
         let absent = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
         let day = crate::timeutil::date_utc(SystemTime::now());
         let room = ((process::open_files_limit() / 2) as usize).saturating_sub(slots);
-        let made_day = Some(layout.slot_log(&day, 0))
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .filter(|d| slots > 0 && absent(d));
+        let made_day = Some(layout.logs().join(&day)).filter(|d| slots > 0 && absent(d));
         let logs = (0..slots.min(room))
             .filter_map(|slot| {
                 let path = layout.slot_log(&day, slot);
-                let made = absent(&path);
-                let file = spawn::open_log(&path).ok()?;
-                Some(SlotLog {
-                    slot,
-                    path,
-                    file,
-                    made,
-                })
+                let unused = absent(&path);
+                let file = Arc::new(spawn::open_log(&path).ok()?);
+                Some((slot, KeptLog { path, file, unused }))
             })
             .collect();
         SlotLogs { logs, made_day }
     }
+}
 
-    /// A start that spawns nothing after all (a halted boot, a stop during it) takes back
-    /// what [`SlotLogs::open`] made and no worker wrote to: the empty files and the day's
-    /// folder, so a fleet that never started leaves no logs to read.
-    pub fn discard(self) {
-        for log in self.logs.iter().filter(|l| l.made) {
-            take_back(&log.path, &log.file);
-        }
-        if let Some(day) = self.made_day {
+impl Drop for SlotLogs {
+    /// Logs never handed to an [`Os`] (a start that spawns nothing after all: a halted
+    /// boot, a stop during it, a refused isolation) are taken back where [`SlotLogs::open`]
+    /// made them and no worker wrote to them, with the day's folder it made, so a fleet
+    /// that never started leaves no logs to read, on every way out of the start.
+    fn drop(&mut self) {
+        self.logs.drain(..).for_each(|(_, kept)| kept.let_go());
+        if let Some(day) = self.made_day.take() {
             let _ = std::fs::remove_dir(day);
         }
     }
@@ -312,8 +298,9 @@ impl SlotLogs {
 struct KeptLog {
     path: std::path::PathBuf,
     file: Arc<std::fs::File>,
-    /// Made before the boot for a first spawn that has not come ([`SlotLogs`]): a slot
-    /// that stays paused, parked or past the target keeps no empty log of the day.
+    /// Made (nothing was at its path) before the boot for a first spawn that has not come
+    /// ([`SlotLogs`]): a slot that stays paused, parked or past the target keeps no empty
+    /// log of the day.
     unused: bool,
 }
 
@@ -395,22 +382,14 @@ impl Os {
 
     /// Logs opened before the first spawn ([`SlotLogs::open`]), kept as each slot's last
     /// attempt would have kept it; past the limit on kept logs the rest are let go of.
-    pub fn with_slot_logs(mut self, logs: SlotLogs) -> Os {
+    pub fn with_slot_logs(mut self, mut logs: SlotLogs) -> Os {
         let room = self
             .slot_logs_max
             .saturating_sub(self.slot_logs.len() + self.pidfds.len());
-        let mut logs = logs.logs.into_iter();
-        for log in logs.by_ref().take(room) {
-            let kept = KeptLog {
-                path: log.path,
-                file: Arc::new(log.file),
-                unused: log.made,
-            };
-            self.slot_logs.insert(log.slot, kept);
-        }
-        for log in logs.filter(|l| l.made) {
-            take_back(&log.path, &log.file);
-        }
+        logs.made_day = None;
+        let mut logs = std::mem::take(&mut logs.logs).into_iter();
+        self.slot_logs.extend(logs.by_ref().take(room));
+        logs.for_each(|(_, kept)| kept.let_go());
         self
     }
 
@@ -1090,7 +1069,7 @@ mod batch_tests {
         let log = |slot| layout.slot_log(&day, slot);
         let logs = SlotLogs::open(&layout, 2);
         assert!(log(0).is_file() && log(1).is_file() && !log(2).exists());
-        logs.discard();
+        drop(logs);
         assert!(
             !log(0).parent().unwrap().exists(),
             "the day's folder made and taken back"
@@ -1098,7 +1077,7 @@ mod batch_tests {
 
         std::fs::create_dir_all(log(1).parent().unwrap()).unwrap();
         std::fs::write(log(1), "before\n").unwrap();
-        SlotLogs::open(&layout, 3).discard();
+        drop(SlotLogs::open(&layout, 3));
         assert!(!log(0).exists() && !log(2).exists());
         assert_eq!(std::fs::read_to_string(log(1)).unwrap(), "before\n");
 

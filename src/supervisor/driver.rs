@@ -660,21 +660,13 @@ impl Driver {
         blocking(move || {
             // The holds are read first: a paused or held fleet's queue check costs no call.
             let holds = read_holds(&layout, &budget);
-            let held = holds.held;
+            let held = holds.held();
             for e in holds.events {
                 let _ = tx.send(e);
             }
             if held {
                 return;
             }
-            let paused = || match crate::pause::read(&layout.state()) {
-                Ok(Some(p)) if p.active_at(now_epoch()) => Some(p),
-                Ok(_) => None,
-                Err(e) => {
-                    let _ = tx.send(Event::PauseFile(e));
-                    None
-                }
-            };
             if count_quarantined
                 && let Ok(t) = &tracker
                 && let Ok(q) = t.list_open_with_label(tracker::labels::QUARANTINED, QUEUE_LIMIT)
@@ -688,9 +680,10 @@ impl Driver {
                     .map_err(QueueError::from),
                 Err(e) => Err(QueueError::Unavailable(e)),
             };
-            // A rate-limited answer has just recorded the pause (the gh backend does).
+            // A rate-limited answer has just recorded the pause (the gh backend does); a
+            // file that cannot be read was reported by `read_holds` a moment ago.
             if r.is_err()
-                && let Some(p) = paused()
+                && let Some(p) = crate::pause::active(&layout.state())
             {
                 let _ = tx.send(Event::Paused(p));
                 return;
@@ -743,8 +736,15 @@ fn blocking(job: impl FnOnce() + Send + 'static) {
 #[derive(Debug, Default)]
 pub struct HoldsRead {
     pub events: Vec<Event>,
-    /// A pause of the rate limit or a hold of the agent's: no queue check is asked.
-    pub held: bool,
+}
+
+impl HoldsRead {
+    /// A pause of the rate limit or a hold of the agent's is among them: no queue check.
+    pub fn held(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Paused(_) | Event::Hold(..)))
+    }
 }
 
 /// The fleet's holds, read before anything is asked of the tracker and before a start's
@@ -771,22 +771,16 @@ pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead 
     match crate::pause::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
             events.push(Event::Paused(p));
-            return HoldsRead { events, held: true };
+            return HoldsRead { events };
         }
         Ok(_) => {}
         Err(e) => events.push(Event::PauseFile(e)),
     }
-    let held = match super::holds::read(layout, budget, now_epoch()) {
-        (Some(h), spend) => {
-            events.push(Event::Hold(h, spend));
-            true
-        }
-        (None, spend) => {
-            events.push(Event::Spend(spend));
-            false
-        }
-    };
-    HoldsRead { events, held }
+    events.push(match super::holds::read(layout, budget, now_epoch()) {
+        (Some(h), spend) => Event::Hold(h, spend),
+        (None, spend) => Event::Spend(spend),
+    });
+    HoldsRead { events }
 }
 
 /// The numbers of the issues a worker would try to claim: claimable labels and no claim

@@ -332,7 +332,6 @@ async fn run_fleet(
         BootWait::Done(done) => *done,
         BootWait::Signalled(code) => {
             forget_isolation(entered, &mut journal);
-            logs.discard();
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
@@ -372,7 +371,6 @@ async fn run_fleet(
     }
     if boot.is_halted() {
         forget_isolation(entered, &mut journal);
-        logs.discard();
         return Ok(RunEnd::BootHalted);
     }
 
@@ -380,7 +378,6 @@ async fn run_fleet(
         Ok(x) => x.settle(&config),
         Err(e) => {
             journal.write(Event::now(kind::ERROR, e.to_string()));
-            logs.discard();
             return Err(e.into());
         }
     };
