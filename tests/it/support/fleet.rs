@@ -247,6 +247,22 @@ impl Fleet {
         self.events_of(kind)
     }
 
+    /// Waits until a record of `kind` whose message contains `text` exists, and returns it;
+    /// panics with the log otherwise. For what the supervisor logs after it acts (a stray is
+    /// sent its SIGTERM before the line saying so is written).
+    pub fn wait_event_with(&self, kind: &str, text: &str) -> Event {
+        let mut found = None;
+        let ok = wait_until(WAIT, || {
+            found = self
+                .events_of(kind)
+                .into_iter()
+                .find(|e| e.msg.contains(text));
+            found.is_some()
+        });
+        assert!(ok, "waited for {kind} with {text:?}; log:\n{}", self.dump());
+        found.expect("found when waited for")
+    }
+
     pub fn state(&self) -> Option<StateFile> {
         state_file::read(&self.layout.state_file()).ok().flatten()
     }
