@@ -240,6 +240,9 @@ pub struct Os {
     /// the pidfds, one per worker, keep the room they had and a fleet is not capped by its
     /// logs: a slot's log is then opened for each spawn.
     slot_logs_max: usize,
+    /// The day's folder [`SlotLogs::open`] made for the first spawns: taken back once their
+    /// unused logs are (a new day, the end), if nothing else is in it by then.
+    made_day: Option<std::path::PathBuf>,
     /// Workers answered before their `execve` was seen, by pid: what each child reads
     /// until then. Let go of at a later spawn once landed, or at the child's end; never
     /// more than [`IN_FLIGHT`].
@@ -317,6 +320,7 @@ impl Drop for Os {
     /// A supervisor's end takes back the logs it made for spawns that never came.
     fn drop(&mut self) {
         self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
+        self.take_back_day();
     }
 }
 
@@ -359,6 +363,7 @@ impl Os {
             pidfds: HashMap::new(),
             slot_logs: HashMap::new(),
             slot_logs_max: (process::open_files_limit() / 2) as usize,
+            made_day: None,
             detached: Vec::new(),
         }
     }
@@ -386,7 +391,7 @@ impl Os {
         let room = self
             .slot_logs_max
             .saturating_sub(self.slot_logs.len() + self.pidfds.len());
-        logs.made_day = None;
+        self.made_day = logs.made_day.take();
         let mut logs = std::mem::take(&mut logs.logs).into_iter();
         self.slot_logs.extend(logs.by_ref().take(room));
         logs.for_each(|(_, kept)| kept.let_go());
@@ -416,6 +421,9 @@ impl Os {
             }
             keep
         });
+        if self.made_day.as_deref() != day {
+            self.take_back_day();
+        }
         if self.slot_logs.len() + self.pidfds.len() < self.slot_logs_max {
             let kept = KeptLog {
                 path: path.to_path_buf(),
@@ -429,6 +437,14 @@ impl Os {
             self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
         }
         Ok(file)
+    }
+
+    /// The folder [`SlotLogs::open`] made, removed if empty (every log in it taken back):
+    /// a fleet that never spawned that day leaves no day to read in `logs`.
+    fn take_back_day(&mut self) {
+        if let Some(day) = self.made_day.take() {
+            let _ = std::fs::remove_dir(day);
+        }
     }
 
     /// A spawn up to its clone: in cgroup mode inside a fresh cgroup of its own.
@@ -1120,6 +1136,22 @@ mod batch_tests {
             !log(0).exists() && !log(1).exists(),
             "taken back at the end"
         );
+        assert!(
+            !log(0).parent().unwrap().exists(),
+            "with the day's folder it made"
+        );
+
+        // A new day takes back the folder made for the day before, once empty.
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut os = Os::new(tx).with_slot_logs(SlotLogs::open(&layout, 2));
+        let next_day = dir.path().join("next-day").join("slot-0.log");
+        attempt(&mut os, 0, &next_day, 3);
+        assert!(
+            !log(0).parent().unwrap().exists(),
+            "taken back at a new day"
+        );
+        drop(os);
+        assert!(next_day.exists(), "a written log stays, with its folder");
     }
 
     /// A slot's attempts write to one open log while its path (the day's) stays and the

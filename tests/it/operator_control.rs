@@ -129,6 +129,28 @@ fn a_pause_written_without_a_fleet_holds_the_next_start_until_resumed() {
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
 
+/// A fleet held by a pause from its start and then stopped spawned nothing: the slot logs
+/// opened for its first spawns are taken back at its end, with the day's folder made for
+/// them, so `logs` has no empty day to show.
+#[test]
+fn a_fleet_paused_from_its_start_and_stopped_leaves_no_slot_logs() {
+    let mut f = Fleet::new(CYCLING_WORKER, FAST_TIMING);
+    let out = f.run_cmd(&["pause", "--reason", "before the start"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    f.start(&["--workers", "3"]);
+    f.wait_events("fleet.operator-paused", 1);
+    wait_ticks(&f, 2);
+    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+    assert!(f.wait_exit().code().is_some());
+    let days: Vec<_> = match std::fs::read_dir(f.layout.logs()) {
+        Ok(d) => d.map(|e| e.unwrap().path()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("{e}"),
+    };
+    assert!(days.is_empty(), "left: {days:?}\n{}", f.dump());
+}
+
 #[test]
 fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
     let mut f = Fleet::new(NOTING_WORKER, FAST_TIMING);
