@@ -293,8 +293,9 @@ impl FleetCgroups {
     }
 
     /// Makes slot `slot`'s directory `s` (one there already is fine) and enables the
-    /// attempts' controllers in it. With none delegated there is nothing to enable, and `cgroup.subtree_control` is not
-    /// even read (it was, twice a slot: 128 reads in a start of 64).
+    /// attempts' controllers in it. With none delegated there is nothing to enable, and
+    /// `cgroup.subtree_control` is not even read (it was, twice a slot: 128 reads in a
+    /// start of 64).
     fn prepare_slot(&self, slot: usize, s: &Cgroup) -> Result<(), CgroupError> {
         s.create()?;
         if !self.controllers.is_empty() {

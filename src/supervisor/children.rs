@@ -240,9 +240,10 @@ pub struct Os {
     /// the pidfds, one per worker, keep the room they had and a fleet is not capped by its
     /// logs: a slot's log is then opened for each spawn.
     slot_logs_max: usize,
-    /// The day's folder [`SlotLogs::open`] made for the first spawns: taken back once their
-    /// unused logs are (a new day, the end), if nothing else is in it by then.
-    made_day: Option<std::path::PathBuf>,
+    /// The day's folder [`SlotLogs::open`] made for the first spawns, let go of at a new
+    /// day or the end. Declared after `slot_logs`, so at the end it is dropped after the
+    /// logs in it are taken back.
+    made_day: Option<MadeDay>,
     /// Workers answered before their `execve` was seen, by pid: what each child reads
     /// until then. Let go of at a later spawn once landed, or at the child's end; never
     /// more than [`IN_FLIGHT`].
@@ -258,8 +259,8 @@ pub struct Os {
 pub struct SlotLogs {
     /// By slot, each as [`Os`] will keep it: `unused` where nothing was at its path before.
     logs: Vec<(usize, KeptLog)>,
-    /// The day's folder, when these logs made it.
-    made_day: Option<std::path::PathBuf>,
+    /// The day's folder, when these logs made it (after `logs`: dropped after them).
+    made_day: Option<MadeDay>,
 }
 
 impl SlotLogs {
@@ -267,10 +268,15 @@ impl SlotLogs {
     /// of the `slots` workers, all under half the open-files limit (none at all for a fleet
     /// that size limit leaves no room for).
     pub fn open(layout: &crate::layout::Layout, slots: usize) -> SlotLogs {
-        let absent = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let absent = |p: &Path| {
+            matches!(std::fs::symlink_metadata(p),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        };
         let day = crate::timeutil::date_utc(SystemTime::now());
         let room = ((process::open_files_limit() / 2) as usize).saturating_sub(slots);
-        let made_day = Some(layout.logs().join(&day)).filter(|d| slots > 0 && absent(d));
+        let made_day = Some(layout.logs().join(&day))
+            .filter(|d| slots > 0 && absent(d))
+            .map(MadeDay);
         let logs = (0..slots.min(room))
             .filter_map(|slot| {
                 let path = layout.slot_log(&day, slot);
@@ -283,20 +289,22 @@ impl SlotLogs {
     }
 }
 
-impl Drop for SlotLogs {
-    /// Logs never handed to an [`Os`] (a start that spawns nothing after all: a halted
-    /// boot, a stop during it, a refused isolation) are taken back where [`SlotLogs::open`]
-    /// made them and no worker wrote to them, with the day's folder it made, so a fleet
-    /// that never started leaves no logs to read, on every way out of the start.
+/// The day's folder [`SlotLogs::open`] made: removed when let go of, if every log in it was
+/// taken back by then (`remove_dir` removes only an empty one), so a fleet that never
+/// spawned that day leaves no empty day for `logs` to show.
+#[derive(Debug)]
+struct MadeDay(std::path::PathBuf);
+
+impl Drop for MadeDay {
     fn drop(&mut self) {
-        self.logs.drain(..).for_each(|(_, kept)| kept.let_go());
-        if let Some(day) = self.made_day.take() {
-            let _ = std::fs::remove_dir(day);
-        }
+        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
-/// A slot's log as [`Os`] keeps it open between attempts.
+/// A slot's log as [`Os`] keeps it open between attempts. Let go of (dropped) wherever
+/// that happens: never handed to an [`Os`] (a start that spawns nothing after all: a
+/// halted boot, a stop during it, a refused isolation), past the limit on kept logs, at a
+/// new day, replaced, or at the supervisor's end.
 #[derive(Debug)]
 struct KeptLog {
     path: std::path::PathBuf,
@@ -307,20 +315,12 @@ struct KeptLog {
     unused: bool,
 }
 
-impl KeptLog {
+impl Drop for KeptLog {
     /// No longer kept: a log made for a spawn that never came is taken back.
-    fn let_go(&self) {
+    fn drop(&mut self) {
         if self.unused {
             take_back(&self.path, &self.file);
         }
-    }
-}
-
-impl Drop for Os {
-    /// A supervisor's end takes back the logs it made for spawns that never came.
-    fn drop(&mut self) {
-        self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
-        self.take_back_day();
     }
 }
 
@@ -392,9 +392,8 @@ impl Os {
             .slot_logs_max
             .saturating_sub(self.slot_logs.len() + self.pidfds.len());
         self.made_day = logs.made_day.take();
-        let mut logs = std::mem::take(&mut logs.logs).into_iter();
-        self.slot_logs.extend(logs.by_ref().take(room));
-        logs.for_each(|(_, kept)| kept.let_go());
+        self.slot_logs
+            .extend(std::mem::take(&mut logs.logs).into_iter().take(room));
         self
     }
 
@@ -414,15 +413,9 @@ impl Os {
         }
         let file = Arc::new(spawn::open_log(path)?);
         let day = path.parent();
-        self.slot_logs.retain(|_, kept| {
-            let keep = kept.path.parent() == day;
-            if !keep {
-                kept.let_go();
-            }
-            keep
-        });
-        if self.made_day.as_deref() != day {
-            self.take_back_day();
+        self.slot_logs.retain(|_, kept| kept.path.parent() == day);
+        if self.made_day.as_ref().map(|d| d.0.as_path()) != day {
+            self.made_day = None;
         }
         if self.slot_logs.len() + self.pidfds.len() < self.slot_logs_max {
             let kept = KeptLog {
@@ -430,21 +423,11 @@ impl Os {
                 file: Arc::clone(&file),
                 unused: false,
             };
-            if let Some(before) = self.slot_logs.insert(slot, kept) {
-                before.let_go();
-            }
+            self.slot_logs.insert(slot, kept);
         } else {
-            self.slot_logs.drain().for_each(|(_, kept)| kept.let_go());
+            self.slot_logs.clear();
         }
         Ok(file)
-    }
-
-    /// The folder [`SlotLogs::open`] made, removed if empty (every log in it taken back):
-    /// a fleet that never spawned that day leaves no day to read in `logs`.
-    fn take_back_day(&mut self) {
-        if let Some(day) = self.made_day.take() {
-            let _ = std::fs::remove_dir(day);
-        }
     }
 
     /// A spawn up to its clone: in cgroup mode inside a fresh cgroup of its own.

@@ -50,6 +50,12 @@ impl Holds {
 }
 
 impl Fleet {
+    /// A pause (the rate limit's or the operator's) or an agent's hold keeps every slot
+    /// from starting.
+    pub(super) fn all_held(&self) -> bool {
+        self.guards.held() || self.holds.held.is_some()
+    }
+
     /// A queue check found a hold in force: nothing spawns until it ends. Logged once per
     /// hold; a later end found afterwards only moves the resume time.
     pub fn on_hold(&mut self, h: Hold, spend: Option<SpendToday>, now: Instant) {

@@ -81,7 +81,7 @@ impl Fleet {
                     self.log(line(kind::IDLE, msg).slot(idx));
                 }
                 self.view.ready_set = Some(set);
-                let idle = if self.guards.held() || self.holds.held.is_some() {
+                let idle = if self.all_held() {
                     // A check answered just before the pause began: nothing wakes.
                     Vec::new()
                 } else {

@@ -140,10 +140,10 @@ impl Fleet {
     }
 
     /// The worker of slot `idx` (asked for at `started`; `pid` once it had one) never ran,
-    /// for `error` (`slot.spawn-failed`). The slot keeps that as its last end, and it is a fast death for the
-    /// circuit, whether the failure came with the spawn's answer or at the child's end
-    /// ([`Fleet::on_not_started`]): no claims, no attempt, no probe of the agent's account
-    /// answered.
+    /// for `error` (`slot.spawn-failed`). The slot keeps that as its last end, and it is a
+    /// fast death for the circuit, whether the failure came with the spawn's answer or at
+    /// the child's end ([`Fleet::on_not_started`]): no claims, no attempt, no probe of the
+    /// agent's account answered.
     pub(super) fn start_failed(
         &mut self,
         idx: usize,

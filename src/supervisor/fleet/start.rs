@@ -28,7 +28,7 @@ impl Fleet {
         }
         // Holds read before the start (a pause written while no fleet ran) keep every slot
         // from spawning; the first queue check after they lift starts them.
-        self.launch.held_start = self.guards.held() || self.holds.held.is_some();
+        self.launch.held_start = self.all_held();
         let (t, m) = (self.pool.target, self.pool.shrink_mode);
         self.reconcile(t, m, now);
         // One write for the whole start-up, never one per spawn.
@@ -42,11 +42,7 @@ impl Fleet {
     /// would wake only as many as it has issues. Asked at each queue answer, which is where
     /// every hold's end is learnt; after the first, it costs one test.
     pub(super) fn start_held_slots(&mut self, now: Instant) {
-        if !self.launch.held_start
-            || self.guards.held()
-            || self.holds.held.is_some()
-            || self.holds.probe.is_some()
-        {
+        if !self.launch.held_start || self.all_held() || self.holds.probe.is_some() {
             return;
         }
         self.launch.held_start = false;
