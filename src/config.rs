@@ -15,6 +15,7 @@ use crate::afk_env;
 use crate::agent_profile::ProfileKind;
 use crate::fsutil::{Links, read_capped};
 use crate::layout::Layout;
+use crate::sandbox::SandboxMode;
 use crate::text::{clip_quoted, excerpt, line_col};
 
 pub mod template;
@@ -80,6 +81,37 @@ pub struct Agent {
     /// `[agent] prompt`: the task's template (`{title}`, `{body_file}`, `{number}`,
     /// `{branch}`, `{resume}`); `None` is the profile's default.
     pub prompt: Option<String>,
+    /// `[agent] sandbox` (`docs/SPEC.md` §11.19): bubblewrap unless `none` is chosen.
+    pub sandbox: SandboxMode,
+    /// `[agent] env`: variable names (a final `*` for a prefix) passed to the agent besides
+    /// the basics and its profile's.
+    pub env: Vec<String>,
+    /// `[agent] home_files`: what the private home is seeded with, relative to the
+    /// operator's home; `None` is the profile's list.
+    pub home_files: Option<Vec<String>>,
+    /// `[agent] sandbox_read`: absolute paths shown read-only inside the sandbox where the
+    /// operator's home hides them.
+    pub sandbox_read: Vec<PathBuf>,
+    /// `[agent] network`: whether the sandboxed agent keeps the host's network.
+    pub network: bool,
+    /// `[agent] sensitive_paths`: changes under these are held for a person, not pushed.
+    pub sensitive_paths: Vec<String>,
+}
+
+/// The default of `agent.sensitive_paths`: a pushed workflow runs with the repository's
+/// secrets.
+pub const SENSITIVE_PATHS: &[&str] = &[".github/workflows/"];
+
+impl Agent {
+    /// The files the private home is seeded with.
+    pub fn home_files(&self) -> Vec<String> {
+        self.home_files.clone().unwrap_or_else(|| {
+            crate::sandbox::home::profile_files(self.profile)
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        })
+    }
 }
 
 /// Spend limits (`docs/SPEC.md` §11.13): at the day's budget the fleet claims nothing new
@@ -376,6 +408,12 @@ impl Default for Config {
                 command: None,
                 profile: ProfileKind::Generic,
                 prompt: None,
+                sandbox: SandboxMode::Bwrap,
+                env: Vec::new(),
+                home_files: None,
+                sandbox_read: Vec::new(),
+                network: true,
+                sensitive_paths: SENSITIVE_PATHS.iter().map(|s| s.to_string()).collect(),
             },
             tracker: TrackerCfg {
                 kind: TrackerKind::Auto,
@@ -563,6 +601,12 @@ struct FileAgent {
     command: S<Vec<String>>,
     profile: S<ProfileKind>,
     prompt: S<String>,
+    sandbox: S<SandboxMode>,
+    env: S<Vec<String>>,
+    home_files: S<Vec<String>>,
+    sandbox_read: S<Vec<PathBuf>>,
+    network: S<bool>,
+    sensitive_paths: S<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -812,6 +856,51 @@ impl Builder {
         Ok(Some(x))
     }
 
+    /// The agent's reach (`docs/SPEC.md` §11.19): its sandbox, environment and home.
+    fn apply_agent_reach(&mut self, a: FileAgent) -> Result<(), ConfigError> {
+        if let Some(x) = self.take("agent.sandbox", a.sandbox) {
+            self.cfg.agent.sandbox = x;
+        }
+        if let Some(x) = self.take("agent.env", a.env) {
+            if let Some(bad) = x.iter().find(|n| !env_name_ok(n)) {
+                return Err(ConfigError(format!(
+                    "{}: agent.env: {bad:?} is not a variable name (letters, digits and _, optionally ending in *)",
+                    self.origin_of("agent.env")
+                )));
+            }
+            self.cfg.agent.env = x;
+        }
+        if let Some(x) = self.take("agent.home_files", a.home_files) {
+            if let Some(bad) = x
+                .iter()
+                .find(|f| f.is_empty() || f.starts_with('/') || f.split('/').any(|c| c == ".."))
+            {
+                return Err(ConfigError(format!(
+                    "{}: agent.home_files: {bad:?} must be a path relative to the home, without ..",
+                    self.origin_of("agent.home_files")
+                )));
+            }
+            self.cfg.agent.home_files = Some(x);
+        }
+        if let Some(x) = self.take("agent.sandbox_read", a.sandbox_read) {
+            if let Some(bad) = x.iter().find(|p| !p.is_absolute()) {
+                return Err(ConfigError(format!(
+                    "{}: agent.sandbox_read: {:?} is not an absolute path",
+                    self.origin_of("agent.sandbox_read"),
+                    bad.display().to_string()
+                )));
+            }
+            self.cfg.agent.sandbox_read = x;
+        }
+        if let Some(x) = self.take("agent.network", a.network) {
+            self.cfg.agent.network = x;
+        }
+        if let Some(x) = self.take("agent.sensitive_paths", a.sensitive_paths) {
+            self.cfg.agent.sensitive_paths = x;
+        }
+        Ok(())
+    }
+
     /// `[isolation]` and the cgroup limits of `[worker]` and `[fleet]`.
     fn apply_isolation(
         &mut self,
@@ -882,15 +971,16 @@ impl Builder {
         {
             self.cfg.worker.max_failed_attempts = x;
         }
-        if let Some(x) = self.take("agent.command", d.agent.command) {
+        if let Some(x) = self.take("agent.command", d.agent.command.take()) {
             self.cfg.agent.command = Some(x);
         }
-        if let Some(x) = self.take("agent.profile", d.agent.profile) {
+        if let Some(x) = self.take("agent.profile", d.agent.profile.take()) {
             self.cfg.agent.profile = x;
         }
-        if let Some(x) = self.take("agent.prompt", d.agent.prompt) {
+        if let Some(x) = self.take("agent.prompt", d.agent.prompt.take()) {
             self.cfg.agent.prompt = Some(x);
         }
+        self.apply_agent_reach(d.agent)?;
         self.apply_budget(d.budget)?;
         if let Some(x) = self.take("tracker.kind", d.tracker.kind) {
             self.cfg.tracker.kind = x;
@@ -1322,6 +1412,14 @@ pub fn process_env() -> HashMap<String, String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()
+}
+
+/// A variable name for `agent.env`: letters, digits and `_`, optionally ending in `*`.
+fn env_name_ok(n: &str) -> bool {
+    let base = n.strip_suffix('*').unwrap_or(n);
+    !base.is_empty()
+        && !base.starts_with(|c: char| c.is_ascii_digit())
+        && base.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 #[cfg(test)]

@@ -75,6 +75,12 @@ pub enum Outcome {
     /// Not an attempt: the issue's spend passed `budget.usd_per_issue` and it went to a
     /// person here. Spend before this record no longer counts against the issue.
     OverBudget,
+    /// The agent changed what it must not (refs, the shared git config or hooks, the
+    /// fleet's config; `docs/SPEC.md` §11.19): nothing was pushed and a person has the
+    /// issue. Not the issue's failure: a hostile text is a person's to judge.
+    Tampered,
+    /// The attempt's changes touch `agent.sensitive_paths`: held for a person, not pushed.
+    Held,
 }
 
 impl Outcome {
@@ -105,6 +111,8 @@ impl fmt::Display for Outcome {
             Outcome::AccountLimited => f.write_str("account-limited"),
             Outcome::OverBudget => f.write_str("over-budget"),
             Outcome::OomKilled => f.write_str("oom-killed"),
+            Outcome::Tampered => f.write_str("tampered"),
+            Outcome::Held => f.write_str("held"),
         }
     }
 }
@@ -129,6 +137,8 @@ impl FromStr for Outcome {
             "account-limited" => Outcome::AccountLimited,
             "over-budget" => Outcome::OverBudget,
             "oom-killed" => Outcome::OomKilled,
+            "tampered" => Outcome::Tampered,
+            "held" => Outcome::Held,
             other => {
                 let code = other
                     .strip_prefix("agent-failed exit ")

@@ -49,11 +49,13 @@
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose claim marks count),
 //!   `config`, `pause` (the fleet-wide rate-limit pause file).
-//! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
-//!   only `text`).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,
 //!   called by every end of an attempt that is not a clean hand-off and by every sweep
 //!   before it removes an attempt's tree).
+//! - `sandbox` (the agent's reach: its allowlisted environment and private home, the
+//!   bubblewrap plan, its own object directory taken in afterwards, the tamper check).
+//! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
+//!   only `text`).
 //! - `toonl` (the one TOONL reader and appender, and the one line a process that is not the
 //!   supervisor appends to the event log) and `toon_doc` (a TOON document writer for the
 //!   heartbeat's flat shapes, and the row writer for the event log's records, byte for byte
@@ -94,6 +96,7 @@ pub mod process;
 pub mod program;
 pub mod rescue;
 pub mod safe_delete;
+pub mod sandbox;
 pub mod service_unit;
 pub mod status;
 pub mod supervisor;

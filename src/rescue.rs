@@ -254,6 +254,15 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
         path: wt_path.clone(),
         source,
     };
+    // A sandboxed agent's commits are in its attempt's own object dir until its worker
+    // takes them in; a worker that died first left them there, and its attempt was never
+    // judged (`docs/SPEC.md` §11.19): kept on this checkout's ref, never pushed.
+    let room = crate::sandbox::AttemptRoom::new(plan.attempt_dir);
+    let unjudged = std::fs::symlink_metadata(&room.root).is_ok();
+    if unjudged {
+        crate::sandbox::objects::take_in(plan.git, &room.objects()).map_err(git_err)?;
+    }
+    let push = plan.push && !unjudged;
     let wt = plan.git.at(&wt_path);
     let git_dir = wt.git_dir().map_err(git_err)?;
     let head = wt.rev_parse("HEAD").map_err(git_err)?;
@@ -342,7 +351,7 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
     let mut reference = keep;
     // An earlier rescue made where nothing was pushed (a `stop --force`, a tracker that
     // was not `gh` then) is pushed now; a push of what `origin` has already changes nothing.
-    if plan.push {
+    if push {
         match (&branch, plan.git.has_origin()) {
             (Some(b), Ok(true)) => match wt.push_commit(&tip, b) {
                 Ok(()) => reference = b.clone(),

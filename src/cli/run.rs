@@ -38,8 +38,29 @@ pub fn checked_config(
         // The built-in worker would exit 78 on every slot: refuse before anything exists.
         crate::program::check_agent(&config, &ctx.layout)
             .map_err(|e| Failure::config(e.to_string()))?;
+        // Nor run agents unconfined where the sandbox asked for cannot be had.
+        let in_force = sandbox_in_force(&config, &sources)?;
+        eprintln!(
+            "afk-supervisor: {}",
+            in_force.describe(&sources.describe("agent.sandbox"))
+        );
     }
     Ok((config, sources))
+}
+
+/// The sandbox the built-in worker's agents will run in (`docs/SPEC.md` §11.19), or the
+/// one-line refusal (exit 78) when `agent.sandbox = "bwrap"` cannot be had here.
+pub fn sandbox_in_force(
+    config: &crate::config::Config,
+    sources: &crate::config::Sources,
+) -> Result<crate::sandbox::InForce, Failure> {
+    crate::sandbox::probe(
+        config.agent.sandbox,
+        std::env::var_os("PATH").as_deref(),
+        config.agent.network,
+        &sources.describe("agent.sandbox"),
+    )
+    .map_err(|e| Failure::config(e.to_string()))
 }
 
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {

@@ -127,6 +127,20 @@ impl Git {
         Ok(self.yes_no(a, 0, 1)?.0)
     }
 
+    /// Whether commit `ancestor` is reachable from `rev`.
+    pub fn is_ancestor(&self, ancestor: &str, rev: &str) -> GitResult<bool> {
+        check_rev(ancestor)?;
+        check_rev(rev)?;
+        let a = args([
+            "merge-base",
+            "--is-ancestor",
+            "--end-of-options",
+            ancestor,
+            rev,
+        ]);
+        Ok(self.yes_no(a, 0, 1)?.0)
+    }
+
     /// Deletes local branches with `git branch -D`, one call per [`super::ARGV_BUDGET`] of
     /// names. Branches already gone count as deleted; any left in place (checked out in a
     /// worktree) make a [`GitError::PartialDelete`] naming them.

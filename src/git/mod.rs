@@ -6,6 +6,7 @@
 //! over thousands of branches stays a handful of processes. [`Git::calls`] counts them.
 
 mod branches;
+mod objects;
 pub mod parse;
 mod paths;
 mod snapshot;
@@ -211,6 +212,7 @@ impl Git {
         env.push(("GIT_TERMINAL_PROMPT".into(), "0".into()));
         // Reads such as `status` must not take index.lock behind a working agent's back.
         env.push(("GIT_OPTIONAL_LOCKS".into(), "0".into()));
+        env.extend(hardening().iter().cloned());
         let opts = RunOpts {
             env,
             stdin,
@@ -241,6 +243,44 @@ impl Git {
             _ => Err(done.failed()),
         }
     }
+}
+
+/// The settings every git call of the fleet runs with, so nothing an agent planted in the
+/// repository runs outside its sandbox (issue 47): no hook (`core.hooksPath` pointed at an
+/// empty place) and no file-system monitor (`core.fsmonitor` names a program git would
+/// start on any index refresh). Given through `GIT_CONFIG_COUNT` (git 2.31+), after any
+/// the operator set there, so they win over every config file, the shared one included,
+/// and the argv that messages show stays the command itself.
+pub const HARDENING: [(&str, &str); 2] =
+    [("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
+
+/// [`HARDENING`] as environment variables, appended to the operator's own
+/// `GIT_CONFIG_COUNT` entries (read once per process).
+pub fn hardening() -> &'static [(OsString, OsString)] {
+    static VARS: std::sync::OnceLock<Vec<(OsString, OsString)>> = std::sync::OnceLock::new();
+    VARS.get_or_init(|| {
+        let have: usize = std::env::var("GIT_CONFIG_COUNT")
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        hardening_vars(have)
+    })
+}
+
+fn hardening_vars(have: usize) -> Vec<(OsString, OsString)> {
+    let mut vars = Vec::new();
+    for (i, (key, value)) in HARDENING.iter().enumerate() {
+        vars.push((format!("GIT_CONFIG_KEY_{}", have + i).into(), (*key).into()));
+        vars.push((
+            format!("GIT_CONFIG_VALUE_{}", have + i).into(),
+            (*value).into(),
+        ));
+    }
+    vars.push((
+        "GIT_CONFIG_COUNT".into(),
+        (have + HARDENING.len()).to_string().into(),
+    ));
+    vars
 }
 
 /// Builds an argv from string pieces.
@@ -399,6 +439,24 @@ mod tests {
         }
         let e = check_branch_name("-x").unwrap_err().to_string();
         assert!(e.contains("would be read as an option"), "{e}");
+    }
+
+    #[test]
+    fn hardening_follows_the_operators_own_config_entries() {
+        let v = hardening_vars(2);
+        let get = |k: &str| {
+            v.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, x)| x.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("GIT_CONFIG_KEY_2").as_deref(), Some("core.hooksPath"));
+        assert_eq!(get("GIT_CONFIG_VALUE_3").as_deref(), Some("false"));
+        assert_eq!(get("GIT_CONFIG_COUNT").as_deref(), Some("4"));
+        assert_eq!(
+            get("GIT_CONFIG_KEY_0"),
+            None,
+            "the operator's own are left alone"
+        );
     }
 
     #[test]

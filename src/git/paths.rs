@@ -77,6 +77,34 @@ impl Git {
         parse::name_status_z(&done.out.stdout).map_err(|w| done.parse_err(w.0))
     }
 
+    /// Paths the commits from `base` to `tip` change (added, modified, deleted, renamed
+    /// from and to), as git prints them.
+    pub fn paths_changed_between(&self, base: &str, tip: &str) -> GitResult<Vec<String>> {
+        check_rev(base)?;
+        check_rev(tip)?;
+        let a = args([
+            "diff",
+            "--name-only",
+            "-z",
+            "--no-renames",
+            "--no-relative",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--end-of-options",
+            base,
+            tip,
+            "--",
+        ]);
+        let done = self.ok(a)?;
+        Ok(done
+            .out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
+    }
+
     /// Files tracked under `prefix` at `rev`.
     pub fn ls_tree_paths(&self, rev: &str, prefix: &str) -> GitResult<Vec<String>> {
         check_rev(rev)?;

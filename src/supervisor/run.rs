@@ -384,6 +384,24 @@ async fn run_fleet(
     for n in notes {
         journal.write(Event::now(kind::ISOLATION, n));
     }
+    if config.worker.command.is_none() {
+        // Which sandbox the built-in worker's agents get, and why (`docs/SPEC.md` §11.19);
+        // a worker that cannot have it exits 78 before any claim.
+        let from = config
+            .file
+            .as_ref()
+            .map_or("the default".to_string(), |f| f.display().to_string());
+        let line = match crate::sandbox::probe(
+            config.agent.sandbox,
+            std::env::var_os("PATH").as_deref(),
+            config.agent.network,
+            &from,
+        ) {
+            Ok(in_force) => in_force.describe(&from),
+            Err(e) => e.to_string(),
+        };
+        journal.write(Event::now(kind::ISOLATION, line));
+    }
     let (mut adoptees, dead, had_state, recorded) = takeover_candidates(layout, &mut journal);
     if let Some(cg) = isolation.cgroups() {
         let t = super::isolation::adopt_by_cgroups(cg, &mut adoptees, &recorded);

@@ -121,6 +121,7 @@ pub mod kind {
         SLOT_STOPPED,
         SLOT_RESTART,
         crate::rescue::EVENT,
+        crate::sandbox::EVENT_REFUSED,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

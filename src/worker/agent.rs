@@ -44,13 +44,22 @@ impl Worker<'_> {
             session,
         );
         let result_file = attempt_dir.join(RESULT_FILE_NAME);
-        let mut cmd = Command::new(&argv[0]);
+        // An allowlisted environment and a private home always; inside bubblewrap unless
+        // `agent.sandbox = "none"` (`docs/SPEC.md` §11.19).
+        let (mut cmd, room) = self.confinement.command(
+            self.config,
+            self.layout,
+            attempt_dir,
+            worktree,
+            branch,
+            &argv,
+            &result_file,
+        )?;
         match resume {
             Some(b) => cmd.env(afk_env::RESUME_BRANCH, b),
             None => cmd.env_remove(afk_env::RESUME_BRANCH),
         };
-        cmd.args(&argv[1..])
-            .current_dir(worktree)
+        cmd.stdin(Stdio::null())
             .env(afk_env::RESULT_FILE, &result_file)
             .env(afk_env::ISSUE, issue.number.to_string())
             .env(afk_env::BRANCH, branch)
@@ -64,6 +73,7 @@ impl Worker<'_> {
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
+                super::reach::after_agent(&self.git, self.layout, &room, &self.wenv.worker_id);
                 let why = format!("agent.command {:?} could not start: {e}", self.agent[0]);
                 return match start_blame(&e) {
                     Blame::Issue => Ok(AgentEnd::NotStarted(StartFailure::Issue(why))),
@@ -80,7 +90,14 @@ impl Worker<'_> {
         // (newest record or slot-log write) can flag and kill it.
         let liveness = attempt_dir.join("liveness.toonl");
         append_liveness(&liveness, issue.number, "agent");
-        let wt = Git::new(worktree);
+        // The agent's new objects are in the attempt's own dir until it ends.
+        let wt = match self.confinement.in_force.bwrap() {
+            Some(_) => Git::new(worktree).with_env([(
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+                room.objects().into_os_string(),
+            )]),
+            None => Git::new(worktree),
+        };
         let mut seen = worktree_fingerprint(&wt);
         let every = Duration::from_secs(self.wenv.liveness_s);
         let mut next_look = timeutil::deadline(Instant::now(), every);
@@ -137,6 +154,7 @@ impl Worker<'_> {
         };
         // What it printed still names its session and cost, also when it was capped.
         let (stdout, stderr) = output.finish();
+        super::reach::after_agent(&self.git, self.layout, &room, &self.wenv.worker_id);
         Ok(match end? {
             Ended::Exited(code) => {
                 let result_file = crate::fsutil::read_small_file(
@@ -144,7 +162,9 @@ impl Worker<'_> {
                     agent_profile::generic::MAX_RESULT_BYTES,
                 )
                 .ok()
-                .flatten();
+                .flatten()
+                // Made empty for the sandbox to bind: not written.
+                .filter(|r| !r.is_empty());
                 AgentEnd::Exited(Finished {
                     code,
                     stdout,

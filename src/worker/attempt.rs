@@ -83,7 +83,10 @@ impl AttemptFile {
     /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
     /// stage under `last` for people reading the dir later.
     pub fn write(&mut self, stage: &str) -> Result<(), WorkerError> {
-        let finished = matches!(stage, "done" | "failed" | "interrupted" | "set-aside");
+        let finished = matches!(
+            stage,
+            "done" | "failed" | "interrupted" | "set-aside" | "refused"
+        );
         if let Some(cur) = self.state.current.as_mut() {
             cur.stage = Some(stage.into());
         }

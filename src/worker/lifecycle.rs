@@ -3,11 +3,11 @@
 //! record), with the quarantine at the failure limit (`docs/SPEC.md` §11.4, §11.10).
 
 use std::fs;
-use std::path::Path;
 
 use super::agent::{AgentEnd, StartFailure};
 use super::attempt::{AttemptFile, next_attempt};
 use super::queue::TakenClaim;
+use super::reach::Refusal;
 use super::texts::{self, issue_title, slugify};
 use super::{Outcome, Worker, WorkerError};
 use crate::agent_profile::{self, End, Usage};
@@ -220,6 +220,17 @@ impl Worker<'_> {
             state.write("worktree")?;
             let start_point = self.prepare_start_point(resume.as_deref());
             self.git.worktree_add(&worktree, &branch, &start_point)?;
+            // The commit the attempt starts from: its commits are counted from it and its
+            // branch must still build on it, whatever the agent does to other refs.
+            let base = self.git.rev_parse(&format!("refs/heads/{branch}"))?;
+            let watch = self.confinement.watch(
+                self.config,
+                self.layout,
+                &worktree,
+                &branch,
+                &self.wenv.worker_id,
+            );
+            let before = watch.take(&self.git)?;
             state.write("agent")?;
             let status = self.run_agent(
                 issue,
@@ -232,6 +243,74 @@ impl Worker<'_> {
                     session: session.as_deref(),
                 },
             )?;
+            // Before anything of the attempt is pushed, rescued or handed on.
+            let refusal = match status {
+                AgentEnd::NotStarted(_) => None,
+                _ => self.confinement.judge(
+                    &self.git,
+                    &watch,
+                    &before,
+                    base.as_deref(),
+                    &branch,
+                    &worktree,
+                    &self.config.agent.sensitive_paths,
+                ),
+            };
+            if let Some(refusal) = refusal {
+                finished.set(true);
+                let usage = match &status {
+                    AgentEnd::Exited(fin) => {
+                        let seen = agent_profile::Seen {
+                            exit_code: fin.code,
+                            stdout: &fin.stdout,
+                            stderr: &fin.stderr,
+                            result_file: fin.result_file.as_deref(),
+                            now_epoch: crate::timeutil::now_epoch(),
+                        };
+                        agent_profile::classify(self.config.agent.profile, &seen).1
+                    }
+                    _ => Usage::default(),
+                };
+                state.write("refused")?;
+                let (outcome, tampered, found) = match &refusal {
+                    Refusal::Tampered(t) => (
+                        ledger::Outcome::Tampered,
+                        true,
+                        t.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    ),
+                    Refusal::Held(paths) => (ledger::Outcome::Held, false, paths.clone()),
+                };
+                if let Refusal::Tampered(t) = &refusal {
+                    for change in t {
+                        if let Err(e) = change.undo(&self.git) {
+                            eprintln!(
+                                "worker {}: could not put back {change}: {e}",
+                                self.wenv.worker_id
+                            );
+                        }
+                    }
+                }
+                let what = if tampered { "tampered" } else { "held" };
+                let msg = format!(
+                    "#{n} attempt {n}-a{attempt} refused ({what}): {}; nothing pushed, worktree kept at {}",
+                    text::escape(&found.join("; ")),
+                    worktree.display()
+                );
+                eprintln!("worker {}: {msg}", self.wenv.worker_id);
+                let mut ev = crate::toonl::Event::now(crate::sandbox::EVENT_REFUSED, msg).issue(n);
+                ev.slot = self.wenv.slot.map(|s| s as u64);
+                ev.pid = Some(i64::from(std::process::id()));
+                if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+                    eprintln!("afk-supervisor: warning: {e}");
+                }
+                end(outcome, &branch, &usage, None);
+                let body = texts::refused(n, attempt, tampered, &found, &branch, &worktree);
+                let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
+                self.post_ending(n, &claim, &body, true);
+                edited?;
+                return Ok(Outcome::Refused);
+            }
+            super::reach::cleared(self.layout, &attempt_dir, &self.wenv.worker_id);
             match status {
                 AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
                 AgentEnd::Capped(stdout) => {
@@ -366,7 +445,7 @@ impl Worker<'_> {
                     }
                     finished.set(true);
                     state.write("publish")?;
-                    let commits = self.publish(&worktree, &branch, &start_point);
+                    let commits = self.publish(&branch, base.as_deref().unwrap_or(&start_point));
                     let body = texts::finished(n, attempt, &branch, &commits);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     if self.post_ending(n, &claim, &body, true) {
@@ -559,15 +638,16 @@ impl Worker<'_> {
         )
     }
 
-    /// Pushes the branch when the agent committed; returns the number of new commits.
-    fn publish(
-        &self,
-        worktree: &Path,
-        branch: &str,
-        start_point: &str,
-    ) -> Result<u64, PublishError> {
-        let wt = Git::new(worktree);
-        let count = wt.run(&["rev-list", "--count", &format!("{start_point}..HEAD")])?;
+    /// Pushes the branch when the agent committed; returns the number of new commits,
+    /// counted on the branch (what is pushed) from `base`, the commit the attempt started
+    /// from as recorded before the agent ran.
+    fn publish(&self, branch: &str, base: &str) -> Result<u64, PublishError> {
+        let wt = &self.git;
+        let count = wt.run(&[
+            "rev-list",
+            "--count",
+            &format!("{base}..refs/heads/{branch}"),
+        ])?;
         let count: u64 = count
             .trim()
             .parse()

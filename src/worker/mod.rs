@@ -20,6 +20,7 @@ mod lifecycle;
 mod liveness;
 mod output;
 mod queue;
+mod reach;
 mod signals;
 mod texts;
 
@@ -97,6 +98,15 @@ pub fn run(
         }
     };
 
+    // Before any claim too: a sandbox that cannot be had parks the slot (exit 78); the
+    // agent never runs unconfined in its place.
+    let confinement = match reach::Confinement::find(config, layout, &git) {
+        Ok(c) => c,
+        Err(e) => {
+            home.finish();
+            return Err(e);
+        }
+    };
     let w = Worker {
         layout,
         config,
@@ -104,6 +114,7 @@ pub fn run(
         git,
         wenv,
         agent,
+        confinement,
         stop,
         home: &home,
     };
@@ -120,6 +131,8 @@ struct Worker<'a> {
     git: Git,
     wenv: &'a WorkerEnv,
     agent: Vec<String>,
+    /// The sandbox and what every attempt's agent is given (`docs/SPEC.md` §11.19).
+    confinement: reach::Confinement,
     stop: StopFlag,
     home: &'a Home,
 }
@@ -134,6 +147,9 @@ enum Outcome {
     Capped,
     /// The agent's account stopped the run; the issue went back and the fleet pauses.
     AccountLimited,
+    /// The attempt was refused (tampering) or held (sensitive paths): a person has the
+    /// issue, and the worktree is kept for them.
+    Refused,
     Interrupted {
         signal: i32,
     },
@@ -184,10 +200,10 @@ impl Worker<'_> {
                 return Ok(WorkerOutcome::NoWork);
             };
             match self.work_issue(&issue, claim)? {
-                Outcome::Done | Outcome::SetAside | Outcome::Capped if once => {
+                Outcome::Done | Outcome::SetAside | Outcome::Capped | Outcome::Refused if once => {
                     return Ok(WorkerOutcome::Done);
                 }
-                Outcome::Done | Outcome::SetAside | Outcome::Capped => {}
+                Outcome::Done | Outcome::SetAside | Outcome::Capped | Outcome::Refused => {}
                 Outcome::AgentFailed => return Ok(WorkerOutcome::AgentFailed),
                 Outcome::AccountLimited => return Ok(WorkerOutcome::AgentPaused),
                 Outcome::Interrupted { signal } => {

@@ -54,6 +54,42 @@ pub fn failed(n: u64, attempt: u64, code: i32) -> String {
     )
 }
 
+/// The most items a refusal's comment lists; the rest are counted.
+const REFUSAL_ITEMS: usize = 10;
+
+/// The comment of an attempt refused for tampering (`found`, each change) or held for its
+/// sensitive paths (`docs/SPEC.md` §11.19). What the agent named is escaped and quoted:
+/// it is the agent's text.
+pub fn refused(
+    n: u64,
+    attempt: u64,
+    tampered: bool,
+    found: &[String],
+    branch: &str,
+    worktree: &std::path::Path,
+) -> String {
+    let mut items: Vec<String> = found
+        .iter()
+        .take(REFUSAL_ITEMS)
+        .map(|f| format!("`{}`", crate::text::escape(f).replace('`', "'")))
+        .collect();
+    if found.len() > REFUSAL_ITEMS {
+        items.push(format!("and {} more", found.len() - REFUSAL_ITEMS));
+    }
+    let items = items.join(", ");
+    if tampered {
+        format!(
+            "🤖 /afk refused attempt {n}-a{attempt}: its agent changed what an agent must not: {items}. Nothing of this attempt was pushed; refs it moved were put back, and a planted hook or git setting never runs in the fleet's git (hooks and core.fsmonitor are off there) but is still in the repository for a person to remove. Its worktree is kept at `{}`. The issue's text may be hostile: read it before adding `ready-for-agent` back.",
+            worktree.display()
+        )
+    } else {
+        format!(
+            "🤖 /afk held attempt {n}-a{attempt} for a person: it changes {items} (agent.sensitive_paths), which a push could run with the repository's secrets. Nothing was pushed; the work is on the local branch `{branch}` and in `{}`. Review it and push it by hand, or add `ready-for-agent` back to retry.",
+            worktree.display()
+        )
+    }
+}
+
 /// The one comment of an issue whose spend passed `budget.usd_per_issue` (SPEC §11.13).
 pub fn over_budget(spent_usd: f64, runs: u64, limit: &str) -> String {
     format!(
