@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 mod civil;
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 4] = [
+const TOOLS: [(&str, &str, &str); 5] = [
+    ("afk_has_bwrap", "bwrap", "--version"),
     ("afk_has_tmux", "tmux", "-V"),
     ("afk_has_jq", "jq", "--version"),
     ("afk_has_systemd_analyze", "systemd-analyze", "--version"),

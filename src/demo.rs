@@ -294,11 +294,28 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
         toml::Value::String(exe.display().to_string()),
         toml::Value::String("demo-agent".into()),
     ]);
+    // The demo's agent is this binary: where bubblewrap cannot run it (a machine with
+    // only cargo), the demo says so and chooses `none` in its own config, as an operator
+    // must; a real agent never falls back.
+    let sandbox = match crate::sandbox::probe(
+        crate::sandbox::SandboxMode::Bwrap,
+        std::env::var_os("PATH").as_deref(),
+        true,
+        "the demo",
+    ) {
+        Ok(_) => String::new(),
+        Err(e) => {
+            eprintln!(
+                "demo: {e}\ndemo: the demo's own agent runs unconfined instead (agent.sandbox = \"none\" in its config)"
+            );
+            "sandbox = \"none\"\n".to_string()
+        }
+    };
     let config = format!(
         "# written by `afk-supervisor demo`\n\
          [fleet]\nworkers = {workers}\n\n\
          [tracker]\nkind = \"local\"\n\n\
-         [agent]\ncommand = {agent}\n\n\
+         [agent]\ncommand = {agent}\n{sandbox}\n\
          [timing]\ntick_s = 1\nunblock_interval_s = 1\nstop_grace_s = 2\n"
     );
     std::fs::write(layout.repo_config(), config)

@@ -114,6 +114,12 @@ impl Reach {
             a.push(p.clone().into_os_string());
             a.push(p.into_os_string());
         }
+        // The hiding tmpfs made read-only last, once every mount point in it is made: a
+        // write there would go nowhere, and the agent should be told so.
+        for h in &self.hide {
+            a.push("--remount-ro".into());
+            a.push(h.clone().into_os_string());
+        }
         a.push("--chdir".into());
         a.push(self.worktree.clone().into_os_string());
         a.push("--".into());

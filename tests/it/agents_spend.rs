@@ -166,6 +166,11 @@ fn the_recorded_outputs_classify_as_their_clis_mean_them() {
     assert_eq!(end, End::Failed { code: 3 });
 }
 
+/// These agents report each run to the test (`$AFK_TEST_DIR/runs`) and read its corpus:
+/// outside any sandbox, with the test's variables (the sandbox has its own tests,
+/// `agent_reach`).
+const REPORTING_AGENT: &str = "sandbox = \"none\"\nenv = [\"AFK_TEST_*\"]\n";
+
 /// A fleet on the local tracker running a fake agent named `program` (a shell script in
 /// a bin dir first on `PATH`), with `n` ready issues and `extra` appended to the config.
 fn agent_fleet(program: &str, script: &str, workers: usize, n: u64, extra: &str) -> Fleet {
@@ -185,7 +190,7 @@ fn agent_fleet(program: &str, script: &str, workers: usize, n: u64, extra: &str)
         .push(("AFK_TEST_CORPUS".into(), corpus_dir().display().to_string()));
     f.write_config(&format!(
         "[fleet]\nworkers = {workers}\n\n[tracker]\nkind = \"local\"\n\n\
-         [agent]\ncommand = [\"{program}\"]\n\n{extra}\n{FAST_TIMING}"
+         [agent]\ncommand = [\"{program}\"]\n{REPORTING_AGENT}\n{extra}\n{FAST_TIMING}"
     ));
     for i in 1..=n {
         let out = f.run_cmd(&[

@@ -20,10 +20,10 @@ use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use crate::support::{self, sweep_fixtures, wait_until};
 
 /// Kills whatever is left in the fleet's cgroup subtree and removes its directories.
-struct CgroupGuard(Cgroup);
+pub(crate) struct CgroupGuard(Cgroup);
 
 impl CgroupGuard {
-    fn of(f: &Fleet) -> CgroupGuard {
+    pub(crate) fn of(f: &Fleet) -> CgroupGuard {
         let dir = fleet_dir(None, &fleet_name(&f.layout)).expect("own cgroup v2 directory");
         CgroupGuard(dir)
     }
