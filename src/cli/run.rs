@@ -38,12 +38,9 @@ pub fn checked_config(
         // The built-in worker would exit 78 on every slot: refuse before anything exists.
         crate::program::check_agent(&config, &ctx.layout)
             .map_err(|e| Failure::config(e.to_string()))?;
-        // Nor run agents unconfined where the sandbox asked for cannot be had.
-        let in_force = sandbox_in_force(&config, &sources)?;
-        eprintln!(
-            "afk-supervisor: {}",
-            in_force.describe(&sources.describe("agent.sandbox"))
-        );
+        // Nor run agents unconfined where the sandbox asked for cannot be had (which one
+        // is in force is the supervisor's first `supervisor.isolation` line).
+        sandbox_in_force(&config, &sources)?;
     }
     Ok((config, sources))
 }

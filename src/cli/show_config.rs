@@ -79,6 +79,28 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
             .as_ref()
             .map_or("(the profile's default)".into(), |p| format!("{p:?}")),
     );
+    let a = &c.agent;
+    line("agent.sandbox", format!("{:?}", a.sandbox.to_string()));
+    line("agent.env", format!("{:?}", a.env));
+    line(
+        "agent.home_files",
+        match &a.home_files {
+            Some(f) => format!("{f:?}"),
+            None => format!("{:?}  (the profile's)", a.home_files()),
+        },
+    );
+    line(
+        "agent.sandbox_read",
+        format!(
+            "{:?}",
+            a.sandbox_read
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        ),
+    );
+    line("agent.network", a.network.to_string());
+    line("agent.sensitive_paths", format!("{:?}", a.sensitive_paths));
     let usd = |u: Option<config::Usd>| u.map_or("(none)".into(), |u| u.to_string());
     line("budget.usd_per_day", usd(c.budget.usd_per_day));
     line("budget.usd_per_issue", usd(c.budget.usd_per_issue));

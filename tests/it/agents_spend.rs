@@ -17,6 +17,7 @@ use afk_supervisor::agent_profile::{self, AccountWide, End, ProfileKind, Seen};
 use afk_supervisor::ledger::{self, Outcome};
 use afk_supervisor::timeutil::now_epoch;
 
+use crate::support::REPORTING_AGENT;
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{fleet, wait_until};
 
@@ -165,11 +166,6 @@ fn the_recorded_outputs_classify_as_their_clis_mean_them() {
     let (end, _) = agent_profile::classify(ProfileKind::Generic, &seen(3, b""));
     assert_eq!(end, End::Failed { code: 3 });
 }
-
-/// These agents report each run to the test (`$AFK_TEST_DIR/runs`) and read its corpus:
-/// outside any sandbox, with the test's variables (the sandbox has its own tests,
-/// `agent_reach`).
-const REPORTING_AGENT: &str = "sandbox = \"none\"\nenv = [\"AFK_TEST_*\"]\n";
 
 /// A fleet on the local tracker running a fake agent named `program` (a shell script in
 /// a bin dir first on `PATH`), with `n` ready issues and `extra` appended to the config.

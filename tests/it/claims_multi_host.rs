@@ -68,13 +68,14 @@ impl Hosts {
         for c in &clones {
             fs::create_dir_all(c.join(".red")).unwrap();
             let config = format!(
-                "[fleet]\nworkers = 2\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\n\
+                "[fleet]\nworkers = 2\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n{}\n\
                  [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\
                  max_writes_per_min = 600\n\n\
                  [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = 3600\n\n[claims]\nstale_after_s = {stale_after_s}\n",
-                agent.display()
+                agent.display(),
+                crate::support::REPORTING_AGENT
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }

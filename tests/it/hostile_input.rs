@@ -57,8 +57,9 @@ impl Fx {
             &repo.path,
             ".red/afk-supervisor.toml",
             &format!(
-                "[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n[agent]\ncommand = [{:?}]\n",
-                program.display().to_string()
+                "[tracker]\nkind = \"local\"\n[timing]\nstop_grace_s = 2\n[agent]\ncommand = [{:?}]\n{}",
+                program.display().to_string(),
+                crate::support::REPORTING_AGENT
             ),
         );
         fs::write(

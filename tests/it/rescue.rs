@@ -41,10 +41,11 @@ fn rescue_fleet(extra: &str) -> (Fleet, PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&agent, fs::Permissions::from_mode(0o755)).unwrap();
     f.write_config(&format!(
-        "[worker]\ncommand = [\"sh\", \"{}\"]\n\n[agent]\ncommand = [\"{}\"]\n\n\
+        "[worker]\ncommand = [\"sh\", \"{}\"]\n\n[agent]\ncommand = [\"{}\"]\n{}\n\
          [tracker]\nkind = \"local\"\n\n{FAST_TIMING}{extra}",
         f.script.display(),
-        agent.display()
+        agent.display(),
+        crate::support::REPORTING_AGENT
     ));
     fs::write(f.repo.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();
     let out = f.run_cmd(&[

@@ -36,8 +36,9 @@ impl Fixture {
             fs::write(&path, format!("#!/bin/sh\nset -eu\n{script}\n")).unwrap();
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
             cfg.push_str(&format!(
-                "[agent]\ncommand = [{:?}]\n",
-                path.display().to_string()
+                "[agent]\ncommand = [{:?}]\n{}",
+                path.display().to_string(),
+                support::REPORTING_AGENT
             ));
         }
         fs::write(red.join("afk-supervisor.toml"), cfg).unwrap();

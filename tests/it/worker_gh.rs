@@ -44,9 +44,10 @@ impl GhWorker {
         fs::write(
             repo.path.join(".red/afk-supervisor.toml"),
             format!(
-                "[agent]\ncommand = [\"sh\", \"{}\"]\n\n[tracker]\nkind = \"gh\"\n\
+                "[agent]\ncommand = [\"sh\", \"{}\"]\n{}\n[tracker]\nkind = \"gh\"\n\
                  repo = \"fake-owner/fake-repo\"\ntimeout_s = 5\n{config}",
-                agent.display()
+                agent.display(),
+                crate::support::REPORTING_AGENT
             ),
         )
         .unwrap();

@@ -17,6 +17,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A temp dir with its own HOME and git config, so no test depends on the machine.
+/// `[agent]` lines for a stub agent that reports to its test outside its worktree (files
+/// under the test's dir, `AFK_TEST_*` variables): it runs outside the sandbox, which has its
+/// own tests (`agent_reach`), and keeps the test's variables.
+pub const REPORTING_AGENT: &str = "sandbox = \"none\"\nenv = [\"AFK_TEST_*\"]\n";
+
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
     pub home: PathBuf,
