@@ -45,6 +45,14 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
     )
     .map_err(|e| Failure::failed(e.to_string()))?;
     println!("{outcome}");
+    if matches!(outcome, ScaleOutcome::Applied { .. })
+        && let Some(p) = crate::pause::operator_active(&ctx.layout.state())
+    {
+        println!(
+            "the fleet is paused by the operator {}: new slots start when it resumes",
+            p.describe()
+        );
+    }
     Ok(match outcome {
         ScaleOutcome::Applied { .. } => exit::OK,
         ScaleOutcome::Pending { .. } => exit::FAILED,
