@@ -143,7 +143,10 @@ pub struct SpendRow {
     pub key: String,
     pub usd: f64,
     pub tokens: u64,
+    /// The attempts that reported a cost or tokens (what `usd` and `tokens` add up).
     pub runs: u64,
+    /// Every attempt that ended in the row, whether or not it reported a cost.
+    pub attempts: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -369,7 +372,7 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens and runs, and the total (as `afk-supervisor spend --json`).",
+        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens, runs (attempts that reported a cost or tokens) and attempts, and the total (as `afk-supervisor spend --json`).",
         annotations(read_only_hint = true)
     )]
     async fn spend(&self, Parameters(p): Parameters<SpendIn>) -> Result<Json<SpendReport>, String> {
@@ -403,6 +406,7 @@ impl AfkMcp {
                 usd: r.usd,
                 tokens: r.tokens,
                 runs: r.runs,
+                attempts: r.attempts,
             };
             Ok(Json(SpendReport {
                 by: match by {

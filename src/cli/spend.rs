@@ -62,14 +62,26 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
         By::Day => "day",
         By::Issue => "issue",
     };
-    println!("{head:<12} {:>10} {:>12} {:>6}", "usd", "tokens", "runs");
+    println!(
+        "{head:<12} {:>10} {:>12} {:>6} {:>8}",
+        "usd", "tokens", "runs", "attempts"
+    );
     for r in rows.iter().chain(std::iter::once(&total)) {
         println!(
-            "{:<12} {:>10} {:>12} {:>6}",
+            "{:<12} {:>10} {:>12} {:>6} {:>8}",
             r.key,
             format!("${:.2}", r.usd),
             r.tokens,
-            r.runs
+            r.runs,
+            r.attempts
+        );
+    }
+    // What `runs` counts, said where it differs from the attempts.
+    if total.runs < total.attempts {
+        println!(
+            "runs: attempts that reported a cost or tokens; {} of {} reported neither              (an agent whose output carries no usage)",
+            total.attempts - total.runs,
+            total.attempts
         );
     }
     Ok(exit::OK)

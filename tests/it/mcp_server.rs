@@ -186,10 +186,15 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     );
     let spend = &call(&s, "spend")["structured"];
     assert_eq!(spend["by"], "day", "{spend}");
-    assert_eq!(spend["rows"][0]["key"], "2026-01-02", "{spend}");
+    // The died attempt reported no cost: its day is a row of attempts, not of runs.
+    assert_eq!(spend["rows"][0]["key"], "2026-01-01", "{spend}");
+    assert_eq!(spend["rows"][0]["runs"], 0, "{spend}");
+    assert_eq!(spend["rows"][0]["attempts"], 1, "{spend}");
+    assert_eq!(spend["rows"][1]["key"], "2026-01-02", "{spend}");
     assert_eq!(spend["total"]["usd"], 0.4, "{spend}");
     assert_eq!(spend["total"]["tokens"], 1200, "{spend}");
     assert_eq!(spend["total"]["runs"], 1, "{spend}");
+    assert_eq!(spend["total"]["attempts"], 2, "{spend}");
     let by_issue = &call(&s, "spend_by_issue")["structured"];
     assert_eq!(by_issue["rows"][0]["key"], "#1", "{by_issue}");
 
