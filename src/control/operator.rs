@@ -98,7 +98,7 @@ pub fn pause(
         return Err(ControlError::NotRunning(e.clone()).into());
     }
     let p = pause::pause_operator(&layout.state(), reason, until_epoch, via.as_str())?;
-    log_request(layout, via, &format!("pause {}", p.describe()), None, None);
+    log_request(layout, via, &format!("pause {}", p.span()), None, None);
     let sup = sup.ok();
     if let Some((pid, start)) = sup {
         nudge(pid, start);
@@ -278,4 +278,31 @@ fn relabel(
         .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
     log_request(layout, via, &msg, None, Some(n));
     Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who asked is said once, by `log_request`'s `(via=…)`: the pause's own words leave
+    /// it out (issue 52: `pause until resumed (lunch, via=cli) (via=cli)`).
+    #[test]
+    fn a_pause_request_says_via_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.state()).unwrap();
+        let out = pause(&layout, Some("lunch"), None, Via::Cli, false).unwrap();
+        assert_eq!(out.supervisor, None);
+        resume(&layout, Via::Mcp, false).unwrap();
+        let said: Vec<String> = crate::toonl::read_events(&layout.event_log())
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == kind::CONTROL)
+            .map(|e| e.msg)
+            .collect();
+        assert_eq!(
+            said,
+            ["pause until resumed (lunch) (via=cli)", "resume (via=mcp)"]
+        );
+    }
 }
