@@ -318,3 +318,46 @@ fn pause_resume_and_a_scale_while_paused_act_on_their_signal_not_the_next_tick()
     }
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
+
+/// Issue 52, item 5: work waiting that no slot can take (the one slot stopped) is a
+/// degraded fleet: exit 1 and the reason, until a slot can take it again.
+#[test]
+fn status_is_degraded_while_work_waits_and_every_slot_is_stopped() {
+    let mut f = Fleet::new(NOTING_WORKER, FAST_TIMING);
+    f.new_issue("work");
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    let out = f.run_cmd(&["stop", "--slot", "0", "--shrink-mode", "hard-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut j = serde_json::Value::Null;
+    let stopped = wait_until(WAIT, || {
+        j = f.status_json(StatusExit::Any);
+        j["slots"][0]["state"] == "stopped" && j["fleet"]["ready_for_agent"] == 1
+    });
+    assert!(stopped, "{j}\n{}", f.dump());
+    let j = f.status_json(StatusExit::Is(1));
+    assert_eq!(j["health"], "degraded", "{j}");
+    assert_eq!(
+        j["degraded"],
+        serde_json::json!([
+            "work waiting: 1 ready-for-agent, no slot can take it (slot 0 stopped)"
+        ]),
+        "{j}"
+    );
+    let out = f.run_cmd(&["status"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout(&out).lines().last().is_some_and(|l| l
+            == "degraded: work waiting: 1 ready-for-agent, no slot can take it (slot 0 stopped)"),
+        "{out:?}"
+    );
+    let out = f.run_cmd(&["restart", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        wait_until(WAIT, || f.status_json(StatusExit::Any)["health"]
+            == "healthy"),
+        "{}",
+        f.dump()
+    );
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}
