@@ -54,6 +54,7 @@ pub const EXIT_CODES: &str = "Exit codes:
   4    boot halted; nothing was spawned
   69   worker: the tracker failed transiently (not a death)
   75   worker: rate limited, or the fleet is paused for one (not a death)
+  76   worker: the agent's account or the day's budget holds the fleet (not a death)
   78   configuration error
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
 

@@ -41,7 +41,7 @@ fn completions_man_version_and_the_exit_codes_in_help() {
     assert!(man.status.success(), "{man:?}");
     let page = text(&man.stdout);
     assert!(page.contains(".TH afk-supervisor 1"), "{page}");
-    assert!(page.contains("Exit codes"), "{page}");
+    assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
 
     // `afk-supervisor 0.1.0 (<revision> <yyyy-mm-dd>)`, the revision this checkout's HEAD.
     let v = text(&bare(&["--version"]).stdout);
@@ -277,4 +277,97 @@ fn start_refuses_what_run_refuses_before_anything_starts() {
         "{out:?}"
     );
     assert!(!f.layout.supervisor_out().exists());
+}
+
+/// What a real `bash` offers for `words` (the last one the word being completed), through
+/// the installed script's own function as `complete -p` names it.
+fn bash_completes(script: &Path, words: &[&str]) -> Vec<String> {
+    let env = TestEnv::new();
+    let program = r#"
+source "$1"; shift
+spec=$(complete -p afk-supervisor) || { echo "no complete spec" >&2; exit 1; }
+fn=$(sed -E 's/.* -F ([^ ]+) .*/\1/' <<<"$spec")
+COMP_WORDS=("$@")
+COMP_CWORD=$(( $# - 1 ))
+COMP_LINE="$*"
+COMP_POINT=${#COMP_LINE}
+prev=""
+[ "$COMP_CWORD" -gt 0 ] && prev=${COMP_WORDS[COMP_CWORD-1]}
+"$fn" afk-supervisor "${COMP_WORDS[COMP_CWORD]}" "$prev"
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", program, "bash"])
+        .arg(script)
+        .args(words)
+        .env("HOME", env.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 52, item 6: the bash script completes every subcommand's options (the hyphen in
+/// the name split the script's states two ways), and offers no hidden command.
+#[test]
+fn bash_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "bash"]);
+    assert!(out.status.success(), "{out:?}");
+    let script = env.path().join("afk-supervisor.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+
+    let got = bash_completes(&script, &["afk-supervisor", "logs", "--k"]);
+    assert_eq!(got, ["--kind"], "logs --k");
+    let got = bash_completes(&script, &["afk-supervisor", "status", "--"]);
+    for want in ["--json", "--watch", "--repo", "--help"] {
+        assert!(got.iter().any(|g| g == want), "status --: {got:?}");
+    }
+    let got = bash_completes(&script, &["afk-supervisor", "issue", "n"]);
+    assert_eq!(got, ["new"], "issue n");
+    let got = bash_completes(&script, &["afk-supervisor", "sp"]);
+    assert_eq!(got, ["spend"], "sp");
+    let got = bash_completes(&script, &["afk-supervisor", "de"]);
+    assert_eq!(got, ["demo"], "the hidden demo-agent is offered: {got:?}");
+    assert!(!text(&out.stdout).contains("demo-agent"));
+    for shell in ["zsh", "fish"] {
+        let t = text(&bare(&["completions", shell]).stdout);
+        assert!(!t.contains("demo-agent"), "{shell} offers demo-agent");
+    }
+}
+
+/// Issue 52, item 10: the man page is one page, naming no page that is not installed, with
+/// every command's options and every exit code `--help` lists, 76 among them.
+#[test]
+fn the_man_page_refers_to_no_missing_page_and_lists_every_exit_code() {
+    let page = text(&bare(&["man"]).stdout);
+    let refs: Vec<&str> = page
+        .split_whitespace()
+        .filter(|w| w.contains("afk\\-supervisor\\-") && w.contains("(1)"))
+        .collect();
+    assert!(refs.is_empty(), "pages that do not exist: {refs:?}");
+    assert!(page.contains(".SS \"afk\\-supervisor logs\""), "{page}");
+    assert!(page.contains("\\fB\\-\\-kind\\fR"), "{page}");
+    assert!(
+        page.contains(".SS \"afk\\-supervisor issue new\""),
+        "{page}"
+    );
+    assert!(!page.contains("demo\\-agent"), "{page}");
+    let exit = page
+        .split(".SH \"EXIT STATUS\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{page}"));
+    let help = text(&bare(&["--help"]).stdout);
+    for code in [0, 1, 2, 3, 4, 69, 75, 76, 78] {
+        let line = format!("\n{code} ");
+        assert!(exit.contains(&line), "man: no exit code {code}: {exit}");
+        assert!(
+            help.contains(&format!("\n  {code} ")),
+            "--help: no exit code {code}: {help}"
+        );
+    }
 }
