@@ -48,7 +48,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
 pub fn agent() -> Result<i32, Failure> {
     match demo::demo_agent(&crate::config::process_env()) {
         Ok(line) => {
-            println!("{line}");
+            outln!("{line}");
             Ok(exit::OK)
         }
         Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),

@@ -50,17 +50,17 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     let text = template::render(&choices);
     crate::fsutil::atomic_write(&path, text.as_bytes())
         .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
-    println!("wrote {}", path.display());
+    outln!("wrote {}", path.display());
     match bootstrap::ensure(&ctx.layout) {
         Ok(g) => {
             if let Some(note) = g.note() {
-                println!("{note}");
+                outln!("{note}");
             }
         }
         Err(e) => eprintln!("afk-supervisor: warning: {e}"),
     }
     if choices.agent.is_none() {
-        println!(
+        outln!(
             "no agent yet: set [agent] command in {} (or `afk-supervisor init --force --agent \"PROGRAM ARGS\"`)",
             path.display()
         );
@@ -71,9 +71,9 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     } else {
         "afk-supervisor issue new --title \"…\" --body \"…\"  # labelled ready-for-agent"
     };
-    println!("next:");
-    println!("  afk-supervisor config   # what the fleet will run with, each value's source");
-    println!("  {new_issue}");
-    println!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
+    outln!("next:");
+    outln!("  afk-supervisor config   # what the fleet will run with, each value's source");
+    outln!("  {new_issue}");
+    outln!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
     Ok(exit::OK)
 }

@@ -70,19 +70,23 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
     if args.json {
         let text = serde_json::to_string_pretty(&rows)
             .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
         return Ok(exit::OK);
     }
     if rows.is_empty() {
-        println!(
+        outln!(
             "no fleet recorded yet ({} lists every checkout a supervisor ran in)",
             file.display()
         );
         return Ok(exit::OK);
     }
-    println!(
+    outln!(
         "{:<8} {:>8} {:>6} {:>4} {:<9} REPO",
-        "STATE", "PID", "TARGET", "LIVE", "HEALTH"
+        "STATE",
+        "PID",
+        "TARGET",
+        "LIVE",
+        "HEALTH"
     );
     for r in &rows {
         let num = |v: Option<usize>| v.map_or("-".into(), |n| n.to_string());
@@ -91,7 +95,7 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             (None, 0) => "-".into(),
             (None, n) => format!("{n} orphans"),
         };
-        println!(
+        outln!(
             "{:<8} {:>8} {:>6} {:>4} {:<9} {}",
             r.state,
             r.pid.map_or("-".into(), |p| p.to_string()),

@@ -10,6 +10,9 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+#[macro_use]
+mod out;
+
 mod demo;
 mod events;
 mod init;
@@ -202,12 +205,19 @@ where
     crate::supervisor::journal::echo_on_stdout(
         cli.log_format == crate::diagnostics::LogFormat::Json,
     );
-    match dispatch(cli) {
+    let code = match dispatch(cli) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("afk-supervisor: {}", f.message);
             f.code
         }
+    };
+    match out::finish() {
+        Err(e) if code == exit::OK => {
+            eprintln!("afk-supervisor: {e}");
+            exit::FAILED
+        }
+        _ => code,
     }
 }
 

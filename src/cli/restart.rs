@@ -56,7 +56,7 @@ pub fn slot(
         Duration::from_secs(timeout),
     ) {
         Ok(SlotOutcome::Done { pid, message }) => {
-            println!("{message} (supervisor pid={pid})");
+            outln!("{message} (supervisor pid={pid})");
             Ok(exit::OK)
         }
         Ok(SlotOutcome::Pending { pid }) => Err(Failure::failed(format!(

@@ -55,19 +55,22 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "rows": rows,
             "total": total,
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(exit::OK);
     }
     let head = match by {
         By::Day => "day",
         By::Issue => "issue",
     };
-    println!(
+    outln!(
         "{head:<12} {:>10} {:>12} {:>6} {:>8}",
-        "usd", "tokens", "runs", "attempts"
+        "usd",
+        "tokens",
+        "runs",
+        "attempts"
     );
     for r in rows.iter().chain(std::iter::once(&total)) {
-        println!(
+        outln!(
             "{:<12} {:>10} {:>12} {:>6} {:>8}",
             r.key,
             format!("${:.2}", r.usd),
@@ -78,7 +81,7 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
     }
     // What `runs` counts, said where it differs from the attempts.
     if total.runs < total.attempts {
-        println!(
+        outln!(
             "runs: attempts that reported a cost or tokens; {} of {} reported neither              (an agent whose output carries no usage)",
             total.attempts - total.runs,
             total.attempts

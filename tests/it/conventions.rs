@@ -371,3 +371,73 @@ fn the_man_page_refers_to_no_missing_page_and_lists_every_exit_code() {
         );
     }
 }
+
+/// Runs `cmd` with its stdout a pipe whose reader is gone before the command starts (what
+/// `| head -1` becomes once `head` has its line): every write meets EPIPE.
+fn with_closed_stdout(mut cmd: std::process::Command) -> Output {
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// Issue 52, item 8: every command whose reader goes away ends as it would have, quietly:
+/// no panic, no exit 101, no `Broken pipe` line.
+#[test]
+fn a_closed_stdout_ends_no_command_with_a_panic() {
+    let f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    f.new_issue("one");
+    let quiet = |what: &str, out: &Output, code: i32| {
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{what}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(code), "{what}: {out:?}");
+    };
+    let out = with_closed_stdout(f.cmd(&["start", "--workers", "1"]));
+    quiet("start", &out, 0);
+    assert!(
+        wait_until(WAIT, || f.state().is_some_and(|s| s.slot_pids.len() == 1)),
+        "{}",
+        f.dump()
+    );
+    for (args, code) in [
+        (&["list"][..], 0),
+        (&["list", "--json"][..], 0),
+        (&["status"][..], 0),
+        (&["config"][..], 0),
+        (&["issue", "list"][..], 0),
+        (&["issue", "show", "1"][..], 0),
+        (&["spend"][..], 0),
+        (&["logs", "--all"][..], 0),
+        (&["events"][..], 0),
+        (&["man"][..], 0),
+        (&["completions", "bash"][..], 0),
+        (&["--help"][..], 0),
+        (&["pause"][..], 0),
+        (&["resume"][..], 0),
+        (&["scale", "2"][..], 0),
+    ] {
+        let out = with_closed_stdout(f.cmd(args));
+        quiet(&args.join(" "), &out, code);
+    }
+    let out = with_closed_stdout(f.cmd(&["stop"]));
+    quiet("stop", &out, 0);
+    assert!(
+        wait_until(WAIT, || !f.layout.supervisor_pid().exists()),
+        "{}",
+        f.dump()
+    );
+    // With no fleet: `status` says so with its own code, still without a panic.
+    let out = with_closed_stdout(f.cmd(&["status"]));
+    quiet("status (no fleet)", &out, 3);
+    // The built-in worker's own lines (its boot summary here) go the same way.
+    let normal = f.run_cmd(&["worker", "--boot-only"]);
+    assert!(!text(&normal.stdout).is_empty(), "{normal:?}");
+    let out = with_closed_stdout(f.cmd(&["worker", "--boot-only"]));
+    quiet("worker --boot-only", &out, normal.status.code().unwrap());
+}
