@@ -141,7 +141,13 @@ pub fn run(opts: &DemoOpts, exe: &Path, out: &mut dyn Write) -> Result<DemoSumma
             let kept = if opts.keep {
                 Some(scratch.clone())
             } else {
-                std::fs::remove_dir_all(&scratch).ok().map_or_else(
+                let repo = scratch.join("repo");
+                let recorded = [std::fs::canonicalize(&repo).ok(), Some(repo)];
+                let removed = std::fs::remove_dir_all(&scratch).ok();
+                if removed.is_some() {
+                    forget_checkout(&recorded);
+                }
+                removed.map_or_else(
                     || Some(scratch.clone()), // could not remove: say where it is
                     |()| None,
                 )
@@ -150,6 +156,18 @@ pub fn run(opts: &DemoOpts, exe: &Path, out: &mut dyn Write) -> Result<DemoSumma
             Ok(summary)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The removed scratch checkout leaves the user's list of fleets (its supervisor recorded
+/// it), or `list` would show it `gone` after every demo. A list that cannot be rewritten is
+/// a warning: the demo itself went well.
+fn forget_checkout(recorded: &[Option<PathBuf>]) {
+    let forgot = crate::fleets::path().and_then(|file| {
+        crate::fleets::forget(&file, |p| recorded.iter().flatten().any(|r| r == p))
+    });
+    if let Err(e) = forgot {
+        eprintln!("afk-supervisor: warning: list of fleets: {e}");
     }
 }
 

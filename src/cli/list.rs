@@ -1,4 +1,4 @@
-//! `afk-supervisor list [--json]`: every fleet of this user on this host, as `pm2 list`
+//! `afk-supervisor list [--json] [--forget-gone]`: every fleet of this user on this host, as `pm2 list`
 //! shows every app: the checkouts recorded by their supervisors, each with whether one runs
 //! now (from that checkout's pid file and heartbeat) and how it is doing.
 
@@ -15,6 +15,9 @@ pub struct ListArgs {
     /// A JSON array, one object per checkout (repo, state, pid, target, live, health).
     #[arg(long)]
     pub json: bool,
+    /// Forget the checkouts that are gone (no longer there), then list the rest.
+    #[arg(long)]
+    pub forget_gone: bool,
 }
 
 /// One row of `list`.
@@ -34,6 +37,17 @@ struct Row {
 
 pub fn run(args: &ListArgs) -> Result<i32, Failure> {
     let file = crate::fleets::path().map_err(|e| Failure::failed(e.to_string()))?;
+    if args.forget_gone {
+        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        // On stderr: stdout stays the list (`--json` parses as before).
+        for repo in &forgotten {
+            eprintln!(
+                "forgot {} (gone)",
+                crate::text::escape(&repo.display().to_string())
+            );
+        }
+    }
     let repos = crate::fleets::read(&file).map_err(|e| Failure::failed(e.to_string()))?;
     let rows: Vec<Row> = repos
         .iter()
