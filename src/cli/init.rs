@@ -18,7 +18,8 @@ pub struct InitArgs {
     /// Number of worker slots written as fleet.workers (default 2).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: Option<u16>,
-    /// Overwrite an existing .red/afk-supervisor.toml.
+    /// Overwrite an existing .red/afk-supervisor.toml, and write an --agent that cannot be
+    /// run (yet) with a warning instead of refusing it.
     #[arg(long)]
     pub force: bool,
 }
@@ -42,6 +43,21 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
         }
         None => None,
     };
+    if let Some(program) = agent.as_ref().and_then(|a| a.first()) {
+        // As `run` checks it (from the repo, or on PATH), before anything is written: a
+        // file naming an agent that cannot run only fails later, at the first `run`.
+        let path = std::env::var_os("PATH");
+        if let Err(why) = crate::program::find_program(program, path.as_deref(), ctx.layout.repo())
+        {
+            let msg = format!("init --agent: {program:?}: {why}");
+            if !args.force {
+                return Err(Failure::config(format!(
+                    "{msg}; nothing written (`init --force` writes it anyway)"
+                )));
+            }
+            eprintln!("afk-supervisor: warning: {msg}; `run` refuses it until it can be run");
+        }
+    }
     let choices = Choices {
         agent,
         tracker: ctx.tracker,
