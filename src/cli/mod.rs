@@ -347,7 +347,31 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervisor::state_file::ShrinkMode;
     use clap::CommandFactory;
+
+    /// Issue 52, item 14: `restart` takes `--mode` (a restart shrinks nothing); the old
+    /// `--shrink-mode` is still taken, unlisted.
+    #[test]
+    fn restart_takes_mode_not_shrink_mode() {
+        let parse = |flag: &str| {
+            Cli::try_parse_from(["afk-supervisor", "restart", "0", flag, "drain-then-retire"]).map(
+                |c| match c.command {
+                    Some(Command::Restart(a)) => a.mode,
+                    other => panic!("{other:?}"),
+                },
+            )
+        };
+        assert_eq!(parse("--mode").unwrap(), ShrinkMode::DrainThenRetire);
+        assert_eq!(parse("--shrink-mode").unwrap(), ShrinkMode::DrainThenRetire);
+        let help = Cli::command()
+            .find_subcommand_mut("restart")
+            .expect("restart")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--mode <MODE>"), "{help}");
+        assert!(!help.contains("--shrink-mode"), "{help}");
+    }
 
     /// Every flag and positional of every (sub)command says what it is for, and a flag
     /// with a fixed set of values names them.

@@ -43,7 +43,7 @@ pub enum OperatorError {
     /// reads cannot be read or written.
     #[error(transparent)]
     Control(#[from] ControlError),
-    #[error("slot {slot} is not in the fleet (target {target}: slots 0..{target})")]
+    #[error("slot {slot} is not in the fleet (target {target}: {})", slots_words(*.target))]
     OutOfRange { slot: usize, target: usize },
     #[error("the supervisor has not written its state yet (boot sweeps running); try again")]
     NoHeartbeat,
@@ -52,6 +52,15 @@ pub enum OperatorError {
     /// The supervisor answered and refused (its reason).
     #[error("{0}")]
     Refused(String),
+}
+
+/// The slots a target makes, both ends named: `slots 0 to 2`, `slot 0`, `no slots`.
+fn slots_words(target: usize) -> String {
+    match target {
+        0 => "no slots".into(),
+        1 => "slot 0".into(),
+        t => format!("slots 0 to {}", t - 1),
+    }
 }
 
 /// Appends the request to the event log as `control.request`, ending `(via=…)`, through
@@ -283,6 +292,18 @@ fn relabel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 52, item 14: the last slot is named, not the target (which reads as included).
+    #[test]
+    fn out_of_range_names_the_last_slot() {
+        let e = |slot, target| OperatorError::OutOfRange { slot, target }.to_string();
+        assert_eq!(
+            e(9, 3),
+            "slot 9 is not in the fleet (target 3: slots 0 to 2)"
+        );
+        assert_eq!(e(1, 1), "slot 1 is not in the fleet (target 1: slot 0)");
+        assert_eq!(e(0, 0), "slot 0 is not in the fleet (target 0: no slots)");
+    }
 
     /// Who asked is said once, by `log_request`'s `(via=…)`: the pause's own words leave
     /// it out (issue 52: `pause until resumed (lunch, via=cli) (via=cli)`).
