@@ -292,13 +292,22 @@ impl Driver {
         }
     }
 
-    /// Writes the heartbeat now.
+    /// Writes the heartbeat now. One that fails (a full disk) is owed: the fleet keeps it
+    /// due, so it is tried again a gap later, and at every gap until it lands, whether or
+    /// not anything changes meanwhile (`status`, `stop` and a takeover read the file: the
+    /// dead pids it would keep naming are not the live workers).
     pub fn write_state(&mut self, fleet: &mut Fleet, now: Instant) {
         self.state_written_at = Some(now);
         let snap = fleet.snapshot_written(now);
         match state_file::write(&self.layout.state_file(), &snap) {
-            Ok(()) => self.state_error = None,
+            Ok(()) => {
+                if let Some(e) = self.state_error.take() {
+                    let msg = format!("heartbeat written again after: {e}");
+                    self.journal.write(LogLine::now(kind::HOUSEKEEPING, msg));
+                }
+            }
             Err(e) => {
+                fleet.heartbeat_owed();
                 let e = e.to_string();
                 if self.state_error.as_deref() != Some(e.as_str()) {
                     self.journal.write(LogLine::now(kind::ERROR, e.clone()));
