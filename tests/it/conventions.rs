@@ -441,3 +441,114 @@ fn a_closed_stdout_ends_no_command_with_a_panic() {
     let out = with_closed_stdout(f.cmd(&["worker", "--boot-only"]));
     quiet("worker --boot-only", &out, normal.status.code().unwrap());
 }
+
+/// What a real `fish` offers for `line`, from the script `completions fish` prints: the
+/// candidates, without their descriptions.
+#[cfg_attr(not(afk_has_fish), allow(dead_code))]
+fn fish_completes(script: &Path, line: &str) -> Vec<String> {
+    let env = TestEnv::new();
+    let out = std::process::Command::new("fish")
+        .args([
+            "--no-config",
+            "-c",
+            "source $argv[1]; and complete -C $argv[2]",
+        ])
+        .arg(script)
+        .arg(line)
+        .env("HOME", env.path())
+        .env("XDG_CONFIG_HOME", env.path().join("config"))
+        .env("XDG_DATA_HOME", env.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Issue 52, item 6, in fish: subcommand options complete and the hidden command is not
+/// offered.
+#[test]
+#[cfg_attr(
+    not(afk_has_fish),
+    ignore = "no fish here (under CI=true it always runs)"
+)]
+fn fish_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "fish"]);
+    assert!(out.status.success(), "{out:?}");
+    let script = env.path().join("afk-supervisor.fish");
+    std::fs::write(&script, &out.stdout).unwrap();
+    assert_eq!(
+        fish_completes(&script, "afk-supervisor logs --k"),
+        ["--kind"]
+    );
+    assert_eq!(fish_completes(&script, "afk-supervisor issue n"), ["new"]);
+    assert_eq!(fish_completes(&script, "afk-supervisor de"), ["demo"]);
+}
+
+/// Drives an interactive `zsh -f` through a pseudo-terminal (`zsh/zpty`): loads the script
+/// as `_afk-supervisor` with `compinit`, types `afk-supervisor <words>` and a Tab, and
+/// waits (at most `$4` seconds) for `$3` to appear on the line. Exit 0 when it did; the
+/// screen's text on stdout either way.
+#[cfg_attr(not(afk_has_zsh), allow(dead_code))]
+const ZSH_DRIVER: &str = r#"
+zmodload zsh/zpty || exit 2
+zpty -b z zsh -f -i
+zpty -w z "PS1='%% '; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D; print READY"
+out=""
+deadline=$(( SECONDS + $4 ))
+while [[ $out != *READY* ]] && (( SECONDS < deadline )); do
+  zpty -r -t z line && out+="$line"
+done
+zpty -w -n z "afk-supervisor $2"$'\t'
+out=""
+while (( SECONDS < deadline )); do
+  zpty -r -t z line && out+="$line"
+  [[ $out == *"$3"* ]] && { print -r -- "$out"; zpty -d z; exit 0; }
+done
+print -r -- "$out"
+zpty -d z
+exit 1
+"#;
+
+/// Issue 52, item 6, in zsh: the script loads under `compinit`, a Tab after `logs --k`
+/// completes `--kind`, and the hidden command is nowhere in it.
+#[test]
+#[cfg_attr(
+    not(afk_has_zsh),
+    ignore = "no zsh here (under CI=true it always runs)"
+)]
+fn zsh_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "zsh"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text(&out.stdout).contains("demo-agent"));
+    let functions = env.path().join("functions");
+    std::fs::create_dir_all(&functions).unwrap();
+    std::fs::write(functions.join("_afk-supervisor"), &out.stdout).unwrap();
+    let driver = env.path().join("drive.zsh");
+    std::fs::write(&driver, ZSH_DRIVER).unwrap();
+    for (words, want) in [("logs --k", "--kind="), ("issue sh", "issue show")] {
+        let run = std::process::Command::new("zsh")
+            .arg("-f")
+            .arg(&driver)
+            .arg(&functions)
+            .arg(words)
+            .arg(want)
+            .arg(WAIT.as_secs().to_string())
+            .env("HOME", env.path())
+            .env("TERM", "dumb")
+            .output()
+            .unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{words}: {}\n{}",
+            String::from_utf8_lossy(&run.stdout).escape_debug(),
+            text(&run.stderr)
+        );
+    }
+}
