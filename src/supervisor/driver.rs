@@ -797,9 +797,10 @@ fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsR
     HoldsRead { events }
 }
 
-/// The operator's pause file as the events the fleet takes it by: read at each queue check
-/// and at once on a control signal, so `pause` and `resume` act on the signal that follows
-/// them instead of at the next tick's queue check (one small file, read on the loop).
+/// The operator's pause file as the events the fleet takes it by: read before a start's
+/// first spawns, at each tick and at once on a control signal, so `pause` and `resume` act
+/// on the signal that follows them instead of a tick later (one small file, read on the
+/// loop, so its readings arrive in order).
 pub fn read_operator_pause(layout: &Layout) -> Vec<Event> {
     let mut events = Vec::new();
     let (active, resumed_via) = match crate::pause::read_operator(&layout.state()) {
