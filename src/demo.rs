@@ -115,6 +115,11 @@ pub const MAX_DEMO_WORKERS: usize = 16;
 
 /// How long the agent pretends to think, so a claim is visible before it is handed over.
 const AGENT_PAUSE: Duration = Duration::from_millis(400);
+/// The demo agent's command, after this binary's path: `<exe> demo-agent`. `crate::cli`
+/// dispatches it before parsing the command line, so no help, completion or man page
+/// offers it.
+pub const AGENT_COMMAND: &str = "demo-agent";
+
 /// How often the demo looks at the log and the tracker.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -310,7 +315,7 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
     std::fs::create_dir_all(layout.red()).map_err(|e| fail(e.to_string()))?;
     let agent = toml::Value::Array(vec![
         toml::Value::String(exe.display().to_string()),
-        toml::Value::String("demo-agent".into()),
+        toml::Value::String(AGENT_COMMAND.into()),
     ]);
     let config = format!(
         "# written by `afk-supervisor demo`\n\

@@ -1,4 +1,5 @@
-//! `afk-supervisor demo` and the hidden `demo-agent` it runs (see `crate::demo`).
+//! `afk-supervisor demo` and the `demo-agent` it runs (see `crate::demo`), which is
+//! dispatched before the command line is parsed (`crate::cli::main`): no command offers it.
 
 use clap::Args;
 

@@ -119,9 +119,6 @@ pub enum Command {
     Unblock(unblock::UnblockArgs),
     /// A scratch repo, a local tracker with issues, a real fleet and a summary: the first run.
     Demo(demo::DemoArgs),
-    /// The demo's stand-in agent: commits `notes/issue-<N>.md` in its worktree.
-    #[command(hide = true)]
-    DemoAgent,
     /// Show the event log (`--follow`, `--slot I`, `--kind K`, `--since 15m`, `--json`),
     /// or a slot's worker output (`--slot I --worker-output`).
     Logs(logs::LogsArgs),
@@ -189,6 +186,12 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // The demo's stand-in agent (`<exe> demo-agent`, which commits `notes/issue-<N>.md` in
+    // its worktree) is no command of the CLI: no help, completion or man page offers it.
+    if args.get(1).is_some_and(|a| a == crate::demo::AGENT_COMMAND) {
+        return finish(demo::agent());
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -205,7 +208,12 @@ where
     crate::supervisor::journal::echo_on_stdout(
         cli.log_format == crate::diagnostics::LogFormat::Json,
     );
-    let code = match dispatch(cli) {
+    finish(dispatch(cli))
+}
+
+/// A command's end: its failure said in one line, and stdout finished ([`out::finish`]).
+fn finish(end: Result<i32, Failure>) -> i32 {
+    let code = match end {
         Ok(code) => code,
         Err(f) => {
             eprintln!("afk-supervisor: {}", f.message);
@@ -225,7 +233,6 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     // The demo makes its own repo; its agent runs in a worktree it is given.
     let command = match cli.command {
         Some(Command::Demo(args)) => return demo::run(&args),
-        Some(Command::DemoAgent) => return demo::agent(),
         Some(Command::Completions(args)) => return shell::completions(&args),
         Some(Command::Man) => return shell::man(),
         Some(Command::List(args)) => return list::run(&args),
@@ -260,13 +267,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        Some(
-            Command::Demo(_)
-            | Command::DemoAgent
-            | Command::Completions(_)
-            | Command::Man
-            | Command::List(_),
-        ) => unreachable_demo(),
+        Some(Command::Demo(_) | Command::Completions(_) | Command::Man | Command::List(_)) => {
+            unreachable_demo()
+        }
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),

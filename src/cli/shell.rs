@@ -1,9 +1,8 @@
 //! `completions <shell>` and `man`: what users of other CLIs expect to find, generated from
 //! the one clap definition so they never drift from `--help`. Neither needs a checkout.
 //!
-//! Both leave out what `--help` hides (`demo-agent`, the demo's own agent), and the man page
-//! is one page: every command is a section of it, since no `afk-supervisor-<cmd>(1)` page is
-//! installed for a reference to name.
+//! The man page is one page: every command is a section of it, since no
+//! `afk-supervisor-<cmd>(1)` page is installed for a reference to name.
 
 use std::io::Write;
 
@@ -23,7 +22,7 @@ pub struct CompletionsArgs {
 const BIN: &str = "afk-supervisor";
 
 pub fn completions(args: &CompletionsArgs) -> Result<i32, Failure> {
-    let mut cmd = visible(&Cli::command());
+    let mut cmd = Cli::command();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, BIN, &mut out);
     if args.shell == clap_complete::Shell::Bash {
@@ -45,31 +44,8 @@ fn bash_states_agree(script: &[u8]) -> Vec<u8> {
     text.replace(&split, &escaped).into_bytes()
 }
 
-/// `cmd` without its hidden subcommands, at every level (clap's generators list them).
-fn visible(cmd: &clap::Command) -> clap::Command {
-    let subs: Vec<clap::Command> = cmd
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(visible)
-        .collect();
-    let mut out = clap::Command::new(cmd.get_name().to_string())
-        .args(cmd.get_arguments().cloned())
-        .subcommands(subs)
-        .aliases(cmd.get_all_aliases().map(str::to_string));
-    if let Some(a) = cmd.get_about() {
-        out = out.about(a.clone());
-    }
-    if let Some(a) = cmd.get_long_about() {
-        out = out.long_about(a.clone());
-    }
-    if let Some(v) = cmd.get_version() {
-        out = out.version(v.to_string());
-    }
-    out
-}
-
 pub fn man() -> Result<i32, Failure> {
-    let cmd = visible(&Cli::command());
+    let cmd = Cli::command();
     let page = clap_mangen::Man::new(cmd.clone());
     let mut out = Vec::new();
     let rendered = (|| {
