@@ -12,12 +12,15 @@ use std::process::{Command, Stdio};
 mod civil;
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 5] = [
+const TOOLS: [(&str, &str, &str); 7] = [
     ("afk_has_bwrap", "bwrap", "--version"),
     ("afk_has_tmux", "tmux", "-V"),
     ("afk_has_jq", "jq", "--version"),
     ("afk_has_systemd_analyze", "systemd-analyze", "--version"),
     ("afk_has_gh", "gh", "--version"),
+    // The completion scripts are tried in the shells they are for.
+    ("afk_has_zsh", "zsh", "--version"),
+    ("afk_has_fish", "fish", "--version"),
 ];
 
 fn runs(program: &str, arg: &str) -> bool {

@@ -155,14 +155,20 @@ pub enum By {
 pub struct Row {
     /// The day (`yyyy-mm-dd`) or the issue number, as text.
     pub key: String,
+    /// Never `-0.0`: a sum of nothing is `0.0` here (Rust's empty `f64` sum is `-0.0`,
+    /// which prints as `$-0.00`).
     pub usd: f64,
     pub tokens: u64,
+    /// The attempts that reported a cost or tokens: what `usd` and `tokens` add up.
     pub runs: u64,
+    /// Every attempt that ended in the row, whether or not it reported a cost (an agent
+    /// whose output carries none, e.g. a script, reports nothing).
+    pub attempts: u64,
 }
 
 /// The spend of every record ending on or after the day `since` (`yyyy-mm-dd`), grouped.
 pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s: i32) -> Vec<Row> {
-    let mut rows: BTreeMap<(String, u64), Spend> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, u64), (Spend, u64)> = BTreeMap::new();
     for (n, records) in all {
         for r in records {
             let Some(day) = end_epoch(r).map(|e| day_of(e, offset_s)) else {
@@ -175,12 +181,13 @@ pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s:
                 By::Day => (day, 0),
                 By::Issue => (String::new(), *n),
             };
-            rows.entry(key).or_default().add(r);
+            let (spend, attempts) = rows.entry(key).or_default();
+            spend.add(r);
+            *attempts += 1;
         }
     }
     rows.into_iter()
-        .filter(|(_, s)| s.runs > 0)
-        .map(|((day, n), s)| Row {
+        .map(|((day, n), (s, attempts))| Row {
             key: match by {
                 By::Day => day,
                 By::Issue => format!("#{n}"),
@@ -188,6 +195,7 @@ pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s:
             usd: s.usd,
             tokens: s.tokens,
             runs: s.runs,
+            attempts,
         })
         .collect()
 }
@@ -196,9 +204,11 @@ pub fn report(all: &[(u64, Vec<Record>)], since: Option<&str>, by: By, offset_s:
 pub fn total(rows: &[Row]) -> Row {
     Row {
         key: "total".into(),
-        usd: rows.iter().map(|r| r.usd).sum(),
+        // Folded from `0.0`: `Iterator::sum` of no `f64` is `-0.0`.
+        usd: rows.iter().fold(0.0, |sum, r| sum + r.usd),
         tokens: rows.iter().map(|r| r.tokens).sum(),
         runs: rows.iter().map(|r| r.runs).sum(),
+        attempts: rows.iter().map(|r| r.attempts).sum(),
     }
 }
 
@@ -259,5 +269,33 @@ mod tests {
         let by_issue = report(&all, Some("2026-12-01"), By::Issue, 0);
         assert_eq!(by_issue[0].key, "#1");
         assert_eq!(by_issue[1].runs, 1);
+    }
+
+    /// Issue 52, item 4: attempts that reported no cost give `0.0`, never `-0.0`, and are
+    /// counted as attempts (not runs), in their rows and the total.
+    #[test]
+    fn attempts_without_a_cost_make_rows_of_zero_not_negative_zero() {
+        let unpriced = |epoch: u64| {
+            let mut r = at(epoch, 0.0, 0);
+            r.usage = Default::default();
+            r
+        };
+        let all = vec![
+            (4, vec![unpriced(T - 100), unpriced(T - 50)]),
+            (5, vec![unpriced(T)]),
+        ];
+        let rows = report(&all, None, By::Issue, 0);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!((rows[0].runs, rows[0].attempts), (0, 2));
+        let t = total(&rows);
+        assert_eq!((t.runs, t.attempts), (0, 3));
+        assert!(t.usd.is_sign_positive(), "{t:?}");
+        assert_eq!(format!("${:.2}", t.usd), "$0.00");
+        let none = total(&[]);
+        assert!(none.usd.is_sign_positive(), "{none:?}");
+        assert_eq!(
+            serde_json::to_value(&none).unwrap()["usd"].to_string(),
+            "0.0"
+        );
     }
 }

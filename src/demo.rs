@@ -115,6 +115,11 @@ pub const MAX_DEMO_WORKERS: usize = 16;
 
 /// How long the agent pretends to think, so a claim is visible before it is handed over.
 const AGENT_PAUSE: Duration = Duration::from_millis(400);
+/// The demo agent's command, after this binary's path: `<exe> demo-agent`. `crate::cli`
+/// dispatches it before parsing the command line, so no help, completion or man page
+/// offers it.
+pub const AGENT_COMMAND: &str = "demo-agent";
+
 /// How often the demo looks at the log and the tracker.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -141,7 +146,13 @@ pub fn run(opts: &DemoOpts, exe: &Path, out: &mut dyn Write) -> Result<DemoSumma
             let kept = if opts.keep {
                 Some(scratch.clone())
             } else {
-                std::fs::remove_dir_all(&scratch).ok().map_or_else(
+                let repo = scratch.join("repo");
+                let recorded = [std::fs::canonicalize(&repo).ok(), Some(repo)];
+                let removed = std::fs::remove_dir_all(&scratch).ok();
+                if removed.is_some() {
+                    forget_checkout(&recorded);
+                }
+                removed.map_or_else(
                     || Some(scratch.clone()), // could not remove: say where it is
                     |()| None,
                 )
@@ -150,6 +161,18 @@ pub fn run(opts: &DemoOpts, exe: &Path, out: &mut dyn Write) -> Result<DemoSumma
             Ok(summary)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The removed scratch checkout leaves the user's list of fleets (its supervisor recorded
+/// it), or `list` would show it `gone` after every demo. A list that cannot be rewritten is
+/// a warning: the demo itself went well.
+fn forget_checkout(recorded: &[Option<PathBuf>]) {
+    let forgot = crate::fleets::path().and_then(|file| {
+        crate::fleets::forget(&file, |p| recorded.iter().flatten().any(|r| r == p))
+    });
+    if let Err(e) = forgot {
+        eprintln!("afk-supervisor: warning: list of fleets: {e}");
     }
 }
 
@@ -292,7 +315,7 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
     std::fs::create_dir_all(layout.red()).map_err(|e| fail(e.to_string()))?;
     let agent = toml::Value::Array(vec![
         toml::Value::String(exe.display().to_string()),
-        toml::Value::String("demo-agent".into()),
+        toml::Value::String(AGENT_COMMAND.into()),
     ]);
     // The demo's agent is this binary: where bubblewrap cannot run it (a machine with
     // only cargo), the demo says so and chooses `none` in its own config, as an operator

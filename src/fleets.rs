@@ -3,9 +3,11 @@
 //! `~/.local/state/afk-supervisor/fleets`), one absolute path a line, once. The list is the
 //! checkouts seen; which of them run now is read from each one's own pid file.
 //!
-//! The file is only appended to, under an `flock` of it, re-read first, so supervisors
-//! starting together never write a path twice. A file that is not a regular file, or too
-//! big, is left alone with the error; nothing is ever deleted from it by this tool.
+//! The file is appended to under an `flock` of it, re-read first, so supervisors starting
+//! together never write a path twice. A file that is not a regular file, or too big, is
+//! left alone with the error. Lines leave it only by [`forget`], under the same lock: the
+//! demo forgets the scratch checkout it removed, and `list --forget-gone` the checkouts
+//! that are no longer there.
 
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -68,26 +70,29 @@ pub fn read(file: &Path) -> Result<Vec<PathBuf>, FleetsError> {
     Ok(text.as_deref().map(parse).unwrap_or_default())
 }
 
-/// Appends `repo` to `file` unless it is there already.
-pub fn record(file: &Path, repo: &Path) -> Result<(), FleetsError> {
+/// The registry opened for a change, locked (the lock goes with the file), with its text.
+fn open_locked(file: &Path, create: bool) -> Result<Option<(std::fs::File, Vec<u8>)>, FleetsError> {
     let io = |source| FleetsError::Io {
         path: file.to_path_buf(),
         source,
     };
-    if let Some(dir) = file.parent() {
+    if create && let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).map_err(|source| FleetsError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
     }
     let mut opts = std::fs::OpenOptions::new();
-    opts.read(true).append(true).create(true);
-    let mut f = fsutil::open_regular(file, opts, fsutil::Links::Refuse)
-        .and_then(|f| f.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound).into()))
-        .map_err(|source| FleetsError::File {
+    opts.read(true).append(create).write(!create).create(create);
+    let f = fsutil::open_regular(file, opts, fsutil::Links::Refuse).map_err(|source| {
+        FleetsError::File {
             path: file.to_path_buf(),
             source,
-        })?;
+        }
+    })?;
+    let Some(mut f) = f else {
+        return Ok(None);
+    };
     f.lock().map_err(io)?;
     let mut bytes = Vec::new();
     f.rewind()
@@ -99,6 +104,47 @@ pub fn record(file: &Path, repo: &Path) -> Result<(), FleetsError> {
             source: SmallFileError::TooLarge(MAX_BYTES),
         });
     }
+    Ok(Some((f, bytes)))
+}
+
+/// Removes from `file` every checkout `gone` says to forget; returns them. Rewritten in
+/// place under the lock `record` takes (a rename would let a `record` waiting on the old
+/// file append where no reader looks). A missing file forgets nothing.
+pub fn forget(file: &Path, gone: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>, FleetsError> {
+    let io = |source| FleetsError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let Some((mut f, bytes)) = open_locked(file, false)? else {
+        return Ok(Vec::new());
+    };
+    let (forgotten, kept): (Vec<PathBuf>, Vec<PathBuf>) = parse(&String::from_utf8_lossy(&bytes))
+        .into_iter()
+        .partition(|p| gone(p));
+    if forgotten.is_empty() {
+        return Ok(forgotten);
+    }
+    let mut text = String::new();
+    for p in &kept {
+        text.push_str(&p.to_string_lossy());
+        text.push('\n');
+    }
+    f.set_len(0)
+        .and_then(|()| f.rewind())
+        .and_then(|()| f.write_all(text.as_bytes()))
+        .map_err(io)?;
+    Ok(forgotten)
+}
+
+/// Appends `repo` to `file` unless it is there already.
+pub fn record(file: &Path, repo: &Path) -> Result<(), FleetsError> {
+    let io = |source| FleetsError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    let Some((mut f, bytes)) = open_locked(file, true)? else {
+        return Err(io(std::io::Error::from(std::io::ErrorKind::NotFound)));
+    };
     if parse(&String::from_utf8_lossy(&bytes))
         .iter()
         .any(|p| p == repo)

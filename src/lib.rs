@@ -65,6 +65,9 @@
 //!   `populated`, figures, limits), `process` (every OS-process fact: `/proc`, pidfds,
 //!   identities, signals), `afk_env` (every `RED_AFK_*` name; it imports nothing of the crate).
 
+// `println!` panics on a closed stdout (`| head -1`): commands write through `cli::out`.
+#![deny(clippy::print_stdout)]
+
 pub mod afk_env;
 pub mod agent_profile;
 pub mod attempt_state;

@@ -33,6 +33,7 @@ use crate::layout::Layout;
 use crate::supervisor::scale_directive::MAX_TARGET;
 use crate::supervisor::slot_control::Action;
 use crate::supervisor::state_file::ShrinkMode;
+use crate::tracker::Tracker as _;
 
 /// Longest any tool call may take before it is answered with an error.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -87,6 +88,9 @@ pub struct ListIssuesIn {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct IssueRow {
     pub number: u64,
+    /// The issue's title; null on the gh tracker, whose listing does not carry it
+    /// (`show_issue` has the rest).
+    pub title: Option<String>,
     pub state: String,
     pub labels: Vec<String>,
     pub closed_at: Option<String>,
@@ -143,7 +147,10 @@ pub struct SpendRow {
     pub key: String,
     pub usd: f64,
     pub tokens: u64,
+    /// The attempts that reported a cost or tokens (what `usd` and `tokens` add up).
     pub runs: u64,
+    /// Every attempt that ended in the row, whether or not it reported a cost.
+    pub attempts: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -157,10 +164,26 @@ pub struct SpendReport {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct IssueDetail {
     pub number: u64,
+    /// The issue's title; null on the gh tracker (`gh issue view N` shows it).
+    pub title: Option<String>,
     pub state: String,
     pub labels: Vec<String>,
+    /// The issue's text (Markdown); null on the gh tracker.
+    pub body: Option<String>,
+    /// RFC 3339; null where the tracker does not say.
+    pub created_at: Option<String>,
+    pub closed_at: Option<String>,
+    /// The comments, oldest first.
+    pub comments: Vec<CommentOut>,
     /// The attempt ledger (`.red/state/attempts/<N>.toonl`), oldest first.
     pub attempts: Vec<Attempt>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CommentOut {
+    /// RFC 3339 when the tracker stored it; null where it does not say.
+    pub at: Option<String>,
+    pub body: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -192,6 +215,7 @@ pub struct EventsOut {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SlotLogIn {
+    /// The slot's index, 0 up to the fleet's target (excluded), as `fleet_status` lists them.
     pub slot: i64,
     /// The last this many lines (default 50, at most 2000).
     pub lines: Option<i64>,
@@ -216,8 +240,7 @@ pub struct ScaleIn {
 pub struct PauseIn {
     /// Why (shown in status and the event log).
     pub reason: Option<String>,
-    /// When the fleet resumes by itself: RFC 3339 or a span (90m, 2h); default: until
-    /// resume_fleet.
+    /// When the fleet resumes by itself: RFC 3339 or a span (90m, 2h); default: until resume_fleet.
     pub until: Option<String>,
 }
 
@@ -226,6 +249,7 @@ pub struct Empty {}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct StopSlotIn {
+    /// The slot's index, 0 up to the fleet's target (excluded), as `fleet_status` lists them.
     pub slot: i64,
     /// drain-then-retire (default: the worker finishes its issue) or hard-kill.
     pub mode: Option<String>,
@@ -311,6 +335,14 @@ impl AfkMcp {
             .map_err(|e| format!("issue tracker: {e}"))
     }
 
+    /// The backend itself, as `afk-supervisor issue` uses it: the local store's issues
+    /// carry their titles, bodies and comments.
+    fn backend(&self) -> Result<crate::tracker::select::Backend, String> {
+        crate::tracker::select::resolve(&self.config, &self.layout)
+            .map(|(b, _)| b)
+            .map_err(|e| format!("issue tracker: {e}"))
+    }
+
     #[tool(
         description = "The running fleet: the same JSON as `afk-supervisor status --json` (schema_version, supervisor, fleet, slots; docs/status.schema.json).",
         output_schema = status_schema(),
@@ -349,27 +381,52 @@ impl AfkMcp {
         let limit = ranged("limit", p.limit.unwrap_or(100), 1, MAX_ISSUES as i64)? as usize;
         let this = self.clone();
         blocking(move || {
-            let t = this.tracker()?;
-            let all = t.list_all(LIST_ALL.max(limit)).map_err(|e| e.to_string())?;
-            let issues = all
-                .into_iter()
-                .filter(|i| state.is_none_or(|s| i.state == s))
-                .filter(|i| label.as_deref().is_none_or(|l| i.has_label(l)))
-                .take(limit)
-                .map(|i| IssueRow {
-                    number: i.number,
-                    state: i.state.to_string(),
-                    labels: i.labels,
-                    closed_at: i.closed_at,
-                })
-                .collect();
+            let wanted = |s: crate::tracker::IssueState, labels: &[String]| {
+                state.is_none_or(|want| s == want)
+                    && label
+                        .as_deref()
+                        .is_none_or(|l| labels.iter().any(|x| x == l))
+            };
+            let issues = match this.backend()? {
+                crate::tracker::select::Backend::Local(t) => t
+                    .list(&crate::tracker::local::ListFilter {
+                        state: crate::tracker::local::StateFilter::All,
+                        labels: Vec::new(),
+                    })
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .filter(|i| wanted(i.state, &i.labels))
+                    .take(limit)
+                    .map(|i| IssueRow {
+                        number: i.number,
+                        title: Some(i.title),
+                        state: i.state.to_string(),
+                        labels: i.labels,
+                        closed_at: i.closed_at,
+                    })
+                    .collect(),
+                crate::tracker::select::Backend::Gh(t) => t
+                    .list_all(LIST_ALL.max(limit))
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .filter(|i| wanted(i.state, &i.labels))
+                    .take(limit)
+                    .map(|i| IssueRow {
+                        number: i.number,
+                        title: None,
+                        state: i.state.to_string(),
+                        labels: i.labels,
+                        closed_at: i.closed_at,
+                    })
+                    .collect(),
+            };
             Ok(Json(IssueList { issues }))
         })
         .await
     }
 
     #[tool(
-        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens and runs, and the total (as `afk-supervisor spend --json`).",
+        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens, runs (attempts that reported a cost or tokens) and attempts, and the total (as `afk-supervisor spend --json`).",
         annotations(read_only_hint = true)
     )]
     async fn spend(&self, Parameters(p): Parameters<SpendIn>) -> Result<Json<SpendReport>, String> {
@@ -403,6 +460,7 @@ impl AfkMcp {
                 usd: r.usd,
                 tokens: r.tokens,
                 runs: r.runs,
+                attempts: r.attempts,
             };
             Ok(Json(SpendReport {
                 by: match by {
@@ -428,11 +486,55 @@ impl AfkMcp {
         let n = ranged("number", p.number, 1, i64::MAX)? as u64;
         let this = self.clone();
         blocking(move || {
-            let v = this
-                .tracker()?
-                .view(n)
-                .map_err(|e| format!("issue #{n}: {e}"))?;
-            let attempts = crate::ledger::read(&this.layout, n)
+            let mut detail = match this.backend()? {
+                crate::tracker::select::Backend::Local(t) => {
+                    let i = t.show(n).map_err(|e| format!("issue #{n}: {e}"))?;
+                    IssueDetail {
+                        number: n,
+                        title: Some(i.title),
+                        state: i.state.to_string(),
+                        labels: i.labels,
+                        body: Some(i.body),
+                        created_at: Some(i.created_at),
+                        closed_at: i.closed_at,
+                        comments: i
+                            .comments
+                            .into_iter()
+                            .map(|c| CommentOut {
+                                at: Some(c.at),
+                                body: c.body,
+                            })
+                            .collect(),
+                        attempts: Vec::new(),
+                    }
+                }
+                crate::tracker::select::Backend::Gh(t) => {
+                    let th = t.thread(n).map_err(|e| format!("issue #{n}: {e}"))?;
+                    IssueDetail {
+                        number: n,
+                        title: None,
+                        state: th.state.to_string(),
+                        labels: th.labels,
+                        body: None,
+                        created_at: None,
+                        closed_at: None,
+                        comments: th
+                            .comments
+                            .into_iter()
+                            .map(|c| CommentOut {
+                                at: c.at.map(|t| {
+                                    crate::timeutil::rfc3339(
+                                        std::time::UNIX_EPOCH + Duration::from_secs(t),
+                                    )
+                                }),
+                                body: c.body,
+                            })
+                            .collect(),
+                        attempts: Vec::new(),
+                    }
+                }
+            };
+            detail.attempts = crate::ledger::read(&this.layout, n)
                 .map_err(|e| e.to_string())?
                 .into_iter()
                 .map(|r| Attempt {
@@ -454,12 +556,7 @@ impl AfkMcp {
                     memory_peak_kib: r.memory_peak_kib,
                 })
                 .collect();
-            Ok(Json(IssueDetail {
-                number: n,
-                state: v.state.to_string(),
-                labels: v.labels,
-                attempts,
-            }))
+            Ok(Json(detail))
         })
         .await
     }

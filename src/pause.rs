@@ -330,13 +330,23 @@ impl OperatorPause {
         !self.resumed && self.until_epoch.is_none_or(|t| now < t)
     }
 
-    /// `until 2026-12-01T12:00:00Z (release freeze)` or `until resumed (release freeze)`.
+    /// `until 2026-12-01T12:00:00Z (release freeze, via=cli)` or `until resumed (release
+    /// freeze, via=mcp)`.
     pub fn describe(&self) -> String {
-        let until = match self.until_epoch {
+        format!("until {} ({}, via={})", self.until(), self.reason, self.via)
+    }
+
+    /// [`OperatorPause::describe`] without who asked, for a line that says it already
+    /// (`control.request`'s `(via=…)`): `until resumed (release freeze)`.
+    pub fn span(&self) -> String {
+        format!("until {} ({})", self.until(), self.reason)
+    }
+
+    fn until(&self) -> String {
+        match self.until_epoch {
             Some(t) => rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(t)),
             None => "resumed".into(),
-        };
-        format!("until {until} ({}, via={})", self.reason, self.via)
+        }
     }
 }
 

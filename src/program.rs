@@ -105,8 +105,17 @@ pub fn find_program(
     base: &Path,
 ) -> Result<PathBuf, NotRunnable> {
     if program.contains('/') {
-        let p = base.join(program);
-        return executable(&p).map(|()| p);
+        // `./agent.sh` from the repo is `<repo>/agent.sh`: said so when it is refused, since
+        // the relative path alone does not say where it was looked for.
+        let p: PathBuf = base.join(program).components().collect();
+        return match executable(&p) {
+            Ok(()) => Ok(p),
+            Err(why) if !Path::new(program).is_absolute() => Err(NotRunnable::Refused {
+                path: p,
+                why: Box::new(why),
+            }),
+            Err(why) => Err(why),
+        };
     }
     // glibc's default when PATH is unset.
     let path = path.unwrap_or(OsStr::new("/bin:/usr/bin"));

@@ -136,11 +136,18 @@ pub fn plan(
     let git = find_program("git", path).ok_or(UnitError::NoGit)?;
     let mut tools = vec![("git", Some(git))];
     tools.push(("gh", find_program("gh", path)));
-    if let Some(a) = agent {
-        tools.push((a, find_program(a, path)));
+    let mut missing = Vec::new();
+    match agent {
+        // Named by a relative path: run from the repo by that path (`program::check_agent`),
+        // never looked up on PATH, so its directory (`.`) has no place there.
+        Some(a) if a.contains('/') && !Path::new(a).is_absolute() => {
+            let found = crate::program::find_program(a, path, repo);
+            missing.extend(found.err().map(|_| a.to_string()));
+        }
+        Some(a) => tools.push((a, find_program(a, path))),
+        None => {}
     }
     let mut dirs: Vec<String> = Vec::new();
-    let mut missing = Vec::new();
     let mut add = |d: &str| {
         if !dirs.iter().any(|x| x == d) {
             dirs.push(d.to_string());
@@ -151,7 +158,10 @@ pub fn plan(
     }
     for (name, found) in &tools {
         match found.as_deref().and_then(Path::parent) {
-            Some(d) => add(unit_path("a tool's directory", d)?),
+            // A relative directory on a service's PATH would be read from wherever the
+            // service runs: never one.
+            Some(d) if d.is_absolute() => add(unit_path("a tool's directory", d)?),
+            Some(_) => {}
             None => missing.push((*name).to_string()),
         }
     }
@@ -290,6 +300,59 @@ fn other_instances(unit_dir: &Path) -> Result<bool, UnitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 52, item 7: an agent named by a relative path (`./agent.sh`, run from the repo)
+    /// puts no `.` (nor any relative directory) on the unit's PATH, and is found from the
+    /// repo, not from where `install` runs.
+    #[test]
+    fn a_relative_agent_puts_nothing_relative_on_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        let agent = repo.join("agent.sh");
+        std::fs::write(&agent, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::var_os("PATH");
+        let exe = Path::new("/opt/afk/bin/afk-supervisor");
+        let units = d.path().join("units");
+        for a in ["./agent.sh", "agent.sh/../agent.sh"] {
+            let planned = plan(&repo, exe, &units, None, Some(a), path.as_deref()).unwrap();
+            let line = planned
+                .dropin
+                .lines()
+                .find_map(|l| l.strip_prefix("Environment=PATH="))
+                .unwrap();
+            let relative: Vec<&str> = line.split(':').filter(|d| !d.starts_with('/')).collect();
+            assert!(relative.is_empty(), "{a}: {line}");
+        }
+        // Tests run in the crate's directory, where `./.ci/run` is an executable file too:
+        // found from there or from the repo, its directory is relative either way.
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let planned = plan(here, exe, &units, None, Some("./.ci/run"), path.as_deref()).unwrap();
+        assert!(!planned.dropin.contains(":./"), "{}", planned.dropin);
+        assert!(!planned.dropin.contains(":.:"), "{}", planned.dropin);
+        let found = plan(
+            &repo,
+            exe,
+            &units,
+            None,
+            Some("./agent.sh"),
+            path.as_deref(),
+        )
+        .unwrap();
+        assert!(
+            !found.missing.contains(&"./agent.sh".to_string()),
+            "{:?}",
+            found.missing
+        );
+        let nope = plan(&repo, exe, &units, None, Some("./nope.sh"), path.as_deref()).unwrap();
+        assert!(
+            nope.missing.contains(&"./nope.sh".to_string()),
+            "{:?}",
+            nope.missing
+        );
+    }
 
     #[test]
     fn escapes_paths_like_systemd_escape() {

@@ -1,4 +1,5 @@
-//! `afk-supervisor demo` and the hidden `demo-agent` it runs (see `crate::demo`).
+//! `afk-supervisor demo` and the `demo-agent` it runs (see `crate::demo`), which is
+//! dispatched before the command line is parsed (`crate::cli::main`): no command offers it.
 
 use clap::Args;
 
@@ -48,7 +49,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
 pub fn agent() -> Result<i32, Failure> {
     match demo::demo_agent(&crate::config::process_env()) {
         Ok(line) => {
-            println!("{line}");
+            outln!("{line}");
             Ok(exit::OK)
         }
         Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),

@@ -18,7 +18,8 @@ pub struct InitArgs {
     /// Number of worker slots written as fleet.workers (default 2).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: Option<u16>,
-    /// Overwrite an existing .red/afk-supervisor.toml.
+    /// Overwrite an existing .red/afk-supervisor.toml, and write an --agent that cannot be
+    /// run (yet) with a warning instead of refusing it.
     #[arg(long)]
     pub force: bool,
 }
@@ -42,6 +43,21 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
         }
         None => None,
     };
+    if let Some(program) = agent.as_ref().and_then(|a| a.first()) {
+        // As `run` checks it (from the repo, or on PATH), before anything is written: a
+        // file naming an agent that cannot run only fails later, at the first `run`.
+        let path = std::env::var_os("PATH");
+        if let Err(why) = crate::program::find_program(program, path.as_deref(), ctx.layout.repo())
+        {
+            let msg = format!("init --agent: {program:?}: {why}");
+            if !args.force {
+                return Err(Failure::config(format!(
+                    "{msg}; nothing written (`init --force` writes it anyway)"
+                )));
+            }
+            eprintln!("afk-supervisor: warning: {msg}; `run` refuses it until it can be run");
+        }
+    }
     let choices = Choices {
         agent,
         tracker: ctx.tracker,
@@ -50,17 +66,17 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     let text = template::render(&choices);
     crate::fsutil::atomic_write(&path, text.as_bytes())
         .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
-    println!("wrote {}", path.display());
+    outln!("wrote {}", path.display());
     match bootstrap::ensure(&ctx.layout) {
         Ok(g) => {
             if let Some(note) = g.note() {
-                println!("{note}");
+                outln!("{note}");
             }
         }
         Err(e) => eprintln!("afk-supervisor: warning: {e}"),
     }
     if choices.agent.is_none() {
-        println!(
+        outln!(
             "no agent yet: set [agent] command in {} (or `afk-supervisor init --force --agent \"PROGRAM ARGS\"`)",
             path.display()
         );
@@ -71,9 +87,9 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     } else {
         "afk-supervisor issue new --title \"…\" --body \"…\"  # labelled ready-for-agent"
     };
-    println!("next:");
-    println!("  afk-supervisor config   # what the fleet will run with, each value's source");
-    println!("  {new_issue}");
-    println!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
+    outln!("next:");
+    outln!("  afk-supervisor config   # what the fleet will run with, each value's source");
+    outln!("  {new_issue}");
+    outln!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
     Ok(exit::OK)
 }

@@ -167,7 +167,7 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
             let n = local
                 .create(&title, &body, &strs(&labels))
                 .map_err(tracker_failure)?;
-            println!("{n}");
+            outln!("{n}");
         }
         IssueCommand::List {
             state,
@@ -238,7 +238,7 @@ fn local_only<'a>(
 fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::failed(format!("cannot encode JSON: {e}")))?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
 
@@ -283,7 +283,7 @@ fn list(backend: &Backend, filter: ListFilter, limit: usize, json: bool) -> Resu
         if !r.labels.is_empty() {
             line.push_str(&format!(" [{}]", text::escape(&r.labels.join(", "))));
         }
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }
@@ -317,37 +317,37 @@ fn show(
         return print_json(&issue);
     }
     match &issue.title {
-        Some(t) => println!("#{number} {}", text::escape(t)),
-        None => println!("#{number}"),
+        Some(t) => outln!("#{number} {}", text::escape(t)),
+        None => outln!("#{number}"),
     }
-    println!("state: {}", issue.state);
-    println!("labels: {}", text::escape(&issue.labels.join(", ")));
+    outln!("state: {}", issue.state);
+    outln!("labels: {}", text::escape(&issue.labels.join(", ")));
     if let Some(c) = &issue.created_at {
-        println!("created: {}", text::escape(c));
+        outln!("created: {}", text::escape(c));
     }
     if let Some(c) = &issue.closed_at {
-        println!("closed: {}", text::escape(c));
+        outln!("closed: {}", text::escape(c));
     }
     match (&issue.body, &issue.comments) {
         (Some(body), Some(comments)) => {
             if !body.is_empty() {
-                println!("\n{}", text::escape_lines(body.trim_end()));
+                outln!("\n{}", text::escape_lines(body.trim_end()));
             }
             for c in comments {
-                println!(
+                outln!(
                     "\n--- comment {}\n{}",
                     text::escape(&c.at),
                     text::escape_lines(c.body.trim_end())
                 );
             }
         }
-        _ => println!("(title, body and comments: `gh issue view {number}`)"),
+        _ => outln!("(title, body and comments: `gh issue view {number}`)"),
     }
     if !issue.attempts.is_empty() {
-        println!("\n--- attempts");
+        outln!("\n--- attempts");
     }
     for line in crate::ledger::attempt_lines(&issue.attempts) {
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `afk-supervisor list [--json]`: every fleet of this user on this host, as `pm2 list`
+//! `afk-supervisor list [--json] [--forget-gone]`: every fleet of this user on this host, as `pm2 list`
 //! shows every app: the checkouts recorded by their supervisors, each with whether one runs
 //! now (from that checkout's pid file and heartbeat) and how it is doing.
 
@@ -15,6 +15,9 @@ pub struct ListArgs {
     /// A JSON array, one object per checkout (repo, state, pid, target, live, health).
     #[arg(long)]
     pub json: bool,
+    /// Forget the checkouts that are gone (no longer there), then list the rest.
+    #[arg(long)]
+    pub forget_gone: bool,
 }
 
 /// One row of `list`.
@@ -34,6 +37,17 @@ struct Row {
 
 pub fn run(args: &ListArgs) -> Result<i32, Failure> {
     let file = crate::fleets::path().map_err(|e| Failure::failed(e.to_string()))?;
+    if args.forget_gone {
+        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        // On stderr: stdout stays the list (`--json` parses as before).
+        for repo in &forgotten {
+            eprintln!(
+                "forgot {} (gone)",
+                crate::text::escape(&repo.display().to_string())
+            );
+        }
+    }
     let repos = crate::fleets::read(&file).map_err(|e| Failure::failed(e.to_string()))?;
     let rows: Vec<Row> = repos
         .iter()
@@ -70,19 +84,23 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
     if args.json {
         let text = serde_json::to_string_pretty(&rows)
             .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
         return Ok(exit::OK);
     }
     if rows.is_empty() {
-        println!(
+        outln!(
             "no fleet recorded yet ({} lists every checkout a supervisor ran in)",
             file.display()
         );
         return Ok(exit::OK);
     }
-    println!(
+    outln!(
         "{:<8} {:>8} {:>6} {:>4} {:<9} REPO",
-        "STATE", "PID", "TARGET", "LIVE", "HEALTH"
+        "STATE",
+        "PID",
+        "TARGET",
+        "LIVE",
+        "HEALTH"
     );
     for r in &rows {
         let num = |v: Option<usize>| v.map_or("-".into(), |n| n.to_string());
@@ -91,7 +109,7 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             (None, 0) => "-".into(),
             (None, n) => format!("{n} orphans"),
         };
-        println!(
+        outln!(
             "{:<8} {:>8} {:>6} {:>4} {:<9} {}",
             r.state,
             r.pid.map_or("-".into(), |p| p.to_string()),

@@ -10,6 +10,9 @@ use crate::config::{self, Config, Overrides, TrackerKind};
 use crate::exit::{self, Failure};
 use crate::layout::Layout;
 
+#[macro_use]
+mod out;
+
 mod demo;
 mod events;
 mod init;
@@ -54,6 +57,7 @@ pub const EXIT_CODES: &str = "Exit codes:
   4    boot halted; nothing was spawned
   69   worker: the tracker failed transiently (not a death)
   75   worker: rate limited, or the fleet is paused for one (not a death)
+  76   worker: the agent's account or the day's budget holds the fleet (not a death)
   78   configuration error
   129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
 
@@ -115,9 +119,6 @@ pub enum Command {
     Unblock(unblock::UnblockArgs),
     /// A scratch repo, a local tracker with issues, a real fleet and a summary: the first run.
     Demo(demo::DemoArgs),
-    /// The demo's stand-in agent: commits `notes/issue-<N>.md` in its worktree.
-    #[command(hide = true)]
-    DemoAgent,
     /// Show the event log (`--follow`, `--slot I`, `--kind K`, `--since 15m`, `--json`),
     /// or a slot's worker output (`--slot I --worker-output`).
     Logs(logs::LogsArgs),
@@ -185,6 +186,12 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // The demo's stand-in agent (`<exe> demo-agent`, which commits `notes/issue-<N>.md` in
+    // its worktree) is no command of the CLI: no help, completion or man page offers it.
+    if args.get(1).is_some_and(|a| a == crate::demo::AGENT_COMMAND) {
+        return finish(demo::agent());
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -201,12 +208,24 @@ where
     crate::supervisor::journal::echo_on_stdout(
         cli.log_format == crate::diagnostics::LogFormat::Json,
     );
-    match dispatch(cli) {
+    finish(dispatch(cli))
+}
+
+/// A command's end: its failure said in one line, and stdout finished ([`out::finish`]).
+fn finish(end: Result<i32, Failure>) -> i32 {
+    let code = match end {
         Ok(code) => code,
         Err(f) => {
             eprintln!("afk-supervisor: {}", f.message);
             f.code
         }
+    };
+    match out::finish() {
+        Err(e) if code == exit::OK => {
+            eprintln!("afk-supervisor: {e}");
+            exit::FAILED
+        }
+        _ => code,
     }
 }
 
@@ -214,7 +233,6 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
     // The demo makes its own repo; its agent runs in a worktree it is given.
     let command = match cli.command {
         Some(Command::Demo(args)) => return demo::run(&args),
-        Some(Command::DemoAgent) => return demo::agent(),
         Some(Command::Completions(args)) => return shell::completions(&args),
         Some(Command::Man) => return shell::man(),
         Some(Command::List(args)) => return list::run(&args),
@@ -249,13 +267,9 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Sweep(args)) => sweep::run(&ctx, &args),
         Some(Command::Reap(args)) => reap::run(&ctx, &args),
         Some(Command::Unblock(args)) => unblock::run(&ctx, &args),
-        Some(
-            Command::Demo(_)
-            | Command::DemoAgent
-            | Command::Completions(_)
-            | Command::Man
-            | Command::List(_),
-        ) => unreachable_demo(),
+        Some(Command::Demo(_) | Command::Completions(_) | Command::Man | Command::List(_)) => {
+            unreachable_demo()
+        }
         Some(Command::Logs(args)) => logs::run(&ctx, &args),
         Some(Command::Tmux(args)) => tmux::run(&ctx, &args),
         Some(Command::Systemd(args)) => systemd::run(&ctx, &args),
@@ -336,7 +350,31 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervisor::state_file::ShrinkMode;
     use clap::CommandFactory;
+
+    /// Issue 52, item 14: `restart` takes `--mode` (a restart shrinks nothing); the old
+    /// `--shrink-mode` is still taken, unlisted.
+    #[test]
+    fn restart_takes_mode_not_shrink_mode() {
+        let parse = |flag: &str| {
+            Cli::try_parse_from(["afk-supervisor", "restart", "0", flag, "drain-then-retire"]).map(
+                |c| match c.command {
+                    Some(Command::Restart(a)) => a.mode,
+                    other => panic!("{other:?}"),
+                },
+            )
+        };
+        assert_eq!(parse("--mode").unwrap(), ShrinkMode::DrainThenRetire);
+        assert_eq!(parse("--shrink-mode").unwrap(), ShrinkMode::DrainThenRetire);
+        let help = Cli::command()
+            .find_subcommand_mut("restart")
+            .expect("restart")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--mode <MODE>"), "{help}");
+        assert!(!help.contains("--shrink-mode"), "{help}");
+    }
 
     /// Every flag and positional of every (sub)command says what it is for, and a flag
     /// with a fixed set of values names them.

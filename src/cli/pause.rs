@@ -36,7 +36,7 @@ pub fn resume(ctx: &Ctx) -> Result<i32, Failure> {
         .map_err(|e| Failure::failed(e.to_string()))?;
     match &out.pause {
         Some(_) => print_outcome("fleet resumed; the operator pause was", &out),
-        None => println!("no operator pause was in force"),
+        None => outln!("no operator pause was in force"),
     }
     Ok(exit::OK)
 }
@@ -44,7 +44,7 @@ pub fn resume(ctx: &Ctx) -> Result<i32, Failure> {
 fn print_outcome(what: &str, out: &PauseOutcome) {
     let pause = out.pause.as_ref().map(|p| p.describe()).unwrap_or_default();
     match out.supervisor {
-        Some(pid) => println!("{what} {pause} (supervisor pid={pid})"),
-        None => println!("{what} {pause} (no fleet running: it holds for the next start)"),
+        Some(pid) => outln!("{what} {pause} (supervisor pid={pid})"),
+        None => outln!("{what} {pause} (no fleet running: it holds for the next start)"),
     }
 }

@@ -32,9 +32,9 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
     if let Some(e) = &report.tracker_error {
         eprintln!("afk-supervisor: warning: tracker failed, every afk branch spared: {e}");
     }
-    println!("{}", report.counts_line());
+    outln!("{}", report.counts_line());
     for d in &report.decisions {
-        println!("{}", d.line(args.dry_run));
+        outln!("{}", d.line(args.dry_run));
     }
     match report.delete_error() {
         Some(e) => Err(Failure::failed(e)),

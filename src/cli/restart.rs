@@ -19,8 +19,14 @@ pub struct RestartArgs {
     pub slot: usize,
     /// How its worker goes: drain-then-retire (finishes its issue first) or hard-kill
     /// (stopped at once, its issue given back).
-    #[arg(long, value_name = "MODE", default_value = "hard-kill")]
-    pub shrink_mode: ShrinkMode,
+    // A restart shrinks nothing: `--mode`; the old `--shrink-mode` is still taken, unlisted.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "hard-kill",
+        alias = "shrink-mode"
+    )]
+    pub mode: ShrinkMode,
     /// Seconds to wait for the supervisor's acknowledgement (default: three ticks, at
     /// least 10).
     #[arg(long, value_name = "S")]
@@ -28,13 +34,7 @@ pub struct RestartArgs {
 }
 
 pub fn run(ctx: &Ctx, args: &RestartArgs) -> Result<i32, Failure> {
-    slot(
-        ctx,
-        args.slot,
-        Action::Restart,
-        args.shrink_mode,
-        args.timeout,
-    )
+    slot(ctx, args.slot, Action::Restart, args.mode, args.timeout)
 }
 
 /// Asks the running supervisor to stop or restart `slot` and waits for its answer.
@@ -56,7 +56,7 @@ pub fn slot(
         Duration::from_secs(timeout),
     ) {
         Ok(SlotOutcome::Done { pid, message }) => {
-            println!("{message} (supervisor pid={pid})");
+            outln!("{message} (supervisor pid={pid})");
             Ok(exit::OK)
         }
         Ok(SlotOutcome::Pending { pid }) => Err(Failure::failed(format!(

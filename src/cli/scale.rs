@@ -44,7 +44,15 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
         Duration::from_secs(timeout),
     )
     .map_err(|e| Failure::failed(e.to_string()))?;
-    println!("{outcome}");
+    outln!("{outcome}");
+    if matches!(outcome, ScaleOutcome::Applied { .. })
+        && let Some(p) = crate::pause::operator_active(&ctx.layout.state())
+    {
+        outln!(
+            "the fleet is paused by the operator {}: new slots start when it resumes",
+            p.describe()
+        );
+    }
     Ok(match outcome {
         ScaleOutcome::Applied { .. } => exit::OK,
         ScaleOutcome::Pending { .. } => exit::FAILED,

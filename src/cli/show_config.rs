@@ -15,9 +15,9 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         ),
         |p| p.display().to_string(),
     );
-    println!("# repo: {}", ctx.layout.repo().display());
-    println!("# config file: {file}");
-    let line = |key: &str, value: String| println!("{key} = {value}  # {}", src.describe(key));
+    outln!("# repo: {}", ctx.layout.repo().display());
+    outln!("# config file: {file}");
+    let line = |key: &str, value: String| outln!("{key} = {value}  # {}", src.describe(key));
     line("fleet.workers", c.fleet.workers.to_string());
     line("fleet.base", format!("{:?}", c.fleet.base));
     line(

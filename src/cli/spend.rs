@@ -55,21 +55,36 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "rows": rows,
             "total": total,
         });
-        println!("{out}");
+        outln!("{out}");
         return Ok(exit::OK);
     }
     let head = match by {
         By::Day => "day",
         By::Issue => "issue",
     };
-    println!("{head:<12} {:>10} {:>12} {:>6}", "usd", "tokens", "runs");
+    outln!(
+        "{head:<12} {:>10} {:>12} {:>6} {:>8}",
+        "usd",
+        "tokens",
+        "runs",
+        "attempts"
+    );
     for r in rows.iter().chain(std::iter::once(&total)) {
-        println!(
-            "{:<12} {:>10} {:>12} {:>6}",
+        outln!(
+            "{:<12} {:>10} {:>12} {:>6} {:>8}",
             r.key,
             format!("${:.2}", r.usd),
             r.tokens,
-            r.runs
+            r.runs,
+            r.attempts
+        );
+    }
+    // What `runs` counts, said where it differs from the attempts.
+    if total.runs < total.attempts {
+        outln!(
+            "runs: attempts that reported a cost or tokens; {} of {} reported neither              (an agent whose output carries no usage)",
+            total.attempts - total.runs,
+            total.attempts
         );
     }
     Ok(exit::OK)

@@ -100,11 +100,11 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         }
         std::thread::sleep(POLL);
     }
-    println!(
+    outln!(
         "started: supervisor pid={pid} in the background; output: {}",
         out_path.display()
     );
-    println!("  afk-supervisor status    afk-supervisor logs -f    afk-supervisor stop");
+    outln!("  afk-supervisor status    afk-supervisor logs -f    afk-supervisor stop");
     Ok(exit::OK)
 }
 

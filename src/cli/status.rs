@@ -35,11 +35,11 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
             if args.json {
                 let value = health::report_json(&report)
                     .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
-                println!("{}", encode(&value)?);
+                outln!("{}", encode(&value)?);
             } else {
-                print!("{}", status::render_status(&report));
+                out!("{}", status::render_status(&report));
                 if !why.is_empty() {
-                    println!("degraded: {}", why.join("; "));
+                    outln!("degraded: {}", why.join("; "));
                 }
             }
             Ok(if why.is_empty() {
@@ -53,7 +53,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
             let live = control::live_fleet_processes(&ctx.layout);
             if args.json {
                 let value = serde_json::json!({"supervisor": null, "live_processes": live});
-                println!("{}", encode(&value)?);
+                outln!("{}", encode(&value)?);
             }
             eprintln!("{e}");
             if !live.is_empty() {

@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
         for r in control::rescue_killed(&ctx.layout, &config) {
             match r {
                 Ok(r) => {
-                    println!("{}", r.message());
+                    outln!("{}", r.message());
                     r.log(&ctx.layout, None, None);
                 }
                 Err(e) => eprintln!("afk-supervisor: {e}; the tree is kept"),
@@ -65,9 +65,9 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             workers_killed,
         } => {
             if args.force {
-                println!("fleet stopped (supervisor pid={pid}, workers killed={workers_killed})");
+                outln!("fleet stopped (supervisor pid={pid}, workers killed={workers_killed})");
             } else {
-                println!("fleet stopped (supervisor pid={pid})");
+                outln!("fleet stopped (supervisor pid={pid})");
             }
             Ok(exit::OK)
         }
@@ -75,11 +75,11 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             pid: None,
             workers_killed,
         } => {
-            println!("fleet stopped (no supervisor, workers killed={workers_killed})");
+            outln!("fleet stopped (no supervisor, workers killed={workers_killed})");
             Ok(exit::OK)
         }
         StopOutcome::NothingRunning => {
-            println!("no fleet running");
+            outln!("no fleet running");
             Ok(exit::OK)
         }
         StopOutcome::OrphanWorkers { live } => Err(Failure::failed(format!(

@@ -79,19 +79,19 @@ fn print_run(run: &SuiteRun, args: &SweepArgs) {
             "summary": run.log_message(),
             "report": report,
         });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
         );
         return;
     }
     if args.dry_run {
-        println!("dry run: nothing is changed");
+        outln!("dry run: nothing is changed");
     }
     for d in &report.decisions {
-        println!("{}", d.line());
+        outln!("{}", d.line());
     }
     if run.end.is_ok() {
-        println!("{}", report.summary());
+        outln!("{}", report.summary());
     }
 }

@@ -80,17 +80,17 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
     )
     .map_err(unit_failure)?;
     if args.print {
-        println!("# {}", plan.template_path.display());
-        print!("{}", plan.template);
-        println!();
-        println!("# {}", plan.dropin_path.display());
-        print!("{}", plan.dropin);
-        println!();
-        println!("# after writing both files:");
+        outln!("# {}", plan.template_path.display());
+        out!("{}", plan.template);
+        outln!();
+        outln!("# {}", plan.dropin_path.display());
+        out!("{}", plan.dropin);
+        outln!();
+        outln!("# after writing both files:");
     } else {
         plan.write().map_err(unit_failure)?;
-        println!("wrote {}", plan.template_path.display());
-        println!("wrote {}", plan.dropin_path.display());
+        outln!("wrote {}", plan.template_path.display());
+        outln!("wrote {}", plan.dropin_path.display());
     }
     if !plan.missing.is_empty() {
         eprintln!(
@@ -98,7 +98,7 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
             plan.missing.join(", ")
         );
     }
-    print!("{}", plan.next_steps());
+    out!("{}", plan.next_steps());
     Ok(exit::OK)
 }
 
@@ -106,12 +106,12 @@ fn uninstall(ctx: &Ctx) -> Result<i32, Failure> {
     let unit = service_unit::unit_name(ctx.layout.repo());
     let removed = service_unit::uninstall(ctx.layout.repo(), &unit_dir()?).map_err(unit_failure)?;
     if removed.files.is_empty() {
-        println!("{unit}: nothing installed");
+        outln!("{unit}: nothing installed");
     }
     for f in &removed.files {
-        println!("removed {}", f.display());
+        outln!("removed {}", f.display());
     }
-    println!("systemctl --user stop '{unit}'   # if it is still running");
-    println!("systemctl --user daemon-reload");
+    outln!("systemctl --user stop '{unit}'   # if it is still running");
+    outln!("systemctl --user daemon-reload");
     Ok(exit::OK)
 }

@@ -97,7 +97,7 @@ fn apply_target(ctx: &Ctx, n: usize) -> Result<(), Failure> {
     let timeout = Duration::from_secs((3 * config.timing.tick_s).max(10));
     match control::scale(&ctx.layout, n, ShrinkMode::default(), timeout) {
         Ok(ScaleOutcome::Applied { .. }) => {
-            println!("--workers {n}: applied to the running fleet (as `afk-supervisor scale {n}`)");
+            outln!("--workers {n}: applied to the running fleet (as `afk-supervisor scale {n}`)");
             Ok(())
         }
         Ok(outcome @ ScaleOutcome::Pending { .. }) => Err(Failure::failed(format!(
@@ -123,7 +123,7 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
         .status
         .success();
     if exists {
-        println!("tmux session {name} exists; reusing it");
+        outln!("tmux session {name} exists; reusing it");
         if let Some(n) = args.workers {
             apply_target(ctx, usize::from(n))?;
         }
@@ -152,10 +152,10 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
         status.extend([exe.as_os_str().to_owned(), "--repo".into(), repo.into()]);
         status.extend(["status".into(), "--watch".into()]);
         checked(status)?;
-        println!("tmux session {name}: window 0 the supervisor, window 1 status --watch");
+        outln!("tmux session {name}: window 0 the supervisor, window 1 status --watch");
     }
-    println!("attach:  tmux attach -t '{name}'");
-    println!(
+    outln!("attach:  tmux attach -t '{name}'");
+    outln!(
         "stop:    tmux kill-session -t '{name}'   (or: afk-supervisor --repo '{}' stop)",
         repo.display()
     );

@@ -54,7 +54,7 @@ fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failur
         .map_err(|e| Failure::failed(e.to_string()))?;
     match outcome {
         Exclusive::Busy(holder) => {
-            println!("unblock: skipped, another pass is running ({holder})");
+            outln!("unblock: skipped, another pass is running ({holder})");
             Ok(exit::OK)
         }
         Exclusive::Done(r) => {
@@ -69,9 +69,9 @@ fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failur
 
 fn print_report(r: &UnblockReport, dry_run: bool) {
     for line in r.lines(dry_run) {
-        println!("{line}");
+        outln!("{line}");
     }
-    println!("unblocked={}", r.promoted.len());
+    outln!("unblocked={}", r.promoted.len());
 }
 
 /// The belt loop. The wait between passes listens for the stop signals, so a stop is
@@ -87,13 +87,13 @@ fn watch(tracker: &dyn Tracker, label: &str, interval: Duration) -> Result<i32, 
         let ts = now_rfc3339_millis();
         if let BeltPass::Swept(r) = &pass {
             for line in r.lines(false) {
-                println!("{ts} {line}");
+                outln!("{ts} {line}");
             }
         }
         if pass.is_failure() {
             eprintln!("{ts} {}", pass.log_line());
         } else {
-            println!("{ts} {}", pass.log_line());
+            outln!("{ts} {}", pass.log_line());
         }
         if let Some(code) = stop.wait(interval) {
             return Ok(code);

@@ -43,7 +43,7 @@ pub enum OperatorError {
     /// reads cannot be read or written.
     #[error(transparent)]
     Control(#[from] ControlError),
-    #[error("slot {slot} is not in the fleet (target {target}: slots 0..{target})")]
+    #[error("slot {slot} is not in the fleet (target {target}: {})", slots_words(*.target))]
     OutOfRange { slot: usize, target: usize },
     #[error("the supervisor has not written its state yet (boot sweeps running); try again")]
     NoHeartbeat,
@@ -52,6 +52,15 @@ pub enum OperatorError {
     /// The supervisor answered and refused (its reason).
     #[error("{0}")]
     Refused(String),
+}
+
+/// The slots a target makes, both ends named: `slots 0 to 2`, `slot 0`, `no slots`.
+fn slots_words(target: usize) -> String {
+    match target {
+        0 => "no slots".into(),
+        1 => "slot 0".into(),
+        t => format!("slots 0 to {}", t - 1),
+    }
 }
 
 /// Appends the request to the event log as `control.request`, ending `(via=…)`, through
@@ -98,7 +107,7 @@ pub fn pause(
         return Err(ControlError::NotRunning(e.clone()).into());
     }
     let p = pause::pause_operator(&layout.state(), reason, until_epoch, via.as_str())?;
-    log_request(layout, via, &format!("pause {}", p.describe()), None, None);
+    log_request(layout, via, &format!("pause {}", p.span()), None, None);
     let sup = sup.ok();
     if let Some((pid, start)) = sup {
         nudge(pid, start);
@@ -278,4 +287,43 @@ fn relabel(
         .map_err(|e| refuse(format!("issue #{n}: {e}")))?;
     log_request(layout, via, &msg, None, Some(n));
     Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 52, item 14: the last slot is named, not the target (which reads as included).
+    #[test]
+    fn out_of_range_names_the_last_slot() {
+        let e = |slot, target| OperatorError::OutOfRange { slot, target }.to_string();
+        assert_eq!(
+            e(9, 3),
+            "slot 9 is not in the fleet (target 3: slots 0 to 2)"
+        );
+        assert_eq!(e(1, 1), "slot 1 is not in the fleet (target 1: slot 0)");
+        assert_eq!(e(0, 0), "slot 0 is not in the fleet (target 0: no slots)");
+    }
+
+    /// Who asked is said once, by `log_request`'s `(via=…)`: the pause's own words leave
+    /// it out (issue 52: `pause until resumed (lunch, via=cli) (via=cli)`).
+    #[test]
+    fn a_pause_request_says_via_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::create_dir_all(layout.state()).unwrap();
+        let out = pause(&layout, Some("lunch"), None, Via::Cli, false).unwrap();
+        assert_eq!(out.supervisor, None);
+        resume(&layout, Via::Mcp, false).unwrap();
+        let said: Vec<String> = crate::toonl::read_events(&layout.event_log())
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == kind::CONTROL)
+            .map(|e| e.msg)
+            .collect();
+        assert_eq!(
+            said,
+            ["pause until resumed (lunch) (via=cli)", "resume (via=mcp)"]
+        );
+    }
 }

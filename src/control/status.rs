@@ -152,9 +152,29 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
     let mut report = report_from(&s, start, now, &last);
+    fill_new_claims(layout, &mut report.slots);
     report.fleet.rescued = crate::ledger::rescued_total(layout).ok();
     report.fleet.operator_pause = crate::pause::operator_active(&layout.state());
     Ok(report)
+}
+
+/// The issue (and title) of each worker that claimed one since the heartbeat was written:
+/// the supervisor learns a claim from the worker's attempt dir at its next tick, up to a
+/// tick after the claim, while the dir is there as soon as the worker claimed. Read here,
+/// in the asker's process, the same way the tick reads it.
+fn fill_new_claims(layout: &Layout, slots: &mut [SlotRow]) {
+    for row in slots
+        .iter_mut()
+        .filter(|r| r.issue.is_none() && r.pid.is_some())
+    {
+        let Some(id) = &row.worker_id else {
+            continue;
+        };
+        if let Some(a) = crate::supervisor::stall::current_attempt(layout, id) {
+            row.title = crate::supervisor::stall::attempt_title(&a);
+            row.issue = Some(a.issue);
+        }
+    }
 }
 
 /// Most bytes of the event log's end read for each slot's last event.

@@ -8,7 +8,8 @@ use crate::supervisor::state_file::SlotState;
 
 /// Running and nothing in the way.
 pub const HEALTHY: &str = "healthy";
-/// Running, but some of it is held back: a parked slot, the fleet circuit, a pause.
+/// Running, but some of it is held back: a parked slot, the fleet circuit, a pause, or
+/// work waiting that no slot can take.
 pub const DEGRADED: &str = "degraded";
 
 /// Why the running fleet is degraded, one phrase each; empty when it is healthy.
@@ -40,7 +41,39 @@ pub fn degraded(report: &StatusReport) -> Vec<String> {
     if report.fleet.operator_pause.is_some() {
         why.push("operator pause".into());
     }
+    if let Some(w) = work_waiting(report) {
+        why.push(w);
+    }
     why
+}
+
+/// `work waiting: 1 ready-for-agent, no slot can take it (slot 0 stopped)`: issues are
+/// ready and every slot is stopped, parked, retiring, or there is none (target 0), so the
+/// fleet does nothing while its work waits. An idle slot can take it (the next queue
+/// check wakes it), a running one once it is done.
+fn work_waiting(report: &StatusReport) -> Option<String> {
+    let ready = report.fleet.ready_for_agent.filter(|n| *n > 0)?;
+    let can_take = |s: &SlotState| {
+        matches!(
+            s,
+            SlotState::Running | SlotState::Idle | SlotState::Stalled | SlotState::Unknown
+        )
+    };
+    if report.slots.iter().any(|s| can_take(&s.state)) {
+        return None;
+    }
+    let slots: Vec<String> = report
+        .slots
+        .iter()
+        .map(|s| format!("slot {} {}", s.slot, s.state.as_str()))
+        .collect();
+    let why = match slots.is_empty() {
+        true => format!("target {}", report.fleet.target),
+        false => slots.join(", "),
+    };
+    Some(format!(
+        "work waiting: {ready} ready-for-agent, no slot can take it ({why})"
+    ))
 }
 
 /// `status --json`'s object: the report with `health` and `degraded` added. One function

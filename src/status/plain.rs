@@ -80,7 +80,7 @@ pub fn render_status(r: &StatusReport) -> String {
     }
     out.push_str(&format!(
         "{:<5} {:<8} {:<28} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}  {}\n",
-        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESTARTS", "CPU", "MEM", "PEAK", "ISSUE"
+        "SLOT", "PID", "WORKER", "STATE", "UPTIME", "RESPAWNS", "CPU", "MEM", "PEAK", "ISSUE"
     ));
     for s in &r.slots {
         out.push_str(&format!(
@@ -139,7 +139,7 @@ mod tests {
         assert!(lines[4].starts_with("fleet circuit open: "), "{text}");
         assert_eq!(
             lines[5],
-            "SLOT  PID      WORKER                       STATE        UPTIME RESTARTS      CPU      MEM     PEAK  ISSUE",
+            "SLOT  PID      WORKER                       STATE        UPTIME RESPAWNS      CPU      MEM     PEAK  ISSUE",
             "{text}"
         );
         // PEAK is the cgroup's memory.peak where there is one, `-` where there is none.

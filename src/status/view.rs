@@ -112,7 +112,8 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
             "WORKER",
             "ISSUE",
             "UPTIME",
-            "RST",
+            // Workers started after the slot's first (a next issue's too), not crashes.
+            "RESP",
             "CPU",
             "MEM",
             "PEAK",
@@ -128,7 +129,7 @@ pub fn draw(frame: &mut Frame, s: &Screen) {
         Constraint::Length(22),
         Constraint::Fill(2),
         Constraint::Length(6),
-        Constraint::Length(3),
+        Constraint::Length(4),
         Constraint::Length(6),
         Constraint::Length(6),
         Constraint::Length(6),
@@ -303,18 +304,18 @@ mod tests {
         );
         assert_eq!(
             l[5],
-            "SLOT STATE     PID     WORKER                 ISSUE                                            UPTIME RST CPU    MEM    PEAK   LAST EVENT / WHY PARKED",
+            "SLOT STATE     PID     WORKER                 ISSUE                                            UPTIME RESP CPU    MEM    PEAK   LAST EVENT / WHY PARKED",
             "{text}"
         );
         // PEAK is the cgroup's memory.peak where there is one, `-` where there is none.
         assert_eq!(
             l[6],
-            "0    running   5001    sup-4242-slot-0-3      #17 Fix the \\e[2Jparser                          3m05s  2   12.5%  20.0M  96.0M  08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3",
+            "0    running   5001    sup-4242-slot-0-3      #17 Fix the \\e[2Jparser                          3m05s  2    12.5%  20.0M  96.0M  08:00:01 slot.spawn: spawned worker sup-4242-slot-0-3",
             "{text}"
         );
         assert_eq!(
             l[7],
-            "1    idle      -       -                      -                                                -      0   -      -      -      -",
+            "1    idle      -       -                      -                                                -      0    -      -      -      -",
             "{text}"
         );
         let row = |i: usize| {
@@ -328,7 +329,7 @@ mod tests {
         );
         assert!(row(0).contains("#17 Fix the \\e[2Jparser"), "{text}");
         assert!(
-            row(0).contains("3m05s  2   12.5%  20.0M  96.0M  08:00:01"),
+            row(0).contains("3m05s  2    12.5%  20.0M  96.0M  08:00:01"),
             "{text}"
         );
         assert!(

@@ -52,13 +52,22 @@ impl BeltPass {
         }
     }
 
-    /// One log line, e.g. `unblock belt: unblocked=1 (#12)`,
+    /// One line on its own (`unblock --watch`), e.g. `unblock belt: unblocked=1 (#12)`,
     /// `unblock belt: skipped, swept by pid 812 (/src/other-checkout)`,
     /// `unblock belt: pass failed: unblock: listing blocked issues failed: …`.
     pub fn log_line(&self) -> String {
         match self {
+            BeltPass::Failed(e) => format!("unblock belt: pass failed: {e}"),
+            _ => format!("unblock belt: {}", self.outcome()),
+        }
+    }
+
+    /// What the pass did, without naming the belt: the supervisor's event log names it
+    /// already (`unblock-belt: unblocked=1 (#12)`, `unblock-belt failed: unblock: …`).
+    pub fn outcome(&self) -> String {
+        match self {
             BeltPass::Swept(r) => {
-                let mut line = format!("unblock belt: unblocked={}", r.promoted.len());
+                let mut line = format!("unblocked={}", r.promoted.len());
                 if !r.promoted.is_empty() {
                     let refs: Vec<String> = r.promoted.iter().map(|n| format!("#{n}")).collect();
                     line.push_str(&format!(" ({})", refs.join(", ")));
@@ -68,8 +77,8 @@ impl BeltPass {
                 }
                 line
             }
-            BeltPass::Skipped { holder } => format!("unblock belt: skipped, swept by {holder}"),
-            BeltPass::Failed(e) => format!("unblock belt: pass failed: {e}"),
+            BeltPass::Skipped { holder } => format!("skipped, swept by {holder}"),
+            BeltPass::Failed(e) => e.to_string(),
         }
     }
 }
@@ -157,7 +166,7 @@ pub fn task_with(
         if pass.is_failure() {
             Err(pass)
         } else {
-            Ok(pass.log_line())
+            Ok(pass.outcome())
         }
     }
 }

@@ -217,8 +217,13 @@ impl Driver {
         }
     }
 
-    /// SIGUSR1: `resize.toon` and `slot-control.toon` are read and fed.
+    /// SIGUSR1: the operator's pause file, then `resize.toon` and `slot-control.toon`, are
+    /// read and fed. The pause first: a `scale` sent while a `pause` was just written
+    /// (one signal may answer both) must find the fleet paused and start nothing.
     pub fn control(&mut self, fleet: &mut Fleet, now: Instant) {
+        for e in read_operator_pause(&self.layout) {
+            self.feed(fleet, e, now);
+        }
         let files = self.control_files();
         self.feed(fleet, Event::Control(Box::new(files)), now);
     }
@@ -248,6 +253,11 @@ impl Driver {
             }
         }
         if fleet.tick_due(now) {
+            // The operator pause's own end (`--until`) is learnt here, before the tick's
+            // queue check.
+            for e in read_operator_pause(&self.layout) {
+                self.feed(fleet, e, now);
+            }
             let facts = self.tick_facts(fleet, now);
             self.feed(fleet, Event::Tick(Box::new(facts)), now);
         }
@@ -282,13 +292,22 @@ impl Driver {
         }
     }
 
-    /// Writes the heartbeat now.
+    /// Writes the heartbeat now. One that fails (a full disk) is owed: the fleet keeps it
+    /// due, so it is tried again a gap later, and at every gap until it lands, whether or
+    /// not anything changes meanwhile (`status`, `stop` and a takeover read the file: the
+    /// dead pids it would keep naming are not the live workers).
     pub fn write_state(&mut self, fleet: &mut Fleet, now: Instant) {
         self.state_written_at = Some(now);
         let snap = fleet.snapshot_written(now);
         match state_file::write(&self.layout.state_file(), &snap) {
-            Ok(()) => self.state_error = None,
+            Ok(()) => {
+                if let Some(e) = self.state_error.take() {
+                    let msg = format!("heartbeat written again after: {e}");
+                    self.journal.write(LogLine::now(kind::HOUSEKEEPING, msg));
+                }
+            }
             Err(e) => {
+                fleet.heartbeat_owed();
                 let e = e.to_string();
                 if self.state_error.as_deref() != Some(e.as_str()) {
                     self.journal.write(LogLine::now(kind::ERROR, e.clone()));
@@ -659,7 +678,7 @@ impl Driver {
         let tracker = self.tracker.clone();
         blocking(move || {
             // The holds are read first: a paused or held fleet's queue check costs no call.
-            let holds = read_holds(&layout, &budget);
+            let holds = read_tracker_holds(&layout, &budget);
             let held = holds.held();
             for e in holds.events {
                 let _ = tx.send(e);
@@ -747,27 +766,22 @@ impl HoldsRead {
     }
 }
 
-/// The fleet's holds, read before anything is asked of the tracker and before a start's
-/// first spawns: the operator's pause (always: it holds spawns, not queue checks, and its
-/// end is learnt here too), then the rate limit's pause, else the agent's hold or the
+/// The fleet's holds, read before a start's first spawns: the operator's pause (it holds
+/// spawns, not queue checks), then the rate limit's pause, else the agent's hold or the
 /// day's spend. A file that cannot be read is an event of its own and holds nothing.
 pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
+    let mut events = read_operator_pause(layout);
+    events.extend(read_tracker_holds(layout, budget).events);
+    HoldsRead { events }
+}
+
+/// The holds a queue check reads before it asks the tracker: the rate limit's pause, else
+/// the agent's hold or the day's spend. Not the operator's pause: the loop reads that
+/// itself (at each tick and control signal), so a check read before a `resume` and
+/// answered after it cannot bring the lifted pause back.
+fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
     let state_dir = layout.state();
     let mut events = Vec::new();
-    let (active, resumed_via) = match crate::pause::read_operator(&state_dir) {
-        Ok(p) => (
-            p.clone().filter(|p| p.active_at(now_epoch())),
-            p.filter(|r| r.resumed).map(|r| r.via),
-        ),
-        Err(e) => {
-            events.push(Event::PauseFile(e));
-            (None, None)
-        }
-    };
-    events.push(Event::OperatorPause {
-        active,
-        resumed_via,
-    });
     match crate::pause::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
             events.push(Event::Paused(p));
@@ -781,6 +795,29 @@ pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead 
         (None, spend) => Event::Spend(spend),
     });
     HoldsRead { events }
+}
+
+/// The operator's pause file as the events the fleet takes it by: read before a start's
+/// first spawns, at each tick and at once on a control signal, so `pause` and `resume` act
+/// on the signal that follows them instead of a tick later (one small file, read on the
+/// loop, so its readings arrive in order).
+pub fn read_operator_pause(layout: &Layout) -> Vec<Event> {
+    let mut events = Vec::new();
+    let (active, resumed_via) = match crate::pause::read_operator(&layout.state()) {
+        Ok(p) => (
+            p.clone().filter(|p| p.active_at(now_epoch())),
+            p.filter(|r| r.resumed).map(|r| r.via),
+        ),
+        Err(e) => {
+            events.push(Event::PauseFile(e));
+            (None, None)
+        }
+    };
+    events.push(Event::OperatorPause {
+        active,
+        resumed_via,
+    });
+    events
 }
 
 /// The numbers of the issues a worker would try to claim: claimable labels and no claim

@@ -21,7 +21,7 @@ use crate::tracker::{Tracker, TrackerError};
 #[derive(Debug, thiserror::Error)]
 pub enum PeriodicError {
     /// The unblock belt's pass, or a write within it, failed.
-    #[error("{}", .0.log_line())]
+    #[error("{}", .0.outcome())]
     Belt(BeltPass),
     /// The stale-claims belt could not read the tracker.
     #[error(transparent)]

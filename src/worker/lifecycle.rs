@@ -144,7 +144,7 @@ impl Worker<'_> {
             &slug,
             &worktree,
         );
-        println!(
+        say!(
             "worker {}: claimed #{n} ({}); attempt {n}-a{attempt}",
             self.wenv.worker_id,
             text::escape(&title)

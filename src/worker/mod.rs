@@ -11,6 +11,14 @@
 //! It ends in a [`WorkerOutcome`] or a [`WorkerError`]; `src/cli/worker.rs` turns either
 //! into the exit code the supervisor reads (SPEC §6, §9).
 
+/// `println!` for the worker's own lines ([`output::say`]): never a panic on a full or
+/// closed stdout.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::worker::output::say(format_args!($($arg)*))
+    };
+}
+
 mod agent;
 mod attempt;
 mod env;
@@ -64,7 +72,7 @@ pub fn run(
     if !wenv.sweeps_done {
         let ctx = SweepCtx::new(layout, config, tracker, &git, false);
         match suite::run_suite(&ctx, &SweepName::ALL).into_result() {
-            Ok(report) => println!("{}", report.summary()),
+            Ok(report) => say!("{}", report.summary()),
             Err(BootError::Halted(msg)) => {
                 home.finish();
                 return Err(WorkerError::BootHalted(msg));
@@ -75,7 +83,7 @@ pub fn run(
         }
     }
     if opts.boot_only {
-        println!(
+        say!(
             "{}",
             if wenv.sweeps_done {
                 BOOT_ONLY_SKIPPED
@@ -193,7 +201,7 @@ impl Worker<'_> {
                 if let Some(signal) = self.stop.signal() {
                     return Ok(WorkerOutcome::Interrupted { signal });
                 }
-                println!(
+                say!(
                     "worker {}: no ready-for-agent issue; exiting",
                     self.wenv.worker_id
                 );

@@ -187,6 +187,14 @@ impl OutputCap {
     }
 }
 
+/// One line of the worker's own on its stdout (the slot log, or a terminal). A write that
+/// fails (a full disk, a closed pipe) is dropped: `println!` would panic, and a worker
+/// holding a claim must finish its attempt whatever becomes of its log.
+pub(super) fn say(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(format_args!("{args}\n"));
+}
+
 fn copy(
     mut pipe: impl Read + Send + 'static,
     budget: Arc<Mutex<Budget>>,

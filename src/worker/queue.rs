@@ -91,17 +91,19 @@ impl Worker<'_> {
             let marks = match self.claim_on_tracker(issue.number) {
                 Ok(Some(Verdict::Lost { holder })) => {
                     let by = holder.map_or("a hand-off".to_string(), |h| h.to_string());
-                    println!(
+                    say!(
                         "worker {}: yielded #{} to {by}",
-                        self.wenv.worker_id, issue.number
+                        self.wenv.worker_id,
+                        issue.number
                     );
                     let _ = claim.release();
                     continue;
                 }
                 Ok(Some(Verdict::Stopped)) => {
-                    println!(
+                    say!(
                         "worker {}: stopped while claiming #{}; gave it back",
-                        self.wenv.worker_id, issue.number
+                        self.wenv.worker_id,
+                        issue.number
                     );
                     let _ = claim.release();
                     return Ok(None);

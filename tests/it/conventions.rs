@@ -41,7 +41,7 @@ fn completions_man_version_and_the_exit_codes_in_help() {
     assert!(man.status.success(), "{man:?}");
     let page = text(&man.stdout);
     assert!(page.contains(".TH afk-supervisor 1"), "{page}");
-    assert!(page.contains("Exit codes"), "{page}");
+    assert!(page.contains(".SH \"EXIT STATUS\""), "{page}");
 
     // `afk-supervisor 0.1.0 (<revision> <yyyy-mm-dd>)`, the revision this checkout's HEAD.
     let v = text(&bare(&["--version"]).stdout);
@@ -277,4 +277,278 @@ fn start_refuses_what_run_refuses_before_anything_starts() {
         "{out:?}"
     );
     assert!(!f.layout.supervisor_out().exists());
+}
+
+/// What a real `bash` offers for `words` (the last one the word being completed), through
+/// the installed script's own function as `complete -p` names it.
+fn bash_completes(script: &Path, words: &[&str]) -> Vec<String> {
+    let env = TestEnv::new();
+    let program = r#"
+source "$1"; shift
+spec=$(complete -p afk-supervisor) || { echo "no complete spec" >&2; exit 1; }
+fn=$(sed -E 's/.* -F ([^ ]+) .*/\1/' <<<"$spec")
+COMP_WORDS=("$@")
+COMP_CWORD=$(( $# - 1 ))
+COMP_LINE="$*"
+COMP_POINT=${#COMP_LINE}
+prev=""
+[ "$COMP_CWORD" -gt 0 ] && prev=${COMP_WORDS[COMP_CWORD-1]}
+"$fn" afk-supervisor "${COMP_WORDS[COMP_CWORD]}" "$prev"
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", program, "bash"])
+        .arg(script)
+        .args(words)
+        .env("HOME", env.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 52, item 6: the bash script completes every subcommand's options (the hyphen in
+/// the name split the script's states two ways), and offers no hidden command.
+#[test]
+fn bash_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "bash"]);
+    assert!(out.status.success(), "{out:?}");
+    let script = env.path().join("afk-supervisor.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+
+    let got = bash_completes(&script, &["afk-supervisor", "logs", "--k"]);
+    assert_eq!(got, ["--kind"], "logs --k");
+    let got = bash_completes(&script, &["afk-supervisor", "status", "--"]);
+    for want in ["--json", "--watch", "--repo", "--help"] {
+        assert!(got.iter().any(|g| g == want), "status --: {got:?}");
+    }
+    let got = bash_completes(&script, &["afk-supervisor", "issue", "n"]);
+    assert_eq!(got, ["new"], "issue n");
+    let got = bash_completes(&script, &["afk-supervisor", "sp"]);
+    assert_eq!(got, ["spend"], "sp");
+    let got = bash_completes(&script, &["afk-supervisor", "de"]);
+    assert_eq!(got, ["demo"], "the hidden demo-agent is offered: {got:?}");
+    assert!(!text(&out.stdout).contains("demo-agent"));
+    for shell in ["zsh", "fish"] {
+        let t = text(&bare(&["completions", shell]).stdout);
+        assert!(!t.contains("demo-agent"), "{shell} offers demo-agent");
+    }
+}
+
+/// Issue 52, item 10: the man page is one page, naming no page that is not installed, with
+/// every command's options and every exit code `--help` lists, 76 among them.
+#[test]
+fn the_man_page_refers_to_no_missing_page_and_lists_every_exit_code() {
+    let page = text(&bare(&["man"]).stdout);
+    let refs: Vec<&str> = page
+        .split_whitespace()
+        .filter(|w| w.contains("afk\\-supervisor\\-") && w.contains("(1)"))
+        .collect();
+    assert!(refs.is_empty(), "pages that do not exist: {refs:?}");
+    assert!(page.contains(".SS \"afk\\-supervisor logs\""), "{page}");
+    assert!(page.contains("\\fB\\-\\-kind\\fR"), "{page}");
+    assert!(
+        page.contains(".SS \"afk\\-supervisor issue new\""),
+        "{page}"
+    );
+    assert!(!page.contains("demo\\-agent"), "{page}");
+    let exit = page
+        .split(".SH \"EXIT STATUS\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{page}"));
+    let help = text(&bare(&["--help"]).stdout);
+    for code in [0, 1, 2, 3, 4, 69, 75, 76, 78] {
+        let line = format!("\n{code} ");
+        assert!(exit.contains(&line), "man: no exit code {code}: {exit}");
+        assert!(
+            help.contains(&format!("\n  {code} ")),
+            "--help: no exit code {code}: {help}"
+        );
+    }
+}
+
+/// Runs `cmd` with its stdout a pipe whose reader is gone before the command starts (what
+/// `| head -1` becomes once `head` has its line): every write meets EPIPE.
+fn with_closed_stdout(mut cmd: std::process::Command) -> Output {
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// Issue 52, item 8: every command whose reader goes away ends as it would have, quietly:
+/// no panic, no exit 101, no `Broken pipe` line.
+#[test]
+fn a_closed_stdout_ends_no_command_with_a_panic() {
+    let f = Fleet::new("exec sleep 600\n", FAST_TIMING);
+    f.new_issue("one");
+    let quiet = |what: &str, out: &Output, code: i32| {
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{what}: {err}"
+        );
+        assert_eq!(out.status.code(), Some(code), "{what}: {out:?}");
+    };
+    let out = with_closed_stdout(f.cmd(&["start", "--workers", "1"]));
+    quiet("start", &out, 0);
+    assert!(
+        wait_until(WAIT, || f.state().is_some_and(|s| s.slot_pids.len() == 1)),
+        "{}",
+        f.dump()
+    );
+    for (args, code) in [
+        (&["list"][..], 0),
+        (&["list", "--json"][..], 0),
+        (&["status"][..], 0),
+        (&["config"][..], 0),
+        (&["issue", "list"][..], 0),
+        (&["issue", "show", "1"][..], 0),
+        (&["spend"][..], 0),
+        (&["logs", "--all"][..], 0),
+        (&["events"][..], 0),
+        (&["man"][..], 0),
+        (&["completions", "bash"][..], 0),
+        (&["--help"][..], 0),
+        (&["pause"][..], 0),
+        (&["resume"][..], 0),
+        (&["scale", "2"][..], 0),
+    ] {
+        let out = with_closed_stdout(f.cmd(args));
+        quiet(&args.join(" "), &out, code);
+    }
+    let out = with_closed_stdout(f.cmd(&["stop"]));
+    quiet("stop", &out, 0);
+    assert!(
+        wait_until(WAIT, || !f.layout.supervisor_pid().exists()),
+        "{}",
+        f.dump()
+    );
+    // With no fleet: `status` says so with its own code, still without a panic.
+    let out = with_closed_stdout(f.cmd(&["status"]));
+    quiet("status (no fleet)", &out, 3);
+    // The built-in worker's own lines (its boot summary here) go the same way.
+    let normal = f.run_cmd(&["worker", "--boot-only"]);
+    assert!(!text(&normal.stdout).is_empty(), "{normal:?}");
+    let out = with_closed_stdout(f.cmd(&["worker", "--boot-only"]));
+    quiet("worker --boot-only", &out, normal.status.code().unwrap());
+}
+
+/// What a real `fish` offers for `line`, from the script `completions fish` prints: the
+/// candidates, without their descriptions.
+#[cfg_attr(not(afk_has_fish), allow(dead_code))]
+fn fish_completes(script: &Path, line: &str) -> Vec<String> {
+    let env = TestEnv::new();
+    let out = std::process::Command::new("fish")
+        .args([
+            "--no-config",
+            "-c",
+            "source $argv[1]; and complete -C $argv[2]",
+        ])
+        .arg(script)
+        .arg(line)
+        .env("HOME", env.path())
+        .env("XDG_CONFIG_HOME", env.path().join("config"))
+        .env("XDG_DATA_HOME", env.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Issue 52, item 6, in fish: subcommand options complete and the hidden command is not
+/// offered.
+#[test]
+#[cfg_attr(
+    not(afk_has_fish),
+    ignore = "no fish here (under CI=true it always runs)"
+)]
+fn fish_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "fish"]);
+    assert!(out.status.success(), "{out:?}");
+    let script = env.path().join("afk-supervisor.fish");
+    std::fs::write(&script, &out.stdout).unwrap();
+    assert_eq!(
+        fish_completes(&script, "afk-supervisor logs --k"),
+        ["--kind"]
+    );
+    assert_eq!(fish_completes(&script, "afk-supervisor issue n"), ["new"]);
+    assert_eq!(fish_completes(&script, "afk-supervisor de"), ["demo"]);
+}
+
+/// Drives an interactive `zsh -f` through a pseudo-terminal (`zsh/zpty`): loads the script
+/// as `_afk-supervisor` with `compinit`, types `afk-supervisor <words>` and a Tab, and
+/// waits (at most `$4` seconds) for `$3` to appear on the line. Exit 0 when it did; the
+/// screen's text on stdout either way.
+#[cfg_attr(not(afk_has_zsh), allow(dead_code))]
+const ZSH_DRIVER: &str = r#"
+zmodload zsh/zpty || exit 2
+zpty -b z zsh -f -i
+zpty -w z "PS1='%% '; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D; print READY"
+out=""
+deadline=$(( SECONDS + $4 ))
+while [[ $out != *READY* ]] && (( SECONDS < deadline )); do
+  zpty -r -t z line && out+="$line"
+done
+zpty -w -n z "afk-supervisor $2"$'\t'
+out=""
+while (( SECONDS < deadline )); do
+  zpty -r -t z line && out+="$line"
+  [[ $out == *"$3"* ]] && { print -r -- "$out"; zpty -d z; exit 0; }
+done
+print -r -- "$out"
+zpty -d z
+exit 1
+"#;
+
+/// Issue 52, item 6, in zsh: the script loads under `compinit`, a Tab after `logs --k`
+/// completes `--kind`, and the hidden command is nowhere in it.
+#[test]
+#[cfg_attr(
+    not(afk_has_zsh),
+    ignore = "no zsh here (under CI=true it always runs)"
+)]
+fn zsh_completes_subcommand_options_and_hides_what_help_hides() {
+    let env = TestEnv::new();
+    let out = bare(&["completions", "zsh"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text(&out.stdout).contains("demo-agent"));
+    let functions = env.path().join("functions");
+    std::fs::create_dir_all(&functions).unwrap();
+    std::fs::write(functions.join("_afk-supervisor"), &out.stdout).unwrap();
+    let driver = env.path().join("drive.zsh");
+    std::fs::write(&driver, ZSH_DRIVER).unwrap();
+    for (words, want) in [("logs --k", "--kind="), ("issue sh", "issue show")] {
+        let run = std::process::Command::new("zsh")
+            .arg("-f")
+            .arg(&driver)
+            .arg(&functions)
+            .arg(words)
+            .arg(want)
+            .arg(WAIT.as_secs().to_string())
+            .env("HOME", env.path())
+            .env("TERM", "dumb")
+            .output()
+            .unwrap();
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "{words}: {}\n{}",
+            String::from_utf8_lossy(&run.stdout).escape_debug(),
+            text(&run.stderr)
+        );
+    }
 }

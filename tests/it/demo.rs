@@ -146,6 +146,49 @@ fn demo_removes_its_scratch_dir_without_keep() {
         0,
         "scratch dir removed"
     );
+    // Issue 52, item 9: the removed checkout leaves the list of fleets with it.
+    let list = env.bin().args(["list", "--json"]).output().unwrap();
+    assert!(list.status.success(), "{list:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(rows, serde_json::json!([]), "a gone demo is listed");
+}
+
+/// Issue 52, item 9: `list --forget-gone` drops the checkouts that are no longer there and
+/// keeps the others, in their order.
+#[test]
+fn list_forgets_the_gone_fleets_when_asked() {
+    let env = TestEnv::new();
+    let state = env.path().join("state");
+    let file = state.join("afk-supervisor/fleets");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let here = env.path().join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    let gone = env.path().join("gone");
+    std::fs::write(&file, format!("{}\n{}\n", gone.display(), here.display())).unwrap();
+    let list = |args: &[&str]| {
+        env.bin()
+            .env("XDG_STATE_HOME", &state)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let before = list(&["list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&before.stdout).unwrap();
+    assert_eq!(rows[0]["state"], "gone", "{rows}");
+    let out = list(&["list", "--forget-gone", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
+    assert_eq!(rows[0]["repo"], here.display().to_string(), "{rows}");
+    assert_eq!(rows[0]["state"], "stopped", "{rows}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("forgot {} (gone)", gone.display())),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("{}\n", here.display())
+    );
 }
 
 #[test]

@@ -13,18 +13,34 @@ use crate::support::{TestEnv, text, wait_until};
 fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin().path;
-    let out = env.ok_in(
-        &repo,
-        &[
-            "init",
-            "--agent",
-            "claude -p",
-            "--tracker",
-            "local",
-            "--workers",
-            "3",
-        ],
+    // `init` checks the agent as `run` does: a `claude` on PATH.
+    let bin = env.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    fs::write(bin.join("claude"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(bin.join("claude"), fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
     );
+    let args = [
+        "init",
+        "--agent",
+        "claude -p",
+        "--tracker",
+        "local",
+        "--workers",
+        "3",
+    ];
+    let out = env
+        .bin()
+        .current_dir(&repo)
+        .env("PATH", &path)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = text(&out.stdout);
     let cfg = repo.join(".red/afk-supervisor.toml");
     assert!(
         out.starts_with(&format!("wrote {}\n", cfg.display())),
@@ -116,6 +132,54 @@ fn issue_new_is_ready_for_agent_unless_told_and_red_never_shows_in_git_status() 
     env.git(&repo, &["commit", "-q", "-m", "ignore .red"]);
     env.ok_in(&repo, &["issue", "new", "--title", "e"]);
     assert_eq!(env.git(&repo, &["status", "--short"]), "");
+}
+
+/// Issue 52, item 11: `init` checks `--agent` as `run` does: one that cannot be run is
+/// refused (exit 78, nothing written) with the path it was looked for at, unless `--force`
+/// writes it with a warning; `run` then names the resolved path too.
+#[test]
+fn init_refuses_an_agent_that_cannot_run_unless_forced() {
+    let env = TestEnv::new();
+    let repo = env.repo_with_origin().path;
+    let cfg = repo.join(".red/afk-supervisor.toml");
+    let out = env.run_in(&repo, &["init", "--agent", "./nope.sh"]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let err = text(&out.stderr);
+    let resolved = repo.join("nope.sh");
+    assert_eq!(
+        err,
+        format!(
+            "afk-supervisor: init --agent: \"./nope.sh\": {} does not exist; nothing written \
+             (`init --force` writes it anyway)\n",
+            resolved.display()
+        )
+    );
+    assert!(text(&out.stdout).is_empty(), "{out:?}");
+    assert!(!cfg.exists());
+    let out = env.run_in(&repo, &["init", "--agent", "no-such-agent-52 -p"]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(text(&out.stderr).contains("not found on PATH"), "{out:?}");
+
+    let forced = env.run_in(&repo, &["init", "--force", "--agent", "./nope.sh"]);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    assert!(
+        text(&forced.stderr).contains("warning: init --agent: \"./nope.sh\""),
+        "{forced:?}"
+    );
+    assert!(fs::read_to_string(&cfg).unwrap().contains("\"./nope.sh\""));
+    let run = env.run_in(&repo, &["run"]);
+    assert_eq!(run.status.code(), Some(78), "{run:?}");
+    assert!(
+        text(&run.stderr).contains(&format!("{} does not exist", resolved.display())),
+        "{run:?}"
+    );
+
+    // Once the script is there and executable, init takes it.
+    fs::write(&resolved, "#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(&resolved, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = env.run_in(&repo, &["init", "--force", "--agent", "./nope.sh"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stderr).is_empty(), "{out:?}");
 }
 
 /// A relative `agent.command[0]`, an untracked script in the repo (so absent from every

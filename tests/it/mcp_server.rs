@@ -90,6 +90,8 @@ fn fleet() -> Fleet {
 #[test]
 fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     let f = fleet();
+    let out = f.run_cmd(&["issue", "comment", "1", "--body", "seen it"]);
+    assert!(out.status.success(), "{out:?}");
     let s = session(&f, "read");
     let tools: Vec<&str> = s["tools"]
         .as_array()
@@ -126,6 +128,15 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
             "{t}: {}",
             s["schemas"][t]
         );
+    }
+    // Every parameter says what it is, in one line (issue 52, item 13).
+    for t in &tools {
+        let props = s["schemas"][t]["input"]["properties"].as_object();
+        for (name, p) in props.into_iter().flatten() {
+            let d = p["description"].as_str().unwrap_or_default();
+            assert!(!d.trim().is_empty(), "{t}.{name} has no description");
+            assert!(!d.contains('\n'), "{t}.{name}: {d:?}");
+        }
     }
     let instructions = s["instructions"].as_str().unwrap();
     assert!(instructions.contains("Read-only") && instructions.contains("--allow-writes"));
@@ -169,7 +180,14 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     let issues = &call(&s, "issues")["structured"]["issues"];
     assert_eq!(issues.as_array().unwrap().len(), 1, "{issues}");
     assert_eq!(issues[0]["number"], 1);
+    // What the issue is: its title in the list, its title, body and comments shown.
+    assert_eq!(issues[0]["title"], "t", "{issues}");
     let issue = &call(&s, "issue")["structured"];
+    assert_eq!(issue["title"], "t", "{issue}");
+    assert_eq!(issue["body"], "", "{issue}");
+    assert!(issue["created_at"].is_string(), "{issue}");
+    assert_eq!(issue["comments"][0]["body"], "seen it", "{issue}");
+    assert!(issue["comments"][0]["at"].is_string(), "{issue}");
     assert!(
         issue["labels"]
             .as_array()
@@ -186,10 +204,15 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     );
     let spend = &call(&s, "spend")["structured"];
     assert_eq!(spend["by"], "day", "{spend}");
-    assert_eq!(spend["rows"][0]["key"], "2026-01-02", "{spend}");
+    // The died attempt reported no cost: its day is a row of attempts, not of runs.
+    assert_eq!(spend["rows"][0]["key"], "2026-01-01", "{spend}");
+    assert_eq!(spend["rows"][0]["runs"], 0, "{spend}");
+    assert_eq!(spend["rows"][0]["attempts"], 1, "{spend}");
+    assert_eq!(spend["rows"][1]["key"], "2026-01-02", "{spend}");
     assert_eq!(spend["total"]["usd"], 0.4, "{spend}");
     assert_eq!(spend["total"]["tokens"], 1200, "{spend}");
     assert_eq!(spend["total"]["runs"], 1, "{spend}");
+    assert_eq!(spend["total"]["attempts"], 2, "{spend}");
     let by_issue = &call(&s, "spend_by_issue")["structured"];
     assert_eq!(by_issue["rows"][0]["key"], "#1", "{by_issue}");
 

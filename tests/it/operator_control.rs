@@ -236,3 +236,128 @@ fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
 }
+
+/// A tick far longer than any wait below: what happens must come from the control signal
+/// `pause`, `resume` and `scale` send, never from the next tick.
+const SLOW_TICK: &str = "[timing]\ntick_s = 120\nfast_death_s = 1\ncircuit_k = 3\n\
+circuit_window_s = 60\nhalf_open_base_s = 1\nhalf_open_cap_s = 4\nstop_grace_s = 2\n\
+stall_s = 600\nstall_kill_s = 1200\n";
+
+/// Well under [`SLOW_TICK`]'s tick, generous for a loaded CI box.
+const AT_ONCE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Notes each start, then works until the test lets this worker go (`release-<pid>`).
+const HELD_WORKER: &str = r#"
+echo "$RED_AFK_SLOT $$" >> "$AFK_TEST_DIR/spawns"
+while [ ! -f "$AFK_TEST_DIR/release-$$" ]; do sleep 0.1; done
+exit 0
+"#;
+
+/// Issue 52, items 1 and 2: `pause` and `resume` take effect on their signal (not at the
+/// next tick's queue check), and a `scale` up while paused adds an idle slot that starts
+/// nothing until the resume.
+#[test]
+fn pause_resume_and_a_scale_while_paused_act_on_their_signal_not_the_next_tick() {
+    let mut f = Fleet::new(HELD_WORKER, SLOW_TICK);
+    f.new_issue("one");
+    f.new_issue("two");
+    f.start(&["--workers", "1"]);
+    assert!(wait_until(WAIT, || spawns(&f).len() == 1), "{}", f.dump());
+    // The start is behind us; its first tick is two minutes away.
+    assert!(
+        wait_until(WAIT, || f.state().is_some_and(|s| s.slots.busy == 1)),
+        "{}",
+        f.dump()
+    );
+
+    let out = f.run_cmd(&["pause", "--reason", "lunch"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        wait_until(AT_ONCE, || f.count("fleet.operator-paused") == 1),
+        "the pause waited for a tick: {}",
+        f.dump()
+    );
+
+    // Scaling up while paused: the new slot exists and idles; nothing is spawned in it.
+    let out = f.run_cmd(&["scale", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stdout(&out).contains("paused by the operator until resumed (lunch, via=cli)"),
+        "{out:?}"
+    );
+    let j = f.status_json(StatusExit::OfHealth);
+    assert_eq!(j["fleet"]["target"], 2, "{j}");
+    assert_eq!(j["slots"][1]["state"], "idle", "{j}");
+    assert!(j["slots"][1]["pid"].is_null(), "{j}");
+    // The one worker in flight finishes; its slot is not respawned while paused.
+    let (_, first) = spawns(&f)[0];
+    std::fs::write(f.file(&format!("release-{first}")), "").unwrap();
+    assert!(
+        wait_until(WAIT, || f.worker_pids().is_empty()),
+        "{}",
+        f.dump()
+    );
+    assert_eq!(spawns(&f).len(), 1, "spawned while paused: {}", f.dump());
+    assert_eq!(f.count("slot.spawn"), 1, "{}", f.dump());
+
+    let out = f.run_cmd(&["resume"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let both = || {
+        let s = spawns(&f);
+        s.iter().filter(|(i, _)| *i == 0).count() == 2 && s.iter().any(|(i, _)| *i == 1)
+    };
+    assert!(
+        wait_until(AT_ONCE, both),
+        "the resume waited for a tick: {}",
+        f.dump()
+    );
+    assert_eq!(f.count("fleet.operator-resumed"), 1, "{}", f.dump());
+    assert_eq!(f.count("supervisor.tick"), 0, "a tick came: {}", f.dump());
+    for (_, pid) in spawns(&f) {
+        let _ = std::fs::write(f.file(&format!("release-{pid}")), "");
+    }
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}
+
+/// Issue 52, item 5: work waiting that no slot can take (the one slot stopped) is a
+/// degraded fleet: exit 1 and the reason, until a slot can take it again.
+#[test]
+fn status_is_degraded_while_work_waits_and_every_slot_is_stopped() {
+    let mut f = Fleet::new(NOTING_WORKER, FAST_TIMING);
+    f.new_issue("work");
+    f.start(&["--workers", "1"]);
+    f.wait_workers(1);
+    let out = f.run_cmd(&["stop", "--slot", "0", "--shrink-mode", "hard-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut j = serde_json::Value::Null;
+    let stopped = wait_until(WAIT, || {
+        j = f.status_json(StatusExit::Any);
+        j["slots"][0]["state"] == "stopped" && j["fleet"]["ready_for_agent"] == 1
+    });
+    assert!(stopped, "{j}\n{}", f.dump());
+    let j = f.status_json(StatusExit::Is(1));
+    assert_eq!(j["health"], "degraded", "{j}");
+    assert_eq!(
+        j["degraded"],
+        serde_json::json!([
+            "work waiting: 1 ready-for-agent, no slot can take it (slot 0 stopped)"
+        ]),
+        "{j}"
+    );
+    let out = f.run_cmd(&["status"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout(&out).lines().last().is_some_and(|l| l
+            == "degraded: work waiting: 1 ready-for-agent, no slot can take it (slot 0 stopped)"),
+        "{out:?}"
+    );
+    let out = f.run_cmd(&["restart", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        wait_until(WAIT, || f.status_json(StatusExit::Any)["health"]
+            == "healthy"),
+        "{}",
+        f.dump()
+    );
+    assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
+}

@@ -95,3 +95,40 @@ fn an_open_circuit_says_how_many_fast_deaths_and_when_the_probe_is_due() {
     fleet::kill(sup, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));
 }
+
+/// Issue 52, item 3: a claim made after the last heartbeat shows in `status` at once (the
+/// supervisor itself reads it at its next tick, two minutes away here).
+#[test]
+fn status_shows_a_claim_made_since_the_last_tick() {
+    let script = r#"while [ ! -f "$AFK_TEST_DIR/go" ]; do sleep 0.1; done
+if [ "$RED_AFK_SLOT" = 1 ]; then
+  d="$PWD/.red/tmp/workers/$RED_AFK_WORKER_ID/9-a1"
+  mkdir -p "$d"
+  printf '{"version":1,"current":{"number":9,"title":"Mind the gap"}}' > "$d/afk.state.json"
+  touch "$AFK_TEST_DIR/claimed"
+fi
+exec sleep 600
+"#;
+    let timing = TIMING.replace("tick_s = 1\n", "tick_s = 120\n");
+    let mut f = Fleet::new(script, &timing);
+    let sup = f.start(&["--workers", "2"]);
+    f.wait_workers(2);
+    assert!(wait_until(WAIT, || f
+        .state()
+        .is_some_and(|s| s.slots.busy == 2)));
+    std::fs::write(f.file("go"), "").unwrap();
+    assert!(wait_until(WAIT, || f.file("claimed").exists()));
+    let v = f.status_json(StatusExit::Any);
+    assert_eq!(v["slots"][1]["issue"], 9, "{v:#}");
+    assert_eq!(v["slots"][1]["title"], "Mind the gap", "{v:#}");
+    assert!(v["slots"][0]["issue"].is_null(), "{v:#}");
+    assert_eq!(f.count("supervisor.tick"), 0, "a tick came: {}", f.dump());
+    let text = String::from_utf8_lossy(&f.run_cmd(&["status"]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("1 ") && l.ends_with("#9 Mind the gap")),
+        "{text}"
+    );
+    fleet::kill(sup, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(f.wait_exit().code(), Some(143));
+}

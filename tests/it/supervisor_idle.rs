@@ -175,6 +175,17 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
             .any(|e| e.msg.contains("unblocked=1 (#2)"))
     });
     assert!(promoted, "{}", f.dump());
+    // The belt is named once, by the task's name (issue 52, item 12).
+    let said: Vec<String> = f
+        .events_of("supervisor.periodic")
+        .into_iter()
+        .map(|e| e.msg)
+        .filter(|m| m.contains("unblocked="))
+        .collect();
+    assert!(
+        said.iter().any(|m| m == "unblock-belt: unblocked=1 (#2)"),
+        "{said:?}"
+    );
     f.wait_events("slot.unidle", 1);
     f.wait_events("slot.idle", 2);
     assert_eq!(fleet::read(&f.file("worked")), "2\n");

@@ -370,10 +370,16 @@ fn belt_task_for_the_supervisor_loop() {
     let belt = Belt::in_dir("github:o/r", env.path().join("locks")).with_label("/repo");
     let mut task = belt::task_with(belt, tracker);
     gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
-    let e = task().unwrap_err().to_string();
-    assert!(e.starts_with("unblock belt: pass failed:"), "{e}");
-    assert_eq!(task().unwrap(), "unblock belt: unblocked=2 (#2, #3)");
-    assert_eq!(task().unwrap(), "unblock belt: unblocked=0");
+    let e =
+        afk_supervisor::supervisor::periodic::PeriodicError::Belt(task().unwrap_err()).to_string();
+    // The loop logs it as `unblock-belt: …` / `unblock-belt failed: …`: the belt is not
+    // named twice.
+    assert!(
+        e.starts_with("unblock: listing blocked issues failed:"),
+        "{e}"
+    );
+    assert_eq!(task().unwrap(), "unblocked=2 (#2, #3)");
+    assert_eq!(task().unwrap(), "unblocked=0");
 }
 
 /// A `unblock --watch` child on `checkout`, its output in files.

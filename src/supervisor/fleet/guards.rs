@@ -13,7 +13,7 @@ pub(super) struct Guards {
     /// The fleet-wide rate-limit pause in force and when it ends (`crate::pause`).
     pub(super) paused: Option<(crate::pause::Pause, Instant)>,
     /// The operator's pause in force (`crate::pause::OperatorPause`), as the last queue
-    /// check read it.
+    /// check or control signal read it.
     pub(super) operator: Option<crate::pause::OperatorPause>,
     /// The last unreadable pause file reported.
     pub(super) pause_file_error: Option<crate::pause::PauseFileError>,
@@ -124,9 +124,9 @@ impl Fleet {
 
     // ---- the operator pause ----
 
-    /// A queue check read the operator pause file: `Some` while a pause holds, and who
-    /// resumed it when the file is a `resume`'s record. The change
-    /// is logged once each way; the same check's queue answer then wakes the idle slots.
+    /// The operator pause file as a queue check or a control signal read it: `Some` while a
+    /// pause holds, and who resumed it when the file is a `resume`'s record. The change is
+    /// logged once each way; a resume's queue check then wakes the idle slots.
     pub(super) fn on_operator_pause(
         &mut self,
         p: Option<crate::pause::OperatorPause>,
@@ -152,6 +152,11 @@ impl Fleet {
                 self.log(line(kind::OPERATOR_RESUMED, format!("fleet {how}")));
                 self.guards.operator = None;
                 self.record.dirty = true;
+                // Read on the resume's signal: a queue check now wakes the idle slots. One
+                // in flight read the file already or answers after this, and wakes them.
+                if !self.view.queue_inflight {
+                    self.request_queue();
+                }
             }
             (None, None) => {}
         }

@@ -123,6 +123,12 @@ impl Fleet {
         self.record.urgent
     }
 
+    /// The heartbeat just taken could not be written: it is due again (the driver tries it
+    /// a gap later), with whatever has changed by then.
+    pub fn heartbeat_owed(&mut self) {
+        self.record.dirty = true;
+    }
+
     /// The heartbeat to write now: nothing is left unwritten after it.
     pub fn snapshot_written(&mut self, now: Instant) -> StateFile {
         self.record.dirty = false;
