@@ -12,11 +12,13 @@ use std::process::{Command, Stdio};
 mod civil;
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 4] = [
+const TOOLS: [(&str, &str, &str); 5] = [
     ("afk_has_tmux", "tmux", "-V"),
     ("afk_has_jq", "jq", "--version"),
     ("afk_has_systemd_analyze", "systemd-analyze", "--version"),
     ("afk_has_gh", "gh", "--version"),
+    // The real agent CLIs are installed with npm and Codex's launcher runs on node.
+    ("afk_has_npm", "npm", "--version"),
 ];
 
 fn runs(program: &str, arg: &str) -> bool {

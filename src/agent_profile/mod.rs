@@ -130,6 +130,12 @@ pub enum AccountWide {
     Credit,
     /// The provider is overloaded (HTTP 529/503).
     Overloaded,
+    /// The CLI gave up retrying on rate limits (429) or server errors (5xx): the account's
+    /// request rate, not this issue.
+    RateLimited,
+    /// The provider cannot be reached: connection refused, DNS, TLS, a stream cut every
+    /// time, the CLI waiting for the network.
+    Unreachable,
 }
 
 impl fmt::Display for AccountWide {
@@ -139,6 +145,8 @@ impl fmt::Display for AccountWide {
             AccountWide::Login => "login missing or expired",
             AccountWide::Credit => "credit exhausted",
             AccountWide::Overloaded => "provider overloaded",
+            AccountWide::RateLimited => "rate limited",
+            AccountWide::Unreachable => "provider unreachable",
         })
     }
 }

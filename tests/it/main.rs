@@ -3,6 +3,7 @@
 
 mod support;
 
+mod agents_real;
 mod agents_spend;
 mod attempt_cap;
 mod boot_branches_unblock_stragglers;
