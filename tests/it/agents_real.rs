@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 
 use afk_supervisor::agent_profile::{self, AccountWide, End, ProfileKind, Seen, Usage};
 
-use crate::support::TestEnv;
+use afk_supervisor::{ledger, pause};
+
 use crate::support::agent_clis::{self, CLAUDE_VERSION, CODEX_VERSION};
+use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit};
 use crate::support::model_server::{Api, ModelServer, Scenario, TURN_USAGE, refused_port};
+use crate::support::{TestEnv, wait_until};
 
 /// The longest one CLI run may take before the test kills it and fails.
 const RUN_MAX: Duration = Duration::from_secs(150);
@@ -676,4 +679,176 @@ fn the_recorded_corpus_classifies_as_each_scenario_means() {
         }
     }
     assert!(count >= 22, "{count} recordings");
+}
+
+// ---- The fleet running the real CLIs ----
+
+/// A fleet on the local tracker whose `agent.command` is `cli`'s, as the README gives it,
+/// against the provider at `base_url`: `workers` slots, `n` ready issues. The CLI's
+/// variables reach it through the supervisor and the worker (names on the agent
+/// allowlist); its config lives in the test's HOME.
+fn real_fleet(cli: Cli, base_url: &str, workers: usize, n: u64) -> Fleet {
+    let mut f = Fleet::new("", "");
+    let home = f.env.home.clone();
+    for (k, v) in agent_env(cli, &home, base_url) {
+        // HOME and PATH stay the test environment's own.
+        if !matches!(k.as_str(), "HOME" | "PATH") {
+            f.extra_env.push((k, v));
+        }
+    }
+    let command = cli
+        .command()
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    f.write_config(&format!(
+        "[fleet]\nworkers = {workers}\n\n[tracker]\nkind = \"local\"\n\n\
+         [agent]\ncommand = [{command}]\n\n{FAST_TIMING}"
+    ));
+    for i in 1..=n {
+        let out = f.run_cmd(&[
+            "issue",
+            "new",
+            "--title",
+            &format!("issue {i}"),
+            "--label",
+            "ready-for-agent",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    f
+}
+
+fn outcomes(f: &Fleet, n: u64) -> Vec<ledger::Outcome> {
+    ledger::read(&f.layout, n)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.outcome)
+        .collect()
+}
+
+/// Long enough for two real CLIs on two shared cores to work a few issues.
+const FLEET_WAIT: Duration = Duration::from_secs(180);
+
+/// Each issue's work is done and published, its ledger says `done` with the tokens the
+/// model reported, whatever the CLI printed on the way (`scenario`).
+fn fleet_done(cli: Cli, scenario: Scenario) {
+    let server = ModelServer::start(scenario.clone());
+    let mut f = real_fleet(cli, &server.base_url(), 2, 2);
+    f.start(&[]);
+    let done = wait_until(FLEET_WAIT, || {
+        (1..=2).all(|n| outcomes(&f, n).contains(&ledger::Outcome::Done))
+    });
+    assert!(
+        done,
+        "{scenario:?}: not every issue done; log:\n{}",
+        f.dump()
+    );
+    for n in 1..=2 {
+        assert_eq!(
+            outcomes(&f, n),
+            [ledger::Outcome::Done],
+            "#{n}\n{}",
+            f.dump()
+        );
+        let r = ledger::read(&f.layout, n).unwrap();
+        let u = &r[0].usage;
+        let (input, output, _) = TURN_USAGE;
+        assert!(
+            u.input_tokens.unwrap_or(0) >= 2 * input && u.output_tokens.unwrap_or(0) >= 2 * output,
+            "#{n}: {u:?}"
+        );
+        let labels = f.labels_of(n);
+        assert!(
+            labels.iter().any(|l| l == "ready-for-human"),
+            "#{n}: {labels:?}"
+        );
+    }
+    eprintln!(
+        "fleet {} {scenario:?}: ledger {:?} {:?}; agent pause: {:?}",
+        cli.name(),
+        outcomes(&f, 1),
+        outcomes(&f, 2),
+        pause::agent_read(&f.layout.state()).ok().flatten()
+    );
+    assert_eq!(f.count("fleet.agent-paused"), 0, "{}", f.dump());
+}
+
+/// An account-wide condition: the fleet pauses once, in the CLI's own words; every
+/// attempt is `account-limited` (none failed, none stalled), no issue gets a failure
+/// comment or is quarantined, and each goes back to the queue.
+fn fleet_pauses(cli: Cli, scenario: Option<Scenario>, kind: &str) {
+    let server = scenario.clone().map(ModelServer::start);
+    let url = match &server {
+        Some(s) => s.base_url(),
+        None => format!("http://127.0.0.1:{}", refused_port()),
+    };
+    let mut f = real_fleet(cli, &url, 2, 2);
+    f.start(&[]);
+    let paused = f.wait_events("fleet.agent-paused", 1);
+    assert!(
+        paused[0].msg.contains(kind),
+        "{}\n{}",
+        paused[0].msg,
+        f.dump()
+    );
+    // Both slots' attempts end (the second may have started before the pause).
+    let settled = wait_until(FLEET_WAIT, || {
+        let all: Vec<_> = (1..=2).flat_map(|n| outcomes(&f, n)).collect();
+        !all.is_empty()
+            && f.status_json(StatusExit::Any)["workers"]
+                .as_array()
+                .is_none_or(|w| w.iter().all(|w| w["issue"].is_null()))
+    });
+    assert!(settled, "{}", f.dump());
+    let p = pause::agent_read(&f.layout.state()).unwrap().unwrap();
+    eprintln!(
+        "fleet {} {scenario:?}: ledger {:?} {:?}; agent pause: {} ({})",
+        cli.name(),
+        outcomes(&f, 1),
+        outcomes(&f, 2),
+        p.kind,
+        p.reason
+    );
+    assert_eq!(p.kind, kind, "{p:?}");
+    for n in 1..=2 {
+        let o = outcomes(&f, n);
+        assert!(
+            o.iter().all(|o| *o == ledger::Outcome::AccountLimited),
+            "#{n}: {o:?}\n{}",
+            f.dump()
+        );
+        let comments = f.comments_of(n);
+        assert!(
+            comments.iter().all(|c| !c.contains("failed")),
+            "#{n}: {comments:?}"
+        );
+        assert!(!f.labels_of(n).iter().any(|l| l == "afk:quarantined"));
+    }
+    assert_eq!(f.count("fleet.agent-paused"), 1, "{}", f.dump());
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_codex_riding_out_429s_is_done() {
+    fleet_done(Cli::Codex, Scenario::Burst429 { n: 1 });
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_claude_after_a_cut_stream_is_done_with_its_tokens() {
+    fleet_done(Cli::Claude, Scenario::StreamCutOnce);
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_codex_out_of_credit_pauses_blaming_nobody() {
+    fleet_pauses(Cli::Codex, Some(Scenario::Credit), "credit exhausted");
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_claude_with_the_provider_unreachable_pauses_blaming_nobody() {
+    fleet_pauses(Cli::Claude, None, "provider unreachable");
 }
