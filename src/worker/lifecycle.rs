@@ -242,7 +242,8 @@ impl Worker<'_> {
                         result_file: None,
                         now_epoch: crate::timeutil::now_epoch(),
                     };
-                    let usage = agent_profile::classify(self.config.agent.profile, &seen).1;
+                    let usage =
+                        self.priced(agent_profile::classify(self.config.agent.profile, &seen).1);
                     state.write("failed")?;
                     // Its work, committed or not, is rescued (pushed with `gh`) so the next
                     // attempt, on any host, resumes from it.
@@ -305,6 +306,7 @@ impl Worker<'_> {
                     };
                     let (verdict, usage) =
                         agent_profile::classify(self.config.agent.profile, &seen);
+                    let usage = self.priced(usage);
                     if !matches!(verdict, End::AccountWide { .. }) {
                         // The account ran this issue: an unknown reset's backoff starts over.
                         let _ = crate::pause::agent_clear(&self.layout.state());
@@ -428,6 +430,20 @@ impl Worker<'_> {
             );
         }
         result
+    }
+
+    /// `usage` with its dollars: a Codex run reports tokens only, so they are priced at
+    /// `budget.prices` and the dollar budgets hold for it as for Claude Code.
+    fn priced(&self, usage: Usage) -> Usage {
+        if usage.cost_usd.is_some()
+            || self.config.agent.profile != agent_profile::ProfileKind::Codex
+        {
+            return usage;
+        }
+        Usage {
+            cost_usd: crate::budget::priced(&usage, &self.config.budget.prices),
+            ..usage
+        }
     }
 
     /// Hands issue `n` to a person when its spend since the last hand-off reached

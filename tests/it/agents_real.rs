@@ -704,7 +704,8 @@ fn real_fleet(cli: Cli, base_url: &str, workers: usize, n: u64) -> Fleet {
         .join(", ");
     f.write_config(&format!(
         "[fleet]\nworkers = {workers}\n\n[tracker]\nkind = \"local\"\n\n\
-         [agent]\ncommand = [{command}]\n\n{FAST_TIMING}"
+         [agent]\ncommand = [{command}]\n\n\
+         [budget.prices.\"*\"]\ninput = 2.0\ncached_input = 1.0\noutput = 20.0\n\n{FAST_TIMING}"
     ));
     for i in 1..=n {
         let out = f.run_cmd(&[
@@ -764,6 +765,14 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
             labels.iter().any(|l| l == "ready-for-human"),
             "#{n}: {labels:?}"
         );
+        // Claude Code prices its run itself; a Codex run is priced at `budget.prices`
+        // (its output names no model: the `"*"` entry, set in the fleet's config).
+        let cost = u.cost_usd.unwrap_or(0.0);
+        match cli {
+            Cli::Claude => assert!(cost > 0.0, "#{n}: {u:?}"),
+            // 2 turns: (1600 × $2 + 400 × $1 + 100 × $20) / 1e6 = $0.0056.
+            Cli::Codex => assert!((cost - 0.0056).abs() < 1e-9, "#{n}: {u:?}"),
+        }
     }
     eprintln!(
         "fleet {} {scenario:?}: ledger {:?} {:?}; agent pause: {:?}",
