@@ -26,8 +26,11 @@ use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit};
 use crate::support::model_server::{Api, ModelServer, Scenario, TURN_USAGE, refused_port};
 use crate::support::{TestEnv, wait_until};
 
-/// The longest one CLI run may take before the test kills it and fails.
-const RUN_MAX: Duration = Duration::from_secs(150);
+/// The longest one CLI run may take before the test kills it and fails: at the CLIs'
+/// default timings (by hand) an hour.
+fn run_max() -> Duration {
+    Duration::from_secs(if real_defaults() { 3600 } else { 150 })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cli {
@@ -57,13 +60,19 @@ impl Cli {
         }
     }
 
+    /// The arguments of the README's `agent.command` for this CLI.
+    fn args(self) -> Vec<String> {
+        match self {
+            Cli::Claude => vec!["--dangerously-skip-permissions".into()],
+            Cli::Codex => Vec::new(),
+        }
+    }
+
     /// The `agent.command` the README gives for this CLI, with the installed program.
     pub fn command(self) -> Vec<String> {
         let program = agent_clis::bin_dir().join(self.name());
         let mut c = vec![program.display().to_string()];
-        if self == Cli::Claude {
-            c.push("--dangerously-skip-permissions".into());
-        }
+        c.extend(self.args());
         c
     }
 }
@@ -136,20 +145,58 @@ pub fn agent_env(cli: Cli, home: &Path, base_url: &str) -> Vec<(String, String)>
             };
             let dir = home.join(".codex");
             fs::create_dir_all(&dir).unwrap();
+            // The README's config, as written, with the test's provider before it (top-level
+            // keys first: TOML puts every key after a table header into that table).
             fs::write(
                 dir.join("config.toml"),
                 format!(
-                    "model = \"gpt-5.5\"\nmodel_provider = \"afk\"\n\
-                     approval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n\
-                     [analytics]\nenabled = false\n\n\
+                    "model = \"gpt-5.5\"\nmodel_provider = \"afk\"\n{}\n\
                      [model_providers.afk]\nname = \"afk-test\"\nbase_url = \"{base_url}/v1\"\n\
-                     wire_api = \"responses\"\nenv_key = \"OPENAI_API_KEY\"\n{retries}"
+                     wire_api = \"responses\"\nenv_key = \"OPENAI_API_KEY\"\n{retries}",
+                    readme_block("<!-- codex-config -->")
                 ),
             )
             .unwrap();
         }
     }
     env
+}
+
+/// The fenced block right after `marker` in the README: the setup it documents is the one
+/// the suite runs.
+fn readme_block(marker: &str) -> String {
+    let readme =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let at = readme
+        .find(marker)
+        .unwrap_or_else(|| panic!("README.md has no {marker}"));
+    let rest = &readme[at + marker.len()..];
+    let open = rest.find("```").unwrap();
+    let body = &rest[open..];
+    let start = body.find('\n').unwrap() + 1;
+    let end = body[start..].find("```").unwrap();
+    body[start..start + end].to_string()
+}
+
+/// The README's `[agent] command` for each CLI is the one the suite runs (with the
+/// installed program in place of the bare name).
+#[test]
+fn the_readme_agent_setup_is_the_tested_one() {
+    for cli in [Cli::Claude, Cli::Codex] {
+        let block = readme_block(&format!("<!-- agent-setup: {} -->", cli.name()));
+        let v: toml::Value = toml::from_str(&block).unwrap();
+        let command: Vec<String> = v["agent"]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(command[0], cli.name());
+        let tested = cli.args();
+        assert_eq!(command[1..], tested[..], "{}", cli.name());
+    }
+    let codex: toml::Value = toml::from_str(&readme_block("<!-- codex-config -->")).unwrap();
+    assert_eq!(codex["approval_policy"].as_str(), Some("never"));
 }
 
 /// What one run of a CLI printed.
@@ -247,7 +294,7 @@ fn run_cli(cli: Cli, base_url: &str, stop_when: Option<Stop>) -> (Run, usize) {
         // SAFETY: kill(2) on the process group the test made for this child.
         unsafe { libc::kill(-pid, sig) };
     };
-    let deadline = Instant::now() + RUN_MAX;
+    let deadline = Instant::now() + run_max();
     let mut stopped = false;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
