@@ -37,7 +37,9 @@ pub fn classify(seen: &Seen) -> (End, Usage) {
     // any plain (non-JSON) output; its own words name the condition best (a usage limit's
     // reset), and the API error it recorded names it where its words are new.
     let mut said = String::new();
-    if let Some(r) = result {
+    // A successful result's text is the model's last message, the conversation: read only
+    // an error result's.
+    if let Some(r) = result.filter(|_| is_error) {
         if let Some(t) = r["result"].as_str() {
             said.push_str(t);
             said.push('\n');

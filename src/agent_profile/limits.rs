@@ -1,7 +1,7 @@
 //! What an agent says when the account, not the issue, stops it: read only from what
 //! the CLI itself reports (an error result, error events, the last lines of stderr or of
 //! plain output), never from the conversation, where an agent may well discuss limits. The phrases are the real CLIs'
-//! (samples in `tests/corpus/agents/`); a phrase not listed is the issue's failure, so a
+//! (recorded in `tests/corpus/agents/real/`); a phrase not listed is the issue's failure, so a
 //! new wording costs at worst a retry, never a pause of a healthy fleet.
 
 use super::AccountWide;

@@ -253,9 +253,11 @@ fn run_cli(cli: Cli, base_url: &str, stop_when: Option<Stop>) -> (Run, usize) {
     let repo = work_repo(&env);
     let home = env.path().join("agent-home");
     fs::create_dir_all(&home).unwrap();
+    let mut command = cli.command();
+    command.extend(EXTRA_ARGS.with(|a| a.borrow().clone()));
     let argv = agent_profile::argv(
         cli.kind(),
-        &cli.command(),
+        &command,
         "Work on issue #1: write afk-done.txt and commit it.",
         false,
         None,
@@ -346,6 +348,8 @@ thread_local! {
     static SCENARIO: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
     /// Whether Claude Code runs on a subscription login (OAuth) instead of an API key.
     static SUBSCRIPTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Arguments added to the CLI's command for one test (`--max-turns 1`).
+    static EXTRA_ARGS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn scenario_name(_base_url: &str) -> String {
@@ -669,24 +673,56 @@ fn codex_waits_silently_for_headers_that_never_come() {
     assert_eq!(run.code, 128 + libc::SIGTERM, "{}", run.show());
 }
 
+/// The provider refuses this conversation (400, too long): the issue's failure, retried on
+/// another attempt, never a pause.
+fn bad_request(cli: Cli) {
+    let (run, end, _) = classified(cli, "bad-request", Some(Scenario::BadRequest));
+    assert!(matches!(end, End::Failed { .. }), "{end:?}\n{}", run.show());
+}
+
+both!(
+    claude_bad_request_is_the_issues_failure,
+    codex_bad_request_is_the_issues_failure,
+    |cli| bad_request(cli)
+);
+
+/// Claude Code stopped by its own `--max-turns`: the issue's failure, with what it cost.
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn claude_max_turns_is_the_issues_failure() {
+    EXTRA_ARGS.with(|a| *a.borrow_mut() = vec!["--max-turns".into(), "1".into()]);
+    let (run, end, _) = classified(Cli::Claude, "max-turns", Some(Scenario::Success));
+    assert!(matches!(end, End::Failed { .. }), "{end:?}\n{}", run.show());
+    let (_, usage) = run.classify(Cli::Claude);
+    assert!(usage.cost_usd.unwrap_or(0.0) > 0.0, "{usage:?}");
+}
+
 /// The recorded corpus, read back without the CLIs: every recording is classified as its
 /// scenario means, so a profile change that misreads what a real CLI printed fails here
 /// even where npm is out of reach.
 #[test]
 fn the_recorded_corpus_classifies_as_each_scenario_means() {
     use AccountWide::*;
-    let want = |cli: Cli, scenario: &str| -> Option<Option<AccountWide>> {
+    /// What a recording must read as.
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Done,
+        Failed,
+        Paused(AccountWide),
+    }
+    let want = |cli: Cli, scenario: &str| -> Option<Want> {
         Some(match scenario {
-            "success" | "burst-429" | "stream-cut-once" => None,
-            "sustained-429" => Some(RateLimited),
-            "credit" => Some(Credit),
-            "unauthorized" => Some(Login),
-            "overloaded-529" | "overloaded-503" => Some(Overloaded),
+            "success" | "burst-429" | "stream-cut-once" => Want::Done,
+            "bad-request" | "max-turns" => Want::Failed,
+            "sustained-429" => Want::Paused(RateLimited),
+            "credit" => Want::Paused(Credit),
+            "unauthorized" => Want::Paused(Login),
+            "overloaded-529" | "overloaded-503" => Want::Paused(Overloaded),
             "connection-refused" | "stream-cut-always" | "headers-then-silence" => {
-                Some(Unreachable)
+                Want::Paused(Unreachable)
             }
-            "usage-limit" if cli == Cli::Claude => Some(RateLimited),
-            "usage-limit" | "usage-limit-subscription" => Some(UsageLimit),
+            "usage-limit" if cli == Cli::Claude => Want::Paused(RateLimited),
+            "usage-limit" | "usage-limit-subscription" => Want::Paused(UsageLimit),
             // Killed while silent: the stall check's case, not the profile's.
             "no-headers" => return None,
             other => panic!("a recording of an unknown scenario: {other}"),
@@ -715,17 +751,27 @@ fn the_recorded_corpus_classifies_as_each_scenario_means() {
                 took: Duration::ZERO,
             };
             let (end, usage) = run.classify(cli);
-            match want {
-                None => {
-                    assert_eq!(end, End::Done, "{}", path.display());
-                    assert!(usage.input_tokens.unwrap_or(0) > 0, "{usage:?}");
-                }
-                Some(w) => assert_eq!(account_wide(&end), Some(w), "{}: {end:?}", path.display()),
+            let got = match &end {
+                End::Done => Want::Done,
+                End::Failed { .. } => Want::Failed,
+                End::AccountWide { why, .. } => Want::Paused(*why),
+                End::Interrupted => panic!("{}: interrupted", path.display()),
+            };
+            assert_eq!(got, want, "{}: {end:?}", path.display());
+            if want == Want::Done {
+                assert!(usage.input_tokens.unwrap_or(0) > 0, "{usage:?}");
+                // The model's words about limits stay the conversation's.
+                let (end, _) = Run { code: 1, ..run }.classify(cli);
+                assert!(
+                    matches!(end, End::Failed { .. }),
+                    "{}: {end:?}",
+                    path.display()
+                );
             }
             count += 1;
         }
     }
-    assert!(count >= 22, "{count} recordings");
+    assert!(count >= 25, "{count} recordings");
 }
 
 // ---- The fleet running the real CLIs ----

@@ -29,6 +29,11 @@ git -c user.name=afk-model -c user.email=afk-model@example.invalid commit -q -m 
 /// The tokens every successful turn reports: input, output, cache-read.
 pub const TURN_USAGE: (u64, u64, u64) = (1000, 50, 200);
 
+/// The model's last words. They talk about limits, as a model may: the conversation must
+/// never read as the CLI's own report of one.
+pub const FINAL_TEXT: &str =
+    "Done: the file is committed. No rate_limit_error here, and no usage limit reached.";
+
 /// The model name the server answers with (what the CLI asked for is echoed back).
 const FALLBACK_MODEL: &str = "afk-scripted-model";
 
@@ -53,6 +58,8 @@ pub enum Scenario {
     UsageLimit { reset_epoch: u64 },
     /// 401: the key is invalid.
     Unauthorized,
+    /// 400: this conversation is refused (too long): the failure, not the account's.
+    BadRequest,
     /// Every request gets this status, overloaded (529 Anthropic's, 503 anyone's).
     Overloaded { status: u16 },
     /// The first model request's stream is cut after its first event; then success.
@@ -362,6 +369,14 @@ fn serve(mut conn: TcpStream, s: &Shared) {
             record(401);
             let _ = write_error(&mut conn, api, 401, ErrorKind::Auth, &[]);
         }
+        Scenario::BadRequest if model => {
+            record(400);
+            let _ = write_error(&mut conn, api, 400, ErrorKind::TooLong, &[]);
+        }
+        Scenario::BadRequest => {
+            record(200);
+            ok(&mut conn);
+        }
         Scenario::Overloaded { status } => {
             record(*status);
             let _ = write_error(&mut conn, api, *status, ErrorKind::Overloaded, &[]);
@@ -434,6 +449,7 @@ fn write_sse(
 }
 
 enum ErrorKind {
+    TooLong,
     RateLimit,
     Credit,
     UsageLimit(u64),
@@ -445,6 +461,12 @@ enum ErrorKind {
 fn error_body(api: Api, kind: &ErrorKind) -> serde_json::Value {
     use serde_json::json;
     match (api, kind) {
+        (Api::Anthropic, ErrorKind::TooLong) => json!({"type":"error","error":{
+            "type":"invalid_request_error",
+            "message":"prompt is too long: 250000 tokens > 200000 maximum"}}),
+        (Api::OpenAi, ErrorKind::TooLong) => json!({"error":{
+            "message":"Your input exceeds the context window of this model. Please adjust your input and try again.",
+            "type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}),
         (Api::Anthropic, ErrorKind::RateLimit) => json!({"type":"error","error":{
             "type":"rate_limit_error",
             "message":"This request would exceed the rate limit for your organization of 50 requests per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits."}}),
@@ -541,10 +563,7 @@ fn anthropic_message(model: &str, call_tool: bool, counted: bool) -> serde_json:
             "tool_use",
         )
     } else {
-        (
-            json!([{"type":"text","text":"Done: the file is committed."}]),
-            "end_turn",
-        )
+        (json!([{"type":"text","text":FINAL_TEXT}]), "end_turn")
     };
     json!({"id":"msg_afk_1","type":"message","role":"assistant","model":model,
            "content":content,"stop_reason":stop,"stop_sequence":null,
@@ -577,7 +596,7 @@ fn anthropic_turn(model: &str, call_tool: bool, counted: bool) -> Vec<serde_json
             "type":"text","text":""}}),
         );
         ev.push(json!({"type":"content_block_delta","index":0,"delta":{
-            "type":"text_delta","text":"Done: the file is committed."}}));
+            "type":"text_delta","text":FINAL_TEXT}}));
         "end_turn"
     };
     ev.push(json!({"type":"content_block_stop","index":0}));
@@ -601,7 +620,7 @@ fn openai_turn(model: &str, call_tool: bool) -> Vec<serde_json::Value> {
                "status":"completed"})
     } else {
         json!({"type":"message","id":"msg_afk_1","role":"assistant","status":"completed",
-               "content":[{"type":"output_text","text":"Done: the file is committed.",
+               "content":[{"type":"output_text","text":FINAL_TEXT,
                            "annotations":[]}]})
     };
     let response = |status: &str, usage: serde_json::Value| {
