@@ -781,6 +781,18 @@ fn the_recorded_corpus_classifies_as_each_scenario_means() {
 /// variables reach it through the supervisor and the worker (names on the agent
 /// allowlist); its config lives in the test's HOME.
 fn real_fleet(cli: Cli, base_url: &str, workers: usize, n: u64) -> Fleet {
+    real_fleet_timed(cli, base_url, workers, n, FAST_TIMING)
+}
+
+/// [`FAST_TIMING`] with the stall check at 3 s and its kill at 6 s.
+fn stall_timing() -> String {
+    FAST_TIMING.replace(
+        "stall_s = 600\nstall_kill_s = 1200\n",
+        "stall_s = 3\nstall_kill_s = 6\n",
+    )
+}
+
+fn real_fleet_timed(cli: Cli, base_url: &str, workers: usize, n: u64, timing: &str) -> Fleet {
     let mut f = Fleet::new("", "");
     let home = f.env.home.clone();
     for (k, v) in agent_env(cli, &home, base_url) {
@@ -798,7 +810,7 @@ fn real_fleet(cli: Cli, base_url: &str, workers: usize, n: u64) -> Fleet {
     f.write_config(&format!(
         "[fleet]\nworkers = {workers}\n\n[tracker]\nkind = \"local\"\n\n\
          [agent]\ncommand = [{command}]\n\n\
-         [budget.prices.\"*\"]\ninput = 2.0\ncached_input = 1.0\noutput = 20.0\n\n{FAST_TIMING}"
+         [budget.prices.\"*\"]\ninput = 2.0\ncached_input = 1.0\noutput = 20.0\n\n{timing}"
     ));
     for i in 1..=n {
         let out = f.run_cmd(&[
@@ -881,12 +893,16 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
 /// attempt is `account-limited` (none failed, none stalled), no issue gets a failure
 /// comment or is quarantined, and each goes back to the queue.
 fn fleet_pauses(cli: Cli, scenario: Option<Scenario>, kind: &str) {
+    fleet_pauses_timed(cli, scenario, kind, FAST_TIMING)
+}
+
+fn fleet_pauses_timed(cli: Cli, scenario: Option<Scenario>, kind: &str, timing: &str) {
     let server = scenario.clone().map(ModelServer::start);
     let url = match &server {
         Some(s) => s.base_url(),
         None => format!("http://127.0.0.1:{}", refused_port()),
     };
-    let mut f = real_fleet(cli, &url, 2, 2);
+    let mut f = real_fleet_timed(cli, &url, 2, 2, timing);
     f.start(&[]);
     let paused = f.wait_events("fleet.agent-paused", 1);
     assert!(
@@ -953,4 +969,66 @@ fn fleet_of_codex_out_of_credit_pauses_blaming_nobody() {
 #[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
 fn fleet_of_claude_with_the_provider_unreachable_pauses_blaming_nobody() {
     fleet_pauses(Cli::Claude, None, "provider unreachable");
+}
+
+/// Codex never exits while the provider is unreachable: it prints `Reconnecting...
+/// waiting for network` for ever. Those notices are not progress, so the stall check
+/// stops it (here at 6 s), and its last words make the stall the provider's: the fleet
+/// pauses once, every attempt `account-limited`, none `stalled`.
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_codex_waiting_for_the_network_is_stopped_and_pauses_blaming_nobody() {
+    fleet_pauses_timed(Cli::Codex, None, "provider unreachable", &stall_timing());
+}
+
+/// The provider takes every request and answers none: both CLIs wait in silence, every
+/// slot stalls. A stall while other issues' agents stall too is the provider's: excused
+/// (it counts towards no quarantine) and the fleet pauses instead of killing slot after
+/// slot; at most the first stall, before any other was seen, counts.
+fn fleet_stalls_on_a_silent_provider(cli: Cli) {
+    let server = ModelServer::start(Scenario::NoHeaders);
+    let mut f = real_fleet_timed(cli, &server.base_url(), 2, 2, &stall_timing());
+    f.start(&[]);
+    let paused = f.wait_events("fleet.agent-paused", 1);
+    assert!(
+        paused[0].msg.contains("provider unreachable"),
+        "{}",
+        paused[0].msg
+    );
+    let records: Vec<ledger::Record> = (1..=2)
+        .flat_map(|n| ledger::read(&f.layout, n).unwrap_or_default())
+        .collect();
+    eprintln!(
+        "fleet {} NoHeaders: ledger {:?}; agent pause: {:?}",
+        cli.name(),
+        records
+            .iter()
+            .map(|r| (r.outcome, r.excused.is_some()))
+            .collect::<Vec<_>>(),
+        pause::agent_read(&f.layout.state()).ok().flatten()
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.outcome == ledger::Outcome::Stalled),
+        "{records:?}"
+    );
+    let blamed = records.iter().filter(|r| r.excused.is_none()).count();
+    assert!(blamed <= 1, "{records:?}\n{}", f.dump());
+    assert!(records.iter().any(|r| r.excused.is_some()), "{records:?}");
+    for n in 1..=2 {
+        assert!(!f.labels_of(n).iter().any(|l| l == "afk:quarantined"));
+    }
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_claude_on_a_silent_provider_pauses_instead_of_blaming_issues() {
+    fleet_stalls_on_a_silent_provider(Cli::Claude);
+}
+
+#[test]
+#[cfg_attr(not(afk_has_npm), ignore = "needs node and npm (the real agent CLIs)")]
+fn fleet_of_codex_on_a_silent_provider_pauses_instead_of_blaming_issues() {
+    fleet_stalls_on_a_silent_provider(Cli::Codex);
 }
