@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 mod civil;
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 7] = [
+const TOOLS: [(&str, &str, &str); 8] = [
     ("afk_has_bwrap", "bwrap", "--version"),
     ("afk_has_tmux", "tmux", "-V"),
     ("afk_has_jq", "jq", "--version"),
@@ -21,6 +21,8 @@ const TOOLS: [(&str, &str, &str); 7] = [
     // The completion scripts are tried in the shells they are for.
     ("afk_has_zsh", "zsh", "--version"),
     ("afk_has_fish", "fish", "--version"),
+    // The real agent CLIs are installed with npm and Codex's launcher runs on node.
+    ("afk_has_npm", "npm", "--version"),
 ];
 
 fn runs(program: &str, arg: &str) -> bool {

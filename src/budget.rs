@@ -299,3 +299,56 @@ mod tests {
         );
     }
 }
+
+/// What `usage` cost at `prices` (dollars per million tokens, by model; `"*"` for a model
+/// not named or not known): for agents that report tokens but never dollars (Codex), so
+/// `usd_per_day` and `usd_per_issue` hold for them too. Cached input tokens are part of
+/// the input count and priced apart. `None` when no tokens are known or no price applies.
+pub fn priced(
+    usage: &crate::agent_profile::Usage,
+    prices: &BTreeMap<String, crate::config::Price>,
+) -> Option<f64> {
+    if usage.input_tokens.is_none() && usage.output_tokens.is_none() {
+        return None;
+    }
+    let price = usage
+        .model
+        .as_deref()
+        .and_then(|m| prices.get(m))
+        .or_else(|| prices.get("*"))?;
+    let input = usage.input_tokens.unwrap_or(0);
+    let cached = usage.cache_read_tokens.unwrap_or(0).min(input);
+    let per_token = |usd: Usd| usd.0 as f64 / 1e6 / 1e6;
+    Some(
+        (input - cached) as f64 * per_token(price.input)
+            + cached as f64 * per_token(price.cached_input)
+            + usage.output_tokens.unwrap_or(0) as f64 * per_token(price.output),
+    )
+}
+
+#[cfg(test)]
+mod price_tests {
+    use super::*;
+    use crate::agent_profile::Usage;
+
+    #[test]
+    fn tokens_are_priced_by_model_else_by_the_star_entry() {
+        let prices = crate::config::default_prices();
+        let u = Usage {
+            input_tokens: Some(2000),
+            cache_read_tokens: Some(400),
+            output_tokens: Some(100),
+            ..Usage::default()
+        };
+        // 1600 × $1.25 + 400 × $0.125 + 100 × $10, per million.
+        let star = priced(&u, &prices).unwrap();
+        assert!((star - 0.00305).abs() < 1e-12, "{star}");
+        let mini = Usage {
+            model: Some("gpt-5-mini".into()),
+            ..u.clone()
+        };
+        assert!((priced(&mini, &prices).unwrap() - 0.00061).abs() < 1e-12);
+        assert_eq!(priced(&Usage::default(), &prices), None);
+        assert_eq!(priced(&u, &BTreeMap::new()), None);
+    }
+}

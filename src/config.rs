@@ -123,6 +123,41 @@ pub struct Budget {
     pub tokens_per_day: Option<u64>,
     /// The day's offset from UTC in seconds (`budget.timezone`: `UTC` or `±HH:MM[:SS]`).
     pub utc_offset_s: i32,
+    /// `[budget.prices."<model>"]`: dollars per million tokens, by model name, for agents
+    /// that report tokens but no dollars (Codex), so the dollar budgets hold for them too.
+    /// [`default_prices`] unless the config names an entry; `"*"` prices any other model.
+    pub prices: std::collections::BTreeMap<String, Price>,
+}
+
+/// Dollars per million tokens of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Price {
+    pub input: Usd,
+    /// Input tokens read from the provider's cache (part of the input count).
+    pub cached_input: Usd,
+    pub output: Usd,
+}
+
+/// The documented defaults of `budget.prices` (`docs/SPEC.md` §11.13): OpenAI's list prices
+/// per million tokens for the models Codex runs, and `"*"` (the gpt-5 price) for any model
+/// not named, such as a Codex run, whose output names none.
+pub fn default_prices() -> std::collections::BTreeMap<String, Price> {
+    let p = |input: f64, cached_input: f64, output: f64| Price {
+        input: Usd::from_f64(input),
+        cached_input: Usd::from_f64(cached_input),
+        output: Usd::from_f64(output),
+    };
+    [
+        ("*", p(1.25, 0.125, 10.0)),
+        ("gpt-5", p(1.25, 0.125, 10.0)),
+        ("gpt-5-codex", p(1.25, 0.125, 10.0)),
+        ("gpt-5-mini", p(0.25, 0.025, 2.0)),
+        ("gpt-5-nano", p(0.05, 0.005, 0.4)),
+        ("codex-mini-latest", p(1.5, 0.375, 6.0)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 impl Budget {
@@ -453,7 +488,10 @@ impl Default for Config {
                 slot_log_days: 7,
                 slot_log_max_bytes: 64 << 20,
             },
-            budget: Budget::default(),
+            budget: Budget {
+                prices: default_prices(),
+                ..Budget::default()
+            },
             rescue: RescueCfg {
                 max_file_bytes: 50 << 20,
             },
@@ -616,6 +654,16 @@ struct FileBudget {
     usd_per_issue: S<f64>,
     tokens_per_day: S<u64>,
     timezone: S<String>,
+    prices: S<std::collections::BTreeMap<String, FilePrice>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePrice {
+    input: f64,
+    #[serde(default)]
+    cached_input: Option<f64>,
+    output: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1097,6 +1145,29 @@ impl Builder {
                 )));
             }
             self.cfg.budget.tokens_per_day = Some(x);
+        }
+        if let Some(prices) = self.take("budget.prices", b.prices) {
+            for (model, p) in prices {
+                let dollars = [p.input, p.cached_input.unwrap_or(p.input), p.output];
+                if dollars
+                    .iter()
+                    .any(|x| !(x.is_finite() && *x >= 0.0 && *x < 1e6))
+                {
+                    return Err(ConfigError(format!(
+                        "{}: budget.prices.{model:?} must give dollars per million tokens \
+                         (input, output, optional cached_input) of 0 or more",
+                        self.origin_of("budget.prices")
+                    )));
+                }
+                self.cfg.budget.prices.insert(
+                    model,
+                    Price {
+                        input: Usd::from_f64(dollars[0]),
+                        cached_input: Usd::from_f64(dollars[1]),
+                        output: Usd::from_f64(dollars[2]),
+                    },
+                );
+            }
         }
         if let Some(tz) = self.take("budget.timezone", b.timezone) {
             self.cfg.budget.utc_offset_s = parse_utc_offset(&tz).ok_or_else(|| {

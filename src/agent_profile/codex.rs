@@ -7,11 +7,22 @@
 use super::claude::not_done;
 use super::{End, Seen, Usage, json_lines, str_at, u64_at};
 
+/// Codex prints `{"type":"error","message":"Reconnecting... 2/5 (…)"}` while it retries
+/// a request or a stream by itself: chatter on the way, not how the run ended.
+pub(crate) fn is_retry_notice(message: &str) -> bool {
+    message.trim_start().starts_with("Reconnecting")
+}
+
+/// Done when Codex exited 0 and its last word on the turn was `turn.completed`, whatever
+/// retry notices it printed before; else what its failure (or, for a run that never
+/// ended, its last retry notice: "waiting for network") says.
 pub fn classify(seen: &Seen) -> (End, Usage) {
     let events = json_lines(seen.stdout);
     let mut usage = Usage::default();
     let mut said = String::new();
-    let mut failed = false;
+    let mut last_notice = None;
+    // The last word on the turn: `Some(true)` completed, `Some(false)` failed.
+    let mut completed = None;
     let add = |slot: &mut Option<u64>, v: Option<u64>| {
         if let Some(v) = v {
             *slot = Some(slot.unwrap_or(0).saturating_add(v));
@@ -31,17 +42,21 @@ pub fn classify(seen: &Seen) -> (End, Usage) {
                     u64_at(u, "cached_input_tokens"),
                 );
                 usage.turns = Some(usage.turns.unwrap_or(0) + 1);
+                completed = Some(true);
             }
             "turn.failed" => {
-                failed = true;
+                completed = Some(false);
                 if let Some(m) = e["error"]["message"].as_str() {
                     said.push_str(m);
                     said.push('\n');
                 }
             }
             "error" => {
-                failed = true;
-                if let Some(m) = e["message"].as_str() {
+                let m = e["message"].as_str().unwrap_or("");
+                if is_retry_notice(m) {
+                    last_notice = Some(m.to_string());
+                } else {
+                    completed = Some(false);
                     said.push_str(m);
                     said.push('\n');
                 }
@@ -49,8 +64,14 @@ pub fn classify(seen: &Seen) -> (End, Usage) {
             _ => {}
         }
     }
-    if seen.exit_code == 0 && !failed {
+    if seen.exit_code == 0 && completed != Some(false) {
         return (End::Done, usage);
+    }
+    if completed.is_none()
+        && let Some(n) = last_notice
+    {
+        said.push_str(&n);
+        said.push('\n');
     }
     (not_done(said, seen), usage)
 }

@@ -130,6 +130,12 @@ pub enum AccountWide {
     Credit,
     /// The provider is overloaded (HTTP 529/503).
     Overloaded,
+    /// The CLI gave up retrying on rate limits (429) or server errors (5xx): the account's
+    /// request rate, not this issue.
+    RateLimited,
+    /// The provider cannot be reached: connection refused, DNS, TLS, a stream cut every
+    /// time, the CLI waiting for the network.
+    Unreachable,
 }
 
 impl fmt::Display for AccountWide {
@@ -139,6 +145,8 @@ impl fmt::Display for AccountWide {
             AccountWide::Login => "login missing or expired",
             AccountWide::Credit => "credit exhausted",
             AccountWide::Overloaded => "provider overloaded",
+            AccountWide::RateLimited => "rate limited",
+            AccountWide::Unreachable => "provider unreachable",
         })
     }
 }
@@ -301,6 +309,23 @@ pub fn argv(
     out
 }
 
+/// Whether one line of an agent's output is its CLI's retry chatter, not the model's work:
+/// Claude Code's `{"type":"system","subtype":"api_retry",…}` and Codex's
+/// `{"type":"error","message":"Reconnecting... 2/5 (…)"}` (also `… waiting for network`).
+/// A CLI riding out a provider's outage prints these for as long as the outage lasts, so
+/// they must not count as progress for the stall check (`docs/SPEC.md` §11.13).
+pub fn is_retry_chatter(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    if !line.starts_with(b"{") {
+        return false;
+    }
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return false;
+    };
+    (v["type"] == "system" && v["subtype"] == "api_retry")
+        || (v["type"] == "error" && v["message"].as_str().is_some_and(codex::is_retry_notice))
+}
+
 /// One line of an agent's words, bounded, for the event log and the pause file.
 pub(crate) fn detail_line(s: &str) -> String {
     crate::text::excerpt(&crate::text::one_line(s.trim()))
@@ -340,6 +365,26 @@ pub(crate) fn str_at(v: &serde_json::Value, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_chatter_is_told_from_work() {
+        for chatter in [
+            &br#"{"type":"system","subtype":"api_retry","error":"rate_limit","attempt":1,"max_retries":2,"retry_delay_ms":504,"error_status":429}"#[..],
+            br#"{"type":"error","message":"Reconnecting... waiting for network (Connection failed: error sending request)"}"#,
+            br#"  {"type":"error","message":"Reconnecting... 1/2 (exceeded retry limit, last status: 429 Too Many Requests)"}  "#,
+        ] {
+            assert!(is_retry_chatter(chatter), "{}", String::from_utf8_lossy(chatter));
+        }
+        for work in [
+            &br#"{"type":"error","message":"Quota exceeded. Check your plan and billing details."}"#[..],
+            br#"{"type":"assistant","message":{"content":[{"type":"text","text":"Reconnecting"}]}}"#,
+            br#"{"type":"item.completed","item":{"type":"agent_message","text":"api_retry"}}"#,
+            b"Reconnecting... (plain text)",
+            b"{not json",
+        ] {
+            assert!(!is_retry_chatter(work), "{}", String::from_utf8_lossy(work));
+        }
+    }
 
     #[test]
     fn profiles_follow_the_program_name() {

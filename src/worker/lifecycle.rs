@@ -321,7 +321,8 @@ impl Worker<'_> {
                         result_file: None,
                         now_epoch: crate::timeutil::now_epoch(),
                     };
-                    let usage = agent_profile::classify(self.config.agent.profile, &seen).1;
+                    let usage =
+                        self.priced(agent_profile::classify(self.config.agent.profile, &seen).1);
                     state.write("failed")?;
                     // Its work, committed or not, is rescued (pushed with `gh`) so the next
                     // attempt, on any host, resumes from it.
@@ -384,6 +385,7 @@ impl Worker<'_> {
                     };
                     let (verdict, usage) =
                         agent_profile::classify(self.config.agent.profile, &seen);
+                    let usage = self.priced(usage);
                     if !matches!(verdict, End::AccountWide { .. }) {
                         // The account ran this issue: an unknown reset's backoff starts over.
                         let _ = crate::pause::agent_clear(&self.layout.state());
@@ -472,16 +474,49 @@ impl Worker<'_> {
             let _ = state.write("interrupted");
             // Stopped by the supervisor for making no progress: a failed attempt, not a
             // give-back, or an agent that always hangs would be requeued forever.
-            let outcome = match crate::attempt_state::stall_killed(&attempt_dir) {
+            let stalled = crate::attempt_state::stall_killed(&attempt_dir);
+            let ends = super::output::take_last_ends();
+            let mut outcome = match stalled {
                 true => ledger::Outcome::Stalled,
                 false => ledger::Outcome::GivenBack,
             };
+            let mut excused = None;
+            if stalled {
+                match self.stall_blame(n, started.as_deref(), ends.as_ref()) {
+                    StallBlame::Issue => {}
+                    StallBlame::Provider(detail) => {
+                        // What the agent last said names the provider (waiting for the
+                        // network, its retries given up): the account's, paused, nobody's.
+                        outcome = ledger::Outcome::AccountLimited;
+                        eprintln!(
+                            "worker {}: #{n} stalled on the provider: {}",
+                            self.wenv.worker_id,
+                            text::escape(&detail)
+                        );
+                    }
+                    StallBlame::FleetWide(why) => {
+                        eprintln!(
+                            "worker {}: #{n} stalled with the fleet: {}",
+                            self.wenv.worker_id,
+                            text::escape(&why)
+                        );
+                        excused = Some(why);
+                    }
+                }
+            }
             let why = match outcome {
                 ledger::Outcome::Stalled => "stall kill",
+                ledger::Outcome::AccountLimited => "provider stall",
                 _ => "interrupted",
             };
             let (rescued, _) = rescue(why, false);
-            end_rescued(outcome, &branch, &Usage::default(), None, rescued.as_ref());
+            end_rescued(
+                outcome,
+                &branch,
+                &Usage::default(),
+                excused,
+                rescued.as_ref(),
+            );
         } else if result.is_err() {
             let _ = state.write("handoff-failed");
         }
@@ -507,6 +542,20 @@ impl Worker<'_> {
             );
         }
         result
+    }
+
+    /// `usage` with its dollars: a Codex run reports tokens only, so they are priced at
+    /// `budget.prices` and the dollar budgets hold for it as for Claude Code.
+    fn priced(&self, usage: Usage) -> Usage {
+        if usage.cost_usd.is_some()
+            || self.config.agent.profile != agent_profile::ProfileKind::Codex
+        {
+            return usage;
+        }
+        Usage {
+            cost_usd: crate::budget::priced(&usage, &self.config.budget.prices),
+            ..usage
+        }
     }
 
     /// Hands issue `n` to a person when its spend since the last hand-off reached
@@ -585,6 +634,129 @@ impl Worker<'_> {
         })
     }
 
+    /// Whose fault a stall-killed attempt of issue `n` (started at `started`) is, from
+    /// what its agent last said (`ends`: stdout and stderr) and from the fleet around it
+    /// (`docs/SPEC.md` §11.13). The agent's own last words naming the provider
+    /// (`Reconnecting... waiting for network`, an outage it was riding out) make it the
+    /// account's: the fleet pauses (recorded here). Else, when other issues stalled or
+    /// failed within `timing.circuit_window_s` and none finished, the stall is the
+    /// fleet's, not this issue's: excused, and the fleet pauses on the backoff instead of
+    /// killing slot after slot. Else it is the issue's.
+    fn stall_blame(
+        &self,
+        n: u64,
+        started: Option<&str>,
+        ends: Option<&(Vec<u8>, Vec<u8>)>,
+    ) -> StallBlame {
+        let state = self.layout.state();
+        if let Some((stdout, stderr)) = ends {
+            let seen = agent_profile::Seen {
+                exit_code: crate::exit::SIGTERM,
+                stdout,
+                stderr,
+                result_file: None,
+                now_epoch: crate::timeutil::now_epoch(),
+            };
+            if let (
+                End::AccountWide {
+                    why,
+                    reset_epoch,
+                    detail,
+                },
+                _,
+            ) = agent_profile::classify(self.config.agent.profile, &seen)
+            {
+                let _ = crate::pause::agent_record(&state, &why.to_string(), &detail, reset_epoch);
+                return StallBlame::Provider(detail);
+            }
+        }
+        match self.excuse_stall(n, started) {
+            Some(why) => {
+                let kind = agent_profile::AccountWide::Unreachable.to_string();
+                let _ = crate::pause::agent_record(&state, &kind, &why, None);
+                StallBlame::FleetWide(why)
+            }
+            None => StallBlame::Issue,
+        }
+    }
+
+    /// Why a stall of issue `n` is not the issue's own: within the circuit window other
+    /// issues' attempts stalled (or failed) and no issue's finished.
+    fn excuse_stall(&self, n: u64, started: Option<&str>) -> Option<String> {
+        if let Some(why) = self.excuse(n, started) {
+            return Some(why);
+        }
+        let now = crate::timeutil::now_epoch();
+        let window = self.config.timing.circuit_window_s;
+        let since = now.saturating_sub(window);
+        let (all, _) = ledger::read_all(self.layout);
+        let mut stalled = Vec::new();
+        let mut finished = false;
+        for (m, records) in &all {
+            let recent = records.iter().filter(|r| {
+                crate::timeutil::parse_rfc3339(&r.end)
+                    .map(crate::timeutil::epoch_secs)
+                    .is_some_and(|e| e >= since)
+            });
+            for r in recent {
+                match r.outcome {
+                    ledger::Outcome::Stalled if *m != n => stalled.push(format!("#{m}")),
+                    ledger::Outcome::Done => finished = true,
+                    _ => {}
+                }
+            }
+        }
+        // Slots stopped in the same sweep have no ledger record yet: the supervisor's
+        // marks in their attempt dirs say they stalled.
+        for (m, mark) in self.stall_marks() {
+            if m != n && mark >= since && !stalled.contains(&format!("#{m}")) {
+                stalled.push(format!("#{m}"));
+            }
+        }
+        stalled.dedup();
+        (!stalled.is_empty() && !finished).then(|| {
+            format!(
+                "other issues' agents stalled too ({}) within {window}s: the provider's, not the issues'",
+                stalled.join(", ")
+            )
+        })
+    }
+
+    /// The stall marks (`stall-killed`) the supervisor left in any worker's attempt dirs:
+    /// each attempt's issue and when it was marked (epoch seconds). Never through a link.
+    fn stall_marks(&self) -> Vec<(u64, u64)> {
+        let mut marks = Vec::new();
+        for ns in crate::layout::WORKER_NAMESPACES {
+            let Ok(workers) = fs::read_dir(self.layout.worker_namespace(ns)) else {
+                continue;
+            };
+            for w in workers.flatten() {
+                let Ok(attempts) = fs::read_dir(w.path()) else {
+                    continue;
+                };
+                for a in attempts.flatten() {
+                    let Some((issue, _)) = a
+                        .file_name()
+                        .to_str()
+                        .and_then(crate::layout::parse_attempt_dir)
+                    else {
+                        continue;
+                    };
+                    let mark = a.path().join(crate::attempt_state::STALL_KILLED_FILE);
+                    let at = fs::symlink_metadata(&mark)
+                        .ok()
+                        .filter(fs::Metadata::is_file)
+                        .and_then(|m| m.modified().ok())
+                        .map(crate::timeutil::epoch_secs);
+                    if let Some(at) = at {
+                        marks.push((issue, at));
+                    }
+                }
+            }
+        }
+        marks
+    }
+
     /// The branch a capped attempt left (`origin/<branch>` freshly fetched, else the local
     /// branch) when resuming; else `origin/<base>` freshly fetched when possible, else
     /// whatever the checkout has.
@@ -657,6 +829,16 @@ impl Worker<'_> {
         }
         Ok(count)
     }
+}
+
+/// Whose fault a stall-killed attempt is.
+enum StallBlame {
+    /// The issue's: recorded `stalled`, counted towards quarantine.
+    Issue,
+    /// The provider's, by the agent's own last words: `account-limited`, the fleet paused.
+    Provider(String),
+    /// The fleet's: other issues stalled too; `stalled` but excused, the fleet paused.
+    FleetWide(String),
 }
 
 /// Why the agent's commits were not published; the issue's comment says it.

@@ -183,7 +183,11 @@ impl OutputCap {
             let _ = out.write_all(&ending);
             let _ = out.flush();
         }
-        (self.out.take(), self.err.take())
+        let ends = (self.out.take(), self.err.take());
+        if let Ok(mut last) = LAST_ENDS.lock() {
+            *last = Some(ends.clone());
+        }
+        ends
     }
 }
 
@@ -193,6 +197,17 @@ impl OutputCap {
 pub(super) fn say(args: std::fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_fmt(format_args!("{args}\n"));
+}
+
+/// The ends of the last finished agent's stdout and stderr. An agent stopped by a signal
+/// (a stall kill) ends the run without its output (`AgentEnd::Signalled`), yet what it
+/// last said tells whose fault the hang was (`Reconnecting... waiting for network`): kept
+/// here for [`take_last_ends`]. A worker runs one agent at a time, so one slot suffices.
+static LAST_ENDS: Mutex<Option<(Vec<u8>, Vec<u8>)>> = Mutex::new(None);
+
+/// The ends of the last finished agent's stdout and stderr, taken.
+pub(super) fn take_last_ends() -> Option<(Vec<u8>, Vec<u8>)> {
+    LAST_ENDS.lock().ok().and_then(|mut l| l.take())
 }
 
 fn copy(
@@ -211,9 +226,13 @@ fn copy(
                 Err(_) => return,
             };
             kept.push(&chunk[..n]);
+            let chatter = only_retry_chatter(&chunk[..n]);
             let Ok(mut b) = budget.lock() else { return };
+            // Taken under the budget's lock, which every write to the slot log holds, so
+            // the time put back is never a newer write's.
+            let before = chatter.then(stdout_mtime).flatten();
             let now = b.take(&chunk[..n]);
-            let touch = b.touch_due();
+            let touch = b.touch_due() && !chatter;
             let written = if err {
                 let mut e = std::io::stderr().lock();
                 e.write_all(now).and_then(|()| e.flush())
@@ -221,6 +240,9 @@ fn copy(
                 let mut o = std::io::stdout().lock();
                 o.write_all(now).and_then(|()| o.flush())
             };
+            if let Some(t) = before {
+                set_stdout_mtime(t);
+            }
             drop(b);
             if touch {
                 touch_stdout();
@@ -230,6 +252,32 @@ fn copy(
             let _ = written;
         }
     })
+}
+
+/// Whether `bytes` are whole lines of the CLI's retry chatter and nothing else
+/// ([`crate::agent_profile::is_retry_chatter`]): written to the slot log like any output,
+/// but leaving its modification time, the stall check's sign of progress, where it was. A
+/// partial line or any other line is progress.
+fn only_retry_chatter(bytes: &[u8]) -> bool {
+    bytes.ends_with(b"\n")
+        && bytes
+            .split(|b| *b == b'\n')
+            .any(|l| !l.trim_ascii().is_empty())
+        && bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.trim_ascii().is_empty())
+            .all(crate::agent_profile::is_retry_chatter)
+}
+
+/// The modification time of the worker's stdout (the slot log), when it is a file.
+fn stdout_mtime() -> Option<nix::sys::time::TimeSpec> {
+    let st = nix::sys::stat::fstat(std::io::stdout()).ok()?;
+    Some(nix::sys::time::TimeSpec::new(st.st_mtime, st.st_mtime_nsec))
+}
+
+/// Puts the slot log's modification time back to `t` (its access time left alone).
+fn set_stdout_mtime(t: nix::sys::time::TimeSpec) {
+    let _ = nix::sys::stat::futimens(std::io::stdout(), &nix::sys::time::TimeSpec::UTIME_OMIT, &t);
 }
 
 /// Moves the modification time of the worker's stdout (the slot log) to now.
@@ -246,6 +294,18 @@ fn touch_stdout() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whole_chatter_lines_are_chatter() {
+        let notice = br#"{"type":"error","message":"Reconnecting... waiting for network (Connection failed: error sending request)"}"#;
+        let line = [&notice[..], b"\n"].concat();
+        assert!(only_retry_chatter(&line));
+        assert!(only_retry_chatter(&[&line[..], &line[..]].concat()));
+        assert!(!only_retry_chatter(notice), "a partial line is progress");
+        assert!(!only_retry_chatter(b"\n"));
+        let work = b"{\"type\":\"turn.completed\"}\n";
+        assert!(!only_retry_chatter(&[&line[..], &work[..]].concat()));
+    }
 
     #[test]
     fn keeps_the_head_and_the_tail_and_marks_the_cut() {

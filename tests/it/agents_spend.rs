@@ -1,5 +1,5 @@
 //! Supervising agents, not only processes (issue 20, `docs/SPEC.md` §11.13): the real
-//! CLIs' outputs (`tests/corpus/agents/`) classified as their CLIs mean them; fake `claude`
+//! CLIs' outputs (`tests/corpus/agents/real/`) classified as their CLIs mean them; fake `claude`
 //! and `codex` programs first on `PATH` that replay those outputs, run by a real fleet on
 //! the local tracker: an account's usage limit pauses the whole fleet once and quarantines
 //! nothing, a daily budget stops new claims after exactly the runs that reach it and
@@ -42,79 +42,77 @@ fn seen(exit_code: i32, stdout: &[u8]) -> Seen<'_> {
     }
 }
 
+/// The real CLIs' recordings (`tests/corpus/agents/real/`, `tests/it/agents_real.rs`), by
+/// path under `tests/corpus/agents/`: what the fake `claude` and `codex` below replay.
+const CLAUDE: &str = "real/claude-2.1.332";
+const CODEX: &str = "real/codex-0.171.0";
+
+/// What the recorded Claude Code run cost (its `total_cost_usd`).
+const CLAUDE_RUN_USD: f64 = 0.01008;
+
+/// The session the recorded Claude Code run names in its `system`/`init` line.
+fn claude_session() -> String {
+    let first = corpus(&format!("{CLAUDE}/success.stdout"));
+    let line = String::from_utf8_lossy(&first)
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    v["session_id"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn the_recorded_outputs_classify_as_their_clis_mean_them() {
-    let ok = corpus("claude-stream-success.jsonl");
+    let ok = corpus(&format!("{CLAUDE}/success.stdout"));
     let (end, u) = agent_profile::classify(ProfileKind::Claude, &seen(0, &ok));
     assert_eq!(end, End::Done);
-    assert_eq!(u.cost_usd, Some(0.4));
-    assert_eq!((u.input_tokens, u.output_tokens), (Some(1200), Some(300)));
-    assert_eq!((u.cache_read_tokens, u.turns), (Some(88000), Some(7)));
-    assert_eq!(u.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
-    assert_eq!(
-        u.session_id.as_deref(),
-        Some("5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41")
-    );
-    // The assistant discussing `rate_limit_error` is the conversation, not the CLI.
+    assert_eq!(u.cost_usd, Some(CLAUDE_RUN_USD));
+    assert_eq!((u.input_tokens, u.output_tokens), (Some(2000), Some(100)));
+    assert_eq!((u.cache_read_tokens, u.turns), (Some(400), Some(2)));
+    assert_eq!(u.model.as_deref(), Some("claude-opus-5-5"));
+    assert_eq!(u.session_id, Some(claude_session()));
+    // The model's last words mention `rate_limit_error`: the conversation, not the CLI.
     let (end, _) = agent_profile::classify(ProfileKind::Claude, &seen(1, &ok));
     assert_eq!(end, End::Failed { code: 1 });
 
-    for file in [
-        "claude-json-usage-limit.json",
-        "claude-text-usage-limit.txt",
+    let limit = corpus(&format!("{CLAUDE}/usage-limit-subscription.stdout"));
+    let (end, _) = agent_profile::classify(ProfileKind::Claude, &seen(1, &limit));
+    assert!(
+        matches!(
+            end,
+            End::AccountWide {
+                why: AccountWide::UsageLimit,
+                reset_epoch: Some(1_796_652_284),
+                ..
+            }
+        ),
+        "{end:?}"
+    );
+    for (file, why) in [
+        ("unauthorized", AccountWide::Login),
+        ("overloaded-529", AccountWide::Overloaded),
+        ("credit", AccountWide::Credit),
     ] {
-        let (end, _) = agent_profile::classify(ProfileKind::Claude, &seen(1, &corpus(file)));
+        let (end, _) = agent_profile::classify(
+            ProfileKind::Claude,
+            &seen(1, &corpus(&format!("{CLAUDE}/{file}.stdout"))),
+        );
         assert!(
-            matches!(
-                end,
-                End::AccountWide {
-                    why: AccountWide::UsageLimit,
-                    reset_epoch: Some(1_764_684_000),
-                    ..
-                }
-            ),
+            matches!(&end, End::AccountWide { why: w, .. } if *w == why),
             "{file}: {end:?}"
         );
     }
-    let (end, _) = agent_profile::classify(
-        ProfileKind::Claude,
-        &seen(1, &corpus("claude-json-login.json")),
-    );
-    assert!(
-        matches!(
-            end,
-            End::AccountWide {
-                why: AccountWide::Login,
-                ..
-            }
-        ),
-        "{end:?}"
-    );
-    let (end, _) = agent_profile::classify(
-        ProfileKind::Claude,
-        &seen(1, &corpus("claude-overloaded.txt")),
-    );
-    assert!(
-        matches!(
-            end,
-            End::AccountWide {
-                why: AccountWide::Overloaded,
-                ..
-            }
-        ),
-        "{end:?}"
-    );
     let (end, u) = agent_profile::classify(
         ProfileKind::Claude,
-        &seen(1, &corpus("claude-stream-max-turns.jsonl")),
+        &seen(1, &corpus(&format!("{CLAUDE}/max-turns.stdout"))),
     );
     assert_eq!(end, End::Failed { code: 1 });
-    assert_eq!((u.cost_usd, u.turns), (Some(1.92), Some(30)));
-    assert_eq!(u.model.as_deref(), Some("claude-opus-4-1-20250805"));
+    assert_eq!((u.cost_usd, u.turns), (Some(0.00504), Some(2)));
 
     let (end, u) = agent_profile::classify(
         ProfileKind::Codex,
-        &seen(0, &corpus("codex-exec-success.jsonl")),
+        &seen(0, &corpus(&format!("{CODEX}/success.stdout"))),
     );
     assert_eq!(end, End::Done);
     assert_eq!(
@@ -124,21 +122,22 @@ fn the_recorded_outputs_classify_as_their_clis_mean_them() {
             u.cache_read_tokens,
             u.turns
         ),
-        (Some(24763), Some(122), Some(24448), Some(1))
+        (Some(2000), Some(100), Some(400), Some(1))
     );
     assert_eq!(u.cost_usd, None, "codex reports tokens, never dollars");
+    // `… try again at 1:42 PM.`: the next 13:42 in the host's zone, within a day.
     let (end, _) = agent_profile::classify(
         ProfileKind::Codex,
-        &seen(1, &corpus("codex-exec-usage-limit.jsonl")),
+        &seen(1, &corpus(&format!("{CODEX}/usage-limit.stdout"))),
     );
-    let reset = 1_800_000_000 + 2 * 86_400 + 3 * 3600 + 4 * 60;
     assert!(
-        matches!(end, End::AccountWide { why: AccountWide::UsageLimit, reset_epoch: Some(r), .. } if r == reset),
+        matches!(end, End::AccountWide { why: AccountWide::UsageLimit, reset_epoch: Some(r), .. }
+            if r > 1_800_000_000 && r <= 1_800_000_000 + 86_400),
         "{end:?}"
     );
     let (end, _) = agent_profile::classify(
         ProfileKind::Codex,
-        &seen(1, &corpus("codex-exec-failed.jsonl")),
+        &seen(1, &corpus(&format!("{CODEX}/bad-request.stdout"))),
     );
     assert_eq!(end, End::Failed { code: 1 });
 
@@ -240,10 +239,10 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
     let script = format!(
         "{RECORD_RUN}reset=$(cat \"$AFK_TEST_DIR/reset\")\n\
          if [ \"$(date +%s)\" -lt \"$reset\" ]; then\n\
-           sed \"s/1764684000/$reset/\" \"$AFK_TEST_CORPUS/claude-json-usage-limit.json\"\n\
+           sed \"s/\\\"resetsAt\\\":[0-9]*/\\\"resetsAt\\\":$reset/g\" \"$AFK_TEST_CORPUS/{CLAUDE}/usage-limit-subscription.stdout\"\n\
            exit 1\n\
          fi\n\
-         cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n"
+         cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n"
     );
     let mut f = agent_fleet("claude", &script, 3, 8, "");
     let reset = now_epoch() + 20;
@@ -296,10 +295,10 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
     // The finished attempts recorded what they cost.
     let r = ledger::read(&f.layout, 1).unwrap();
     let finished = r.iter().find(|r| r.outcome == Outcome::Done).unwrap();
-    assert_eq!(finished.usage.cost_usd, Some(0.4));
+    assert_eq!(finished.usage.cost_usd, Some(CLAUDE_RUN_USD));
     assert_eq!(
         finished.usage.session_id.as_deref(),
-        Some("5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41")
+        Some(claude_session().as_str())
     );
     // The claude profile passed the task as the real CLI takes it.
     let all_runs = fleet::read(&f.file("runs"));
@@ -396,10 +395,10 @@ fn budget_run(program: &str, sample: &str, budget: &str, expect_runs: usize, wor
 fn a_daily_dollar_budget_stops_claims_after_three_runs_until_the_day_turns() {
     budget_run(
         "claude",
-        "claude-stream-success.jsonl",
-        "usd_per_day = 1.0",
+        &format!("{CLAUDE}/success.stdout"),
+        "usd_per_day = 0.03",
         3,
-        "spend today $1.20 of $1.00",
+        "spend today $0.03 of $0.03",
     );
 }
 
@@ -407,10 +406,10 @@ fn a_daily_dollar_budget_stops_claims_after_three_runs_until_the_day_turns() {
 fn a_daily_token_budget_stops_claims_after_three_runs_until_the_day_turns() {
     budget_run(
         "codex",
-        "codex-exec-success.jsonl",
-        "tokens_per_day = 50000",
+        &format!("{CODEX}/success.stdout"),
+        "tokens_per_day = 5000",
         3,
-        "spend today 74655 of 50000 tokens",
+        "spend today 6300 of 5000 tokens",
     );
 }
 
@@ -420,10 +419,10 @@ fn a_daily_token_budget_stops_claims_after_three_runs_until_the_day_turns() {
 fn a_poisoned_issue_among_healthy_ones_is_quarantined_after_exactly_k_runs() {
     let script = format!(
         "{RECORD_RUN}if [ \"$RED_AFK_ISSUE\" = 3 ]; then\n\
-           cat \"$AFK_TEST_CORPUS/claude-stream-max-turns.jsonl\"\n\
+           cat \"$AFK_TEST_CORPUS/{CLAUDE}/max-turns.stdout\"\n\
            exit 1\n\
          fi\n\
-         cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n"
+         cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n"
     );
     let mut f = agent_fleet(
         "claude",
@@ -463,10 +462,10 @@ fn a_poisoned_issue_among_healthy_ones_is_quarantined_after_exactly_k_runs() {
 fn an_attempt_resuming_a_capped_branch_resumes_its_claude_session() {
     let script = format!(
         "{RECORD_RUN}if [ -z \"$RED_AFK_RESUME_BRANCH\" ]; then\n\
-           head -n 1 \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+           head -n 1 \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n\
            exec sleep 30\n\
          fi\n\
-         cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n"
+         cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n"
     );
     let mut f = agent_fleet(
         "claude",
@@ -484,8 +483,8 @@ fn an_attempt_resuming_a_capped_branch_resumes_its_claude_session() {
     assert!(wait_until(LONG, || done(&f, 1)), "log:\n{}", f.dump());
     let records = ledger::read(&f.layout, 1).unwrap();
     assert_eq!(records[0].outcome, Outcome::WallClockCapped);
-    let sid = "5f3c2a9e-1b7d-4c1e-9a55-2f0d8e6b7c41";
-    assert_eq!(records[0].usage.session_id.as_deref(), Some(sid));
+    let sid = claude_session();
+    assert_eq!(records[0].usage.session_id.as_deref(), Some(sid.as_str()));
     let all_runs = fleet::read(&f.file("runs"));
     let branch = records[0].branch.clone().unwrap();
     assert!(
@@ -559,15 +558,15 @@ fn over_budget_comments(f: &Fleet, n: u64) -> Vec<String> {
         .collect()
 }
 
-/// `budget.usd_per_issue = 1.00` and an agent that fails on issue 2 at $0.40 a run while
-/// the others succeed: after exactly 3 runs ($1.20) issue 2 goes to a person with one
+/// `budget.usd_per_issue = 0.03` and an agent that fails on issue 2 at the recorded run's
+/// $0.01008 while the others succeed: after exactly 3 runs ($0.03024) issue 2 goes to a person with one
 /// comment giving its spend and the budget, `ready-for-human` in place of `running` and
 /// `ready-for-agent`, its ledger ending with `over-budget`; no fourth run follows, and the
 /// other issues are done.
 #[test]
 fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_runs() {
     let script = format!(
-        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n\
          if [ \"$RED_AFK_ISSUE\" = 2 ]; then exit 1; fi\n"
     );
     let mut f = agent_fleet(
@@ -575,7 +574,7 @@ fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_
         &script,
         2,
         4,
-        "[worker]\nmax_failed_attempts = 10\n\n[budget]\nusd_per_issue = 1.0\n",
+        "[worker]\nmax_failed_attempts = 10\n\n[budget]\nusd_per_issue = 0.03\n",
     );
     f.start(&[]);
     assert!(
@@ -592,7 +591,7 @@ fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_
     let ticks = f.count("supervisor.tick");
     f.wait_events("supervisor.tick", ticks + 3);
     let issue_runs = runs(&f).iter().filter(|r| r.0 == 2).count();
-    assert_eq!(issue_runs, 3, "exactly the runs that reach $1.00");
+    assert_eq!(issue_runs, 3, "exactly the runs that reach $0.03");
     assert_eq!(
         outcomes(&f, 2),
         [
@@ -608,8 +607,8 @@ fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_
     let handed = over_budget_comments(&f, 2);
     assert_eq!(handed.len(), 1, "{:?}", f.comments_of(2));
     assert!(
-        handed[0].contains("its attempts cost $1.20 over 3 run(s)")
-            && handed[0].contains("the budget of $1.00 per issue"),
+        handed[0].contains("its attempts cost $0.03 over 3 run(s)")
+            && handed[0].contains("the budget of $0.03 per issue"),
         "{}",
         handed[0]
     );
@@ -625,10 +624,10 @@ fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_
 #[test]
 fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue() {
     let script = format!(
-        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/claude-stream-success.jsonl\"\n\
+        "{RECORD_RUN}cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n\
          if [ \"$RED_AFK_ISSUE\" = 1 ]; then exec sleep 30; fi\n"
     );
-    let mut f = agent_fleet("claude", &script, 1, 2, "[budget]\nusd_per_issue = 0.3\n");
+    let mut f = agent_fleet("claude", &script, 1, 2, "[budget]\nusd_per_issue = 0.01\n");
     let config = fleet::read(&f.repo.join(".red/afk-supervisor.toml")).replace(
         "stop_grace_s = 2\n",
         "stop_grace_s = 2\nattempt_max_s = 2\n",
@@ -647,7 +646,7 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
     let records = ledger::read(&f.layout, 1).unwrap();
     let o: Vec<_> = records.iter().map(|r| r.outcome).collect();
     assert_eq!(o, [Outcome::WallClockCapped, Outcome::OverBudget]);
-    assert_eq!(records[0].usage.cost_usd, Some(0.4));
+    assert_eq!(records[0].usage.cost_usd, Some(CLAUDE_RUN_USD));
     assert!(has_label(&f, 1, "ready-for-human"), "{:?}", f.labels_of(1));
     assert!(!has_label(&f, 1, "ready-for-agent"), "{:?}", f.labels_of(1));
     assert!(!has_label(&f, 1, "running"), "{:?}", f.labels_of(1));
@@ -655,8 +654,8 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
     assert_eq!(comments.len(), 1, "only the hand-off: {comments:?}");
     let branch = records[0].branch.clone().unwrap();
     assert!(
-        comments[0].contains("its attempts cost $0.40 over 1 run(s)")
-            && comments[0].contains("the budget of $0.30 per issue")
+        comments[0].contains("its attempts cost $0.01 over 1 run(s)")
+            && comments[0].contains("the budget of $0.01 per issue")
             && comments[0].contains(&format!("its work is on branch `{branch}`")),
         "{}",
         comments[0]

@@ -219,17 +219,24 @@ fn corpus_dir(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The samples of one parser's corpus, sorted by name.
+/// The samples of one parser's corpus, sorted by path: its files and those of its
+/// subdirectories (the agents' recordings, one directory per CLI version).
 fn corpus(name: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut files: Vec<(PathBuf, Vec<u8>)> = fs::read_dir(corpus_dir(name))
-        .unwrap_or_else(|e| panic!("tests/corpus/{name}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let b = fs::read(&p).unwrap();
-            (p, b)
-        })
-        .collect();
+    let mut files = Vec::new();
+    let mut dirs = vec![corpus_dir(name)];
+    while let Some(dir) = dirs.pop() {
+        for p in fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+        {
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.is_file() {
+                let b = fs::read(&p).unwrap();
+                files.push((p, b));
+            }
+        }
+    }
     files.sort();
     files
 }

@@ -4,6 +4,7 @@
 mod support;
 
 mod agent_reach;
+mod agents_real;
 mod agents_spend;
 mod attempt_cap;
 mod boot_branches_unblock_stragglers;

@@ -3,9 +3,11 @@
 //! `.red/tmp` tree builders, the binary's runners and the MCP venv beside it. Every test
 //! module has them as `crate::support`.
 
+pub mod agent_clis;
 pub mod cli;
 pub mod fake_gh;
 pub mod fleet;
+pub mod model_server;
 pub mod python;
 pub mod sweep_fixtures;
 
