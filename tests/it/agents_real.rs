@@ -851,6 +851,13 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
         "{scenario:?}: not every issue done; log:\n{}",
         f.dump()
     );
+    // The real CLI did its work inside the fleet's sandbox, the default (issue 47).
+    let sandbox = f.wait_event_with("supervisor.isolation", "agent sandbox:");
+    assert!(
+        sandbox.msg.starts_with("agent sandbox: bwrap"),
+        "{}",
+        sandbox.msg
+    );
     for n in 1..=2 {
         assert_eq!(
             outcomes(&f, n),
