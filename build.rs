@@ -35,12 +35,15 @@ fn runs(program: &str, arg: &str) -> bool {
 }
 
 /// `mount --bind` needs root (or a mount namespace the tests do not make).
-fn can_bind_mount() -> bool {
-    let root = Command::new("id")
+fn is_root() -> bool {
+    Command::new("id")
         .arg("-u")
         .output()
-        .is_ok_and(|o| o.status.success() && o.stdout.trim_ascii() == b"0");
-    root && runs("mount", "--version")
+        .is_ok_and(|o| o.status.success() && o.stdout.trim_ascii() == b"0")
+}
+
+fn can_bind_mount() -> bool {
+    is_root() && runs("mount", "--version")
 }
 
 /// `git` in the manifest dir, its trimmed stdout when it succeeds.
@@ -139,6 +142,8 @@ fn main() {
         .map(|&(cfg, program, arg)| (cfg, ci || runs(program, arg)))
         .collect();
     found.push(("afk_can_bind_mount", ci || can_bind_mount()));
+    // A test that hands a fleet to an unprivileged user needs root (CI runs as root).
+    found.push(("afk_is_root", ci || is_root()));
     found.push(("afk_has_cgroup_v2", ci || cgroup_v2_writable()));
     // Not assumed under CI: its v2 hierarchy has no memory controller, so the tests that
     // need one stay ignored there rather than fail.

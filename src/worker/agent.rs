@@ -46,15 +46,14 @@ impl Worker<'_> {
         let result_file = attempt_dir.join(RESULT_FILE_NAME);
         // An allowlisted environment and a private home always; inside bubblewrap unless
         // `agent.sandbox = "none"` (`docs/SPEC.md` §11.19).
-        let (mut cmd, room) = self.confinement.command(
-            self.config,
-            self.layout,
+        let task = super::reach::Task {
             attempt_dir,
             worktree,
             branch,
-            &argv,
-            &result_file,
-        )?;
+        };
+        let (mut cmd, room) =
+            self.confinement
+                .command(self.config, self.layout, task, &argv, &result_file)?;
         match resume {
             Some(b) => cmd.env(afk_env::RESUME_BRANCH, b),
             None => cmd.env_remove(afk_env::RESUME_BRANCH),
@@ -202,6 +201,19 @@ pub(super) struct Finished {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub result_file: Option<Vec<u8>>,
+}
+
+impl Finished {
+    /// What the profile reads of this run, now.
+    pub fn seen(&self) -> agent_profile::Seen<'_> {
+        agent_profile::Seen {
+            exit_code: self.code,
+            stdout: &self.stdout,
+            stderr: &self.stderr,
+            result_file: self.result_file.as_deref(),
+            now_epoch: crate::timeutil::now_epoch(),
+        }
+    }
 }
 
 pub(super) enum AgentEnd {

@@ -251,24 +251,20 @@ impl Worker<'_> {
                     &watch,
                     &before,
                     base.as_deref(),
-                    &branch,
-                    &worktree,
+                    super::reach::Task {
+                        attempt_dir: &attempt_dir,
+                        worktree: &worktree,
+                        branch: &branch,
+                    },
                     &self.config.agent.sensitive_paths,
                 ),
             };
             if let Some(refusal) = refusal {
                 finished.set(true);
+                // What the refused run cost still counts against the budgets.
                 let usage = match &status {
-                    AgentEnd::Exited(fin) => {
-                        let seen = agent_profile::Seen {
-                            exit_code: fin.code,
-                            stdout: &fin.stdout,
-                            stderr: &fin.stderr,
-                            result_file: fin.result_file.as_deref(),
-                            now_epoch: crate::timeutil::now_epoch(),
-                        };
-                        agent_profile::classify(self.config.agent.profile, &seen).1
-                    }
+                    AgentEnd::Exited(fin) => self
+                        .priced(agent_profile::classify(self.config.agent.profile, &fin.seen()).1),
                     _ => Usage::default(),
                 };
                 state.write("refused")?;
@@ -376,15 +372,8 @@ impl Worker<'_> {
                     Ok(Outcome::SetAside)
                 }
                 AgentEnd::Exited(fin) => {
-                    let seen = agent_profile::Seen {
-                        exit_code: fin.code,
-                        stdout: &fin.stdout,
-                        stderr: &fin.stderr,
-                        result_file: fin.result_file.as_deref(),
-                        now_epoch: crate::timeutil::now_epoch(),
-                    };
                     let (verdict, usage) =
-                        agent_profile::classify(self.config.agent.profile, &seen);
+                        agent_profile::classify(self.config.agent.profile, &fin.seen());
                     let usage = self.priced(usage);
                     if !matches!(verdict, End::AccountWide { .. }) {
                         // The account ran this issue: an unknown reset's backoff starts over.

@@ -15,6 +15,14 @@ use crate::sandbox::bwrap::Reach;
 use crate::sandbox::tamper::{Snapshot, Tamper, Watch};
 use crate::sandbox::{AttemptRoom, InForce};
 
+/// Where one attempt works.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Task<'a> {
+    pub attempt_dir: &'a Path,
+    pub worktree: &'a Path,
+    pub branch: &'a str,
+}
+
 /// The facts every attempt of this worker shares, found once at its start.
 pub(super) struct Confinement {
     pub in_force: InForce,
@@ -49,7 +57,8 @@ impl Confinement {
         if let Ok(Some(u)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
             operator_homes.push(u.dir);
         }
-        operator_homes.retain(|h| h.is_absolute() && h != Path::new("/"));
+        // Only a directory there can be hidden (`nobody`'s home is `/nonexistent`).
+        operator_homes.retain(|h| h.is_absolute() && h != Path::new("/") && h.is_dir());
         operator_homes.dedup();
         let codex_home = std::env::var_os("CODEX_HOME").map(PathBuf::from);
         let ident = |key: &str, fallback: &str| {
@@ -83,13 +92,11 @@ impl Confinement {
         &self,
         config: &Config,
         layout: &Layout,
-        attempt_dir: &Path,
-        worktree: &Path,
-        branch: &str,
+        task: Task<'_>,
         argv: &[String],
         result_file: &Path,
     ) -> Result<(Command, AttemptRoom), WorkerError> {
-        let room = AttemptRoom::new(attempt_dir);
+        let room = AttemptRoom::new(task.attempt_dir);
         let io = |what: &'static str, p: &Path| {
             let p = p.to_path_buf();
             move |e: std::io::Error| WorkerError::file(p, what, e)
@@ -148,29 +155,29 @@ impl Confinement {
                 // made, so it can be bound (an empty one is read as none).
                 std::fs::write(result_file, b"")
                     .map_err(io("cannot make the agent's result file: ", result_file))?;
-                let reach =
-                    self.reach(config, layout, worktree, branch, argv, &room, result_file)?;
+                let reach = self.reach(config, layout, task, argv, &room, result_file)?;
                 let mut c = Command::new(bwrap);
                 c.args(reach.argv(argv));
                 c
             }
         };
-        cmd.env_clear().envs(env).current_dir(worktree);
+        cmd.env_clear().envs(env).current_dir(task.worktree);
         Ok((cmd, room))
     }
 
     /// The bubblewrap plan of one attempt.
-    #[allow(clippy::too_many_arguments)]
     fn reach(
         &self,
         config: &Config,
         layout: &Layout,
-        worktree: &Path,
-        branch: &str,
+        task: Task<'_>,
         argv: &[String],
         room: &AttemptRoom,
         result_file: &Path,
     ) -> Result<Reach, WorkerError> {
+        let Task {
+            worktree, branch, ..
+        } = task;
         let worktree_gitdir = Git::new(worktree)
             .git_dir()
             .map_err(|e| WorkerError::Agent(format!("the worktree's git dir: {e}")))?;
@@ -311,17 +318,18 @@ impl Confinement {
     /// rescued: the tamper check against `before`, the branch still on `base` (the commit
     /// it started from), then the paths its commits and its uncommitted files change
     /// against `sensitive`.
-    #[allow(clippy::too_many_arguments)]
     pub fn judge(
         &self,
         git: &Git,
         watch: &Watch,
         before: &Snapshot,
         base: Option<&str>,
-        branch: &str,
-        worktree: &Path,
+        task: Task<'_>,
         sensitive: &[String],
     ) -> Option<Refusal> {
+        let Task {
+            worktree, branch, ..
+        } = task;
         let mut found = compare(watch, git, before);
         let tip = git
             .rev_parse(&format!("refs/heads/{branch}"))

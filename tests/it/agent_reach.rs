@@ -168,13 +168,28 @@ fn refs(f: &Fleet, git_dir: &Path) -> String {
     )
 }
 
-/// A process for the agent to kill, as another agent of the fleet would be.
-fn victim() -> Child {
-    Command::new("sleep")
-        .arg("600")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap()
+/// A process for the agent to kill, as another agent of the fleet would be (of the same
+/// user).
+fn victim(as_user: Option<u32>) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new("sleep");
+    c.arg("600").stdin(Stdio::null());
+    if let Some(id) = as_user {
+        c.uid(id).gid(id);
+    }
+    c.spawn().unwrap()
+}
+
+/// Waits for issue `n` to be `ready-for-human`.
+fn wait_handed_to_person(f: &Fleet, n: u64) {
+    assert!(
+        wait_until(WAIT, || f
+            .labels_of(n)
+            .iter()
+            .any(|l| l == "ready-for-human")),
+        "{}",
+        f.dump()
+    );
 }
 
 fn slot_logs(f: &Fleet) -> String {
@@ -199,13 +214,17 @@ fn require_bwrap() {
     panic!("bubblewrap (bwrap) is not installed");
 }
 
-/// Every escape, inside bubblewrap, in isolation `mode`.
-fn every_escape_is_blocked(mode: &str) {
+/// Every escape, inside bubblewrap, in isolation `mode`, by a fleet of root or of the
+/// unprivileged user `as_user` (bubblewrap then makes a user namespace).
+fn every_escape_is_blocked(mode: &str, as_user: Option<u32>) {
     require_bwrap();
     let mut f = fleet(mode, "");
     let _guard = (mode == "cgroup").then(|| crate::isolation_cgroup::CgroupGuard::of(&f));
     plant_targets(&f);
-    let mut victim = victim();
+    if let Some(id) = as_user {
+        f.hand_to(id);
+    }
+    let mut victim = victim(as_user);
     let marker = format!("afk-hostile-survivor-{}", f.tag);
     write_agent(&f, &hostile_script(&f, victim.id(), &marker));
     f.new_issue("hostile");
@@ -333,7 +352,21 @@ fn survivor_alive(marker: &str) -> bool {
 #[test]
 #[cfg_attr(not(afk_has_bwrap), ignore = "bubblewrap (bwrap) is not installed")]
 fn a_hostile_agent_is_blocked_in_every_escape_in_process_group_mode() {
-    every_escape_is_blocked("process-group");
+    every_escape_is_blocked("process-group", None);
+}
+
+/// The same for an operator who is not root: `nobody` owns the checkout and runs the
+/// fleet (the test, as root, hands it over).
+#[test]
+#[cfg_attr(
+    not(all(afk_has_bwrap, afk_is_root)),
+    ignore = "needs bubblewrap and root to hand the fleet to an unprivileged user"
+)]
+fn a_hostile_agent_of_an_unprivileged_operator_is_blocked_in_every_escape() {
+    #[cfg(not(afk_is_root))]
+    panic!("the test must run as root to hand the fleet to an unprivileged user");
+    #[cfg(afk_is_root)]
+    every_escape_is_blocked("process-group", Some(65534));
 }
 
 #[test]
@@ -342,7 +375,7 @@ fn a_hostile_agent_is_blocked_in_every_escape_in_process_group_mode() {
     ignore = "needs bubblewrap and a writable cgroup v2 subtree"
 )]
 fn a_hostile_agent_is_blocked_in_every_escape_in_cgroup_mode() {
-    every_escape_is_blocked("cgroup");
+    every_escape_is_blocked("cgroup", None);
 }
 
 /// Without the sandbox nothing stops a tampering agent from acting, but its attempt is
@@ -386,14 +419,7 @@ fn a_tampering_agent_outside_the_sandbox_is_refused_and_put_right() {
         "{}",
         refused.msg
     );
-    assert!(
-        wait_until(WAIT, || f
-            .labels_of(1)
-            .iter()
-            .any(|l| l == "ready-for-human")),
-        "{}",
-        f.dump()
-    );
+    wait_handed_to_person(&f, 1);
     assert_eq!(
         f.env.git(&f.repo, &["rev-parse", "refs/heads/main"]),
         main_before,
@@ -473,14 +499,7 @@ fn a_change_to_a_workflow_is_held_for_a_person() {
     f.start(&["--workers", "1"]);
     let held = f.wait_event_with("attempt.refused", "held");
     assert!(held.msg.contains(".github/workflows/x.yml"), "{}", held.msg);
-    assert!(
-        wait_until(WAIT, || f
-            .labels_of(1)
-            .iter()
-            .any(|l| l == "ready-for-human")),
-        "{}",
-        f.dump()
-    );
+    wait_handed_to_person(&f, 1);
     let pushed = f.env.git(
         &origin,
         &["for-each-ref", "--format=%(refname)", "refs/heads/afk/"],

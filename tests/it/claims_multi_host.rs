@@ -75,7 +75,8 @@ impl Hosts {
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = 3600\n\n[claims]\nstale_after_s = {stale_after_s}\n",
                 agent.display(),
-                crate::support::REPORTING_AGENT
+                // The agent reports as its host (`AFK_HOST`) for as long as it is told.
+                "sandbox = \"none\"\nenv = [\"AFK_TEST_*\", \"AFK_HOST\", \"AFK_AGENT_S\"]\n"
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }

@@ -911,6 +911,9 @@ fn a_failing_gh_merge_removes_the_branch_each_time_with_distinct_names() {
     assert_ne!(prs[0].head, prs[1].head);
 }
 
+/// A commit that fails (here: signing, required by the repository's config, fails) halts
+/// the sweep with git's words. A hook planted in the repository is not what fails it: the
+/// fleet's git runs with hooks off (SPEC §11.19), so the hook never runs.
 #[test]
 fn a_failing_commit_halts_and_removes_the_worktree() {
     let f = Fx::new();
@@ -918,16 +921,31 @@ fn a_failing_commit_halts_and_removes_the_worktree() {
     let hooks = f.repo.path.join(".git/hooks");
     fs::create_dir_all(&hooks).unwrap();
     let hook = hooks.join("pre-commit");
+    let ran = f.repo.path.join("HOOK-RAN");
     fs::write(
         &hook,
-        "#!/bin/sh\necho 'refusing: hook says no' >&2\nexit 1\n",
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", ran.display()),
     )
     .unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(
-        &mut fs::metadata(&hook).unwrap().permissions(),
-        0o755,
-    );
     fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let signer = f.repo.path.join(".git/refusing-signer");
+    fs::write(
+        &signer,
+        "#!/bin/sh\necho 'refusing: signer says no' >&2\nexit 1\n",
+    )
+    .unwrap();
+    fs::set_permissions(&signer, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = |k: &str, v: &str| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&f.repo.path)
+            .args(["config", k, v])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    config("commit.gpgsign", "true");
+    config("gpg.program", &signer.display().to_string());
     let head = f.origin_main();
     let r = f.sweep();
     let h = r.halt.as_ref().unwrap();
@@ -936,9 +954,10 @@ fn a_failing_commit_halts_and_removes_the_worktree() {
         "Docs Sweep halted (landing-failed): .red/adr/1.md"
     );
     assert!(
-        h.detail.as_deref().unwrap().contains("hook says no"),
+        h.detail.as_deref().unwrap().contains("failed to sign"),
         "{h:?}"
     );
+    assert!(!ran.exists(), "the planted hook ran in the fleet's git");
     assert_eq!(f.origin_main(), head);
 }
 

@@ -721,21 +721,35 @@ fn rev_parse_and_current_branch() {
     assert!(nowhere.current_branch().is_err());
 }
 
+/// A program a git call starts: the repository's own signing program (`gpg.program` with
+/// `commit.gpgsign`), since hooks never run in the fleet's git. `script` runs first; then
+/// it answers as gpg does when it has signed.
+fn signing_program(env: &TestEnv, r: &Path, script: &str) {
+    let signer = env.path().join("signer.sh");
+    std::fs::write(
+        &signer,
+        format!(
+            "#!/bin/sh\n{script}\nprintf '\\n[GNUPG:] SIG_CREATED D 1 8 00 0 X\\n' >&2\n\
+             printf -- '-----BEGIN PGP SIGNATURE-----\\nx\\n-----END PGP SIGNATURE-----\\n'\n"
+        ),
+    )
+    .unwrap();
+    make_executable(&signer);
+    env.git(r, &["config", "commit.gpgsign", "true"]);
+    env.git(r, &["config", "gpg.program", &signer.display().to_string()]);
+}
+
 #[test]
 fn a_slow_git_call_times_out_and_its_children_die() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
-    let pid_file = env.path().join("hook.pid");
-    env.write(
+    let pid_file = env.path().join("signer.pid");
+    signing_program(
+        &env,
         r,
-        ".git/hooks/pre-commit",
-        &format!(
-            "#!/bin/sh\necho $$ > '{}'\nexec sleep 60\n",
-            pid_file.display()
-        ),
+        &format!("echo $$ > '{}'\nexec sleep 60", pid_file.display()),
     );
-    make_executable(&r.join(".git/hooks/pre-commit"));
     env.write(r, "f.txt", "f\n");
     let git = env.lib_git(r).with_timeout(Duration::from_millis(1500));
     let err = git.commit_all("slow").unwrap_err();
@@ -750,31 +764,46 @@ fn a_slow_git_call_times_out_and_its_children_die() {
     let gone = wait_until(Duration::from_secs(10), || {
         afk_supervisor::pidfile::process_start_time(pid).is_none()
     });
-    assert!(gone, "hook process {pid} survived the timeout");
+    assert!(gone, "signing process {pid} survived the timeout");
     // Nothing was committed.
     assert_eq!(env.git(r, &["rev-list", "--count", "HEAD"]).trim(), "1");
 }
 
+/// Every call runs with prompts and optional locks off, even when the caller asks
+/// otherwise, and with hooks and the file-system monitor off (SPEC §11.19): what an agent
+/// planted in the repository never runs in the fleet's git.
 #[test]
 fn every_call_runs_with_terminal_prompts_off() {
     let env = TestEnv::new();
     let repo = env.repo_with_origin();
     let r = &repo.path;
     let out = env.path().join("env.txt");
-    env.write(
+    signing_program(
+        &env,
         r,
-        ".git/hooks/pre-commit",
         &format!(
-            "#!/bin/sh\necho \"$GIT_TERMINAL_PROMPT $GIT_OPTIONAL_LOCKS\" > '{}'\n",
+            "echo \"$GIT_TERMINAL_PROMPT $GIT_OPTIONAL_LOCKS\" > '{}'",
             out.display()
         ),
     );
-    make_executable(&r.join(".git/hooks/pre-commit"));
+    let ran = env.path().join("planted-ran");
+    for hook in ["pre-commit", "commit-msg", "post-commit"] {
+        env.write(
+            r,
+            &format!(".git/hooks/{hook}"),
+            &format!("#!/bin/sh\ntouch '{}'\n", ran.display()),
+        );
+        make_executable(&r.join(format!(".git/hooks/{hook}")));
+    }
+    let monitor = format!("touch '{}'; false", ran.display());
+    env.git(r, &["config", "core.fsmonitor", &monitor]);
     env.write(r, "f.txt", "f\n");
     // Even when the caller's environment asks for prompts.
     let git = env.lib_git(r).with_env([("GIT_TERMINAL_PROMPT", "1")]);
     git.commit_all("env").unwrap().unwrap();
     assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "0 0");
+    git.changed_paths("").unwrap();
+    assert!(!ran.exists(), "a planted hook or monitor ran");
 }
 
 #[test]

@@ -50,6 +50,9 @@ pub struct Fleet {
     pub address_space: Option<u64>,
     /// A soft open-files limit for every command of [`Fleet::cmd`] (the hard one kept).
     pub open_files: Option<u64>,
+    /// The user (and group of the same number) every command of [`Fleet::cmd`] runs as,
+    /// for a fleet of an unprivileged operator in a root test (see [`Fleet::hand_to`]).
+    pub run_as: Option<u32>,
 }
 
 impl Fleet {
@@ -81,6 +84,7 @@ impl Fleet {
             extra_env: Vec::new(),
             address_space: None,
             open_files: None,
+            run_as: None,
         }
     }
 
@@ -120,6 +124,10 @@ impl Fleet {
                 });
             }
         }
+        if let Some(id) = self.run_as {
+            // std drops the supplementary groups too when it changes the user as root.
+            c.uid(id).gid(id);
+        }
         if let Some(bytes) = self.address_space {
             let lim = libc::rlimit {
                 rlim_cur: bytes,
@@ -138,6 +146,23 @@ impl Fleet {
             }
         }
         c
+    }
+
+    /// Makes everything of the test (its dir: the repo, `origin`, the home) the user
+    /// `id`'s and runs every later command as that user; the test's own git calls accept
+    /// the repo's new owner (`safe.directory`).
+    pub fn hand_to(&mut self, id: u32) {
+        let out = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{id}:{id}"))
+            .arg(self.env.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chown: {out:?}");
+        let mut cfg = fs::read_to_string(&self.env.gitconfig).unwrap();
+        cfg.push_str("[safe]\n\tdirectory = *\n");
+        fs::write(&self.env.gitconfig, cfg).unwrap();
+        self.run_as = Some(id);
     }
 
     pub fn run_cmd(&self, args: &[&str]) -> Output {
