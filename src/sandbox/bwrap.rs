@@ -9,8 +9,11 @@
 //! dir, its worker's branch directory, and its private `HOME` and `TMPDIR`. The worktree's
 //! `.git` file and its git dir's `commondir` and `gitdir` are bound read-only on top, so the
 //! agent cannot point the worker's later git calls elsewhere. No capabilities (bubblewrap
-//! keeps root's otherwise), a new session (no terminal injection), and the sandbox dies
-//! with the worker.
+//! keeps root's otherwise), and the sandbox dies with the worker. It stays in the
+//! worker's session, which has no terminal to inject into (its stdin is `/dev/null`), so
+//! its CPU still counts as the worker's tree and no process of it leads a session the
+//! fleet would take for a worker (SPEC §11.1); the worker starts it in a process group of
+//! its own, since `kill(0, …)` from inside a pid namespace reaches the whole group.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -48,7 +51,6 @@ pub struct Reach {
 pub fn base_args(network: bool) -> Vec<OsString> {
     let mut a: Vec<OsString> = [
         "--die-with-parent",
-        "--new-session",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",

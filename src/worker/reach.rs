@@ -158,6 +158,12 @@ impl Confinement {
                 let reach = self.reach(config, layout, task, argv, &room, result_file)?;
                 let mut c = Command::new(bwrap);
                 c.args(reach.argv(argv));
+                // A group of its own, in the worker's session: `kill(0, …)` from inside the
+                // pid namespace would otherwise reach the worker's whole group (the worker
+                // itself), while the session keeps its CPU counted as the worker's tree. The
+                // worker stops it (by parent links) and `--die-with-parent` ends it with the
+                // worker.
+                std::os::unix::process::CommandExt::process_group(&mut c, 0);
                 c
             }
         };

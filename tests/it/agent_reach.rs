@@ -554,3 +554,33 @@ fn a_sandbox_that_cannot_be_had_stops_the_fleet_before_it_starts() {
     );
     assert!(!f.layout.event_log().exists(), "nothing started");
 }
+
+/// A signal a sandboxed agent sends to its own process group (`kill -USR1 0`) ends its
+/// own sandbox, never its worker: the worker lives to record the attempt and comment on it
+/// (a worker killed by it would have left the issue to a restore).
+#[test]
+#[cfg_attr(not(afk_has_bwrap), ignore = "bubblewrap (bwrap) is not installed")]
+fn a_signal_to_the_agents_own_group_spares_its_worker() {
+    require_bwrap();
+    let mut f = fleet("process-group", "");
+    write_agent(&f, "#!/bin/sh\nkill -USR1 0\nsleep 5\n");
+    f.new_issue("group");
+    f.start(&["--workers", "1"]);
+    assert!(
+        wait_until(WAIT, || !f.comments_of(1).is_empty()),
+        "{}",
+        f.dump()
+    );
+    let first = &f.comments_of(1)[0];
+    assert!(
+        first.contains("attempt 1-a1 failed (agent exit 138)"),
+        "{first}"
+    );
+    let exits = f.events_of("slot.exit");
+    assert!(
+        exits[0].msg.contains("exit 1 after"),
+        "the worker was not spared: {}",
+        exits[0].msg
+    );
+    stop(&mut f);
+}
