@@ -121,6 +121,9 @@ pub struct Budget {
     pub usd_per_day: Option<Usd>,
     pub usd_per_issue: Option<Usd>,
     pub tokens_per_day: Option<u64>,
+    /// `budget.estimate_usd`: what a claim reserves against the day's budget while the
+    /// ledger has no run that reported dollars (after that, the median of the latest runs).
+    pub estimate_usd: Option<Usd>,
     /// The day's offset from UTC in seconds (`budget.timezone`: `UTC` or `±HH:MM[:SS]`).
     pub utc_offset_s: i32,
     /// `[budget.prices."<model>"]`: dollars per million tokens, by model name, for agents
@@ -652,6 +655,7 @@ struct FileAgent {
 struct FileBudget {
     usd_per_day: S<f64>,
     usd_per_issue: S<f64>,
+    estimate_usd: S<f64>,
     tokens_per_day: S<u64>,
     timezone: S<String>,
     prices: S<std::collections::BTreeMap<String, FilePrice>>,
@@ -1123,6 +1127,7 @@ impl Builder {
         for (key, v) in [
             ("budget.usd_per_day", b.usd_per_day),
             ("budget.usd_per_issue", b.usd_per_issue),
+            ("budget.estimate_usd", b.estimate_usd),
         ] {
             let Some(x) = self.take(key, v) else { continue };
             if !(x.is_finite() && x > 0.0 && x < 1e9) {
@@ -1134,6 +1139,7 @@ impl Builder {
             let usd = Some(Usd::from_f64(x));
             match key {
                 "budget.usd_per_day" => self.cfg.budget.usd_per_day = usd,
+                "budget.estimate_usd" => self.cfg.budget.estimate_usd = usd,
                 _ => self.cfg.budget.usd_per_issue = usd,
             }
         }
@@ -1527,7 +1533,7 @@ mod tests {
         let p = Path::new("c.toml");
         let text = "[agent]\ncommand = [\"/opt/bin/codex\"]\nprompt = \"do {number}\"\n\
                     [budget]\nusd_per_day = 10.0\nusd_per_issue = 2.5\ntokens_per_day = 9000\n\
-                    timezone = \"+02:00\"\n";
+                    estimate_usd = 0.4\ntimezone = \"+02:00\"\n";
         let c = resolve(Some((p, text)), &HashMap::new(), &Overrides::default()).unwrap();
         assert_eq!(
             c.agent.profile,
@@ -1541,6 +1547,7 @@ mod tests {
             Some("$2.50".into())
         );
         assert_eq!(c.budget.tokens_per_day, Some(9000));
+        assert_eq!(c.budget.estimate_usd, Some(Usd(400_000)));
         assert_eq!(c.budget.utc_offset_s, 7200);
         let set = "[agent]\ncommand = [\"claude\"]\nprofile = \"generic\"\n";
         let c = resolve(Some((p, set)), &HashMap::new(), &Overrides::default()).unwrap();
@@ -1557,6 +1564,10 @@ mod tests {
             (
                 "[budget]\nusd_per_day = -1.0\n",
                 "c.toml:2:15: budget.usd_per_day = -1",
+            ),
+            (
+                "[budget]\nestimate_usd = 0.0\n",
+                "c.toml:2:16: budget.estimate_usd = 0",
             ),
             ("[agent]\nprofile = \"gpt\"\n", "c.toml:2:"),
         ] {

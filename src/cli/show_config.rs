@@ -104,6 +104,7 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     let usd = |u: Option<config::Usd>| u.map_or("(none)".into(), |u| u.to_string());
     line("budget.usd_per_day", usd(c.budget.usd_per_day));
     line("budget.usd_per_issue", usd(c.budget.usd_per_issue));
+    line("budget.estimate_usd", usd(c.budget.estimate_usd));
     line(
         "budget.tokens_per_day",
         c.budget

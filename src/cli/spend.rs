@@ -48,12 +48,21 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
     };
     let rows = budget::report(&all, args.since.as_deref(), by, config.budget.utc_offset_s);
     let total = budget::total(&rows);
+    // Apart from the ledger's spend: what the running attempts of this host hold reserved
+    // against the day's budget (`docs/SPEC.md` §11.13).
+    let live = budget::reserve::read_live(&ctx.layout.state(), crate::timeutil::now_epoch())
+        .unwrap_or_else(|e| {
+            eprintln!("afk-supervisor: budget reservations not read: {e}");
+            Vec::new()
+        });
+    let reserved = budget::reserve::Reserved::of(&live);
     if args.json {
         let out = serde_json::json!({
             "by": match by { By::Day => "day", By::Issue => "issue" },
             "timezone": budget::offset_words(config.budget.utc_offset_s),
             "rows": rows,
             "total": total,
+            "reserved": reserved.json(),
         });
         outln!("{out}");
         return Ok(exit::OK);
@@ -77,6 +86,12 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             r.tokens,
             r.runs,
             r.attempts
+        );
+    }
+    if reserved.attempts > 0 {
+        outln!(
+            "{} (not in the rows until they end)",
+            reserved.words(&config.budget)
         );
     }
     // What `runs` counts, said where it differs from the attempts.

@@ -129,7 +129,12 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
         out.push(crate::supervisor::holds::hold_words(h, r.epoch));
     }
     if let Some(s) = &r.fleet.spend {
-        out.push(text::escape(&s.words));
+        let mut line = text::escape(&s.words);
+        if let Some(res) = &s.reserved {
+            line.push_str("; ");
+            line.push_str(&text::escape(res));
+        }
+        out.push(line);
     }
     out
 }

@@ -47,7 +47,9 @@ pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option
         words: budget::spend_words(budget, &today),
         usd_micros: crate::config::Usd::from_f64(today.usd).0,
         tokens: today.tokens,
+        ..SpendToday::default()
     };
+    let spend = with_reserved(spend, layout, budget, now);
     let hold = budget::daily_reached(budget, &today, now).map(|r| Hold {
         kind: HoldKind::Budget,
         words: r.reason,
@@ -55,6 +57,23 @@ pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option
         until_epoch: r.until_epoch,
     });
     (hold, Some(spend))
+}
+
+/// `spend` with the live budget reservations of this host, when any: read without the lock, a figure
+/// a moment old is fine for `status`. An unreadable file shows none (the worker that
+/// meets it refuses to claim and says why).
+fn with_reserved(mut spend: SpendToday, layout: &Layout, budget: &Budget, now: u64) -> SpendToday {
+    let Ok(live) = budget::reserve::read_live(&layout.state(), now) else {
+        return spend;
+    };
+    let r = budget::reserve::Reserved::of(&live);
+    if r.attempts > 0 {
+        spend.reserved = Some(r.words(budget));
+        spend.reserved_usd_micros = r.usd_micros;
+        spend.reserved_tokens = r.tokens;
+        spend.reserved_attempts = r.attempts;
+    }
+    spend
 }
 
 /// `agent paused: usage limit, resumes 17:00 (in 42m)`, or for the budget

@@ -256,13 +256,31 @@ pub struct AgentHold {
 }
 
 /// What the fleet spent today, as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpendToday {
     /// `spend today $3.20 of $10.00`.
     pub words: String,
     /// Dollars in millionths.
     pub usd_micros: u64,
     pub tokens: u64,
+    /// What the running attempts of this host hold reserved against the day's budget,
+    /// apart from what was spent (`docs/SPEC.md` §11.13): `reserved $0.40 for 1 running
+    /// attempt`; absent when nothing is reserved (and in files written before
+    /// reservations existed). Flat, not a nested table: the heartbeat's direct writer
+    /// (`toon_doc`) writes one level of objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<String>,
+    /// The reservations' dollars in millionths, tokens and attempts (0 when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_usd_micros: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reserved_attempts: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The boot suite's end as `status` shows it: `clean`, `failed: <why>` or
@@ -509,6 +527,10 @@ mod tests {
             words: "spend today $3.20 of $10.00".into(),
             usd_micros: 3_200_000,
             tokens: 12_345,
+            reserved: Some("reserved $0.80 for 2 running attempts".into()),
+            reserved_usd_micros: 800_000,
+            reserved_tokens: 0,
+            reserved_attempts: 2,
         });
         full.isolation = Some("process-group (no cgroup v2 delegation)".into());
         let mut many = sample();

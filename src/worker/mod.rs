@@ -165,19 +165,52 @@ enum Outcome {
 
 impl Worker<'_> {
     /// What holds this worker back before a claim (`docs/SPEC.md` §11.13): the agent pause
-    /// in force, or the day's budget used up.
-    fn held(&self) -> Option<String> {
-        let now = crate::timeutil::now_epoch();
-        if let Some(p) = crate::pause::agent_active_at(&self.layout.state(), now) {
-            return Some(format!("agent paused: {}", p.describe()));
+    /// in force, or the day's budget used up. When the claim may go ahead, the attempt's
+    /// expected cost is reserved against the day's budget in the same locked step as the
+    /// check (so N workers checking at once overshoot it by at most one attempt); the
+    /// returned guard holds it until the attempt has ended. While spent and reserved
+    /// together reach the budget, the worker waits for the running attempts to settle
+    /// instead of claiming.
+    fn held(&self) -> Result<Option<crate::budget::reserve::Guard>, String> {
+        use crate::budget::reserve::{self, Decision};
+        let mut said = false;
+        loop {
+            let now = crate::timeutil::now_epoch();
+            if let Some(p) = crate::pause::agent_active_at(&self.layout.state(), now) {
+                return Err(format!("agent paused: {}", p.describe()));
+            }
+            let budget = &self.config.budget;
+            if !budget.daily() {
+                return Ok(None);
+            }
+            let holder = reserve::Holder::this(&self.wenv.worker_id).ok_or_else(|| {
+                "budget: this worker's process start time is unreadable".to_string()
+            })?;
+            let decision = reserve::check_and_reserve(
+                self.layout,
+                budget,
+                &holder,
+                self.config.timing.attempt_max_s,
+                now,
+            );
+            match decision {
+                Ok(Decision::Go(guard)) => return Ok(guard),
+                Ok(Decision::Reached(r)) => return Err(r.reason),
+                // Money is at stake: a reservation that cannot be checked is no claim.
+                Err(e) => return Err(format!("budget reservations: {e}")),
+                Ok(Decision::Wait(why)) => {
+                    if !said {
+                        eprintln!("worker {}: {why}; waiting", self.wenv.worker_id);
+                        said = true;
+                    }
+                    if self.stop.signal().is_some() || self.wenv.retire_requested() {
+                        // The loop's own checks say what ends the worker.
+                        return Ok(None);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            }
         }
-        let budget = &self.config.budget;
-        if !budget.daily() {
-            return None;
-        }
-        let (all, _) = crate::ledger::read_all(self.layout);
-        let today = crate::budget::spend_today(&all, now, budget.utc_offset_s);
-        crate::budget::daily_reached(budget, &today, now).map(|r| r.reason)
     }
 
     fn work_loop(&self, once: bool) -> Result<WorkerOutcome, WorkerError> {
@@ -192,9 +225,19 @@ impl Worker<'_> {
                 );
                 return Ok(WorkerOutcome::Retired);
             }
-            if let Some(why) = self.held() {
-                eprintln!("worker {}: {why}; not claiming", self.wenv.worker_id);
-                return Ok(WorkerOutcome::AgentPaused);
+            // Held until this iteration ends: the attempt's cost is then in the ledger.
+            let _reservation = match self.held() {
+                Ok(guard) => guard,
+                Err(why) => {
+                    eprintln!("worker {}: {why}; not claiming", self.wenv.worker_id);
+                    return Ok(WorkerOutcome::AgentPaused);
+                }
+            };
+            if let Some(signal) = self.stop.signal() {
+                return Ok(WorkerOutcome::Interrupted { signal });
+            }
+            if self.wenv.retire_requested() {
+                return Ok(WorkerOutcome::Retired);
             }
             let Some((issue, claim)) = self.claim_next()? else {
                 // A stop that came while a claim waited took nothing: it ends the worker.
