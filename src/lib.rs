@@ -38,7 +38,8 @@
 //!   `texts`.
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
-//!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger).
+//!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
+//!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
 //!   `base_fetch` (the one fetch of `origin/<base>` a suite run's sweeps share).
