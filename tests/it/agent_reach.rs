@@ -192,23 +192,6 @@ fn wait_handed_to_person(f: &Fleet, n: u64) {
     );
 }
 
-fn slot_logs(f: &Fleet) -> String {
-    let mut out = String::new();
-    let logs = f.layout.tmp().join("logs");
-    for day in fs::read_dir(&logs).into_iter().flatten().flatten() {
-        for log in fs::read_dir(day.path()).into_iter().flatten().flatten() {
-            out.push_str(&fs::read_to_string(log.path()).unwrap_or_default());
-        }
-    }
-    out
-}
-
-fn stop(f: &mut Fleet) {
-    let out = f.run_cmd(&["stop", "--timeout", "60"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
-    f.wait_exit();
-}
-
 fn require_bwrap() {
     #[cfg(not(afk_has_bwrap))]
     panic!("bubblewrap (bwrap) is not installed");
@@ -247,9 +230,9 @@ fn every_escape_is_blocked(mode: &str, as_user: Option<u32>) {
             .any(|l| l == "ready-for-human")),
         "{}\n{}",
         f.dump(),
-        slot_logs(&f)
+        f.slot_logs()
     );
-    let log = slot_logs(&f);
+    let log = f.slot_logs();
     let through: Vec<&str> = log.lines().filter(|l| l.ends_with(": THROUGH")).collect();
     assert!(through.is_empty(), "got through: {through:#?}\n{log}");
     for e in ESCAPES {
@@ -331,7 +314,7 @@ fn every_escape_is_blocked(mode: &str, as_user: Option<u32>) {
         wait_until(WAIT, || !survivor_alive(&marker)),
         "a process the agent left outlived its attempt"
     );
-    stop(&mut f);
+    f.stop_fleet();
     let _ = victim.kill();
     let _ = victim.wait();
 }
@@ -478,7 +461,7 @@ fn a_tampering_agent_outside_the_sandbox_is_refused_and_put_right() {
         "{:?}",
         f.comments_of(1)
     );
-    stop(&mut f);
+    f.stop_fleet();
 }
 
 /// A change under `.github/workflows/` is held for a person: nothing pushed, one
@@ -515,7 +498,7 @@ fn a_change_to_a_workflow_is_held_for_a_person() {
         comments.len() == 1 && comments[0].contains("held attempt 1-a1"),
         "{comments:?}"
     );
-    stop(&mut f);
+    f.stop_fleet();
 }
 
 /// `agent.sandbox = "bwrap"` where bubblewrap cannot make a sandbox: `run` refuses with
@@ -582,5 +565,5 @@ fn a_signal_to_the_agents_own_group_spares_its_worker() {
         "the worker was not spared: {}",
         exits[0].msg
     );
-    stop(&mut f);
+    f.stop_fleet();
 }

@@ -662,18 +662,6 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
     );
 }
 
-/// Every slot log of the fleet, concatenated.
-fn slot_logs(f: &Fleet) -> String {
-    let mut out = String::new();
-    let logs = f.layout.tmp().join("logs");
-    for day in fs::read_dir(&logs).into_iter().flatten().flatten() {
-        for log in fs::read_dir(day.path()).into_iter().flatten().flatten() {
-            out.push_str(&fs::read_to_string(log.path()).unwrap_or_default());
-        }
-    }
-    out
-}
-
 /// Issue 48, item 4: a daily budget holds with N workers. Four workers, a budget of two
 /// and a half recorded runs (`usd_per_day = 0.0252` at $0.01008 a run, the arithmetic of
 /// $1.00 at $0.40), and `estimate_usd` the run's cost (the ledger has no history yet).
@@ -698,10 +686,11 @@ fn four_workers_reserve_the_daily_budget_so_it_overshoots_by_at_most_one_run() {
     assert!(wait_until(LONG, || runs(&f).len() >= 3), "{}", f.dump());
     // The fourth worker met the reservations and waits; it claimed nothing.
     assert!(
-        wait_until(LONG, || slot_logs(&f)
+        wait_until(LONG, || f
+            .slot_logs()
             .contains("daily budget held by running attempts")),
         "{}\n{}",
-        slot_logs(&f),
+        f.slot_logs(),
         f.dump()
     );
     assert_eq!(runs(&f).len(), 3, "{}", f.dump());

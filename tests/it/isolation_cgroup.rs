@@ -134,12 +134,6 @@ fn wait_ready(f: &Fleet, m: &str, n: usize) {
     );
 }
 
-fn stop(f: &mut Fleet) {
-    let out = f.run_cmd(&["stop", "--timeout", "60"]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
-    f.wait_exit();
-}
-
 /// SIGKILL to the supervisor, then a successor that takes its worker over.
 fn takeover(f: &mut Fleet) {
     kill(f.sup_pid(), Signal::SIGKILL);
@@ -183,7 +177,7 @@ fn a_worker_runs_in_its_own_attempt_cgroup() {
     let json = f.run_cmd(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["fleet"]["isolation"], "cgroup", "{v}");
-    stop(&mut f);
+    f.stop_fleet();
     assert!(!g.0.exists(), "the fleet's cgroups are removed at the end");
 }
 
@@ -226,7 +220,7 @@ fn nothing_escapes_a_worker_that_ended() {
         f.dump()
     );
     eprintln!("cgroup mode, escaper after the worker's end: 0 left");
-    stop(&mut f);
+    f.stop_fleet();
 }
 
 /// The measurement: the escaping worker, taken over by a successor, then `stop`.
@@ -245,7 +239,7 @@ fn nothing_escapes_stop_after_a_takeover() {
         state.slot_detail[0].cgroup.is_some(),
         "adopted with its cgroup: {state:?}"
     );
-    stop(&mut f);
+    f.stop_fleet();
     let left = marked(&m);
     eprintln!(
         "cgroup mode, escaper after takeover + stop: {} left",
@@ -270,7 +264,7 @@ fn two_hundred_children_end_at_stop_and_after_a_takeover() {
         if with_takeover {
             takeover(&mut f);
         }
-        stop(&mut f);
+        f.stop_fleet();
         let left = marked(&m);
         eprintln!(
             "cgroup mode, 200 children, takeover={with_takeover}: {} left after stop",
@@ -302,7 +296,7 @@ fn process_group_mode_leftovers_for_comparison() {
             "escaper after its worker's end: {} left",
             marked(&m).len()
         ));
-        stop(&mut f);
+        f.stop_fleet();
         for pid in marked(&m) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
         }
@@ -322,7 +316,7 @@ fn process_group_mode_leftovers_for_comparison() {
             if with_takeover {
                 takeover(&mut f);
             }
-            stop(&mut f);
+            f.stop_fleet();
             // Whatever the stop ended is gone by now; what is left stays.
             std::thread::sleep(Duration::from_secs(1));
             let left = marked(&m);
@@ -372,7 +366,7 @@ fn cpu_seconds_of_a_busy_and_a_sleeping_worker() {
         .figures()
         .cpu_usec
         .is_some_and(|u| u > 500_000)));
-    stop(&mut f);
+    f.stop_fleet();
     let seconds = |id: &str| -> f64 {
         let prefix = format!("worker {id} attempt used ");
         let e = f
@@ -428,7 +422,7 @@ fn a_limit_is_set_or_said_to_be_unenforceable() {
             assert_eq!(said, 1, "{key}: {}", f.dump());
         }
     }
-    stop(&mut f);
+    f.stop_fleet();
 }
 
 /// `memory.peak` of an attempt reaches `status` where the memory controller is there.
@@ -450,7 +444,7 @@ fn memory_peak_of_an_attempt() {
         "{:?}",
         peak()
     );
-    stop(&mut f);
+    f.stop_fleet();
 }
 
 /// An attempt the OOM killer ends is `oom-killed` in the event log.
@@ -470,7 +464,7 @@ fn an_oom_kill_is_its_own_outcome() {
     f.write_config(&config);
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
-    stop(&mut f);
+    f.stop_fleet();
     assert!(
         f.events().iter().any(|e| e.msg.contains("oom-killed")),
         "{}",
@@ -581,5 +575,5 @@ fn the_built_in_workers_ledger_record_carries_the_attempts_cpu() {
         "{r:?}"
     );
     assert!(r.cpu_ms.is_some_and(|ms| ms > 0), "{r:?}");
-    stop(&mut f);
+    f.stop_fleet();
 }

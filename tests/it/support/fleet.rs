@@ -165,6 +165,25 @@ impl Fleet {
         self.run_as = Some(id);
     }
 
+    /// Every slot log of the fleet, concatenated.
+    pub fn slot_logs(&self) -> String {
+        let mut out = String::new();
+        let logs = self.layout.tmp().join("logs");
+        for day in fs::read_dir(&logs).into_iter().flatten().flatten() {
+            for log in fs::read_dir(day.path()).into_iter().flatten().flatten() {
+                out.push_str(&fs::read_to_string(log.path()).unwrap_or_default());
+            }
+        }
+        out
+    }
+
+    /// `stop` (exit 0 required) and the supervisor's end.
+    pub fn stop_fleet(&mut self) {
+        let out = self.run_cmd(&["stop", "--timeout", "60"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", self.dump());
+        self.wait_exit();
+    }
+
     pub fn run_cmd(&self, args: &[&str]) -> Output {
         self.cmd(args).stdin(Stdio::null()).output().unwrap()
     }
