@@ -19,11 +19,15 @@ impl Worker<'_> {
         &self,
         issue: &LabeledIssue,
         title: &str,
-        branch: &str,
-        worktree: &Path,
-        attempt_dir: &Path,
+        task: super::reach::Task<'_>,
         resume: Resume<'_>,
     ) -> Result<AgentEnd, WorkerError> {
+        let super::reach::Task {
+            attempt_dir,
+            worktree,
+            branch,
+            ..
+        } = task;
         let Resume {
             branch: resume,
             session,
@@ -46,11 +50,6 @@ impl Worker<'_> {
         let result_file = attempt_dir.join(RESULT_FILE_NAME);
         // An allowlisted environment and a private home always; inside bubblewrap unless
         // `agent.sandbox = "none"` (`docs/SPEC.md` §11.19).
-        let task = super::reach::Task {
-            attempt_dir,
-            worktree,
-            branch,
-        };
         let (mut cmd, room) =
             self.confinement
                 .command(self.config, self.layout, task, &argv, &result_file)?;

@@ -229,15 +229,19 @@ impl Worker<'_> {
                 &worktree,
                 &branch,
                 &self.wenv.worker_id,
-            );
+            )?;
             let before = watch.take(&self.git)?;
             state.write("agent")?;
+            let task = super::reach::Task {
+                attempt_dir: &attempt_dir,
+                worktree: &worktree,
+                worktree_gitdir: &watch.worktree_gitdir,
+                branch: &branch,
+            };
             let status = self.run_agent(
                 issue,
                 &title,
-                &branch,
-                &worktree,
-                &attempt_dir,
+                task,
                 super::agent::Resume {
                     branch: resume.as_deref(),
                     session: session.as_deref(),
@@ -251,11 +255,7 @@ impl Worker<'_> {
                     &watch,
                     &before,
                     base.as_deref(),
-                    super::reach::Task {
-                        attempt_dir: &attempt_dir,
-                        worktree: &worktree,
-                        branch: &branch,
-                    },
+                    task,
                     &self.config.agent.sensitive_paths,
                 ),
             };

@@ -108,7 +108,7 @@ pub fn run(
 
     // Before any claim too: a sandbox that cannot be had parks the slot (exit 78); the
     // agent never runs unconfined in its place.
-    let confinement = match reach::Confinement::find(config, layout, &git) {
+    let confinement = match reach::Confinement::find(config, &git) {
         Ok(c) => c,
         Err(e) => {
             home.finish();

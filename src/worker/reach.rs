@@ -20,6 +20,8 @@ use crate::sandbox::{AttemptRoom, InForce};
 pub(super) struct Task<'a> {
     pub attempt_dir: &'a Path,
     pub worktree: &'a Path,
+    /// The worktree's own git dir, found once for the tamper check's [`Watch`].
+    pub worktree_gitdir: &'a Path,
     pub branch: &'a str,
 }
 
@@ -38,7 +40,7 @@ pub(super) struct Confinement {
 impl Confinement {
     /// Finds the sandbox the config asks for (exit 78 when it cannot be had: never an
     /// unconfined agent in its place) and what every attempt needs.
-    pub fn find(config: &Config, layout: &Layout, git: &Git) -> Result<Self, WorkerError> {
+    pub fn find(config: &Config, git: &Git) -> Result<Self, WorkerError> {
         let from = match &config.file {
             Some(f) => f.display().to_string(),
             None => "the default".into(),
@@ -75,7 +77,6 @@ impl Confinement {
         let common_dir = git
             .common_dir()
             .map_err(|e| WorkerError::Agent(format!("the repository's git dir: {e}")))?;
-        let _ = layout;
         Ok(Confinement {
             in_force,
             operator_homes,
@@ -182,11 +183,11 @@ impl Confinement {
         result_file: &Path,
     ) -> Result<Reach, WorkerError> {
         let Task {
-            worktree, branch, ..
+            worktree,
+            worktree_gitdir,
+            branch,
+            ..
         } = task;
-        let worktree_gitdir = Git::new(worktree)
-            .git_dir()
-            .map_err(|e| WorkerError::Agent(format!("the worktree's git dir: {e}")))?;
         let mut writable = vec![
             room.objects(),
             room.home(),
@@ -227,7 +228,7 @@ impl Confinement {
         expose.retain(|p| p.exists());
         Ok(Reach {
             worktree: worktree.to_path_buf(),
-            worktree_gitdir,
+            worktree_gitdir: worktree_gitdir.to_path_buf(),
             writable,
             hide,
             expose,
@@ -243,24 +244,23 @@ impl Confinement {
         worktree: &Path,
         branch: &str,
         worker_id: &str,
-    ) -> Watch {
-        let worktree_gitdir = Git::new(worktree)
-            .git_dir()
-            .unwrap_or_else(|_| self.common_dir.join("worktrees"));
+    ) -> Result<Watch, WorkerError> {
+        // Found once here: the sandbox binds it writable, so a guess would never do.
+        let worktree_gitdir = Git::new(worktree).git_dir()?;
         let mut fleet_files = vec![layout.repo_config()];
         if let Some(f) = &config.file
             && !fleet_files.contains(f)
         {
             fleet_files.push(f.clone());
         }
-        Watch {
+        Ok(Watch {
             common_dir: self.common_dir.clone(),
             worktree: worktree.to_path_buf(),
             worktree_gitdir,
             branch_ref: format!("refs/heads/{branch}"),
             own_prefix: format!("refs/heads/afk/{worker_id}/"),
             fleet_files,
-        }
+        })
     }
 }
 
