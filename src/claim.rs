@@ -3,8 +3,10 @@
 //! tracker says; the marks on the tracker that do the same across checkouts (`marks`,
 //! `tracked`); judging a claim alive or stale ([`liveness`], `stale`); and releasing a dead
 //! holder's claims (`release`). The tracker side of giving an issue back (the restore
-//! comment and labels) is `sweeps::transition`, which the releasers call.
+//! comment and labels) is `sweeps::transition`, which the releasers call. Before a claim,
+//! whose words the issue is (`tracker::provenance`); a held issue's way back (`approval`).
 
+pub mod approval;
 pub mod marks;
 pub mod release;
 pub mod stale;

@@ -285,11 +285,12 @@ pub struct Claims {
     /// another host.
     pub stale_after_s: u64,
     /// Logins besides the fleet's own (`gh api user`) whose marks count on GitHub (SPEC
-    /// §11.5): on a public repository anyone may comment, so a mark from anyone else is
-    /// ignored.
+    /// §11.5), and whose issues, edits, labels and `/afk approve` let an issue's text reach
+    /// an agent (§11.20): on a public repository anyone may comment and file, so anyone
+    /// else's words are held for a person.
     pub trusted_authors: Vec<String>,
     /// Whether the repository's owners, members and collaborators (GitHub's author
-    /// association) make marks too.
+    /// association) are trusted too.
     pub trust_members: bool,
     /// A `running` issue that carries no claim mark at all (a label switch that landed
     /// though its answer failed) is restored by the claims belt after this long.

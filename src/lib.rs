@@ -44,11 +44,13 @@
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
 //!   `base_fetch` (the one fetch of `origin/<base>` a suite run's sweeps share).
 //! - `claim` (claims, the one home: taken, marked on the tracker, judged alive or stale,
-//!   released), `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
+//!   released; `claim::approval`, the belt that gives a held issue back once approved),
+//!   `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
-//!   `tracker::trust`, whose claim marks count),
+//!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
+//!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call),
 //!   `config`, `pause` (the fleet-wide rate-limit pause file).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,
 //!   called by every end of an attempt that is not a clean hand-off and by every sweep

@@ -1,5 +1,5 @@
 //! Work the supervisor loop does on a timer beside the fleet, on its blocking pool: the
-//! unblock belt, the stale-claims belt and slot-log expiry. Each run's text or error becomes
+//! unblock belt, the stale-claims belt, the approval belt and slot-log expiry. Each run's text or error becomes
 //! one `supervisor.periodic` record; a run still going when its next is due is not doubled.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,11 +86,21 @@ pub fn periodic_tasks(
                 Box::new(move || Ok(stale.pass()?)),
             ))),
         },
+        Periodic {
+            name: "approval-belt",
+            interval: Duration::from_secs(config.timing.unblock_interval_s),
+            at_start: true,
+            task: Arc::new(Mutex::new(unless_paused(layout, {
+                let mut belt = crate::claim::approval::ApprovalBelt::new(Arc::clone(tracker));
+                Box::new(move || Ok(belt.pass()?))
+            }))),
+        },
     ];
-    // Stale claims exist only where other checkouts claim too: on a tracker only this
-    // checkout uses (`local`) the belt has nothing to do, and its pass is not run at all.
+    // Stale claims and held issues exist only where other checkouts claim too and
+    // outsiders write: on a tracker only this checkout uses (`local`) those belts have
+    // nothing to do, and their passes are not run at all.
     if !shared {
-        tasks.retain(|t| t.name != "claims-belt");
+        tasks.retain(|t| t.name != "claims-belt" && t.name != "approval-belt");
     }
     tasks
 }

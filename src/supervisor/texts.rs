@@ -122,6 +122,7 @@ pub mod kind {
         SLOT_RESTART,
         crate::rescue::EVENT,
         crate::sandbox::EVENT_REFUSED,
+        crate::tracker::provenance::EVENT_HELD,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

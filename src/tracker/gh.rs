@@ -27,6 +27,19 @@ use super::{
 use crate::cmd::{self, Argv, RunError, RunOpts};
 use crate::text::{clip_quoted, excerpt, one_line};
 
+/// What a gh call touches, which decides `--repo` and the fleet's pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// An issue or PR call: `--repo` appended when configured; costs quota, so refused
+    /// unsent while the fleet is paused and a rate-limited answer pauses it.
+    Repo,
+    /// A repository call that names the repository in its own arguments (`api graphql`):
+    /// no `--repo` (gh rejects it there), paused like [`Scope::Repo`].
+    RepoInArgs,
+    /// `auth status`, `api rate_limit`, `api user`: the account's, free of quota.
+    Account,
+}
+
 /// A tracker backed by the GitHub CLI.
 #[derive(Debug, Clone)]
 pub struct GhTracker {
@@ -76,7 +89,7 @@ impl GhTracker {
         if let Some(login) = known {
             return Ok(login);
         }
-        let login = self.run_parsed_with(&["api", "user"], false, parse::viewer)?;
+        let login = self.run_parsed_with(&["api", "user"], Scope::Account, parse::viewer)?;
         if let Ok(mut m) = cache.lock() {
             m.insert(self.program.clone(), login.clone());
         }
@@ -138,7 +151,7 @@ impl GhTracker {
     /// spent; `None` when none is (a secondary limit, or the reset already passed). The
     /// endpoint costs no quota.
     pub fn rate_limit_reset(&self) -> TrackerResult<Option<u64>> {
-        let out = self.run(&["api", "rate_limit"], false)?;
+        let out = self.run(&["api", "rate_limit"], Scope::Account)?;
         parse::rate_limit_reset(&out).map_err(|e| {
             TrackerError::new(
                 ErrorKind::Failed,
@@ -175,7 +188,7 @@ impl GhTracker {
     fn run_write(&self, args: &[&str]) -> TrackerResult<String> {
         // A paused fleet refuses the call before it takes a slot of the budget: writes
         // never sent must not spend the pace the fleet resumes with.
-        if let Some(refused) = self.refused_while_paused(&render(&self.argv(args, true))) {
+        if let Some(refused) = self.refused_while_paused(&render(&self.argv(args, Scope::Repo))) {
             return Err(refused);
         }
         if let Some((_, pace)) = &self.fleet {
@@ -197,12 +210,12 @@ impl GhTracker {
                 };
                 return Err(TrackerError::new(
                     kind,
-                    render(&self.argv(args, true)),
+                    render(&self.argv(args, Scope::Repo)),
                     format!("not called: write pace: {e}"),
                 ));
             }
         }
-        self.run(args, true)
+        self.run(args, Scope::Repo)
     }
 
     /// The refusal of a repository call while the fleet is paused (`crate::pause`).
@@ -260,12 +273,14 @@ impl GhTracker {
 
     /// `gh auth status`: whether gh is logged in. Never takes `--repo` (gh rejects it there).
     pub fn auth_status(&self) -> TrackerResult<()> {
-        self.run(&["auth", "status"], false).map(|_| ())
+        self.run(&["auth", "status"], Scope::Account).map(|_| ())
     }
 
-    fn argv(&self, args: &[&str], with_repo: bool) -> Argv {
+    fn argv(&self, args: &[&str], scope: Scope) -> Argv {
         let mut full: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        if with_repo && let Some(repo) = &self.repo {
+        if scope == Scope::Repo
+            && let Some(repo) = &self.repo
+        {
             full.push("--repo".into());
             full.push(repo.clone());
         }
@@ -273,8 +288,8 @@ impl GhTracker {
     }
 
     /// Runs one gh call; stdout on success, a classified [`TrackerError`] otherwise.
-    fn run(&self, args: &[&str], with_repo: bool) -> TrackerResult<String> {
-        let argv = self.argv(args, with_repo);
+    fn run(&self, args: &[&str], scope: Scope) -> TrackerResult<String> {
+        let argv = self.argv(args, scope);
         let mut env: Vec<(OsString, OsString)> = vec![
             // Never wait on a prompt or print an update notice: nobody is at the keyboard.
             ("GH_PROMPT_DISABLED".into(), "1".into()),
@@ -289,7 +304,9 @@ impl GhTracker {
         };
         let command = render(&argv);
         // Repository calls cost quota; `auth status` and `api rate_limit` do not.
-        if with_repo && let Some(refused) = self.refused_while_paused(&command) {
+        if scope != Scope::Account
+            && let Some(refused) = self.refused_while_paused(&command)
+        {
             return Err(refused);
         }
         match cmd::run(&argv, self.timeout, &opts) {
@@ -297,7 +314,7 @@ impl GhTracker {
             Ok(out) => {
                 let stderr = out.stderr_str();
                 let kind = classify(out.status.code(), &stderr);
-                if kind == ErrorKind::RateLimited && with_repo {
+                if kind == ErrorKind::RateLimited && scope != Scope::Account {
                     self.pause_fleet(&stderr);
                 }
                 let detail = match out.status.code() {
@@ -344,24 +361,24 @@ impl GhTracker {
         args: &[&str],
         parser: fn(&str) -> Result<T, OutputError>,
     ) -> TrackerResult<T> {
-        self.run_parsed_with(args, true, parser)
+        self.run_parsed_with(args, Scope::Repo, parser)
     }
 
     /// [`Self::run_parsed`], with or without `--repo`.
     fn run_parsed_with<T>(
         &self,
         args: &[&str],
-        with_repo: bool,
+        scope: Scope,
         parser: fn(&str) -> Result<T, OutputError>,
     ) -> TrackerResult<T> {
-        let stdout = self.run(args, with_repo)?;
+        let stdout = self.run(args, scope)?;
         // An answer that is not the JSON asked for (a proxy's HTML page, a cut-off body) is
         // the tracker misbehaving, not the worker: transient (exit 69), never a death that
         // trips the circuits.
         parser(&stdout).map_err(|e| {
             TrackerError::new(
                 ErrorKind::Transient,
-                render(&self.argv(args, with_repo)),
+                render(&self.argv(args, scope)),
                 format!("unexpected JSON from gh: {e}"),
             )
         })
@@ -593,6 +610,24 @@ pub mod parse {
                 body: r.body.unwrap_or_default(),
                 labels: names(r.labels),
                 title: None,
+            })
+            .collect())
+    }
+
+    /// `gh issue list … --json number,updatedAt`.
+    pub fn changed(text: &str) -> Result<Vec<super::super::Changed>, OutputError> {
+        #[derive(Deserialize)]
+        struct Row {
+            number: u64,
+            #[serde(rename = "updatedAt", default)]
+            updated_at: Option<String>,
+        }
+        let rows: Vec<Row> = json(text)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| super::super::Changed {
+                number: r.number,
+                updated_at: r.updated_at.filter(|t| !t.is_empty()),
             })
             .collect())
     }
@@ -856,8 +891,45 @@ impl Tracker for GhTracker {
     }
 
     fn pr_merge(&self, head: &str) -> TrackerResult<()> {
-        self.run(&["pr", "merge", head, "--merge", "--delete-branch"], true)
-            .map(|_| ())
+        self.run(
+            &["pr", "merge", head, "--merge", "--delete-branch"],
+            Scope::Repo,
+        )
+        .map(|_| ())
+    }
+
+    fn list_open_changed(&self, label: &str, limit: usize) -> TrackerResult<Vec<super::Changed>> {
+        let limit = limit.to_string();
+        let args = [
+            "issue",
+            "list",
+            "--label",
+            label,
+            "--state",
+            "open",
+            "--limit",
+            limit.as_str(),
+            "--json",
+            "number,updatedAt",
+        ];
+        self.run_parsed(&args, parse::changed)
+    }
+
+    /// One GraphQL call (SPEC §7), judged under the checkout's trust policy; the fleet's
+    /// login is asked only when a hand is not trusted by name or association.
+    fn vet(&self, number: u64) -> TrackerResult<super::provenance::Vetting> {
+        let argv = super::gh_provenance::argv(self.repo.as_deref(), number);
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let found = self.run_parsed_with(&args, Scope::RepoInArgs, super::gh_provenance::parse)?;
+        let Some(p) = found else {
+            return Err(TrackerError::new(
+                ErrorKind::NotFound,
+                format!("gh api graphql (issue #{number})"),
+                "no such issue",
+            ));
+        };
+        let fleet = self.viewer()?;
+        Ok(super::provenance::vet(&p, &self.trust, &fleet))
     }
 }
 
@@ -958,16 +1030,16 @@ mod tests {
     fn repo_flag_only_when_set_and_never_for_auth() {
         let t = GhTracker::new(Some("o/r".into()), Duration::from_secs(1));
         assert_eq!(
-            t.argv(&["issue", "view", "3"], true).to_string(),
+            t.argv(&["issue", "view", "3"], Scope::Repo).to_string(),
             "gh issue view 3 --repo o/r"
         );
         assert_eq!(
-            t.argv(&["auth", "status"], false).to_string(),
+            t.argv(&["auth", "status"], Scope::Account).to_string(),
             "gh auth status"
         );
         let t = GhTracker::new(None, Duration::from_secs(1));
         assert_eq!(
-            t.argv(&["issue", "view", "3"], true).to_string(),
+            t.argv(&["issue", "view", "3"], Scope::Repo).to_string(),
             "gh issue view 3"
         );
         assert!(

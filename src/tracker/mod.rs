@@ -7,8 +7,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod gh;
+pub mod gh_provenance;
 pub mod local;
 pub mod pace;
+pub mod provenance;
 pub mod select;
 pub mod trust;
 
@@ -25,20 +27,23 @@ pub mod labels {
     pub const NEEDS_INFO: &str = "needs-info";
     /// An issue whose attempts failed `worker.max_failed_attempts` times (`docs/SPEC.md` §11.10).
     pub const QUARANTINED: &str = "afk:quarantined";
+    /// *(project, SPEC §11.20)* Held until a trusted `/afk approve`: never claimed.
+    pub const NEEDS_APPROVAL: &str = "afk:needs-approval";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
 }
 
 /// Whether a worker may claim an issue with these labels: `ready-for-agent` and none of
-/// `running`, `blocked:dependency` and `afk:quarantined`. The worker's claim and the
-/// supervisor's queue count share it, so the supervisor never wakes a slot for work no
-/// worker would take.
+/// `running`, `blocked:dependency`, `afk:quarantined` and `afk:needs-approval`. The
+/// worker's claim and the supervisor's queue count share it, so the supervisor never wakes
+/// a slot for work no worker would take.
 pub fn is_claimable(labels: &[String]) -> bool {
     let has = |want: &str| labels.iter().any(|l| l == want);
     has(labels::READY_FOR_AGENT)
         && !has(labels::RUNNING)
         && !has(labels::BLOCKED_DEPENDENCY)
         && !has(labels::QUARANTINED)
+        && !has(labels::NEEDS_APPROVAL)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -90,6 +95,13 @@ impl IssueThread {
     pub fn has_label(&self, label: &str) -> bool {
         self.labels.iter().any(|l| l == label)
     }
+}
+
+/// An open issue listed by label with when it last changed (`updatedAt`), where known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub number: u64,
+    pub updated_at: Option<String>,
 }
 
 /// An open issue listed by label, with its body (the unblock sweep reads `## Blocked by`).
@@ -248,6 +260,28 @@ pub trait Tracker: Send + Sync {
     fn pr_abandon(&self, head: &str) -> TrackerResult<()> {
         let _ = head;
         Ok(())
+    }
+
+    /// Open issues carrying `label`, each with when it last changed (a comment, an edit, a
+    /// label), so a belt reads again only what changed. The default knows no times: every
+    /// issue reads as changed.
+    fn list_open_changed(&self, label: &str, limit: usize) -> TrackerResult<Vec<Changed>> {
+        Ok(self
+            .list_open_with_label(label, limit)?
+            .into_iter()
+            .map(|i| Changed {
+                number: i.number,
+                updated_at: None,
+            })
+            .collect())
+    }
+
+    /// Whether issue `number`'s text may reach an agent, and the text it may (SPEC §11.20).
+    /// The default is for a tracker with no outsiders (the `local` store): every hand on
+    /// it is the local user's, so the listing's text stands.
+    fn vet(&self, number: u64) -> TrackerResult<provenance::Vetting> {
+        let _ = number;
+        Ok(provenance::Vetting::NoOutsiders)
     }
 }
 

@@ -6,6 +6,7 @@ use super::{Worker, WorkerError};
 use crate::claim::Claim;
 use crate::claim::tracked::{self, Verdict, WonClaim};
 use crate::ledger;
+use crate::tracker::provenance::{EVENT_HELD, Hold, Vetting};
 use crate::tracker::{LabeledIssue, labels};
 
 /// A claim the worker holds: the local lock and, on a shared tracker, the won claim mark
@@ -59,7 +60,7 @@ impl Worker<'_> {
                 ledger::read(self.layout, i.number).map_or(0, |r| ledger::failed_lately(&r));
             (failed, i.number)
         });
-        for issue in queue {
+        for mut issue in queue {
             let claim = Claim::try_take(self.layout, issue.number)
                 .map_err(|e| WorkerError::file(self.layout.claims(), "cannot claim: ", e))?;
             let Some(claim) = claim else { continue };
@@ -76,6 +77,28 @@ impl Worker<'_> {
                     return Err(WorkerError::from(&e));
                 }
                 continue;
+            }
+            // Whose words the text is, judged before anything else happens (SPEC §11.20):
+            // the agent gets exactly the vetted text, never the listing's.
+            match self.tracker.vet(issue.number) {
+                Ok(Vetting::NoOutsiders) => {}
+                Ok(Vetting::Trusted { title, body }) => {
+                    issue.title = Some(title);
+                    issue.body = body;
+                }
+                Ok(Vetting::Held {
+                    hold,
+                    newest_comment,
+                }) => {
+                    let held = self.hold_for_approval(issue.number, &hold, newest_comment);
+                    let _ = claim.release();
+                    held?;
+                    continue;
+                }
+                Err(e) => {
+                    let _ = claim.release();
+                    return Err(WorkerError::from(&e));
+                }
             }
             // The switch may land though its answer fails: retried, then settled by what
             // the tracker shows, so a landed switch is never left `running` unworked.
@@ -123,6 +146,34 @@ impl Worker<'_> {
             )));
         }
         Ok(None)
+    }
+
+    /// Holds issue `n` for a person: one comment saying why (not repeated when it is the
+    /// newest already), `afk:needs-approval`, and one `issue.held` event.
+    fn hold_for_approval(
+        &self,
+        n: u64,
+        hold: &Hold,
+        newest_comment: Option<String>,
+    ) -> Result<(), WorkerError> {
+        let body = hold.comment();
+        if newest_comment.as_deref() != Some(body.as_str()) {
+            self.tracker
+                .comment(n, &body)
+                .map_err(|e| WorkerError::from(&e))?;
+        }
+        self.tracker
+            .edit_labels(n, &[labels::NEEDS_APPROVAL], &[])
+            .map_err(|e| WorkerError::from(&e))?;
+        let msg = format!("#{n} held for a person: {}", hold.reason());
+        say!("worker {}: {msg}", self.wenv.worker_id);
+        let mut ev = crate::toonl::Event::now(EVENT_HELD, msg).issue(n);
+        ev.slot = self.wenv.slot.map(|s| s as u64);
+        ev.pid = Some(i64::from(std::process::id()));
+        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+            eprintln!("afk-supervisor: warning: {e}");
+        }
+        Ok(())
     }
 
     /// The claim decided on a tracker several checkouts share (SPEC §11.5); `None` where

@@ -59,6 +59,7 @@ mod sweep_cli;
 mod tracker_contract;
 mod tracker_gh;
 mod tracker_local;
+mod trusted_input;
 mod unblock;
 mod worker;
 mod worker_gh;

@@ -17,10 +17,10 @@ use crate::support::{self, Repo, TestEnv, cli, wait_until};
 
 /// A repo whose built-in worker talks to the fake gh (timeout 5 s) and whose agent counts
 /// its runs, then runs `script`.
-struct GhWorker {
-    env: TestEnv,
-    repo: Repo,
-    gh: FakeGh,
+pub(crate) struct GhWorker {
+    pub env: TestEnv,
+    pub repo: Repo,
+    pub gh: FakeGh,
     runs: PathBuf,
 }
 
@@ -30,7 +30,7 @@ impl GhWorker {
     }
 
     /// With `script` after the agent's count and `config` appended to the config file.
-    fn with(script: &str, config: &str) -> Self {
+    pub fn with(script: &str, config: &str) -> Self {
         let env = TestEnv::new();
         let repo = env.repo_with_origin();
         let runs = env.path().join("runs");
@@ -62,7 +62,7 @@ impl GhWorker {
     }
 
     /// Runs `worker --once` under a supervisor's variables and checks its exit code.
-    fn work_once(&self, want: i32) -> Output {
+    pub fn work_once(&self, want: i32) -> Output {
         let mut c = self.env.bin_on(&self.repo.path);
         self.gh.apply(&mut c);
         cli::work_once(c, want)
@@ -77,7 +77,7 @@ impl GhWorker {
         assert!(!self.repo.path.join(".red/tmp/claims/1").exists());
     }
 
-    fn runs(&self) -> usize {
+    pub fn runs(&self) -> usize {
         fs::read_to_string(&self.runs).map_or(0, |t| t.lines().count())
     }
 }
@@ -313,9 +313,9 @@ fn a_trusted_authors_claim_mark_holds_the_issue() {
 #[test]
 fn a_claim_switch_that_landed_though_its_answer_failed_is_carried_on() {
     let w = GhWorker::new();
-    // The queue listing, the confirming view and the fleet's login (for the account's write
-    // pace) answer; the switch is applied and answered 502 on each of its three tries.
-    w.gh.pass_next(3);
+    // The queue listing, the confirming view, the provenance call (SPEC §11.20) and the
+    // fleet's login answer; the switch is applied and answered 502 on each of its three tries.
+    w.gh.pass_next(4);
     w.gh.apply_then_fail_next(
         3,
         1,

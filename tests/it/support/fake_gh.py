@@ -143,6 +143,109 @@ def find_issue(state, n):
     )
 
 
+# --- issue provenance (SPEC section 7, section 11.20) ---------------------------------
+# The one GraphQL query the tracker sends, byte for byte (src/tracker/gh_provenance.rs).
+PROVENANCE_QUERY = (
+    "query($owner:String!,$repo:String!,$number:Int!){repository(owner:$owner,name:$repo){issue(number:$number)"
+    "{title body createdAt lastEditedAt editor{login} author{login} authorAssociation "
+    "userContentEdits(last:100){totalCount nodes{editedAt editor{login}}} "
+    "timelineItems(last:100,itemTypes:[LABELED_EVENT,RENAMED_TITLE_EVENT]){filteredCount nodes{__typename "
+    "... on LabeledEvent{createdAt actor{login} label{name}} ... on RenamedTitleEvent{createdAt actor{login}}}} "
+    "comments(last:100){nodes{author{login} authorAssociation body createdAt}}}}}"
+)
+# An issue may carry `author`, `authorAssociation`, `title`, `createdAt`, `updatedAt`,
+# `edits: [{part: "body"|"title", by, at}]` and `labelEvents: [{label, by, at}]`. Without
+# `labelEvents`, every label it carries was applied by the viewer when it was created;
+# `issue edit --add-label` records a label event by the viewer, and every write moves
+# `updatedAt`.
+EPOCH0 = "2026-01-01T00:00:00Z"
+
+
+def now_iso():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def touch(issue):
+    issue["updatedAt"] = now_iso()
+
+
+def label_events(state, issue):
+    if "labelEvents" not in issue:
+        issue["labelEvents"] = [
+            {"label": l, "by": viewer(state), "at": issue.get("createdAt", EPOCH0)} for l in issue["labels"]
+        ]
+    return issue["labelEvents"]
+
+
+def login_obj(login):
+    return None if login is None else {"login": login}
+
+
+def provenance(state, issue):
+    edits = [e for e in issue.get("edits", []) if e.get("part", "body") == "body"]
+    renames = [e for e in issue.get("edits", []) if e.get("part") == "title"]
+    items = [
+        {"__typename": "LabeledEvent", "createdAt": e["at"], "actor": login_obj(e["by"]), "label": {"name": e["label"]}}
+        for e in label_events(state, issue)
+    ] + [{"__typename": "RenamedTitleEvent", "createdAt": e["at"], "actor": login_obj(e["by"])} for e in renames]
+    items.sort(key=lambda i: i["createdAt"])
+    comments = [
+        {
+            "author": login_obj(c.get("author") or viewer(state)),
+            "authorAssociation": c.get("authorAssociation") or state.get("viewer_association", "OWNER"),
+            "body": c["body"],
+            "createdAt": c.get("createdAt", EPOCH0),
+        }
+        for c in issue.get("comments", [])
+    ]
+    author = issue.get("author", viewer(state))
+    last = edits[-1] if edits else None
+    return {
+        "data": {
+            "repository": {
+                "issue": {
+                    "title": issue.get("title", ""),
+                    "body": issue.get("body", ""),
+                    "createdAt": issue.get("createdAt", EPOCH0),
+                    "lastEditedAt": last["at"] if last else None,
+                    "editor": login_obj(last["by"]) if last else None,
+                    "author": login_obj(author),
+                    "authorAssociation": issue.get("authorAssociation")
+                    or (state.get("viewer_association", "OWNER") if author == viewer(state) else "NONE"),
+                    "userContentEdits": {
+                        "totalCount": len(edits),
+                        "nodes": [{"editedAt": e["at"], "editor": login_obj(e["by"])} for e in edits[-100:]],
+                    },
+                    "timelineItems": {"filteredCount": len(items), "nodes": items[-100:]},
+                    "comments": {"nodes": comments[-100:]},
+                }
+            }
+        }
+    }
+
+
+def graphql_argv(rest):
+    """`api [--hostname H] graphql -f query=Q -F owner=O -F repo=R -F number=N` -> N."""
+    if rest[:1] != ["api"]:
+        return None
+    tail = rest[1:]
+    if tail[:1] == ["--hostname"]:
+        tail = tail[2:] if len(tail) > 2 and tail[1] else None
+        if tail is None:
+            return None
+    v = match(
+        tail,
+        ["graphql", "-f", "query=" + PROVENANCE_QUERY, "-F", anything, "-F", anything, "-F", anything],
+    )
+    if v is None:
+        return None
+    owner, repo, number = v
+    if not owner.startswith("owner=") or not repo.startswith("repo=") or not number.startswith("number="):
+        return None
+    n = number[len("number="):]
+    return int(n) if positive(n) else None
+
+
 def newest_first(issues):
     return sorted(issues, key=lambda i: i["number"], reverse=True)
 
@@ -163,6 +266,22 @@ def handle(argv, state):
     """Runs one call against `state` (mutated in place); raises Reply."""
     rest, repo = split_repo(argv)
     url = "https://github.com/" + (repo or state["repo"])
+
+    n = graphql_argv(rest)
+    if n is not None:
+        if repo is not None:
+            unknown(argv)
+        raise Reply(0, stdout=dump(provenance(state, find_issue(state, n))))
+
+    v = match(rest, ["issue", "list", "--label", anything, "--state", "open", "--limit", positive, "--json", "number,updatedAt"])
+    if v is not None:
+        label, limit = v[0], int(v[1])
+        rows = [
+            {"number": i["number"], "updatedAt": i.get("updatedAt", i.get("createdAt", EPOCH0))}
+            for i in newest_first(state["issues"])
+            if i["state"] == "OPEN" and label in i["labels"]
+        ][:limit]
+        raise Reply(0, stdout=dump(rows))
 
     if match(rest, ["api", "rate_limit"]) is not None:
         if repo is not None:
@@ -253,9 +372,12 @@ def handle(argv, state):
             unknown(argv)
         n = int(rest[2])
         issue = find_issue(state, n)
+        events = label_events(state, issue)
         for label in (add or "").split(","):
             if label and label not in issue["labels"]:
                 issue["labels"].append(label)
+                events.append({"label": label, "by": viewer(state), "at": now_iso()})
+        touch(issue)
         gone = set((remove or "").split(","))
         issue["labels"] = [l for l in issue["labels"] if l not in gone]
         raise Reply(0, stdout="%s/issues/%d\n" % (url, n))
@@ -264,9 +386,8 @@ def handle(argv, state):
     if v is not None:
         n = int(v[0])
         issue = find_issue(state, n)
-        issue.setdefault("comments", []).append(
-            {"body": v[1], "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        )
+        issue.setdefault("comments", []).append({"body": v[1], "createdAt": now_iso()})
+        touch(issue)
         raise Reply(0, stdout="%s/issues/%d#issuecomment-%d\n" % (url, n, len(issue["comments"])))
 
     v = match(rest, ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything])

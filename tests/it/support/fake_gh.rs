@@ -95,9 +95,75 @@ pub struct FakeIssue {
     pub closed_at: Option<String>,
     #[serde(default)]
     pub comments: Vec<FakeComment>,
+    /// `None`: the viewer (the fleet's own login) wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(
+        rename = "authorAssociation",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub author_association: Option<String>,
+    /// Changes of the body or title after creation (SPEC §11.20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<FakeEdit>,
+    /// Who applied which label when; `None`: the viewer applied each label at creation.
+    #[serde(
+        rename = "labelEvents",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub label_events: Option<Vec<FakeLabelEvent>>,
+    /// When anything last changed it (the fake moves it on every write).
+    #[serde(rename = "updatedAt", default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+}
+
+/// A change of an issue's `body` or `title` by `by` at `at` (RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FakeEdit {
+    pub part: String,
+    pub by: String,
+    pub at: String,
+}
+
+/// `label` applied by `by` at `at` (RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FakeLabelEvent {
+    pub label: String,
+    pub by: String,
+    pub at: String,
 }
 
 impl FakeIssue {
+    /// Written by `login` (GitHub's association `association`), labelled `ready-for-agent`
+    /// by `labeller` an hour after creation.
+    pub fn authored(mut self, login: &str, association: &str, labeller: &str) -> Self {
+        self.author = Some(login.into());
+        self.author_association = Some(association.into());
+        self.label_events = Some(
+            self.labels
+                .iter()
+                .map(|l| FakeLabelEvent {
+                    label: l.clone(),
+                    by: labeller.into(),
+                    at: "2026-01-01T01:00:00Z".into(),
+                })
+                .collect(),
+        );
+        self
+    }
+
+    /// The body changed by `by` at `at`.
+    pub fn edited(mut self, by: &str, at: &str) -> Self {
+        self.edits.push(FakeEdit {
+            part: "body".into(),
+            by: by.into(),
+            at: at.into(),
+        });
+        self
+    }
+
     /// Who holds the issue by its thread's marks (the fold every checkout computes).
     pub fn standing(&self) -> afk_supervisor::claim::marks::Standing {
         let comments: Vec<afk_supervisor::claim::marks::Comment> = self
@@ -120,6 +186,11 @@ impl FakeIssue {
             labels: labels.iter().map(|s| s.to_string()).collect(),
             closed_at: None,
             comments: Vec::new(),
+            author: None,
+            author_association: None,
+            edits: Vec::new(),
+            label_events: None,
+            updated_at: None,
         }
     }
 
@@ -138,6 +209,7 @@ impl FakeIssue {
     }
 
     pub fn with_comment(mut self, c: FakeComment) -> Self {
+        self.updated_at = Some(c.created_at.clone());
         self.comments.push(c);
         self
     }
