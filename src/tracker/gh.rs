@@ -710,6 +710,14 @@ pub mod parse {
     }
 }
 
+/// `issue list --label <label> --state open --limit <limit>`: the head of every listing by
+/// label (SPEC §7), the `--json` fields the caller's.
+fn open_with_label<'a>(label: &'a str, limit: &'a str) -> Vec<&'a str> {
+    vec![
+        "issue", "list", "--label", label, "--state", "open", "--limit", limit,
+    ]
+}
+
 /// gh prints `null`, `""` or Go's zero time for an issue that was never closed.
 fn closed_at(raw: Option<String>) -> Option<String> {
     raw.filter(|s| !s.is_empty() && !s.starts_with("0001-01-01"))
@@ -745,16 +753,7 @@ impl GhTracker {
             return Ok(Vec::new());
         }
         let limit = limit.to_string();
-        let mut args = vec![
-            "issue",
-            "list",
-            "--label",
-            label,
-            "--state",
-            "open",
-            "--limit",
-            limit.as_str(),
-        ];
+        let mut args = open_with_label(label, &limit);
         args.extend_from_slice(order);
         args.extend(["--json", "number,body,labels"]);
         self.run_parsed(&args, parse::labeled)
@@ -900,18 +899,8 @@ impl Tracker for GhTracker {
 
     fn list_open_changed(&self, label: &str, limit: usize) -> TrackerResult<Vec<super::Changed>> {
         let limit = limit.to_string();
-        let args = [
-            "issue",
-            "list",
-            "--label",
-            label,
-            "--state",
-            "open",
-            "--limit",
-            limit.as_str(),
-            "--json",
-            "number,updatedAt",
-        ];
+        let mut args = open_with_label(label, &limit);
+        args.extend(["--json", "number,updatedAt"]);
         self.run_parsed(&args, parse::changed)
     }
 
