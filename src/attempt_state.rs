@@ -29,6 +29,40 @@ pub fn stall_killed(dir: &std::path::Path) -> bool {
     std::fs::symlink_metadata(dir.join(STALL_KILLED_FILE)).is_ok_and(|m| m.is_file())
 }
 
+/// What a stall mark says: empty, the slot's own stall; `fleet-wide: <why>`, most busy
+/// slots stalled at once and the supervisor judged it the provider's (`docs/SPEC.md`
+/// §11.13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StallMark {
+    Own,
+    FleetWide(String),
+}
+
+const FLEET_WIDE_PREFIX: &str = "fleet-wide: ";
+
+impl StallMark {
+    /// The mark's content for a stall (`fleet_wide`: the supervisor's reason).
+    pub fn text(fleet_wide: Option<&str>) -> String {
+        fleet_wide.map_or(String::new(), |why| format!("{FLEET_WIDE_PREFIX}{why}\n"))
+    }
+
+    /// The mark in `dir`, when there is one (a regular file up to 4 KiB, never through a
+    /// link; an unreadable one is the slot's own stall).
+    pub fn read(dir: &std::path::Path) -> Option<StallMark> {
+        if !stall_killed(dir) {
+            return None;
+        }
+        let text = crate::fsutil::read_small_text(&dir.join(STALL_KILLED_FILE), 4096)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        Some(match text.trim_end().strip_prefix(FLEET_WIDE_PREFIX) {
+            Some(why) if !why.is_empty() => StallMark::FleetWide(why.to_string()),
+            _ => StallMark::Own,
+        })
+    }
+}
+
 /// A state file larger than this is not a state file.
 const MAX_BYTES: u64 = 1 << 20;
 
@@ -180,6 +214,25 @@ impl AttemptState {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stall_mark_says_whose_stall_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(StallMark::read(dir.path()), None);
+        let mark = dir.path().join(STALL_KILLED_FILE);
+        std::fs::write(&mark, StallMark::text(None)).unwrap();
+        assert_eq!(StallMark::read(dir.path()), Some(StallMark::Own));
+        std::fs::write(&mark, StallMark::text(Some("2 of 2 busy slots"))).unwrap();
+        assert_eq!(
+            StallMark::read(dir.path()),
+            Some(StallMark::FleetWide("2 of 2 busy slots".into()))
+        );
+        // A link is no mark.
+        std::fs::remove_file(&mark).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", &mark).unwrap();
+        assert_eq!(StallMark::read(dir.path()), None);
+    }
+
     use super::*;
     use std::fs;
 

@@ -559,9 +559,13 @@ impl Driver {
             Effect::RemoveRetire { slot } => {
                 let _ = remove_file_if_exists(&self.layout.retire_file(slot));
             }
-            Effect::MarkStall { attempt_dir } => {
+            Effect::MarkStall {
+                attempt_dir,
+                fleet_wide,
+            } => {
                 let mark = attempt_dir.join(crate::attempt_state::STALL_KILLED_FILE);
-                if let Err(e) = atomic_write(&mark, b"") {
+                let text = crate::attempt_state::StallMark::text(fleet_wide.as_deref());
+                if let Err(e) = atomic_write(&mark, text.as_bytes()) {
                     self.journal.write(LogLine::now(
                         kind::ERROR,
                         format!("{}: {e}", mark.display()),

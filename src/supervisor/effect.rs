@@ -38,8 +38,12 @@ pub enum Effect {
     /// The worker of `slot` is no longer asked to retire.
     RemoveRetire { slot: usize },
     /// Mark an attempt stall-killed before its worker is signalled, so a worker that
-    /// gives its issue back on SIGTERM records the attempt as stalled.
-    MarkStall { attempt_dir: PathBuf },
+    /// gives its issue back on SIGTERM records the attempt as stalled; `fleet_wide` (the
+    /// reason) when most busy slots stalled at once: the provider's, excused.
+    MarkStall {
+        attempt_dir: PathBuf,
+        fleet_wide: Option<String>,
+    },
     /// Start the worker of spawn `seq` in `slot` (in the repo, output to that slot's log
     /// of the day): answered at once by `Event::Spawned`
     /// or `Event::SpawnFailed`.

@@ -114,6 +114,14 @@ pub struct LiveWorker {
     pub cgroup: Option<std::sync::Arc<crate::cgroup::Cgroup>>,
 }
 
+impl LiveWorker {
+    /// Whether the ticks saw it on an issue (its attempt dir): only such a worker's
+    /// stall says anything about an agent.
+    pub fn issue_known(&self) -> bool {
+        self.seen.issue.is_some()
+    }
+}
+
 /// How a slot's last worker ended, kept on the slot once the worker is gone (the
 /// `Finished` state; the slot itself goes idle, parked or back to starting): what the
 /// fleet circuit's reason quotes, and nothing it does not.

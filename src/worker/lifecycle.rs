@@ -463,7 +463,8 @@ impl Worker<'_> {
             let _ = state.write("interrupted");
             // Stopped by the supervisor for making no progress: a failed attempt, not a
             // give-back, or an agent that always hangs would be requeued forever.
-            let stalled = crate::attempt_state::stall_killed(&attempt_dir);
+            let mark = crate::attempt_state::StallMark::read(&attempt_dir);
+            let stalled = mark.is_some();
             let ends = super::output::take_last_ends();
             let mut outcome = match stalled {
                 true => ledger::Outcome::Stalled,
@@ -471,7 +472,7 @@ impl Worker<'_> {
             };
             let mut excused = None;
             if stalled {
-                match self.stall_blame(n, started.as_deref(), ends.as_ref()) {
+                match self.stall_blame(n, started.as_deref(), ends.as_ref(), mark) {
                     StallBlame::Issue => {}
                     StallBlame::Provider(detail) => {
                         // What the agent last said names the provider (waiting for the
@@ -627,15 +628,17 @@ impl Worker<'_> {
     /// what its agent last said (`ends`: stdout and stderr) and from the fleet around it
     /// (`docs/SPEC.md` §11.13). The agent's own last words naming the provider
     /// (`Reconnecting... waiting for network`, an outage it was riding out) make it the
-    /// account's: the fleet pauses (recorded here). Else, when other issues stalled or
-    /// failed within `timing.circuit_window_s` and none finished, the stall is the
-    /// fleet's, not this issue's: excused, and the fleet pauses on the backoff instead of
-    /// killing slot after slot. Else it is the issue's.
+    /// account's: the fleet pauses (recorded here). Else, when the supervisor's `mark`
+    /// says most busy slots stalled at once, or when other issues stalled or failed within
+    /// `timing.circuit_window_s` and none finished, the stall is the fleet's, not this
+    /// issue's: excused, and the fleet pauses on the backoff instead of killing slot after
+    /// slot. Else it is the issue's.
     fn stall_blame(
         &self,
         n: u64,
         started: Option<&str>,
         ends: Option<&(Vec<u8>, Vec<u8>)>,
+        mark: Option<crate::attempt_state::StallMark>,
     ) -> StallBlame {
         let state = self.layout.state();
         if let Some((stdout, stderr)) = ends {
@@ -659,7 +662,14 @@ impl Worker<'_> {
                 return StallBlame::Provider(detail);
             }
         }
-        match self.excuse_stall(n, started) {
+        // The supervisor saw most busy slots stall at once and stopped them together: its
+        // judgement, made with every slot in view, comes before this worker's own look
+        // back at the ledger (which cannot excuse the first stall of an outage).
+        let supervisor = match mark {
+            Some(crate::attempt_state::StallMark::FleetWide(why)) => Some(why),
+            _ => None,
+        };
+        match supervisor.or_else(|| self.excuse_stall(n, started)) {
             Some(why) => {
                 let kind = agent_profile::AccountWide::Unreachable.to_string();
                 let _ = crate::pause::agent_record(&state, &kind, &why, None);

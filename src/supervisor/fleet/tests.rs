@@ -49,6 +49,8 @@ struct World {
     state: Option<StateFile>,
     /// Every effect's name, in order.
     effects: Vec<String>,
+    /// Each stall mark: the attempt dir and whether (why) it was fleet-wide.
+    marks: Vec<(std::path::PathBuf, Option<String>)>,
 }
 
 struct Bench {
@@ -126,6 +128,10 @@ impl Bench {
         let w = &mut self.world;
         match e {
             Effect::Log(l) => w.lines.push(l),
+            Effect::MarkStall {
+                attempt_dir,
+                fleet_wide,
+            } => w.marks.push((attempt_dir, fleet_wide)),
             Effect::WriteState => {
                 w.writes += 1;
                 w.state = Some(self.fleet.snapshot_written(now));
@@ -1307,6 +1313,95 @@ fn the_stop_file_at_a_tick_stops_with_0() {
     assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::OK));
     assert!(b.signalled(pid, Signal::SIGTERM));
     assert!(!b.fleet.tick_due(b.at(100.0)), "no tick during a stop");
+}
+
+/// The files of a worker on issue `issue` whose last sign of life was at `epoch`.
+fn on_issue(issue: u64, epoch: u64) -> WorkerFiles {
+    WorkerFiles {
+        attempt: Some(crate::supervisor::stall::Attempt {
+            dir: format!("/afk-unit-fleet/attempt-{issue}").into(),
+            issue,
+            attempt: 1,
+        }),
+        files_epoch: epoch,
+        title: None,
+    }
+}
+
+/// Most busy slots stalling at one reading is the provider's: when the first reaches the
+/// kill, every stalling slot is stopped at once with a fleet-wide mark (its worker then
+/// excuses the attempt), and a slot still making progress is left alone. One slot stalling
+/// among progressing ones is its issue's.
+#[test]
+fn a_fleet_wide_stall_stops_every_stalling_slot_at_once_and_marks_it_the_providers() {
+    let mut b = Bench::new(3);
+    b.start();
+    let pids: Vec<i32> = (0..3).map(|s| b.pid_in(s).unwrap()).collect();
+    let now = epoch_secs(b.wall0) + 16;
+    let kill_s = b.fleet.timing.stall_kill_s;
+    let stall_s = b.fleet.timing.stall_s;
+    // Slot 0 past the kill, slot 1 stalling but not yet at it, slot 2 progressing.
+    let signs = [now - kill_s - 5, now - stall_s - 5, now - 1];
+    for (slot, at) in signs.iter().enumerate() {
+        b.quiet_since(slot, *at);
+    }
+    let tick = |b: &mut Bench, signs: &[u64]| {
+        let facts = TickFacts {
+            stop_file: Ok(false),
+            control: quiet(),
+            progress: pids
+                .iter()
+                .zip(signs)
+                .enumerate()
+                .map(|(i, (pid, at))| (*pid, on_issue(i as u64 + 1, *at)))
+                .collect(),
+            usage: None,
+            gone: Vec::new(),
+        };
+        b.feed(Event::Tick(Box::new(facts)), 16.0);
+    };
+    tick(&mut b, &signs);
+    assert_eq!(b.world.marks.len(), 2, "{:?}", b.world.marks);
+    for (dir, why) in &b.world.marks {
+        let why = why
+            .as_deref()
+            .unwrap_or_else(|| panic!("{dir:?} not fleet-wide"));
+        assert!(
+            why.starts_with("2 of 3 busy slots made no progress"),
+            "{why}"
+        );
+    }
+    assert!(b.signalled(pids[0], Signal::SIGTERM));
+    assert!(b.signalled(pids[1], Signal::SIGTERM));
+    assert!(
+        !b.signalled(pids[2], Signal::SIGTERM),
+        "a progressing slot is left alone"
+    );
+    assert_eq!(b.count("slot.stall-kill"), 2, "{:?}", b.kinds());
+
+    // One slot stalling among two progressing: its own.
+    let mut b = Bench::new(3);
+    b.start();
+    let pids2: Vec<i32> = (0..3).map(|s| b.pid_in(s).unwrap()).collect();
+    let signs = [now - kill_s - 5, now - 1, now - 1];
+    for (slot, at) in signs.iter().enumerate() {
+        b.quiet_since(slot, *at);
+    }
+    let facts = TickFacts {
+        stop_file: Ok(false),
+        control: quiet(),
+        progress: pids2
+            .iter()
+            .zip(&signs)
+            .enumerate()
+            .map(|(i, (pid, at))| (*pid, on_issue(i as u64 + 1, *at)))
+            .collect(),
+        usage: None,
+        gone: Vec::new(),
+    };
+    b.feed(Event::Tick(Box::new(facts)), 16.0);
+    assert_eq!(b.world.marks.len(), 1, "{:?}", b.world.marks);
+    assert_eq!(b.world.marks[0].1, None, "one slot's stall is its own");
 }
 
 /// A stall kill marks the attempt before its group is signalled, so a worker that gives

@@ -351,7 +351,10 @@ impl Fleet {
         let now_e = self.epoch();
         let (stall_s, kill_s) = (self.timing.stall_s, self.timing.stall_kill_s);
         let idxs: Vec<usize> = self.pool.slots.keys().copied().collect();
-        for idx in idxs {
+        // First every slot's progress, then the judgement: whether a stall is one issue's
+        // or the fleet's depends on the other slots at the same reading.
+        let mut attempts: HashMap<usize, Option<stall::Attempt>> = HashMap::new();
+        for &idx in &idxs {
             let Some(slot) = self.pool.slots.get_mut(&idx) else {
                 continue;
             };
@@ -370,6 +373,19 @@ impl Fleet {
             w.seen.progress_epoch = read.files_epoch.max(w.seen.cpu_moved_epoch);
             self.record.last_progress_epoch =
                 self.record.last_progress_epoch.max(w.seen.progress_epoch);
+            attempts.insert(idx, attempt);
+        }
+        let fleet_wide = self.fleet_wide_stall(now_e, stall_s);
+        for idx in idxs {
+            let Some(attempt) = attempts.remove(&idx) else {
+                continue;
+            };
+            let Some(slot) = self.pool.slots.get_mut(&idx) else {
+                continue;
+            };
+            let Phase::Running(w) = &mut slot.phase else {
+                continue;
+            };
             if w.kill.is_some() {
                 continue;
             }
@@ -379,40 +395,98 @@ impl Fleet {
                 w.id.clone(),
                 super::stop::group_for(self.groups.pidfd_groups, w),
             );
-            let ev = match stall::progress(now_e, w.seen.progress_epoch, stall_s, kill_s) {
-                stall::Progress::Kill { idle_s } => {
-                    w.kill = Some(KillReason::Stall);
-                    // Marked before the signal, so the worker that gives its issue back
-                    // on SIGTERM records the attempt as stalled (a failure).
-                    if let Some(a) = &attempt {
-                        self.out.push(Effect::MarkStall {
-                            attempt_dir: a.dir.clone(),
-                        });
+            let progress = stall::progress(now_e, w.seen.progress_epoch, stall_s, kill_s);
+            // Once one slot reaches the kill while most busy slots stall, every stalling
+            // slot is stopped at once as the provider's: none is blamed, none waits its turn.
+            let stop = match (&progress, &fleet_wide) {
+                (stall::Progress::Kill { idle_s }, _) => Some(*idle_s),
+                (stall::Progress::Stalled { idle_s }, Some(fw)) if fw.kill_due => {
+                    w.issue_known().then_some(*idle_s)
+                }
+                _ => None,
+            };
+            let ev = if let Some(idle_s) = stop {
+                w.kill = Some(KillReason::Stall);
+                let why = fleet_wide.as_ref().map(FleetWideStall::why);
+                // Marked before the signal, so the worker that gives its issue back on
+                // SIGTERM records the attempt as stalled, and whose fault it was.
+                if let Some(a) = &attempt {
+                    self.out.push(Effect::MarkStall {
+                        attempt_dir: a.dir.clone(),
+                        fleet_wide: why.clone(),
+                    });
+                }
+                let out = &mut self.out;
+                groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
+                let whose = why.map_or(String::new(), |w| format!(" ({w})"));
+                line(
+                    kind::STALL_KILL,
+                    format!(
+                        "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group{whose}"
+                    ),
+                )
+            } else {
+                match progress {
+                    stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
+                        w.seen.stalled = true;
+                        line(
+                            kind::STALLED,
+                            format!("worker {id} stalled: no progress for {idle_s}s"),
+                        )
                     }
-                    let out = &mut self.out;
-                    groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
-                    line(
-                        kind::STALL_KILL,
-                        format!(
-                            "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group"
-                        ),
-                    )
+                    stall::Progress::Progressing if w.seen.stalled => {
+                        w.seen.stalled = false;
+                        line(kind::PROGRESS, format!("worker {id} progressing again"))
+                    }
+                    _ => continue,
                 }
-                stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
-                    w.seen.stalled = true;
-                    line(
-                        kind::STALLED,
-                        format!("worker {id} stalled: no progress for {idle_s}s"),
-                    )
-                }
-                stall::Progress::Progressing if w.seen.stalled => {
-                    w.seen.stalled = false;
-                    line(kind::PROGRESS, format!("worker {id} progressing again"))
-                }
-                _ => continue,
             };
             self.log(ev.slot(idx).pid(pid));
         }
+    }
+
+    /// Whether the slots' stalls at this reading are the fleet's: at least two slots on an
+    /// issue and most of them without progress for `stall_s` (`docs/SPEC.md` §11.13).
+    /// `kill_due` once one of them reached `stall_kill_s`.
+    fn fleet_wide_stall(&self, now_e: u64, stall_s: u64) -> Option<FleetWideStall> {
+        let (mut busy, mut stalling, mut kill_due) = (0usize, 0usize, false);
+        for slot in self.pool.slots.values() {
+            let Phase::Running(w) = &slot.phase else {
+                continue;
+            };
+            if !w.issue_known() || w.kill.is_some() {
+                continue;
+            }
+            busy += 1;
+            let idle_s = now_e.saturating_sub(w.seen.progress_epoch);
+            if idle_s >= stall_s {
+                stalling += 1;
+                kill_due |= idle_s >= self.timing.stall_kill_s;
+            }
+        }
+        (stalling >= 2 && stalling * 2 > busy).then_some(FleetWideStall {
+            stalling,
+            busy,
+            stall_s,
+            kill_due,
+        })
+    }
+}
+
+/// Most busy slots stalling at one reading: the provider's, not the issues'.
+struct FleetWideStall {
+    stalling: usize,
+    busy: usize,
+    stall_s: u64,
+    kill_due: bool,
+}
+
+impl FleetWideStall {
+    fn why(&self) -> String {
+        format!(
+            "{} of {} busy slots made no progress for {}s or more: the provider's, not the issues'",
+            self.stalling, self.busy, self.stall_s
+        )
     }
 }
 
