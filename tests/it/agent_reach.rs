@@ -233,6 +233,14 @@ fn every_escape_is_blocked(mode: &str, as_user: Option<u32>) {
         f.slot_logs()
     );
     let log = f.slot_logs();
+    // The table the README and the closing notes quote (`-- --nocapture`).
+    let table: Vec<&str> = log.lines().filter(|l| l.contains("escape ")).collect();
+    eprintln!(
+        "hostile agent, {mode}{}: {} escapes tried\n{}",
+        as_user.map_or(String::new(), |u| format!(", as uid {u}")),
+        table.len(),
+        table.join("\n")
+    );
     let through: Vec<&str> = log.lines().filter(|l| l.ends_with(": THROUGH")).collect();
     assert!(through.is_empty(), "got through: {through:#?}\n{log}");
     for e in ESCAPES {
