@@ -159,6 +159,17 @@ pub struct SpendReport {
     pub timezone: String,
     pub rows: Vec<SpendRow>,
     pub total: SpendRow,
+    /// What the running attempts of this host hold reserved against the day's budget, not
+    /// in the rows until they end (`docs/SPEC.md` §11.13).
+    pub reserved: SpendReserved,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SpendReserved {
+    pub usd: f64,
+    pub tokens: u64,
+    /// Attempts holding a reservation.
+    pub attempts: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -426,7 +437,7 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens, runs (attempts that reported a cost or tokens) and attempts, and the total (as `afk-supervisor spend --json`).",
+        description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens, runs (attempts that reported a cost or tokens) and attempts, the total, and what running attempts hold reserved against the day's budget (as `afk-supervisor spend --json`).",
         annotations(read_only_hint = true)
     )]
     async fn spend(&self, Parameters(p): Parameters<SpendIn>) -> Result<Json<SpendReport>, String> {
@@ -455,6 +466,12 @@ impl AfkMcp {
             let offset = this.config.budget.utc_offset_s;
             let rows = crate::budget::report(&all, p.since.as_deref(), by, offset);
             let total = crate::budget::total(&rows);
+            let live = crate::budget::reserve::read_live(
+                &this.layout.state(),
+                crate::timeutil::now_epoch(),
+            )
+            .map_err(|e| format!("budget reservations: {e}"))?;
+            let held = crate::budget::reserve::Reserved::of(&live);
             let row = |r: crate::budget::Row| SpendRow {
                 key: r.key,
                 usd: r.usd,
@@ -470,6 +487,11 @@ impl AfkMcp {
                 timezone: crate::budget::offset_words(offset),
                 rows: rows.into_iter().map(row).collect(),
                 total: row(total),
+                reserved: SpendReserved {
+                    usd: crate::config::Usd(held.usd_micros).get(),
+                    tokens: held.tokens,
+                    attempts: held.attempts,
+                },
             }))
         })
         .await

@@ -92,7 +92,16 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     let f = fleet();
     let out = f.run_cmd(&["issue", "comment", "1", "--body", "seen it"]);
     assert!(out.status.success(), "{out:?}");
+    // A running attempt's reservation (this test process holds it, so it is live).
+    let mut budget = afk_supervisor::config::Config::default().budget;
+    budget.usd_per_day = Some(afk_supervisor::config::Usd::from_f64(10.0));
+    let holder = afk_supervisor::budget::reserve::Holder::this("w-test").unwrap();
+    let now = afk_supervisor::timeutil::now_epoch();
+    let decision =
+        afk_supervisor::budget::reserve::check_and_reserve(&f.layout, &budget, &holder, 3600, now)
+            .unwrap();
     let s = session(&f, "read");
+    drop(decision);
     let tools: Vec<&str> = s["tools"]
         .as_array()
         .unwrap()
@@ -213,6 +222,9 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     assert_eq!(spend["total"]["tokens"], 1200, "{spend}");
     assert_eq!(spend["total"]["runs"], 1, "{spend}");
     assert_eq!(spend["total"]["attempts"], 2, "{spend}");
+    // Reserved apart: the median of the priced runs, $0.40, for the one running attempt.
+    assert_eq!(spend["reserved"]["usd"], 0.4, "{spend}");
+    assert_eq!(spend["reserved"]["attempts"], 1, "{spend}");
     let by_issue = &call(&s, "spend_by_issue")["structured"];
     assert_eq!(by_issue["rows"][0]["key"], "#1", "{by_issue}");
 
