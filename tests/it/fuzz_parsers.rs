@@ -114,6 +114,10 @@ fn gh_comments(b: &[u8]) {
     let _ = gh::parse::comments(&text(b));
 }
 
+fn gh_provenance(b: &[u8]) {
+    let _ = afk_supervisor::tracker::gh_provenance::parse(&text(b));
+}
+
 fn git_status(b: &[u8]) {
     if let Ok(c) = git::status_z(b) {
         assert!(c.paths.len() + c.not_utf8.len() <= 2 * b.len().max(1));
@@ -185,7 +189,7 @@ fn agent_output(b: &[u8]) {
 }
 
 /// Every parser, by the name of its corpus dir.
-const PARSERS: [(&str, Parser); 24] = [
+const PARSERS: [(&str, Parser); 25] = [
     ("agents", agent_output),
     ("pid", pid),
     ("start", start),
@@ -199,6 +203,7 @@ const PARSERS: [(&str, Parser); 24] = [
     ("gh_view", gh_view),
     ("gh_labeled", gh_labeled),
     ("gh_comments", gh_comments),
+    ("gh_provenance", gh_provenance),
     ("git_status", git_status),
     ("git_name_status", git_name_status),
     ("git_worktree_list", git_worktree_list),
@@ -370,6 +375,7 @@ fuzz_tests! {
     fuzz_gh_issue_view_json => "gh_view",
     fuzz_gh_labeled_list_json => "gh_labeled",
     fuzz_gh_comments_json => "gh_comments",
+    fuzz_gh_provenance_json => "gh_provenance",
     fuzz_git_status => "git_status",
     fuzz_git_name_status => "git_name_status",
     fuzz_git_worktree_list => "git_worktree_list",
@@ -460,6 +466,15 @@ fn the_valid_samples_parse() {
     assert_eq!(
         gh::parse::comments(&text(&one("gh_comments", "valid.json"))).unwrap(),
         vec!["hi", "\u{1b}[2J"]
+    );
+    // Recorded from the tests' fake gh (GitHub itself is out of reach here).
+    let p =
+        afk_supervisor::tracker::gh_provenance::parse(&text(&one("gh_provenance", "fake-gh.json")))
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        (p.changes.len(), p.labelled.len(), p.comments.len()),
+        (2, 1, 1)
     );
     assert_eq!(
         git::status_z(&one("git_status", "valid.bin"))
