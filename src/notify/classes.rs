@@ -380,7 +380,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
         }
         crate::claim::stale::EVENT_HOST_LOST => {
             let host = word_after(msg, "host ");
-            put(&mut f, "host", host);
+            put(&mut f, "lost_host", host);
             let worker = msg
                 .split_once(") went stale")
                 .and_then(|(a, _)| a.rsplit_once(" ("))
@@ -554,7 +554,7 @@ mod tests {
             crate::claim::stale::EVENT_HOST_LOST,
             &crate::claim::stale::host_lost_text(9, "sup-1-slot-0-1", "box-2-0b82b0dd", 7200),
         ));
-        assert_eq!(n.fields["host"], "box-2-0b82b0dd");
+        assert_eq!(n.fields["lost_host"], "box-2-0b82b0dd");
         assert_eq!(n.fields["worker"], "sup-1-slot-0-1");
     }
 

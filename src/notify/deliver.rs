@@ -369,6 +369,8 @@ impl Notifier {
                 match result {
                     Ok(_) => {
                         st.outbox.pop_front();
+                        // Kept at once: a restart must not send it again.
+                        self.save();
                     }
                     Err(f) => {
                         let after = now_ms();
