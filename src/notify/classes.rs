@@ -615,41 +615,21 @@ mod tests {
     #[test]
     fn a_start_without_a_stop_is_a_supervisor_that_died() {
         let mut m = Memory::default();
+        let mut see = |e: Event| classify(&e, "c", &mut m);
         let start = ev("supervisor.start", "supervisor started").pid(10);
-        assert!(classify(&start, "c", &mut m).is_none());
-        assert!(
-            classify(
-                &ev("supervisor.stop", "stopping fleet (SIGTERM): 2 workers"),
-                "c",
-                &mut m
-            )
-            .is_none()
-        );
-        let stopped = classify(
-            &ev("supervisor.stop", "fleet stopped (exit 143)"),
-            "c",
-            &mut m,
-        )
-        .unwrap();
+        assert!(see(start.clone()).is_none());
+        let progress = ev("supervisor.stop", "stopping fleet (SIGTERM): 2 workers");
+        assert!(see(progress).is_none());
+        let stopped = see(ev("supervisor.stop", "fleet stopped (exit 143)")).unwrap();
         assert_eq!(stopped.fields["clean"], true);
         assert_eq!(stopped.fields["exit"], 143);
-        assert!(classify(&start, "c", &mut m).is_none());
+        assert!(see(start).is_none());
         // Killed: the next start says so.
-        let next = classify(
-            &ev("supervisor.start", "supervisor started").pid(11),
-            "c",
-            &mut m,
-        )
-        .unwrap();
+        let next = see(ev("supervisor.start", "supervisor started").pid(11)).unwrap();
         assert_eq!(next.class, Class::SupervisorStopped);
         assert_eq!(next.fields["clean"], false);
         assert_eq!(next.fields["previous_pid"], 10);
-        let failed = classify(
-            &ev("supervisor.stop", "fleet stopped (exit 1)"),
-            "c",
-            &mut m,
-        )
-        .unwrap();
+        let failed = see(ev("supervisor.stop", "fleet stopped (exit 1)")).unwrap();
         assert_eq!(failed.fields["clean"], false);
     }
 }

@@ -364,7 +364,13 @@ impl Notifier {
                 }
                 let first = *front.first_try_ms.get_or_insert(now);
                 front.tries += 1;
-                let result = sinks::send(&sink, &front.message, &self.from, timeout, &env);
+                let result = sinks::send(&sinks::Delivery {
+                    sink: &sink,
+                    msg: &front.message,
+                    from: &self.from,
+                    timeout,
+                    env: &env,
+                });
                 self.dirty = true;
                 match result {
                     Ok(_) => {
@@ -469,8 +475,14 @@ pub fn test(layout: &Layout, sinks: &[Sink]) -> Vec<Tested> {
         .iter()
         .map(|s| {
             let started = std::time::Instant::now();
-            let result = sinks::send(s, &msg, &from, Duration::from_secs(s.timeout_s), &env)
-                .map_err(|f| f.why);
+            let result = sinks::send(&sinks::Delivery {
+                sink: s,
+                msg: &msg,
+                from: &from,
+                timeout: Duration::from_secs(s.timeout_s),
+                env: &env,
+            })
+            .map_err(|f| f.why);
             Tested {
                 sink: s.name.clone(),
                 result,

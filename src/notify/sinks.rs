@@ -101,28 +101,27 @@ pub fn payload(msg: &Message, from: &Origin, sink: &str) -> Value {
 /// `env` reads a variable of the supervisor's environment (a test passes its own).
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-/// Sends `msg` to `sink` once, within `timeout`: what the sink answered (`HTTP 200 OK`,
+/// One try of one message at one sink.
+pub struct Delivery<'a> {
+    pub sink: &'a Sink,
+    pub msg: &'a Message,
+    pub from: &'a Origin,
+    /// The longest the try may take.
+    pub timeout: Duration,
+    pub env: Env<'a>,
+}
+
+/// Sends once, within the delivery's `timeout`: what the sink answered (`HTTP 200 OK`,
 /// `exit 0`), or why it was not delivered.
-pub fn send(
-    sink: &Sink,
-    msg: &Message,
-    from: &Origin,
-    timeout: Duration,
-    env: Env<'_>,
-) -> Result<String, Failed> {
-    match sink.kind {
-        SinkKind::Webhook | SinkKind::Ntfy => http(sink, msg, from, timeout, env),
-        SinkKind::Command => command(sink, msg, from, timeout),
+pub fn send(d: &Delivery<'_>) -> Result<String, Failed> {
+    match d.sink.kind {
+        SinkKind::Webhook | SinkKind::Ntfy => http(d),
+        SinkKind::Command => command(d),
     }
 }
 
-fn http(
-    sink: &Sink,
-    msg: &Message,
-    from: &Origin,
-    timeout: Duration,
-    env: Env<'_>,
-) -> Result<String, Failed> {
+fn http(d: &Delivery<'_>) -> Result<String, Failed> {
+    let (sink, msg, from, timeout, env) = (d.sink, d.msg, d.from, d.timeout, d.env);
     let url = match &sink.url {
         Some(SinkUrl::Literal(u)) => u.clone(),
         Some(SinkUrl::Env(var)) => env(var)
@@ -225,7 +224,8 @@ fn redact(why: &str, url: &str) -> String {
     out
 }
 
-fn command(sink: &Sink, msg: &Message, from: &Origin, timeout: Duration) -> Result<String, Failed> {
+fn command(d: &Delivery<'_>) -> Result<String, Failed> {
+    let (sink, msg, from, timeout) = (d.sink, d.msg, d.from, d.timeout);
     let Some(argv) = sink.command.as_ref().filter(|c| !c.is_empty()) else {
         return Err(Failed::fatal("no command"));
     };

@@ -46,6 +46,15 @@ fn by_class(msgs: &[serde_json::Value]) -> BTreeMap<String, Vec<serde_json::Valu
     m
 }
 
+/// The messages by class, asserting they are exactly `classes`, each once.
+fn each_once(msgs: &[serde_json::Value], classes: &[&str]) -> BTreeMap<String, serde_json::Value> {
+    let by = by_class(msgs);
+    let names: Vec<&str> = by.keys().map(String::as_str).collect();
+    assert_eq!(names, classes, "{msgs:#?}");
+    assert!(by.values().all(|v| v.len() == 1), "{msgs:#?}");
+    by.into_iter().map(|(k, mut v)| (k, v.remove(0))).collect()
+}
+
 fn wait_messages(rx: &Receiver, n: usize, f: &Fleet) -> Vec<serde_json::Value> {
     let ok = wait_until(WAIT, || rx.messages().len() >= n);
     assert!(
@@ -138,11 +147,9 @@ fn every_class_arrives_once_with_its_fields() {
     wait_messages(&rx, 11, &f);
     f.stop_fleet();
     let msgs = wait_messages(&rx, 12, &f);
-    let classes = by_class(&msgs);
-    let names: Vec<&str> = classes.keys().map(String::as_str).collect();
-    assert_eq!(
-        names,
-        [
+    let classes = each_once(
+        &msgs,
+        &[
             "agent-paused",
             "agent-resumed",
             "budget-reached",
@@ -154,12 +161,10 @@ fn every_class_arrives_once_with_its_fields() {
             "quarantined",
             "rate-limited",
             "slot-parked",
-            "supervisor-stopped"
+            "supervisor-stopped",
         ],
-        "{msgs:#?}"
     );
-    assert!(classes.values().all(|v| v.len() == 1), "{msgs:#?}");
-    let one = |c: &str| classes[c][0].clone();
+    let one = |c: &str| classes[c].clone();
     let repo = f.repo.file_name().unwrap().to_string_lossy().into_owned();
     for m in &msgs {
         let text = m["text"].as_str().unwrap();
@@ -642,30 +647,19 @@ fn a_real_fleet_tells_of_ready_work_a_quarantine_its_budget_and_its_stop() {
         ),
     );
     f.start(&[]);
-    let msgs = wait_messages(&rx, 3, &f);
+    wait_messages(&rx, 3, &f);
     f.stop_fleet();
-    let msgs = {
-        let mut all = msgs;
-        if all.len() < 4 {
-            all = wait_messages(&rx, 4, &f);
-        }
-        all
-    };
-    let classes = by_class(&msgs);
-    let names: Vec<&str> = classes.keys().map(String::as_str).collect();
-    assert_eq!(
-        names,
-        [
+    let msgs = wait_messages(&rx, 4, &f);
+    let classes = each_once(
+        &msgs,
+        &[
             "budget-reached",
             "pr-ready",
             "quarantined",
-            "supervisor-stopped"
+            "supervisor-stopped",
         ],
-        "{msgs:#?}\n{}",
-        f.dump()
     );
-    assert!(classes.values().all(|v| v.len() == 1), "{msgs:#?}");
-    let pr = &classes["pr-ready"][0];
+    let pr = &classes["pr-ready"];
     assert_eq!(pr["issue"], 1);
     assert_eq!(pr["commits"], 1);
     assert!(
@@ -673,13 +667,13 @@ fn a_real_fleet_tells_of_ready_work_a_quarantine_its_budget_and_its_stop() {
             && pr["branch"].as_str().unwrap().contains("/1-issue-1"),
         "{pr}"
     );
-    let q = &classes["quarantined"][0];
+    let q = &classes["quarantined"];
     assert_eq!(
         (q["issue"].clone(), q["failures"].clone()),
         (serde_json::json!(2), serde_json::json!(1))
     );
-    let b = &classes["budget-reached"][0];
+    let b = &classes["budget-reached"];
     assert!(b["spend"].as_str().unwrap().contains("of $0.01"), "{b}");
     assert!(b["until"].as_str().unwrap().ends_with("T00:00:00Z"), "{b}");
-    assert_eq!(classes["supervisor-stopped"][0]["clean"], true);
+    assert_eq!(classes["supervisor-stopped"]["clean"], true);
 }
