@@ -12,7 +12,8 @@
 //!
 //! HTTP goes through `ureq` (rustls with the webpki roots, so `https://hooks.slack.com`
 //! and `https://ntfy.sh` work with no system TLS library; `HTTPS_PROXY`/`NO_PROXY` are
-//! honoured). A 4xx other than 408 and 429 is final: the same request would be refused
+//! honoured), on the calling thread only: connecting, sending and each wait for the answer
+//! are bounded by the sink's `timeout_s`; the name lookup is the system resolver's. A 4xx other than 408 and 429 is final: the same request would be refused
 //! again, so it is not retried.
 
 use std::io::Read;
@@ -129,8 +130,15 @@ fn http(d: &Delivery<'_>) -> Result<String, Failed> {
             .ok_or_else(|| Failed::fatal(format!("url_env: ${var} is not set")))?,
         None => return Err(Failed::fatal("no url")),
     };
+    // Each phase after the name lookup within `timeout`, never a global deadline: with one,
+    // ureq resolves the host on a thread of its own per request, and the notifier must stay
+    // one thread. The lookup is the system resolver's, with its own timeouts.
     let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
+        .timeout_connect(Some(timeout))
+        .timeout_send_request(Some(timeout))
+        .timeout_send_body(Some(timeout))
+        .timeout_recv_response(Some(timeout))
+        .timeout_recv_body(Some(timeout))
         .http_status_as_error(false)
         .max_redirects(0)
         .user_agent(concat!("afk-supervisor/", env!("CARGO_PKG_VERSION")))

@@ -141,9 +141,32 @@ fn every_class_arrives_once_with_its_fields() {
             None,
         ),
     ];
+    // One thread more than a fleet without sinks, whatever the number of records, and it
+    // leaves the loop's signals to the loop as every thread of the supervisor does.
+    let tasks = |name: &str| -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{}/task", f.sup_pid()))
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name)
+            })
+            .map(|t| std::fs::read_to_string(t.path().join("status")).unwrap())
+            .collect()
+    };
+    let sigblk = |status: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with("SigBlk:"))
+            .unwrap()
+            .to_string()
+    };
     for (kind, msg, issue, slot) in &planted {
         plant(&f, kind, msg, *issue, *slot);
     }
+    let notifier = tasks("afk-notify-out");
+    assert_eq!(notifier.len(), 1);
+    let main = std::fs::read_to_string(format!("/proc/{}/status", f.sup_pid())).unwrap();
+    assert_eq!(sigblk(&notifier[0]), sigblk(&main));
     wait_messages(&rx, 11, &f);
     f.stop_fleet();
     let msgs = wait_messages(&rx, 12, &f);
