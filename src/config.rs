@@ -18,6 +18,7 @@ use crate::layout::Layout;
 use crate::sandbox::SandboxMode;
 use crate::text::{clip_quoted, excerpt, line_col};
 
+pub mod notify;
 pub mod template;
 
 /// Largest config file read: the documented file with every key is about 4 KiB.
@@ -428,6 +429,8 @@ pub struct Config {
     pub budget: Budget,
     pub rescue: RescueCfg,
     pub isolation: IsolationCfg,
+    /// `[[notify]]`: where the fleet tells a person what happened (`docs/SPEC.md` §11.21).
+    pub notify: Vec<notify::Sink>,
 }
 
 impl Default for Config {
@@ -500,6 +503,7 @@ impl Default for Config {
                 max_file_bytes: 50 << 20,
             },
             isolation: IsolationCfg::default(),
+            notify: Vec::new(),
         }
     }
 }
@@ -589,6 +593,8 @@ struct FileDoc {
     rescue: FileRescue,
     #[serde(default)]
     isolation: FileIsolation,
+    #[serde(default)]
+    notify: Vec<Spanned<notify::FileSink>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1005,6 +1011,9 @@ impl Builder {
     }
 
     fn apply_file(&mut self, mut d: FileDoc) -> Result<(), ConfigError> {
+        if let Some((path, text)) = &self.file {
+            self.cfg.notify = notify::resolve(path, text, std::mem::take(&mut d.notify))?;
+        }
         let isolation = std::mem::take(&mut d.isolation);
         self.apply_isolation(isolation, &mut d.worker, &mut d.fleet)?;
         if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {

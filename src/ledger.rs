@@ -442,6 +442,41 @@ pub fn rescued_count(records: &[Record]) -> usize {
     records.iter().filter(|r| r.rescued.is_some()).count()
 }
 
+/// The event-log record the built-in worker appends when an issue's work is ready for a
+/// person to review: its branch was pushed with commits on it (`docs/SPEC.md` §11.21).
+pub const EVENT_READY: &str = "attempt.ready";
+/// The record of an issue handed to a person without work to review: no commits, a push
+/// that failed, set aside, over its budget (a refused attempt has `attempt.refused`).
+pub const EVENT_HANDED_OFF: &str = "attempt.handed-off";
+/// The record of a quarantine (§11.10), beside the ledger's own `quarantined` marker.
+pub const EVENT_QUARANTINED: &str = "attempt.quarantined";
+
+/// `#<N> ready for review: <K> commit(s) on branch <branch>[ (<link>)]`: the link is where
+/// a pull request for the branch is opened, when `origin` is on a forge that has one.
+pub fn ready_text(n: u64, commits: u64, branch: &str, link: Option<&str>) -> String {
+    let mut t = format!("#{n} ready for review: {commits} commit(s) on branch {branch}");
+    if let Some(l) = link {
+        t.push_str(&format!(" ({l})"));
+    }
+    t
+}
+
+/// `#<N> handed to a person: <why>[; work on branch <branch>]`.
+pub fn handed_off_text(n: u64, why: &str, branch: Option<&str>) -> String {
+    let mut t = format!("#{n} handed to a person: {why}");
+    if let Some(b) = branch {
+        t.push_str(&format!("; work on branch {b}"));
+    }
+    t
+}
+
+/// `#<N> quarantined after <K> failed attempt(s): it waits for a person (afk:quarantined)`.
+pub fn quarantined_text(n: u64, failures: usize) -> String {
+    format!(
+        "#{n} quarantined after {failures} failed attempt(s): it waits for a person (afk:quarantined)"
+    )
+}
+
 /// The quarantine comment: every counted attempt (when, outcome, branch) and how to retry.
 pub fn quarantine_comment(records: &[Record], label: &str) -> String {
     let attempts = current(records);

@@ -36,6 +36,8 @@
 //!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,
 //!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
 //!   `texts`.
+//! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
+//!   of their own, its cursor kept across restarts).
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
@@ -96,6 +98,7 @@ pub mod logs;
 pub mod mcp;
 #[cfg(test)]
 mod module_order;
+pub mod notify;
 pub mod pause;
 pub mod pidfile;
 pub mod process;

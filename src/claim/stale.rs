@@ -30,6 +30,18 @@ use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::pidfile::{Liveness, MissingStart, liveness};
 use crate::tracker::{IssueState, Tracker, TrackerError, labels};
 
+/// The event-log record of a takeover of another checkout's stale claim (`docs/SPEC.md`
+/// §11.5, §11.21): the host that held it is presumed lost.
+pub const EVENT_HOST_LOST: &str = "claims.host-lost";
+
+/// `host <host> presumed lost: its claim on #<N> (<worker>) went stale (no progress for
+/// <S>s); #<N> is back in the queue`.
+pub fn host_lost_text(n: u64, worker: &str, host: &str, stale_s: u64) -> String {
+    format!(
+        "host {host} presumed lost: its claim on #{n} ({worker}) went stale (no progress for {stale_s}s); #{n} is back in the queue"
+    )
+}
+
 /// What to do with one `running` issue whose thread was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StaleAction {
@@ -318,6 +330,18 @@ impl StaleBelt {
         let took = self.take_over(n, target.clone())?;
         if took && let Some(r) = &rescued {
             self.record_rescue(n, target.as_ref(), r);
+        }
+        if took && let Some((h, _)) = target.as_ref().filter(|(h, _)| h.host != self.host) {
+            // Another checkout's claim went stale with its branch standing still: that
+            // host (or its fleet) is presumed lost, which a person wants to know.
+            let ev = crate::toonl::Event::now(
+                EVENT_HOST_LOST,
+                host_lost_text(n, &h.worker, &h.host, self.stale_after.as_secs()),
+            )
+            .issue(n);
+            if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+                eprintln!("afk-supervisor: warning: {e}");
+            }
         }
         Ok(took)
     }

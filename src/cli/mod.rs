@@ -20,6 +20,7 @@ mod issue;
 mod list;
 mod logs;
 mod mcp;
+mod notify;
 mod pause;
 mod reap;
 mod restart;
@@ -146,6 +147,8 @@ pub enum Command {
     Events(events::EventsArgs),
     /// Serve this checkout's fleet over MCP on stdio (read-only unless --allow-writes).
     Mcp(mcp::McpArgs),
+    /// The [[notify]] sinks: `notify test [--sink NAME]` sends each a sample message.
+    Notify(notify::NotifyArgs),
 }
 
 /// What every subcommand gets: where the repo is and how to load the config.
@@ -279,6 +282,7 @@ fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Some(Command::Restart(args)) => restart::run(&ctx, &args),
         Some(Command::Events(args)) => events::run(&ctx, &args),
         Some(Command::Mcp(args)) => mcp::run(&ctx, &args),
+        Some(Command::Notify(args)) => notify::run(&ctx, &args),
         None => run::run(&ctx, &cli.run),
     }
 }

@@ -34,6 +34,16 @@ pub fn checked_config(
         workers: args.workers.map(usize::from),
         ..Overrides::default()
     })?;
+    // A sink that could not authenticate would only fail at the first thing worth telling.
+    let env = |v: &str| std::env::var(v).ok();
+    if let Some(missing) = config
+        .notify
+        .iter()
+        .flat_map(|s| s.missing_env(&env))
+        .next()
+    {
+        return Err(Failure::config(missing));
+    }
     if config.worker.command.is_none() {
         // The built-in worker would exit 78 on every slot: refuse before anything exists.
         crate::program::check_agent(&config, &ctx.layout)

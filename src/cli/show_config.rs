@@ -152,5 +152,38 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
             v.as_ref().map_or("(none)".into(), |v| format!("{v:?}")),
         );
     }
+    // Each sink as its table's keys; a secret is named by its variable, never shown.
+    for (i, s) in c.notify.iter().enumerate() {
+        let at = format!("file {}", s.at);
+        let key = |k: &str, v: String| outln!("notify[{i}].{k} = {v}  # {at}");
+        key("name", format!("{:?}", s.name));
+        key("kind", format!("{:?}", s.kind.to_string()));
+        match &s.url {
+            Some(config::notify::SinkUrl::Literal(u)) => key("url", format!("{u:?}")),
+            Some(config::notify::SinkUrl::Env(v)) => key("url_env", format!("{v:?}")),
+            None => {}
+        }
+        if let Some(cmd) = &s.command {
+            key("command", format!("{cmd:?}"));
+        }
+        key("events", format!("{:?}", s.events));
+        key("min_interval_s", s.min_interval_s.to_string());
+        if !s.headers_from_env.is_empty() {
+            let h: Vec<String> = s
+                .headers_from_env
+                .iter()
+                .map(|(h, v)| format!("{h:?} = {v:?}"))
+                .collect();
+            key(
+                "headers_from_env",
+                format!(
+                    "{{ {} }}  (values read from these variables at each send)",
+                    h.join(", ")
+                ),
+            );
+        }
+        key("timeout_s", s.timeout_s.to_string());
+        key("retry_for_s", s.retry_for_s.to_string());
+    }
     Ok(exit::OK)
 }

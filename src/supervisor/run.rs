@@ -268,6 +268,13 @@ async fn run_fleet(
         });
     // From here every early return drops `lock`, which removes the pid files.
     let mut journal = journal?;
+    // The notifier (`[[notify]]`) is placed on the log before this run's first record, so
+    // it reads all of them, and it is dropped before the lock: its last sends (at most
+    // `notify::deliver::DRAIN`) happen while no successor can start one of its own.
+    let (notify_out, notify_line) = match crate::notify::start(layout, &config) {
+        Some((handle, line)) => (handle, Some(line)),
+        None => (None, None),
+    };
     if let Err(e) = spawn::become_subreaper() {
         journal.write(Event::now(
             kind::ERROR,
@@ -286,6 +293,9 @@ async fn run_fleet(
     );
     for n in notes {
         journal.write(Event::now(n.kind(), n.text()));
+    }
+    if let Some(line) = notify_line {
+        journal.write(line);
     }
     // This checkout joins the user's list of fleets (`afk-supervisor list`).
     if let Err(e) = crate::fleets::path().and_then(|f| crate::fleets::record(&f, layout.repo())) {
@@ -503,6 +513,8 @@ async fn run_fleet(
     // The slot logs made for spawns that never came are taken back while the lock is still
     // held: a successor never finds one it could mistake for its own.
     drop(driver);
+    // What the last records mean is sent (or kept for the next start) before the lock goes.
+    drop(notify_out);
     // The pid files and the stop request go with the lock, here and on every early return.
     drop(lock);
     Ok(RunEnd::Stopped(code))

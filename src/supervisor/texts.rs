@@ -123,6 +123,12 @@ pub mod kind {
         crate::rescue::EVENT,
         crate::sandbox::EVENT_REFUSED,
         crate::tracker::provenance::EVENT_HELD,
+        crate::ledger::EVENT_READY,
+        crate::ledger::EVENT_HANDED_OFF,
+        crate::ledger::EVENT_QUARANTINED,
+        crate::claim::stale::EVENT_HOST_LOST,
+        crate::notify::EVENT_START,
+        crate::notify::EVENT_FAILED,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).
@@ -218,6 +224,16 @@ mod tests {
         assert!(kind::is_known("supervisor.tick"));
         assert!(!kind::is_known("bogus"));
         assert!(!kind::is_known("slot.ex"));
+    }
+
+    /// The kinds the notifier reads its classes from are kinds the fleet writes (the
+    /// notifier sits below this module and names them as text).
+    #[test]
+    fn the_notifiers_kinds_are_the_fleets() {
+        for k in crate::notify::classes::KINDS {
+            assert!(kind::ALL.contains(&k), "{k}");
+        }
+        assert!(kind::ALL.contains(&kind::BOOT_SWEEP));
     }
 
     #[test]

@@ -46,7 +46,42 @@ impl Worker<'_> {
             self.wenv.worker_id,
             ledger::failures(records)
         );
+        self.log_event(
+            ledger::EVENT_QUARANTINED,
+            n,
+            ledger::quarantined_text(n, ledger::failures(records)),
+        );
         Ok(())
+    }
+
+    /// One record of `kind` about issue `n` in the fleet's event log, with this worker's
+    /// slot and pid (`docs/SPEC.md` §11.15, §11.19, §11.21): one line appended as
+    /// `control.request` is. A log that cannot be written never fails what it records.
+    fn log_event(&self, kind: &str, n: u64, msg: String) {
+        let mut ev = crate::toonl::Event::now(kind, msg).issue(n);
+        ev.slot = self.wenv.slot.map(|s| s as u64);
+        ev.pid = Some(i64::from(std::process::id()));
+        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+            eprintln!("afk-supervisor: warning: {e}");
+        }
+    }
+
+    /// Where a person opens the pull request of `branch`: GitHub's compare page, when the
+    /// fleet's repository is on github.com (`tracker.repo`, else `origin`); else none.
+    fn review_link(&self, branch: &str) -> Option<String> {
+        let (host, repo) = match &self.config.tracker.repo {
+            Some(r) => ("github.com".to_string(), r.clone()),
+            None => {
+                let url = self.git.run(&["remote", "get-url", "origin"]).ok()?;
+                crate::tracker::select::repo_from_url(&url)?
+            }
+        };
+        (host == "github.com").then(|| {
+            format!(
+                "https://github.com/{repo}/compare/{}...{branch}?expand=1",
+                self.config.fleet.base
+            )
+        })
     }
 
     /// Hands issue `n` to a person for good: the comment `body` (ending with the hand-off
@@ -293,12 +328,7 @@ impl Worker<'_> {
                     worktree.display()
                 );
                 eprintln!("worker {}: {msg}", self.wenv.worker_id);
-                let mut ev = crate::toonl::Event::now(crate::sandbox::EVENT_REFUSED, msg).issue(n);
-                ev.slot = self.wenv.slot.map(|s| s as u64);
-                ev.pid = Some(i64::from(std::process::id()));
-                if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
-                    eprintln!("afk-supervisor: warning: {e}");
-                }
+                self.log_event(crate::sandbox::EVENT_REFUSED, n, msg);
                 end(outcome, &branch, &usage, None);
                 let body = texts::refused(n, attempt, tampered, &found, &branch, &worktree);
                 let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
@@ -363,6 +393,15 @@ impl Worker<'_> {
                     // Posted even when the label change failed: its hand-off mark tells the
                     // claims belt to finish the hand-off, never to requeue.
                     self.post_ending(n, &claim, &body, true);
+                    self.log_event(
+                        ledger::EVENT_HANDED_OFF,
+                        n,
+                        ledger::handed_off_text(
+                            n,
+                            &format!("set aside: {}", text::escape(&why)),
+                            None,
+                        ),
+                    );
                     edited?;
                     eprintln!(
                         "worker {}: #{n} set aside: {}",
@@ -443,6 +482,32 @@ impl Worker<'_> {
                         state.set_envelope_posted();
                     }
                     end(ledger::Outcome::Done, &branch, &usage, None);
+                    let (kind, line) = match &commits {
+                        Ok(0) => (
+                            ledger::EVENT_HANDED_OFF,
+                            ledger::handed_off_text(n, "the agent made no commits", None),
+                        ),
+                        Ok(k) => (
+                            ledger::EVENT_READY,
+                            ledger::ready_text(
+                                n,
+                                *k,
+                                &branch,
+                                self.review_link(&branch).as_deref(),
+                            ),
+                        ),
+                        Err(e) => (
+                            ledger::EVENT_HANDED_OFF,
+                            ledger::handed_off_text(
+                                n,
+                                &format!(
+                                    "its branch could not be pushed ({e}); the work is in the local branch"
+                                ),
+                                Some(&branch),
+                            ),
+                        ),
+                    };
+                    self.log_event(kind, n, line);
                     edited?;
                     state.write("done")?;
                     Ok(Outcome::Done)
@@ -578,6 +643,15 @@ impl Worker<'_> {
         eprintln!(
             "worker {}: #{n} handed to a person: spend ${:.2} reached budget.usd_per_issue {limit}",
             self.wenv.worker_id, spent.usd
+        );
+        let why = format!(
+            "its attempts cost ${:.2} over {} run(s), reaching budget.usd_per_issue {limit}",
+            spent.usd, spent.runs
+        );
+        self.log_event(
+            ledger::EVENT_HANDED_OFF,
+            n,
+            ledger::handed_off_text(n, &why, None),
         );
         Ok(true)
     }

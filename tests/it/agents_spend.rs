@@ -44,7 +44,7 @@ fn seen(exit_code: i32, stdout: &[u8]) -> Seen<'_> {
 
 /// The real CLIs' recordings (`tests/corpus/agents/real/`, `tests/it/agents_real.rs`), by
 /// path under `tests/corpus/agents/`: what the fake `claude` and `codex` below replay.
-const CLAUDE: &str = "real/claude-2.1.332";
+pub(crate) const CLAUDE: &str = "real/claude-2.1.332";
 const CODEX: &str = "real/codex-0.171.0";
 
 /// What the recorded Claude Code run cost (its `total_cost_usd`).
@@ -168,7 +168,13 @@ fn the_recorded_outputs_classify_as_their_clis_mean_them() {
 
 /// A fleet on the local tracker running a fake agent named `program` (a shell script in
 /// a bin dir first on `PATH`), with `n` ready issues and `extra` appended to the config.
-fn agent_fleet(program: &str, script: &str, workers: usize, n: u64, extra: &str) -> Fleet {
+pub(crate) fn agent_fleet(
+    program: &str,
+    script: &str,
+    workers: usize,
+    n: u64,
+    extra: &str,
+) -> Fleet {
     let mut f = Fleet::new("", "");
     let bin = f.file("bin");
     fs::create_dir_all(&bin).unwrap();

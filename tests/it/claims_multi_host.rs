@@ -11,6 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use afk_supervisor::claim::marks::{Event, Mark};
+use afk_supervisor::layout::Layout;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::{TestEnv, fleet, wait_until};
@@ -397,5 +398,31 @@ fn a_killed_hosts_issue_is_taken_over_after_the_stale_age() {
             h.dump()
         );
     }
+    // The effective takeover of each issue host 0 held (its agents' and any it had claimed
+    // but not started) says, once, that host 0 is presumed lost (what a `host-lost`
+    // notification is made of, docs/SPEC.md §11.21).
+    let lost_host = afk_supervisor::claim::tracked::this_host(&Layout::new(&h.clones[0]));
+    let lost: Vec<afk_supervisor::toonl::Event> = h.clones[1..]
+        .iter()
+        .flat_map(|c| {
+            afk_supervisor::toonl::read_events(&Layout::new(c).event_log()).unwrap_or_default()
+        })
+        .filter(|e| e.kind == afk_supervisor::claim::stale::EVENT_HOST_LOST)
+        .collect();
+    let mut issues: Vec<u64> = lost.iter().filter_map(|e| e.issue).collect();
+    issues.sort();
+    let told = issues.len();
+    issues.dedup();
+    assert_eq!(told, issues.len(), "an issue told twice: {lost:?}");
+    assert!(
+        killed.iter().all(|n| issues.contains(n)),
+        "{killed:?}: {lost:?}"
+    );
+    assert!(
+        lost.iter().all(|e| e
+            .msg
+            .starts_with(&format!("host {lost_host} presumed lost: its claim on #"))),
+        "{lost:?}"
+    );
     let _ = call_counts(&h.gh);
 }

@@ -32,6 +32,7 @@ mod log_format;
 mod logs_cli;
 mod logs_follow_days;
 mod mcp_server;
+mod notify;
 mod operator_control;
 mod orphan_worktree;
 mod orphans;

@@ -9,6 +9,7 @@ pub mod fake_gh;
 pub mod fleet;
 pub mod model_server;
 pub mod python;
+pub mod receiver;
 pub mod sweep_fixtures;
 
 use std::collections::BTreeSet;
