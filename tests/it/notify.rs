@@ -673,6 +673,10 @@ fn a_real_fleet_tells_of_ready_work_a_quarantine_its_budget_and_its_stop() {
     wait_messages(&rx, 3, &f);
     f.stop_fleet();
     let msgs = wait_messages(&rx, 4, &f);
+    // What the receiver got, for the notes (`-- --nocapture`).
+    for m in &msgs {
+        eprintln!("received: {m}");
+    }
     let classes = each_once(
         &msgs,
         &[
