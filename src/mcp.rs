@@ -128,6 +128,10 @@ pub struct Attempt {
     pub excused: Option<String>,
     /// `<ref> <sha>` where the attempt's work was rescued.
     pub rescued: Option<String>,
+    /// The pull request the attempt opened or pushed to (SPEC §11.20).
+    pub pr: Option<String>,
+    /// What the `[checks] command` said after this round (`passed (round 2)`, `failed: exit 1`).
+    pub checks: Option<String>,
     /// cgroup mode: the attempt's CPU time (ms) and memory peak (KiB) from the kernel.
     pub cpu_ms: Option<u64>,
     pub memory_peak_kib: Option<u64>,
@@ -177,6 +181,32 @@ pub struct IssueDetail {
     pub comments: Vec<CommentOut>,
     /// The attempt ledger (`.red/state/attempts/<N>.toonl`), oldest first.
     pub attempts: Vec<Attempt>,
+    /// The issue's pull request as this checkout's fleet knows it (SPEC §11.20); null when none.
+    pub pr: Option<PrOut>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PrOut {
+    /// The pull request's URL (gh) or local id; null while its opening waits for a retry.
+    pub url: Option<String>,
+    /// pending, open, merged or closed.
+    pub state: String,
+    pub branch: String,
+    pub base: String,
+    pub draft: bool,
+    /// The last result of the `[checks] command` (`none`, `passed (round 2)`, `failing after 2 round(s): exit 1`).
+    pub checks: String,
+    /// Whether its checks (the command's or CI's) fail now.
+    pub failing: bool,
+    /// Agent rounds the checks asked for beyond each attempt's first.
+    pub check_rounds: u64,
+    /// Fix attempts the landing belt asked for (CI failures, reviews, `/afk fix`, `/afk requeue`).
+    pub fix_rounds: u64,
+    /// The fix rounds or the budget ran out: a person has it.
+    pub needs_person: bool,
+    pub merge_requested: bool,
+    /// Why the last opening failed, while pending.
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -476,7 +506,7 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head, cost and tokens, why a failure was excused, the rescued ref and sha, kernel CPU and memory figures).",
+        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head, cost and tokens, why a failure was excused, the rescued ref and sha, kernel CPU and memory figures, its pull request and checks), and its pull request with its checks and fix rounds (SPEC §11.20).",
         annotations(read_only_hint = true)
     )]
     async fn show_issue(
@@ -506,6 +536,7 @@ impl AfkMcp {
                             })
                             .collect(),
                         attempts: Vec::new(),
+                        pr: None,
                     }
                 }
                 crate::tracker::select::Backend::Gh(t) => {
@@ -531,6 +562,7 @@ impl AfkMcp {
                             })
                             .collect(),
                         attempts: Vec::new(),
+                        pr: None,
                     }
                 }
             };
@@ -554,8 +586,29 @@ impl AfkMcp {
                     rescued: r.rescued,
                     cpu_ms: r.cpu_ms,
                     memory_peak_kib: r.memory_peak_kib,
+                    pr: r.pr,
+                    checks: r.checks,
                 })
                 .collect();
+            detail.pr = crate::landing::read(&this.layout, n)
+                .map_err(|e| e.to_string())?
+                .map(|r| {
+                    let v = crate::landing::PrView::from(&r);
+                    PrOut {
+                        url: v.url,
+                        state: v.state.to_string(),
+                        branch: v.branch,
+                        base: v.base,
+                        draft: v.draft,
+                        checks: v.checks,
+                        failing: v.failing,
+                        check_rounds: v.check_rounds,
+                        fix_rounds: v.fix_rounds,
+                        needs_person: v.needs_person,
+                        merge_requested: v.merge_requested,
+                        failure: v.failure,
+                    }
+                });
             Ok(Json(detail))
         })
         .await

@@ -70,6 +70,19 @@ pub fn render_status(r: &StatusReport) -> String {
     if let Some(i) = &f.isolation {
         facts.push(format!("isolation: {}", text::excerpt(&text::escape(i))));
     }
+    if let Some(p) = f.prs.filter(|p| *p != Default::default()) {
+        facts.push(format!(
+            "pull requests: open {} (failing {}), merged {}{}",
+            p.open,
+            p.failing,
+            p.merged,
+            if p.pending > 0 {
+                format!(", {} waiting to be opened", p.pending)
+            } else {
+                String::new()
+            }
+        ));
+    }
     if !facts.is_empty() {
         out.push_str(&facts.join("  "));
         out.push('\n');

@@ -28,6 +28,9 @@ pub enum PeriodicError {
     Claims(#[from] TrackerError),
     #[error(transparent)]
     SlotLogs(#[from] ExpireError),
+    /// The landing belt's pass failed for some of its records (`docs/SPEC.md` §11.20).
+    #[error("{0}")]
+    Landing(String),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -87,6 +90,17 @@ pub fn periodic_tasks(
             ))),
         },
     ];
+    // The landing belt: the checkout's pull requests, opened again after a refusal and
+    // followed until merged (`docs/SPEC.md` §11.20); once at start, then on its interval.
+    tasks.push(Periodic {
+        name: "landing-belt",
+        interval: Duration::from_secs(config.landing.watch_interval_s),
+        at_start: true,
+        task: Arc::new(Mutex::new(unless_paused(layout, {
+            let mut pass = crate::landing::belt::task(Arc::clone(tracker), layout, config);
+            Box::new(move || pass().map_err(PeriodicError::Landing))
+        }))),
+    });
     // Stale claims exist only where other checkouts claim too: on a tracker only this
     // checkout uses (`local`) the belt has nothing to do, and its pass is not run at all.
     if !shared {

@@ -122,6 +122,16 @@ pub mod kind {
         SLOT_RESTART,
         crate::rescue::EVENT,
         crate::sandbox::EVENT_REFUSED,
+        crate::landing::kind::OPENED,
+        crate::landing::kind::UPDATED,
+        crate::landing::kind::CREATE_FAILED,
+        crate::landing::kind::CHECKS_FAILED,
+        crate::landing::kind::CHECKS_PASSED,
+        crate::landing::kind::FIX_REQUESTED,
+        crate::landing::kind::NEEDS_PERSON,
+        crate::landing::kind::MERGE_REQUESTED,
+        crate::landing::kind::MERGED,
+        crate::landing::kind::CLOSED,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

@@ -846,19 +846,41 @@ impl Tracker for GhTracker {
         let out = self.run_write(&[
             "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
         ])?;
-        // gh prints the new PR's URL as its last line of stdout.
-        Ok(out
-            .lines()
-            .map(str::trim)
-            .rfind(|l| !l.is_empty())
-            .unwrap_or_default()
-            .to_string())
+        Ok(last_line(&out))
     }
 
     fn pr_merge(&self, head: &str) -> TrackerResult<()> {
         self.run(&["pr", "merge", head, "--merge", "--delete-branch"], true)
             .map(|_| ())
     }
+
+    /// `gh pr create --base B --head H --title T --body X [--draft]`.
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
+        if !draft {
+            return self.pr_create(base, head, title, body);
+        }
+        let out = self.run_write(&[
+            "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
+            "--draft",
+        ])?;
+        Ok(last_line(&out))
+    }
+}
+
+/// gh prints the new pull request's URL as its last line of stdout.
+fn last_line(out: &str) -> String {
+    out.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[cfg(test)]

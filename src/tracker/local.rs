@@ -101,6 +101,9 @@ pub struct PullRequest {
     pub closed_at: Option<String>,
     #[serde(default)]
     pub body: String,
+    /// Opened as a draft (`docs/SPEC.md` §11.20).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draft: bool,
 }
 
 impl PullRequest {
@@ -735,6 +738,17 @@ impl Tracker for LocalTracker {
     }
 
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {
+        self.pr_open(base, head, title, body, false)
+    }
+
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
         let op = format!("local pr create --base {base} --head {head}");
         if base == head {
             return Err(failed(op, "base and head are the same branch"));
@@ -773,6 +787,7 @@ impl Tracker for LocalTracker {
             merged_sha: None,
             closed_at: None,
             body: body.to_string(),
+            draft,
         };
         write_toml(&self.pr_file(id), &pr, &op)?;
         meta.next_pr = id + 1;
@@ -961,6 +976,7 @@ mod tests {
             merged_sha: None,
             closed_at: None,
             body: String::new(),
+            draft: false,
         };
         t.create("seed", "", &[]).unwrap();
         for p in [

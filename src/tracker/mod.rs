@@ -25,6 +25,9 @@ pub mod labels {
     pub const NEEDS_INFO: &str = "needs-info";
     /// An issue whose attempts failed `worker.max_failed_attempts` times (`docs/SPEC.md` §11.10).
     pub const QUARANTINED: &str = "afk:quarantined";
+    /// An issue whose pull request the fleet opened and its landing belt watches
+    /// (`docs/SPEC.md` §11.20); beside `ready-for-human`.
+    pub const PR_OPEN: &str = "afk:pr-open";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
 }
@@ -236,6 +239,27 @@ pub trait Tracker: Send + Sync {
 
     /// Opens a pull request from `head` into `base`; returns its URL or local id.
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String>;
+
+    /// Opens a finished issue's pull request (`docs/SPEC.md` §11.20), as a draft when
+    /// `draft`; returns its URL or local id. The default opens it ready with
+    /// [`Tracker::pr_create`] and refuses a draft.
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
+        if draft {
+            return Err(TrackerError::new(
+                ErrorKind::Failed,
+                format!("{} pr create --draft", self.kind()),
+                "this tracker opens no draft pull requests",
+            ));
+        }
+        self.pr_create(base, head, title, body)
+    }
 
     /// Merges the pull request whose head is `head` and deletes the branch.
     fn pr_merge(&self, head: &str) -> TrackerResult<()>;

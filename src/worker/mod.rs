@@ -21,9 +21,11 @@ macro_rules! say {
 
 mod agent;
 mod attempt;
+mod checks;
 mod env;
 mod error;
 mod home;
+mod landing;
 mod lifecycle;
 mod liveness;
 mod output;

@@ -271,19 +271,7 @@ def handle(argv, state):
 
     v = match(rest, ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything])
     if v is not None:
-        base, head, title, body = v
-        for pr in state["prs"]:
-            if pr["state"] == "OPEN" and pr["head"] == head and pr["base"] == base:
-                raise Reply(
-                    1,
-                    stderr='a pull request for branch "%s" into branch "%s" already exists:\n%s/pull/%d\n'
-                    % (head, base, url, pr["number"]),
-                )
-        number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
-        state["prs"].append(
-            {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
-        )
-        raise Reply(0, stdout="%s/pull/%d\n" % (url, number))
+        open_pr(state, url, v, False)
 
     v = match(rest, ["pr", "merge", anything, "--merge", "--delete-branch"])
     if v is not None:
@@ -294,7 +282,61 @@ def handle(argv, state):
                 raise Reply(0, stdout="")
         raise Reply(1, stderr='no pull requests found for branch "%s"\n' % head)
 
+    handle_landing(rest, argv, state, url)
+
     unknown(argv)
+
+
+# ---- issue 50: the landing (docs/SPEC.md section 11.20) --------------------------------
+# The pull-request calls of the landing, each as strictly matched as the ones above. A PR
+# in `state.json` may carry `isDraft`, `headRefOid`, `checks` (rows of `gh pr checks
+# --json name,bucket,link,workflow`, each optionally `required`), `reviews` and `comments`
+# (each {body, author, authorAssociation, state?, submittedAt?/createdAt?}), `autoMerge`
+# (the method asked) and `mergeable_when` ("checks": `--auto` merges at once when no
+# required check fails or is pending, else it waits). `runs` maps a run id to the text of
+# `gh run view <id> --log-failed`.
+
+
+def open_pr(state, url, values, draft):
+    """`gh pr create` (the docs lane's and the landing's): refused when an open PR has the
+    same head and base, as GitHub does; numbered after every issue and PR."""
+    base, head, title, body = values
+    for pr in state["prs"]:
+        if pr["state"] == "OPEN" and pr["head"] == head and pr["base"] == base:
+            raise Reply(
+                1,
+                stderr='a pull request for branch "%s" into branch "%s" already exists:\n%s/pull/%d\n'
+                % (head, base, url, pr["number"]),
+            )
+    number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
+    pr = {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
+    if draft:
+        pr["isDraft"] = True
+    state["prs"].append(pr)
+    raise Reply(0, stdout="%s/pull/%d\n" % (url, number))
+
+
+def verb_step(argv, state):
+    """A scripted reply aimed at one kind of call (`verb_script: {"pr create": [step, ...]}`),
+    taken when the queue is empty: a failure of the landing's call whatever comes before it."""
+    steps = state.get("verb_script", {}).get(" ".join(argv[:2]))
+    return steps.pop(0) if steps else None
+
+
+def find_pr(state, ref):
+    for pr in state["prs"]:
+        if str(pr["number"]) == ref:
+            return pr
+    raise Reply(1, stderr="GraphQL: Could not resolve to a PullRequest with the number of %s. (repository.pullRequest)\n" % ref)
+
+
+def handle_landing(rest, argv, state, url):
+    v = match(
+        rest,
+        ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything, "--draft"],
+    )
+    if v is not None:
+        open_pr(state, url, v, True)
 
 
 def chaos_strikes(state):
@@ -342,6 +384,8 @@ def main():
         if probe.code == 2:
             finish(probe)
         step = state["script"].pop(0) if state["script"] else None
+        if step is None:
+            step = verb_step(argv, state)
         limit = state.get("rate_limit")
         if step is None and limit and argv[:2] not in (["auth", "status"], ["api", "rate_limit"]):
             if time.time() < float(limit["reset"]):

@@ -143,7 +143,7 @@ impl FakeIssue {
     }
 }
 
-/// One pull request the fake recorded. `state` is `OPEN` or `MERGED`.
+/// One pull request the fake recorded. `state` is `OPEN`, `MERGED` or `CLOSED`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FakePr {
     pub number: u64,
@@ -152,6 +152,9 @@ pub struct FakePr {
     pub title: String,
     pub body: String,
     pub state: String,
+    /// Opened with `--draft` (issue 50).
+    #[serde(rename = "isDraft", default)]
+    pub is_draft: bool,
 }
 
 /// A fake `gh` installed in one [`TestEnv`].
@@ -290,6 +293,23 @@ impl FakeGh {
     /// with malformed JSON).
     pub fn respond_next(&self, k: usize, code: i32, stdout: &str, stderr: &str) {
         self.push_script(k, json!({"code": code, "stdout": stdout, "stderr": stderr}));
+    }
+
+    /// The next `k` calls of one kind (`"pr create"`: their first two words) exit with
+    /// `code` and print `stderr`, whatever other calls come first (issue 50).
+    pub fn fail_verb_next(&self, verb: &str, k: usize, code: i32, stderr: &str) {
+        self.edit(|s| {
+            let steps = &mut s["verb_script"][verb];
+            if !steps.is_array() {
+                *steps = json!([]);
+            }
+            for _ in 0..k {
+                steps
+                    .as_array_mut()
+                    .expect("verb_script array")
+                    .push(json!({"code": code, "stderr": stderr}));
+            }
+        });
     }
 
     /// The next `k` calls sleep `secs` before answering normally.
