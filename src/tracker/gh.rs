@@ -102,13 +102,7 @@ impl GhTracker {
                 keep.push(c);
                 continue;
             }
-            let trusted = match &author {
-                None => false,
-                Some(a) => match self.trust.judge(a) {
-                    Verdict::Trusted => true,
-                    Verdict::IfFleet => self.trust.counts(a, &self.viewer()?),
-                },
-            };
+            let trusted = self.trusts(author.as_ref())?;
             if trusted {
                 keep.push(c);
             } else {
@@ -125,6 +119,18 @@ impl GhTracker {
             );
         }
         Ok(())
+    }
+
+    /// Whether `author` may direct the fleet (SPEC §11.5's rule of marks): trusted by name
+    /// or association, else only when it is the fleet's own login (asked once).
+    fn trusts(&self, author: Option<&Author>) -> TrackerResult<bool> {
+        Ok(match author {
+            None => false,
+            Some(a) => match self.trust.judge(a) {
+                Verdict::Trusted => true,
+                Verdict::IfFleet => self.trust.counts(a, &self.viewer()?),
+            },
+        })
     }
 
     /// Shares the fleet's pause (`state_dir`/`fleet-pause.toon`) and write pace with every
@@ -274,6 +280,12 @@ impl GhTracker {
 
     /// Runs one gh call; stdout on success, a classified [`TrackerError`] otherwise.
     fn run(&self, args: &[&str], with_repo: bool) -> TrackerResult<String> {
+        self.run_codes(args, with_repo, &[])
+    }
+
+    /// [`Self::run`], also answering with stdout when gh exits with one of `answers` (`gh pr
+    /// checks` exits 1 when a check failed and 8 while one is pending).
+    fn run_codes(&self, args: &[&str], with_repo: bool, answers: &[i32]) -> TrackerResult<String> {
         let argv = self.argv(args, with_repo);
         let mut env: Vec<(OsString, OsString)> = vec![
             // Never wait on a prompt or print an update notice: nobody is at the keyboard.
@@ -293,7 +305,12 @@ impl GhTracker {
             return Err(refused);
         }
         match cmd::run(&argv, self.timeout, &opts) {
-            Ok(out) if out.status.success() => Ok(out.stdout_str()),
+            Ok(out)
+                if out.status.success()
+                    || out.status.code().is_some_and(|c| answers.contains(&c)) =>
+            {
+                Ok(out.stdout_str())
+            }
             Ok(out) => {
                 let stderr = out.stderr_str();
                 let kind = classify(out.status.code(), &stderr);
@@ -512,7 +529,7 @@ struct GhBody {
     author_association: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct GhAuthor {
     login: String,
 }
@@ -530,6 +547,39 @@ struct GhLabeledRow {
     #[serde(default)]
     body: Option<String>,
     labels: Vec<GhLabel>,
+}
+
+/// `gh pr view --json state,isDraft,headRefOid,reviews,comments`.
+#[derive(Debug, Deserialize)]
+pub struct GhPrView {
+    state: String,
+    #[serde(rename = "isDraft", default)]
+    is_draft: bool,
+    #[serde(rename = "headRefOid", default)]
+    head_ref_oid: Option<String>,
+    #[serde(default)]
+    reviews: Vec<GhPrNote>,
+    #[serde(default)]
+    comments: Vec<GhPrNote>,
+}
+
+/// One review or comment of `gh pr view`.
+#[derive(Debug, Deserialize)]
+struct GhPrNote {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    author: Option<GhAuthor>,
+    #[serde(rename = "authorAssociation", default)]
+    author_association: Option<String>,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(rename = "submittedAt", default)]
+    submitted_at: Option<String>,
+    #[serde(rename = "createdAt", default)]
+    created_at: Option<String>,
 }
 
 /// Why gh's output is not the shape its call asks for (the caller adds the command line).
@@ -625,6 +675,32 @@ pub mod parse {
     /// with their times (for the claim marks).
     pub fn thread(text: &str) -> Result<super::super::IssueThread, OutputError> {
         authored_thread(text).map(|(t, _)| t)
+    }
+
+    /// `gh pr view <pr> --json state,isDraft,headRefOid,reviews,comments`.
+    pub fn pr_view(text: &str) -> Result<GhPrView, OutputError> {
+        json(text)
+    }
+
+    /// `gh pr checks <pr> --json name,bucket,link`.
+    pub fn pr_checks(text: &str) -> Result<Vec<super::super::PrCheck>, OutputError> {
+        #[derive(Deserialize)]
+        struct Row {
+            name: String,
+            bucket: String,
+            #[serde(default)]
+            link: Option<String>,
+        }
+        let rows: Vec<Row> = json(text)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| super::super::PrCheck {
+                name: r.name,
+                bucket: r.bucket.to_ascii_lowercase(),
+                link: r.link.filter(|l| !l.is_empty()),
+                log: None,
+            })
+            .collect())
     }
 
     /// `gh api user`: the login.
@@ -854,6 +930,94 @@ impl Tracker for GhTracker {
             .map(|_| ())
     }
 
+    fn pr_status(&self, pr: &str) -> TrackerResult<super::PrStatus> {
+        self.pr_view(pr)
+    }
+
+    /// `gh pr checks <pr> [--required] --json name,bucket,link`. gh exits 1 when a check
+    /// failed and 8 while one is pending, answering all the same; a pull request with no
+    /// (required) checks is none.
+    fn pr_checks(&self, pr: &str, required: bool) -> TrackerResult<Vec<super::PrCheck>> {
+        let mut args = vec!["pr", "checks", pr];
+        if required {
+            args.push("--required");
+        }
+        args.extend(["--json", "name,bucket,link"]);
+        let out = match self.run_codes(&args, true, &[1, 8]) {
+            Ok(out) => out,
+            Err(e)
+                if e.detail.contains("no checks reported")
+                    || e.detail.contains("no required checks reported") =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        // Exit 1 with nothing on stdout: gh's "no checks reported" on stderr.
+        if out.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        parse::pr_checks(&out).map_err(|e| {
+            TrackerError::new(
+                ErrorKind::Transient,
+                render(&self.argv(&args, true)),
+                format!("unexpected JSON from gh: {e}"),
+            )
+        })
+    }
+
+    /// `gh run view <run> --log-failed`.
+    fn run_failed_log(&self, run: &str) -> TrackerResult<String> {
+        self.run(&["run", "view", run, "--log-failed"], true)
+    }
+
+    /// `gh pr merge <pr> --auto --squash|--merge|--rebase`.
+    fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()> {
+        self.run(&["pr", "merge", pr, "--auto", method.flag()], true)
+            .map(|_| ())
+    }
+
+    /// `gh pr comment <pr> --body <b>`.
+    fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()> {
+        self.run_write(&["pr", "comment", pr, "--body", body])
+            .map(|_| ())
+    }
+
+    /// `gh pr edit <pr> --add-label <l>`.
+    fn pr_add_label(&self, pr: &str, label: &str) -> TrackerResult<()> {
+        let l = label_csv(&format!("gh pr edit {pr}"), &[label])?;
+        self.run_write(&["pr", "edit", pr, "--add-label", &l])
+            .map(|_| ())
+    }
+
+    /// The thread with each comment's author judged (`gh issue view <N> --json
+    /// state,labels,comments`).
+    fn trusted_comments(
+        &self,
+        number: u64,
+    ) -> TrackerResult<(super::IssueThread, Vec<super::PrNote>)> {
+        let n = number.to_string();
+        let args = [
+            "issue",
+            "view",
+            n.as_str(),
+            "--json",
+            "state,labels,comments",
+        ];
+        let (thread, authors) = self.run_parsed(&args, parse::authored_thread)?;
+        let mut notes = Vec::with_capacity(thread.comments.len());
+        for (c, a) in thread.comments.iter().zip(authors) {
+            notes.push(super::PrNote {
+                key: super::note_key(c.at, &c.body),
+                author: a.as_ref().map_or("(deleted)".into(), |a| a.login.clone()),
+                trusted: self.trusts(a.as_ref())?,
+                body: c.body.clone(),
+                state: None,
+            });
+        }
+        Ok((thread, notes))
+    }
+
     /// `gh pr create --base B --head H --title T --body X [--draft]`.
     fn pr_open(
         &self,
@@ -871,6 +1035,57 @@ impl Tracker for GhTracker {
             "--draft",
         ])?;
         Ok(last_line(&out))
+    }
+}
+
+impl GhTracker {
+    /// `gh pr view <pr> --json state,isDraft,headRefOid,reviews,comments`, each review and
+    /// comment judged by the rule of marks.
+    fn pr_view(&self, pr: &str) -> TrackerResult<super::PrStatus> {
+        let args = [
+            "pr",
+            "view",
+            pr,
+            "--json",
+            "state,isDraft,headRefOid,reviews,comments",
+        ];
+        let v = self.run_parsed(&args, parse::pr_view)?;
+        let mut status = super::PrStatus {
+            state: v.state.to_ascii_uppercase(),
+            draft: v.is_draft,
+            head_sha: v.head_ref_oid.filter(|s| !s.is_empty()),
+            reviews: Vec::new(),
+            comments: Vec::new(),
+        };
+        for (list, out) in [
+            (v.reviews, &mut status.reviews),
+            (v.comments, &mut status.comments),
+        ] {
+            for n in list {
+                let author = n.author.as_ref().map(|a| Author {
+                    login: a.login.clone(),
+                    association: n.author_association.clone().unwrap_or_default(),
+                });
+                let at = n
+                    .submitted_at
+                    .as_deref()
+                    .or(n.created_at.as_deref())
+                    .unwrap_or("");
+                out.push(super::PrNote {
+                    key: n
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| super::note_key(None, &format!("{at}{}", n.body))),
+                    author: author
+                        .as_ref()
+                        .map_or("(deleted)".into(), |a| a.login.clone()),
+                    trusted: self.trusts(author.as_ref())?,
+                    body: n.body,
+                    state: n.state,
+                });
+            }
+        }
+        Ok(status)
     }
 }
 

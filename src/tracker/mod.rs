@@ -118,6 +118,57 @@ impl IssueView {
     }
 }
 
+/// A pull request as the landing belt follows it (`docs/SPEC.md` §11.20).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrStatus {
+    /// `OPEN`, `MERGED` or `CLOSED`.
+    pub state: String,
+    pub draft: bool,
+    /// The head commit; `None` where the tracker does not say.
+    pub head_sha: Option<String>,
+    /// Reviews and conversation comments, oldest first.
+    pub reviews: Vec<PrNote>,
+    pub comments: Vec<PrNote>,
+}
+
+/// One review or comment of a pull request, or one comment of an issue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrNote {
+    /// A key that stays the same across reads (the tracker's id, else the time and text).
+    pub key: String,
+    pub author: String,
+    /// Whether its author may direct the fleet: the same rule as claim marks (SPEC §11.5).
+    pub trusted: bool,
+    pub body: String,
+    /// A review's state (`CHANGES_REQUESTED`, `APPROVED`, `COMMENTED`); `None` for comments.
+    pub state: Option<String>,
+}
+
+/// One check of a pull request, as `gh pr checks --json name,bucket,link` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrCheck {
+    pub name: String,
+    /// `pass`, `fail`, `pending`, `skipping` or `cancel`.
+    pub bucket: String,
+    pub link: Option<String>,
+    /// The failure's log when the tracker carries it with the check (the local store).
+    pub log: Option<String>,
+}
+
+impl PrCheck {
+    pub fn failed(&self) -> bool {
+        matches!(self.bucket.as_str(), "fail" | "cancel")
+    }
+
+    /// The GitHub Actions run of its link (`…/actions/runs/<id>/job/<job>`).
+    pub fn run_id(&self) -> Option<&str> {
+        let link = self.link.as_deref()?;
+        let rest = &link[link.find("/actions/runs/")? + "/actions/runs/".len()..];
+        let id = rest.split('/').next()?;
+        (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
+    }
+}
+
 /// How a failed tracker call failed. Only `NotFound` and `Failed` may ever lead to an
 /// action; a `Transient` or `RateLimited` failure never leads to a deletion, label change
 /// or comment. `RateLimited` (GitHub's primary or secondary rate limit) is kept apart
@@ -264,6 +315,52 @@ pub trait Tracker: Send + Sync {
     /// Merges the pull request whose head is `head` and deletes the branch.
     fn pr_merge(&self, head: &str) -> TrackerResult<()>;
 
+    /// Reads pull request `pr` (a number on gh, `local-pr-<K>` locally): its state, head,
+    /// reviews and comments (`docs/SPEC.md` §11.20).
+    fn pr_status(&self, pr: &str) -> TrackerResult<PrStatus>;
+
+    /// Pull request `pr`'s checks; only the base branch's required ones when `required`.
+    fn pr_checks(&self, pr: &str, required: bool) -> TrackerResult<Vec<PrCheck>>;
+
+    /// The failed steps' log of CI run `run` (`gh run view <run> --log-failed`).
+    fn run_failed_log(&self, run: &str) -> TrackerResult<String>;
+
+    /// Asks for pull request `pr` to be merged by `method` once the repository's rules are
+    /// met (`gh pr merge --auto`); the local store merges at once.
+    fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()>;
+
+    /// Closes issue `number` after its pull request (`Closes #N`) merged. The default does
+    /// nothing: GitHub closes it itself when the pull request lands on the default branch.
+    fn close_merged(&self, number: u64) -> TrackerResult<()> {
+        let _ = number;
+        Ok(())
+    }
+
+    /// Comments on pull request `pr`.
+    fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()>;
+
+    /// Adds `label` to pull request `pr`.
+    fn pr_add_label(&self, pr: &str, label: &str) -> TrackerResult<()>;
+
+    /// Issue `number`'s comments, each with whether its author may direct the fleet (the
+    /// rule of claim marks). The default trusts every comment: the local store's are the
+    /// checkout's own.
+    fn trusted_comments(&self, number: u64) -> TrackerResult<(IssueThread, Vec<PrNote>)> {
+        let t = self.thread(number)?;
+        let notes = t
+            .comments
+            .iter()
+            .map(|c| PrNote {
+                key: note_key(c.at, &c.body),
+                author: String::new(),
+                trusted: true,
+                body: c.body.clone(),
+                state: None,
+            })
+            .collect();
+        Ok((t, notes))
+    }
+
     /// Leaves no open pull request whose head is `head`, once the caller has deleted (or
     /// tried to delete) that branch on `origin` because its landing failed. A merged one
     /// stays as it is. The default does nothing, which is right for GitHub: it closes a pull
@@ -275,9 +372,36 @@ pub trait Tracker: Send + Sync {
     }
 }
 
+/// A stable key of a comment the tracker gives no id for: its time and an FNV-1a hash of
+/// its text.
+pub fn note_key(at: Option<u64>, body: &str) -> String {
+    let h = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{}-{h:016x}", at.unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_come_from_actions_links() {
+        let c = |link: &str| PrCheck {
+            link: Some(link.into()),
+            ..PrCheck::default()
+        };
+        assert_eq!(
+            c("https://github.com/o/r/actions/runs/123/job/456").run_id(),
+            Some("123")
+        );
+        assert_eq!(c("https://ci.example/build/9").run_id(), None);
+        assert_eq!(
+            c("https://github.com/o/r/actions/runs/x1/job/4").run_id(),
+            None
+        );
+        assert_ne!(note_key(Some(1), "a"), note_key(Some(1), "b"));
+    }
 
     #[test]
     fn claimable_needs_ready_and_no_blocker() {

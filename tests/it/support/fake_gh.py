@@ -338,6 +338,96 @@ def handle_landing(rest, argv, state, url):
     if v is not None:
         open_pr(state, url, v, True)
 
+    v = match(rest, ["pr", "view", positive, "--json", "state,isDraft,headRefOid,reviews,comments"])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        settle_auto_merge(state, pr)
+        notes = lambda key, stamp: [
+            dict(
+                {
+                    "id": n.get("id") or "%s-%d" % (key, i),
+                    "author": {"login": n.get("author") or viewer(state)},
+                    "authorAssociation": n.get("authorAssociation") or state.get("viewer_association", "OWNER"),
+                    "body": n.get("body", ""),
+                    stamp: n.get(stamp, "2026-01-01T00:00:00Z"),
+                },
+                **({"state": n["state"]} if "state" in n else {}),
+            )
+            for i, n in enumerate(pr.get(key, []))
+        ]
+        raise Reply(
+            0,
+            stdout=dump(
+                {
+                    "comments": notes("comments", "createdAt"),
+                    "headRefOid": pr.get("headRefOid", "0" * 40),
+                    "isDraft": bool(pr.get("isDraft")),
+                    "reviews": notes("reviews", "submittedAt"),
+                    "state": pr["state"],
+                }
+            ),
+        )
+
+    for required in (True, False):
+        pattern = ["pr", "checks", positive] + (["--required"] if required else []) + ["--json", "name,bucket,link"]
+        v = match(rest, pattern)
+        if v is not None:
+            pr = find_pr(state, v[0])
+            rows = [c for c in pr.get("checks", []) if c.get("required") or not required]
+            if not rows:
+                raise Reply(1, stderr="no %schecks reported on the '%s' branch\n" % ("required " if required else "", pr["head"]))
+            out = dump([{"bucket": c["bucket"], "link": c.get("link", ""), "name": c["name"]} for c in rows])
+            buckets = [c["bucket"] for c in rows]
+            # As gh: 1 when a check failed, 8 while one is pending.
+            raise Reply(1 if "fail" in buckets or "cancel" in buckets else 8 if "pending" in buckets else 0, stdout=out)
+
+    v = match(rest, ["run", "view", positive, "--log-failed"])
+    if v is not None:
+        log = state.get("runs", {}).get(v[0])
+        if log is None:
+            raise Reply(1, stderr="could not find any workflow run with ID %s\n" % v[0])
+        raise Reply(0, stdout=log)
+
+    for method in ("--squash", "--merge", "--rebase"):
+        v = match(rest, ["pr", "merge", positive, "--auto", method])
+        if v is not None:
+            pr = find_pr(state, v[0])
+            if pr["state"] != "OPEN":
+                raise Reply(1, stderr="Pull request #%s is not open\n" % v[0])
+            pr["autoMerge"] = method
+            settle_auto_merge(state, pr)
+            raise Reply(0, stdout="")
+
+    v = match(rest, ["pr", "comment", positive, "--body", anything])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        pr.setdefault("comments", []).append({"body": v[1]})
+        raise Reply(0, stdout="%s/pull/%s#issuecomment-%d\n" % (url, v[0], len(pr["comments"])))
+
+    v = match(rest, ["pr", "edit", positive, "--add-label", anything])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        for label in v[1].split(","):
+            if label not in pr.setdefault("labels", []):
+                pr["labels"].append(label)
+        raise Reply(0, stdout="%s/pull/%s\n" % (url, v[0]))
+
+
+def settle_auto_merge(state, pr):
+    """GitHub's auto-merge: once asked, the PR merges when no required check fails or is
+    pending (never past a failing one); its `Closes #N` then closes the issue."""
+    if pr["state"] != "OPEN" or not pr.get("autoMerge") or pr.get("isDraft"):
+        return
+    required = [c["bucket"] for c in pr.get("checks", []) if c.get("required")]
+    if any(b in ("fail", "cancel", "pending") for b in required):
+        return
+    pr["state"] = "MERGED"
+    for m in re.finditer(r"(?im)^closes #([0-9]+)", pr.get("body", "")):
+        for issue in state["issues"]:
+            if issue["number"] == int(m.group(1)):
+                issue["state"] = "CLOSED"
+                issue["closedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
 
 def chaos_strikes(state):
     """Chaos mode: whether this call fails, before doing anything. Call k of a run with seed

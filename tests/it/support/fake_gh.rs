@@ -469,3 +469,40 @@ fn find_python3() -> PathBuf {
     assert!(out.status.success(), "python3 failed: {out:?}");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
+
+// ---- issue 50: the landing's pull requests ------------------------------------------
+impl FakeGh {
+    /// Replaces `key` (`checks`, `reviews`, `comments`, `headRefOid`, `isDraft`) of pull
+    /// request `number` (see the landing block of `fake_gh.py` for the shapes).
+    pub fn set_pr(&self, number: u64, key: &str, value: Value) {
+        self.edit(|s| {
+            let prs = s["prs"].as_array_mut().expect("prs array");
+            let pr = prs
+                .iter_mut()
+                .find(|p| p["number"] == number)
+                .expect("no such pull request");
+            pr[key] = value;
+        });
+    }
+
+    /// One pull request as the fake holds it, every key.
+    pub fn pr_json(&self, number: u64) -> Value {
+        self.state()["prs"]
+            .as_array()
+            .expect("prs array")
+            .iter()
+            .find(|p| p["number"] == number)
+            .cloned()
+            .expect("no such pull request")
+    }
+
+    /// `gh run view <run> --log-failed` answers `log`.
+    pub fn set_run_log(&self, run: &str, log: &str) {
+        self.edit(|s| {
+            if !s["runs"].is_object() {
+                s["runs"] = json!({});
+            }
+            s["runs"][run] = json!(log);
+        });
+    }
+}
