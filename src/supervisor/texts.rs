@@ -122,6 +122,7 @@ pub mod kind {
         SLOT_RESTART,
         crate::rescue::EVENT,
         crate::sandbox::EVENT_REFUSED,
+        crate::attempt_state::EVENT_CLAIMED,
         crate::landing::kind::OPENED,
         crate::landing::kind::UPDATED,
         crate::landing::kind::CREATE_FAILED,

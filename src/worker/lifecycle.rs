@@ -166,6 +166,17 @@ impl Worker<'_> {
             self.wenv.worker_id,
             text::escape(&title)
         );
+        let fix = pr
+            .as_ref()
+            .map_or(String::new(), |p| format!("; a fix round of {}", p.name()));
+        self.landing_event(
+            crate::attempt_state::EVENT_CLAIMED,
+            n,
+            format!(
+                "#{n} claimed by worker {}: attempt {n}-a{attempt} on branch {branch}{fix}",
+                self.wenv.worker_id
+            ),
+        );
         let started = state.state.started_at.clone();
         let end_record = |outcome: ledger::Outcome,
                           branch: &str,

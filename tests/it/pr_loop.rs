@@ -872,3 +872,61 @@ fn merge_auto_merges_only_when_checks_pass() {
     assert_eq!(merged.len(), 1, "{merged:?}");
     assert_eq!(l.belt().pass().watched, 0, "no longer followed");
 }
+
+// ---- one issue's whole path ----------------------------------------------------------
+
+/// Claim, checks failing then passing, the pull request, a CI failure, the fix round on
+/// its branch, green, the merge: the event log tells the whole path in order, as `events`
+/// prints it (run with `--nocapture` to see it).
+#[test]
+fn one_issues_whole_path_from_claim_to_merge() {
+    let (l, pr) = opened(
+        "prompt = \"Fix #{number}.{guidance}\"\n",
+        &format!("{SECOND_ROUND_CHECKS}[landing]\nmerge = \"auto\"\n"),
+    );
+    failing_ci(&l, pr, "a1");
+    l.fake()
+        .set_run_log("77", "thread 'parser::tabs' panicked: tabs are spaces\n");
+    assert_eq!(l.belt().pass().fixes, 1);
+    l.work_once(0);
+    assert!(told(&l, "prompt", 3).contains("tabs are spaces"));
+    l.fake().set_pr(
+        pr,
+        "checks",
+        serde_json::json!([{"name": "test", "bucket": "pass", "required": true}]),
+    );
+    l.fake().set_pr(pr, "headRefOid", serde_json::json!("b2"));
+    assert_eq!(l.belt().pass().merged, 1);
+    let mut c = l.env.bin_on(&l.repo.path);
+    l.fake().apply(&mut c);
+    let printed = stdout(&c.args(["events", "--kind", "pr"]).output().unwrap());
+    let mut c = l.env.bin_on(&l.repo.path);
+    l.fake().apply(&mut c);
+    let all = stdout(&c.args(["events"]).output().unwrap());
+    println!("$ afk-supervisor --repo <repo> events\n{all}");
+    let kinds: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|k| k.starts_with("pr.") || k.starts_with("attempt.claimed"))
+        .map(|k| k.trim_end_matches(':'))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "attempt.claimed",
+            "pr.checks-failed",
+            "pr.checks-passed",
+            "pr.opened",
+            "pr.checks-failed",
+            "pr.fix-requested",
+            "attempt.claimed",
+            "pr.checks-passed",
+            "pr.updated",
+            "pr.merge-requested",
+            "pr.merged"
+        ],
+        "{all}"
+    );
+    assert_eq!(printed.lines().count(), 9, "{printed}");
+    assert_eq!(l.fake().issue(1).unwrap().state, "CLOSED");
+}
