@@ -182,31 +182,7 @@ pub struct IssueDetail {
     /// The attempt ledger (`.red/state/attempts/<N>.toonl`), oldest first.
     pub attempts: Vec<Attempt>,
     /// The issue's pull request as this checkout's fleet knows it (SPEC §11.20); null when none.
-    pub pr: Option<PrOut>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct PrOut {
-    /// The pull request's URL (gh) or local id; null while its opening waits for a retry.
-    pub url: Option<String>,
-    /// pending, open, merged or closed.
-    pub state: String,
-    pub branch: String,
-    pub base: String,
-    pub draft: bool,
-    /// The last result of the `[checks] command` (`none`, `passed (round 2)`, `failing after 2 round(s): exit 1`).
-    pub checks: String,
-    /// Whether its checks (the command's or CI's) fail now.
-    pub failing: bool,
-    /// Agent rounds the checks asked for beyond each attempt's first.
-    pub check_rounds: u64,
-    /// Fix attempts the landing belt asked for (CI failures, reviews, `/afk fix`, `/afk requeue`).
-    pub fix_rounds: u64,
-    /// The fix rounds or the budget ran out: a person has it.
-    pub needs_person: bool,
-    pub merge_requested: bool,
-    /// Why the last opening failed, while pending.
-    pub failure: Option<String>,
+    pub pr: Option<crate::landing::PrView>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -592,23 +568,8 @@ impl AfkMcp {
                 .collect();
             detail.pr = crate::landing::read(&this.layout, n)
                 .map_err(|e| e.to_string())?
-                .map(|r| {
-                    let v = crate::landing::PrView::from(&r);
-                    PrOut {
-                        url: v.url,
-                        state: v.state.to_string(),
-                        branch: v.branch,
-                        base: v.base,
-                        draft: v.draft,
-                        checks: v.checks,
-                        failing: v.failing,
-                        check_rounds: v.check_rounds,
-                        fix_rounds: v.fix_rounds,
-                        needs_person: v.needs_person,
-                        merge_requested: v.merge_requested,
-                        failure: v.failure,
-                    }
-                });
+                .as_ref()
+                .map(crate::landing::PrView::from);
             Ok(Json(detail))
         })
         .await

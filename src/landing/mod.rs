@@ -60,7 +60,7 @@ pub mod kind {
 }
 
 /// Where an issue's pull request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PrState {
     /// The branch is pushed but opening the pull request failed: the belt retries it.
@@ -163,9 +163,11 @@ impl PrRecord {
 }
 
 /// What `issue show` and the MCP `show_issue` say of an issue's pull request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PrView {
+    /// The pull request's URL (gh) or local id; null while its opening waits for a retry.
     pub url: Option<String>,
+    /// pending, open, merged or closed.
     pub state: PrState,
     pub branch: String,
     pub base: String,

@@ -887,15 +887,7 @@ impl Tracker for GhTracker {
     }
 
     fn thread(&self, number: u64) -> TrackerResult<super::IssueThread> {
-        let n = number.to_string();
-        let args = [
-            "issue",
-            "view",
-            n.as_str(),
-            "--json",
-            "state,labels,comments",
-        ];
-        let (mut thread, authors) = self.run_parsed(&args, parse::authored_thread)?;
+        let (mut thread, authors) = self.authored_thread(number)?;
         self.drop_untrusted_marks(number, &mut thread, authors)?;
         Ok(thread)
     }
@@ -996,15 +988,7 @@ impl Tracker for GhTracker {
         &self,
         number: u64,
     ) -> TrackerResult<(super::IssueThread, Vec<super::PrNote>)> {
-        let n = number.to_string();
-        let args = [
-            "issue",
-            "view",
-            n.as_str(),
-            "--json",
-            "state,labels,comments",
-        ];
-        let (thread, authors) = self.run_parsed(&args, parse::authored_thread)?;
+        let (thread, authors) = self.authored_thread(number)?;
         let mut notes = Vec::with_capacity(thread.comments.len());
         for (c, a) in thread.comments.iter().zip(authors) {
             notes.push(super::PrNote {
@@ -1039,6 +1023,23 @@ impl Tracker for GhTracker {
 }
 
 impl GhTracker {
+    /// `gh issue view <N> --json state,labels,comments`: the thread and each comment's
+    /// author.
+    fn authored_thread(
+        &self,
+        number: u64,
+    ) -> TrackerResult<(super::IssueThread, Vec<Option<Author>>)> {
+        let n = number.to_string();
+        let args = [
+            "issue",
+            "view",
+            n.as_str(),
+            "--json",
+            "state,labels,comments",
+        ];
+        self.run_parsed(&args, parse::authored_thread)
+    }
+
     /// `gh pr view <pr> --json state,isDraft,headRefOid,reviews,comments`, each review and
     /// comment judged by the rule of marks.
     fn pr_view(&self, pr: &str) -> TrackerResult<super::PrStatus> {
