@@ -124,6 +124,26 @@ mod tests {
     use crate::status::tests::report;
 
     #[test]
+    fn the_pull_requests_are_counted_once_there_are_any() {
+        let mut r = report();
+        r.fleet.prs = Some(crate::landing::PrCounts::default());
+        assert!(!render_status(&r).contains("pull requests"));
+        r.fleet.prs = Some(crate::landing::PrCounts {
+            open: 3,
+            failing: 1,
+            merged: 7,
+            pending: 1,
+        });
+        let text = render_status(&r);
+        assert!(
+            text.contains(
+                "quarantined: 2  pull requests: open 3 (failing 1), merged 7, 1 waiting to be opened"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn durations_read_well() {
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(65), "1m05s");

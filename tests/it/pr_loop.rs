@@ -161,12 +161,25 @@ impl Loop {
         afk_supervisor::landing::belt::Belt::new(tracker, &layout, &config)
     }
 
+    /// Dates every comment of issue 1 a day back, as a fix round comes minutes after the
+    /// hand-off, so the next claim does not wait out the hand-off's settle window (SPEC
+    /// §11.5: a claim within 60 s of a hand-off mark re-reads until it settles).
+    fn backdate_comments(&self) {
+        let gh = self.fake();
+        let mut issues = gh.issues();
+        for c in &mut issues[0].comments {
+            c.created_at = "2026-01-01T00:00:00Z".into();
+        }
+        gh.set_issues(&issues);
+    }
+
     /// Puts the issue back in the queue as a person (or the landing belt) would.
     fn requeue(&self) {
         let gh = self.fake();
         let mut issues = gh.issues();
         issues[0].labels = vec!["ready-for-agent".into(), "afk:pr-open".into()];
         gh.set_issues(&issues);
+        self.backdate_comments();
     }
 }
 
@@ -656,6 +669,7 @@ fn a_pr_whose_ci_fails_gets_one_fix_attempt_on_its_branch_then_green() {
     assert!(!issue.comments.iter().any(|c| c.body.contains("lint")));
     // Queued: nothing more is asked until the round is done.
     assert_eq!(l.belt().pass().fixes, 0);
+    l.backdate_comments();
     l.work_once(0);
     assert_eq!(l.runs(), 2);
     let prompt = told(&l, "prompt", 2);
@@ -888,6 +902,7 @@ fn one_issues_whole_path_from_claim_to_merge() {
     l.fake()
         .set_run_log("77", "thread 'parser::tabs' panicked: tabs are spaces\n");
     assert_eq!(l.belt().pass().fixes, 1);
+    l.backdate_comments();
     l.work_once(0);
     assert!(told(&l, "prompt", 3).contains("tabs are spaces"));
     l.fake().set_pr(
