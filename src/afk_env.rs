@@ -25,6 +25,10 @@ pub const BRANCH: &str = "RED_AFK_BRANCH";
 pub const WORKTREE: &str = "RED_AFK_WORKTREE";
 pub const ATTEMPT_DIR: &str = "RED_AFK_ATTEMPT_DIR";
 pub const RESUME_BRANCH: &str = "RED_AFK_RESUME_BRANCH";
+/// The file holding what this round must address (`docs/SPEC.md` §11.22), when it has guidance.
+pub const GUIDANCE_FILE: &str = "RED_AFK_GUIDANCE_FILE";
+/// Which round of an attempt the `[checks] command` checks (1 for the first).
+pub const CHECKS_ROUND: &str = "RED_AFK_CHECKS_ROUND";
 pub const ISSUE_TITLE: &str = "RED_AFK_ISSUE_TITLE";
 pub const ISSUE_BODY: &str = "RED_AFK_ISSUE_BODY";
 pub const ISSUE_TITLE_FILE: &str = "RED_AFK_ISSUE_TITLE_FILE";
@@ -96,6 +100,8 @@ mod tests {
             WORKTREE,
             ATTEMPT_DIR,
             RESUME_BRANCH,
+            GUIDANCE_FILE,
+            CHECKS_ROUND,
             ISSUE_TITLE,
             ISSUE_BODY,
             ISSUE_TITLE_FILE,

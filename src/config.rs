@@ -320,6 +320,138 @@ pub struct RescueCfg {
     pub max_file_bytes: u64,
 }
 
+/// `[checks]` (`docs/SPEC.md` §11.22): the project's own checks, run by the built-in worker
+/// in the issue's worktree after the agent, inside the agent's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChecksCfg {
+    /// The argv run in the worktree; `None`: no checks.
+    pub command: Option<Vec<String>>,
+    /// The longest one run of the checks may take; then its process group is killed and
+    /// the run counts as failed.
+    pub timeout_s: u64,
+    /// The most agent rounds one attempt takes (the first and the ones after a failing
+    /// check), at least 1.
+    pub max_rounds: u64,
+    /// What a finished attempt whose checks still fail after `max_rounds` becomes.
+    pub on_failure: ChecksFailure,
+}
+
+/// `checks.on_failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksFailure {
+    /// The pull request is opened as a draft, marked as failing.
+    Draft,
+    /// No pull request: the pushed branch goes to a person with the failure.
+    Person,
+}
+
+impl fmt::Display for ChecksFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChecksFailure::Draft => "draft",
+            ChecksFailure::Person => "person",
+        })
+    }
+}
+
+/// `landing.merge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMode {
+    /// The fleet never merges: a person does.
+    Off,
+    /// GitHub is asked to merge once the repository's rules are met (`gh pr merge --auto`);
+    /// the local tracker merges when the checks passed.
+    Auto,
+}
+
+/// `landing.method`: how a pull request is merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMethod {
+    Squash,
+    Merge,
+    Rebase,
+}
+
+impl MergeMethod {
+    /// `gh pr merge`'s flag for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            MergeMethod::Squash => "--squash",
+            MergeMethod::Merge => "--merge",
+            MergeMethod::Rebase => "--rebase",
+        }
+    }
+}
+
+/// `landing.ci`: which of a pull request's checks the landing belt acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CiScope {
+    /// The checks the base branch's rules require (`gh pr checks --required`).
+    Required,
+    /// Every check reported on the pull request.
+    All,
+}
+
+macro_rules! word_display {
+    ($t:ty { $($v:ident => $w:literal),* $(,)? }) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $(<$t>::$v => $w),* })
+            }
+        }
+    };
+}
+word_display!(MergeMode { Off => "off", Auto => "auto" });
+word_display!(MergeMethod { Squash => "squash", Merge => "merge", Rebase => "rebase" });
+word_display!(CiScope { Required => "required", All => "all" });
+
+/// `[landing]` (`docs/SPEC.md` §11.22): what becomes of a finished attempt's branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LandingCfg {
+    /// A pull request per finished issue; `false`: the branch is pushed and the issue
+    /// handed to a person, as before pull requests.
+    pub pull_request: bool,
+    /// Open pull requests as drafts (a failing check's pull request is a draft anyway).
+    pub draft: bool,
+    pub merge: MergeMode,
+    pub method: MergeMethod,
+    /// Fix attempts the landing belt asks for one pull request (CI, reviews, `/afk fix`)
+    /// before it labels the pull request for a person.
+    pub max_fix_rounds: u64,
+    /// How often the landing belt looks at the fleet's pull requests.
+    pub watch_interval_s: u64,
+    pub ci: CiScope,
+}
+
+impl Default for ChecksCfg {
+    fn default() -> Self {
+        ChecksCfg {
+            command: None,
+            timeout_s: 1800,
+            max_rounds: 2,
+            on_failure: ChecksFailure::Draft,
+        }
+    }
+}
+
+impl Default for LandingCfg {
+    fn default() -> Self {
+        LandingCfg {
+            pull_request: true,
+            draft: false,
+            merge: MergeMode::Off,
+            method: MergeMethod::Squash,
+            max_fix_rounds: 2,
+            watch_interval_s: 60,
+            ci: CiScope::Required,
+        }
+    }
+}
+
 /// How workers are kept apart and ended (`isolation.mode`; README "Isolation").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -431,6 +563,8 @@ pub struct Config {
     pub isolation: IsolationCfg,
     /// `[[notify]]`: where the fleet tells a person what happened (`docs/SPEC.md` §11.21).
     pub notify: Vec<notify::Sink>,
+    pub checks: ChecksCfg,
+    pub landing: LandingCfg,
 }
 
 impl Default for Config {
@@ -504,6 +638,8 @@ impl Default for Config {
             },
             isolation: IsolationCfg::default(),
             notify: Vec::new(),
+            checks: ChecksCfg::default(),
+            landing: LandingCfg::default(),
         }
     }
 }
@@ -595,6 +731,31 @@ struct FileDoc {
     isolation: FileIsolation,
     #[serde(default)]
     notify: Vec<Spanned<notify::FileSink>>,
+    #[serde(default)]
+    checks: FileChecks,
+    #[serde(default)]
+    landing: FileLanding,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileChecks {
+    command: S<Vec<String>>,
+    timeout_s: S<u64>,
+    max_rounds: S<u64>,
+    on_failure: S<ChecksFailure>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLanding {
+    pull_request: S<bool>,
+    draft: S<bool>,
+    merge: S<MergeMode>,
+    method: S<MergeMethod>,
+    max_fix_rounds: S<u64>,
+    watch_interval_s: S<u64>,
+    ci: S<CiScope>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1010,10 +1171,59 @@ impl Builder {
         Ok(())
     }
 
+    /// `[checks]` and `[landing]` (`docs/SPEC.md` §11.22).
+    fn apply_landing(&mut self, c: FileChecks, l: FileLanding) -> Result<(), ConfigError> {
+        if let Some(x) = self.take("checks.command", c.command) {
+            if x.is_empty() || x[0].is_empty() {
+                return Err(ConfigError(format!(
+                    "{}: checks.command must name a program",
+                    self.origin_of("checks.command")
+                )));
+            }
+            self.cfg.checks.command = Some(x);
+        }
+        if let Some(x) = self.take_u64("checks.timeout_s", c.timeout_s)? {
+            self.cfg.checks.timeout_s = x;
+        }
+        if let Some(x) = self.take_u64("checks.max_rounds", c.max_rounds)? {
+            self.cfg.checks.max_rounds = x;
+        }
+        if let Some(x) = self.take("checks.on_failure", c.on_failure) {
+            self.cfg.checks.on_failure = x;
+        }
+        if let Some(x) = self.take("landing.pull_request", l.pull_request) {
+            self.cfg.landing.pull_request = x;
+        }
+        if let Some(x) = self.take("landing.draft", l.draft) {
+            self.cfg.landing.draft = x;
+        }
+        if let Some(x) = self.take("landing.merge", l.merge) {
+            self.cfg.landing.merge = x;
+        }
+        if let Some(x) = self.take("landing.method", l.method) {
+            self.cfg.landing.method = x;
+        }
+        if let Some(x) = self.take_u64("landing.max_fix_rounds", l.max_fix_rounds)? {
+            self.cfg.landing.max_fix_rounds = x;
+        }
+        if let Some(x) = self.take_u64("landing.watch_interval_s", l.watch_interval_s)? {
+            self.cfg.landing.watch_interval_s = x;
+        }
+        if let Some(x) = self.take("landing.ci", l.ci) {
+            self.cfg.landing.ci = x;
+        }
+        Ok(())
+    }
+
     fn apply_file(&mut self, mut d: FileDoc) -> Result<(), ConfigError> {
         if let Some((path, text)) = &self.file {
             self.cfg.notify = notify::resolve(path, text, std::mem::take(&mut d.notify))?;
         }
+        let (checks, landing) = (
+            std::mem::take(&mut d.checks),
+            std::mem::take(&mut d.landing),
+        );
+        self.apply_landing(checks, landing)?;
         let isolation = std::mem::take(&mut d.isolation);
         self.apply_isolation(isolation, &mut d.worker, &mut d.fleet)?;
         if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {
@@ -1428,6 +1638,9 @@ fn bounds(key: &str) -> (u64, u64) {
         "log.slot_log_max_bytes" => (1024, 1 << 40),
         // At most a thousand cores.
         "timing.stall_cpu_floor_permille" => (0, 1_000_000),
+        "checks.timeout_s" | "landing.watch_interval_s" => (1, MAX_SECONDS),
+        "checks.max_rounds" => (1, 100),
+        "landing.max_fix_rounds" => (0, 100),
         _ => (0, MAX_SECONDS),
     }
 }

@@ -5,10 +5,13 @@
 //! `blocked:dependency`), and starts a real supervisor, a child of this same binary, whose
 //! workers run the built-in demo agent ([`demo_agent`]: it commits a note in the issue's
 //! worktree). It watches only what any operator can read, the supervisor's TOONL event log,
-//! the tracker and the attempt dirs (`docs/SPEC.md` §1, §3, §5), and prints a line as each
-//! issue is claimed and handed to a human. When #1 is handed over it closes #1, as a person
-//! merging the work would, so the supervisor's unblock belt promotes the blocked issue.
-//! Once every issue is `ready-for-human` it stops the fleet and prints a summary.
+//! the tracker, the landing records and the attempt dirs (`docs/SPEC.md` §1, §3, §5, §11.22),
+//! and prints a line as each issue is claimed, its checks fail or pass, its pull request is
+//! opened and merged (`landing.merge = "auto"`: the local tracker merges once the checks
+//! passed). #1's first round leaves its note unchecked, so its checks fail once and the agent
+//! takes a second round. #1's merge closes it, so the supervisor's unblock belt promotes the
+//! blocked issue. Once every issue's pull request is merged it stops the fleet and prints a
+//! summary.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -102,7 +105,8 @@ pub enum DemoAgentError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DemoSummary {
     pub issues: usize,
-    pub ready_for_human: usize,
+    /// Issues whose pull request was merged.
+    pub merged: usize,
     pub attempts: usize,
     pub deaths: usize,
     pub respawns: usize,
@@ -119,6 +123,10 @@ const AGENT_PAUSE: Duration = Duration::from_millis(400);
 /// dispatches it before parsing the command line, so no help, completion or man page
 /// offers it.
 pub const AGENT_COMMAND: &str = "demo-agent";
+/// The demo's checks (`[checks] command`): `<exe> demo-check`, dispatched like the agent.
+pub const CHECK_COMMAND: &str = "demo-check";
+/// The line the demo's checks want in every note.
+const CHECKED: &str = "Checked.";
 
 /// How often the demo looks at the log and the tracker.
 const POLL: Duration = Duration::from_millis(100);
@@ -273,7 +281,7 @@ fn run_in(
     watch.print_table(out);
     Ok(DemoSummary {
         issues: opts.issues,
-        ready_for_human: watch.done.len(),
+        merged: watch.done.len(),
         attempts: watch.attempts(),
         deaths,
         respawns,
@@ -313,10 +321,13 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
         .map_err(|e| fail(e.to_string()))?;
     let layout = Layout::new(repo);
     std::fs::create_dir_all(layout.red()).map_err(|e| fail(e.to_string()))?;
-    let agent = toml::Value::Array(vec![
-        toml::Value::String(exe.display().to_string()),
-        toml::Value::String(AGENT_COMMAND.into()),
-    ]);
+    let with_exe = |cmd: &str| {
+        toml::Value::Array(vec![
+            toml::Value::String(exe.display().to_string()),
+            toml::Value::String(cmd.into()),
+        ])
+    };
+    let (agent, check) = (with_exe(AGENT_COMMAND), with_exe(CHECK_COMMAND));
     // The demo's agent is this binary: where bubblewrap cannot run it (a machine with
     // only cargo), the demo says so and chooses `none` in its own config, as an operator
     // must; a real agent never falls back.
@@ -339,6 +350,8 @@ fn make_repo(scratch: &Path, repo: &Path, exe: &Path, workers: usize) -> Result<
          [fleet]\nworkers = {workers}\n\n\
          [tracker]\nkind = \"local\"\n\n\
          [agent]\ncommand = {agent}\n{sandbox}\n\
+         [checks]\ncommand = {check}\nmax_rounds = 2\n\n\
+         [landing]\nmerge = \"auto\"\nwatch_interval_s = 1\n\n\
          [timing]\ntick_s = 1\nunblock_interval_s = 1\nstop_grace_s = 2\n"
     );
     std::fs::write(layout.repo_config(), config)
@@ -452,16 +465,19 @@ struct Seen {
     slot: Option<usize>,
     claimed: Option<Instant>,
     took: Option<Duration>,
+    /// Its pull request, once opened.
+    pr: Option<String>,
 }
 
-/// The demo's view of the run, built from the tracker, the attempt dirs and the event log.
+/// The demo's view of the run, built from the tracker, the landing records, the attempt
+/// dirs and the event log.
 struct Watch {
     layout: Layout,
     issues: usize,
     blocked: Option<u64>,
     seen: BTreeMap<u64, Seen>,
+    /// Issues whose pull request was merged.
     done: BTreeSet<u64>,
-    closed_blocker: bool,
     unblocked: bool,
     log_lines: usize,
 }
@@ -474,14 +490,13 @@ impl Watch {
             blocked,
             seen: BTreeMap::new(),
             done: BTreeSet::new(),
-            closed_blocker: false,
             unblocked: false,
             log_lines: 0,
         }
     }
 
-    /// Follows the run until every issue is `ready-for-human`, the supervisor ends, or the
-    /// deadline passes.
+    /// Follows the run until every issue's pull request is merged, the supervisor ends, or
+    /// the deadline passes.
     fn follow(
         &mut self,
         tracker: &LocalTracker,
@@ -508,37 +523,48 @@ impl Watch {
             issues.sort_by_key(|i| i.number);
             for issue in &issues {
                 let n = issue.number;
+                let record = crate::landing::read(&self.layout, n).ok().flatten();
                 let seen = self.seen.entry(n).or_default();
                 seen.title.clone_from(&issue.title);
                 // Claimed once its attempt dir (which names the slot) exists: the worker makes
                 // it right after labelling the issue `running`.
-                let handed = issue.has_label(labels::READY_FOR_HUMAN);
                 if seen.slot.is_none() {
                     seen.slot = slots.get(&n).copied();
                 }
-                if seen.claimed.is_none() && (slots.contains_key(&n) || handed) {
+                if seen.claimed.is_none() && (slots.contains_key(&n) || record.is_some()) {
                     seen.claimed = Some(now);
                     let slot = seen.slot.map_or("?".to_string(), |s| s.to_string());
                     let _ = writeln!(out, "#{n} claimed by slot {slot}");
                 }
-                if handed && self.done.insert(n) {
+                let Some(record) = record else { continue };
+                if seen.pr.is_none()
+                    && let Some(url) = &record.url
+                {
+                    seen.pr = Some(url.clone());
                     let took = seen.claimed.map(|c| now.saturating_duration_since(c));
                     seen.took = took;
                     let _ = writeln!(
                         out,
-                        "#{n} done in {:.1}s → ready-for-human",
-                        took.unwrap_or_default().as_secs_f64()
+                        "#{n} done in {:.1}s → pull request {url} (checks: {})",
+                        took.unwrap_or_default().as_secs_f64(),
+                        record.checks
+                    );
+                }
+                if record.state == crate::landing::PrState::Merged && self.done.insert(n) {
+                    let _ = writeln!(
+                        out,
+                        "#{n} merged: {} → {}; #{n} closed",
+                        record.name(),
+                        record.base
                     );
                 }
             }
             if let Some(b) = self.blocked {
                 let dependent = issues.iter().find(|i| i.number == b);
-                if !self.closed_blocker && self.done.contains(&1) {
-                    // A person merges #1's work and closes it: the belt's cue.
-                    tracker.close(1).map_err(FleetFailure::CloseBlocker)?;
-                    self.closed_blocker = true;
-                }
-                if self.closed_blocker
+                let first_closed = issues
+                    .iter()
+                    .any(|i| i.number == 1 && i.state == crate::tracker::IssueState::Closed);
+                if first_closed
                     && !self.unblocked
                     && dependent.is_some_and(|d| !d.has_label(labels::BLOCKED_DEPENDENCY))
                 {
@@ -553,7 +579,7 @@ impl Watch {
             if Instant::now() >= deadline {
                 let waiting: Vec<String> = issues
                     .iter()
-                    .filter(|i| !i.has_label(labels::READY_FOR_HUMAN))
+                    .filter(|i| !self.done.contains(&i.number))
                     .map(|i| format!("#{} [{}]", i.number, i.labels.join(",")))
                     .collect();
                 return Err(FleetFailure::TimedOut {
@@ -575,6 +601,8 @@ impl Watch {
             let worth = match ev.kind.as_str() {
                 "slot.exit" => is_death(&ev.msg),
                 "slot.parked" | "circuit.trip" | "supervisor.error" | "tracker.error" => true,
+                // The checks' verdicts and a pull request's fix rounds, as they happen.
+                "pr.checks-failed" | "pr.checks-passed" | "pr.fix-requested" => true,
                 _ => false,
             };
             if worth {
@@ -632,10 +660,10 @@ impl Watch {
             "ISSUE", "TITLE", "SLOT", "TIME"
         );
         for (n, s) in &self.seen {
-            let state = if self.done.contains(n) {
-                labels::READY_FOR_HUMAN
-            } else {
-                "-"
+            let state = match (&s.pr, self.done.contains(n)) {
+                (Some(pr), true) => format!("{pr} merged"),
+                (Some(pr), false) => format!("{pr} open"),
+                (None, _) => "-".into(),
             };
             let _ = writeln!(
                 out,
@@ -645,7 +673,7 @@ impl Watch {
                 s.slot.map_or("?".into(), |x| x.to_string()),
                 s.took
                     .map_or("-".into(), |d| format!("{:.1}s", d.as_secs_f64())),
-                if *n == 1 && self.closed_blocker {
+                if self.done.contains(n) {
                     " (closed)"
                 } else {
                     ""
@@ -675,10 +703,7 @@ fn print_summary(out: &mut dyn Write, s: &DemoSummary, scratch: &Path, kept: boo
     let _ = writeln!(out);
     let _ = writeln!(out, "demo summary");
     for (k, v) in [
-        (
-            "issues",
-            format!("{} ({} ready-for-human)", s.issues, s.ready_for_human),
-        ),
+        ("issues", format!("{} ({} merged)", s.issues, s.merged)),
         ("attempts", s.attempts.to_string()),
         ("deaths", s.deaths.to_string()),
         ("respawns", s.respawns.to_string()),
@@ -701,6 +726,15 @@ pub fn demo_agent(
         .ok_or(DemoAgentError::NoIssue)?;
     let title = env.get(afk_env::ISSUE_TITLE).map_or("", String::as_str);
     let branch = env.get(afk_env::BRANCH).map_or("", String::as_str);
+    // #1's first round forgets the line its checks want; told so, the second adds it.
+    let told = env
+        .get(afk_env::GUIDANCE_FILE)
+        .is_some_and(|g| !g.is_empty());
+    let checked = if issue == "1" && !told {
+        String::new()
+    } else {
+        format!("\n{CHECKED}\n")
+    };
     let cwd = std::env::current_dir().map_err(DemoAgentError::Cwd)?;
     let note = format!("notes/issue-{issue}.md");
     std::fs::create_dir_all(cwd.join("notes")).map_err(|source| DemoAgentError::Write {
@@ -709,7 +743,7 @@ pub fn demo_agent(
     })?;
     std::fs::write(
         cwd.join(&note),
-        format!("# {title}\n\nWorked unattended on branch {branch}.\n"),
+        format!("# {title}\n\nWorked unattended on branch {branch}.\n{checked}"),
     )
     .map_err(|source| DemoAgentError::Write {
         what: note.clone(),
@@ -720,6 +754,30 @@ pub fn demo_agent(
     git.run(&["add", "--", &note])?;
     git.run(&["commit", "-q", "-m", &format!("afk: #{issue} {title}")])?;
     Ok(format!("demo agent: committed {note}"))
+}
+
+/// The demo's checks (`<exe> demo-check`, run by the worker in the issue's worktree after
+/// the agent): every `notes/issue-*.md` must carry a `Checked.` line. The failures, one
+/// line each; none when they pass.
+pub fn demo_check(worktree: &Path) -> Result<Vec<String>, DemoAgentError> {
+    let notes = worktree.join("notes");
+    let entries = std::fs::read_dir(&notes).map_err(|source| DemoAgentError::Write {
+        what: "notes/".into(),
+        source,
+    })?;
+    let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    names.sort();
+    let mut failures = Vec::new();
+    for p in names {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        if !text.lines().any(|l| l.trim() == CHECKED) {
+            failures.push(format!(
+                "{}: no `{CHECKED}` line",
+                p.strip_prefix(worktree).unwrap_or(&p).display()
+            ));
+        }
+    }
+    Ok(failures)
 }
 
 #[cfg(test)]

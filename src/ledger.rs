@@ -18,10 +18,11 @@ use crate::toonl::{self, LogError};
 
 /// Header fields of a ledger file, in order: the first six of `docs/SPEC.md` §11.10, then
 /// what the attempt cost and why a failure did not count (§11.13), and where its work
-/// was rescued (§11.15), and what the kernel counted for it (§11.16). A file whose last
+/// was rescued (§11.15), what the kernel counted for it (§11.16), and its pull request and
+/// checks (§11.22). A file whose last
 /// header is shorter gets this header again before the next record; readers follow the
 /// newest header, and the fields an older header lacks read as `null`.
-pub const FIELDS: [&str; 17] = [
+pub const FIELDS: [&str; 19] = [
     "worker",
     "start",
     "end",
@@ -39,6 +40,8 @@ pub const FIELDS: [&str; 17] = [
     "rescued",
     "cpu_ms",
     "memory_peak_kib",
+    "pr",
+    "checks",
 ];
 
 /// The most bytes of one ledger read.
@@ -81,6 +84,9 @@ pub enum Outcome {
     Tampered,
     /// The attempt's changes touch `agent.sensitive_paths`: held for a person, not pushed.
     Held,
+    /// One agent round of an attempt whose `[checks] command` then failed; the attempt went
+    /// on with another round (`docs/SPEC.md` §11.22). Its cost counts; never a failure.
+    ChecksFailed,
 }
 
 impl Outcome {
@@ -93,6 +99,17 @@ impl Outcome {
                 | Outcome::WorkerDied
                 | Outcome::Stalled
                 | Outcome::OomKilled
+        )
+    }
+}
+
+impl Outcome {
+    /// Whether the record is an attempt's end, not a marker (`quarantined`, `over-budget`)
+    /// nor one round of an attempt that went on (`checks-failed`).
+    pub fn is_attempt(self) -> bool {
+        !matches!(
+            self,
+            Outcome::Quarantined | Outcome::OverBudget | Outcome::ChecksFailed
         )
     }
 }
@@ -113,6 +130,7 @@ impl fmt::Display for Outcome {
             Outcome::OomKilled => f.write_str("oom-killed"),
             Outcome::Tampered => f.write_str("tampered"),
             Outcome::Held => f.write_str("held"),
+            Outcome::ChecksFailed => f.write_str("checks-failed"),
         }
     }
 }
@@ -139,6 +157,7 @@ impl FromStr for Outcome {
             "oom-killed" => Outcome::OomKilled,
             "tampered" => Outcome::Tampered,
             "held" => Outcome::Held,
+            "checks-failed" => Outcome::ChecksFailed,
             other => {
                 let code = other
                     .strip_prefix("agent-failed exit ")
@@ -196,6 +215,13 @@ pub struct Record {
     /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
     #[serde(default)]
     pub memory_peak_kib: Option<u64>,
+    /// The pull request the attempt opened or pushed to (`docs/SPEC.md` §11.22): its URL
+    /// or local id.
+    #[serde(default)]
+    pub pr: Option<String>,
+    /// What the `[checks] command` said after this round (`passed`, `failed exit 1`, …).
+    #[serde(default)]
+    pub checks: Option<String>,
 }
 
 impl Record {
@@ -213,6 +239,8 @@ impl Record {
             rescued: None,
             cpu_ms: None,
             memory_peak_kib: None,
+            pr: None,
+            checks: None,
         }
     }
 
@@ -409,6 +437,12 @@ impl Record {
         if let Some(r) = &self.rescued {
             line.push_str(&format!(" rescued={}", crate::text::escape(r)));
         }
+        if let Some(c) = &self.checks {
+            line.push_str(&format!(" checks={}", crate::text::escape(c)));
+        }
+        if let Some(p) = &self.pr {
+            line.push_str(&format!(" pr={}", crate::text::escape(p)));
+        }
         line
     }
 }
@@ -524,6 +558,7 @@ mod tests {
             Outcome::AccountLimited,
             Outcome::OverBudget,
             Outcome::OomKilled,
+            Outcome::ChecksFailed,
         ] {
             assert_eq!(o.to_string().parse::<Outcome>(), Ok(o));
         }
@@ -667,7 +702,7 @@ mod tests {
         // An attempt that was given back with nothing of its own resumes the same rescue.
         append(&layout, 3, &Record::now(None, None, Outcome::GivenBack)).unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
-        assert_eq!(text.matches("memory_peak_kib}:").count(), 1, "{text}");
+        assert_eq!(text.matches("pr,checks}:").count(), 1, "{text}");
         let got = read(&layout, 3).unwrap();
         assert_eq!(resume_branch(&got), Some("refs/afk/rescue/3/a2"));
         append(

@@ -39,6 +39,8 @@
 //! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
 //!   of their own, its cursor kept across restarts).
 //! - `events` (the event log as a stream with a cursor that survives rotation).
+//! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
+//!   it, its texts and events, and the belt that watches it until it is merged).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
@@ -92,6 +94,7 @@ pub mod fleets;
 pub mod fsutil;
 pub mod git;
 pub mod host_lock;
+pub mod landing;
 pub mod layout;
 pub mod ledger;
 pub mod logs;

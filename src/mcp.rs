@@ -128,6 +128,10 @@ pub struct Attempt {
     pub excused: Option<String>,
     /// `<ref> <sha>` where the attempt's work was rescued.
     pub rescued: Option<String>,
+    /// The pull request the attempt opened or pushed to (SPEC §11.22).
+    pub pr: Option<String>,
+    /// What the `[checks] command` said after this round (`passed (round 2)`, `failed: exit 1`).
+    pub checks: Option<String>,
     /// cgroup mode: the attempt's CPU time (ms) and memory peak (KiB) from the kernel.
     pub cpu_ms: Option<u64>,
     pub memory_peak_kib: Option<u64>,
@@ -188,6 +192,8 @@ pub struct IssueDetail {
     pub comments: Vec<CommentOut>,
     /// The attempt ledger (`.red/state/attempts/<N>.toonl`), oldest first.
     pub attempts: Vec<Attempt>,
+    /// The issue's pull request as this checkout's fleet knows it (SPEC §11.22); null when none.
+    pub pr: Option<crate::landing::PrView>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -498,7 +504,7 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head, cost and tokens, why a failure was excused, the rescued ref and sha, kernel CPU and memory figures).",
+        description = "One issue: its state and labels, and its attempts from the ledger (worker, start, end, outcome, branch, head, cost and tokens, why a failure was excused, the rescued ref and sha, kernel CPU and memory figures, its pull request and checks), and its pull request with its checks and fix rounds (SPEC §11.22).",
         annotations(read_only_hint = true)
     )]
     async fn show_issue(
@@ -528,6 +534,7 @@ impl AfkMcp {
                             })
                             .collect(),
                         attempts: Vec::new(),
+                        pr: None,
                     }
                 }
                 crate::tracker::select::Backend::Gh(t) => {
@@ -553,6 +560,7 @@ impl AfkMcp {
                             })
                             .collect(),
                         attempts: Vec::new(),
+                        pr: None,
                     }
                 }
             };
@@ -576,8 +584,14 @@ impl AfkMcp {
                     rescued: r.rescued,
                     cpu_ms: r.cpu_ms,
                     memory_peak_kib: r.memory_peak_kib,
+                    pr: r.pr,
+                    checks: r.checks,
                 })
                 .collect();
+            detail.pr = crate::landing::read(&this.layout, n)
+                .map_err(|e| e.to_string())?
+                .as_ref()
+                .map(crate::landing::PrView::from);
             Ok(Json(detail))
         })
         .await

@@ -199,6 +199,50 @@ pub fn classify(kind: ProfileKind, seen: &Seen) -> (End, Usage) {
     (end, usage)
 }
 
+/// The agent's final message to the person who will review its work (`docs/SPEC.md`
+/// §11.22): Claude Code's successful `result` text, Codex's last `agent_message` item, else
+/// the result file's `message`, else (a generic agent) the last 20 non-empty lines it printed
+/// that are not JSON. Unbounded: the pull request's body cuts it.
+pub fn final_message(kind: ProfileKind, seen: &Seen) -> Option<String> {
+    let file_message = || {
+        let v: serde_json::Value = serde_json::from_slice(seen.result_file?).ok()?;
+        v.get("message")?
+            .as_str()
+            .map(str::to_string)
+            .filter(|m| !m.trim().is_empty())
+    };
+    let events = json_lines(seen.stdout);
+    let said = match kind {
+        ProfileKind::Claude => events
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "result")
+            .filter(|r| !r["is_error"].as_bool().unwrap_or(false))
+            .and_then(|r| r["result"].as_str().map(str::to_string)),
+        ProfileKind::Codex => events
+            .iter()
+            .rev()
+            .filter(|e| e["type"] == "item.completed")
+            .find(|e| e["item"]["type"] == "agent_message")
+            .and_then(|e| e["item"]["text"].as_str().map(str::to_string)),
+        ProfileKind::Generic => None,
+    };
+    said.filter(|m| !m.trim().is_empty())
+        .or_else(file_message)
+        .or_else(|| {
+            (kind == ProfileKind::Generic).then(|| {
+                let text = String::from_utf8_lossy(seen.stdout);
+                let lines: Vec<&str> = text
+                    .lines()
+                    .map(str::trim_end)
+                    .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('{'))
+                    .collect();
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            })
+        })
+        .filter(|m| !m.trim().is_empty())
+}
+
 /// What a prompt template may name.
 #[derive(Debug, Clone)]
 pub struct PromptVars<'a> {
@@ -209,12 +253,23 @@ pub struct PromptVars<'a> {
     pub branch: &'a str,
     /// The branch this attempt continues (`RED_AFK_RESUME_BRANCH`), if any.
     pub resume_branch: Option<&'a str>,
+    /// What this round must address (`docs/SPEC.md` §11.22): a failing check's output, a
+    /// CI failure, a review or a person's `/afk fix` / `/afk requeue` text.
+    pub guidance: Option<&'a str>,
 }
 
 /// The template used when `[agent] prompt` is unset.
 pub const DEFAULT_PROMPT: &str = "Work on issue #{number}: {title}\n\n\
 The issue's full text is in the file {body_file}. You are in a git worktree on branch \
-{branch}: make the change the issue asks for and commit it there.{resume}";
+{branch}: make the change the issue asks for and commit it there.{resume}{guidance}";
+
+/// The `{guidance}` text: empty without guidance, else a paragraph the agent must address.
+pub fn guidance_paragraph(guidance: Option<&str>) -> String {
+    match guidance.map(str::trim).filter(|g| !g.is_empty()) {
+        Some(g) => format!("\n\nThis round must address the following before it is done:\n\n{g}"),
+        None => String::new(),
+    }
+}
 
 /// The `{resume}` sentence: names the branch being continued, empty for a fresh attempt.
 pub fn resume_sentence(resume_branch: Option<&str>) -> String {
@@ -228,7 +283,7 @@ pub fn resume_sentence(resume_branch: Option<&str>) -> String {
 }
 
 /// The prompt: `template` (or [`DEFAULT_PROMPT`]) with `{title}`, `{body_file}`,
-/// `{number}`, `{branch}` and `{resume}` replaced, in one pass so a title containing
+/// `{number}`, `{branch}`, `{resume}` and `{guidance}` replaced, in one pass so a title containing
 /// `{branch}` stays as written.
 pub fn prompt(template: Option<&str>, v: &PromptVars) -> String {
     let template = template.unwrap_or(DEFAULT_PROMPT);
@@ -249,6 +304,7 @@ pub fn prompt(template: Option<&str>, v: &PromptVars) -> String {
             "number" => Some(v.number.to_string()),
             "branch" => Some(v.branch.to_string()),
             "resume" => Some(resume_sentence(v.resume_branch)),
+            "guidance" => Some(guidance_paragraph(v.guidance)),
             _ => None,
         };
         match value {
@@ -399,6 +455,42 @@ mod tests {
     }
 
     #[test]
+    fn the_final_message_is_each_clis_last_word() {
+        let seen = |stdout: &'static [u8], file: Option<&'static [u8]>| Seen {
+            exit_code: 0,
+            stdout,
+            stderr: b"",
+            result_file: file,
+            now_epoch: 0,
+        };
+        let claude = br#"{"type":"assistant","message":{"content":"thinking"}}
+{"type":"result","subtype":"success","is_error":false,"result":"Fixed the parser."}"#;
+        assert_eq!(
+            final_message(ProfileKind::Claude, &seen(claude, None)).as_deref(),
+            Some("Fixed the parser.")
+        );
+        let codex = br#"{"type":"item.completed","item":{"type":"agent_message","text":"first"}}
+{"type":"item.completed","item":{"type":"command_execution","command":"ls"}}
+{"type":"item.completed","item":{"type":"agent_message","text":"Done: committed."}}
+{"type":"turn.completed","usage":{}}"#;
+        assert_eq!(
+            final_message(ProfileKind::Codex, &seen(codex, None)).as_deref(),
+            Some("Done: committed.")
+        );
+        let generic = b"step 1\n{\"x\":1}\n\nall done\n";
+        assert_eq!(
+            final_message(ProfileKind::Generic, &seen(generic, None)).as_deref(),
+            Some("step 1\nall done")
+        );
+        let file = br#"{"message":"from the file","cost_usd":1}"#;
+        assert_eq!(
+            final_message(ProfileKind::Generic, &seen(generic, Some(file))).as_deref(),
+            Some("from the file")
+        );
+        assert_eq!(final_message(ProfileKind::Claude, &seen(b"", None)), None);
+    }
+
+    #[test]
     fn prompts_expand_once_and_resume_names_the_branch() {
         let v = PromptVars {
             number: 7,
@@ -406,6 +498,7 @@ mod tests {
             body_file: Path::new("/a/issue-body.md"),
             branch: "afk/w/7-x",
             resume_branch: None,
+            guidance: None,
         };
         let p = prompt(
             Some("#{number} {title} {body_file} {branch}{resume} {other}"),
@@ -424,6 +517,18 @@ mod tests {
                 .contains("continues earlier work already on branch afk/w/7-x")
         );
         assert!(prompt(None, &v).contains("issue #7"));
+        assert!(!prompt(None, &v).contains("must address"));
+        let v = PromptVars {
+            guidance: Some("cargo test: 1 failed {title}"),
+            ..v
+        };
+        let p = prompt(None, &v);
+        assert!(
+            p.ends_with(
+                "must address the following before it is done:\n\ncargo test: 1 failed {title}"
+            ),
+            "{p}"
+        );
     }
 
     #[test]

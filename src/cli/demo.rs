@@ -45,6 +45,25 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
     }
 }
 
+/// `demo-check`: the demo's `[checks] command`, run in the worktree.
+pub fn check() -> Result<i32, Failure> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| Failure::failed(format!("demo-check: working directory: {e}")))?;
+    match demo::demo_check(&cwd) {
+        Ok(failures) if failures.is_empty() => {
+            outln!("demo checks: every note is checked");
+            Ok(exit::OK)
+        }
+        Ok(failures) => {
+            for f in &failures {
+                outln!("error: {f}");
+            }
+            Ok(exit::FAILED)
+        }
+        Err(e) => Err(Failure::failed(format!("demo-check: {e}"))),
+    }
+}
+
 /// `demo-agent`: what the demo's workers run as their agent.
 pub fn agent() -> Result<i32, Failure> {
     match demo::demo_agent(&crate::config::process_env()) {

@@ -120,6 +120,9 @@ struct ShowJson {
     comments: Option<Vec<CommentJson>>,
     /// The attempt ledger (`docs/SPEC.md` §11.10), oldest first.
     attempts: Vec<crate::ledger::Record>,
+    /// The issue's pull request as the fleet knows it (`docs/SPEC.md` §11.22); null when
+    /// none was opened from this checkout.
+    pr: Option<crate::landing::PrView>,
 }
 
 impl From<Issue> for ShowJson {
@@ -142,6 +145,7 @@ impl From<Issue> for ShowJson {
                     .collect(),
             ),
             attempts: Vec::new(),
+            pr: None,
         }
     }
 }
@@ -308,11 +312,16 @@ fn show(
                 body: None,
                 comments: None,
                 attempts: Vec::new(),
+                pr: None,
             }
         }
     };
     issue.attempts = crate::ledger::read(layout, number)
         .map_err(|e| Failure::failed(format!("attempt ledger: {e}")))?;
+    issue.pr = crate::landing::read(layout, number)
+        .map_err(|e| Failure::failed(format!("landing record: {e}")))?
+        .as_ref()
+        .map(crate::landing::PrView::from);
     if json {
         return print_json(&issue);
     }
@@ -348,6 +357,9 @@ fn show(
     }
     for line in crate::ledger::attempt_lines(&issue.attempts) {
         outln!("{line}");
+    }
+    if let Some(pr) = &issue.pr {
+        outln!("\n--- pull request\n{}", pr.line());
     }
     Ok(())
 }

@@ -195,6 +195,9 @@ where
     if args.get(1).is_some_and(|a| a == crate::demo::AGENT_COMMAND) {
         return finish(demo::agent());
     }
+    if args.get(1).is_some_and(|a| a == crate::demo::CHECK_COMMAND) {
+        return finish(demo::check());
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {

@@ -125,6 +125,27 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         "claims.unmarked_grace_s",
         c.claims.unmarked_grace_s.to_string(),
     );
+    let k = &c.checks;
+    line(
+        "checks.command",
+        k.command
+            .as_ref()
+            .map_or("(none)".into(), |cmd| format!("{cmd:?}")),
+    );
+    line("checks.timeout_s", k.timeout_s.to_string());
+    line("checks.max_rounds", k.max_rounds.to_string());
+    line(
+        "checks.on_failure",
+        format!("{:?}", k.on_failure.to_string()),
+    );
+    let l = &c.landing;
+    line("landing.pull_request", l.pull_request.to_string());
+    line("landing.draft", l.draft.to_string());
+    line("landing.merge", format!("{:?}", l.merge.to_string()));
+    line("landing.method", format!("{:?}", l.method.to_string()));
+    line("landing.max_fix_rounds", l.max_fix_rounds.to_string());
+    line("landing.watch_interval_s", l.watch_interval_s.to_string());
+    line("landing.ci", format!("{:?}", l.ci.to_string()));
     let i = &c.isolation;
     let mode = match i.mode {
         config::IsolationMode::Auto => "auto",

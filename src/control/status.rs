@@ -74,6 +74,9 @@ pub struct FleetInfo {
     pub rescued: Option<u64>,
     /// `cgroup` or `process-group (<why>)`; null from a supervisor that does not say.
     pub isolation: Option<String>,
+    /// The checkout's pull requests by state (`docs/SPEC.md` §11.22), from the landing
+    /// records; null when one cannot be read.
+    pub prs: Option<crate::landing::PrCounts>,
     /// The operator's pause in force (`afk-supervisor pause`), read from its file; null
     /// when none holds.
     pub operator_pause: Option<crate::pause::OperatorPause>,
@@ -141,6 +144,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
                 held: None,
                 spend: None,
                 rescued: None,
+                prs: None,
                 isolation: None,
                 operator_pause: crate::pause::operator_active(&layout.state()),
             },
@@ -154,6 +158,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
     let mut report = report_from(&s, start, now, &last);
     fill_new_claims(layout, &mut report.slots);
     report.fleet.rescued = crate::ledger::rescued_total(layout).ok();
+    report.fleet.prs = crate::landing::counts(layout).ok();
     report.fleet.operator_pause = crate::pause::operator_active(&layout.state());
     Ok(report)
 }
@@ -227,6 +232,7 @@ fn report_from(
             held: s.held.clone(),
             spend: s.spend.clone(),
             rescued: None,
+            prs: None,
             isolation: s.isolation.clone(),
             operator_pause: None,
         },

@@ -253,6 +253,16 @@ impl Git {
         Ok(())
     }
 
+    /// Pushes local `branch` to `remote` on `origin`, never forced: a fix round's commits
+    /// onto its pull request's branch, which its attempt started from.
+    pub fn push_branch_to(&self, branch: &str, remote: &str) -> GitResult<()> {
+        check_branch_name(branch)?;
+        check_branch_name(remote)?;
+        let refspec = format!("{HEADS}{branch}:{HEADS}{remote}");
+        self.ok(args(["push", "--quiet", "--", REMOTE, &refspec]))?;
+        Ok(())
+    }
+
     /// The object `rev` names, or `None` when it does not resolve. Append `^{commit}` to
     /// peel a tag.
     pub fn rev_parse(&self, rev: &str) -> GitResult<Option<String>> {

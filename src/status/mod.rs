@@ -235,6 +235,7 @@ pub(crate) mod tests {
                 held: None,
                 spend: None,
                 rescued: Some(1),
+                prs: None,
                 isolation: None,
                 operator_pause: None,
             },

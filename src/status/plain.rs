@@ -70,6 +70,19 @@ pub fn render_status(r: &StatusReport) -> String {
     if let Some(i) = &f.isolation {
         facts.push(format!("isolation: {}", text::excerpt(&text::escape(i))));
     }
+    if let Some(p) = f.prs.filter(|p| *p != Default::default()) {
+        facts.push(format!(
+            "pull requests: open {} (failing {}), merged {}{}",
+            p.open,
+            p.failing,
+            p.merged,
+            if p.pending > 0 {
+                format!(", {} waiting to be opened", p.pending)
+            } else {
+                String::new()
+            }
+        ));
+    }
     if !facts.is_empty() {
         out.push_str(&facts.join("  "));
         out.push('\n');
@@ -109,6 +122,26 @@ pub fn render_status(r: &StatusReport) -> String {
 mod tests {
     use super::*;
     use crate::status::tests::report;
+
+    #[test]
+    fn the_pull_requests_are_counted_once_there_are_any() {
+        let mut r = report();
+        r.fleet.prs = Some(crate::landing::PrCounts::default());
+        assert!(!render_status(&r).contains("pull requests"));
+        r.fleet.prs = Some(crate::landing::PrCounts {
+            open: 3,
+            failing: 1,
+            merged: 7,
+            pending: 1,
+        });
+        let text = render_status(&r);
+        assert!(
+            text.contains(
+                "quarantined: 2  pull requests: open 3 (failing 1), merged 7, 1 waiting to be opened"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn durations_read_well() {

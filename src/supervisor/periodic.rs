@@ -28,6 +28,9 @@ pub enum PeriodicError {
     Claims(#[from] TrackerError),
     #[error(transparent)]
     SlotLogs(#[from] ExpireError),
+    /// The landing belt's pass failed for some of its records (`docs/SPEC.md` §11.22).
+    #[error("{0}")]
+    Landing(String),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -96,6 +99,17 @@ pub fn periodic_tasks(
             }))),
         },
     ];
+    // The landing belt: the checkout's pull requests, opened again after a refusal and
+    // followed until merged (`docs/SPEC.md` §11.22); once at start, then on its interval.
+    tasks.push(Periodic {
+        name: "landing-belt",
+        interval: Duration::from_secs(config.landing.watch_interval_s),
+        at_start: true,
+        task: Arc::new(Mutex::new(unless_paused(layout, {
+            let mut pass = crate::landing::belt::task(Arc::clone(tracker), layout, config);
+            Box::new(move || pass().map_err(PeriodicError::Landing))
+        }))),
+    });
     // Stale claims and held issues exist only where other checkouts claim too and
     // outsiders write: on a tracker only this checkout uses (`local`) those belts have
     // nothing to do, and their passes are not run at all.

@@ -129,6 +129,17 @@ pub mod kind {
         crate::claim::stale::EVENT_HOST_LOST,
         crate::notify::EVENT_START,
         crate::notify::EVENT_FAILED,
+        crate::attempt_state::EVENT_CLAIMED,
+        crate::landing::kind::OPENED,
+        crate::landing::kind::UPDATED,
+        crate::landing::kind::CREATE_FAILED,
+        crate::landing::kind::CHECKS_FAILED,
+        crate::landing::kind::CHECKS_PASSED,
+        crate::landing::kind::FIX_REQUESTED,
+        crate::landing::kind::NEEDS_PERSON,
+        crate::landing::kind::MERGE_REQUESTED,
+        crate::landing::kind::MERGED,
+        crate::landing::kind::CLOSED,
     ];
 
     /// Whether `k` names a kind, or a dotted prefix of some (`slot`, `fleet`).

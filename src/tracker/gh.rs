@@ -115,13 +115,7 @@ impl GhTracker {
                 keep.push(c);
                 continue;
             }
-            let trusted = match &author {
-                None => false,
-                Some(a) => match self.trust.judge(a) {
-                    Verdict::Trusted => true,
-                    Verdict::IfFleet => self.trust.counts(a, &self.viewer()?),
-                },
-            };
+            let trusted = self.trusts(author.as_ref())?;
             if trusted {
                 keep.push(c);
             } else {
@@ -138,6 +132,18 @@ impl GhTracker {
             );
         }
         Ok(())
+    }
+
+    /// Whether `author` may direct the fleet (SPEC §11.5's rule of marks): trusted by name
+    /// or association, else only when it is the fleet's own login (asked once).
+    fn trusts(&self, author: Option<&Author>) -> TrackerResult<bool> {
+        Ok(match author {
+            None => false,
+            Some(a) => match self.trust.judge(a) {
+                Verdict::Trusted => true,
+                Verdict::IfFleet => self.trust.counts(a, &self.viewer()?),
+            },
+        })
     }
 
     /// Shares the fleet's pause (`state_dir`/`fleet-pause.toon`) and write pace with every
@@ -289,6 +295,12 @@ impl GhTracker {
 
     /// Runs one gh call; stdout on success, a classified [`TrackerError`] otherwise.
     fn run(&self, args: &[&str], scope: Scope) -> TrackerResult<String> {
+        self.run_codes(args, scope, &[])
+    }
+
+    /// [`Self::run`], also answering with stdout when gh exits with one of `answers` (`gh pr
+    /// checks` exits 1 when a check failed and 8 while one is pending).
+    fn run_codes(&self, args: &[&str], scope: Scope, answers: &[i32]) -> TrackerResult<String> {
         let argv = self.argv(args, scope);
         let mut env: Vec<(OsString, OsString)> = vec![
             // Never wait on a prompt or print an update notice: nobody is at the keyboard.
@@ -310,7 +322,12 @@ impl GhTracker {
             return Err(refused);
         }
         match cmd::run(&argv, self.timeout, &opts) {
-            Ok(out) if out.status.success() => Ok(out.stdout_str()),
+            Ok(out)
+                if out.status.success()
+                    || out.status.code().is_some_and(|c| answers.contains(&c)) =>
+            {
+                Ok(out.stdout_str())
+            }
             Ok(out) => {
                 let stderr = out.stderr_str();
                 let kind = classify(out.status.code(), &stderr);
@@ -529,7 +546,7 @@ struct GhBody {
     author_association: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct GhAuthor {
     login: String,
 }
@@ -547,6 +564,39 @@ struct GhLabeledRow {
     #[serde(default)]
     body: Option<String>,
     labels: Vec<GhLabel>,
+}
+
+/// `gh pr view --json state,isDraft,headRefOid,reviews,comments`.
+#[derive(Debug, Deserialize)]
+pub struct GhPrView {
+    state: String,
+    #[serde(rename = "isDraft", default)]
+    is_draft: bool,
+    #[serde(rename = "headRefOid", default)]
+    head_ref_oid: Option<String>,
+    #[serde(default)]
+    reviews: Vec<GhPrNote>,
+    #[serde(default)]
+    comments: Vec<GhPrNote>,
+}
+
+/// One review or comment of `gh pr view`.
+#[derive(Debug, Deserialize)]
+struct GhPrNote {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    author: Option<GhAuthor>,
+    #[serde(rename = "authorAssociation", default)]
+    author_association: Option<String>,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(rename = "submittedAt", default)]
+    submitted_at: Option<String>,
+    #[serde(rename = "createdAt", default)]
+    created_at: Option<String>,
 }
 
 /// Why gh's output is not the shape its call asks for (the caller adds the command line).
@@ -660,6 +710,32 @@ pub mod parse {
     /// with their times (for the claim marks).
     pub fn thread(text: &str) -> Result<super::super::IssueThread, OutputError> {
         authored_thread(text).map(|(t, _)| t)
+    }
+
+    /// `gh pr view <pr> --json state,isDraft,headRefOid,reviews,comments`.
+    pub fn pr_view(text: &str) -> Result<GhPrView, OutputError> {
+        json(text)
+    }
+
+    /// `gh pr checks <pr> --json name,bucket,link`.
+    pub fn pr_checks(text: &str) -> Result<Vec<super::super::PrCheck>, OutputError> {
+        #[derive(Deserialize)]
+        struct Row {
+            name: String,
+            bucket: String,
+            #[serde(default)]
+            link: Option<String>,
+        }
+        let rows: Vec<Row> = json(text)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| super::super::PrCheck {
+                name: r.name,
+                bucket: r.bucket.to_ascii_lowercase(),
+                link: r.link.filter(|l| !l.is_empty()),
+                log: None,
+            })
+            .collect())
     }
 
     /// `gh api user`: the login.
@@ -845,15 +921,7 @@ impl Tracker for GhTracker {
     }
 
     fn thread(&self, number: u64) -> TrackerResult<super::IssueThread> {
-        let n = number.to_string();
-        let args = [
-            "issue",
-            "view",
-            n.as_str(),
-            "--json",
-            "state,labels,comments",
-        ];
-        let (mut thread, authors) = self.run_parsed(&args, parse::authored_thread)?;
+        let (mut thread, authors) = self.authored_thread(number)?;
         self.drop_untrusted_marks(number, &mut thread, authors)?;
         Ok(thread)
     }
@@ -880,13 +948,7 @@ impl Tracker for GhTracker {
         let out = self.run_write(&[
             "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
         ])?;
-        // gh prints the new PR's URL as its last line of stdout.
-        Ok(out
-            .lines()
-            .map(str::trim)
-            .rfind(|l| !l.is_empty())
-            .unwrap_or_default()
-            .to_string())
+        Ok(last_line(&out))
     }
 
     fn pr_merge(&self, head: &str) -> TrackerResult<()> {
@@ -920,6 +982,182 @@ impl Tracker for GhTracker {
         let fleet = self.viewer()?;
         Ok(super::provenance::vet(&p, &self.trust, &fleet))
     }
+
+    fn pr_status(&self, pr: &str) -> TrackerResult<super::PrStatus> {
+        self.pr_view(pr)
+    }
+
+    /// `gh pr checks <pr> [--required] --json name,bucket,link`. gh exits 1 when a check
+    /// failed and 8 while one is pending, answering all the same; a pull request with no
+    /// (required) checks is none.
+    fn pr_checks(&self, pr: &str, required: bool) -> TrackerResult<Vec<super::PrCheck>> {
+        let mut args = vec!["pr", "checks", pr];
+        if required {
+            args.push("--required");
+        }
+        args.extend(["--json", "name,bucket,link"]);
+        let out = match self.run_codes(&args, Scope::Repo, &[1, 8]) {
+            Ok(out) => out,
+            Err(e)
+                if e.detail.contains("no checks reported")
+                    || e.detail.contains("no required checks reported") =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        // Exit 1 with nothing on stdout: gh's "no checks reported" on stderr.
+        if out.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        parse::pr_checks(&out).map_err(|e| {
+            TrackerError::new(
+                ErrorKind::Transient,
+                render(&self.argv(&args, Scope::Repo)),
+                format!("unexpected JSON from gh: {e}"),
+            )
+        })
+    }
+
+    /// `gh run view <run> --log-failed`.
+    fn run_failed_log(&self, run: &str) -> TrackerResult<String> {
+        self.run(&["run", "view", run, "--log-failed"], Scope::Repo)
+    }
+
+    /// `gh pr merge <pr> --auto --squash|--merge|--rebase`.
+    fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()> {
+        self.run(&["pr", "merge", pr, "--auto", method.flag()], Scope::Repo)
+            .map(|_| ())
+    }
+
+    /// `gh pr comment <pr> --body <b>`.
+    fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()> {
+        self.run_write(&["pr", "comment", pr, "--body", body])
+            .map(|_| ())
+    }
+
+    /// `gh pr edit <pr> --add-label <l>`.
+    fn pr_add_label(&self, pr: &str, label: &str) -> TrackerResult<()> {
+        let l = label_csv(&format!("gh pr edit {pr}"), &[label])?;
+        self.run_write(&["pr", "edit", pr, "--add-label", &l])
+            .map(|_| ())
+    }
+
+    /// The thread with each comment's author judged (`gh issue view <N> --json
+    /// state,labels,comments`).
+    fn trusted_comments(
+        &self,
+        number: u64,
+    ) -> TrackerResult<(super::IssueThread, Vec<super::PrNote>)> {
+        let (thread, authors) = self.authored_thread(number)?;
+        let mut notes = Vec::with_capacity(thread.comments.len());
+        for (c, a) in thread.comments.iter().zip(authors) {
+            notes.push(super::PrNote {
+                key: super::note_key(c.at, &c.body),
+                author: a.as_ref().map_or("(deleted)".into(), |a| a.login.clone()),
+                trusted: self.trusts(a.as_ref())?,
+                body: c.body.clone(),
+                state: None,
+            });
+        }
+        Ok((thread, notes))
+    }
+
+    /// `gh pr create --base B --head H --title T --body X [--draft]`.
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
+        if !draft {
+            return self.pr_create(base, head, title, body);
+        }
+        let out = self.run_write(&[
+            "pr", "create", "--base", base, "--head", head, "--title", title, "--body", body,
+            "--draft",
+        ])?;
+        Ok(last_line(&out))
+    }
+}
+
+impl GhTracker {
+    /// `gh issue view <N> --json state,labels,comments`: the thread and each comment's
+    /// author.
+    fn authored_thread(
+        &self,
+        number: u64,
+    ) -> TrackerResult<(super::IssueThread, Vec<Option<Author>>)> {
+        let n = number.to_string();
+        let args = [
+            "issue",
+            "view",
+            n.as_str(),
+            "--json",
+            "state,labels,comments",
+        ];
+        self.run_parsed(&args, parse::authored_thread)
+    }
+
+    /// `gh pr view <pr> --json state,isDraft,headRefOid,reviews,comments`, each review and
+    /// comment judged by the rule of marks.
+    fn pr_view(&self, pr: &str) -> TrackerResult<super::PrStatus> {
+        let args = [
+            "pr",
+            "view",
+            pr,
+            "--json",
+            "state,isDraft,headRefOid,reviews,comments",
+        ];
+        let v = self.run_parsed(&args, parse::pr_view)?;
+        let mut status = super::PrStatus {
+            state: v.state.to_ascii_uppercase(),
+            draft: v.is_draft,
+            head_sha: v.head_ref_oid.filter(|s| !s.is_empty()),
+            reviews: Vec::new(),
+            comments: Vec::new(),
+        };
+        for (list, out) in [
+            (v.reviews, &mut status.reviews),
+            (v.comments, &mut status.comments),
+        ] {
+            for n in list {
+                let author = n.author.as_ref().map(|a| Author {
+                    login: a.login.clone(),
+                    association: n.author_association.clone().unwrap_or_default(),
+                });
+                let at = n
+                    .submitted_at
+                    .as_deref()
+                    .or(n.created_at.as_deref())
+                    .unwrap_or("");
+                out.push(super::PrNote {
+                    key: n
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| super::note_key(None, &format!("{at}{}", n.body))),
+                    author: author
+                        .as_ref()
+                        .map_or("(deleted)".into(), |a| a.login.clone()),
+                    trusted: self.trusts(author.as_ref())?,
+                    body: n.body,
+                    state: n.state,
+                });
+            }
+        }
+        Ok(status)
+    }
+}
+
+/// gh prints the new pull request's URL as its last line of stdout.
+fn last_line(out: &str) -> String {
+    out.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[cfg(test)]

@@ -101,6 +101,28 @@ pub struct PullRequest {
     pub closed_at: Option<String>,
     #[serde(default)]
     pub body: String,
+    /// Opened as a draft (`docs/SPEC.md` §11.22).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draft: bool,
+    /// Its checks, as a local CI (or a person) records them: the local store's stand-in for
+    /// GitHub's check runs (`docs/SPEC.md` §11.22).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<LocalCheck>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<Comment>,
+}
+
+/// One check of a local pull request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalCheck {
+    pub name: String,
+    /// `pass`, `fail`, `pending`, `skipping` or `cancel`, as `gh pr checks` buckets them.
+    pub bucket: String,
+    /// The failure's log (the end of it is what the agent is told).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 impl PullRequest {
@@ -473,6 +495,29 @@ impl LocalTracker {
         write_toml(&self.issue_file(number), &issue, &op)
     }
 
+    /// The pull request `local-pr-<K>` names.
+    fn local_pr(&self, pr: &str) -> TrackerResult<PullRequest> {
+        let op = format!("local pr view {pr}");
+        let id = pr
+            .strip_prefix("local-pr-")
+            .and_then(crate::layout::parse_positive)
+            .ok_or_else(|| failed(&op, format!("{pr:?} is not a local pull request id")))?;
+        let _lock = self.lock_shared(&op)?;
+        read_toml(&self.pr_file(id), &op)?.ok_or_else(|| {
+            TrackerError::new(ErrorKind::NotFound, op, format!("no pull request {pr}"))
+        })
+    }
+
+    /// One locked read-modify-write of pull request `pr`.
+    fn update_pr(&self, pr: &str, change: impl FnOnce(&mut PullRequest)) -> TrackerResult<()> {
+        let mut p = self.local_pr(pr)?;
+        let op = format!("local pr edit {pr}");
+        let _lock = self.lock(&op)?;
+        p = read_toml(&self.pr_file(p.id), &op)?.unwrap_or(p);
+        change(&mut p);
+        write_toml(&self.pr_file(p.id), &p, &op)
+    }
+
     fn git_err(&self, e: GitError) -> TrackerError {
         match e {
             GitError::Run(RunError::Timeout { argv, timeout, .. }) => TrackerError::new(
@@ -735,6 +780,17 @@ impl Tracker for LocalTracker {
     }
 
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String> {
+        self.pr_open(base, head, title, body, false)
+    }
+
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
         let op = format!("local pr create --base {base} --head {head}");
         if base == head {
             return Err(failed(op, "base and head are the same branch"));
@@ -773,6 +829,10 @@ impl Tracker for LocalTracker {
             merged_sha: None,
             closed_at: None,
             body: body.to_string(),
+            draft,
+            checks: Vec::new(),
+            labels: Vec::new(),
+            comments: Vec::new(),
         };
         write_toml(&self.pr_file(id), &pr, &op)?;
         meta.next_pr = id + 1;
@@ -837,6 +897,170 @@ impl Tracker for LocalTracker {
                 err
             })?;
         Ok(())
+    }
+
+    fn pr_status(&self, pr: &str) -> TrackerResult<super::PrStatus> {
+        let p = self.local_pr(pr)?;
+        Ok(super::PrStatus {
+            state: match p.state {
+                PrState::Open => "OPEN",
+                PrState::Merged => "MERGED",
+                PrState::Closed => "CLOSED",
+            }
+            .into(),
+            draft: p.draft,
+            head_sha: None,
+            reviews: Vec::new(),
+            comments: p
+                .comments
+                .iter()
+                .map(|c| super::PrNote {
+                    key: super::note_key(
+                        timeutil::parse_rfc3339(&c.at).map(timeutil::epoch_secs),
+                        &c.body,
+                    ),
+                    author: String::new(),
+                    trusted: true,
+                    body: c.body.clone(),
+                    state: None,
+                })
+                .collect(),
+        })
+    }
+
+    /// Every check the record carries: the local store has no notion of required ones.
+    fn pr_checks(&self, pr: &str, _required: bool) -> TrackerResult<Vec<super::PrCheck>> {
+        Ok(self
+            .local_pr(pr)?
+            .checks
+            .into_iter()
+            .map(|c| super::PrCheck {
+                name: c.name,
+                bucket: c.bucket,
+                link: None,
+                log: c.log,
+            })
+            .collect())
+    }
+
+    fn run_failed_log(&self, run: &str) -> TrackerResult<String> {
+        Err(failed(
+            format!("local run view {run}"),
+            "the local tracker has no CI runs: a local check carries its log",
+        ))
+    }
+
+    /// Merges at once: the base on `origin` moves, never forced, to the head (a merge
+    /// commit for `merge` when the head does not contain the base, a squashed commit for
+    /// `squash` and `rebase`), computed with `git merge-tree` so no worktree is touched; a
+    /// conflict is refused and nothing moves.
+    fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()> {
+        let p = self.local_pr(pr)?;
+        let op = format!("local pr merge {pr}");
+        if p.state != PrState::Open {
+            return Err(failed(op, format!("{pr} is not open")));
+        }
+        let track = |b: &str| format!("refs/remotes/origin/{b}");
+        self.git
+            .run(&[
+                "fetch",
+                "--quiet",
+                "origin",
+                &format!("+refs/heads/{}:{}", p.base, track(&p.base)),
+                &format!("+refs/heads/{}:{}", p.head, track(&p.head)),
+            ])
+            .map_err(|e| self.git_err(e))?;
+        let sha = |r: &str| -> TrackerResult<String> {
+            Ok(self
+                .git
+                .run(&["rev-parse", "--verify", &format!("{r}^{{commit}}")])
+                .map_err(|e| self.git_err(e))?
+                .trim()
+                .to_string())
+        };
+        let (base, head) = (sha(&track(&p.base))?, sha(&track(&p.head))?);
+        let contains = self
+            .git
+            .is_ancestor(&base, &head)
+            .map_err(|e| self.git_err(e))?;
+        let landed = if contains && method != crate::config::MergeMethod::Squash {
+            head.clone()
+        } else {
+            let tree = self
+                .git
+                .run(&["merge-tree", "--write-tree", &base, &head])
+                .map_err(|e| {
+                    let mut err = self.git_err(e);
+                    err.detail = format!(
+                        "merging {} into {} conflicts: {}",
+                        p.head, p.base, err.detail
+                    );
+                    err
+                })?;
+            let tree = tree.lines().next().unwrap_or_default().trim().to_string();
+            let message = format!("{} ({})\n\n{}", p.title, p.local_id(), p.body.trim());
+            let mut args = vec![
+                "-c".to_string(),
+                format!("user.name={}", crate::git::FLEET_NAME),
+                "-c".into(),
+                format!("user.email={}", crate::git::FLEET_EMAIL),
+                "commit-tree".into(),
+                tree,
+                "-p".into(),
+                base.clone(),
+            ];
+            if method == crate::config::MergeMethod::Merge {
+                args.extend(["-p".into(), head.clone()]);
+            }
+            args.extend(["-m".into(), message]);
+            self.git
+                .run(&args)
+                .map_err(|e| self.git_err(e))?
+                .trim()
+                .to_string()
+        };
+        self.git
+            .run(&[
+                "push",
+                "--quiet",
+                "origin",
+                &format!("{landed}:refs/heads/{}", p.base),
+            ])
+            .map_err(|e| self.git_err(e))?;
+        {
+            let _lock = self.lock(&op)?;
+            let path = self.pr_file(p.id);
+            let mut current: PullRequest = read_toml(&path, &op)?.unwrap_or(p.clone());
+            current.state = PrState::Merged;
+            current.merged_at = Some(now());
+            current.merged_sha = Some(landed.clone());
+            write_toml(&path, &current, &op)?;
+        }
+        // The head branch is the branch reaper's once the issue is closed; deleting it here
+        // is a courtesy that may fail.
+        let _ = self
+            .git
+            .run(&["push", "--quiet", "origin", "--delete", &p.head]);
+        Ok(())
+    }
+
+    /// The local store has no `Closes #N` automation: the merge closes the issue here.
+    fn close_merged(&self, number: u64) -> TrackerResult<()> {
+        self.close(number)
+    }
+
+    fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()> {
+        self.update_pr(pr, |p| {
+            p.comments.push(Comment {
+                at: now(),
+                body: body.to_string(),
+            })
+        })
+    }
+
+    fn pr_add_label(&self, pr: &str, label: &str) -> TrackerResult<()> {
+        check_labels(&format!("local pr edit {pr}"), &[label])?;
+        self.update_pr(pr, |p| add_labels(&mut p.labels, &[label]))
     }
 
     /// Marks every open pull request whose head is `head` closed. A store with none (or no
@@ -961,6 +1185,10 @@ mod tests {
             merged_sha: None,
             closed_at: None,
             body: String::new(),
+            draft: false,
+            checks: Vec::new(),
+            labels: Vec::new(),
+            comments: Vec::new(),
         };
         t.create("seed", "", &[]).unwrap();
         for p in [

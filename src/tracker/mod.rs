@@ -29,6 +29,9 @@ pub mod labels {
     pub const QUARANTINED: &str = "afk:quarantined";
     /// *(project, SPEC §11.20)* Held until a trusted `/afk approve`: never claimed.
     pub const NEEDS_APPROVAL: &str = "afk:needs-approval";
+    /// An issue whose pull request the fleet opened and its landing belt watches
+    /// (`docs/SPEC.md` §11.22); beside `ready-for-human`.
+    pub const PR_OPEN: &str = "afk:pr-open";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
 }
@@ -124,6 +127,57 @@ impl IssueSummary {
 impl IssueView {
     pub fn has_label(&self, label: &str) -> bool {
         self.labels.iter().any(|l| l == label)
+    }
+}
+
+/// A pull request as the landing belt follows it (`docs/SPEC.md` §11.22).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrStatus {
+    /// `OPEN`, `MERGED` or `CLOSED`.
+    pub state: String,
+    pub draft: bool,
+    /// The head commit; `None` where the tracker does not say.
+    pub head_sha: Option<String>,
+    /// Reviews and conversation comments, oldest first.
+    pub reviews: Vec<PrNote>,
+    pub comments: Vec<PrNote>,
+}
+
+/// One review or comment of a pull request, or one comment of an issue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrNote {
+    /// A key that stays the same across reads (the tracker's id, else the time and text).
+    pub key: String,
+    pub author: String,
+    /// Whether its author may direct the fleet: the same rule as claim marks (SPEC §11.5).
+    pub trusted: bool,
+    pub body: String,
+    /// A review's state (`CHANGES_REQUESTED`, `APPROVED`, `COMMENTED`); `None` for comments.
+    pub state: Option<String>,
+}
+
+/// One check of a pull request, as `gh pr checks --json name,bucket,link` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PrCheck {
+    pub name: String,
+    /// `pass`, `fail`, `pending`, `skipping` or `cancel`.
+    pub bucket: String,
+    pub link: Option<String>,
+    /// The failure's log when the tracker carries it with the check (the local store).
+    pub log: Option<String>,
+}
+
+impl PrCheck {
+    pub fn failed(&self) -> bool {
+        matches!(self.bucket.as_str(), "fail" | "cancel")
+    }
+
+    /// The GitHub Actions run of its link (`…/actions/runs/<id>/job/<job>`).
+    pub fn run_id(&self) -> Option<&str> {
+        let link = self.link.as_deref()?;
+        let rest = &link[link.find("/actions/runs/")? + "/actions/runs/".len()..];
+        let id = rest.split('/').next()?;
+        (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then_some(id)
     }
 }
 
@@ -249,8 +303,75 @@ pub trait Tracker: Send + Sync {
     /// Opens a pull request from `head` into `base`; returns its URL or local id.
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String>;
 
+    /// Opens a finished issue's pull request (`docs/SPEC.md` §11.22), as a draft when
+    /// `draft`; returns its URL or local id. The default opens it ready with
+    /// [`Tracker::pr_create`] and refuses a draft.
+    fn pr_open(
+        &self,
+        base: &str,
+        head: &str,
+        title: &str,
+        body: &str,
+        draft: bool,
+    ) -> TrackerResult<String> {
+        if draft {
+            return Err(TrackerError::new(
+                ErrorKind::Failed,
+                format!("{} pr create --draft", self.kind()),
+                "this tracker opens no draft pull requests",
+            ));
+        }
+        self.pr_create(base, head, title, body)
+    }
+
     /// Merges the pull request whose head is `head` and deletes the branch.
     fn pr_merge(&self, head: &str) -> TrackerResult<()>;
+
+    /// Reads pull request `pr` (a number on gh, `local-pr-<K>` locally): its state, head,
+    /// reviews and comments (`docs/SPEC.md` §11.22).
+    fn pr_status(&self, pr: &str) -> TrackerResult<PrStatus>;
+
+    /// Pull request `pr`'s checks; only the base branch's required ones when `required`.
+    fn pr_checks(&self, pr: &str, required: bool) -> TrackerResult<Vec<PrCheck>>;
+
+    /// The failed steps' log of CI run `run` (`gh run view <run> --log-failed`).
+    fn run_failed_log(&self, run: &str) -> TrackerResult<String>;
+
+    /// Asks for pull request `pr` to be merged by `method` once the repository's rules are
+    /// met (`gh pr merge --auto`); the local store merges at once.
+    fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()>;
+
+    /// Closes issue `number` after its pull request (`Closes #N`) merged. The default does
+    /// nothing: GitHub closes it itself when the pull request lands on the default branch.
+    fn close_merged(&self, number: u64) -> TrackerResult<()> {
+        let _ = number;
+        Ok(())
+    }
+
+    /// Comments on pull request `pr`.
+    fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()>;
+
+    /// Adds `label` to pull request `pr`.
+    fn pr_add_label(&self, pr: &str, label: &str) -> TrackerResult<()>;
+
+    /// Issue `number`'s comments, each with whether its author may direct the fleet (the
+    /// rule of claim marks). The default trusts every comment: the local store's are the
+    /// checkout's own.
+    fn trusted_comments(&self, number: u64) -> TrackerResult<(IssueThread, Vec<PrNote>)> {
+        let t = self.thread(number)?;
+        let notes = t
+            .comments
+            .iter()
+            .map(|c| PrNote {
+                key: note_key(c.at, &c.body),
+                author: String::new(),
+                trusted: true,
+                body: c.body.clone(),
+                state: None,
+            })
+            .collect();
+        Ok((t, notes))
+    }
 
     /// Leaves no open pull request whose head is `head`, once the caller has deleted (or
     /// tried to delete) that branch on `origin` because its landing failed. A merged one
@@ -285,9 +406,36 @@ pub trait Tracker: Send + Sync {
     }
 }
 
+/// A stable key of a comment the tracker gives no id for: its time and an FNV-1a hash of
+/// its text.
+pub fn note_key(at: Option<u64>, body: &str) -> String {
+    let h = body.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{}-{h:016x}", at.unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_come_from_actions_links() {
+        let c = |link: &str| PrCheck {
+            link: Some(link.into()),
+            ..PrCheck::default()
+        };
+        assert_eq!(
+            c("https://github.com/o/r/actions/runs/123/job/456").run_id(),
+            Some("123")
+        );
+        assert_eq!(c("https://ci.example/build/9").run_id(), None);
+        assert_eq!(
+            c("https://github.com/o/r/actions/runs/x1/job/4").run_id(),
+            None
+        );
+        assert_ne!(note_key(Some(1), "a"), note_key(Some(1), "b"));
+    }
 
     #[test]
     fn claimable_needs_ready_and_no_blocker() {

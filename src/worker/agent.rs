@@ -31,6 +31,7 @@ impl Worker<'_> {
         let Resume {
             branch: resume,
             session,
+            guidance,
         } = resume;
         let vars = agent_profile::PromptVars {
             number: issue.number,
@@ -38,6 +39,7 @@ impl Worker<'_> {
             body_file: &attempt_dir.join("issue-body.md"),
             branch,
             resume_branch: resume,
+            guidance,
         };
         let prompt = agent_profile::prompt(self.config.agent.prompt.as_deref(), &vars);
         let argv = agent_profile::argv(
@@ -56,6 +58,15 @@ impl Worker<'_> {
         match resume {
             Some(b) => cmd.env(afk_env::RESUME_BRANCH, b),
             None => cmd.env_remove(afk_env::RESUME_BRANCH),
+        };
+        match guidance {
+            Some(g) => {
+                let file = attempt_dir.join(GUIDANCE_FILE_NAME);
+                crate::fsutil::atomic_write(&file, g.as_bytes())
+                    .map_err(|e| WorkerError::file(file.clone(), "", e))?;
+                cmd.env(afk_env::GUIDANCE_FILE, file)
+            }
+            None => cmd.env_remove(afk_env::GUIDANCE_FILE),
         };
         cmd.stdin(Stdio::null())
             .env(afk_env::RESULT_FILE, &result_file)
@@ -184,12 +195,17 @@ enum Ended {
 }
 
 /// What an attempt continues: the branch of an earlier one (`RED_AFK_RESUME_BRANCH`) and
-/// that attempt's agent session, when each is known.
+/// that attempt's agent session, when each is known, and what this round must address
+/// (`RED_AFK_GUIDANCE_FILE`, the prompt's `{guidance}`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Resume<'a> {
     pub branch: Option<&'a str>,
     pub session: Option<&'a str>,
+    pub guidance: Option<&'a str>,
 }
+
+/// The guidance file's name in the attempt dir (`RED_AFK_GUIDANCE_FILE`).
+pub const GUIDANCE_FILE_NAME: &str = "guidance.md";
 
 /// The name of the agent's result file in the attempt dir (`RED_AFK_RESULT_FILE`).
 pub const RESULT_FILE_NAME: &str = "agent-result.json";

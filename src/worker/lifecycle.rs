@@ -13,6 +13,7 @@ use super::{Outcome, Worker, WorkerError};
 use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
 use crate::git::Git;
+use crate::landing::text::ChecksWord;
 use crate::ledger;
 use crate::rescue::Rescued;
 use crate::text;
@@ -68,7 +69,7 @@ impl Worker<'_> {
 
     /// Where a person opens the pull request of `branch`: GitHub's compare page, when the
     /// fleet's repository is on github.com (`tracker.repo`, else `origin`); else none.
-    fn review_link(&self, branch: &str) -> Option<String> {
+    pub(super) fn review_link(&self, branch: &str) -> Option<String> {
         let (host, repo) = match &self.config.tracker.repo {
             Some(r) => ("github.com".to_string(), r.clone()),
             None => {
@@ -162,13 +163,29 @@ impl Worker<'_> {
                 return Ok(Outcome::SetAside);
             }
         }
-        let resume = ledger::resume_branch(&records).map(str::to_string);
-        // The session of the attempt whose branch this one resumes (Claude Code resumes it).
+        // The issue's landing record: an open pull request makes this attempt a fix round
+        // on its branch, and a fix request left guidance for it (`docs/SPEC.md` §11.22).
+        let landed = crate::landing::read(self.layout, n).unwrap_or_else(|e| {
+            eprintln!("worker {}: landing record: {e}", self.wenv.worker_id);
+            None
+        });
+        let guidance = landed.as_ref().and_then(|r| r.guidance.clone());
+        let pr = landed.filter(|r| r.state == crate::landing::PrState::Open);
+        let resume = match &pr {
+            Some(p) => Some(p.branch.clone()),
+            None => ledger::resume_branch(&records).map(str::to_string),
+        };
+        // The session of the attempt whose branch (or pull request) this one resumes
+        // (Claude Code resumes it).
         let session = resume.as_deref().and_then(|b| {
+            let pr_url = pr.as_ref().and_then(|p| p.url.as_deref());
             records
                 .iter()
                 .rev()
-                .filter(|r| r.branch.as_deref() == Some(b))
+                .filter(|r| {
+                    r.branch.as_deref() == Some(b)
+                        || (pr_url.is_some() && r.pr.as_deref() == pr_url)
+                })
                 .find_map(|r| r.usage.session_id.clone())
         });
         let mut state = AttemptFile::new(
@@ -184,12 +201,24 @@ impl Worker<'_> {
             self.wenv.worker_id,
             text::escape(&title)
         );
+        let fix = pr
+            .as_ref()
+            .map_or(String::new(), |p| format!("; a fix round of {}", p.name()));
+        self.landing_event(
+            crate::attempt_state::EVENT_CLAIMED,
+            n,
+            format!(
+                "#{n} claimed by worker {}: attempt {n}-a{attempt} on branch {branch}{fix}",
+                self.wenv.worker_id
+            ),
+        );
         let started = state.state.started_at.clone();
-        let end_rescued = |outcome: ledger::Outcome,
-                           branch: &str,
-                           usage: &Usage,
-                           excused: Option<String>,
-                           rescued: Option<&Rescued>| {
+        let end_record = |outcome: ledger::Outcome,
+                          branch: &str,
+                          usage: &Usage,
+                          excused: Option<String>,
+                          rescued: Option<&Rescued>,
+                          landed: (Option<String>, Option<String>)| {
             let head = Git::new(&worktree)
                 .rev_parse("HEAD")
                 .ok()
@@ -209,12 +238,20 @@ impl Worker<'_> {
             if let Some(r) = rescued {
                 record = record.rescued_to(&r.reference, &r.sha);
             }
+            (record.pr, record.checks) = landed;
             let mut records = records.clone();
             if let Err(e) = ledger::append(self.layout, n, &record) {
                 eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
             }
             records.push(record);
             records
+        };
+        let end_rescued = |outcome: ledger::Outcome,
+                           branch: &str,
+                           usage: &Usage,
+                           excused: Option<String>,
+                           rescued: Option<&Rescued>| {
+            end_record(outcome, branch, usage, excused, rescued, (None, None))
         };
         let end =
             |outcome: ledger::Outcome, branch: &str, usage: &Usage, excused: Option<String>| {
@@ -273,246 +310,320 @@ impl Worker<'_> {
                 worktree_gitdir: &watch.worktree_gitdir,
                 branch: &branch,
             };
-            let status = self.run_agent(
-                issue,
-                &title,
-                task,
-                super::agent::Resume {
-                    branch: resume.as_deref(),
-                    session: session.as_deref(),
-                },
-            )?;
-            // Before anything of the attempt is pushed, rescued or handed on.
-            let refusal = match status {
-                AgentEnd::NotStarted(_) => None,
-                _ => self.confinement.judge(
-                    &self.git,
-                    &watch,
-                    &before,
-                    base.as_deref(),
+            // The agent's rounds: one, then one more after each failing run of the checks
+            // (`docs/SPEC.md` §11.22), on the same branch, told what failed.
+            let mut round = 1u64;
+            let mut told = guidance.clone();
+            let mut session_now = session.clone();
+            let (fin, usage, checks) = loop {
+                let status = self.run_agent(
+                    issue,
+                    &title,
                     task,
-                    &self.config.agent.sensitive_paths,
-                ),
-            };
-            if let Some(refusal) = refusal {
-                finished.set(true);
-                // What the refused run cost still counts against the budgets.
-                let usage = match &status {
-                    AgentEnd::Exited(fin) => self
-                        .priced(agent_profile::classify(self.config.agent.profile, &fin.seen()).1),
-                    _ => Usage::default(),
-                };
-                state.write("refused")?;
-                let (outcome, tampered, found) = match &refusal {
-                    Refusal::Tampered(t) => (
-                        ledger::Outcome::Tampered,
-                        true,
-                        t.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    super::agent::Resume {
+                        branch: resume.as_deref(),
+                        session: session_now.as_deref(),
+                        guidance: told.as_deref(),
+                    },
+                )?;
+                // Before anything of the attempt is pushed, rescued or handed on.
+                let refusal = match status {
+                    AgentEnd::NotStarted(_) => None,
+                    _ => self.confinement.judge(
+                        &self.git,
+                        &watch,
+                        &before,
+                        base.as_deref(),
+                        task,
+                        &self.config.agent.sensitive_paths,
                     ),
-                    Refusal::Held(paths) => (ledger::Outcome::Held, false, paths.clone()),
                 };
-                if let Refusal::Tampered(t) = &refusal {
-                    for change in t {
-                        if let Err(e) = change.undo(&self.git) {
-                            eprintln!(
-                                "worker {}: could not put back {change}: {e}",
-                                self.wenv.worker_id
-                            );
-                        }
-                    }
-                }
-                let what = if tampered { "tampered" } else { "held" };
-                let msg = format!(
-                    "#{n} attempt {n}-a{attempt} refused ({what}): {}; nothing pushed, worktree kept at {}",
-                    text::escape(&found.join("; ")),
-                    worktree.display()
-                );
-                eprintln!("worker {}: {msg}", self.wenv.worker_id);
-                self.log_event(crate::sandbox::EVENT_REFUSED, n, msg);
-                end(outcome, &branch, &usage, None);
-                let body = texts::refused(n, attempt, tampered, &found, &branch, &worktree);
-                let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
-                self.post_ending(n, &claim, &body, true);
-                edited?;
-                return Ok(Outcome::Refused);
-            }
-            super::reach::cleared(self.layout, &attempt_dir, &self.wenv.worker_id);
-            match status {
-                AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
-                AgentEnd::Capped(stdout) => {
-                    let seen = agent_profile::Seen {
-                        exit_code: crate::exit::SIGTERM,
-                        stdout: &stdout,
-                        stderr: &[],
-                        result_file: None,
-                        now_epoch: crate::timeutil::now_epoch(),
+                if let Some(refusal) = refusal {
+                    finished.set(true);
+                    // What the refused run cost still counts against the budgets.
+                    let usage = match &status {
+                        AgentEnd::Exited(fin) => self.priced(
+                            agent_profile::classify(self.config.agent.profile, &fin.seen()).1,
+                        ),
+                        _ => Usage::default(),
                     };
-                    let usage =
-                        self.priced(agent_profile::classify(self.config.agent.profile, &seen).1);
-                    state.write("failed")?;
-                    // Its work, committed or not, is rescued (pushed with `gh`) so the next
-                    // attempt, on any host, resumes from it.
-                    // As before rescues existed, the cap pushes to any `origin`.
-                    let (rescued, pushed) = rescue("wall-clock cap", true);
-                    let records = end_rescued(
-                        ledger::Outcome::WallClockCapped,
-                        &branch,
-                        &usage,
-                        None,
-                        rescued.as_ref(),
-                    );
-                    if self.over_limit(&records) {
-                        self.quarantine(n, &claim, &records)?;
-                        return Ok(Outcome::Capped);
-                    }
-                    // The issue would go back to the queue: checked here, not only at the
-                    // next claim, so a host whose ledger lacks this spend cannot take it
-                    // again; the one comment still says where the work is.
-                    let kept = texts::over_budget_work(&branch, &pushed);
-                    if self.over_issue_budget(n, &claim, &records, &kept)? {
-                        return Ok(Outcome::Capped);
-                    }
-                    let cap_s = self.config.timing.attempt_max_s;
-                    let body = texts::capped(n, attempt, cap_s, &branch, &pushed);
-                    self.post_ending(n, &claim, &body, false);
-                    self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
-                    Ok(Outcome::Capped)
-                }
-                AgentEnd::NotStarted(StartFailure::Host(why)) => {
-                    // The host's fault, not the issue's: the issue goes back untouched (the
-                    // interruption path below) and the supervisor parks the slot.
-                    Err(WorkerError::Config(why))
-                }
-                AgentEnd::NotStarted(StartFailure::Issue(why)) => {
-                    // Every worker would fail the same way on this issue: never requeue it.
-                    finished.set(true);
-                    state.write("set-aside")?;
-                    end(ledger::Outcome::SetAside, &branch, &Usage::default(), None);
-                    let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
-                    let body = texts::set_aside(&why);
-                    // Posted even when the label change failed: its hand-off mark tells the
-                    // claims belt to finish the hand-off, never to requeue.
-                    self.post_ending(n, &claim, &body, true);
-                    self.log_event(
-                        ledger::EVENT_HANDED_OFF,
-                        n,
-                        ledger::handed_off_text(
-                            n,
-                            &format!("set aside: {}", text::escape(&why)),
-                            None,
+                    state.write("refused")?;
+                    let (outcome, tampered, found) = match &refusal {
+                        Refusal::Tampered(t) => (
+                            ledger::Outcome::Tampered,
+                            true,
+                            t.iter().map(ToString::to_string).collect::<Vec<_>>(),
                         ),
-                    );
-                    edited?;
-                    eprintln!(
-                        "worker {}: #{n} set aside: {}",
-                        self.wenv.worker_id,
-                        text::escape(&why)
-                    );
-                    Ok(Outcome::SetAside)
-                }
-                AgentEnd::Exited(fin) => {
-                    let (verdict, usage) =
-                        agent_profile::classify(self.config.agent.profile, &fin.seen());
-                    let usage = self.priced(usage);
-                    if !matches!(verdict, End::AccountWide { .. }) {
-                        // The account ran this issue: an unknown reset's backoff starts over.
-                        let _ = crate::pause::agent_clear(&self.layout.state());
-                    }
-                    match verdict {
-                        End::Done => {}
-                        End::Failed { code } => {
-                            state.write("failed")?;
-                            let excused = self.excuse(n, started.as_deref());
-                            let records =
-                                end(ledger::Outcome::AgentFailed(code), &branch, &usage, excused);
-                            if self.over_limit(&records) {
-                                self.quarantine(n, &claim, &records)?;
-                                return Ok(Outcome::AgentFailed);
-                            }
-                            if self.over_issue_budget(n, &claim, &records, "")? {
-                                return Ok(Outcome::AgentFailed);
-                            }
-                            let body = texts::failed(n, attempt, code);
-                            // The release mark first: the next claim must find the claim ended.
-                            self.post_ending(n, &claim, &body, false);
-                            self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
-                            return Ok(Outcome::AgentFailed);
-                        }
-                        End::AccountWide {
-                            why,
-                            reset_epoch,
-                            detail,
-                        } => {
-                            state.write("account-limited")?;
-                            let kind = why.to_string();
-                            let paused = crate::pause::agent_record(
-                                &self.layout.state(),
-                                &kind,
-                                &detail,
-                                reset_epoch,
-                            );
-                            end(ledger::Outcome::AccountLimited, &branch, &usage, None);
-                            // Back to the queue with no failure comment: only the release
-                            // mark that ends the claim on a shared tracker.
-                            if let Some(m) = &claim.marks {
-                                let _ = tracked::post(self.tracker, n, &m.release_mark());
-                            }
-                            self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
-                            match paused {
-                                Ok(p) => eprintln!(
-                                    "worker {}: #{n} given back: agent paused: {}",
-                                    self.wenv.worker_id,
-                                    text::escape(&p.describe())
-                                ),
-                                Err(e) => eprintln!(
-                                    "worker {}: #{n} given back ({kind}); the agent pause could not be recorded: {e}",
+                        Refusal::Held(paths) => (ledger::Outcome::Held, false, paths.clone()),
+                    };
+                    if let Refusal::Tampered(t) = &refusal {
+                        for change in t {
+                            if let Err(e) = change.undo(&self.git) {
+                                eprintln!(
+                                    "worker {}: could not put back {change}: {e}",
                                     self.wenv.worker_id
-                                ),
+                                );
                             }
-                            return Ok(Outcome::AccountLimited);
                         }
-                        End::Interrupted => return Ok(Outcome::Interrupted { signal: 15 }),
                     }
-                    finished.set(true);
-                    state.write("publish")?;
-                    let commits = self.publish(&branch, base.as_deref().unwrap_or(&start_point));
-                    let body = texts::finished(n, attempt, &branch, &commits);
+                    let what = if tampered { "tampered" } else { "held" };
+                    let msg = format!(
+                        "#{n} attempt {n}-a{attempt} refused ({what}): {}; nothing pushed, worktree kept at {}",
+                        text::escape(&found.join("; ")),
+                        worktree.display()
+                    );
+                    eprintln!("worker {}: {msg}", self.wenv.worker_id);
+                    self.log_event(crate::sandbox::EVENT_REFUSED, n, msg);
+                    end(outcome, &branch, &usage, None);
+                    let body = texts::refused(n, attempt, tampered, &found, &branch, &worktree);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
-                    if self.post_ending(n, &claim, &body, true) {
-                        state.set_envelope_posted();
+                    self.post_ending(n, &claim, &body, true);
+                    edited?;
+                    return Ok(Outcome::Refused);
+                }
+                super::reach::cleared(self.layout, &attempt_dir, &self.wenv.worker_id);
+                let ended = match status {
+                    AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
+                    AgentEnd::Capped(stdout) => {
+                        let seen = agent_profile::Seen {
+                            exit_code: crate::exit::SIGTERM,
+                            stdout: &stdout,
+                            stderr: &[],
+                            result_file: None,
+                            now_epoch: crate::timeutil::now_epoch(),
+                        };
+                        let usage = self
+                            .priced(agent_profile::classify(self.config.agent.profile, &seen).1);
+                        state.write("failed")?;
+                        // Its work, committed or not, is rescued (pushed with `gh`) so the next
+                        // attempt, on any host, resumes from it.
+                        // As before rescues existed, the cap pushes to any `origin`.
+                        let (rescued, pushed) = rescue("wall-clock cap", true);
+                        let records = end_rescued(
+                            ledger::Outcome::WallClockCapped,
+                            &branch,
+                            &usage,
+                            None,
+                            rescued.as_ref(),
+                        );
+                        if self.over_limit(&records) {
+                            self.quarantine(n, &claim, &records)?;
+                            return Ok(Outcome::Capped);
+                        }
+                        // The issue would go back to the queue: checked here, not only at the
+                        // next claim, so a host whose ledger lacks this spend cannot take it
+                        // again; the one comment still says where the work is.
+                        let kept = texts::over_budget_work(&branch, &pushed);
+                        if self.over_issue_budget(n, &claim, &records, &kept)? {
+                            return Ok(Outcome::Capped);
+                        }
+                        let cap_s = self.config.timing.attempt_max_s;
+                        let body = texts::capped(n, attempt, cap_s, &branch, &pushed);
+                        self.post_ending(n, &claim, &body, false);
+                        self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                        Ok(Outcome::Capped)
                     }
-                    end(ledger::Outcome::Done, &branch, &usage, None);
-                    let (kind, line) = match &commits {
-                        Ok(0) => (
+                    AgentEnd::NotStarted(StartFailure::Host(why)) => {
+                        // The host's fault, not the issue's: the issue goes back untouched (the
+                        // interruption path below) and the supervisor parks the slot.
+                        Err(WorkerError::Config(why))
+                    }
+                    AgentEnd::NotStarted(StartFailure::Issue(why)) => {
+                        // Every worker would fail the same way on this issue: never requeue it.
+                        finished.set(true);
+                        state.write("set-aside")?;
+                        end(ledger::Outcome::SetAside, &branch, &Usage::default(), None);
+                        let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
+                        let body = texts::set_aside(&why);
+                        // Posted even when the label change failed: its hand-off mark tells the
+                        // claims belt to finish the hand-off, never to requeue.
+                        self.post_ending(n, &claim, &body, true);
+                        self.log_event(
                             ledger::EVENT_HANDED_OFF,
-                            ledger::handed_off_text(n, "the agent made no commits", None),
-                        ),
-                        Ok(k) => (
-                            ledger::EVENT_READY,
-                            ledger::ready_text(
-                                n,
-                                *k,
-                                &branch,
-                                self.review_link(&branch).as_deref(),
-                            ),
-                        ),
-                        Err(e) => (
-                            ledger::EVENT_HANDED_OFF,
+                            n,
                             ledger::handed_off_text(
                                 n,
-                                &format!(
-                                    "its branch could not be pushed ({e}); the work is in the local branch"
-                                ),
-                                Some(&branch),
+                                &format!("set aside: {}", text::escape(&why)),
+                                None,
                             ),
-                        ),
-                    };
-                    self.log_event(kind, n, line);
-                    edited?;
-                    state.write("done")?;
-                    Ok(Outcome::Done)
-                }
+                        );
+                        edited?;
+                        eprintln!(
+                            "worker {}: #{n} set aside: {}",
+                            self.wenv.worker_id,
+                            text::escape(&why)
+                        );
+                        Ok(Outcome::SetAside)
+                    }
+                    AgentEnd::Exited(fin) => {
+                        let (verdict, usage) =
+                            agent_profile::classify(self.config.agent.profile, &fin.seen());
+                        let usage = self.priced(usage);
+                        if !matches!(verdict, End::AccountWide { .. }) {
+                            // The account ran this issue: an unknown reset's backoff starts over.
+                            let _ = crate::pause::agent_clear(&self.layout.state());
+                        }
+                        match verdict {
+                            End::Done => {}
+                            End::Failed { code } => {
+                                state.write("failed")?;
+                                let excused = self.excuse(n, started.as_deref());
+                                let records = end(
+                                    ledger::Outcome::AgentFailed(code),
+                                    &branch,
+                                    &usage,
+                                    excused,
+                                );
+                                if self.over_limit(&records) {
+                                    self.quarantine(n, &claim, &records)?;
+                                    return Ok(Outcome::AgentFailed);
+                                }
+                                if self.over_issue_budget(n, &claim, &records, "")? {
+                                    return Ok(Outcome::AgentFailed);
+                                }
+                                let body = texts::failed(n, attempt, code);
+                                // The release mark first: the next claim must find the claim ended.
+                                self.post_ending(n, &claim, &body, false);
+                                self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                                return Ok(Outcome::AgentFailed);
+                            }
+                            End::AccountWide {
+                                why,
+                                reset_epoch,
+                                detail,
+                            } => {
+                                state.write("account-limited")?;
+                                let kind = why.to_string();
+                                let paused = crate::pause::agent_record(
+                                    &self.layout.state(),
+                                    &kind,
+                                    &detail,
+                                    reset_epoch,
+                                );
+                                end(ledger::Outcome::AccountLimited, &branch, &usage, None);
+                                // Back to the queue with no failure comment: only the release
+                                // mark that ends the claim on a shared tracker.
+                                if let Some(m) = &claim.marks {
+                                    let _ = tracked::post(self.tracker, n, &m.release_mark());
+                                }
+                                self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
+                                match paused {
+                                    Ok(p) => eprintln!(
+                                        "worker {}: #{n} given back: agent paused: {}",
+                                        self.wenv.worker_id,
+                                        text::escape(&p.describe())
+                                    ),
+                                    Err(e) => eprintln!(
+                                        "worker {}: #{n} given back ({kind}); the agent pause could not be recorded: {e}",
+                                        self.wenv.worker_id
+                                    ),
+                                }
+                                return Ok(Outcome::AccountLimited);
+                            }
+                            End::Interrupted => return Ok(Outcome::Interrupted { signal: 15 }),
+                        }
+                        state.write("checks")?;
+                        let Some(run) = self.run_checks(task, n, round)? else {
+                            break (fin, usage, ChecksWord::None);
+                        };
+                        let (why, tail, again) = match run {
+                            super::checks::ChecksRun::Passed { secs } => {
+                                self.landing_event(
+                                crate::landing::kind::CHECKS_PASSED,
+                                n,
+                                format!("#{n} attempt {n}-a{attempt} round {round}: checks passed in {secs:.1}s"),
+                            );
+                                break (fin, usage, ChecksWord::Passed { round });
+                            }
+                            super::checks::ChecksRun::Interrupted(signal) => {
+                                return Ok(Outcome::Interrupted { signal });
+                            }
+                            super::checks::ChecksRun::Failed { why, tail, again } => {
+                                (why, tail, again)
+                            }
+                        };
+                        self.landing_event(
+                            crate::landing::kind::CHECKS_FAILED,
+                            n,
+                            format!(
+                                "#{n} attempt {n}-a{attempt} round {round}: checks failed: {why}"
+                            ),
+                        );
+                        let last = round >= self.config.checks.max_rounds || !again;
+                        if last || self.issue_budget_spent(n, &records, &usage) {
+                            break (
+                                fin,
+                                usage,
+                                ChecksWord::Failing {
+                                    rounds: round,
+                                    why,
+                                    tail,
+                                },
+                            );
+                        }
+                        // This round's cost counts now; the next round is the attempt's own.
+                        end_record(
+                            ledger::Outcome::ChecksFailed,
+                            &branch,
+                            &usage,
+                            None,
+                            None,
+                            (
+                                pr.as_ref().and_then(|p| p.url.clone()),
+                                Some(format!("failed: {why}")),
+                            ),
+                        );
+                        if usage.session_id.is_some() {
+                            session_now.clone_from(&usage.session_id);
+                        }
+                        told = Some(super::checks::guidance(
+                            self.config.checks.command.as_deref().unwrap_or_default(),
+                            &why,
+                            &tail,
+                        ));
+                        round += 1;
+                        continue;
+                    }
+                };
+                return ended;
+            };
+            finished.set(true);
+            state.write("publish")?;
+            let message = agent_profile::final_message(self.config.agent.profile, &fin.seen());
+            let handed = self.hand_off(super::landing::HandOff {
+                n,
+                attempt,
+                title: &title,
+                branch: &branch,
+                base: base.as_deref().unwrap_or(&start_point),
+                pr: pr.as_ref(),
+                checks: &checks,
+                message: message.as_deref(),
+                figures: self.figures(n, attempt, &records, started.as_deref(), &usage),
+            });
+            let edited = self.hand_labels_all(n, &claim, &handed.labels);
+            if self.post_ending(n, &claim, &handed.comment, true) {
+                state.set_envelope_posted();
             }
+            let (kind, line) = handed.told.clone();
+            self.log_event(kind, n, line);
+            let checked = self.config.checks.command.is_some().then(|| checks.words());
+            end_record(
+                ledger::Outcome::Done,
+                &branch,
+                &usage,
+                None,
+                None,
+                (handed.pr, checked),
+            );
+            if guidance.is_some()
+                && let Err(e) = crate::landing::take_guidance(self.layout, n)
+            {
+                eprintln!("worker {}: landing record: {e}", self.wenv.worker_id);
+            }
+            edited?;
+            state.write("done")?;
+            Ok(Outcome::Done)
         })();
 
         let interrupted = matches!(result, Ok(Outcome::Interrupted { .. }) | Err(_));
@@ -597,6 +708,46 @@ impl Worker<'_> {
             );
         }
         result
+    }
+
+    /// What a pull request's body says of this attempt (`docs/SPEC.md` §11.22): which it
+    /// is, how many attempts the issue has had, how long it ran and what it cost.
+    fn figures(
+        &self,
+        n: u64,
+        attempt: u64,
+        records: &[ledger::Record],
+        started: Option<&str>,
+        usage: &Usage,
+    ) -> crate::landing::text::Figures {
+        let now = crate::timeutil::now_epoch();
+        let began = started
+            .and_then(crate::timeutil::parse_rfc3339)
+            .map_or(now, crate::timeutil::epoch_secs);
+        let attempts = ledger::current(records)
+            .iter()
+            .filter(|r| r.outcome.is_attempt())
+            .count() as u64;
+        crate::landing::text::Figures {
+            attempt: format!("{n}-a{attempt}"),
+            attempts: attempts + 1,
+            duration_s: now.saturating_sub(began),
+            cost_usd: usage.cost_usd,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+        }
+    }
+
+    /// Whether issue `n`'s spend, its ledger's `records` and this attempt's round that
+    /// cost `usage` together, reached `budget.usd_per_issue`: no more check rounds then.
+    fn issue_budget_spent(&self, n: u64, records: &[ledger::Record], usage: &Usage) -> bool {
+        let Some(limit) = self.config.budget.usd_per_issue else {
+            return false;
+        };
+        // The rounds already recorded are in the ledger file, not in `records`.
+        let now = ledger::read(self.layout, n).unwrap_or_else(|_| records.to_vec());
+        let spent = crate::budget::issue_spend(&now).usd + usage.cost_usd.unwrap_or(0.0);
+        crate::config::Usd::from_f64(spent) >= limit
     }
 
     /// `usage` with its dollars: a Codex run reports tokens only, so they are priced at
@@ -881,26 +1032,6 @@ impl Worker<'_> {
             self.config.rescue.max_file_bytes,
             self.tracker.shared_across_checkouts(),
         )
-    }
-
-    /// Pushes the branch when the agent committed; returns the number of new commits,
-    /// counted on the branch (what is pushed) from `base`, the commit the attempt started
-    /// from as recorded before the agent ran.
-    fn publish(&self, branch: &str, base: &str) -> Result<u64, PublishError> {
-        let wt = &self.git;
-        let count = wt.run(&[
-            "rev-list",
-            "--count",
-            &format!("{base}..refs/heads/{branch}"),
-        ])?;
-        let count: u64 = count
-            .trim()
-            .parse()
-            .map_err(|_| PublishError::Count(count.clone()))?;
-        if count > 0 {
-            wt.push_branch(branch)?;
-        }
-        Ok(count)
     }
 }
 

@@ -7,7 +7,9 @@
 //!
 //! The steps, one file each: [`home`] (its dir and pid file), [`signals`], [`queue`] (the
 //! claim), [`lifecycle`] (one issue from claim to hand-off), [`agent`] (running and
-//! stopping the agent), [`liveness`], [`attempt`] (the attempt dir's state file), [`texts`].
+//! stopping the agent), [`checks`] (the project's checks after each round, in the agent's
+//! sandbox), [`landing`] (the hand-off: the push and the pull request, `docs/SPEC.md`
+//! §11.22), [`liveness`], [`attempt`] (the attempt dir's state file), [`texts`].
 //! It ends in a [`WorkerOutcome`] or a [`WorkerError`]; `src/cli/worker.rs` turns either
 //! into the exit code the supervisor reads (SPEC §6, §9).
 
@@ -21,9 +23,11 @@ macro_rules! say {
 
 mod agent;
 mod attempt;
+mod checks;
 mod env;
 mod error;
 mod home;
+mod landing;
 mod lifecycle;
 mod liveness;
 mod output;

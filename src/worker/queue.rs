@@ -215,10 +215,6 @@ impl Worker<'_> {
         claim: &TakenClaim,
         add: &str,
     ) -> Result<(), WorkerError> {
-        match &claim.marks {
-            Some(_) => tracked::edit_labels_settled(self.tracker, n, &[add], &[labels::RUNNING]),
-            None => self.tracker.edit_labels(n, &[add], &[labels::RUNNING]),
-        }
-        .map_err(|e| WorkerError::from(&e))
+        self.hand_labels_all(n, claim, &[add])
     }
 }

@@ -35,16 +35,32 @@ fn demo_runs_a_fleet_to_the_end_and_reports_it() {
     for n in 1..=3 {
         let claimed = format!("#{n} claimed by slot ");
         assert_eq!(stdout.matches(&claimed).count(), 1, "{claimed}\n{stdout}");
+        // A pull request per issue, and its merge (`landing.merge = "auto"`).
         assert_eq!(
             stdout
                 .lines()
                 .filter(|l| l.starts_with(&format!("#{n} done in "))
-                    && l.ends_with("→ ready-for-human"))
+                    && l.contains("→ pull request local-pr-"))
                 .count(),
             1,
             "#{n} done\n{stdout}"
         );
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| l.starts_with(&format!("#{n} merged: local-pr-"))
+                    && l.ends_with(&format!("→ main; #{n} closed")))
+                .count(),
+            1,
+            "#{n} merged\n{stdout}"
+        );
     }
+    // #1's checks fail once; its second round passes them.
+    assert!(
+        stdout.contains("#1 attempt 1-a1 round 1: checks failed: exit 1 (pr.checks-failed)")
+            && stdout.contains("#1 attempt 1-a1 round 2: checks passed"),
+        "{stdout}"
+    );
     assert_eq!(
         stdout.matches("#1 closed; #3 unblocked").count(),
         1,
@@ -52,7 +68,7 @@ fn demo_runs_a_fleet_to_the_end_and_reports_it() {
     );
 
     // The summary's counts.
-    assert_eq!(summary_value(&stdout, "issues"), "3 (3 ready-for-human)");
+    assert_eq!(summary_value(&stdout, "issues"), "3 (3 merged)");
     assert_eq!(summary_value(&stdout, "attempts"), "3");
     assert_eq!(summary_value(&stdout, "deaths"), "0");
     let repo = dir.canonicalize().unwrap().join("repo");
@@ -80,28 +96,28 @@ fn demo_runs_a_fleet_to_the_end_and_reports_it() {
             .collect();
         assert!(labels.contains(&"ready-for-human"), "{i}");
         assert!(
-            !labels.contains(&"running") && !labels.contains(&"blocked:dependency"),
+            !labels.contains(&"running")
+                && !labels.contains(&"blocked:dependency")
+                && !labels.contains(&"afk:pr-open"),
             "{i}"
         );
-        let want = if i["number"] == 1 { "CLOSED" } else { "OPEN" };
-        assert_eq!(i["state"].as_str().unwrap().to_uppercase(), want, "{i}");
+        assert_eq!(i["state"].as_str().unwrap().to_uppercase(), "CLOSED", "{i}");
     }
+    // Every issue's work landed on origin's main; the merged branches are gone.
+    let files = env.git(
+        &dir.join("origin.git"),
+        &["ls-tree", "-r", "--name-only", "main"],
+    );
+    assert_eq!(
+        files
+            .lines()
+            .filter(|f| f.starts_with("notes/issue-"))
+            .count(),
+        3,
+        "{files}"
+    );
     let branches = env.git(&dir.join("origin.git"), &["branch", "--list", "afk/*"]);
-    assert_eq!(branches.lines().count(), 3, "{branches}");
-    for b in branches.lines() {
-        let files = env.git(
-            &dir.join("origin.git"),
-            &["ls-tree", "-r", "--name-only", b.trim()],
-        );
-        assert_eq!(
-            files
-                .lines()
-                .filter(|f| f.starts_with("notes/issue-"))
-                .count(),
-            1,
-            "{files}"
-        );
-    }
+    assert_eq!(branches.lines().count(), 0, "{branches}");
     let status = env
         .bin()
         .arg("--repo")
@@ -136,7 +152,7 @@ fn demo_removes_its_scratch_dir_without_keep() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(summary_value(&stdout, "issues"), "1 (1 ready-for-human)");
+    assert_eq!(summary_value(&stdout, "issues"), "1 (1 merged)");
     assert!(
         stdout.contains("(removed; pass --keep to keep it)"),
         "{stdout}"

@@ -101,10 +101,12 @@ fn the_issue_commands_on_the_local_store() {
             "closed_at",
             "body",
             "comments",
-            "attempts"
+            "attempts",
+            "pr"
         ]
     );
     assert_eq!(one["attempts"], json!([]), "no attempt ledger yet");
+    assert_eq!(one["pr"], Value::Null, "no pull request yet");
     assert_eq!(one["body"], "Body\nline");
     assert_eq!(one["comments"][0]["body"], "🤖 hello");
     assert!(one["comments"][0]["at"].as_str().unwrap().ends_with('Z'));

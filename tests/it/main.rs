@@ -38,6 +38,7 @@ mod orphan_worktree;
 mod orphans;
 mod orphans_gh;
 mod orphans_prop;
+mod pr_loop;
 mod precheck;
 mod readme_blocks;
 mod readme_jq;

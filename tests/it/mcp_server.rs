@@ -100,6 +100,45 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
     let decision =
         afk_supervisor::budget::reserve::check_and_reserve(&f.layout, &budget, &holder, 3600, now)
             .unwrap();
+    // Issue 1's pull request, as the landing left it (`docs/SPEC.md` §11.22): open, its CI
+    // failing after one fix round, its checks passed in the second round.
+    let layout = afk_supervisor::layout::Layout::new(&f.repo);
+    afk_supervisor::landing::write(
+        &layout,
+        afk_supervisor::landing::PrRecord {
+            issue: 1,
+            state: afk_supervisor::landing::PrState::Open,
+            url: Some("local-pr-1".into()),
+            branch: "afk/w/1-t".into(),
+            base: "main".into(),
+            title: "t".into(),
+            body: "Closes #1\n".into(),
+            draft: false,
+            checks: "passed (round 2)".into(),
+            failing: true,
+            check_rounds: 1,
+            fix_rounds: 1,
+            guidance: None,
+            failure: None,
+            seen: Vec::new(),
+            needs_person: false,
+            merge_requested: false,
+            created_epoch: 1,
+            updated_epoch: 1,
+            merged_epoch: None,
+        },
+    )
+    .unwrap();
+    let prs = &f.status_json(StatusExit::Is(0))["fleet"]["prs"];
+    assert_eq!(
+        (
+            prs["open"].as_u64(),
+            prs["failing"].as_u64(),
+            prs["merged"].as_u64()
+        ),
+        (Some(1), Some(1), Some(0)),
+        "{prs}"
+    );
     let s = session(&f, "read");
     drop(decision);
     let tools: Vec<&str> = s["tools"]
@@ -211,6 +250,15 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
         issue["attempts"][1]["rescued"],
         "refs/afk/rescue/1/a2 abc123"
     );
+    let pr = &issue["pr"];
+    assert_eq!(pr["url"], "local-pr-1", "{issue}");
+    assert_eq!(pr["state"], "open");
+    assert_eq!(pr["checks"], "passed (round 2)");
+    assert_eq!(
+        (pr["check_rounds"].as_u64(), pr["fix_rounds"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(pr["failing"], true);
     let spend = &call(&s, "spend")["structured"];
     assert_eq!(spend["by"], "day", "{spend}");
     // The died attempt reported no cost: its day is a row of attempts, not of runs.

@@ -224,13 +224,16 @@ fn works_one_issue_and_hands_it_to_a_human() {
     let o = f.run(&["worker", "--once"], &SUPERVISED);
     assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), stderr(&o));
 
+    // Handed to a person with its pull request (`docs/SPEC.md` §11.22).
     let mut labels = f.labels(first);
     labels.sort();
-    assert_eq!(labels, vec!["ready-for-human"]);
+    assert_eq!(labels, vec!["afk:pr-open", "ready-for-human"]);
     let comments = f.comments(first);
     assert_eq!(comments.len(), 1);
     assert!(
-        comments[0].contains("1 commit(s) on branch `afk/w1/2-add-the-greeting`"),
+        comments[0].contains(
+            "opened pull request local-pr-1: 1 commit(s) on branch `afk/w1/2-add-the-greeting`"
+        ),
         "{comments:?}"
     );
     // The branch landed on origin with the agent's commit.

@@ -392,19 +392,7 @@ def handle(argv, state):
 
     v = match(rest, ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything])
     if v is not None:
-        base, head, title, body = v
-        for pr in state["prs"]:
-            if pr["state"] == "OPEN" and pr["head"] == head and pr["base"] == base:
-                raise Reply(
-                    1,
-                    stderr='a pull request for branch "%s" into branch "%s" already exists:\n%s/pull/%d\n'
-                    % (head, base, url, pr["number"]),
-                )
-        number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
-        state["prs"].append(
-            {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
-        )
-        raise Reply(0, stdout="%s/pull/%d\n" % (url, number))
+        open_pr(state, url, v, False)
 
     v = match(rest, ["pr", "merge", anything, "--merge", "--delete-branch"])
     if v is not None:
@@ -415,7 +403,151 @@ def handle(argv, state):
                 raise Reply(0, stdout="")
         raise Reply(1, stderr='no pull requests found for branch "%s"\n' % head)
 
+    handle_landing(rest, argv, state, url)
+
     unknown(argv)
+
+
+# ---- issue 50: the landing (docs/SPEC.md section 11.20) --------------------------------
+# The pull-request calls of the landing, each as strictly matched as the ones above. A PR
+# in `state.json` may carry `isDraft`, `headRefOid`, `checks` (rows of `gh pr checks
+# --json name,bucket,link,workflow`, each optionally `required`), `reviews` and `comments`
+# (each {body, author, authorAssociation, state?, submittedAt?/createdAt?}), `autoMerge`
+# (the method asked) and `mergeable_when` ("checks": `--auto` merges at once when no
+# required check fails or is pending, else it waits). `runs` maps a run id to the text of
+# `gh run view <id> --log-failed`.
+
+
+def open_pr(state, url, values, draft):
+    """`gh pr create` (the docs lane's and the landing's): refused when an open PR has the
+    same head and base, as GitHub does; numbered after every issue and PR."""
+    base, head, title, body = values
+    for pr in state["prs"]:
+        if pr["state"] == "OPEN" and pr["head"] == head and pr["base"] == base:
+            raise Reply(
+                1,
+                stderr='a pull request for branch "%s" into branch "%s" already exists:\n%s/pull/%d\n'
+                % (head, base, url, pr["number"]),
+            )
+    number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
+    pr = {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
+    if draft:
+        pr["isDraft"] = True
+    state["prs"].append(pr)
+    raise Reply(0, stdout="%s/pull/%d\n" % (url, number))
+
+
+def verb_step(argv, state):
+    """A scripted reply aimed at one kind of call (`verb_script: {"pr create": [step, ...]}`),
+    taken when the queue is empty: a failure of the landing's call whatever comes before it."""
+    steps = state.get("verb_script", {}).get(" ".join(argv[:2]))
+    return steps.pop(0) if steps else None
+
+
+def find_pr(state, ref):
+    for pr in state["prs"]:
+        if str(pr["number"]) == ref:
+            return pr
+    raise Reply(1, stderr="GraphQL: Could not resolve to a PullRequest with the number of %s. (repository.pullRequest)\n" % ref)
+
+
+def handle_landing(rest, argv, state, url):
+    v = match(
+        rest,
+        ["pr", "create", "--base", anything, "--head", anything, "--title", anything, "--body", anything, "--draft"],
+    )
+    if v is not None:
+        open_pr(state, url, v, True)
+
+    v = match(rest, ["pr", "view", positive, "--json", "state,isDraft,headRefOid,reviews,comments"])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        settle_auto_merge(state, pr)
+        notes = lambda key, stamp: [
+            dict(
+                {
+                    "id": n.get("id") or "%s-%d" % (key, i),
+                    "author": {"login": n.get("author") or viewer(state)},
+                    "authorAssociation": n.get("authorAssociation") or state.get("viewer_association", "OWNER"),
+                    "body": n.get("body", ""),
+                    stamp: n.get(stamp, "2026-01-01T00:00:00Z"),
+                },
+                **({"state": n["state"]} if "state" in n else {}),
+            )
+            for i, n in enumerate(pr.get(key, []))
+        ]
+        raise Reply(
+            0,
+            stdout=dump(
+                {
+                    "comments": notes("comments", "createdAt"),
+                    "headRefOid": pr.get("headRefOid", "0" * 40),
+                    "isDraft": bool(pr.get("isDraft")),
+                    "reviews": notes("reviews", "submittedAt"),
+                    "state": pr["state"],
+                }
+            ),
+        )
+
+    for required in (True, False):
+        pattern = ["pr", "checks", positive] + (["--required"] if required else []) + ["--json", "name,bucket,link"]
+        v = match(rest, pattern)
+        if v is not None:
+            pr = find_pr(state, v[0])
+            rows = [c for c in pr.get("checks", []) if c.get("required") or not required]
+            if not rows:
+                raise Reply(1, stderr="no %schecks reported on the '%s' branch\n" % ("required " if required else "", pr["head"]))
+            out = dump([{"bucket": c["bucket"], "link": c.get("link", ""), "name": c["name"]} for c in rows])
+            buckets = [c["bucket"] for c in rows]
+            # As gh: 1 when a check failed, 8 while one is pending.
+            raise Reply(1 if "fail" in buckets or "cancel" in buckets else 8 if "pending" in buckets else 0, stdout=out)
+
+    v = match(rest, ["run", "view", positive, "--log-failed"])
+    if v is not None:
+        log = state.get("runs", {}).get(v[0])
+        if log is None:
+            raise Reply(1, stderr="could not find any workflow run with ID %s\n" % v[0])
+        raise Reply(0, stdout=log)
+
+    for method in ("--squash", "--merge", "--rebase"):
+        v = match(rest, ["pr", "merge", positive, "--auto", method])
+        if v is not None:
+            pr = find_pr(state, v[0])
+            if pr["state"] != "OPEN":
+                raise Reply(1, stderr="Pull request #%s is not open\n" % v[0])
+            pr["autoMerge"] = method
+            settle_auto_merge(state, pr)
+            raise Reply(0, stdout="")
+
+    v = match(rest, ["pr", "comment", positive, "--body", anything])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        pr.setdefault("comments", []).append({"body": v[1]})
+        raise Reply(0, stdout="%s/pull/%s#issuecomment-%d\n" % (url, v[0], len(pr["comments"])))
+
+    v = match(rest, ["pr", "edit", positive, "--add-label", anything])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        for label in v[1].split(","):
+            if label not in pr.setdefault("labels", []):
+                pr["labels"].append(label)
+        raise Reply(0, stdout="%s/pull/%s\n" % (url, v[0]))
+
+
+def settle_auto_merge(state, pr):
+    """GitHub's auto-merge: once asked, the PR merges when no required check fails or is
+    pending (never past a failing one); its `Closes #N` then closes the issue."""
+    if pr["state"] != "OPEN" or not pr.get("autoMerge") or pr.get("isDraft"):
+        return
+    required = [c["bucket"] for c in pr.get("checks", []) if c.get("required")]
+    if any(b in ("fail", "cancel", "pending") for b in required):
+        return
+    pr["state"] = "MERGED"
+    for m in re.finditer(r"(?im)^closes #([0-9]+)", pr.get("body", "")):
+        for issue in state["issues"]:
+            if issue["number"] == int(m.group(1)):
+                issue["state"] = "CLOSED"
+                issue["closedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def chaos_strikes(state):
@@ -463,6 +595,8 @@ def main():
         if probe.code == 2:
             finish(probe)
         step = state["script"].pop(0) if state["script"] else None
+        if step is None:
+            step = verb_step(argv, state)
         limit = state.get("rate_limit")
         if step is None and limit and argv[:2] not in (["auth", "status"], ["api", "rate_limit"]):
             if time.time() < float(limit["reset"]):

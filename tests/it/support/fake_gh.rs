@@ -215,7 +215,7 @@ impl FakeIssue {
     }
 }
 
-/// One pull request the fake recorded. `state` is `OPEN` or `MERGED`.
+/// One pull request the fake recorded. `state` is `OPEN`, `MERGED` or `CLOSED`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FakePr {
     pub number: u64,
@@ -224,6 +224,9 @@ pub struct FakePr {
     pub title: String,
     pub body: String,
     pub state: String,
+    /// Opened with `--draft` (issue 50).
+    #[serde(rename = "isDraft", default)]
+    pub is_draft: bool,
 }
 
 /// A fake `gh` installed in one [`TestEnv`].
@@ -362,6 +365,23 @@ impl FakeGh {
     /// with malformed JSON).
     pub fn respond_next(&self, k: usize, code: i32, stdout: &str, stderr: &str) {
         self.push_script(k, json!({"code": code, "stdout": stdout, "stderr": stderr}));
+    }
+
+    /// The next `k` calls of one kind (`"pr create"`: their first two words) exit with
+    /// `code` and print `stderr`, whatever other calls come first (issue 50).
+    pub fn fail_verb_next(&self, verb: &str, k: usize, code: i32, stderr: &str) {
+        self.edit(|s| {
+            let steps = &mut s["verb_script"][verb];
+            if !steps.is_array() {
+                *steps = json!([]);
+            }
+            for _ in 0..k {
+                steps
+                    .as_array_mut()
+                    .expect("verb_script array")
+                    .push(json!({"code": code, "stderr": stderr}));
+            }
+        });
     }
 
     /// The next `k` calls sleep `secs` before answering normally.
@@ -520,4 +540,41 @@ fn find_python3() -> PathBuf {
         .expect("the fake gh needs python3 on PATH");
     assert!(out.status.success(), "python3 failed: {out:?}");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+// ---- issue 50: the landing's pull requests ------------------------------------------
+impl FakeGh {
+    /// Replaces `key` (`checks`, `reviews`, `comments`, `headRefOid`, `isDraft`) of pull
+    /// request `number` (see the landing block of `fake_gh.py` for the shapes).
+    pub fn set_pr(&self, number: u64, key: &str, value: Value) {
+        self.edit(|s| {
+            let prs = s["prs"].as_array_mut().expect("prs array");
+            let pr = prs
+                .iter_mut()
+                .find(|p| p["number"] == number)
+                .expect("no such pull request");
+            pr[key] = value;
+        });
+    }
+
+    /// One pull request as the fake holds it, every key.
+    pub fn pr_json(&self, number: u64) -> Value {
+        self.state()["prs"]
+            .as_array()
+            .expect("prs array")
+            .iter()
+            .find(|p| p["number"] == number)
+            .cloned()
+            .expect("no such pull request")
+    }
+
+    /// `gh run view <run> --log-failed` answers `log`.
+    pub fn set_run_log(&self, run: &str, log: &str) {
+        self.edit(|s| {
+            if !s["runs"].is_object() {
+                s["runs"] = json!({});
+            }
+            s["runs"][run] = json!(log);
+        });
+    }
 }

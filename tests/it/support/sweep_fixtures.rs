@@ -336,4 +336,40 @@ impl afk_supervisor::tracker::Tracker for Counting<'_> {
         self.log(format!("pr-merge {head}"));
         self.inner.pr_merge(head)
     }
+    // The landing's calls (issue 50), counted and passed on like the rest.
+    fn pr_status(
+        &self,
+        pr: &str,
+    ) -> afk_supervisor::tracker::TrackerResult<afk_supervisor::tracker::PrStatus> {
+        self.log(format!("pr-status {pr}"));
+        self.inner.pr_status(pr)
+    }
+    fn pr_checks(
+        &self,
+        pr: &str,
+        required: bool,
+    ) -> afk_supervisor::tracker::TrackerResult<Vec<afk_supervisor::tracker::PrCheck>> {
+        self.log(format!("pr-checks {pr}"));
+        self.inner.pr_checks(pr, required)
+    }
+    fn run_failed_log(&self, run: &str) -> afk_supervisor::tracker::TrackerResult<String> {
+        self.log(format!("run-log {run}"));
+        self.inner.run_failed_log(run)
+    }
+    fn pr_merge_auto(
+        &self,
+        pr: &str,
+        method: afk_supervisor::config::MergeMethod,
+    ) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("pr-merge-auto {pr}"));
+        self.inner.pr_merge_auto(pr, method)
+    }
+    fn pr_comment(&self, pr: &str, body: &str) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("pr-comment {pr}"));
+        self.inner.pr_comment(pr, body)
+    }
+    fn pr_add_label(&self, pr: &str, label: &str) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("pr-label {pr} {label}"));
+        self.inner.pr_add_label(pr, label)
+    }
 }
