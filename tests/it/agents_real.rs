@@ -835,7 +835,21 @@ fn outcomes(f: &Fleet, n: u64) -> Vec<ledger::Outcome> {
 }
 
 /// Long enough for two real CLIs on two shared cores to work a few issues.
-const FLEET_WAIT: Duration = Duration::from_secs(180);
+fn fleet_wait() -> Duration {
+    if real_defaults() {
+        run_max()
+    } else {
+        Duration::from_secs(180)
+    }
+}
+
+/// The fleet's one agent pause, waited for as long as a CLI may retry before it gives up:
+/// seconds scaled down, many minutes at the CLIs' own defaults (Claude Code's ten retries).
+fn wait_paused(f: &Fleet) -> Vec<afk_supervisor::toonl::Event> {
+    let ok = wait_until(run_max(), || f.count("fleet.agent-paused") >= 1);
+    assert!(ok, "no fleet.agent-paused; log:\n{}", f.dump());
+    f.events_of("fleet.agent-paused")
+}
 
 /// Each issue's work is done and published, its ledger says `done` with the tokens the
 /// model reported, whatever the CLI printed on the way (`scenario`).
@@ -843,7 +857,7 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
     let server = ModelServer::start(scenario.clone());
     let mut f = real_fleet(cli, &server.base_url(), 2, 2);
     f.start(&[]);
-    let done = wait_until(FLEET_WAIT, || {
+    let done = wait_until(fleet_wait(), || {
         (1..=2).all(|n| outcomes(&f, n).contains(&ledger::Outcome::Done))
     });
     assert!(
@@ -911,7 +925,7 @@ fn fleet_pauses_timed(cli: Cli, scenario: Option<Scenario>, kind: &str, timing: 
     };
     let mut f = real_fleet_timed(cli, &url, 2, 2, timing);
     f.start(&[]);
-    let paused = f.wait_events("fleet.agent-paused", 1);
+    let paused = wait_paused(&f);
     assert!(
         paused[0].msg.contains(kind),
         "{}\n{}",
@@ -919,7 +933,7 @@ fn fleet_pauses_timed(cli: Cli, scenario: Option<Scenario>, kind: &str, timing: 
         f.dump()
     );
     // Both slots' attempts end (the second may have started before the pause).
-    let settled = wait_until(FLEET_WAIT, || {
+    let settled = wait_until(fleet_wait(), || {
         let all: Vec<_> = (1..=2).flat_map(|n| outcomes(&f, n)).collect();
         !all.is_empty()
             && f.status_json(StatusExit::Any)["workers"]
@@ -1003,7 +1017,7 @@ fn fleet_stalls_on_a_silent_provider(cli: Cli) {
     );
     let mut f = real_fleet_timed(cli, &server.base_url(), 2, 2, &timing);
     f.start(&[]);
-    let paused = f.wait_events("fleet.agent-paused", 1);
+    let paused = wait_paused(&f);
     assert!(
         paused[0].msg.contains("provider unreachable"),
         "{}",
