@@ -18,7 +18,10 @@ use crate::layout::Layout;
 use crate::sandbox::SandboxMode;
 use crate::text::{clip_quoted, excerpt, line_col};
 
+pub mod cluster;
 pub mod template;
+
+pub use cluster::ClusterCfg;
 
 /// Largest config file read: the documented file with every key is about 4 KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -427,6 +430,8 @@ pub struct Config {
     pub budget: Budget,
     pub rescue: RescueCfg,
     pub isolation: IsolationCfg,
+    /// `[cluster]`: the fleet's shared state in etcd; `None` runs on one box as always.
+    pub cluster: Option<ClusterCfg>,
 }
 
 impl Default for Config {
@@ -499,6 +504,7 @@ impl Default for Config {
                 max_file_bytes: 50 << 20,
             },
             isolation: IsolationCfg::default(),
+            cluster: None,
         }
     }
 }
@@ -588,6 +594,7 @@ struct FileDoc {
     rescue: FileRescue,
     #[serde(default)]
     isolation: FileIsolation,
+    cluster: Option<cluster::FileCluster>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1005,6 +1012,7 @@ impl Builder {
 
     fn apply_file(&mut self, mut d: FileDoc) -> Result<(), ConfigError> {
         let isolation = std::mem::take(&mut d.isolation);
+        self.apply_cluster(d.cluster.take())?;
         self.apply_isolation(isolation, &mut d.worker, &mut d.fleet)?;
         if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {
             self.cfg.fleet.workers = x as usize;

@@ -782,6 +782,10 @@ pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead 
 fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
     let state_dir = layout.state();
     let mut events = Vec::new();
+    if let Some(p) = cluster_hold(layout) {
+        events.push(Event::Paused(p));
+        return HoldsRead { events };
+    }
     match crate::pause::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
             events.push(Event::Paused(p));
@@ -830,6 +834,24 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
         .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
         .map(|i| i.number)
         .collect()
+}
+
+/// `[cluster]`: while the host holds no live lease (etcd unavailable, or the lease lost)
+/// nothing is spawned, as for a rate limit: one `fleet.paused`, the resume time moved on
+/// by every check that finds it still so, `fleet.resumed` once a lease is live again.
+fn cluster_hold(layout: &Layout) -> Option<crate::pause::Pause> {
+    let c = crate::cluster::active()?;
+    let rec = crate::cluster::lease::read(&layout.supervisor_lane());
+    if rec.as_ref().is_some_and(|r| r.live()) {
+        return None;
+    }
+    let why = rec.map_or("no lease yet".to_string(), |r| r.why);
+    let now = now_epoch();
+    Some(crate::pause::Pause {
+        reason: format!("cluster: no live lease of this host ({why})"),
+        until_epoch: now + c.lease_s + 1,
+        since_epoch: now,
+    })
 }
 
 #[cfg(test)]

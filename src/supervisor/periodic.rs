@@ -28,6 +28,9 @@ pub enum PeriodicError {
     Claims(#[from] TrackerError),
     #[error(transparent)]
     SlotLogs(#[from] ExpireError),
+    /// `[cluster]`: the claims belt could not read etcd or the tracker.
+    #[error("{0}")]
+    Cluster(String),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -92,6 +95,25 @@ pub fn periodic_tasks(
     if !shared {
         tasks.retain(|t| t.name != "claims-belt");
     }
+    // On a cluster the claims are etcd's: a vanished claim is found every tick, not after
+    // `claims.stale_after_s` (`docs/SPEC.md` §11.20).
+    if let Some(c) = crate::cluster::active() {
+        tasks.retain(|t| t.name != "claims-belt");
+        let mut belt = super::cluster_belt::ClusterBelt::new(c, Arc::clone(tracker), layout);
+        tasks.push(Periodic {
+            name: "cluster-belt",
+            // An eighth of the lease (one cheap etcd range): a vanished claim is found
+            // well within the lease's length, however long the tick.
+            interval: Duration::from_millis(
+                (config.timing.tick_s * 1000).min(c.lease_s * 125).max(250),
+            ),
+            at_start: true,
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                Box::new(move || belt.pass().map_err(PeriodicError::Cluster)),
+            ))),
+        });
+    }
     tasks
 }
 
@@ -142,6 +164,8 @@ pub(super) fn start_periodic(
         };
         running.store(false, Ordering::Release);
         let msg = match result {
+            // A pass with nothing to say (the cluster belt's, every tick) logs nothing.
+            Ok(t) if t.is_empty() => return,
             Ok(t) => format!("{name}: {t}"),
             Err(e) => format!("{name} failed: {e}"),
         };

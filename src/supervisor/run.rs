@@ -315,6 +315,10 @@ async fn run_fleet(
         }
     };
 
+    // `[cluster]`: the host's lease, kept from here to the end (`docs/SPEC.md` §11.20);
+    // granted before the boot sweeps so the first workers find it.
+    let _keeper = crate::cluster::active().map(|c| LeaseKeeper::start(c, layout, &tx));
+
     // Boot suite: exactly once in this supervisor's life, before anything is spawned. The
     // isolation is entered on this thread while the suite runs on the pool: in cgroup mode
     // moving this process into its leaf waits out an RCU grace period (about 10 ms), which
@@ -815,6 +819,46 @@ fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> 
         });
     }
     found
+}
+
+/// The thread that keeps the host's cluster lease ([`crate::cluster::keeper`]); dropped
+/// when the supervisor ends, which revokes the lease once its workers are gone.
+struct LeaseKeeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LeaseKeeper {
+    fn start(
+        cluster: &'static crate::cluster::Cluster,
+        layout: &Layout,
+        tx: &UnboundedSender<event::Event>,
+    ) -> LeaseKeeper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (lane, host) = (
+            layout.supervisor_lane(),
+            crate::claim::tracked::this_host(layout),
+        );
+        let (flag, tx) = (Arc::clone(&stop), tx.clone());
+        let thread = std::thread::Builder::new()
+            .name("afk-cluster-lease".into())
+            .spawn(move || {
+                crate::cluster::keeper::run(cluster, lane, host, flag, |note| {
+                    let _ = tx.send(event::Event::Log(Event::now(kind::CLUSTER, note.line())));
+                })
+            })
+            .ok();
+        LeaseKeeper { stop, thread }
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 #[cfg(test)]

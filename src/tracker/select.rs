@@ -183,7 +183,7 @@ fn with_host(host: &str, repo: &str) -> String {
 }
 
 /// `origin`'s fetch URL, or `None` when there is no such remote (or no git repo).
-fn origin_url(git: &Git) -> Option<String> {
+pub fn origin_url(git: &Git) -> Option<String> {
     git.run(&["remote", "get-url", "origin"])
         .ok()
         .map(|s| s.trim().to_string())

@@ -23,6 +23,7 @@ mod agent;
 mod attempt;
 mod env;
 mod error;
+mod fence;
 mod home;
 mod lifecycle;
 mod liveness;

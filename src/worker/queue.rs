@@ -2,6 +2,7 @@
 //! `running` label and, on a shared tracker, the claim marks (`docs/SPEC.md` §11.5); and
 //! the two acts that give a claimed issue up again (its ending comment and labels).
 
+use super::fence::FenceGuard;
 use super::{Worker, WorkerError};
 use crate::claim::Claim;
 use crate::claim::tracked::{self, Verdict, WonClaim};
@@ -13,6 +14,8 @@ use crate::tracker::{LabeledIssue, labels};
 pub(super) struct TakenClaim {
     pub local: Claim,
     pub marks: Option<WonClaim>,
+    /// `[cluster]`: the claim in etcd, its fencing token checked before each write.
+    pub fence: Option<FenceGuard>,
 }
 
 impl TakenClaim {
@@ -45,6 +48,21 @@ impl Worker<'_> {
                 p.describe()
             )));
         }
+        // On a cluster, nothing is claimed without a live lease of the host (etcd down, or
+        // the supervisor not renewing it): the claim would not outlive the lease.
+        let cluster = crate::cluster::active();
+        let lease = match cluster {
+            Some(_) => match crate::cluster::lease::read(&self.layout.supervisor_lane()) {
+                Some(r) if r.live() => Some(r),
+                r => {
+                    return Err(WorkerError::ClusterLost(format!(
+                        "no live lease of this host ({}): not claiming",
+                        r.map_or("no lease file".to_string(), |r| r.why)
+                    )));
+                }
+            },
+            None => None,
+        };
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
@@ -77,6 +95,33 @@ impl Worker<'_> {
                 }
                 continue;
             }
+            // On a cluster the claim is one transaction in etcd, before the label switch:
+            // a `running` issue without a claim key is then always an orphan.
+            let fence = match (cluster, &lease) {
+                (Some(c), Some(l)) => {
+                    let holder = format!("{}@{}", self.wenv.worker_id, l.host);
+                    match c.claim(issue.number, &holder, l.lease) {
+                        Ok(Some(fence)) => Some(FenceGuard {
+                            cluster: c,
+                            fence,
+                            lane: self.layout.supervisor_lane(),
+                            to_human: std::cell::Cell::new(false),
+                        }),
+                        Ok(None) => {
+                            let _ = claim.release();
+                            continue;
+                        }
+                        Err(e) => {
+                            let _ = claim.release();
+                            return Err(WorkerError::ClusterLost(format!(
+                                "claiming #{} in etcd: {e}",
+                                issue.number
+                            )));
+                        }
+                    }
+                }
+                _ => None,
+            };
             // The switch may land though its answer fails: retried, then settled by what
             // the tracker shows, so a landed switch is never left `running` unworked.
             if let Err(e) = tracked::edit_labels_settled(
@@ -119,6 +164,7 @@ impl Worker<'_> {
                 TakenClaim {
                     local: claim,
                     marks,
+                    fence,
                 },
             )));
         }
@@ -128,7 +174,8 @@ impl Worker<'_> {
     /// The claim decided on a tracker several checkouts share (SPEC §11.5); `None` where
     /// this checkout's local claim is all there is (the `local` store).
     fn claim_on_tracker(&self, n: u64) -> Result<Option<Verdict>, tracked::ClaimError> {
-        if !self.tracker.shared_across_checkouts() {
+        // On a cluster, etcd decided the claim: no marks.
+        if !self.tracker.shared_across_checkouts() || crate::cluster::active().is_some() {
             return Ok(None);
         }
         let host = tracked::this_host(self.layout);
@@ -149,6 +196,10 @@ impl Worker<'_> {
         body: &str,
         to_human: bool,
     ) -> bool {
+        if let Err(e) = self.fenced(claim) {
+            eprintln!("worker {}: #{n}: not commenting: {e}", self.wenv.worker_id);
+            return false;
+        }
         let body = claim.ending(body, to_human);
         match &claim.marks {
             Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
@@ -164,10 +215,25 @@ impl Worker<'_> {
         claim: &TakenClaim,
         add: &str,
     ) -> Result<(), WorkerError> {
+        self.fenced(claim)?;
+        if let Some(f) = &claim.fence
+            && add == labels::READY_FOR_HUMAN
+        {
+            f.to_human.set(true);
+        }
         match &claim.marks {
             Some(_) => tracked::edit_labels_settled(self.tracker, n, &[add], &[labels::RUNNING]),
             None => self.tracker.edit_labels(n, &[add], &[labels::RUNNING]),
         }
         .map_err(|e| WorkerError::from(&e))
+    }
+
+    /// `Ok` unless the claim's fencing token no longer holds (`[cluster]`): checked before
+    /// every write that acts on the claim, so a host that lost its lease writes nothing.
+    pub(super) fn fenced(&self, claim: &TakenClaim) -> Result<(), WorkerError> {
+        match &claim.fence {
+            Some(f) => f.holds().map_err(WorkerError::ClusterLost),
+            None => Ok(()),
+        }
     }
 }

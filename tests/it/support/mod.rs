@@ -5,6 +5,7 @@
 
 pub mod agent_clis;
 pub mod cli;
+pub mod etcd;
 pub mod fake_gh;
 pub mod fleet;
 pub mod model_server;

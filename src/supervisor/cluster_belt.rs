@@ -1,0 +1,154 @@
+//! `[cluster]`: the claims belt of a fleet whose claims live in etcd (`docs/SPEC.md`
+//! §11.20), in place of the marks' stale-claims belt. Every pass (a tick, at most an eighth of a
+//! lease) reads the fleet's claim keys, one etcd range, no tracker call:
+//! - a claim key seen at the last pass and gone now, with no done key (no hand-off), went
+//!   with its host's lease: the host died, or was cut off or stopped past its lease (its
+//!   agents stopped at the deadline). The issue goes back to `ready-for-agent` with the
+//!   §7 restore comment, by the one host that wins the restore guard, and only while it is
+//!   still `running`. Its worker's work is rescued where it ran (the existing rescue: the
+//!   host's release, or its boot's orphan sweep when it comes back).
+//! - at the first pass, the `running` issues (one tracker call) without a claim key are
+//!   such issues too (a fleet started after every host died);
+//! - a claim key of this host that no local claim names (a worker that could not end it in
+//!   etcd) at two passes in a row is dropped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::cluster::Cluster;
+use crate::layout::Layout;
+use crate::sweeps::transition;
+use crate::tracker::{IssueState, Tracker, labels};
+
+pub struct ClusterBelt {
+    cluster: &'static Cluster,
+    tracker: Arc<dyn Tracker>,
+    layout: Layout,
+    host: String,
+    /// The claim keys at the last pass: issue to (revision, holder).
+    known: Option<BTreeMap<u64, (i64, String)>>,
+    /// This host's claim keys no local claim named at the last pass.
+    strays: BTreeSet<(u64, i64)>,
+    /// Whether the last pass failed (a failure is said once, not once a tick).
+    failing: bool,
+}
+
+impl ClusterBelt {
+    pub fn new(cluster: &'static Cluster, tracker: Arc<dyn Tracker>, layout: &Layout) -> Self {
+        ClusterBelt {
+            cluster,
+            tracker,
+            layout: layout.clone(),
+            host: crate::claim::tracked::this_host(layout),
+            known: None,
+            strays: BTreeSet::new(),
+            failing: false,
+        }
+    }
+
+    /// One pass; its text is empty when nothing happened (nothing is logged then).
+    pub fn pass(&mut self) -> Result<String, String> {
+        match self.try_pass() {
+            Ok(t) => {
+                let back = std::mem::replace(&mut self.failing, false);
+                Ok(match (back, t.is_empty()) {
+                    (true, true) => "etcd answers again".into(),
+                    (true, false) => format!("etcd answers again; {t}"),
+                    (false, _) => t,
+                })
+            }
+            Err(e) if self.failing => {
+                let _ = e;
+                Ok(String::new())
+            }
+            Err(e) => {
+                self.failing = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn try_pass(&mut self) -> Result<String, String> {
+        let c = self.cluster;
+        let claims = c.claims().map_err(|e| e.to_string())?;
+        let now: BTreeMap<u64, (i64, String)> = claims
+            .iter()
+            .map(|k| (k.issue, (k.revision, k.holder.clone())))
+            .collect();
+        let mut said = Vec::new();
+        let candidates: Vec<(u64, String)> = match &self.known {
+            Some(before) => before
+                .iter()
+                .filter(|(n, _)| !now.contains_key(n))
+                .map(|(n, (_, h))| (*n, h.clone()))
+                .collect(),
+            None => self
+                .tracker
+                .list_open_with_label(labels::RUNNING, 200)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .filter(|i| !now.contains_key(&i.number))
+                .map(|i| (i.number, "nobody".to_string()))
+                .collect(),
+        };
+        let done: BTreeSet<u64> = if candidates.is_empty() {
+            BTreeSet::new()
+        } else {
+            c.done().map_err(|e| e.to_string())?.into_iter().collect()
+        };
+        for (n, holder) in candidates {
+            // Handed off (the labels settle on their own), or a worker of this host holds
+            // it locally (its own end or this host's release gives it back).
+            if done.contains(&n) || self.layout.claims().join(n.to_string()).exists() {
+                continue;
+            }
+            if !c.restore_guard(n).map_err(|e| e.to_string())? {
+                continue;
+            }
+            let v = match self.tracker.view(n) {
+                Ok(v) => v,
+                Err(e) => {
+                    said.push(format!(
+                        "#{n}: claim of {holder} vanished; view failed: {e}"
+                    ));
+                    continue;
+                }
+            };
+            if v.state != IssueState::Open
+                || !v.has_label(labels::RUNNING)
+                || v.has_label(labels::READY_FOR_HUMAN)
+            {
+                continue;
+            }
+            match transition::restore(self.tracker.as_ref(), &self.layout, n, None, &mut 0) {
+                Ok(transition::Restored::Done) => said.push(format!(
+                    "#{n}: claim of {holder} vanished with its host's lease: running -> ready-for-agent"
+                )),
+                Ok(transition::Restored::HeldElsewhere(h)) => {
+                    said.push(format!("#{n}: claimed again by {h} meanwhile; left alone"))
+                }
+                Err(e) => said.push(format!("#{n}: claim of {holder} vanished; restore: {e}")),
+            }
+        }
+        let mut strays = BTreeSet::new();
+        for k in claims.iter().filter(|k| k.host() == self.host) {
+            if self.layout.claims().join(k.issue.to_string()).exists() {
+                continue;
+            }
+            let key = (k.issue, k.revision);
+            if self.strays.contains(&key) {
+                if c.drop_claim(k.issue, k.revision).unwrap_or(false) {
+                    said.push(format!(
+                        "#{}: claim key of {} dropped (no local claim names it)",
+                        k.issue, k.holder
+                    ));
+                }
+            } else {
+                strays.insert(key);
+            }
+        }
+        self.strays = strays;
+        self.known = Some(now);
+        Ok(said.join("; "))
+    }
+}

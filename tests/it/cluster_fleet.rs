@@ -1,0 +1,568 @@
+//! `[cluster]` (`docs/SPEC.md` §11.20): three supervisors on three clones of one origin,
+//! two built-in workers each, one fake `gh` shared by all, claims in a real 3-member etcd
+//! with a 2 s lease. Each fault in its own test; the properties are read from what the
+//! runs and the tracker recorded:
+//! - no two agents ever work one issue at once (each run's start and end, in epoch ms,
+//!   checked for overlap; and each run looks for a live run of its issue as it starts),
+//! - every issue is handed off once,
+//! - a lost host's issues are back to `ready-for-agent` within the lease TTL + 2 s of the
+//!   fault (the tracker's own time stamps of the restore, against the test's fault time).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::support::etcd::EtcdCluster;
+use crate::support::fake_gh::{FakeGh, FakeIssue};
+use crate::support::{TestEnv, fleet, wait_until};
+
+/// The lease of every test here: short, so the faults are seconds long.
+const LEASE_S: u64 = 2;
+/// The tick of every fleet here.
+const TICK_MS: u64 = 1000;
+/// A bound on waiting, not a speed claim: a loaded 2-core box runs three supervisors,
+/// six workers and three etcd members.
+const DEADLINE: Duration = Duration::from_secs(240);
+
+const AGENT: &str = r#"
+d="$AFK_TEST_RUNS"; n="$RED_AFK_ISSUE"
+now() { date +%s%3N; }
+trap 'echo "end $n $$ $(now) stopped" >> "$d/log"; exit 143' TERM
+mkdir -p "$d/$n"
+for f in "$d/$n"/*; do
+  [ -e "$f" ] || continue
+  if kill -0 "$(basename "$f")" 2>/dev/null; then echo "$n" >> "$d/overlaps"; fi
+done
+echo $$ > "$d/$n/$$"
+echo "start $n $$ $(now) $AFK_HOST" >> "$d/log"
+sleep "$(cat "$d/agent_s" 2>/dev/null || echo "${AFK_AGENT_S:-1}")" &
+wait $!
+echo "end $n $$ $(now) done" >> "$d/log"
+"#;
+
+/// The hand-off comment's words (`worker::texts::finished`).
+const FINISHED: &str = "/afk finished attempt";
+
+/// One agent run as the runs log tells it.
+#[derive(Debug, Clone)]
+struct Run {
+    issue: u64,
+    pid: u64,
+    host: String,
+    start_ms: u64,
+    end_ms: Option<u64>,
+}
+
+struct Hosts {
+    /// Dropped (killed) before the temp dir that holds its data.
+    etcd: EtcdCluster,
+    env: TestEnv,
+    gh: FakeGh,
+    clones: Vec<PathBuf>,
+    tag: String,
+    sups: Vec<Option<Child>>,
+    issues: u64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+impl Hosts {
+    fn new(hosts: usize, workers: usize, issues: u64) -> Hosts {
+        Hosts::with_lease(hosts, workers, issues, LEASE_S)
+    }
+
+    fn with_lease(hosts: usize, workers: usize, issues: u64, lease_s: u64) -> Hosts {
+        let env = TestEnv::new();
+        let etcd = EtcdCluster::start(env.path());
+        let first = env.repo_with_origin();
+        let mut clones = vec![first.path.clone()];
+        for i in 1..hosts {
+            let c = env.path().join(format!("repo{i}"));
+            env.git(
+                env.path(),
+                &[
+                    "clone",
+                    "-q",
+                    first.origin.to_str().unwrap(),
+                    c.to_str().unwrap(),
+                ],
+            );
+            clones.push(c);
+        }
+        let agent = env.path().join("agent.sh");
+        fs::write(&agent, AGENT).unwrap();
+        fs::create_dir_all(env.path().join("runs")).unwrap();
+        for c in &clones {
+            fs::create_dir_all(c.join(".red")).unwrap();
+            let config = format!(
+                "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\
+                 sandbox = \"none\"\nenv = [\"AFK_TEST_*\", \"AFK_HOST\", \"AFK_AGENT_S\"]\n\n\
+                 [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\
+                 max_writes_per_min = 600\n\n\
+                 [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
+                 half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
+                 unblock_interval_s = 3600\n\n{}",
+                agent.display(),
+                etcd.config(lease_s)
+            );
+            fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
+        }
+        let gh = FakeGh::install(&env);
+        let list: Vec<FakeIssue> = (1..=issues)
+            .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("# task {n}\n")))
+            .collect();
+        gh.set_issues(&list);
+        let tag = format!(
+            "{}-{}",
+            std::process::id(),
+            env.path().file_name().unwrap().to_string_lossy()
+        );
+        Hosts {
+            env,
+            etcd,
+            gh,
+            clones,
+            tag,
+            sups: Vec::new(),
+            issues,
+        }
+    }
+
+    fn host_tag(&self, i: usize) -> String {
+        format!("{}-h{i}", self.tag)
+    }
+
+    /// Starts the supervisor of clone `i`; its agents run `agent_s` seconds.
+    fn start(&mut self, i: usize, agent_s: u64) {
+        let err = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.env.path().join(format!("sup-{i}.err")))
+            .unwrap();
+        let child = self
+            .env
+            .bin()
+            .env("PATH", self.gh.path_env())
+            .env("AFK_TEST_TAG", self.host_tag(i))
+            .env("AFK_TEST_RUNS", self.env.path().join("runs"))
+            .env("AFK_HOST", format!("h{i}"))
+            .env("AFK_AGENT_S", agent_s.to_string())
+            .arg("--repo")
+            .arg(&self.clones[i])
+            .arg("run")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        if self.sups.len() <= i {
+            self.sups.resize_with(i + 1, || None);
+        }
+        self.sups[i] = Some(child);
+    }
+
+    /// SIGKILLs every process of host `i` (its supervisor, workers and agents).
+    fn kill_host(&mut self, i: usize) {
+        for _ in 0..3 {
+            for pid in fleet::tagged_processes(&self.host_tag(i)) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if let Some(mut c) = self.sups.get_mut(i).and_then(Option::take) {
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `sig` to host `i`'s supervisor only (not its workers or agents).
+    fn signal_supervisor(&self, i: usize, sig: nix::sys::signal::Signal) {
+        let pid = self.sups[i].as_ref().unwrap().id() as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
+    /// From now on every agent run (a new one) lasts `secs`.
+    fn agent_runs(&self, secs: u64) {
+        fs::write(self.env.path().join("runs/agent_s"), secs.to_string()).unwrap();
+    }
+
+    /// Host `i`'s event log.
+    fn event_log(&self, i: usize) -> String {
+        let log = self.clones[i].join(".red/tmp/supervisors/default/supervisor.log.toonl");
+        fs::read_to_string(log).unwrap_or_default()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.env.path().join("runs/log")).unwrap_or_default()
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        let mut runs: Vec<Run> = Vec::new();
+        for line in self.log().lines() {
+            let w: Vec<&str> = line.split(' ').collect();
+            match w.as_slice() {
+                ["start", n, pid, ms, host] => runs.push(Run {
+                    issue: n.parse().unwrap(),
+                    pid: pid.parse().unwrap(),
+                    host: host.to_string(),
+                    start_ms: ms.parse().unwrap(),
+                    end_ms: None,
+                }),
+                ["end", n, pid, ms, _] => {
+                    let (n, pid): (u64, u64) = (n.parse().unwrap(), pid.parse().unwrap());
+                    if let Some(r) = runs.iter_mut().find(|r| r.issue == n && r.pid == pid) {
+                        r.end_ms = Some(ms.parse().unwrap());
+                    }
+                }
+                _ => panic!("bad run record {line:?}"),
+            }
+        }
+        runs
+    }
+
+    fn all_handed_off(&self) -> bool {
+        let issues = self.gh.issues();
+        issues.len() == self.issues as usize
+            && issues.iter().all(|i| {
+                // The hand-off's labels, then its comment.
+                i.labels == ["ready-for-human"]
+                    && i.comments.iter().any(|c| c.body.contains(FINISHED))
+            })
+    }
+
+    fn wait_done(&self) {
+        let ok = wait_until(DEADLINE, || self.all_handed_off());
+        assert!(ok, "not every issue handed off:\n{}", self.dump());
+    }
+
+    fn dump(&self) -> String {
+        let mut out = format!("runs:\n{}\nissues:\n", self.log());
+        for i in self.gh.issues() {
+            out += &format!("#{} {:?}\n", i.number, i.labels);
+            for c in &i.comments {
+                out += &format!("    {}\n", c.body.replace('\n', " | "));
+            }
+        }
+        for i in 0..self.clones.len() {
+            out += &format!(
+                "sup-{i}.err:\n{}\n",
+                fs::read_to_string(self.env.path().join(format!("sup-{i}.err")))
+                    .unwrap_or_default()
+            );
+            let log = self.clones[i].join(".red/tmp/supervisors/default/supervisor.log.toonl");
+            out += &format!(
+                "log {i}:\n{}\n",
+                fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        out
+    }
+
+    /// The tracker's time (epoch ms) of each give-back of issue `n` to the queue.
+    fn restores(&self, n: u64) -> Vec<u64> {
+        self.gh
+            .stamped_calls()
+            .into_iter()
+            .filter(|(_, a)| {
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                a.starts_with(&[
+                    "issue",
+                    "edit",
+                    &n.to_string(),
+                    "--add-label",
+                    "ready-for-agent",
+                ])
+            })
+            .map(|(t, _)| (t * 1000.0) as u64)
+            .collect()
+    }
+
+    /// The properties every fault keeps: each issue handed off once by one finished run,
+    /// and no two runs of one issue at once.
+    fn assert_once_each_no_overlap(&self, stopped_at: &BTreeMap<String, u64>) {
+        let runs = self.runs();
+        for n in 1..=self.issues {
+            let finished = self
+                .log()
+                .lines()
+                .filter(|l| l.starts_with(&format!("end {n} ")) && l.ends_with(" done"))
+                .count();
+            assert_eq!(finished, 1, "#{n} finished runs\n{}", self.dump());
+            let handoffs = (self.gh.issue(n).unwrap().comments.iter())
+                .filter(|c| c.body.contains(FINISHED))
+                .count();
+            assert_eq!(handoffs, 1, "#{n} hand-offs\n{}", self.dump());
+            let mut mine: Vec<&Run> = runs.iter().filter(|r| r.issue == n).collect();
+            mine.sort_by_key(|r| r.start_ms);
+            for pair in mine.windows(2) {
+                // A run with no end line was killed with its host: it ended then.
+                let end = pair[0]
+                    .end_ms
+                    .or_else(|| stopped_at.get(&pair[0].host).copied())
+                    .unwrap_or(u64::MAX);
+                assert!(
+                    end <= pair[1].start_ms,
+                    "#{n}: runs overlap: {:?} and {:?}\n{}",
+                    pair[0],
+                    pair[1],
+                    self.dump()
+                );
+            }
+        }
+        let overlaps =
+            fs::read_to_string(self.env.path().join("runs/overlaps")).unwrap_or_default();
+        assert_eq!(overlaps, "", "{}", self.dump());
+    }
+}
+
+impl Hosts {
+    /// A lost host's issue is back in the queue within the lease and 2 s of the fault
+    /// (its lease runs out, etcd's expiry check, the belt's pass, the restore's calls),
+    /// and runs again within a tick more (the idle slots wake at the queue check).
+    fn assert_recovery(&self, figures: &[(u64, u64, u64)]) {
+        for (n, back, again) in figures {
+            assert!(
+                *back <= LEASE_S * 1000 + 2000,
+                "#{n} back {back} ms after the fault, past the lease + 2 s\n{}",
+                self.dump()
+            );
+            assert!(
+                *again <= LEASE_S * 1000 + 2000 + TICK_MS + 2000,
+                "#{n} ran again {again} ms after the fault\n{}",
+                self.dump()
+            );
+        }
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for i in 0..self.clones.len() {
+            if self.sups.get(i).is_some_and(Option::is_some) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.sups[i].as_ref().unwrap().id() as i32),
+                    nix::sys::signal::Signal::SIGCONT,
+                );
+            }
+            self.kill_host(i);
+        }
+    }
+}
+
+/// The issues host `h` was running: started there, with no end.
+fn running_on(h: &Hosts, host: &str) -> Vec<u64> {
+    h.runs()
+        .iter()
+        .filter(|r| r.host == host && r.end_ms.is_none())
+        .map(|r| r.issue)
+        .collect()
+}
+
+/// For each issue in `lost`: ms from `fault_ms` to its give-back on the tracker, and to
+/// its next run's start.
+fn recovery(h: &Hosts, lost: &[u64], fault_ms: u64) -> Vec<(u64, u64, u64)> {
+    lost.iter()
+        .map(|&n| {
+            let back = h
+                .restores(n)
+                .into_iter()
+                .find(|&t| t >= fault_ms)
+                .unwrap_or_else(|| panic!("#{n} never given back\n{}", h.dump()));
+            let again = h
+                .runs()
+                .iter()
+                .filter(|r| r.issue == n && r.start_ms >= back)
+                .map(|r| r.start_ms)
+                .min()
+                .unwrap_or_else(|| panic!("#{n} never ran again\n{}", h.dump()));
+            (n, back - fault_ms, again - fault_ms)
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once() {
+    let mut h = Hosts::new(3, 2, 6);
+    // Host 0's agents run long enough to be killed mid-issue; the others' briefly, and
+    // they are idle when host 0 dies, so its issues' restart measures the recovery, not
+    // the queue.
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    h.start(1, 1);
+    h.start(2, 1);
+    let lost = running_on(&h, "h0");
+    let others_done = || {
+        (1..=h.issues).filter(|n| !lost.contains(n)).all(|n| {
+            h.gh.issue(n)
+                .is_some_and(|i| i.labels == ["ready-for-human"])
+        })
+    };
+    assert!(wait_until(DEADLINE, others_done), "{}", h.dump());
+    let fault_ms = now_ms();
+    h.kill_host(0);
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::from([("h0".to_string(), fault_ms)]));
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "SIGKILL host 0 (lease {LEASE_S}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}"
+    );
+    h.assert_recovery(&figures);
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_starts() {
+    let mut h = Hosts::new(3, 2, 6);
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    let lost = running_on(&h, "h0");
+    h.start(1, 2);
+    h.start(2, 2);
+    // The supervisor only: its workers and agents go on, and must stop by themselves.
+    let fault_ms = now_ms();
+    h.signal_supervisor(0, nix::sys::signal::Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2 * LEASE_S));
+    h.signal_supervisor(0, nix::sys::signal::Signal::SIGCONT);
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    for n in &lost {
+        let stopped = h
+            .log()
+            .lines()
+            .any(|l| l.starts_with(&format!("end {n} ")) && l.ends_with(" stopped"));
+        assert!(
+            stopped,
+            "#{n}'s agent on host 0 was not stopped\n{}",
+            h.dump()
+        );
+    }
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "SIGSTOP host 0's supervisor for {}s (lease {LEASE_S}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}",
+        2 * LEASE_S
+    );
+    h.assert_recovery(&figures);
+    // Host 0 comes back by itself: a new lease, and it claims again.
+    let log0 = h.clones[0].join(".red/tmp/supervisors/default/supervisor.log.toonl");
+    let granted = fs::read_to_string(log0)
+        .unwrap_or_default()
+        .matches("granted")
+        .count();
+    assert!(granted >= 2, "host 0 took no new lease\n{}", h.dump());
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_fleet_resumes_by_itself()
+ {
+    let mut h = Hosts::new(2, 2, 4);
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    h.start(1, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h1").len() == 2);
+    assert!(ok, "host 1 never ran two agents\n{}", h.dump());
+    let lost: Vec<u64> = h.runs().iter().map(|r| r.issue).collect();
+    let down_ms = now_ms();
+    for i in 0..3 {
+        h.etcd.kill_member(i);
+    }
+    // Every agent stops by its host's deadline, before its lease can end.
+    let ok = wait_until(DEADLINE, || h.runs().iter().all(|r| r.end_ms.is_some()));
+    assert!(ok, "agents still running with etcd down\n{}", h.dump());
+    for r in h.runs() {
+        let stopped = r.end_ms.unwrap() - down_ms;
+        assert!(
+            stopped <= LEASE_S * 1000,
+            "{r:?} stopped {stopped} ms after etcd went down\n{}",
+            h.dump()
+        );
+    }
+    // Down for three leases: nothing new is claimed meanwhile.
+    std::thread::sleep(Duration::from_secs(3 * LEASE_S));
+    assert_eq!(
+        h.runs().len(),
+        lost.len(),
+        "a claim with etcd down\n{}",
+        h.dump()
+    );
+    h.agent_runs(1);
+    let up_ms = now_ms();
+    for i in 0..3 {
+        h.etcd.start_member(i, "existing");
+    }
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let first_again = h
+        .runs()
+        .iter()
+        .map(|r| r.start_ms)
+        .filter(|&t| t >= up_ms)
+        .min()
+        .unwrap();
+    eprintln!(
+        "all etcd down {} ms (lease {LEASE_S}s): agents stopped within {:?} ms; first run {} ms after etcd was back",
+        up_ms - down_ms,
+        h.runs()
+            .iter()
+            .filter(|r| r.start_ms < down_ms)
+            .map(|r| r.end_ms.unwrap() - down_ms)
+            .collect::<Vec<_>>(),
+        first_again - up_ms
+    );
+    for i in 0..2 {
+        // One line for the outage, not one per tick.
+        let log = h.event_log(i);
+        let said = log.matches("cluster: etcd unavailable").count();
+        assert!(
+            (1..=2).contains(&said),
+            "host {i} said it {said} times\n{log}"
+        );
+        let paused = log.matches("fleet.paused").count();
+        assert!(paused <= 3, "host {i} paused {paused} times\n{log}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
+    // A 5 s lease: its deadline (3.75 s after a renewal) outlasts an election.
+    let mut h = Hosts::with_lease(2, 2, 6, 5);
+    h.start(0, 4);
+    h.start(1, 4);
+    let ok = wait_until(DEADLINE, || h.runs().len() >= 3);
+    assert!(ok, "no agents ran\n{}", h.dump());
+    let leader = h.etcd.leader().expect("an etcd leader");
+    h.etcd.kill_member(leader);
+    std::thread::sleep(Duration::from_secs(3));
+    h.etcd.start_member(leader, "existing");
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
+    assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
+    assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+}
