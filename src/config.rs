@@ -229,6 +229,11 @@ pub struct TrackerCfg {
     pub max_writes_per_min: u64,
     /// The pace's window: 60 s; shorter only to test the pace quickly.
     pub pace_window_s: u64,
+    /// Content-creating gh calls allowed per `pace_hour_s` (GitHub allows 500 an hour per
+    /// identity, `docs/SPEC.md` §11.11): the per-minute pace alone would permit 1,200.
+    pub max_writes_per_hour: u64,
+    /// The hourly window: 3600 s; shorter only to test it.
+    pub pace_hour_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -464,6 +469,8 @@ impl Default for Config {
                 timeout_s: 30,
                 max_writes_per_min: 20,
                 pace_window_s: 60,
+                max_writes_per_hour: 500,
+                pace_hour_s: 3600,
             },
             timing: Timing {
                 tick_s: 15,
@@ -511,10 +518,12 @@ impl Default for Config {
 
 /// The keys of the tracker timeout and every `timing.*` duration, in the documented order:
 /// one list for reading them from the file and for showing them.
-pub const TIMING_KEYS: [&str; 14] = [
+pub const TIMING_KEYS: [&str; 16] = [
     "tracker.timeout_s",
     "tracker.max_writes_per_min",
     "tracker.pace_window_s",
+    "tracker.max_writes_per_hour",
+    "tracker.pace_hour_s",
     "timing.tick_s",
     "timing.fast_death_s",
     "timing.circuit_k",
@@ -536,6 +545,8 @@ impl Config {
             "tracker.timeout_s" => self.tracker.timeout_s,
             "tracker.max_writes_per_min" => self.tracker.max_writes_per_min,
             "tracker.pace_window_s" => self.tracker.pace_window_s,
+            "tracker.max_writes_per_hour" => self.tracker.max_writes_per_hour,
+            "tracker.pace_hour_s" => self.tracker.pace_hour_s,
             "timing.tick_s" => t.tick_s,
             "timing.fast_death_s" => t.fast_death_s,
             "timing.circuit_k" => u64::from(t.circuit_k),
@@ -685,6 +696,8 @@ struct FileTracker {
     timeout_s: S<u64>,
     max_writes_per_min: S<u64>,
     pace_window_s: S<u64>,
+    max_writes_per_hour: S<u64>,
+    pace_hour_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1050,10 +1063,12 @@ impl Builder {
         }
         let t = d.timing;
         // In the order of TIMING_KEYS.
-        let values: [S<u64>; 14] = [
+        let values: [S<u64>; 16] = [
             d.tracker.timeout_s,
             d.tracker.max_writes_per_min,
             d.tracker.pace_window_s,
+            d.tracker.max_writes_per_hour,
+            d.tracker.pace_hour_s,
             t.tick_s,
             t.fast_death_s,
             t.circuit_k,
@@ -1201,6 +1216,8 @@ impl Builder {
             "tracker.timeout_s" => self.cfg.tracker.timeout_s = x,
             "tracker.max_writes_per_min" => self.cfg.tracker.max_writes_per_min = x,
             "tracker.pace_window_s" => self.cfg.tracker.pace_window_s = x,
+            "tracker.max_writes_per_hour" => self.cfg.tracker.max_writes_per_hour = x,
+            "tracker.pace_hour_s" => self.cfg.tracker.pace_hour_s = x,
             "timing.tick_s" => t.tick_s = x,
             "timing.fast_death_s" => t.fast_death_s = x,
             "timing.circuit_k" => t.circuit_k = u32::try_from(x).unwrap_or(u32::MAX),
@@ -1410,8 +1427,10 @@ fn bounds(key: &str) -> (u64, u64) {
     match key {
         "fleet.workers" => (0, 1024),
         "tracker.max_writes_per_min" => (1, 10_000),
+        "tracker.max_writes_per_hour" => (1, 100_000),
         "tracker.timeout_s"
         | "tracker.pace_window_s"
+        | "tracker.pace_hour_s"
         | "timing.tick_s"
         | "timing.unblock_interval_s"
         | "claims.stale_after_s"

@@ -95,6 +95,10 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Se
         config.tracker.max_writes_per_min,
         Duration::from_secs(config.tracker.pace_window_s),
     )
+    .hourly(
+        config.tracker.max_writes_per_hour,
+        Duration::from_secs(config.tracker.pace_hour_s),
+    )
     .per_account(super::pace::account_dir());
     let gh = |repo: Option<String>| {
         GhTracker::new(repo, timeout)
