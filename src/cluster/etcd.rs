@@ -41,6 +41,8 @@ pub enum Cmp {
     Absent(String),
     /// The key exists, created at this revision (a claim's fencing token).
     CreatedAt(String, i64),
+    /// The key was last changed at this revision (a compare-and-swap).
+    ModifiedAt(String, i64),
 }
 
 /// One operation of a transaction.
@@ -265,6 +267,8 @@ impl Etcd {
                     "result": "EQUAL", "create_revision": "0"}),
                 Cmp::CreatedAt(k, rev) => json!({"key": b64(k), "target": "CREATE",
                     "result": "EQUAL", "create_revision": rev.to_string()}),
+                Cmp::ModifiedAt(k, rev) => json!({"key": b64(k), "target": "MOD",
+                    "result": "EQUAL", "mod_revision": rev.to_string()}),
             })
             .collect();
         let ops = |ops: &[Op]| -> Vec<Value> {

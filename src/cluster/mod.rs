@@ -22,6 +22,7 @@ pub mod etcd;
 mod http;
 pub mod keeper;
 pub mod lease;
+pub mod shared;
 
 use std::sync::OnceLock;
 use std::time::Duration;

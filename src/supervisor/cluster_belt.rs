@@ -70,12 +70,21 @@ impl ClusterBelt {
 
     fn try_pass(&mut self) -> Result<String, String> {
         let c = self.cluster;
+        // The holds first: a pause met on any host holds every host within a pass.
+        let mut said = c
+            .sync_pauses(&self.layout.state())
+            .map_err(|e| e.to_string())?;
+        // While the rate limit holds, the tracker is not called: the claims are looked at
+        // once it is over (what vanished meanwhile is still missing then).
+        if let Some(p) = crate::pause::active(&self.layout.state()) {
+            let _ = p;
+            return Ok(said.join("; "));
+        }
         let claims = c.claims().map_err(|e| e.to_string())?;
         let now: BTreeMap<u64, (i64, String)> = claims
             .iter()
             .map(|k| (k.issue, (k.revision, k.holder.clone())))
             .collect();
-        let mut said = Vec::new();
         let candidates: Vec<(u64, String)> = match &self.known {
             Some(before) => before
                 .iter()

@@ -108,10 +108,11 @@ pub fn periodic_tasks(
                 (config.timing.tick_s * 1000).min(c.lease_s * 125).max(250),
             ),
             at_start: true,
-            task: Arc::new(Mutex::new(unless_paused(
-                layout,
-                Box::new(move || belt.pass().map_err(PeriodicError::Cluster)),
-            ))),
+            // Not skipped while paused: it carries the pauses between the hosts, and calls
+            // the tracker only when no rate limit holds.
+            task: Arc::new(Mutex::new(Box::new(move || {
+                belt.pass().map_err(PeriodicError::Cluster)
+            }))),
         });
     }
     tasks

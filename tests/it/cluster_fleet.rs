@@ -37,6 +37,12 @@ for f in "$d/$n"/*; do
 done
 echo $$ > "$d/$n/$$"
 echo "start $n $$ $(now) $AFK_HOST" >> "$d/log"
+if [ -e "$d/limited-$AFK_HOST" ]; then
+  # The account ran out on this host: a usage limit with its reset, as the CLIs report it.
+  echo "{\"kind\":\"usage-limit\",\"reset_epoch\":$(( $(date +%s) + 60 ))}" > "$RED_AFK_RESULT_FILE"
+  echo "end $n $$ $(now) limited" >> "$d/log"
+  exit 75
+fi
 sleep "$(cat "$d/agent_s" 2>/dev/null || echo "${AFK_AGENT_S:-1}")" &
 wait $!
 echo "end $n $$ $(now) done" >> "$d/log"
@@ -565,4 +571,71 @@ fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
     let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
     assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
     assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+}
+
+/// The epoch ms of the first record of `kind` in an event log whose message contains
+/// `words`.
+fn first_event_ms(log: &str, kind: &str, words: &str) -> Option<u64> {
+    log.lines()
+        .find(|l| l.contains(&format!(",{kind},")) && l.contains(words))
+        .and_then(|l| l.split('"').nth(1))
+        .and_then(afk_supervisor::timeutil::parse_rfc3339)
+        .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64)
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() {
+    let mut h = Hosts::new(2, 1, 12);
+    fs::write(h.env.path().join("runs/limited-h0"), "").unwrap();
+    h.start(1, 1);
+    assert!(
+        wait_until(DEADLINE, || !h.runs().is_empty()),
+        "{}",
+        h.dump()
+    );
+    h.start(0, 1);
+    let limited = || h.log().lines().any(|l| l.ends_with(" limited"));
+    assert!(
+        wait_until(DEADLINE, limited),
+        "host 0 never met the limit\n{}",
+        h.dump()
+    );
+    // Host 0's worker exits 76 once it recorded the pause; host 1 holds within 2 s.
+    let log0 = || h.event_log(0);
+    assert!(wait_until(DEADLINE, || first_event_ms(
+        &log0(),
+        "slot.exit",
+        "exit 76"
+    )
+    .is_some()));
+    let paused_at = first_event_ms(&log0(), "slot.exit", "exit 76").unwrap();
+    let held = wait_until(Duration::from_secs(10), || {
+        first_event_ms(&h.event_log(1), "fleet.agent-paused", "").is_some()
+    });
+    assert!(held, "host 1 never held\n{}", h.dump());
+    let held_at = first_event_ms(&h.event_log(1), "fleet.agent-paused", "").unwrap();
+    // Nothing starts anywhere once the pause is 2 s old (a run started just before
+    // finishes its issue).
+    std::thread::sleep(Duration::from_secs(4));
+    let late: Vec<Run> = h
+        .runs()
+        .into_iter()
+        .filter(|r| r.start_ms > paused_at + 2000)
+        .collect();
+    eprintln!(
+        "account pause on host 0: host 1 held {} ms later; runs started after +2 s: {}",
+        held_at.saturating_sub(paused_at),
+        late.len()
+    );
+    assert!(
+        held_at <= paused_at + 2000,
+        "host 1 held {} ms after\n{}",
+        held_at - paused_at,
+        h.dump()
+    );
+    assert!(late.is_empty(), "claims went on: {late:?}\n{}", h.dump());
 }
