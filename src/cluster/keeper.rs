@@ -27,6 +27,8 @@ pub enum Note {
     Lost { why: String },
     /// The lease file could not be written.
     FileError(String),
+    /// This host won the fleet's election (or lost it with its lease).
+    Leader(bool),
 }
 
 /// Keeps the host's lease until `stop` is set, then revokes it (its claims end at once,
@@ -60,6 +62,7 @@ pub fn run(
         renewed_boot_ms: 0,
         host: host.clone(),
         why: why.to_string(),
+        leader: false,
     };
     while !stop.load(Ordering::SeqCst) {
         let now = boot_ms();
@@ -72,12 +75,17 @@ pub fn run(
                 let sent = boot_ms();
                 match cluster.etcd.grant(cluster.lease_s) {
                     Ok(id) => {
+                        let leader = cluster.campaign(&host, id).unwrap_or(false);
+                        if leader {
+                            report(Note::Leader(true));
+                        }
                         let rec = LeaseRecord {
                             lease: id,
                             ttl_ms,
                             renewed_boot_ms: sent,
                             host: host.clone(),
                             why: String::new(),
+                            leader,
                         };
                         write(&rec, &mut report);
                         held = Some(rec);
@@ -116,8 +124,19 @@ pub fn run(
                 }
                 match cluster.etcd.keepalive(rec.lease) {
                     Ok(Some(_)) => {
+                        // A follower campaigns at every renewal: the leader's key goes with
+                        // its lease, so a new leader is there within the lease.
+                        let leader = rec.leader
+                            || match cluster.campaign(&host, rec.lease) {
+                                Ok(true) => {
+                                    report(Note::Leader(true));
+                                    true
+                                }
+                                _ => false,
+                            };
                         let renewed = LeaseRecord {
                             renewed_boot_ms: sent,
+                            leader,
                             ..rec
                         };
                         write(&renewed, &mut report);
@@ -178,6 +197,10 @@ impl Note {
                 format!("cluster: lease lost ({why}); this host's agents stopped, its claims ended")
             }
             Note::FileError(e) => format!("cluster: lease file: {e}"),
+            Note::Leader(true) => {
+                "cluster: this host leads the fleet: the repo-wide sweeps and belts run here".into()
+            }
+            Note::Leader(false) => "cluster: this host no longer leads the fleet".into(),
         }
     }
 }

@@ -34,6 +34,10 @@ pub struct LeaseRecord {
     /// Why there is no lease, while there is none.
     #[serde(default)]
     pub why: String,
+    /// Whether this host holds the fleet's election under this lease (`P/leader`): the
+    /// repo-wide sweeps and belts run on the leader only.
+    #[serde(default)]
+    pub leader: bool,
 }
 
 impl LeaseRecord {
@@ -79,6 +83,15 @@ pub fn read(lane: &Path) -> Option<LeaseRecord> {
     reddb_io_toon::from_str(&text).ok()
 }
 
+/// Whether this host leads the fleet now: a live lease won the election. Without a
+/// cluster every host leads its own checkout (`true`).
+pub fn leads(lane: &Path) -> bool {
+    if super::active().is_none() {
+        return true;
+    }
+    read(lane).is_some_and(|r| r.leader && r.live())
+}
+
 /// Replaces the record in `lane`.
 pub fn write(lane: &Path, rec: &LeaseRecord) -> std::io::Result<()> {
     let text = reddb_io_toon::to_string(rec).map_err(std::io::Error::other)?;
@@ -97,6 +110,7 @@ mod tests {
             renewed_boot_ms: 10_000,
             host: "h".into(),
             why: String::new(),
+            leader: false,
         };
         assert_eq!(r.stop_at_boot_ms(), 11_500);
         assert!(r.live_at(11_499));

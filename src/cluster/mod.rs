@@ -149,6 +149,33 @@ impl Cluster {
         format!("{}done/", self.prefix)
     }
 
+    /// The election's key: the leader's host, bound to its lease.
+    pub fn leader_key(&self) -> String {
+        format!("{}leader", self.prefix)
+    }
+
+    /// Campaigns for the fleet's election under `lease`: the key is put when nobody holds
+    /// it; whether `host` leads now (also when it already held the key under this lease).
+    pub fn campaign(&self, host: &str, lease: i64) -> EtcdResult<bool> {
+        let key = self.leader_key();
+        let t = self.etcd.txn(
+            &[Cmp::Absent(key.clone())],
+            &[Op::Put {
+                key: key.clone(),
+                value: host.to_string(),
+                lease,
+            }],
+            &[],
+        )?;
+        if t.succeeded {
+            return Ok(true);
+        }
+        Ok(self
+            .etcd
+            .get(&key)?
+            .is_some_and(|kv| kv.lease == lease && kv.value == host))
+    }
+
     fn restore_key(&self, n: u64) -> String {
         format!("{}restore/{n}", self.prefix)
     }

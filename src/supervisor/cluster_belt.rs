@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
 use crate::layout::Layout;
@@ -29,6 +30,10 @@ pub struct ClusterBelt {
     known: Option<BTreeMap<u64, (i64, String)>>,
     /// This host's claim keys no local claim named at the last pass.
     strays: BTreeSet<(u64, i64)>,
+    /// Claims that vanished, not yet looked at by a leader: issue to (holder, when seen).
+    pending: BTreeMap<u64, (String, Instant)>,
+    /// Whether this host, as the leader, listed the `running` issues once.
+    looked_at_running: bool,
     /// Whether the last pass failed (a failure is said once, not once a tick).
     failing: bool,
 }
@@ -42,6 +47,8 @@ impl ClusterBelt {
             host: crate::claim::tracked::this_host(layout),
             known: None,
             strays: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            looked_at_running: false,
             failing: false,
         }
     }
@@ -76,8 +83,7 @@ impl ClusterBelt {
             .map_err(|e| e.to_string())?;
         // While the rate limit holds, the tracker is not called: the claims are looked at
         // once it is over (what vanished meanwhile is still missing then).
-        if let Some(p) = crate::pause::active(&self.layout.state()) {
-            let _ = p;
+        if crate::pause::active(&self.layout.state()).is_some() {
             return Ok(said.join("; "));
         }
         let claims = c.claims().map_err(|e| e.to_string())?;
@@ -85,21 +91,62 @@ impl ClusterBelt {
             .iter()
             .map(|k| (k.issue, (k.revision, k.holder.clone())))
             .collect();
-        let candidates: Vec<(u64, String)> = match &self.known {
-            Some(before) => before
-                .iter()
-                .filter(|(n, _)| !now.contains_key(n))
-                .map(|(n, (_, h))| (*n, h.clone()))
-                .collect(),
-            None => self
+        let mut strays = BTreeSet::new();
+        for k in claims.iter().filter(|k| k.host() == self.host) {
+            if self.layout.claims().join(k.issue.to_string()).exists() {
+                continue;
+            }
+            let key = (k.issue, k.revision);
+            if self.strays.contains(&key) {
+                if c.drop_claim(k.issue, k.revision).unwrap_or(false) {
+                    said.push(format!(
+                        "#{}: claim key of {} dropped (no local claim names it)",
+                        k.issue, k.holder
+                    ));
+                }
+            } else {
+                strays.insert(key);
+            }
+        }
+        self.strays = strays;
+        // What vanished since the last pass waits here for the leader's turn (a follower
+        // that becomes the leader, the old one having died with these very claims, still
+        // gives them back), for at most a few leases.
+        let stale_after = Duration::from_secs(self.cluster.lease_s * 4);
+        if let Some(before) = &self.known {
+            for (n, (_, h)) in before.iter().filter(|(n, _)| !now.contains_key(n)) {
+                self.pending
+                    .entry(*n)
+                    .or_insert((h.clone(), Instant::now()));
+            }
+        }
+        self.pending
+            .retain(|n, (_, at)| !now.contains_key(n) && at.elapsed() < stale_after);
+        self.known = Some(now.clone());
+        if !crate::cluster::lease::leads(&self.layout.supervisor_lane()) {
+            return Ok(said.join("; "));
+        }
+        let mut candidates: Vec<(u64, String)> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(n, (h, _))| (n, h))
+            .collect();
+        if !self.looked_at_running {
+            // The first pass as the leader: the `running` issues nobody claims (a fleet
+            // started after every host died).
+            let running = self
                 .tracker
                 .list_open_with_label(labels::RUNNING, 200)
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .filter(|i| !now.contains_key(&i.number))
-                .map(|i| (i.number, "nobody".to_string()))
-                .collect(),
-        };
+                .map_err(|e| e.to_string())?;
+            self.looked_at_running = true;
+            candidates.extend(
+                running
+                    .into_iter()
+                    .filter(|i| !now.contains_key(&i.number))
+                    .filter(|i| !candidates.iter().any(|(n, _)| *n == i.number))
+                    .map(|i| (i.number, "nobody".to_string()))
+                    .collect::<Vec<_>>(),
+            );
+        }
         let done: BTreeSet<u64> = if candidates.is_empty() {
             BTreeSet::new()
         } else {
@@ -139,25 +186,6 @@ impl ClusterBelt {
                 Err(e) => said.push(format!("#{n}: claim of {holder} vanished; restore: {e}")),
             }
         }
-        let mut strays = BTreeSet::new();
-        for k in claims.iter().filter(|k| k.host() == self.host) {
-            if self.layout.claims().join(k.issue.to_string()).exists() {
-                continue;
-            }
-            let key = (k.issue, k.revision);
-            if self.strays.contains(&key) {
-                if c.drop_claim(k.issue, k.revision).unwrap_or(false) {
-                    said.push(format!(
-                        "#{}: claim key of {} dropped (no local claim names it)",
-                        k.issue, k.holder
-                    ));
-                }
-            } else {
-                strays.insert(key);
-            }
-        }
-        self.strays = strays;
-        self.known = Some(now);
         Ok(said.join("; "))
     }
 }

@@ -74,7 +74,13 @@ pub fn periodic_tasks(
             task: Arc::new(Mutex::new(unless_paused(layout, {
                 let mut pass =
                     super::belt::task(Arc::clone(tracker), layout.repo().display().to_string());
-                Box::new(move || pass().map_err(PeriodicError::Belt))
+                // On a cluster the leader's alone (`docs/SPEC.md` §11.20); a follower's
+                // turn logs nothing.
+                let lane = layout.supervisor_lane();
+                Box::new(move || match crate::cluster::lease::leads(&lane) {
+                    true => pass().map_err(PeriodicError::Belt),
+                    false => Ok(String::new()),
+                })
             }))),
         },
         Periodic {

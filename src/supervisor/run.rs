@@ -659,7 +659,8 @@ async fn run_boot<T>(
             Some(tracker) => {
                 let git = Git::new(layout2.repo());
                 let ctx = SweepCtx::new(&layout2, &config2, tracker.as_ref(), &git, false);
-                suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
+                let only = boot_sweeps(&layout2);
+                suite::run_suite_with(&ctx, &only, &mut |p| {
                     let line = p.line();
                     super::journal::echo_line(&line);
                     notifier.status(&line);
@@ -819,6 +820,30 @@ fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> 
         });
     }
     found
+}
+
+/// The boot sweeps this host runs: all of them, but on a cluster (`docs/SPEC.md` §11.20) a
+/// host that does not lead the fleet runs only its own checkout's (orphan cleanup, the
+/// attempt cap, the stragglers' warning): the repo-wide ones (the branch reaper, the docs
+/// sweep, the unblock sweep) are the leader's. The keeper's first lease and campaign are
+/// waited for, at most a lease's length (etcd down: this host's own sweeps only).
+fn boot_sweeps(layout: &Layout) -> Vec<SweepName> {
+    let Some(c) = crate::cluster::active() else {
+        return SweepName::ALL.to_vec();
+    };
+    let lane = layout.supervisor_lane();
+    let until = Instant::now() + std::time::Duration::from_secs(c.lease_s);
+    while Instant::now() < until && !crate::cluster::lease::read(&lane).is_some_and(|r| r.live()) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if crate::cluster::lease::leads(&lane) {
+        return SweepName::ALL.to_vec();
+    }
+    vec![
+        SweepName::Orphans,
+        SweepName::AttemptCap,
+        SweepName::Stragglers,
+    ]
 }
 
 /// The thread that keeps the host's cluster lease ([`crate::cluster::keeper`]); dropped

@@ -85,6 +85,11 @@ impl Hosts {
     }
 
     fn with_lease(hosts: usize, workers: usize, issues: u64, lease_s: u64) -> Hosts {
+        Hosts::with(hosts, workers, issues, lease_s, 3600)
+    }
+
+    /// `unblock_s`: the unblock belt's interval.
+    fn with(hosts: usize, workers: usize, issues: u64, lease_s: u64, unblock_s: u64) -> Hosts {
         let env = TestEnv::new();
         let etcd = EtcdCluster::start(env.path());
         let first = env.repo_with_origin();
@@ -114,7 +119,7 @@ impl Hosts {
                  max_writes_per_min = 600\n\n\
                  [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
-                 unblock_interval_s = 3600\n\n{}",
+                 unblock_interval_s = {unblock_s}\n\n{}",
                 agent.display(),
                 etcd.config(lease_s)
             );
@@ -638,4 +643,67 @@ fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() 
         h.dump()
     );
     assert!(late.is_empty(), "claims went on: {late:?}\n{}", h.dump());
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within_the_lease() {
+    let mut h = Hosts::with(3, 1, 1, LEASE_S, 1);
+    h.start(0, 1);
+    let leads = |h: &Hosts, i: usize| h.event_log(i).contains("this host leads the fleet");
+    assert!(wait_until(DEADLINE, || leads(&h, 0)), "{}", h.dump());
+    h.start(1, 1);
+    h.start(2, 1);
+    h.wait_done();
+    let belt = |h: &Hosts, i: usize| -> Vec<u64> {
+        h.event_log(i)
+            .lines()
+            .filter(|l| l.contains("unblock-belt"))
+            .filter_map(|l| first_event_ms(l, "supervisor.periodic", ""))
+            .collect()
+    };
+    assert!(
+        wait_until(DEADLINE, || belt(&h, 0).len() >= 2),
+        "{}",
+        h.dump()
+    );
+    // The boot's repo-wide sweeps and the belt: the leader's alone.
+    for i in [1, 2] {
+        assert!(
+            belt(&h, i).is_empty(),
+            "host {i} ran the belt\n{}",
+            h.event_log(i)
+        );
+        assert!(!leads(&h, i), "two leaders\n{}", h.dump());
+    }
+    let fault_ms = now_ms();
+    h.kill_host(0);
+    let ok = wait_until(DEADLINE, || [1, 2].iter().any(|&i| !belt(&h, i).is_empty()));
+    assert!(ok, "no new leader ran the belt\n{}", h.dump());
+    let (new, first) = [1, 2]
+        .iter()
+        .filter_map(|&i| belt(&h, i).first().map(|&t| (i, t)))
+        .min_by_key(|(_, t)| *t)
+        .unwrap();
+    let other = 3 - new;
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        belt(&h, other).is_empty(),
+        "two hosts ran the belt\n{}",
+        h.dump()
+    );
+    eprintln!(
+        "leader killed: host {new} leads and runs the belt {} ms later (lease {LEASE_S}s)",
+        first - fault_ms
+    );
+    // The lease runs out, a follower's next renewal campaigns, its next belt turn runs.
+    assert!(
+        first - fault_ms <= LEASE_S * 1000 + 2000,
+        "the new leader's belt came {} ms after the kill\n{}",
+        first - fault_ms,
+        h.dump()
+    );
 }
