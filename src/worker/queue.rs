@@ -81,22 +81,10 @@ impl Worker<'_> {
             let claim = Claim::try_take(self.layout, issue.number)
                 .map_err(|e| WorkerError::file(self.layout.claims(), "cannot claim: ", e))?;
             let Some(claim) = claim else { continue };
-            // The listing may be stale: confirm under the claim before taking it.
-            let current = self.tracker.view(issue.number);
-            let ready = current.as_ref().is_ok_and(|v| {
-                v.state == crate::tracker::IssueState::Open
-                    && v.has_label(labels::READY_FOR_AGENT)
-                    && !v.has_label(labels::RUNNING)
-            });
-            if !ready {
-                let _ = claim.release();
-                if let Err(e) = current {
-                    return Err(WorkerError::from(&e));
-                }
-                continue;
-            }
-            // On a cluster the claim is one transaction in etcd, before the label switch:
-            // a `running` issue without a claim key is then always an orphan.
+            // On a cluster the claim is one transaction in etcd, before the confirming view
+            // (a race lost to another host costs no tracker call) and the label switch (a
+            // `running` issue without a claim key is then always an orphan). A claim the
+            // view does not confirm ends as its guard is dropped.
             let fence = match (cluster, &lease) {
                 (Some(c), Some(l)) => {
                     let holder = format!("{}@{}", self.wenv.worker_id, l.host);
@@ -122,6 +110,20 @@ impl Worker<'_> {
                 }
                 _ => None,
             };
+            // The listing may be stale: confirm under the claim before taking it.
+            let current = self.tracker.view(issue.number);
+            let ready = current.as_ref().is_ok_and(|v| {
+                v.state == crate::tracker::IssueState::Open
+                    && v.has_label(labels::READY_FOR_AGENT)
+                    && !v.has_label(labels::RUNNING)
+            });
+            if !ready {
+                let _ = claim.release();
+                if let Err(e) = current {
+                    return Err(WorkerError::from(&e));
+                }
+                continue;
+            }
             // The switch may land though its answer fails: retried, then settled by what
             // the tracker shows, so a landed switch is never left `running` unworked.
             if let Err(e) = tracked::edit_labels_settled(

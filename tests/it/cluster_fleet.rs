@@ -707,3 +707,74 @@ fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within
         h.dump()
     );
 }
+
+/// The tracker calls of a run, by who makes them: per issue (the workers' listing, view,
+/// label and comment calls) and the supervisors' own polling (queue checks, the boot's
+/// listing, the login), which grows with the hosts and the run's length, not the issues.
+fn calls_per_issue(h: &Hosts) -> (f64, usize, BTreeMap<String, usize>) {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_issue = 0;
+    for argv in h.gh.calls() {
+        let a: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let a: Vec<&str> = match a.iter().position(|x| *x == "--repo") {
+            Some(i) => [&a[..i], &a[i + 2..]].concat(),
+            None => a,
+        };
+        let kind = match a.as_slice() {
+            [
+                "issue",
+                "list",
+                ..,
+                "--search",
+                "sort:created-asc",
+                "--json",
+                _,
+            ] => "worker-queue",
+            ["issue", "view", ..] => "view",
+            ["issue", "edit", ..] => "edit",
+            ["issue", "comment", ..] => "comment",
+            ["issue", "list", ..] => "supervisor-list",
+            ["api", "user"] => "login",
+            ["auth", "status"] => "auth",
+            _ => panic!("gh argv outside SPEC §7: {argv:?}"),
+        };
+        if ["worker-queue", "view", "edit", "comment"].contains(&kind) {
+            per_issue += 1;
+        }
+        *kinds.entry(kind.to_string()).or_default() += 1;
+    }
+    (per_issue as f64 / h.issues as f64, per_issue, kinds)
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
+    let mut one = Hosts::new(1, 6, 12);
+    one.start(0, 1);
+    one.wait_done();
+    one.assert_once_each_no_overlap(&BTreeMap::new());
+    let (one_each, _, one_kinds) = calls_per_issue(&one);
+    drop(one);
+    let mut three = Hosts::new(3, 2, 12);
+    for i in 0..3 {
+        three.start(i, 1);
+    }
+    three.wait_done();
+    three.assert_once_each_no_overlap(&BTreeMap::new());
+    let (three_each, _, three_kinds) = calls_per_issue(&three);
+    eprintln!(
+        "calls per issue: 1 host x 6 workers {one_each:.2} {one_kinds:?}; 3 hosts x 2 workers {three_each:.2} {three_kinds:?}"
+    );
+    assert!(
+        three_each <= one_each,
+        "3 hosts {three_each:.2} calls per issue, 1 host {one_each:.2}"
+    );
+    assert_eq!(
+        three.gh.write_limit_hits(),
+        0,
+        "a write beyond GitHub's limits"
+    );
+}
