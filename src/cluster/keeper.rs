@@ -39,6 +39,7 @@ pub fn run(
     host: String,
     stop: Arc<AtomicBool>,
     mut report: impl FnMut(Note),
+    mut status: impl FnMut(bool) -> Option<String>,
 ) {
     let ttl_ms = cluster.lease_s * 1000;
     let renew_every = ttl_ms / 3;
@@ -88,6 +89,7 @@ pub fn run(
                             leader,
                         };
                         write(&rec, &mut report);
+                        publish(cluster, &host, &rec, &mut status);
                         held = Some(rec);
                         failing_since = None;
                         no_lease_said = false;
@@ -140,6 +142,7 @@ pub fn run(
                             ..rec
                         };
                         write(&renewed, &mut report);
+                        publish(cluster, &host, &renewed, &mut status);
                         held = Some(renewed);
                         if let Some(since) = failing_since.take() {
                             report(Note::Back {
@@ -173,6 +176,19 @@ pub fn run(
     if let Some(rec) = held {
         let _ = cluster.etcd.revoke(rec.lease);
         write(&none("the supervisor stopped"), &mut report);
+    }
+}
+
+/// Puts this host's status (`status --fleet`) under its lease, best effort: it goes with
+/// the lease, so a dead host drops out of the view by itself.
+fn publish(
+    cluster: &Cluster,
+    host: &str,
+    rec: &LeaseRecord,
+    status: &mut impl FnMut(bool) -> Option<String>,
+) {
+    if let Some(value) = status(rec.leader) {
+        let _ = cluster.etcd.put(&cluster.host_key(host), &value, rec.lease);
     }
 }
 

@@ -149,6 +149,53 @@ impl Cluster {
         format!("{}done/", self.prefix)
     }
 
+    /// Where host `host` publishes its status, under its lease (`status --fleet`).
+    pub fn host_key(&self, host: &str) -> String {
+        format!("{}hosts/{host}", self.prefix)
+    }
+
+    /// The fleet as etcd holds it, for `status --fleet`: every host's published status
+    /// (JSON), the leader, the claims, and the shared pauses.
+    pub fn fleet_view(&self) -> EtcdResult<serde_json::Value> {
+        let hosts_prefix = format!("{}hosts/", self.prefix);
+        let hosts: Vec<serde_json::Value> = self
+            .etcd
+            .get_prefix(&hosts_prefix)?
+            .iter()
+            .map(|kv| {
+                serde_json::from_str(&kv.value).unwrap_or_else(
+                    |_| serde_json::json!({"host": kv.key.strip_prefix(&hosts_prefix)}),
+                )
+            })
+            .collect();
+        let leader = self.etcd.get(&self.leader_key())?.map(|kv| kv.value);
+        let claims: Vec<serde_json::Value> = self
+            .claims()?
+            .iter()
+            .map(|k| serde_json::json!({"issue": k.issue, "holder": k.holder, "revision": k.revision}))
+            .collect();
+        let pause = |which: &str| -> EtcdResult<serde_json::Value> {
+            Ok(self
+                .etcd
+                .get(&format!("{}pause/{which}", self.prefix))?
+                .and_then(|kv| reddb_io_toon::from_str::<serde_json::Value>(&kv.value).ok())
+                .filter(|p| {
+                    p["until_epoch"]
+                        .as_u64()
+                        .is_some_and(|t| t > crate::timeutil::now_epoch())
+                })
+                .unwrap_or(serde_json::Value::Null))
+        };
+        Ok(serde_json::json!({
+            "prefix": self.prefix,
+            "leader": leader,
+            "hosts": hosts,
+            "claims": claims,
+            "agent_paused": pause("agent")?,
+            "rate_paused": pause("rate")?,
+        }))
+    }
+
     /// The election's key: the leader's host, bound to its lease.
     pub fn leader_key(&self) -> String {
         format!("{}leader", self.prefix)

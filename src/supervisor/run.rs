@@ -822,6 +822,35 @@ fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> 
     found
 }
 
+/// This host's status as `status --fleet` shows it (`docs/SPEC.md` §11.20): from the
+/// heartbeat (`state.toon`), its slots with their state, worker and issue.
+fn host_status(state: &std::path::Path, repo: &str, host: &str, leader: bool) -> Option<String> {
+    let s = state_file::read(state).ok().flatten();
+    let slots: Vec<serde_json::Value> = s
+        .as_ref()
+        .map(|s| {
+            s.slot_detail
+                .iter()
+                .map(|d| {
+                    serde_json::json!({
+                        "slot": d.slot, "state": d.state.as_str(), "pid": d.pid, "issue": d.issue
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let value = serde_json::json!({
+        "host": host,
+        "repo": repo,
+        "pid": std::process::id(),
+        "leader": leader,
+        "target": s.as_ref().map(|s| s.target),
+        "slots": slots,
+        "epoch": timeutil::now_epoch(),
+    });
+    Some(value.to_string())
+}
+
 /// The boot sweeps this host runs: all of them, but on a cluster (`docs/SPEC.md` §11.20) a
 /// host that does not lead the fleet runs only its own checkout's (orphan cleanup, the
 /// attempt cap, the stragglers' warning): the repo-wide ones (the branch reaper, the docs
@@ -865,12 +894,19 @@ impl LeaseKeeper {
             crate::claim::tracked::this_host(layout),
         );
         let (flag, tx) = (Arc::clone(&stop), tx.clone());
+        let (state, repo, me) = (
+            layout.state_file(),
+            layout.repo().display().to_string(),
+            host.clone(),
+        );
+        let status = move |leader: bool| host_status(&state, &repo, &me, leader);
         let thread = std::thread::Builder::new()
             .name("afk-cluster-lease".into())
             .spawn(move || {
-                crate::cluster::keeper::run(cluster, lane, host, flag, |note| {
+                let report = |note: crate::cluster::keeper::Note| {
                     let _ = tx.send(event::Event::Log(Event::now(kind::CLUSTER, note.line())));
-                })
+                };
+                crate::cluster::keeper::run(cluster, lane, host, flag, report, status)
             })
             .ok();
         LeaseKeeper { stop, thread }

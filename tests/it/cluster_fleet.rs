@@ -778,3 +778,92 @@ fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
         "a write beyond GitHub's limits"
     );
 }
+
+impl Hosts {
+    /// `status --fleet --json` run from clone `i`.
+    fn fleet_status(&self, i: usize) -> serde_json::Value {
+        let out = self
+            .env
+            .bin()
+            .env("PATH", self.gh.path_env())
+            .arg("--repo")
+            .arg(&self.clones[i])
+            .args(["status", "--fleet", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// The issues each clone's slots hold in a `status --fleet` view, by clone index.
+fn issues_by_clone(h: &Hosts, v: &serde_json::Value) -> BTreeMap<usize, Vec<u64>> {
+    let mut out = BTreeMap::new();
+    for host in v["hosts"].as_array().into_iter().flatten() {
+        let repo = PathBuf::from(host["repo"].as_str().unwrap_or_default());
+        let Some(i) = h.clones.iter().position(|c| *c == repo) else {
+            continue;
+        };
+        let mut issues: Vec<u64> = (host["slots"].as_array().into_iter().flatten())
+            .filter_map(|s| s["issue"].as_u64())
+            .collect();
+        issues.sort_unstable();
+        out.insert(i, issues);
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
+    let mut h = Hosts::new(3, 1, 3);
+    for i in 0..3 {
+        h.start(i, 600);
+    }
+    assert!(wait_until(DEADLINE, || h.runs().len() == 3), "{}", h.dump());
+    let started = h.runs().iter().map(|r| r.start_ms).max().unwrap();
+    let want: BTreeMap<usize, Vec<u64>> = (0..3)
+        .map(|i| {
+            let host = format!("h{i}");
+            (
+                i,
+                h.runs()
+                    .iter()
+                    .filter(|r| r.host == host)
+                    .map(|r| r.issue)
+                    .collect(),
+            )
+        })
+        .collect();
+    let right = |from: usize| issues_by_clone(&h, &h.fleet_status(from)) == want;
+    assert!(
+        wait_until(DEADLINE, || right(2)),
+        "{:?}\n{}",
+        h.fleet_status(2),
+        h.dump()
+    );
+    let shown = now_ms() - started;
+    for from in 0..3 {
+        let v = h.fleet_status(from);
+        assert_eq!(issues_by_clone(&h, &v), want, "from clone {from}: {v}");
+        let leaders = (v["hosts"].as_array().unwrap().iter())
+            .filter(|x| x["leader"] == true)
+            .count();
+        assert_eq!(leaders, 1, "{v}");
+        assert_eq!(v["claims"].as_array().unwrap().len(), 3, "{v}");
+    }
+    eprintln!("status --fleet right {shown} ms after the last claim");
+    assert!(
+        shown <= 2000 + TICK_MS,
+        "right only {shown} ms after the last claim"
+    );
+    // A dead host drops out with its lease.
+    h.kill_host(0);
+    let gone = wait_until(DEADLINE, || {
+        !issues_by_clone(&h, &h.fleet_status(1)).contains_key(&0)
+    });
+    assert!(gone, "{}", h.fleet_status(1));
+}
