@@ -49,6 +49,10 @@ pub fn run(
     let mut failing_since: Option<u64> = None;
     let mut next_try = 0u64;
     let mut no_lease_said = false;
+    // A lease given up while etcd did not answer: etcd renews every lease's TTL when it
+    // comes back (a new leader does), so its claims would linger a whole lease more; it is
+    // revoked as soon as etcd answers, and its issues are given back at once.
+    let mut given_up: Option<i64> = None;
     let write = |rec: &LeaseRecord, report: &mut dyn FnMut(Note)| {
         if let Err(e) = lease::write(&lane, rec) {
             report(Note::FileError(format!(
@@ -76,6 +80,11 @@ pub fn run(
                 let sent = boot_ms();
                 match cluster.etcd.grant(cluster.lease_s) {
                     Ok(id) => {
+                        if let Some(old) = given_up.take()
+                            && cluster.etcd.revoke(old).is_err()
+                        {
+                            given_up = Some(old);
+                        }
                         let leader = cluster.campaign(&host, id).unwrap_or(false);
                         if leader {
                             report(Note::Leader(true));
@@ -120,6 +129,7 @@ pub fn run(
                     let why = "the lease ran out while etcd did not answer".to_string();
                     write(&none(&why), &mut report);
                     report(Note::Lost { why });
+                    given_up = Some(rec.lease);
                     held = None;
                     next_try = sent;
                     continue;

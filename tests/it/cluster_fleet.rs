@@ -11,15 +11,22 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::support::etcd::EtcdCluster;
-use crate::support::fake_gh::{FakeGh, FakeIssue};
-use crate::support::{TestEnv, fleet, wait_until};
+use crate::support::fake_gh::FakeGh;
+use crate::support::{TestEnv, hosts, wait_until};
 
-/// The lease of every test here: short, so the faults are seconds long.
-const LEASE_S: u64 = 2;
+/// The lease of every test here: short, so the faults are seconds long. The figures of a
+/// real default lease are measured by hand with `AFK_CLUSTER_TEST_LEASE_S=12` (every bound
+/// below scales with it).
+fn lease_s() -> u64 {
+    std::env::var("AFK_CLUSTER_TEST_LEASE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
 /// The tick of every fleet here.
 const TICK_MS: u64 = 1000;
 /// A bound on waiting, not a speed claim: a loaded 2-core box runs three supervisors,
@@ -81,7 +88,7 @@ fn now_ms() -> u64 {
 
 impl Hosts {
     fn new(hosts: usize, workers: usize, issues: u64) -> Hosts {
-        Hosts::with_lease(hosts, workers, issues, LEASE_S)
+        Hosts::with_lease(hosts, workers, issues, lease_s())
     }
 
     fn with_lease(hosts: usize, workers: usize, issues: u64, lease_s: u64) -> Hosts {
@@ -92,21 +99,7 @@ impl Hosts {
     fn with(hosts: usize, workers: usize, issues: u64, lease_s: u64, unblock_s: u64) -> Hosts {
         let env = TestEnv::new();
         let etcd = EtcdCluster::start(env.path());
-        let first = env.repo_with_origin();
-        let mut clones = vec![first.path.clone()];
-        for i in 1..hosts {
-            let c = env.path().join(format!("repo{i}"));
-            env.git(
-                env.path(),
-                &[
-                    "clone",
-                    "-q",
-                    first.origin.to_str().unwrap(),
-                    c.to_str().unwrap(),
-                ],
-            );
-            clones.push(c);
-        }
+        let clones = hosts::clones(&env, hosts);
         let agent = env.path().join("agent.sh");
         fs::write(&agent, AGENT).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
@@ -125,16 +118,8 @@ impl Hosts {
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }
-        let gh = FakeGh::install(&env);
-        let list: Vec<FakeIssue> = (1..=issues)
-            .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("# task {n}\n")))
-            .collect();
-        gh.set_issues(&list);
-        let tag = format!(
-            "{}-{}",
-            std::process::id(),
-            env.path().file_name().unwrap().to_string_lossy()
-        );
+        let gh = hosts::gh_with_tasks(&env, issues);
+        let tag = hosts::run_tag(&env);
         Hosts {
             env,
             etcd,
@@ -152,27 +137,14 @@ impl Hosts {
 
     /// Starts the supervisor of clone `i`; its agents run `agent_s` seconds.
     fn start(&mut self, i: usize, agent_s: u64) {
-        let err = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.env.path().join(format!("sup-{i}.err")))
-            .unwrap();
-        let child = self
-            .env
-            .bin()
-            .env("PATH", self.gh.path_env())
-            .env("AFK_TEST_TAG", self.host_tag(i))
-            .env("AFK_TEST_RUNS", self.env.path().join("runs"))
-            .env("AFK_HOST", format!("h{i}"))
-            .env("AFK_AGENT_S", agent_s.to_string())
-            .arg("--repo")
-            .arg(&self.clones[i])
-            .arg("run")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap();
+        let child = hosts::start_supervisor(
+            &self.env,
+            &self.gh,
+            &self.host_tag(i),
+            i,
+            &self.clones[i],
+            agent_s,
+        );
         if self.sups.len() <= i {
             self.sups.resize_with(i + 1, || None);
         }
@@ -181,15 +153,7 @@ impl Hosts {
 
     /// SIGKILLs every process of host `i` (its supervisor, workers and agents).
     fn kill_host(&mut self, i: usize) {
-        for _ in 0..3 {
-            for pid in fleet::tagged_processes(&self.host_tag(i)) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        hosts::kill_tagged(&self.host_tag(i));
         if let Some(mut c) = self.sups.get_mut(i).and_then(Option::take) {
             let _ = c.wait();
         }
@@ -256,26 +220,7 @@ impl Hosts {
     }
 
     fn dump(&self) -> String {
-        let mut out = format!("runs:\n{}\nissues:\n", self.log());
-        for i in self.gh.issues() {
-            out += &format!("#{} {:?}\n", i.number, i.labels);
-            for c in &i.comments {
-                out += &format!("    {}\n", c.body.replace('\n', " | "));
-            }
-        }
-        for i in 0..self.clones.len() {
-            out += &format!(
-                "sup-{i}.err:\n{}\n",
-                fs::read_to_string(self.env.path().join(format!("sup-{i}.err")))
-                    .unwrap_or_default()
-            );
-            let log = self.clones[i].join(".red/tmp/supervisors/default/supervisor.log.toonl");
-            out += &format!(
-                "log {i}:\n{}\n",
-                fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        out
+        hosts::dump(self.env.path(), &self.log(), &self.gh, &self.clones)
     }
 
     /// The tracker's time (epoch ms) of each give-back of issue `n` to the queue.
@@ -342,12 +287,12 @@ impl Hosts {
     fn assert_recovery(&self, figures: &[(u64, u64, u64)]) {
         for (n, back, again) in figures {
             assert!(
-                *back <= LEASE_S * 1000 + 2000,
+                *back <= lease_s() * 1000 + 2000,
                 "#{n} back {back} ms after the fault, past the lease + 2 s\n{}",
                 self.dump()
             );
             assert!(
-                *again <= LEASE_S * 1000 + 2000 + TICK_MS + 2000,
+                *again <= lease_s() * 1000 + 2000 + TICK_MS + 2000,
                 "#{n} ran again {again} ms after the fault\n{}",
                 self.dump()
             );
@@ -429,7 +374,8 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
     h.assert_once_each_no_overlap(&BTreeMap::from([("h0".to_string(), fault_ms)]));
     let figures = recovery(&h, &lost, fault_ms);
     eprintln!(
-        "SIGKILL host 0 (lease {LEASE_S}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}"
+        "SIGKILL host 0 (lease {}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}",
+        lease_s()
     );
     h.assert_recovery(&figures);
 }
@@ -450,7 +396,7 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
     // The supervisor only: its workers and agents go on, and must stop by themselves.
     let fault_ms = now_ms();
     h.signal_supervisor(0, nix::sys::signal::Signal::SIGSTOP);
-    std::thread::sleep(Duration::from_secs(2 * LEASE_S));
+    std::thread::sleep(Duration::from_secs(2 * lease_s()));
     h.signal_supervisor(0, nix::sys::signal::Signal::SIGCONT);
     h.wait_done();
     h.assert_once_each_no_overlap(&BTreeMap::new());
@@ -467,17 +413,15 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
     }
     let figures = recovery(&h, &lost, fault_ms);
     eprintln!(
-        "SIGSTOP host 0's supervisor for {}s (lease {LEASE_S}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}",
-        2 * LEASE_S
+        "SIGSTOP host 0's supervisor for {}s (lease {}s): (issue, ms to ready-for-agent, ms to its next run) {figures:?}",
+        2 * lease_s(),
+        lease_s()
     );
     h.assert_recovery(&figures);
-    // Host 0 comes back by itself: a new lease, and it claims again.
-    let log0 = h.clones[0].join(".red/tmp/supervisors/default/supervisor.log.toonl");
-    let granted = fs::read_to_string(log0)
-        .unwrap_or_default()
-        .matches("granted")
-        .count();
-    assert!(granted >= 2, "host 0 took no new lease\n{}", h.dump());
+    // Host 0 comes back by itself: its old lease found gone, a new one granted.
+    let granted = || h.event_log(0).matches("granted").count();
+    let back = wait_until(DEADLINE, || granted() >= 2);
+    assert!(back, "host 0 took no new lease\n{}", h.dump());
 }
 
 #[test]
@@ -505,13 +449,13 @@ fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_
     for r in h.runs() {
         let stopped = r.end_ms.unwrap() - down_ms;
         assert!(
-            stopped <= LEASE_S * 1000,
+            stopped <= lease_s() * 1000,
             "{r:?} stopped {stopped} ms after etcd went down\n{}",
             h.dump()
         );
     }
     // Down for three leases: nothing new is claimed meanwhile.
-    std::thread::sleep(Duration::from_secs(3 * LEASE_S));
+    std::thread::sleep(Duration::from_secs(3 * lease_s()));
     assert_eq!(
         h.runs().len(),
         lost.len(),
@@ -533,8 +477,9 @@ fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_
         .min()
         .unwrap();
     eprintln!(
-        "all etcd down {} ms (lease {LEASE_S}s): agents stopped within {:?} ms; first run {} ms after etcd was back",
+        "all etcd down {} ms (lease {}s): agents stopped within {:?} ms; first run {} ms after etcd was back",
         up_ms - down_ms,
+        lease_s(),
         h.runs()
             .iter()
             .filter(|r| r.start_ms < down_ms)
@@ -651,7 +596,7 @@ fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() 
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within_the_lease() {
-    let mut h = Hosts::with(3, 1, 1, LEASE_S, 1);
+    let mut h = Hosts::with(3, 1, 1, lease_s(), 1);
     h.start(0, 1);
     let leads = |h: &Hosts, i: usize| h.event_log(i).contains("this host leads the fleet");
     assert!(wait_until(DEADLINE, || leads(&h, 0)), "{}", h.dump());
@@ -696,12 +641,13 @@ fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within
         h.dump()
     );
     eprintln!(
-        "leader killed: host {new} leads and runs the belt {} ms later (lease {LEASE_S}s)",
-        first - fault_ms
+        "leader killed: host {new} leads and runs the belt {} ms later (lease {}s)",
+        first - fault_ms,
+        lease_s()
     );
     // The lease runs out, a follower's next renewal campaigns, its next belt turn runs.
     assert!(
-        first - fault_ms <= LEASE_S * 1000 + 2000,
+        first - fault_ms <= lease_s() * 1000 + 2000,
         "the new leader's belt came {} ms after the kill\n{}",
         first - fault_ms,
         h.dump()

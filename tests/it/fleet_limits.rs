@@ -37,6 +37,27 @@ fn is_write(argv: &[String]) -> bool {
     )
 }
 
+/// The time of every write the fake gh took, and the most of them within any `span` s.
+fn writes_and_most_within(gh: &FakeGh, span: f64) -> (Vec<f64>, usize) {
+    let writes: Vec<f64> = gh
+        .stamped_calls()
+        .into_iter()
+        .filter(|(_, a)| is_write(a))
+        .map(|(t, _)| t)
+        .collect();
+    let most = writes
+        .iter()
+        .map(|t0| {
+            writes
+                .iter()
+                .filter(|t| **t >= *t0 && **t < t0 + span)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (writes, most)
+}
+
 /// GitHub answers "rate limit exceeded" until a reset a few seconds ahead: the fleet logs
 /// one `fleet.paused` with that reset, makes no API call until it (but `gh api
 /// rate_limit`), counts no death and trips no circuit, then resumes by itself and works
@@ -129,27 +150,12 @@ fn the_write_pace_holds_across_three_workers() {
         "{}",
         f.dump()
     );
-    let writes: Vec<f64> = gh
-        .stamped_calls()
-        .into_iter()
-        .filter(|(_, a)| is_write(a))
-        .map(|(t, _)| t)
-        .collect();
+    let (writes, most) = writes_and_most_within(&gh, 3.5);
     assert!(
         writes.len() > 12,
         "needs more than two windows: {}",
         writes.len()
     );
-    let most = writes
-        .iter()
-        .map(|t0| {
-            writes
-                .iter()
-                .filter(|t| **t >= *t0 && **t < t0 + 3.5)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
     eprintln!("writes: {}; most in a 3.5 s span: {most}", writes.len());
     assert!(most <= 6, "{most} writes in 3.5 s: {writes:?}");
 }
@@ -182,12 +188,7 @@ fn the_hourly_write_budget_holds_and_github_never_refuses_a_write() {
         "{}",
         f.dump()
     );
-    let writes: Vec<f64> = gh
-        .stamped_calls()
-        .into_iter()
-        .filter(|(_, a)| is_write(a))
-        .map(|(t, _)| t)
-        .collect();
+    let (writes, most) = writes_and_most_within(&gh, 10.0);
     assert!(
         writes.len() > 8,
         "needs more than one hour's budget: {}",
@@ -199,16 +200,6 @@ fn the_hourly_write_budget_holds_and_github_never_refuses_a_write() {
         "GitHub refused a write\n{}",
         f.dump()
     );
-    let most = writes
-        .iter()
-        .map(|t0| {
-            writes
-                .iter()
-                .filter(|t| **t >= *t0 && **t < t0 + 10.0)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
     eprintln!("writes: {}; most in a 10 s span: {most}", writes.len());
     assert!(most <= 8, "{most} writes in one 10 s hour: {writes:?}");
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod etcd;
 pub mod fake_gh;
 pub mod fleet;
+pub mod hosts;
 pub mod model_server;
 pub mod python;
 pub mod sweep_fixtures;
