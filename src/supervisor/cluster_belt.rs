@@ -7,8 +7,9 @@
 //!   §7 restore comment, by the one host that wins the restore guard, and only while it is
 //!   still `running`. Its worker's work is rescued where it ran (the existing rescue: the
 //!   host's release, or its boot's orphan sweep when it comes back).
-//! - at the first pass, the `running` issues (one tracker call) without a claim key are
-//!   such issues too (a fleet started after every host died);
+//! - the leader also lists the `running` issues (one tracker call) at its first pass as the
+//!   leader, after etcd was away, and every ten leases: those without a claim key are such
+//!   issues too (a fleet started after every host died, claims gone while etcd was away);
 //! - a claim key of this host that no local claim names (a worker that could not end it in
 //!   etcd) at two passes in a row is dropped.
 
@@ -21,6 +22,10 @@ use crate::layout::Layout;
 use crate::sweeps::transition;
 use crate::tracker::{IssueState, Tracker, labels};
 
+/// How often, in leases, the leader lists the `running` issues besides (10: every two
+/// minutes with the default lease, one tracker call).
+const RECONCILE_LEASES: u64 = 10;
+
 pub struct ClusterBelt {
     cluster: &'static Cluster,
     tracker: Arc<dyn Tracker>,
@@ -32,8 +37,11 @@ pub struct ClusterBelt {
     strays: BTreeSet<(u64, i64)>,
     /// Claims that vanished, not yet looked at by a leader: issue to (holder, when seen).
     pending: BTreeMap<u64, (String, Instant)>,
-    /// Whether this host, as the leader, listed the `running` issues once.
-    looked_at_running: bool,
+    /// When this host, as the leader, last listed the `running` issues: at its first pass
+    /// as the leader, after every pass that failed (claims may have come and gone while
+    /// etcd was away), and every [`RECONCILE_LEASES`] leases (a claim taken and gone
+    /// between two passes).
+    looked_at_running: Option<Instant>,
     /// Whether the last pass failed (a failure is said once, not once a tick).
     failing: bool,
 }
@@ -48,7 +56,7 @@ impl ClusterBelt {
             known: None,
             strays: BTreeSet::new(),
             pending: BTreeMap::new(),
-            looked_at_running: false,
+            looked_at_running: None,
             failing: false,
         }
     }
@@ -64,12 +72,10 @@ impl ClusterBelt {
                     (false, _) => t,
                 })
             }
-            Err(e) if self.failing => {
-                let _ = e;
-                Ok(String::new())
-            }
+            Err(_) if self.failing => Ok(String::new()),
             Err(e) => {
                 self.failing = true;
+                self.looked_at_running = None;
                 Err(e)
             }
         }
@@ -124,20 +130,26 @@ impl ClusterBelt {
             .retain(|n, (_, at)| !now.contains_key(n) && at.elapsed() < stale_after);
         self.known = Some(now.clone());
         if !crate::cluster::lease::leads(&self.layout.supervisor_lane()) {
+            // A follower that becomes the leader looks at the `running` issues first.
+            self.looked_at_running = None;
             return Ok(said.join("; "));
         }
         let mut candidates: Vec<(u64, String)> = std::mem::take(&mut self.pending)
             .into_iter()
             .map(|(n, (h, _))| (n, h))
             .collect();
-        if !self.looked_at_running {
-            // The first pass as the leader: the `running` issues nobody claims (a fleet
-            // started after every host died).
+        let reconcile = Duration::from_secs(self.cluster.lease_s * RECONCILE_LEASES);
+        if self
+            .looked_at_running
+            .is_none_or(|t| t.elapsed() >= reconcile)
+        {
+            // The `running` issues nobody claims: a fleet started after every host died,
+            // claims that went while etcd was away, or between two passes.
             let running = self
                 .tracker
                 .list_open_with_label(labels::RUNNING, 200)
                 .map_err(|e| e.to_string())?;
-            self.looked_at_running = true;
+            self.looked_at_running = Some(Instant::now());
             candidates.extend(
                 running
                     .into_iter()

@@ -669,7 +669,10 @@ async fn run_boot<T>(
             None => SuiteRun::precheck_failed("tracker unavailable"),
         };
         notifier.finish();
-        (run, read_holds(&layout2, &config2.budget))
+        (
+            run,
+            read_holds(&layout2, &config2.budget, config2.timing.tick_s),
+        )
     });
     let beside = meanwhile();
     tracing::info!(
