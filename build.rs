@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 mod civil;
 
 /// (cfg name, program, its version flag).
-const TOOLS: [(&str, &str, &str); 8] = [
+const TOOLS: [(&str, &str, &str); 9] = [
     ("afk_has_bwrap", "bwrap", "--version"),
     ("afk_has_tmux", "tmux", "-V"),
     ("afk_has_jq", "jq", "--version"),
@@ -23,6 +23,8 @@ const TOOLS: [(&str, &str, &str); 8] = [
     ("afk_has_fish", "fish", "--version"),
     // The real agent CLIs are installed with npm and Codex's launcher runs on node.
     ("afk_has_npm", "npm", "--version"),
+    // `[cluster]`'s tests start their own etcd members (Debian's etcd-server).
+    ("afk_has_etcd", "etcd", "--version"),
 ];
 
 fn runs(program: &str, arg: &str) -> bool {

@@ -18,8 +18,11 @@ use crate::layout::Layout;
 use crate::sandbox::SandboxMode;
 use crate::text::{clip_quoted, excerpt, line_col};
 
+pub mod cluster;
 pub mod notify;
 pub mod template;
+
+pub use cluster::ClusterCfg;
 
 /// Largest config file read: the documented file with every key is about 4 KiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -227,6 +230,11 @@ pub struct TrackerCfg {
     pub max_writes_per_min: u64,
     /// The pace's window: 60 s; shorter only to test the pace quickly.
     pub pace_window_s: u64,
+    /// Content-creating gh calls allowed per `pace_hour_s` (GitHub allows 500 an hour per
+    /// identity, `docs/SPEC.md` §11.11): the per-minute pace alone would permit 1,200.
+    pub max_writes_per_hour: u64,
+    /// The hourly window: 3600 s; shorter only to test it.
+    pub pace_hour_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -565,6 +573,8 @@ pub struct Config {
     pub notify: Vec<notify::Sink>,
     pub checks: ChecksCfg,
     pub landing: LandingCfg,
+    /// `[cluster]`: the fleet's shared state in etcd; `None` runs on one box as always.
+    pub cluster: Option<ClusterCfg>,
 }
 
 impl Default for Config {
@@ -597,6 +607,8 @@ impl Default for Config {
                 timeout_s: 30,
                 max_writes_per_min: 20,
                 pace_window_s: 60,
+                max_writes_per_hour: 500,
+                pace_hour_s: 3600,
             },
             timing: Timing {
                 tick_s: 15,
@@ -640,16 +652,19 @@ impl Default for Config {
             notify: Vec::new(),
             checks: ChecksCfg::default(),
             landing: LandingCfg::default(),
+            cluster: None,
         }
     }
 }
 
 /// The keys of the tracker timeout and every `timing.*` duration, in the documented order:
 /// one list for reading them from the file and for showing them.
-pub const TIMING_KEYS: [&str; 14] = [
+pub const TIMING_KEYS: [&str; 16] = [
     "tracker.timeout_s",
     "tracker.max_writes_per_min",
     "tracker.pace_window_s",
+    "tracker.max_writes_per_hour",
+    "tracker.pace_hour_s",
     "timing.tick_s",
     "timing.fast_death_s",
     "timing.circuit_k",
@@ -671,6 +686,8 @@ impl Config {
             "tracker.timeout_s" => self.tracker.timeout_s,
             "tracker.max_writes_per_min" => self.tracker.max_writes_per_min,
             "tracker.pace_window_s" => self.tracker.pace_window_s,
+            "tracker.max_writes_per_hour" => self.tracker.max_writes_per_hour,
+            "tracker.pace_hour_s" => self.tracker.pace_hour_s,
             "timing.tick_s" => t.tick_s,
             "timing.fast_death_s" => t.fast_death_s,
             "timing.circuit_k" => u64::from(t.circuit_k),
@@ -735,6 +752,7 @@ struct FileDoc {
     checks: FileChecks,
     #[serde(default)]
     landing: FileLanding,
+    cluster: Option<cluster::FileCluster>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -846,6 +864,8 @@ struct FileTracker {
     timeout_s: S<u64>,
     max_writes_per_min: S<u64>,
     pace_window_s: S<u64>,
+    max_writes_per_hour: S<u64>,
+    pace_hour_s: S<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1225,6 +1245,7 @@ impl Builder {
         );
         self.apply_landing(checks, landing)?;
         let isolation = std::mem::take(&mut d.isolation);
+        self.apply_cluster(d.cluster.take())?;
         self.apply_isolation(isolation, &mut d.worker, &mut d.fleet)?;
         if let Some(x) = self.take_u64("fleet.workers", d.fleet.workers)? {
             self.cfg.fleet.workers = x as usize;
@@ -1262,10 +1283,12 @@ impl Builder {
         }
         let t = d.timing;
         // In the order of TIMING_KEYS.
-        let values: [S<u64>; 14] = [
+        let values: [S<u64>; 16] = [
             d.tracker.timeout_s,
             d.tracker.max_writes_per_min,
             d.tracker.pace_window_s,
+            d.tracker.max_writes_per_hour,
+            d.tracker.pace_hour_s,
             t.tick_s,
             t.fast_death_s,
             t.circuit_k,
@@ -1413,6 +1436,8 @@ impl Builder {
             "tracker.timeout_s" => self.cfg.tracker.timeout_s = x,
             "tracker.max_writes_per_min" => self.cfg.tracker.max_writes_per_min = x,
             "tracker.pace_window_s" => self.cfg.tracker.pace_window_s = x,
+            "tracker.max_writes_per_hour" => self.cfg.tracker.max_writes_per_hour = x,
+            "tracker.pace_hour_s" => self.cfg.tracker.pace_hour_s = x,
             "timing.tick_s" => t.tick_s = x,
             "timing.fast_death_s" => t.fast_death_s = x,
             "timing.circuit_k" => t.circuit_k = u32::try_from(x).unwrap_or(u32::MAX),
@@ -1622,8 +1647,10 @@ fn bounds(key: &str) -> (u64, u64) {
     match key {
         "fleet.workers" => (0, 1024),
         "tracker.max_writes_per_min" => (1, 10_000),
+        "tracker.max_writes_per_hour" => (1, 100_000),
         "tracker.timeout_s"
         | "tracker.pace_window_s"
+        | "tracker.pace_hour_s"
         | "timing.tick_s"
         | "timing.unblock_interval_s"
         | "claims.stale_after_s"

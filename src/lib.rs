@@ -20,7 +20,8 @@
 //!   asked).
 //! - `supervisor`: the fleet; its modules in import order too (each imports only from
 //!   those after it): `run` (start-up and the tokio event loop), `periodic` (work on a
-//!   timer: the belts, slot-log expiry) and `slot_logs`, `lock` (one supervisor per repo:
+//!   timer: the belts, slot-log expiry), `cluster_belt` (the claims belt of a
+//!   fleet whose claims live in etcd) and `slot_logs`, `lock` (one supervisor per repo:
 //!   the lock and the pid file), `isolation` (cgroup or process-group, chosen at
 //!   start-up), `driver` (feeds the fleet events, carries its effects out, feeds the
 //!   answers back), `strays` (escaped descendants, found in the process table), `journal`,
@@ -52,6 +53,9 @@
 //!   `attempt_state`, `ledger` (attempts and quarantine), `pidfile`,
 //!   `safe_delete` (the only remover inside `.red/tmp/`), `host_lock` (host-wide flocks),
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
+//! - `cluster` (the fleet's shared state in etcd when `[cluster]` is set: the client of
+//!   etcd's JSON gateway, the claim transactions and their fencing tokens, the host's lease
+//!   and its keeper, the lease file the workers stop by).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
 //!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call),
@@ -83,6 +87,7 @@ pub mod budget;
 pub mod cgroup;
 pub mod claim;
 pub mod cli;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod control;

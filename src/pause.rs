@@ -277,6 +277,18 @@ pub fn agent_record(
     Ok(pause)
 }
 
+/// Takes `other` (another host's agent pause, `[cluster]`) when it holds longer than the
+/// one recorded here; whether it was taken.
+pub fn agent_adopt(state_dir: &Path, other: &AgentPause) -> std::io::Result<bool> {
+    let _lock = lock_beside(state_dir, "agent-pause.lock");
+    let here = agent_read(state_dir).ok().flatten();
+    if here.is_some_and(|p| p.until_epoch >= other.until_epoch) {
+        return Ok(false);
+    }
+    write_agent(state_dir, other)?;
+    Ok(true)
+}
+
 /// An attempt ran the agent to an end that was not account-wide: the backoff starts
 /// over. Writes only when a pause with a step is recorded, so a healthy fleet costs no
 /// write.

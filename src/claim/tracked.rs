@@ -268,6 +268,21 @@ fn holder_of(s: &Standing) -> Option<Holder> {
 /// no other checkout shares (no call is made) or when nobody else holds it. A restore asks
 /// this first, at the cost of one read of a `running` issue.
 pub fn held_elsewhere(tracker: &dyn Tracker, n: u64, host: &str) -> TrackerResult<Option<Holder>> {
+    // On a cluster the claim is the key in etcd (`docs/SPEC.md` §11.23), asked there: no
+    // tracker call. etcd unreachable is a transient failure: nothing is restored on a guess.
+    if let Some(c) = crate::cluster::active() {
+        let key = c.claim_of(n).map_err(|e| {
+            TrackerError::new(
+                crate::tracker::ErrorKind::Transient,
+                "etcd",
+                format!("who holds #{n}: {e}"),
+            )
+        })?;
+        return Ok(key.filter(|k| k.host() != host).map(|k| {
+            let (worker, host) = k.holder.split_once('@').unwrap_or(("-", k.holder.as_str()));
+            Holder::new(worker, host)
+        }));
+    }
     if !tracker.shared_across_checkouts() {
         return Ok(None);
     }

@@ -173,13 +173,18 @@ impl Ctx {
         if overrides.tracker.is_none() {
             overrides.tracker = self.tracker;
         }
-        config::load_with_sources(
+        let (c, sources) = config::load_with_sources(
             self.config_file.as_deref(),
             &self.layout,
             &config::process_env(),
             &overrides,
         )
-        .map_err(|e| Failure::config(e.0))
+        .map_err(|e| Failure::config(e.0))?;
+        // `[cluster]`: every command that claims, restores or reports does it through etcd
+        // (`docs/SPEC.md` §11.23); nothing is called until a command needs it.
+        crate::cluster::install_for(&c, &self.layout)
+            .map_err(|e| Failure::config(e.to_string()))?;
+        Ok((c, sources))
     }
 }
 

@@ -146,6 +146,39 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     line("landing.max_fix_rounds", l.max_fix_rounds.to_string());
     line("landing.watch_interval_s", l.watch_interval_s.to_string());
     line("landing.ci", format!("{:?}", l.ci.to_string()));
+    let cl = c.cluster.as_ref();
+    let none = || "(none: one box)".to_string();
+    line(
+        "cluster.engine",
+        cl.map_or_else(none, |_| "\"etcd\"".into()),
+    );
+    line(
+        "cluster.endpoints",
+        cl.map_or_else(none, |k| format!("{:?}", k.endpoints)),
+    );
+    line(
+        "cluster.lease_s",
+        cl.map_or_else(none, |k| k.lease_s.to_string()),
+    );
+    line(
+        "cluster.prefix",
+        cl.map_or_else(none, |k| match &k.prefix {
+            Some(p) => format!("{p:?}"),
+            None => "(afk/<tracker.repo>)".into(),
+        }),
+    );
+    line(
+        "cluster.username",
+        cl.and_then(|k| k.username.clone())
+            .map_or("(none)".into(), |u| format!("{u:?}")),
+    );
+    line(
+        "cluster.password_file",
+        cl.and_then(|k| k.password_file.as_ref())
+            .map_or("(none)".into(), |p| {
+                format!("{:?}", p.display().to_string())
+            }),
+    );
     let i = &c.isolation;
     let mode = match i.mode {
         config::IsolationMode::Auto => "auto",

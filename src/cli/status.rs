@@ -23,11 +23,18 @@ pub struct StatusArgs {
     /// view, never the fleet), one plain snapshot after another otherwise.
     #[arg(long, conflicts_with = "json")]
     pub watch: bool,
+    /// `[cluster]`: every host of the fleet as etcd holds it (its slots and issues, the
+    /// leader, the claims and the shared pauses), from any host.
+    #[arg(long, conflicts_with = "watch")]
+    pub fleet: bool,
 }
 
 pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
     if args.watch {
         return watch(ctx);
+    }
+    if args.fleet {
+        return fleet(ctx, args.json);
     }
     match control::status(&ctx.layout) {
         Ok(report) => {
@@ -68,6 +75,76 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
         }
         Err(e) => Err(Failure::failed(e.to_string())),
     }
+}
+
+/// `status --fleet`: the cluster's view (`docs/SPEC.md` §11.23); exit 1 when etcd does not
+/// answer, 78 without `[cluster]`.
+fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
+    ctx.config(crate::config::Overrides::default())?;
+    let Some(c) = crate::cluster::active() else {
+        return Err(Failure::config(
+            "status --fleet: no [cluster] in the config: this fleet is one box (`status` shows it)",
+        ));
+    };
+    let v = c
+        .fleet_view()
+        .map_err(|e| Failure::failed(format!("status --fleet: {e}")))?;
+    if json {
+        outln!("{}", encode(&v)?);
+        return Ok(exit::OK);
+    }
+    out!("{}", render_fleet(&v));
+    Ok(exit::OK)
+}
+
+/// The plain form of `status --fleet`: one line per host, one per slot with an issue.
+fn render_fleet(v: &serde_json::Value) -> String {
+    let mut out = format!(
+        "cluster {}  leader: {}  claims: {}\n",
+        v["prefix"].as_str().unwrap_or("?"),
+        v["leader"].as_str().unwrap_or("none"),
+        v["claims"].as_array().map_or(0, Vec::len)
+    );
+    for (what, key) in [
+        ("agent paused", "agent_paused"),
+        ("rate limited", "rate_paused"),
+    ] {
+        if !v[key].is_null() {
+            out += &format!(
+                "{what}: {} until {}\n",
+                v[key]["reason"].as_str().unwrap_or(""),
+                v[key]["until_epoch"]
+            );
+        }
+    }
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        let slots = h["slots"].as_array().cloned().unwrap_or_default();
+        let busy: Vec<String> = slots
+            .iter()
+            .filter_map(|s| {
+                s["issue"]
+                    .as_u64()
+                    .map(|n| format!("slot {} #{n}", s["slot"]))
+            })
+            .collect();
+        out += &format!(
+            "{}{}  pid {}  slots {}  {}\n",
+            h["host"].as_str().unwrap_or("?"),
+            if h["leader"].as_bool() == Some(true) {
+                " (leader)"
+            } else {
+                ""
+            },
+            h["pid"],
+            slots.len(),
+            if busy.is_empty() {
+                "idle".to_string()
+            } else {
+                busy.join(", ")
+            }
+        );
+    }
+    out
 }
 
 fn encode(value: &serde_json::Value) -> Result<String, Failure> {

@@ -55,7 +55,7 @@ pub fn failure(e: WorkerError) -> Failure {
     let code = match &e {
         WorkerError::Config(_) => exit::CONFIG,
         WorkerError::BootHalted(_) => exit::BOOT_HALTED,
-        WorkerError::RateLimited(_) => exit::RATE_LIMITED,
+        WorkerError::RateLimited(_) | WorkerError::ClusterLost(_) => exit::RATE_LIMITED,
         WorkerError::TrackerUnavailable(_) => exit::TRACKER_UNAVAILABLE,
         WorkerError::Tracker(_)
         | WorkerError::Signals(_)

@@ -74,6 +74,8 @@ pub struct Driver {
     tx: UnboundedSender<Event>,
     tracker: Result<Arc<dyn Tracker>, TrackerUnavailable>,
     budget: crate::config::Budget,
+    /// The tick, seconds: how far ahead a cluster hold is set (`cluster_hold`).
+    tick_s: u64,
     /// `rescue.max_file_bytes`, for the rescue of a dead worker's attempt.
     rescue_max_file_bytes: u64,
     grace: Duration,
@@ -145,6 +147,7 @@ impl Driver {
             tx,
             tracker,
             budget: config.budget.clone(),
+            tick_s: config.timing.tick_s,
             rescue_max_file_bytes: config.rescue.max_file_bytes,
             grace: Duration::from_secs(config.timing.stop_grace_s),
             strays: Strays::default(),
@@ -680,9 +683,10 @@ impl Driver {
         let (layout, tx) = (self.layout.clone(), self.tx.clone());
         let budget = self.budget.clone();
         let tracker = self.tracker.clone();
+        let tick_s = self.tick_s;
         blocking(move || {
             // The holds are read first: a paused or held fleet's queue check costs no call.
-            let holds = read_tracker_holds(&layout, &budget);
+            let holds = read_tracker_holds(&layout, &budget, tick_s);
             let held = holds.held();
             for e in holds.events {
                 let _ = tx.send(e);
@@ -773,9 +777,9 @@ impl HoldsRead {
 /// The fleet's holds, read before a start's first spawns: the operator's pause (it holds
 /// spawns, not queue checks), then the rate limit's pause, else the agent's hold or the
 /// day's spend. A file that cannot be read is an event of its own and holds nothing.
-pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
+pub fn read_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u64) -> HoldsRead {
     let mut events = read_operator_pause(layout);
-    events.extend(read_tracker_holds(layout, budget).events);
+    events.extend(read_tracker_holds(layout, budget, tick_s).events);
     HoldsRead { events }
 }
 
@@ -783,9 +787,13 @@ pub fn read_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead 
 /// the agent's hold or the day's spend. Not the operator's pause: the loop reads that
 /// itself (at each tick and control signal), so a check read before a `resume` and
 /// answered after it cannot bring the lifted pause back.
-fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget) -> HoldsRead {
+fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u64) -> HoldsRead {
     let state_dir = layout.state();
     let mut events = Vec::new();
+    if let Some(p) = cluster_hold(layout, tick_s) {
+        events.push(Event::Paused(p));
+        return HoldsRead { events };
+    }
     match crate::pause::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
             events.push(Event::Paused(p));
@@ -834,6 +842,25 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
         .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
         .map(|i| i.number)
         .collect()
+}
+
+/// `[cluster]`: while the host holds no live lease (etcd unavailable, or the lease lost)
+/// nothing is spawned, as for a rate limit: one `fleet.paused`, the resume time moved on
+/// by every check that finds it still so (each tick: it is set two ticks ahead), and
+/// `fleet.resumed` within two ticks of a live lease.
+fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::pause::Pause> {
+    crate::cluster::active()?;
+    let rec = crate::cluster::lease::read(&layout.supervisor_lane());
+    if rec.as_ref().is_some_and(|r| r.live()) {
+        return None;
+    }
+    let why = rec.map_or("no lease yet".to_string(), |r| r.why);
+    let now = now_epoch();
+    Some(crate::pause::Pause {
+        reason: format!("cluster: no live lease of this host ({why})"),
+        until_epoch: now + 2 * tick_s.max(1),
+        since_epoch: now,
+    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 pub mod belt;
 pub mod children;
 pub mod circuit;
+pub mod cluster_belt;
 pub mod driver;
 pub mod effect;
 pub mod event;

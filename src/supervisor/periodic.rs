@@ -31,6 +31,9 @@ pub enum PeriodicError {
     /// The landing belt's pass failed for some of its records (`docs/SPEC.md` §11.22).
     #[error("{0}")]
     Landing(String),
+    /// `[cluster]`: the claims belt could not read etcd or the tracker.
+    #[error("{0}")]
+    Cluster(String),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -71,11 +74,14 @@ pub fn periodic_tasks(
             name: "unblock-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
             at_start: false,
-            task: Arc::new(Mutex::new(unless_paused(layout, {
-                let mut pass =
-                    super::belt::task(Arc::clone(tracker), layout.repo().display().to_string());
-                Box::new(move || pass().map_err(PeriodicError::Belt))
-            }))),
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                leader_only(layout, {
+                    let mut pass =
+                        super::belt::task(Arc::clone(tracker), layout.repo().display().to_string());
+                    Box::new(move || pass().map_err(PeriodicError::Belt))
+                }),
+            ))),
         },
         Periodic {
             name: "claims-belt",
@@ -93,10 +99,13 @@ pub fn periodic_tasks(
             name: "approval-belt",
             interval: Duration::from_secs(config.timing.unblock_interval_s),
             at_start: true,
-            task: Arc::new(Mutex::new(unless_paused(layout, {
-                let mut belt = crate::claim::approval::ApprovalBelt::new(Arc::clone(tracker));
-                Box::new(move || Ok(belt.pass()?))
-            }))),
+            task: Arc::new(Mutex::new(unless_paused(
+                layout,
+                leader_only(layout, {
+                    let mut belt = crate::claim::approval::ApprovalBelt::new(Arc::clone(tracker));
+                    Box::new(move || Ok(belt.pass()?))
+                }),
+            ))),
         },
     ];
     // The landing belt: the checkout's pull requests, opened again after a refusal and
@@ -116,7 +125,37 @@ pub fn periodic_tasks(
     if !shared {
         tasks.retain(|t| t.name != "claims-belt" && t.name != "approval-belt");
     }
+    // On a cluster the claims are etcd's: a vanished claim is found every tick, not after
+    // `claims.stale_after_s` (`docs/SPEC.md` §11.23).
+    if let Some(c) = crate::cluster::active() {
+        tasks.retain(|t| t.name != "claims-belt");
+        let mut belt = super::cluster_belt::ClusterBelt::new(c, Arc::clone(tracker), layout);
+        tasks.push(Periodic {
+            name: "cluster-belt",
+            // An eighth of the lease (one cheap etcd range): a vanished claim is found
+            // well within the lease's length, however long the tick.
+            interval: Duration::from_millis(
+                (config.timing.tick_s * 1000).min(c.lease_s * 125).max(250),
+            ),
+            at_start: true,
+            // Not skipped while paused: it carries the pauses between the hosts, and calls
+            // the tracker only when no rate limit holds.
+            task: Arc::new(Mutex::new(Box::new(move || {
+                belt.pass().map_err(PeriodicError::Cluster)
+            }))),
+        });
+    }
     tasks
+}
+
+/// A repository-wide belt that runs on one host: on a cluster the election's leader alone
+/// (`docs/SPEC.md` §11.23), a follower's turn logging nothing; on one box, always.
+fn leader_only(layout: &Layout, mut task: PeriodicTask) -> PeriodicTask {
+    let lane = layout.supervisor_lane();
+    Box::new(move || match crate::cluster::lease::leads(&lane) {
+        true => task(),
+        false => Ok(String::new()),
+    })
 }
 
 /// A tracker belt that skips its run while the fleet is paused for a rate limit
@@ -166,6 +205,8 @@ pub(super) fn start_periodic(
         };
         running.store(false, Ordering::Release);
         let msg = match result {
+            // A pass with nothing to say (the cluster belt's, every tick) logs nothing.
+            Ok(t) if t.is_empty() => return,
             Ok(t) => format!("{name}: {t}"),
             Err(e) => format!("{name} failed: {e}"),
         };

@@ -325,6 +325,10 @@ async fn run_fleet(
         }
     };
 
+    // `[cluster]`: the host's lease, kept from here to the end (`docs/SPEC.md` §11.23);
+    // granted before the boot sweeps so the first workers find it.
+    let _keeper = crate::cluster::active().map(|c| LeaseKeeper::start(c, layout, &tx));
+
     // Boot suite: exactly once in this supervisor's life, before anything is spawned. The
     // isolation is entered on this thread while the suite runs on the pool: in cgroup mode
     // moving this process into its leaf waits out an RCU grace period (about 10 ms), which
@@ -667,7 +671,8 @@ async fn run_boot<T>(
             Some(tracker) => {
                 let git = Git::new(layout2.repo());
                 let ctx = SweepCtx::new(&layout2, &config2, tracker.as_ref(), &git, false);
-                suite::run_suite_with(&ctx, &SweepName::ALL, &mut |p| {
+                let only = boot_sweeps(&layout2);
+                suite::run_suite_with(&ctx, &only, &mut |p| {
                     let line = p.line();
                     super::journal::echo_line(&line);
                     notifier.status(&line);
@@ -676,7 +681,10 @@ async fn run_boot<T>(
             None => SuiteRun::precheck_failed("tracker unavailable"),
         };
         notifier.finish();
-        (run, read_holds(&layout2, &config2.budget))
+        (
+            run,
+            read_holds(&layout2, &config2.budget, config2.timing.tick_s),
+        )
     });
     let beside = meanwhile();
     tracing::info!(
@@ -827,6 +835,106 @@ fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> 
         });
     }
     found
+}
+
+/// This host's status as `status --fleet` shows it (`docs/SPEC.md` §11.23): from the
+/// heartbeat (`state.toon`), its slots with their state, worker and issue.
+fn host_status(state: &std::path::Path, repo: &str, host: &str, leader: bool) -> Option<String> {
+    let s = state_file::read(state).ok().flatten();
+    let slots: Vec<serde_json::Value> = s
+        .as_ref()
+        .map(|s| {
+            s.slot_detail
+                .iter()
+                .map(|d| {
+                    serde_json::json!({
+                        "slot": d.slot, "state": d.state.as_str(), "pid": d.pid, "issue": d.issue
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let value = serde_json::json!({
+        "host": host,
+        "repo": repo,
+        "pid": std::process::id(),
+        "leader": leader,
+        "target": s.as_ref().map(|s| s.target),
+        "slots": slots,
+        "epoch": timeutil::now_epoch(),
+    });
+    Some(value.to_string())
+}
+
+/// The boot sweeps this host runs: all of them, but on a cluster (`docs/SPEC.md` §11.23) a
+/// host that does not lead the fleet runs only its own checkout's (orphan cleanup, the
+/// attempt cap, the stragglers' warning): the repo-wide ones (the branch reaper, the docs
+/// sweep, the unblock sweep) are the leader's. The keeper's first lease and campaign are
+/// waited for, at most a lease's length (etcd down: this host's own sweeps only).
+fn boot_sweeps(layout: &Layout) -> Vec<SweepName> {
+    let Some(c) = crate::cluster::active() else {
+        return SweepName::ALL.to_vec();
+    };
+    let lane = layout.supervisor_lane();
+    let until = Instant::now() + std::time::Duration::from_secs(c.lease_s);
+    while Instant::now() < until && !crate::cluster::lease::read(&lane).is_some_and(|r| r.live()) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if crate::cluster::lease::leads(&lane) {
+        return SweepName::ALL.to_vec();
+    }
+    vec![
+        SweepName::Orphans,
+        SweepName::AttemptCap,
+        SweepName::Stragglers,
+    ]
+}
+
+/// The thread that keeps the host's cluster lease ([`crate::cluster::keeper`]); dropped
+/// when the supervisor ends, which revokes the lease once its workers are gone.
+struct LeaseKeeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LeaseKeeper {
+    fn start(
+        cluster: &'static crate::cluster::Cluster,
+        layout: &Layout,
+        tx: &UnboundedSender<event::Event>,
+    ) -> LeaseKeeper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (lane, host) = (
+            layout.supervisor_lane(),
+            crate::claim::tracked::this_host(layout),
+        );
+        let (flag, tx) = (Arc::clone(&stop), tx.clone());
+        let (state, repo, me) = (
+            layout.state_file(),
+            layout.repo().display().to_string(),
+            host.clone(),
+        );
+        let status = move |leader: bool| host_status(&state, &repo, &me, leader);
+        let thread = std::thread::Builder::new()
+            .name("afk-cluster-lease".into())
+            .spawn(move || {
+                let report = |note: crate::cluster::keeper::Note| {
+                    let _ = tx.send(event::Event::Log(Event::now(kind::CLUSTER, note.line())));
+                };
+                crate::cluster::keeper::run(cluster, lane, host, flag, report, status)
+            })
+            .ok();
+        LeaseKeeper { stop, thread }
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 #[cfg(test)]

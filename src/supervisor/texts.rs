@@ -68,6 +68,10 @@ pub mod kind {
     pub const FLEET_BUDGET_REACHED: &str = "fleet.budget-reached";
     pub const FLEET_BUDGET_RESUMED: &str = "fleet.budget-resumed";
 
+    /// `[cluster]`: the host's lease (granted, etcd unavailable, back, lost;
+    /// `docs/SPEC.md` §11.23).
+    pub const CLUSTER: &str = "cluster.lease";
+
     /// Every kind above, the one list `logs --kind` (and `events --kind`) check a name
     /// against. A unit test reads this file and fails when a kind is missing here.
     pub const ALL: &[&str] = &[
@@ -82,6 +86,7 @@ pub mod kind {
         ERROR,
         HOUSEKEEPING,
         PERIODIC,
+        CLUSTER,
         TRACKER,
         TRACKER_ERROR,
         SPAWN,

@@ -209,10 +209,25 @@ impl GhTracker {
                 self.timeout.saturating_add(Duration::from_secs(60)),
             );
             if let Err(e) = pace.acquire(deadline) {
-                let kind = match e {
+                let kind = match &e {
                     super::pace::PaceError::Exhausted { .. }
                     | super::pace::PaceError::Locked { .. } => ErrorKind::Transient,
                     super::pace::PaceError::File(_) => ErrorKind::Failed,
+                    // The hour's writes are spent: the whole fleet waits for the next slot,
+                    // as for GitHub's own limit, rather than every worker meeting it.
+                    super::pace::PaceError::HourSpent { wait_s, .. } => {
+                        if let Some((state_dir, _)) = &self.fleet {
+                            let until = crate::timeutil::now_epoch() + wait_s;
+                            let reason = format!("rate limited: write pace: {e}");
+                            if let Err(err) = crate::pause::record(state_dir, &reason, until) {
+                                eprintln!(
+                                    "afk-supervisor: {}: {err}",
+                                    crate::pause::path(state_dir).display()
+                                );
+                            }
+                        }
+                        ErrorKind::RateLimited
+                    }
                 };
                 return Err(TrackerError::new(
                     kind,

@@ -20,14 +20,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The pace file's name under `.red/state/`.
 pub const FILE_NAME: &str = "tracker-pace";
 
-/// Largest pace file read: far more lines than any budget keeps.
-const MAX_BYTES: u64 = 256 << 10;
+/// Largest pace file read: far more lines than any budget keeps (an hour of the largest
+/// hourly budget is 1.5 MB).
+const MAX_BYTES: u64 = 2 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pace {
     file: PathBuf,
     budget: usize,
     window: Duration,
+    /// The hourly budget (GitHub's 500 writes an hour per identity) and its window.
+    hourly: usize,
+    hour: Duration,
     /// Where the per-account budgets live; `None`: this checkout's file is the budget.
     account_dir: Option<PathBuf>,
 }
@@ -81,9 +85,23 @@ pub enum PaceError {
     /// call's deadline.
     #[error("{file}: locked by another process past the call's deadline")]
     Locked { file: String },
+    /// The hourly budget is spent: the next slot opens in `wait_s`, too long to wait in a
+    /// call; the caller pauses the fleet until then.
+    #[error(
+        "{file}: {budget} writes in the last {hour_s}s (tracker.max_writes_per_hour); the next slot opens in {wait_s}s"
+    )]
+    HourSpent {
+        file: String,
+        budget: usize,
+        hour_s: u64,
+        wait_s: u64,
+    },
     #[error("{0}")]
     File(String),
 }
+
+/// What the hourly window counts beyond its length (see `try_take`).
+const HOUR_MARGIN_MS: u64 = 2000;
 
 /// How often a held pace lock is tried again.
 const LOCK_POLL: Duration = Duration::from_millis(20);
@@ -94,6 +112,8 @@ enum Look {
     Taken,
     /// The budget is spent until the oldest write leaves the window, this long from now.
     Spent(Duration),
+    /// The hourly budget is spent until this long from now.
+    HourSpent(Duration),
     /// Another process holds the lock.
     Busy,
 }
@@ -111,8 +131,19 @@ impl Pace {
             file: state_dir.join(FILE_NAME),
             budget: usize::try_from(budget.max(1)).unwrap_or(usize::MAX),
             window: window.max(Duration::from_millis(1)),
+            hourly: usize::MAX,
+            hour: Duration::from_secs(3600),
             account_dir: None,
         }
+    }
+
+    /// At most `budget` writes per `hour` as well (`tracker.max_writes_per_hour`): spent, a
+    /// write waits for the next slot when it opens within the call's deadline, and is
+    /// refused at once ([`PaceError::HourSpent`]) when it does not.
+    pub fn hourly(mut self, budget: u64, hour: Duration) -> Pace {
+        self.hourly = usize::try_from(budget.max(1)).unwrap_or(usize::MAX);
+        self.hour = hour.max(Duration::from_millis(1));
+        self
     }
 
     /// The budget is the account's on this host, in `dir` ([`account_dir`]), once the
@@ -150,6 +181,20 @@ impl Pace {
             let wait = match self.try_take()? {
                 Look::Taken => return Ok(()),
                 Look::Spent(wait) => wait,
+                // Waited for like the minute's when the slot opens within the call's
+                // deadline; else refused at once, and the caller pauses the fleet.
+                Look::HourSpent(wait) if Instant::now() + wait <= deadline => wait,
+                Look::HourSpent(wait) => {
+                    return Err(PaceError::HourSpent {
+                        file: self.file.display().to_string(),
+                        budget: self.hourly,
+                        hour_s: self.hour.as_secs(),
+                        // Whole seconds, rounded up: the pause it becomes ends no earlier.
+                        wait_s: u64::try_from(wait.as_millis().div_ceil(1000))
+                            .unwrap_or(u64::MAX)
+                            .max(1),
+                    });
+                }
                 Look::Busy => {
                     if Instant::now() + LOCK_POLL > deadline {
                         return Err(PaceError::Locked {
@@ -196,17 +241,41 @@ impl Pace {
         let text = String::from_utf8_lossy(&bytes);
         let now = now_ms();
         let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+        // A write reaches GitHub a moment after its stamp here (gh's start, the network):
+        // the hour counts that much longer, so a slot never opens here before GitHub's.
+        let hour_ms = u64::try_from(self.hour.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(HOUR_MARGIN_MS);
+        let kept_ms = window_ms.max(if self.hourly == usize::MAX {
+            0
+        } else {
+            hour_ms
+        });
         let mut times: Vec<u64> = text
             .lines()
             .filter_map(|l| l.trim().parse::<u64>().ok())
             // A time in the future is another clock's or garbage: it is kept no longer
             // than a window from now.
             .map(|t| t.min(now))
-            .filter(|t| now.saturating_sub(*t) < window_ms)
+            .filter(|t| now.saturating_sub(*t) < kept_ms)
             .collect();
         times.sort_unstable();
-        if times.len() >= self.budget {
-            let oldest = times[times.len() - self.budget];
+        let within = |w: u64| -> Vec<u64> {
+            times
+                .iter()
+                .copied()
+                .filter(|t| now.saturating_sub(*t) < w)
+                .collect()
+        };
+        let hour = within(hour_ms);
+        if self.hourly != usize::MAX && hour.len() >= self.hourly {
+            let oldest = hour[hour.len() - self.hourly];
+            let wait_ms = (oldest + hour_ms).saturating_sub(now).max(1);
+            return Ok(Look::HourSpent(Duration::from_millis(wait_ms)));
+        }
+        let minute = within(window_ms);
+        if minute.len() >= self.budget {
+            let oldest = minute[minute.len() - self.budget];
             let wait_ms = (oldest + window_ms).saturating_sub(now).max(1);
             return Ok(Look::Spent(Duration::from_millis(wait_ms)));
         }
@@ -271,6 +340,36 @@ mod tests {
         let newest = *times.last().unwrap();
         assert!(newest >= first + 400, "{first} then {times:?}");
         assert!(times.iter().all(|t| newest - t < 400), "{times:?}");
+    }
+
+    #[test]
+    fn the_hourly_budget_refuses_at_once_and_frees_as_writes_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let pace = Pace::new(dir.path(), 10, Duration::from_millis(100))
+            .hourly(3, Duration::from_millis(600));
+        // (the window counts HOUR_MARGIN_MS more)
+        let far = Instant::now() + Duration::from_secs(30);
+        for _ in 0..3 {
+            pace.acquire(far).unwrap();
+        }
+        // Spent for the hour: refused at once when the slot opens past the deadline.
+        let asked = Instant::now();
+        let e = pace
+            .acquire(asked + Duration::from_millis(500))
+            .unwrap_err();
+        assert!(asked.elapsed() < Duration::from_millis(300), "waited");
+        assert!(matches!(e, PaceError::HourSpent { budget: 3, .. }), "{e}");
+        assert!(e.to_string().contains("tracker.max_writes_per_hour"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(pace.file())
+                .unwrap()
+                .lines()
+                .count(),
+            3
+        );
+        // A caller that may wait that long gets the slot.
+        pace.acquire(far).unwrap();
+        assert!(asked.elapsed() >= Duration::from_millis(600), "no wait");
     }
 
     #[test]

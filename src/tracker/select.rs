@@ -95,6 +95,10 @@ pub fn resolve(config: &Config, layout: &Layout) -> Result<(Backend, String), Se
         config.tracker.max_writes_per_min,
         Duration::from_secs(config.tracker.pace_window_s),
     )
+    .hourly(
+        config.tracker.max_writes_per_hour,
+        Duration::from_secs(config.tracker.pace_hour_s),
+    )
     .per_account(super::pace::account_dir());
     let gh = |repo: Option<String>| {
         GhTracker::new(repo, timeout)
@@ -183,7 +187,7 @@ fn with_host(host: &str, repo: &str) -> String {
 }
 
 /// `origin`'s fetch URL, or `None` when there is no such remote (or no git repo).
-fn origin_url(git: &Git) -> Option<String> {
+pub fn origin_url(git: &Git) -> Option<String> {
     git.run(&["remote", "get-url", "origin"])
         .ok()
         .map(|s| s.trim().to_string())

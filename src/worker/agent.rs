@@ -114,6 +114,7 @@ impl Worker<'_> {
             Instant::now(),
             Duration::from_secs(self.config.timing.attempt_max_s),
         );
+        let mut lease_watch = LeaseWatch::new(self.layout);
         let end = loop {
             if Instant::now() >= next_look {
                 let now = worktree_fingerprint(&wt);
@@ -147,6 +148,16 @@ impl Worker<'_> {
                     Duration::from_millis(self.config.timing.stop_grace_s.saturating_mul(500)),
                 );
                 break Ok(Ended::Signalled(signal));
+            }
+            if let Some(why) = lease_watch.lost() {
+                // The host's lease may end soon: the agent stops before it can, so no two
+                // agents ever work one issue (`docs/SPEC.md` §11.23).
+                eprintln!(
+                    "worker {}: #{} {why}; stopping the agent",
+                    self.wenv.worker_id, issue.number
+                );
+                stop_agent(&mut child, lease_watch.grace());
+                break Err(WorkerError::ClusterLost(why));
             }
             if Instant::now() >= cap {
                 eprintln!(
@@ -386,6 +397,46 @@ fn agent_tree(root: i32) -> Vec<crate::process::ProcId> {
     pids.into_iter()
         .filter_map(crate::process::ProcId::of)
         .collect()
+}
+
+/// `[cluster]`: the host's lease file, read every 200 ms while the agent runs; `lost` once
+/// its deadline passed or the lease is gone. Without a cluster it never says so.
+struct LeaseWatch {
+    lane: Option<std::path::PathBuf>,
+    next: Instant,
+    ttl_ms: u64,
+}
+
+impl LeaseWatch {
+    fn new(layout: &crate::layout::Layout) -> LeaseWatch {
+        LeaseWatch {
+            lane: crate::cluster::active().map(|_| layout.supervisor_lane()),
+            next: Instant::now(),
+            ttl_ms: crate::cluster::active().map_or(0, |c| c.lease_s * 1000),
+        }
+    }
+
+    fn lost(&mut self) -> Option<String> {
+        let lane = self.lane.as_ref()?;
+        if Instant::now() < self.next {
+            return None;
+        }
+        self.next = Instant::now() + Duration::from_millis(200);
+        match crate::cluster::lease::read(lane) {
+            Some(r) if r.live() => None,
+            Some(r) if r.lease != 0 => Some(format!(
+                "the host's cluster lease {:x} was not renewed in time",
+                r.lease
+            )),
+            Some(r) => Some(format!("the host holds no cluster lease ({})", r.why)),
+            None => Some("the host's cluster lease file is gone".into()),
+        }
+    }
+
+    /// The agent's grace: half the margin the deadline keeps before the lease can end.
+    fn grace(&self) -> Duration {
+        Duration::from_millis(crate::cluster::lease::margin_ms(self.ttl_ms) / 2)
+    }
 }
 
 #[cfg(test)]

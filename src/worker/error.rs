@@ -66,6 +66,10 @@ pub enum WorkerError {
     /// The agent's process could not be started or waited for (not its own exit code).
     #[error("{0}")]
     Agent(String),
+    /// `[cluster]`: the host's lease is not live or the claim's fencing token no longer
+    /// holds (`docs/SPEC.md` §11.23): nothing more is written for the issue; not a death.
+    #[error("cluster: {0}")]
+    ClusterLost(String),
 }
 
 impl WorkerError {

@@ -275,6 +275,13 @@ impl Worker<'_> {
         claim: &TakenClaim,
         add: &[&str],
     ) -> Result<(), WorkerError> {
+        // On a cluster nothing is handed on by a host whose claim may be another's by now.
+        self.fenced(claim)?;
+        if let Some(f) = &claim.fence
+            && add.contains(&labels::READY_FOR_HUMAN)
+        {
+            f.to_human.set(true);
+        }
         match &claim.marks {
             Some(_) => {
                 crate::claim::tracked::edit_labels_settled(self.tracker, n, add, &[labels::RUNNING])

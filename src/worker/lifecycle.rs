@@ -96,6 +96,10 @@ impl Worker<'_> {
         add: &[&str],
         marker: ledger::Outcome,
     ) -> Result<(), WorkerError> {
+        self.fenced(claim)?;
+        if let Some(f) = &claim.fence {
+            f.to_human.set(true);
+        }
         self.post_ending(n, claim, body, true);
         let edit = || {
             self.tracker
@@ -587,6 +591,9 @@ impl Worker<'_> {
                 };
                 return ended;
             };
+            // Nothing of the attempt is pushed or handed on by a host whose claim may be
+            // another's by now: the work is rescued as for an interruption.
+            self.fenced(&claim)?;
             finished.set(true);
             state.write("publish")?;
             let message = agent_profile::final_message(self.config.agent.profile, &fin.seen());
@@ -633,9 +640,16 @@ impl Worker<'_> {
             if let Some(m) = &claim.marks {
                 let _ = tracked::post(self.tracker, n, &m.release_mark());
             }
-            let _ = self
-                .tracker
-                .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+            // A claim lost with the host's lease is given back by the host that finds it
+            // vanished, not by this one (`docs/SPEC.md` §11.23).
+            match self.fenced(&claim) {
+                Ok(()) => {
+                    let _ =
+                        self.tracker
+                            .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::RUNNING]);
+                }
+                Err(e) => eprintln!("worker {}: #{n}: not given back: {e}", self.wenv.worker_id),
+            }
             let _ = state.write("interrupted");
             // Stopped by the supervisor for making no progress: a failed attempt, not a
             // give-back, or an agent that always hangs would be requeued forever.

@@ -26,6 +26,7 @@ mod attempt;
 mod checks;
 mod env;
 mod error;
+mod fence;
 mod home;
 mod landing;
 mod lifecycle;

@@ -2,6 +2,7 @@
 //! `running` label and, on a shared tracker, the claim marks (`docs/SPEC.md` §11.5); and
 //! the two acts that give a claimed issue up again (its ending comment and labels).
 
+use super::fence::FenceGuard;
 use super::{Worker, WorkerError};
 use crate::claim::Claim;
 use crate::claim::tracked::{self, Verdict, WonClaim};
@@ -14,6 +15,8 @@ use crate::tracker::{LabeledIssue, labels};
 pub(super) struct TakenClaim {
     pub local: Claim,
     pub marks: Option<WonClaim>,
+    /// `[cluster]`: the claim in etcd, its fencing token checked before each write.
+    pub fence: Option<FenceGuard>,
 }
 
 impl TakenClaim {
@@ -46,6 +49,21 @@ impl Worker<'_> {
                 p.describe()
             )));
         }
+        // On a cluster, nothing is claimed without a live lease of the host (etcd down, or
+        // the supervisor not renewing it): the claim would not outlive the lease.
+        let cluster = crate::cluster::active();
+        let lease = match cluster {
+            Some(_) => match crate::cluster::lease::read(&self.layout.supervisor_lane()) {
+                Some(r) if r.live() => Some(r),
+                r => {
+                    return Err(WorkerError::ClusterLost(format!(
+                        "no live lease of this host ({}): not claiming",
+                        r.map_or("no lease file".to_string(), |r| r.why)
+                    )));
+                }
+            },
+            None => None,
+        };
         let mut queue = self
             .tracker
             .list_open_with_label_oldest_first(labels::READY_FOR_AGENT, 200)
@@ -64,6 +82,35 @@ impl Worker<'_> {
             let claim = Claim::try_take(self.layout, issue.number)
                 .map_err(|e| WorkerError::file(self.layout.claims(), "cannot claim: ", e))?;
             let Some(claim) = claim else { continue };
+            // On a cluster the claim is one transaction in etcd, before the confirming view
+            // (a race lost to another host costs no tracker call) and the label switch (a
+            // `running` issue without a claim key is then always an orphan). A claim the
+            // view does not confirm ends as its guard is dropped.
+            let fence = match (cluster, &lease) {
+                (Some(c), Some(l)) => {
+                    let holder = format!("{}@{}", self.wenv.worker_id, l.host);
+                    match c.claim(issue.number, &holder, l.lease) {
+                        Ok(Some(fence)) => Some(FenceGuard {
+                            cluster: c,
+                            fence,
+                            lane: self.layout.supervisor_lane(),
+                            to_human: std::cell::Cell::new(false),
+                        }),
+                        Ok(None) => {
+                            let _ = claim.release();
+                            continue;
+                        }
+                        Err(e) => {
+                            let _ = claim.release();
+                            return Err(WorkerError::ClusterLost(format!(
+                                "claiming #{} in etcd: {e}",
+                                issue.number
+                            )));
+                        }
+                    }
+                }
+                _ => None,
+            };
             // The listing may be stale: confirm under the claim before taking it.
             let current = self.tracker.view(issue.number);
             let ready = current.as_ref().is_ok_and(|v| {
@@ -142,6 +189,7 @@ impl Worker<'_> {
                 TakenClaim {
                     local: claim,
                     marks,
+                    fence,
                 },
             )));
         }
@@ -179,7 +227,8 @@ impl Worker<'_> {
     /// The claim decided on a tracker several checkouts share (SPEC §11.5); `None` where
     /// this checkout's local claim is all there is (the `local` store).
     fn claim_on_tracker(&self, n: u64) -> Result<Option<Verdict>, tracked::ClaimError> {
-        if !self.tracker.shared_across_checkouts() {
+        // On a cluster, etcd decided the claim: no marks.
+        if !self.tracker.shared_across_checkouts() || crate::cluster::active().is_some() {
             return Ok(None);
         }
         let host = tracked::this_host(self.layout);
@@ -200,6 +249,10 @@ impl Worker<'_> {
         body: &str,
         to_human: bool,
     ) -> bool {
+        if let Err(e) = self.fenced(claim) {
+            eprintln!("worker {}: #{n}: not commenting: {e}", self.wenv.worker_id);
+            return false;
+        }
         let body = claim.ending(body, to_human);
         match &claim.marks {
             Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
@@ -216,5 +269,14 @@ impl Worker<'_> {
         add: &str,
     ) -> Result<(), WorkerError> {
         self.hand_labels_all(n, claim, &[add])
+    }
+
+    /// `Ok` unless the claim's fencing token no longer holds (`[cluster]`): checked before
+    /// every write that acts on the claim, so a host that lost its lease writes nothing.
+    pub(super) fn fenced(&self, claim: &TakenClaim) -> Result<(), WorkerError> {
+        match &claim.fence {
+            Some(f) => f.holds().map_err(WorkerError::ClusterLost),
+            None => Ok(()),
+        }
     }
 }

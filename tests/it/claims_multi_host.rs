@@ -7,14 +7,14 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use afk_supervisor::claim::marks::{Event, Mark};
 use afk_supervisor::layout::Layout;
 
-use crate::support::fake_gh::{FakeGh, FakeIssue};
-use crate::support::{TestEnv, fleet, wait_until};
+use crate::support::fake_gh::FakeGh;
+use crate::support::{TestEnv, hosts, wait_until};
 
 const ISSUES: u64 = 12;
 /// A bound on waiting, not a speed claim: with a fifth of tracker calls failing, every label
@@ -46,21 +46,7 @@ struct Hosts {
 impl Hosts {
     fn new(stale_after_s: u64) -> Hosts {
         let env = TestEnv::new();
-        let first = env.repo_with_origin();
-        let mut clones = vec![first.path.clone()];
-        for i in 2..=3 {
-            let c = env.path().join(format!("repo{i}"));
-            env.git(
-                env.path(),
-                &[
-                    "clone",
-                    "-q",
-                    first.origin.to_str().unwrap(),
-                    c.to_str().unwrap(),
-                ],
-            );
-            clones.push(c);
-        }
+        let clones = hosts::clones(&env, 3);
         let agent = env.path().join("agent.sh");
         fs::write(&agent, AGENT).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
@@ -81,16 +67,8 @@ impl Hosts {
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }
-        let gh = FakeGh::install(&env);
-        let issues: Vec<FakeIssue> = (1..=ISSUES)
-            .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("# task {n}\n")))
-            .collect();
-        gh.set_issues(&issues);
-        let tag = format!(
-            "{}-{}",
-            std::process::id(),
-            env.path().file_name().unwrap().to_string_lossy()
-        );
+        let gh = hosts::gh_with_tasks(&env, ISSUES);
+        let tag = hosts::run_tag(&env);
         Hosts {
             env,
             gh,
@@ -106,36 +84,19 @@ impl Hosts {
 
     /// Starts the supervisor of clone `i`; `agent_s` is how long its agent runs.
     fn start(&mut self, i: usize, agent_s: u64) {
-        let err = fs::File::create(self.env.path().join(format!("sup-{i}.err"))).unwrap();
-        let child = self
-            .env
-            .bin()
-            .env("PATH", self.gh.path_env())
-            .env("AFK_TEST_TAG", self.host_tag(i))
-            .env("AFK_TEST_RUNS", self.env.path().join("runs"))
-            .env("AFK_HOST", format!("h{i}"))
-            .env("AFK_AGENT_S", agent_s.to_string())
-            .arg("--repo")
-            .arg(&self.clones[i])
-            .arg("run")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .unwrap();
+        let child = hosts::start_supervisor(
+            &self.env,
+            &self.gh,
+            &self.host_tag(i),
+            i,
+            &self.clones[i],
+            agent_s,
+        );
         self.sups.push(child);
     }
 
     fn kill_host(&self, i: usize) {
-        for _ in 0..3 {
-            for pid in fleet::tagged_processes(&self.host_tag(i)) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        hosts::kill_tagged(&self.host_tag(i));
     }
 
     fn log(&self) -> String {
@@ -171,26 +132,7 @@ impl Hosts {
     }
 
     fn dump(&self) -> String {
-        let mut out = format!("runs:\n{}\nissues:\n", self.log());
-        for i in self.gh.issues() {
-            out += &format!("#{} {:?}\n", i.number, i.labels);
-            for c in &i.comments {
-                out += &format!("    {}\n", c.body.replace('\n', " | "));
-            }
-        }
-        for i in 0..self.clones.len() {
-            out += &format!(
-                "sup-{i}.err:\n{}\n",
-                fs::read_to_string(self.env.path().join(format!("sup-{i}.err")))
-                    .unwrap_or_default()
-            );
-            let log = self.clones[i].join(".red/tmp/supervisors/default/supervisor.log.toonl");
-            out += &format!(
-                "log {i}:\n{}\n",
-                fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        out
+        hosts::dump(self.env.path(), &self.log(), &self.gh, &self.clones)
     }
 
     fn overlaps(&self) -> String {

@@ -37,6 +37,27 @@ fn is_write(argv: &[String]) -> bool {
     )
 }
 
+/// The time of every write the fake gh took, and the most of them within any `span` s.
+fn writes_and_most_within(gh: &FakeGh, span: f64) -> (Vec<f64>, usize) {
+    let writes: Vec<f64> = gh
+        .stamped_calls()
+        .into_iter()
+        .filter(|(_, a)| is_write(a))
+        .map(|(t, _)| t)
+        .collect();
+    let most = writes
+        .iter()
+        .map(|t0| {
+            writes
+                .iter()
+                .filter(|t| **t >= *t0 && **t < t0 + span)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (writes, most)
+}
+
 /// GitHub answers "rate limit exceeded" until a reset a few seconds ahead: the fleet logs
 /// one `fleet.paused` with that reset, makes no API call until it (but `gh api
 /// rate_limit`), counts no death and trips no circuit, then resumes by itself and works
@@ -129,29 +150,58 @@ fn the_write_pace_holds_across_three_workers() {
         "{}",
         f.dump()
     );
-    let writes: Vec<f64> = gh
-        .stamped_calls()
-        .into_iter()
-        .filter(|(_, a)| is_write(a))
-        .map(|(t, _)| t)
-        .collect();
+    let (writes, most) = writes_and_most_within(&gh, 3.5);
     assert!(
         writes.len() > 12,
         "needs more than two windows: {}",
         writes.len()
     );
-    let most = writes
-        .iter()
-        .map(|t0| {
-            writes
-                .iter()
-                .filter(|t| **t >= *t0 && **t < t0 + 3.5)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
     eprintln!("writes: {}; most in a 3.5 s span: {most}", writes.len());
     assert!(most <= 6, "{most} writes in 3.5 s: {writes:?}");
+}
+
+/// GitHub's 500 writes an hour per identity, kept on one box without a cluster (the
+/// per-minute pace alone would allow 1,200): with the fake's hour narrowed to 8 writes in
+/// 10 s and `tracker.max_writes_per_hour` the same, four issues (about 4 writes each) take
+/// more than one such hour; the writes wait for the hour's next slot instead of meeting
+/// GitHub's limit (a slot further off than a call's deadline pauses the fleet instead,
+/// `tracker::pace`'s unit tests and SPEC §11.11).
+#[test]
+fn the_hourly_write_budget_holds_and_github_never_refuses_a_write() {
+    let (mut f, gh) = gh_fleet(
+        3,
+        "max_writes_per_min = 20\nmax_writes_per_hour = 8\npace_hour_s = 10\n",
+    );
+    gh.set_write_limits(80, 8, 60.0, 10.0);
+    let issues: Vec<FakeIssue> = (1..=4)
+        .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("# task {n}\n")))
+        .collect();
+    gh.set_issues(&issues);
+    f.start(&[]);
+    assert!(
+        wait_until(Duration::from_secs(180), || (1..=4).all(|n| gh
+            .issue(n)
+            .is_some_and(|i| i.labels == ["ready-for-human"]
+                && i.comments
+                    .iter()
+                    .any(|c| c.body.contains("/afk finished"))))),
+        "{}",
+        f.dump()
+    );
+    let (writes, most) = writes_and_most_within(&gh, 10.0);
+    assert!(
+        writes.len() > 8,
+        "needs more than one hour's budget: {}",
+        writes.len()
+    );
+    assert_eq!(
+        gh.write_limit_hits(),
+        0,
+        "GitHub refused a write\n{}",
+        f.dump()
+    );
+    eprintln!("writes: {}; most in a 10 s span: {most}", writes.len());
+    assert!(most <= 8, "{most} writes in one 10 s hour: {writes:?}");
 }
 
 /// Four slots whose worker always exits 1 at once: once the fleet circuit is open, each

@@ -10,6 +10,8 @@ mod attempt_cap;
 mod boot_branches_unblock_stragglers;
 mod claims_late;
 mod claims_multi_host;
+mod cluster_etcd;
+mod cluster_fleet;
 mod conventions;
 mod demo;
 mod docs_sweep;

@@ -550,6 +550,52 @@ def settle_auto_merge(state, pr):
                 issue["closedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# ---- issue 49: GitHub's limits on content-creating requests, per identity ----
+# GitHub allows about 80 content-creating requests a minute and 500 an hour per user
+# ("Rate limits for the REST API"); past either, the call fails with the secondary limit's
+# text (nothing applied) and counts in `write_limits.hits`, which a test expects to stay 0.
+# `write_limits: {"per_min": 80, "per_hour": 500, "min_s": 60, "hour_s": 3600}` in
+# state.json narrows them (a test's short hour); the times of each login's writes are kept
+# in `write_limits.times`. Reads never count, and neither would a conditional request
+# answered 304 (no argv of SPEC §7 sends one yet).
+WRITE_LIMIT_STDERR = (
+    "HTTP 403: You have exceeded a secondary rate limit. Please wait a few minutes before "
+    "you try again.\n"
+)
+
+
+def is_write(argv):
+    rest, _ = split_repo(argv)
+    return rest[:2] in (
+        ["issue", "comment"],
+        ["issue", "edit"],
+        ["pr", "create"],
+        ["pr", "merge"],
+        ["pr", "comment"],
+        ["pr", "edit"],
+    )
+
+
+def write_limit_step(state):
+    lim = state.setdefault("write_limits", {})
+    per_min, per_hour = int(lim.get("per_min", 80)), int(lim.get("per_hour", 500))
+    min_s, hour_s = float(lim.get("min_s", 60)), float(lim.get("hour_s", 3600))
+    login = viewer(state)
+    now = time.time()
+    times = [t for t in lim.setdefault("times", {}).get(login, []) if now - t < max(min_s, hour_s)]
+    lim["times"][login] = times
+    if sum(1 for t in times if now - t < min_s) >= per_min or len(
+        [t for t in times if now - t < hour_s]
+    ) >= per_hour:
+        lim["hits"] = lim.get("hits", 0) + 1
+        return {"code": 1, "stderr": WRITE_LIMIT_STDERR}
+    times.append(now)
+    return None
+
+
+# ---- end issue 49 ----
+
+
 def chaos_strikes(state):
     """Chaos mode: whether this call fails, before doing anything. Call k of a run with seed
     S fails when a generator seeded with "S:k" draws below `rate`, so a seed replays the
@@ -602,6 +648,9 @@ def main():
             if time.time() < float(limit["reset"]):
                 limit["hits"] = limit.get("hits", 0) + 1
                 step = {"code": 1, "stderr": RATE_LIMIT_STDERR}
+        # issue 49: GitHub's write limits per identity (see write_limit_step).
+        if step is None and is_write(argv):
+            step = write_limit_step(state)
         if step is None and chaos_strikes(state):
             step = {"code": 1, "stderr": CHAOS_STDERR}
         save(state)

@@ -468,6 +468,25 @@ impl FakeGh {
         self.state()["chaos"]["failed"].as_u64().unwrap_or(0)
     }
 
+    // ---- issue 49: GitHub's write limits per identity (fake_gh.py, write_limit_step) ----
+
+    /// Narrows GitHub's write limits (by default 80 a minute, 500 an hour per login) to
+    /// `per_min` per `min_s` and `per_hour` per `hour_s`, for a test's short hour.
+    pub fn set_write_limits(&self, per_min: u64, per_hour: u64, min_s: f64, hour_s: f64) {
+        self.edit(|st| {
+            st["write_limits"] = json!({
+                "per_min": per_min, "per_hour": per_hour, "min_s": min_s, "hour_s": hour_s
+            });
+        });
+    }
+
+    /// Writes refused for GitHub's write limits so far: 0 for a fleet within its pace.
+    pub fn write_limit_hits(&self) -> u64 {
+        self.state()["write_limits"]["hits"].as_u64().unwrap_or(0)
+    }
+
+    // ---- end issue 49 ----
+
     fn push_script(&self, k: usize, step: Value) {
         self.edit(|s| {
             let script = s["script"].as_array_mut().expect("script array");

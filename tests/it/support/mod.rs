@@ -5,8 +5,10 @@
 
 pub mod agent_clis;
 pub mod cli;
+pub mod etcd;
 pub mod fake_gh;
 pub mod fleet;
+pub mod hosts;
 pub mod model_server;
 pub mod python;
 pub mod receiver;

@@ -1,0 +1,841 @@
+//! `[cluster]` (`docs/SPEC.md` §11.23): three supervisors on three clones of one origin,
+//! two built-in workers each, one fake `gh` shared by all, claims in a real 3-member etcd
+//! with a 2 s lease. Each fault in its own test; the properties are read from what the
+//! runs and the tracker recorded:
+//! - no two agents ever work one issue at once (each run's start and end, in epoch ms,
+//!   checked for overlap; and each run looks for a live run of its issue as it starts),
+//! - every issue is handed off once,
+//! - a lost host's issues are back to `ready-for-agent` within the lease TTL + 2 s of the
+//!   fault (the tracker's own time stamps of the restore, against the test's fault time).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::Duration;
+
+use crate::support::etcd::EtcdCluster;
+use crate::support::fake_gh::FakeGh;
+use crate::support::{TestEnv, hosts, wait_until};
+
+/// The lease of every test here: short, so the faults are seconds long. The figures of a
+/// real default lease are measured by hand with `AFK_CLUSTER_TEST_LEASE_S=12` (every bound
+/// below scales with it).
+fn lease_s() -> u64 {
+    std::env::var("AFK_CLUSTER_TEST_LEASE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+/// The tick of every fleet here.
+const TICK_MS: u64 = 1000;
+/// A bound on waiting, not a speed claim: a loaded 2-core box runs three supervisors,
+/// six workers and three etcd members.
+const DEADLINE: Duration = Duration::from_secs(240);
+
+const AGENT: &str = r#"
+d="$AFK_TEST_RUNS"; n="$RED_AFK_ISSUE"
+now() { date +%s%3N; }
+trap 'echo "end $n $$ $(now) stopped" >> "$d/log"; exit 143' TERM
+mkdir -p "$d/$n"
+for f in "$d/$n"/*; do
+  [ -e "$f" ] || continue
+  if kill -0 "$(basename "$f")" 2>/dev/null; then echo "$n" >> "$d/overlaps"; fi
+done
+echo $$ > "$d/$n/$$"
+echo "start $n $$ $(now) $AFK_HOST" >> "$d/log"
+if [ -e "$d/limited-$AFK_HOST" ]; then
+  # The account ran out on this host: a usage limit with its reset, as the CLIs report it.
+  echo "{\"kind\":\"usage-limit\",\"reset_epoch\":$(( $(date +%s) + 60 ))}" > "$RED_AFK_RESULT_FILE"
+  echo "end $n $$ $(now) limited" >> "$d/log"
+  exit 75
+fi
+sleep "$(cat "$d/agent_s" 2>/dev/null || echo "${AFK_AGENT_S:-1}")" &
+wait $!
+echo "end $n $$ $(now) done" >> "$d/log"
+"#;
+
+/// The hand-off comment's words (`worker::texts::finished`).
+const FINISHED: &str = "/afk finished attempt";
+
+/// One agent run as the runs log tells it.
+#[derive(Debug, Clone)]
+struct Run {
+    issue: u64,
+    pid: u64,
+    host: String,
+    start_ms: u64,
+    end_ms: Option<u64>,
+}
+
+struct Hosts {
+    /// Dropped (killed) before the temp dir that holds its data.
+    etcd: EtcdCluster,
+    env: TestEnv,
+    gh: FakeGh,
+    clones: Vec<PathBuf>,
+    tag: String,
+    sups: Vec<Option<Child>>,
+    issues: u64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+impl Hosts {
+    fn new(hosts: usize, workers: usize, issues: u64) -> Hosts {
+        Hosts::with_lease(hosts, workers, issues, lease_s())
+    }
+
+    fn with_lease(hosts: usize, workers: usize, issues: u64, lease_s: u64) -> Hosts {
+        Hosts::with(hosts, workers, issues, lease_s, 3600)
+    }
+
+    /// `unblock_s`: the unblock belt's interval.
+    fn with(hosts: usize, workers: usize, issues: u64, lease_s: u64, unblock_s: u64) -> Hosts {
+        let env = TestEnv::new();
+        let etcd = EtcdCluster::start(env.path());
+        let clones = hosts::clones(&env, hosts);
+        let agent = env.path().join("agent.sh");
+        fs::write(&agent, AGENT).unwrap();
+        fs::create_dir_all(env.path().join("runs")).unwrap();
+        for c in &clones {
+            fs::create_dir_all(c.join(".red")).unwrap();
+            let config = format!(
+                "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\
+                 sandbox = \"none\"\nenv = [\"AFK_TEST_*\", \"AFK_HOST\", \"AFK_AGENT_S\"]\n\n\
+                 [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\
+                 max_writes_per_min = 600\n\n\
+                 [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
+                 half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
+                 unblock_interval_s = {unblock_s}\n\n{}",
+                agent.display(),
+                etcd.config(lease_s)
+            );
+            fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
+        }
+        let gh = hosts::gh_with_tasks(&env, issues);
+        let tag = hosts::run_tag(&env);
+        Hosts {
+            env,
+            etcd,
+            gh,
+            clones,
+            tag,
+            sups: Vec::new(),
+            issues,
+        }
+    }
+
+    fn host_tag(&self, i: usize) -> String {
+        format!("{}-h{i}", self.tag)
+    }
+
+    /// Starts the supervisor of clone `i`; its agents run `agent_s` seconds.
+    fn start(&mut self, i: usize, agent_s: u64) {
+        let child = hosts::start_supervisor(
+            &self.env,
+            &self.gh,
+            &self.host_tag(i),
+            i,
+            &self.clones[i],
+            agent_s,
+        );
+        if self.sups.len() <= i {
+            self.sups.resize_with(i + 1, || None);
+        }
+        self.sups[i] = Some(child);
+    }
+
+    /// SIGKILLs every process of host `i` (its supervisor, workers and agents).
+    fn kill_host(&mut self, i: usize) {
+        hosts::kill_tagged(&self.host_tag(i));
+        if let Some(mut c) = self.sups.get_mut(i).and_then(Option::take) {
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `sig` to host `i`'s supervisor only (not its workers or agents).
+    fn signal_supervisor(&self, i: usize, sig: nix::sys::signal::Signal) {
+        let pid = self.sups[i].as_ref().unwrap().id() as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    }
+
+    /// From now on every agent run (a new one) lasts `secs`.
+    fn agent_runs(&self, secs: u64) {
+        fs::write(self.env.path().join("runs/agent_s"), secs.to_string()).unwrap();
+    }
+
+    /// Host `i`'s event log.
+    fn event_log(&self, i: usize) -> String {
+        let log = self.clones[i].join(".red/tmp/supervisors/default/supervisor.log.toonl");
+        fs::read_to_string(log).unwrap_or_default()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.env.path().join("runs/log")).unwrap_or_default()
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        let mut runs: Vec<Run> = Vec::new();
+        for line in self.log().lines() {
+            let w: Vec<&str> = line.split(' ').collect();
+            match w.as_slice() {
+                ["start", n, pid, ms, host] => runs.push(Run {
+                    issue: n.parse().unwrap(),
+                    pid: pid.parse().unwrap(),
+                    host: host.to_string(),
+                    start_ms: ms.parse().unwrap(),
+                    end_ms: None,
+                }),
+                ["end", n, pid, ms, _] => {
+                    let (n, pid): (u64, u64) = (n.parse().unwrap(), pid.parse().unwrap());
+                    if let Some(r) = runs.iter_mut().find(|r| r.issue == n && r.pid == pid) {
+                        r.end_ms = Some(ms.parse().unwrap());
+                    }
+                }
+                _ => panic!("bad run record {line:?}"),
+            }
+        }
+        runs
+    }
+
+    fn all_handed_off(&self) -> bool {
+        let issues = self.gh.issues();
+        issues.len() == self.issues as usize
+            && issues.iter().all(|i| {
+                // The hand-off's labels, then its comment.
+                i.labels == ["ready-for-human"]
+                    && i.comments.iter().any(|c| c.body.contains(FINISHED))
+            })
+    }
+
+    fn wait_done(&self) {
+        let ok = wait_until(DEADLINE, || self.all_handed_off());
+        assert!(ok, "not every issue handed off:\n{}", self.dump());
+    }
+
+    fn dump(&self) -> String {
+        hosts::dump(self.env.path(), &self.log(), &self.gh, &self.clones)
+    }
+
+    /// The tracker's time (epoch ms) of each give-back of issue `n` to the queue.
+    fn restores(&self, n: u64) -> Vec<u64> {
+        self.stamps(&[
+            "issue",
+            "edit",
+            &n.to_string(),
+            "--add-label",
+            "ready-for-agent",
+        ])
+    }
+
+    /// The tracker's time (epoch ms) of each restore comment on issue `n`: the give-back
+    /// has begun (found, guarded, the issue read).
+    fn restore_comments(&self, n: u64) -> Vec<u64> {
+        self.stamps(&["issue", "comment", &n.to_string(), "--body"])
+    }
+
+    /// The tracker's times (epoch ms) of the calls whose argv starts with `prefix` (a
+    /// comment: only the restore's).
+    fn stamps(&self, prefix: &[&str]) -> Vec<u64> {
+        self.gh
+            .stamped_calls()
+            .into_iter()
+            .filter(|(_, a)| {
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                a.starts_with(prefix)
+                    && (prefix[1] != "comment"
+                        || a.iter().any(|b| b.contains("orchestrator died mid-issue")))
+            })
+            .map(|(t, _)| (t * 1000.0) as u64)
+            .collect()
+    }
+
+    /// The properties every fault keeps: each issue handed off once by one finished run,
+    /// and no two runs of one issue at once.
+    fn assert_once_each_no_overlap(&self, stopped_at: &BTreeMap<String, u64>) {
+        let runs = self.runs();
+        for n in 1..=self.issues {
+            let finished = self
+                .log()
+                .lines()
+                .filter(|l| l.starts_with(&format!("end {n} ")) && l.ends_with(" done"))
+                .count();
+            assert_eq!(finished, 1, "#{n} finished runs\n{}", self.dump());
+            let handoffs = (self.gh.issue(n).unwrap().comments.iter())
+                .filter(|c| c.body.contains(FINISHED))
+                .count();
+            assert_eq!(handoffs, 1, "#{n} hand-offs\n{}", self.dump());
+            let mut mine: Vec<&Run> = runs.iter().filter(|r| r.issue == n).collect();
+            mine.sort_by_key(|r| r.start_ms);
+            for pair in mine.windows(2) {
+                // A run with no end line was killed with its host: it ended then.
+                let end = pair[0]
+                    .end_ms
+                    .or_else(|| stopped_at.get(&pair[0].host).copied())
+                    .unwrap_or(u64::MAX);
+                assert!(
+                    end <= pair[1].start_ms,
+                    "#{n}: runs overlap: {:?} and {:?}\n{}",
+                    pair[0],
+                    pair[1],
+                    self.dump()
+                );
+            }
+        }
+        let overlaps =
+            fs::read_to_string(self.env.path().join("runs/overlaps")).unwrap_or_default();
+        assert_eq!(overlaps, "", "{}", self.dump());
+    }
+}
+
+impl Hosts {
+    /// A lost host's issue is being given back within the lease and 2 s of the fault (its
+    /// lease runs out, etcd's expiry check, the belt's pass, the guard and the read), back
+    /// in the queue a tick later at most (the comment, then the labels), and runs again
+    /// within 2 s more (the idle slots wake at the queue check).
+    fn assert_recovery(&self, figures: &[(u64, u64, u64, u64)]) {
+        for (n, began, back, again) in figures {
+            assert!(
+                *began <= lease_s() * 1000 + 2000,
+                "#{n}'s give-back began {began} ms after the fault, past the lease + 2 s\n{}",
+                self.dump()
+            );
+            // Then its label change, a tracker call or two later.
+            assert!(
+                *back <= lease_s() * 1000 + 2000 + TICK_MS,
+                "#{n} back {back} ms after the fault, past the lease + a tick + 2 s\n{}",
+                self.dump()
+            );
+            assert!(
+                *again <= lease_s() * 1000 + 2000 + TICK_MS + 2000,
+                "#{n} ran again {again} ms after the fault\n{}",
+                self.dump()
+            );
+        }
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for i in 0..self.clones.len() {
+            if self.sups.get(i).is_some_and(Option::is_some) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.sups[i].as_ref().unwrap().id() as i32),
+                    nix::sys::signal::Signal::SIGCONT,
+                );
+            }
+            self.kill_host(i);
+        }
+    }
+}
+
+/// The issues host `h` was running: started there, with no end.
+fn running_on(h: &Hosts, host: &str) -> Vec<u64> {
+    h.runs()
+        .iter()
+        .filter(|r| r.host == host && r.end_ms.is_none())
+        .map(|r| r.issue)
+        .collect()
+}
+
+/// For each issue in `lost`: ms from `fault_ms` to its give-back's first write (the restore
+/// comment), to the give-back's end (`ready-for-agent`), and to its next run's start.
+fn recovery(h: &Hosts, lost: &[u64], fault_ms: u64) -> Vec<(u64, u64, u64, u64)> {
+    lost.iter()
+        .map(|&n| {
+            let began = h
+                .restore_comments(n)
+                .into_iter()
+                .find(|&t| t >= fault_ms)
+                .unwrap_or_else(|| panic!("#{n} never given back\n{}", h.dump()));
+            let back = h
+                .restores(n)
+                .into_iter()
+                .find(|&t| t >= fault_ms)
+                .unwrap_or_else(|| panic!("#{n} never given back\n{}", h.dump()));
+            let again = h
+                .runs()
+                .iter()
+                .filter(|r| r.issue == n && r.start_ms >= back)
+                .map(|r| r.start_ms)
+                .min()
+                .unwrap_or_else(|| panic!("#{n} never ran again\n{}", h.dump()));
+            (n, began - fault_ms, back - fault_ms, again - fault_ms)
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once() {
+    let mut h = Hosts::new(3, 2, 6);
+    // Host 0's agents run long enough to be killed mid-issue; the others' briefly, and
+    // they are idle when host 0 dies, so its issues' restart measures the recovery, not
+    // the queue.
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    h.start(1, 1);
+    h.start(2, 1);
+    let lost = running_on(&h, "h0");
+    let others_done = || {
+        (1..=h.issues).filter(|n| !lost.contains(n)).all(|n| {
+            h.gh.issue(n)
+                .is_some_and(|i| i.labels == ["ready-for-human"])
+        })
+    };
+    assert!(wait_until(DEADLINE, others_done), "{}", h.dump());
+    let fault_ms = now_ms();
+    h.kill_host(0);
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::from([("h0".to_string(), fault_ms)]));
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "SIGKILL host 0 (lease {}s): (issue, ms to the give-back's comment, to ready-for-agent, to its next run) {figures:?}",
+        lease_s()
+    );
+    h.assert_recovery(&figures);
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_starts() {
+    let mut h = Hosts::new(3, 2, 6);
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    let lost = running_on(&h, "h0");
+    h.start(1, 2);
+    h.start(2, 2);
+    // The supervisor only: its workers and agents go on, and must stop by themselves.
+    let fault_ms = now_ms();
+    h.signal_supervisor(0, nix::sys::signal::Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2 * lease_s()));
+    h.signal_supervisor(0, nix::sys::signal::Signal::SIGCONT);
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    for n in &lost {
+        let stopped = h
+            .log()
+            .lines()
+            .any(|l| l.starts_with(&format!("end {n} ")) && l.ends_with(" stopped"));
+        assert!(
+            stopped,
+            "#{n}'s agent on host 0 was not stopped\n{}",
+            h.dump()
+        );
+    }
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "SIGSTOP host 0's supervisor for {}s (lease {}s): (issue, ms to the give-back's comment, to ready-for-agent, to its next run) {figures:?}",
+        2 * lease_s(),
+        lease_s()
+    );
+    h.assert_recovery(&figures);
+    // Host 0 comes back by itself: its old lease found gone, a new one granted.
+    let granted = || h.event_log(0).matches("granted").count();
+    let back = wait_until(DEADLINE, || granted() >= 2);
+    assert!(back, "host 0 took no new lease\n{}", h.dump());
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_fleet_resumes_by_itself()
+ {
+    let mut h = Hosts::new(2, 2, 4);
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    h.start(1, 600);
+    let ok = wait_until(DEADLINE, || running_on(&h, "h1").len() == 2);
+    assert!(ok, "host 1 never ran two agents\n{}", h.dump());
+    let lost: Vec<u64> = h.runs().iter().map(|r| r.issue).collect();
+    let down_ms = now_ms();
+    for i in 0..3 {
+        h.etcd.kill_member(i);
+    }
+    // Every agent stops by its host's deadline, before its lease can end.
+    let ok = wait_until(DEADLINE, || h.runs().iter().all(|r| r.end_ms.is_some()));
+    assert!(ok, "agents still running with etcd down\n{}", h.dump());
+    for r in h.runs() {
+        let stopped = r.end_ms.unwrap() - down_ms;
+        assert!(
+            stopped <= lease_s() * 1000,
+            "{r:?} stopped {stopped} ms after etcd went down\n{}",
+            h.dump()
+        );
+    }
+    // Down for three leases: nothing new is claimed meanwhile.
+    std::thread::sleep(Duration::from_secs(3 * lease_s()));
+    assert_eq!(
+        h.runs().len(),
+        lost.len(),
+        "a claim with etcd down\n{}",
+        h.dump()
+    );
+    h.agent_runs(1);
+    let up_ms = now_ms();
+    for i in 0..3 {
+        h.etcd.start_member(i, "existing");
+    }
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let first_again = h
+        .runs()
+        .iter()
+        .map(|r| r.start_ms)
+        .filter(|&t| t >= up_ms)
+        .min()
+        .unwrap();
+    eprintln!(
+        "all etcd down {} ms (lease {}s): agents stopped within {:?} ms; first run {} ms after etcd was back",
+        up_ms - down_ms,
+        lease_s(),
+        h.runs()
+            .iter()
+            .filter(|r| r.start_ms < down_ms)
+            .map(|r| r.end_ms.unwrap() - down_ms)
+            .collect::<Vec<_>>(),
+        first_again - up_ms
+    );
+    for i in 0..2 {
+        // One line for the outage, not one per tick.
+        let log = h.event_log(i);
+        let said = log.matches("cluster: etcd unavailable").count();
+        assert!(
+            (1..=2).contains(&said),
+            "host {i} said it {said} times\n{log}"
+        );
+        let paused = log.matches("fleet.paused").count();
+        assert!(paused <= 3, "host {i} paused {paused} times\n{log}");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
+    // A 5 s lease: its deadline (3.75 s after a renewal) outlasts an election.
+    let mut h = Hosts::with_lease(2, 2, 6, 5);
+    h.start(0, 4);
+    h.start(1, 4);
+    let ok = wait_until(DEADLINE, || h.runs().len() >= 3);
+    assert!(ok, "no agents ran\n{}", h.dump());
+    let leader = h.etcd.leader().expect("an etcd leader");
+    h.etcd.kill_member(leader);
+    std::thread::sleep(Duration::from_secs(3));
+    h.etcd.start_member(leader, "existing");
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
+    assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
+    assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+}
+
+/// The epoch ms of the first record of `kind` in an event log whose message contains
+/// `words`.
+fn first_event_ms(log: &str, kind: &str, words: &str) -> Option<u64> {
+    log.lines()
+        .find(|l| l.contains(&format!(",{kind},")) && l.contains(words))
+        .and_then(|l| l.split('"').nth(1))
+        .and_then(afk_supervisor::timeutil::parse_rfc3339)
+        .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64)
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() {
+    let mut h = Hosts::new(2, 1, 12);
+    fs::write(h.env.path().join("runs/limited-h0"), "").unwrap();
+    h.start(1, 1);
+    assert!(
+        wait_until(DEADLINE, || !h.runs().is_empty()),
+        "{}",
+        h.dump()
+    );
+    h.start(0, 1);
+    let limited = || h.log().lines().any(|l| l.ends_with(" limited"));
+    assert!(
+        wait_until(DEADLINE, limited),
+        "host 0 never met the limit\n{}",
+        h.dump()
+    );
+    // Host 0's worker exits 76 once it recorded the pause; host 1 holds within 2 s.
+    let log0 = || h.event_log(0);
+    assert!(wait_until(DEADLINE, || first_event_ms(
+        &log0(),
+        "slot.exit",
+        "exit 76"
+    )
+    .is_some()));
+    let paused_at = first_event_ms(&log0(), "slot.exit", "exit 76").unwrap();
+    let held = wait_until(Duration::from_secs(10), || {
+        first_event_ms(&h.event_log(1), "fleet.agent-paused", "").is_some()
+    });
+    assert!(held, "host 1 never held\n{}", h.dump());
+    let held_at = first_event_ms(&h.event_log(1), "fleet.agent-paused", "").unwrap();
+    // Nothing starts anywhere once the pause is 2 s old (a run started just before
+    // finishes its issue).
+    std::thread::sleep(Duration::from_secs(4));
+    let late: Vec<Run> = h
+        .runs()
+        .into_iter()
+        .filter(|r| r.start_ms > paused_at + 2000)
+        .collect();
+    eprintln!(
+        "account pause on host 0: host 1 held {} ms later; runs started after +2 s: {}",
+        held_at.saturating_sub(paused_at),
+        late.len()
+    );
+    assert!(
+        held_at <= paused_at + 2000,
+        "host 1 held {} ms after\n{}",
+        held_at - paused_at,
+        h.dump()
+    );
+    assert!(late.is_empty(), "claims went on: {late:?}\n{}", h.dump());
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within_the_lease() {
+    let mut h = Hosts::with(3, 1, 1, lease_s(), 1);
+    h.start(0, 1);
+    let leads = |h: &Hosts, i: usize| h.event_log(i).contains("this host leads the fleet");
+    assert!(wait_until(DEADLINE, || leads(&h, 0)), "{}", h.dump());
+    h.start(1, 1);
+    h.start(2, 1);
+    h.wait_done();
+    let belt = |h: &Hosts, i: usize| -> Vec<u64> {
+        h.event_log(i)
+            .lines()
+            .filter(|l| l.contains("unblock-belt"))
+            .filter_map(|l| first_event_ms(l, "supervisor.periodic", ""))
+            .collect()
+    };
+    assert!(
+        wait_until(DEADLINE, || belt(&h, 0).len() >= 2),
+        "{}",
+        h.dump()
+    );
+    // The boot's repo-wide sweeps and the belt: the leader's alone.
+    for i in [1, 2] {
+        assert!(
+            belt(&h, i).is_empty(),
+            "host {i} ran the belt\n{}",
+            h.event_log(i)
+        );
+        assert!(!leads(&h, i), "two leaders\n{}", h.dump());
+    }
+    let fault_ms = now_ms();
+    h.kill_host(0);
+    let ok = wait_until(DEADLINE, || [1, 2].iter().any(|&i| !belt(&h, i).is_empty()));
+    assert!(ok, "no new leader ran the belt\n{}", h.dump());
+    let (new, first) = [1, 2]
+        .iter()
+        .filter_map(|&i| belt(&h, i).first().map(|&t| (i, t)))
+        .min_by_key(|(_, t)| *t)
+        .unwrap();
+    let other = 3 - new;
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        belt(&h, other).is_empty(),
+        "two hosts ran the belt\n{}",
+        h.dump()
+    );
+    eprintln!(
+        "leader killed: host {new} leads and runs the belt {} ms later (lease {}s)",
+        first - fault_ms,
+        lease_s()
+    );
+    // The lease runs out, a follower's next renewal campaigns, its next belt turn runs.
+    assert!(
+        first - fault_ms <= lease_s() * 1000 + 2000,
+        "the new leader's belt came {} ms after the kill\n{}",
+        first - fault_ms,
+        h.dump()
+    );
+}
+
+/// The tracker calls of a run, by who makes them: per issue (the workers' listing, view,
+/// label and comment calls) and the supervisors' own polling (queue checks, the boot's
+/// listing, the login), which grows with the hosts and the run's length, not the issues.
+fn calls_per_issue(h: &Hosts) -> (f64, usize, BTreeMap<String, usize>) {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut per_issue = 0;
+    for argv in h.gh.calls() {
+        let a: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let a: Vec<&str> = match a.iter().position(|x| *x == "--repo") {
+            Some(i) => [&a[..i], &a[i + 2..]].concat(),
+            None => a,
+        };
+        let kind = match a.as_slice() {
+            [
+                "issue",
+                "list",
+                ..,
+                "--search",
+                "sort:created-asc",
+                "--json",
+                _,
+            ] => "worker-queue",
+            ["issue", "view", ..] => "view",
+            ["issue", "edit", ..] => "edit",
+            ["issue", "comment", ..] => "comment",
+            ["issue", "list", ..] => "supervisor-list",
+            ["api", "user"] => "login",
+            ["auth", "status"] => "auth",
+            _ => panic!("gh argv outside SPEC §7: {argv:?}"),
+        };
+        if ["worker-queue", "view", "edit", "comment"].contains(&kind) {
+            per_issue += 1;
+        }
+        *kinds.entry(kind.to_string()).or_default() += 1;
+    }
+    (per_issue as f64 / h.issues as f64, per_issue, kinds)
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
+    let mut one = Hosts::new(1, 6, 12);
+    one.start(0, 1);
+    one.wait_done();
+    one.assert_once_each_no_overlap(&BTreeMap::new());
+    let (one_each, _, one_kinds) = calls_per_issue(&one);
+    drop(one);
+    let mut three = Hosts::new(3, 2, 12);
+    for i in 0..3 {
+        three.start(i, 1);
+    }
+    three.wait_done();
+    three.assert_once_each_no_overlap(&BTreeMap::new());
+    let (three_each, _, three_kinds) = calls_per_issue(&three);
+    eprintln!(
+        "calls per issue: 1 host x 6 workers {one_each:.2} {one_kinds:?}; 3 hosts x 2 workers {three_each:.2} {three_kinds:?}"
+    );
+    assert!(
+        three_each <= one_each,
+        "3 hosts {three_each:.2} calls per issue, 1 host {one_each:.2}"
+    );
+    assert_eq!(
+        three.gh.write_limit_hits(),
+        0,
+        "a write beyond GitHub's limits"
+    );
+}
+
+impl Hosts {
+    /// `status --fleet --json` run from clone `i`.
+    fn fleet_status(&self, i: usize) -> serde_json::Value {
+        let out = self
+            .env
+            .bin()
+            .env("PATH", self.gh.path_env())
+            .arg("--repo")
+            .arg(&self.clones[i])
+            .args(["status", "--fleet", "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// The issues each clone's slots hold in a `status --fleet` view, by clone index.
+fn issues_by_clone(h: &Hosts, v: &serde_json::Value) -> BTreeMap<usize, Vec<u64>> {
+    let mut out = BTreeMap::new();
+    for host in v["hosts"].as_array().into_iter().flatten() {
+        let repo = PathBuf::from(host["repo"].as_str().unwrap_or_default());
+        let Some(i) = h.clones.iter().position(|c| *c == repo) else {
+            continue;
+        };
+        let mut issues: Vec<u64> = (host["slots"].as_array().into_iter().flatten())
+            .filter_map(|s| s["issue"].as_u64())
+            .collect();
+        issues.sort_unstable();
+        out.insert(i, issues);
+    }
+    out
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
+    let mut h = Hosts::new(3, 1, 3);
+    for i in 0..3 {
+        h.start(i, 600);
+    }
+    assert!(wait_until(DEADLINE, || h.runs().len() == 3), "{}", h.dump());
+    let started = h.runs().iter().map(|r| r.start_ms).max().unwrap();
+    let want: BTreeMap<usize, Vec<u64>> = (0..3)
+        .map(|i| {
+            let host = format!("h{i}");
+            (
+                i,
+                h.runs()
+                    .iter()
+                    .filter(|r| r.host == host)
+                    .map(|r| r.issue)
+                    .collect(),
+            )
+        })
+        .collect();
+    let right = |from: usize| issues_by_clone(&h, &h.fleet_status(from)) == want;
+    assert!(
+        wait_until(DEADLINE, || right(2)),
+        "{:?}\n{}",
+        h.fleet_status(2),
+        h.dump()
+    );
+    let shown = now_ms() - started;
+    for from in 0..3 {
+        let v = h.fleet_status(from);
+        assert_eq!(issues_by_clone(&h, &v), want, "from clone {from}: {v}");
+        let leaders = (v["hosts"].as_array().unwrap().iter())
+            .filter(|x| x["leader"] == true)
+            .count();
+        assert_eq!(leaders, 1, "{v}");
+        assert_eq!(v["claims"].as_array().unwrap().len(), 3, "{v}");
+    }
+    eprintln!("status --fleet right {shown} ms after the last claim");
+    assert!(
+        shown <= 2000 + TICK_MS,
+        "right only {shown} ms after the last claim"
+    );
+    // A dead host drops out with its lease.
+    h.kill_host(0);
+    let gone = wait_until(DEADLINE, || {
+        !issues_by_clone(&h, &h.fleet_status(1)).contains_key(&0)
+    });
+    assert!(gone, "{}", h.fleet_status(1));
+}
