@@ -42,6 +42,14 @@ pub fn host_lost_text(n: u64, worker: &str, host: &str, stale_s: u64) -> String 
     )
 }
 
+/// On a cluster (`docs/SPEC.md` §11.23): `host <host> presumed lost: its claim on #<N>
+/// (<worker>) went stale (its <L>s lease ended); #<N> is back in the queue`.
+pub fn host_lost_by_lease_text(n: u64, worker: &str, host: &str, lease_s: u64) -> String {
+    format!(
+        "host {host} presumed lost: its claim on #{n} ({worker}) went stale (its {lease_s}s lease ended); #{n} is back in the queue"
+    )
+}
+
 /// What to do with one `running` issue whose thread was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StaleAction {

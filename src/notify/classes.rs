@@ -556,6 +556,13 @@ mod tests {
         ));
         assert_eq!(n.fields["lost_host"], "box-2-0b82b0dd");
         assert_eq!(n.fields["worker"], "sup-1-slot-0-1");
+        // A cluster's lost lease reads the same.
+        let n = one(ev(
+            crate::claim::stale::EVENT_HOST_LOST,
+            &crate::claim::stale::host_lost_by_lease_text(9, "w1", "box-3", 12),
+        ));
+        assert_eq!(n.fields["lost_host"], "box-3");
+        assert_eq!(n.fields["worker"], "w1");
     }
 
     #[test]

@@ -189,9 +189,30 @@ impl ClusterBelt {
                 continue;
             }
             match transition::restore(self.tracker.as_ref(), &self.layout, n, None, &mut 0) {
-                Ok(transition::Restored::Done) => said.push(format!(
-                    "#{n}: claim of {holder} vanished with its host's lease: running -> ready-for-agent"
-                )),
+                Ok(transition::Restored::Done) => {
+                    said.push(format!(
+                        "#{n}: claim of {holder} vanished with its host's lease: running -> ready-for-agent"
+                    ));
+                    // Another host's claim went with its lease: that host is presumed
+                    // lost, which a person wants to know (the notifier's `host-lost`).
+                    if let Some((worker, host)) = holder.split_once('@')
+                        && host != self.host
+                    {
+                        let ev = crate::toonl::Event::now(
+                            crate::claim::stale::EVENT_HOST_LOST,
+                            crate::claim::stale::host_lost_by_lease_text(
+                                n,
+                                worker,
+                                host,
+                                self.cluster.lease_s,
+                            ),
+                        )
+                        .issue(n);
+                        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+                            eprintln!("afk-supervisor: warning: {e}");
+                        }
+                    }
+                }
                 Ok(transition::Restored::HeldElsewhere(h)) => {
                     said.push(format!("#{n}: claimed again by {h} meanwhile; left alone"))
                 }

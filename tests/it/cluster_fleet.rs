@@ -404,6 +404,16 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
         lease_s()
     );
     h.assert_recovery(&figures);
+    // The leader tells a person the host is lost: one record per issue it held.
+    let told: usize = (1..=2)
+        .map(|i| {
+            h.event_log(i)
+                .lines()
+                .filter(|l| l.contains("claims.host-lost") && l.contains("lease ended"))
+                .count()
+        })
+        .sum();
+    assert_eq!(told, lost.len(), "{}", h.dump());
 }
 
 #[test]
