@@ -1334,33 +1334,11 @@ fn on_issue(issue: u64, epoch: u64) -> WorkerFiles {
 /// among progressing ones is its issue's.
 #[test]
 fn a_fleet_wide_stall_stops_every_stalling_slot_at_once_and_marks_it_the_providers() {
-    let mut b = Bench::new(3);
-    b.start();
-    let pids: Vec<i32> = (0..3).map(|s| b.pid_in(s).unwrap()).collect();
+    let b = Bench::new(1);
     let now = epoch_secs(b.wall0) + 16;
-    let kill_s = b.fleet.timing.stall_kill_s;
-    let stall_s = b.fleet.timing.stall_s;
+    let (stall_s, kill_s) = (b.fleet.timing.stall_s, b.fleet.timing.stall_kill_s);
     // Slot 0 past the kill, slot 1 stalling but not yet at it, slot 2 progressing.
-    let signs = [now - kill_s - 5, now - stall_s - 5, now - 1];
-    for (slot, at) in signs.iter().enumerate() {
-        b.quiet_since(slot, *at);
-    }
-    let tick = |b: &mut Bench, signs: &[u64]| {
-        let facts = TickFacts {
-            stop_file: Ok(false),
-            control: quiet(),
-            progress: pids
-                .iter()
-                .zip(signs)
-                .enumerate()
-                .map(|(i, (pid, at))| (*pid, on_issue(i as u64 + 1, *at)))
-                .collect(),
-            usage: None,
-            gone: Vec::new(),
-        };
-        b.feed(Event::Tick(Box::new(facts)), 16.0);
-    };
-    tick(&mut b, &signs);
+    let (b, pids) = three_slots_read_at(&[now - kill_s - 5, now - stall_s - 5, now - 1]);
     assert_eq!(b.world.marks.len(), 2, "{:?}", b.world.marks);
     for (dir, why) in &b.world.marks {
         let why = why
@@ -1380,19 +1358,25 @@ fn a_fleet_wide_stall_stops_every_stalling_slot_at_once_and_marks_it_the_provide
     assert_eq!(b.count("slot.stall-kill"), 2, "{:?}", b.kinds());
 
     // One slot stalling among two progressing: its own.
+    let (b, _) = three_slots_read_at(&[now - kill_s - 5, now - 1, now - 1]);
+    assert_eq!(b.world.marks.len(), 1, "{:?}", b.world.marks);
+    assert_eq!(b.world.marks[0].1, None, "one slot's stall is its own");
+}
+
+/// Three slots on issues 1..=3, their last signs of life at `signs`, read at one tick.
+fn three_slots_read_at(signs: &[u64; 3]) -> (Bench, Vec<i32>) {
     let mut b = Bench::new(3);
     b.start();
-    let pids2: Vec<i32> = (0..3).map(|s| b.pid_in(s).unwrap()).collect();
-    let signs = [now - kill_s - 5, now - 1, now - 1];
+    let pids: Vec<i32> = (0..3).map(|s| b.pid_in(s).unwrap()).collect();
     for (slot, at) in signs.iter().enumerate() {
         b.quiet_since(slot, *at);
     }
     let facts = TickFacts {
         stop_file: Ok(false),
         control: quiet(),
-        progress: pids2
+        progress: pids
             .iter()
-            .zip(&signs)
+            .zip(signs)
             .enumerate()
             .map(|(i, (pid, at))| (*pid, on_issue(i as u64 + 1, *at)))
             .collect(),
@@ -1400,8 +1384,7 @@ fn a_fleet_wide_stall_stops_every_stalling_slot_at_once_and_marks_it_the_provide
         gone: Vec::new(),
     };
     b.feed(Event::Tick(Box::new(facts)), 16.0);
-    assert_eq!(b.world.marks.len(), 1, "{:?}", b.world.marks);
-    assert_eq!(b.world.marks[0].1, None, "one slot's stall is its own");
+    (b, pids)
 }
 
 /// A stall kill marks the attempt before its group is signalled, so a worker that gives
