@@ -716,11 +716,23 @@ fn calls_per_issue(h: &Hosts) -> (f64, usize, BTreeMap<String, usize>) {
             ["issue", "edit", ..] => "edit",
             ["issue", "comment", ..] => "comment",
             ["issue", "list", ..] => "supervisor-list",
+            // Whose words each claimed issue is (SPEC §11.20), and its pull request (§11.22).
+            ["api", "graphql", ..] => "provenance",
+            ["pr", ..] => "pr",
             ["api", "user"] => "login",
             ["auth", "status"] => "auth",
             _ => panic!("gh argv outside SPEC §7: {argv:?}"),
         };
-        if ["worker-queue", "view", "edit", "comment"].contains(&kind) {
+        if [
+            "worker-queue",
+            "view",
+            "edit",
+            "comment",
+            "provenance",
+            "pr",
+        ]
+        .contains(&kind)
+        {
             per_issue += 1;
         }
         *kinds.entry(kind.to_string()).or_default() += 1;
