@@ -813,15 +813,7 @@ fn real_fleet_timed(cli: Cli, base_url: &str, workers: usize, n: u64, timing: &s
          [budget.prices.\"*\"]\ninput = 2.0\ncached_input = 1.0\noutput = 20.0\n\n{timing}"
     ));
     for i in 1..=n {
-        let out = f.run_cmd(&[
-            "issue",
-            "new",
-            "--title",
-            &format!("issue {i}"),
-            "--label",
-            "ready-for-agent",
-        ]);
-        assert!(out.status.success(), "{out:?}");
+        f.new_issue(&format!("issue {i}"));
     }
     f
 }

@@ -194,15 +194,7 @@ pub(crate) fn agent_fleet(
          [agent]\ncommand = [\"{program}\"]\n{REPORTING_AGENT}\n{extra}\n{FAST_TIMING}"
     ));
     for i in 1..=n {
-        let out = f.run_cmd(&[
-            "issue",
-            "new",
-            "--title",
-            &format!("issue {i}"),
-            "--label",
-            "ready-for-agent",
-        ]);
-        assert!(out.status.success(), "{out:?}");
+        f.new_issue(&format!("issue {i}"));
     }
     f
 }
@@ -668,6 +660,22 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
     );
 }
 
+/// Four workers of the real Claude profile on eight issues, a daily budget of 2.5 runs
+/// (`budget_extra` added to `[budget]`), each agent held until `$AFK_TEST_DIR/go` exists.
+fn gated_four_workers(budget_extra: &str) -> (Fleet, f64) {
+    let gate = "i=0\nwhile [ ! -e \"$AFK_TEST_DIR/go\" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n";
+    let script = format!("{RECORD_RUN}{gate}cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n");
+    let budget = CLAUDE_RUN_USD * 2.5;
+    let f = agent_fleet(
+        "claude",
+        &script,
+        4,
+        8,
+        &format!("[budget]\nusd_per_day = {budget}\n{budget_extra}"),
+    );
+    (f, budget)
+}
+
 /// Issue 48, item 4: a daily budget holds with N workers. Four workers, a budget of two
 /// and a half recorded runs (`usd_per_day = 0.0252` at $0.01008 a run, the arithmetic of
 /// $1.00 at $0.40), and `estimate_usd` the run's cost (the ledger has no history yet).
@@ -678,16 +686,7 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
 /// show the reservations apart from the spend while the runs are open.
 #[test]
 fn four_workers_reserve_the_daily_budget_so_it_overshoots_by_at_most_one_run() {
-    let gate = "i=0\nwhile [ ! -e \"$AFK_TEST_DIR/go\" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n";
-    let script = format!("{RECORD_RUN}{gate}cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n");
-    let budget = CLAUDE_RUN_USD * 2.5;
-    let mut f = agent_fleet(
-        "claude",
-        &script,
-        4,
-        8,
-        &format!("[budget]\nusd_per_day = {budget}\nestimate_usd = {CLAUDE_RUN_USD}\n"),
-    );
+    let (mut f, budget) = gated_four_workers(&format!("estimate_usd = {CLAUDE_RUN_USD}\n"));
     f.start(&[]);
     assert!(wait_until(LONG, || runs(&f).len() >= 3), "{}", f.dump());
     // The fourth worker met the reservations and waits; it claimed nothing.
@@ -747,16 +746,7 @@ fn four_workers_reserve_the_daily_budget_so_it_overshoots_by_at_most_one_run() {
 /// estimate; the first run to end may even start a fifth, reserved against none of them).
 #[test]
 fn four_workers_with_nothing_to_reserve_overshoot_by_a_run_each() {
-    let gate = "i=0\nwhile [ ! -e \"$AFK_TEST_DIR/go\" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n";
-    let script = format!("{RECORD_RUN}{gate}cat \"$AFK_TEST_CORPUS/{CLAUDE}/success.stdout\"\n");
-    let budget = CLAUDE_RUN_USD * 2.5;
-    let mut f = agent_fleet(
-        "claude",
-        &script,
-        4,
-        8,
-        &format!("[budget]\nusd_per_day = {budget}\n"),
-    );
+    let (mut f, budget) = gated_four_workers("");
     f.start(&[]);
     assert!(wait_until(LONG, || runs(&f).len() >= 4), "{}", f.dump());
     fs::write(f.file("go"), "").unwrap();
