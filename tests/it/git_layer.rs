@@ -723,13 +723,14 @@ fn rev_parse_and_current_branch() {
 
 /// A program a git call starts: the repository's own signing program (`gpg.program` with
 /// `commit.gpgsign`), since hooks never run in the fleet's git. `script` runs first; then
-/// it answers as gpg does when it has signed.
+/// it answers as gpg does when it has signed. It reads git's payload first: a signer that
+/// exits before git has written it makes git's write fail (EPIPE), and the commit with it.
 fn signing_program(env: &TestEnv, r: &Path, script: &str) {
     let signer = env.path().join("signer.sh");
     std::fs::write(
         &signer,
         format!(
-            "#!/bin/sh\n{script}\nprintf '\\n[GNUPG:] SIG_CREATED D 1 8 00 0 X\\n' >&2\n\
+            "#!/bin/sh\ncat > /dev/null\n{script}\nprintf '\\n[GNUPG:] SIG_CREATED D 1 8 00 0 X\\n' >&2\n\
              printf -- '-----BEGIN PGP SIGNATURE-----\\nx\\n-----END PGP SIGNATURE-----\\n'\n"
         ),
     )
