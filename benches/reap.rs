@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use afk_supervisor::git::Git;
 use afk_supervisor::layout::Layout;
-use afk_supervisor::sweeps::branches;
+use afk_supervisor::sweeps::branch_reaper;
 use afk_supervisor::tracker::LocalTracker;
 use sweep_fixtures::Counting;
 
@@ -123,8 +123,8 @@ fn main() {
 
     let counting = Counting::new(&tracker);
     let t1 = Instant::now();
-    let report =
-        branches::run(&lib_git, &counting, "main", true, &Default::default()).expect("dry run");
+    let report = branch_reaper::run(&lib_git, &counting, "main", true, &Default::default())
+        .expect("dry run");
     let dry = t1.elapsed();
     let c = report.counts();
     println!(

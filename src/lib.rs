@@ -9,7 +9,7 @@
 //! telling a mark from another comment by `claim::marks::Mark::parse`, to keep only the
 //! marks of trusted authors).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
-//!   `demo`, `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
+//!   `demo_project` (the `demo` command's scratch project and fleet), `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
 //!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
@@ -18,25 +18,16 @@
 //!   `status`, `scale`, `stop` (with `rescue_killed`, the work `stop --force` killed kept)
 //!   and `operator` (the operator pause, one slot's stop/restart, an issue given back, who
 //!   asked).
-//! - `supervisor`: the fleet; its modules in import order too (each imports only from
-//!   those after it): `run` (start-up and the tokio event loop), `periodic` (work on a
-//!   timer: the belts, slot-log expiry), `cluster_belt` (the claims belt of a
-//!   fleet whose claims live in etcd) and `slot_logs`, `lock` (one supervisor per repo:
-//!   the lock and the pid file), `isolation` (cgroup or process-group, chosen at
-//!   start-up), `driver` (feeds the fleet events, carries its effects out, feeds the
-//!   answers back), `strays` (escaped descendants, found in the process table), `journal`,
-//!   `fleet` (the pure state machine: `handle(event, now)` returns effects; one file per
-//!   event), `effect` (what the fleet asks done), `release` (a dead worker's issues back),
-//!   `children` (the one door to OS processes; `crate::process` holds the facts about
-//!   them), `exits` (the workers' ends as one descriptor: an epoll set of their pidfds),
-//!   `reaper` (a dying group's bookkeeping), `signals` (what each of the loop's signals asks
-//!   of the fleet, read from the signalfd or, in a test, from a script), `event` (what
-//!   happens to the fleet),
-//!   `slot`, `fleet_circuit` (the whole fleet's circuit), `circuit` (one slot's), `holds`,
-//!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
-//!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,
-//!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
-//!   `texts`.
+//! - `supervisor`: the fleet, by role (each part imports only those after it): `main_loop`
+//!   (start-up and the tokio event loop), `timers` (the belts and slot-log expiry on a
+//!   timer), `cluster_belt` (the claims belt of a fleet whose claims live in etcd),
+//!   `driver` (feeds the fleet events, carries its effects out, feeds the answers back),
+//!   `release_dead` (a dead worker's issues back), `journal` (the event log's writer),
+//!   `slot_logs`, `unblock_belt` (the unblock pass, one belt per tracker on the host),
+//!   `claim_holds` (what holds the fleet's claims, read for the fleet), `os` (processes,
+//!   spawn, pidfds, cgroups, signals, strays, the lock, sd-notify, tree usage), `core` (the
+//!   pure state machine: `fleet::handle(event, now)` returns effects; it imports no `os`,
+//!   tokio, nix or `std::fs`), `texts`.
 //! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
 //!   of their own, its cursor kept across restarts).
 //! - `events` (the event log as a stream with a cursor that survives rotation).
@@ -59,7 +50,8 @@
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
 //!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call),
-//!   `config`, `pause` (the fleet-wide rate-limit pause file).
+//!   `config`, `lanes` (the lane's files more than one process shares: the heartbeat, the
+//!   operator's directives, the fleet-wide pauses).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,
 //!   called by every end of an attempt that is not a clean hand-off and by every sweep
 //!   before it removes an attempt's tree).
@@ -91,7 +83,7 @@ pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod control;
-pub mod demo;
+pub mod demo_project;
 pub mod diagnostics;
 pub mod events;
 pub mod exit;
@@ -100,6 +92,7 @@ pub mod fsutil;
 pub mod git;
 pub mod host_lock;
 pub mod landing;
+pub mod lanes;
 pub mod layout;
 pub mod ledger;
 pub mod logs;
@@ -107,7 +100,6 @@ pub mod mcp;
 #[cfg(test)]
 mod module_order;
 pub mod notify;
-pub mod pause;
 pub mod pidfile;
 pub mod process;
 pub mod program;

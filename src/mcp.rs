@@ -29,10 +29,10 @@ use crate::config::Config;
 use crate::control;
 use crate::control::operator::{self, Via};
 use crate::events::{EventStream, Start};
+use crate::lanes::scale_directive::MAX_TARGET;
+use crate::lanes::slot_control::Action;
+use crate::lanes::state_file::ShrinkMode;
 use crate::layout::Layout;
-use crate::supervisor::scale_directive::MAX_TARGET;
-use crate::supervisor::slot_control::Action;
-use crate::supervisor::state_file::ShrinkMode;
 use crate::tracker::Tracker as _;
 
 /// Longest any tool call may take before it is answered with an error.
@@ -820,7 +820,7 @@ impl AfkMcp {
 
 impl AfkMcp {
     fn require_running(&self) -> Result<(), String> {
-        crate::supervisor::lock::running_supervisor(&self.layout)
+        crate::supervisor::os::lock::running_supervisor(&self.layout)
             .map(|_| ())
             .map_err(|e| format!("no supervisor running for this project ({e})"))
     }

@@ -532,7 +532,8 @@ fn top_level_modules_import_only_modules_below_them() {
 }
 
 /// Which of the supervisor's parts (its direct children) each part names, `crate::` or
-/// `super::`, itself left out.
+/// `super::`, itself left out. Test code is left out: the fleet's tests feed signals through
+/// the OS side's one mapping (`os::signals::heard`) rather than a copy of it.
 fn supervisor_edges(children: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<String>> {
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (rel, module) in library_files() {
@@ -542,7 +543,10 @@ fn supervisor_edges(children: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<St
         if sup != "supervisor" {
             continue;
         }
-        for path in crate_paths(&read_src(&rel), &module) {
+        if module.iter().any(|m| m == "tests") {
+            continue;
+        }
+        for path in crate_paths(&without_test_modules(&read_src(&rel)), &module) {
             if let [s, other, ..] = path.as_slice()
                 && s == "supervisor"
                 && other != child
@@ -556,6 +560,91 @@ fn supervisor_edges(children: &BTreeSet<String>) -> BTreeMap<String, BTreeSet<St
         }
     }
     edges
+}
+
+/// `src` without its `#[cfg(test)] mod … { … }` blocks (comments and literals blanked
+/// first, so a brace in a string does not end a block early).
+fn without_test_modules(src: &str) -> String {
+    let blank = blank_comments_and_literals(src);
+    let mut out = String::with_capacity(blank.len());
+    let mut rest = blank.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let Some(open) = after.find('{') else {
+            rest = "";
+            break;
+        };
+        // Only a module is skipped; a test-only item (a `use`, a fn) is too small to matter.
+        if !after[..open].contains("mod ") {
+            out.push_str("#[cfg(test)]");
+            rest = &after["#[cfg(test)]".len()..];
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut end = after.len();
+        for (i, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The supervisor's core decides without an OS: no file of `supervisor::core` outside its
+/// tests names `supervisor::os`, tokio, nix or `std::fs`, so every decision is tested as a
+/// pure function and the driver stays the one place that acts.
+#[test]
+fn the_core_names_no_os() {
+    let mut wrong = Vec::new();
+    let mut read = 0;
+    for (rel, module) in library_files() {
+        if !module.starts_with(&["supervisor".to_string(), "core".to_string()])
+            || module.iter().any(|m| m == "tests")
+        {
+            continue;
+        }
+        read += 1;
+        let code = without_test_modules(&read_src(&rel));
+        for path in crate_paths(&code, &module) {
+            if path.starts_with(&["supervisor".to_string(), "os".to_string()]) {
+                wrong.push(format!(
+                    "{}: names crate::{}",
+                    rel.display(),
+                    path.join("::")
+                ));
+            }
+        }
+        for t in tokens(&code).windows(3) {
+            if let [Tok::Ident(a), Tok::Path, Tok::Ident(b)] = t
+                && (matches!(a.as_str(), "tokio" | "nix") || (a == "std" && b == "fs"))
+            {
+                wrong.push(format!("{}: names {a}::{b}", rel.display()));
+            }
+        }
+    }
+    assert!(read > 10, "only {read} files of the core read");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn test_modules_are_left_out_and_other_code_kept() {
+    let src = "use crate::a::b;\n#[cfg(test)]\nmod tests { fn x() { let _ = \"}\"; crate::c::d(); } }\nfn y() { crate::e::f(); }";
+    let kept = without_test_modules(src);
+    let paths = crate_paths(&kept, &[]);
+    let names: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    assert_eq!(names, ["a::b", "e::f"]);
 }
 
 /// The supervisor's parts (its direct children) import each other in no circle.
@@ -573,7 +662,7 @@ fn the_supervisor_parts_form_no_cycle() {
 }
 
 /// What the map says of the supervisor's parts holds: each is listed, and each imports only
-/// parts listed after it (its tests too), so the list is the order to read them in.
+/// parts listed after it, so the list is the order to read them in.
 #[test]
 fn the_supervisor_parts_import_only_parts_after_them_in_the_map() {
     let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");

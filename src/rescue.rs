@@ -260,7 +260,7 @@ pub fn rescue(plan: &Plan<'_>) -> Result<Option<Rescued>, RescueError> {
     let room = crate::sandbox::AttemptRoom::new(plan.attempt_dir);
     let unjudged = std::fs::symlink_metadata(&room.root).is_ok();
     if unjudged {
-        crate::sandbox::objects::take_in(plan.git, &room.objects()).map_err(git_err)?;
+        crate::sandbox::object_dir::take_in(plan.git, &room.objects()).map_err(git_err)?;
     }
     let push = plan.push && !unjudged;
     let wt = plan.git.at(&wt_path);

@@ -1,5 +1,5 @@
 //! Releasing a dead worker's claims: which claim dirs name it, and removing one. The
-//! supervisor ([`crate::supervisor::release`]) gives the issue back on the tracker first,
+//! supervisor ([`crate::supervisor::release_dead`]) gives the issue back on the tracker first,
 //! so the claim, the record the issue is restored from, goes last.
 
 use std::fs;

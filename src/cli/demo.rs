@@ -1,9 +1,9 @@
-//! `afk-supervisor demo` and the `demo-agent` it runs (see `crate::demo`), which is
+//! `afk-supervisor demo` and the `demo-agent` it runs (see `crate::demo_project`), which is
 //! dispatched before the command line is parsed (`crate::cli::main`): no command offers it.
 
 use clap::Args;
 
-use crate::demo::{self, DemoError, DemoOpts};
+use crate::demo_project::{self, DemoError, DemoOpts};
 use crate::exit::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
@@ -32,7 +32,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
         keep: args.keep,
     };
     let mut out = std::io::stdout();
-    match demo::run(&opts, &exe, &mut out) {
+    match demo_project::run(&opts, &exe, &mut out) {
         Ok(_) => Ok(exit::OK),
         Err(DemoError::Usage(m)) => Err(Failure::usage(m)),
         Err(DemoError::Failed { what, kept }) => Err(Failure::failed(match kept {
@@ -49,7 +49,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
 pub fn check() -> Result<i32, Failure> {
     let cwd = std::env::current_dir()
         .map_err(|e| Failure::failed(format!("demo-check: working directory: {e}")))?;
-    match demo::demo_check(&cwd) {
+    match demo_project::demo_check(&cwd) {
         Ok(failures) if failures.is_empty() => {
             outln!("demo checks: every note is checked");
             Ok(exit::OK)
@@ -66,7 +66,7 @@ pub fn check() -> Result<i32, Failure> {
 
 /// `demo-agent`: what the demo's workers run as their agent.
 pub fn agent() -> Result<i32, Failure> {
-    match demo::demo_agent(&crate::config::process_env()) {
+    match demo_project::demo_agent(&crate::config::process_env()) {
         Ok(line) => {
             outln!("{line}");
             Ok(exit::OK)

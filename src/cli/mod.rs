@@ -197,10 +197,16 @@ where
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     // The demo's stand-in agent (`<exe> demo-agent`, which commits `notes/issue-<N>.md` in
     // its worktree) is no command of the CLI: no help, completion or man page offers it.
-    if args.get(1).is_some_and(|a| a == crate::demo::AGENT_COMMAND) {
+    if args
+        .get(1)
+        .is_some_and(|a| a == crate::demo_project::AGENT_COMMAND)
+    {
         return finish(demo::agent());
     }
-    if args.get(1).is_some_and(|a| a == crate::demo::CHECK_COMMAND) {
+    if args
+        .get(1)
+        .is_some_and(|a| a == crate::demo_project::CHECK_COMMAND)
+    {
         return finish(demo::check());
     }
     let cli = match Cli::try_parse_from(args) {
@@ -362,7 +368,7 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::supervisor::state_file::ShrinkMode;
+    use crate::lanes::state_file::ShrinkMode;
     use clap::CommandFactory;
 
     /// Issue 52, item 14: `restart` takes `--mode` (a restart shrinks nothing); the old

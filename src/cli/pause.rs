@@ -1,5 +1,5 @@
 //! `afk-supervisor pause [--until TIME] [--reason TEXT]` and `afk-supervisor resume`: the
-//! operator pause (`crate::pause`, SPEC §11.17).
+//! operator pause (`crate::lanes::pause_file`, SPEC §11.17).
 
 use clap::Args;
 

@@ -6,7 +6,7 @@ use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::git::Git;
 use crate::sweeps::base_fetch::BaseFetch;
-use crate::sweeps::branches;
+use crate::sweeps::branch_reaper;
 use crate::tracker::select;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -21,7 +21,7 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
     let selected = select::open(&config, &ctx.layout).map_err(crate::cli::select_failure)?;
     eprintln!("{}", selected.reason);
     let git = Git::new(ctx.layout.repo());
-    let report = branches::run(
+    let report = branch_reaper::run(
         &git,
         selected.tracker.as_ref(),
         &config.fleet.base,

@@ -9,8 +9,8 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::operator::{self, OperatorError, SlotOutcome, Via};
 use crate::exit::{self, Failure};
-use crate::supervisor::slot_control::Action;
-use crate::supervisor::state_file::ShrinkMode;
+use crate::lanes::slot_control::Action;
+use crate::lanes::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
 pub struct RestartArgs {

@@ -13,7 +13,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
-use crate::supervisor::run::{self as sup_run, RunEnd, RunError, TrackerOpener};
+use crate::supervisor::main_loop::{self as sup_run, RunEnd, RunError, TrackerOpener};
 use crate::tracker::select::{self, SelectError, Selected};
 
 #[derive(Debug, Clone, Default, Args)]

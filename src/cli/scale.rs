@@ -8,8 +8,8 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
 use crate::exit::{self, Failure};
-use crate::supervisor::scale_directive::MAX_TARGET;
-use crate::supervisor::state_file::ShrinkMode;
+use crate::lanes::scale_directive::MAX_TARGET;
+use crate::lanes::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
 pub struct ScaleArgs {
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
     .map_err(|e| Failure::failed(e.to_string()))?;
     outln!("{outcome}");
     if matches!(outcome, ScaleOutcome::Applied { .. })
-        && let Some(p) = crate::pause::operator_active(&ctx.layout.state())
+        && let Some(p) = crate::lanes::pause_file::operator_active(&ctx.layout.state())
     {
         outln!(
             "the fleet is paused by the operator {}: new slots start when it resumes",

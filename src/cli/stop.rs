@@ -29,7 +29,7 @@ pub struct StopArgs {
         default_value = "drain-then-retire",
         requires = "slot"
     )]
-    pub shrink_mode: crate::supervisor::state_file::ShrinkMode,
+    pub shrink_mode: crate::lanes::state_file::ShrinkMode,
 }
 
 pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
         return crate::cli::restart::slot(
             ctx,
             slot,
-            crate::supervisor::slot_control::Action::Stop,
+            crate::lanes::slot_control::Action::Stop,
             args.shrink_mode,
             args.timeout,
         );

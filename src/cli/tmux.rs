@@ -15,7 +15,7 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
 use crate::exit::{self, Failure};
-use crate::supervisor::state_file::ShrinkMode;
+use crate::lanes::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
 pub struct TmuxArgs {

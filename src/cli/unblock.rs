@@ -1,7 +1,7 @@
 //! `afk-supervisor unblock [--dry-run]` runs one unblock pass; `unblock --watch
 //! [--interval S]` is the belt on its own: one pass at once, then one per interval, until
 //! SIGINT or SIGTERM (exit 130 / 143). Both promote through the shared core in
-//! [`crate::sweeps::unblock`].
+//! [`crate::sweeps::unblock_sweep`].
 
 use std::sync::mpsc;
 use std::thread;
@@ -14,8 +14,8 @@ use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::exit::{self, Failure};
 use crate::host_lock as lock;
-use crate::supervisor::belt::{Belt, BeltPass};
-use crate::sweeps::unblock::{self, Exclusive, UnblockReport};
+use crate::supervisor::unblock_belt::{Belt, BeltPass};
+use crate::sweeps::unblock_sweep::{self, Exclusive, UnblockReport};
 use crate::timeutil::now_rfc3339_millis;
 use crate::tracker::{Tracker, select};
 
@@ -50,7 +50,7 @@ pub fn run(ctx: &Ctx, args: &UnblockArgs) -> Result<i32, Failure> {
 }
 
 fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failure> {
-    let outcome = unblock::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)
+    let outcome = unblock_sweep::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)
         .map_err(|e| Failure::failed(e.to_string()))?;
     match outcome {
         Exclusive::Busy(holder) => {

@@ -1,6 +1,6 @@
 //! The fleet-wide holds shared through etcd (`docs/SPEC.md` §11.23): the agent's account
 //! pause and the tracker's rate-limit pause. Each host keeps its files as ever
-//! (`crate::pause`); the cluster belt copies a pause met on any host to the key
+//! (`crate::lanes::pause_file`); the cluster belt copies a pause met on any host to the key
 //! `P/pause/agent` or `P/pause/rate` (compare-and-swap: only a longer pause replaces the
 //! key) and a longer pause found there into this host's file, so every check that reads
 //! the files (the worker before it claims, the supervisor's queue check) holds on every
@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::{Cluster, Cmp, EtcdResult, Op};
-use crate::pause::{self, AgentPause, Pause};
+use crate::lanes::pause_file::{self, AgentPause, Pause};
 
 impl Cluster {
     fn pause_key(&self, which: &str) -> String {
@@ -47,25 +47,25 @@ impl Cluster {
         let now = crate::timeutil::now_epoch();
         let mut said = Vec::new();
         let agent_key = self.pause_key("agent");
-        if let Some(p) = pause::agent_active_at(state_dir, now) {
+        if let Some(p) = pause_file::agent_active_at(state_dir, now) {
             self.publish(&agent_key, &p, p.until_epoch)?;
         }
         if let Some(kv) = self.etcd.get(&agent_key)?
             && let Ok(p) = reddb_io_toon::from_str::<AgentPause>(&kv.value)
             && p.active_at(now)
-            && pause::agent_adopt(state_dir, &p).unwrap_or(false)
+            && pause_file::agent_adopt(state_dir, &p).unwrap_or(false)
         {
             said.push(format!("agent pause from another host: {}", p.describe()));
         }
         let rate_key = self.pause_key("rate");
-        if let Some(p) = pause::active(state_dir) {
+        if let Some(p) = pause_file::active(state_dir) {
             self.publish(&rate_key, &p, p.until_epoch)?;
         }
         if let Some(kv) = self.etcd.get(&rate_key)?
             && let Ok(p) = reddb_io_toon::from_str::<Pause>(&kv.value)
             && p.active_at(now)
-            && pause::active(state_dir).is_none_or(|here| here.until_epoch < p.until_epoch)
-            && pause::record(state_dir, &p.reason, p.until_epoch).is_ok()
+            && pause_file::active(state_dir).is_none_or(|here| here.until_epoch < p.until_epoch)
+            && pause_file::record(state_dir, &p.reason, p.until_epoch).is_ok()
         {
             said.push(format!(
                 "rate-limit pause from another host: {}",

@@ -11,22 +11,24 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::lanes::state_file::StateFileError;
 use crate::layout::Layout;
 use crate::pidfile::NotLive;
 use crate::process;
-use crate::supervisor::lock::running_supervisor;
-use crate::supervisor::state_file::StateFileError;
+use crate::supervisor::os::lock::running_supervisor;
 
+pub mod fleet_scale;
+pub mod fleet_status;
+pub mod fleet_stop;
 pub mod operator;
 mod rescue_killed;
-mod scale;
-mod status;
-mod stop;
 
+pub use fleet_scale::{ScaleOutcome, scale};
+pub use fleet_status::{
+    FleetInfo, STATUS_SCHEMA_VERSION, SlotRow, StatusReport, SupervisorInfo, status,
+};
+pub use fleet_stop::{StopOutcome, live_fleet_processes, stop};
 pub use rescue_killed::rescue_killed;
-pub use scale::{ScaleOutcome, scale};
-pub use status::{FleetInfo, STATUS_SCHEMA_VERSION, SlotRow, StatusReport, SupervisorInfo, status};
-pub use stop::{StopOutcome, live_fleet_processes, stop};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -72,7 +74,7 @@ fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::supervisor::state_file::ShrinkMode;
+    use crate::lanes::state_file::ShrinkMode;
 
     #[test]
     fn no_supervisor_means_not_running_and_no_fleet() {

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use super::{ControlError, nudge, running};
+use crate::lanes::pause_file::{self, OperatorPause, OperatorPauseError};
+use crate::lanes::slot_control::{self, Ack, Action, Found, Request};
+use crate::lanes::state_file::{self, ShrinkMode};
 use crate::layout::Layout;
-use crate::pause::{self, OperatorPause, OperatorPauseError};
-use crate::supervisor::lock::running_supervisor;
-use crate::supervisor::slot_control::{self, Ack, Action, Found, Request};
-use crate::supervisor::state_file::{self, ShrinkMode};
+use crate::supervisor::os::lock::running_supervisor;
 use crate::supervisor::texts::kind;
 use crate::toonl::Event;
 
@@ -106,7 +106,7 @@ pub fn pause(
     if require_running && let Err(e) = &sup {
         return Err(ControlError::NotRunning(e.clone()).into());
     }
-    let p = pause::pause_operator(&layout.state(), reason, until_epoch, via.as_str())?;
+    let p = pause_file::pause_operator(&layout.state(), reason, until_epoch, via.as_str())?;
     log_request(layout, via, &format!("pause {}", p.span()), None, None);
     let sup = sup.ok();
     if let Some((pid, start)) = sup {
@@ -128,7 +128,7 @@ pub fn resume(
     if require_running && let Err(e) = &sup {
         return Err(ControlError::NotRunning(e.clone()).into());
     }
-    let was = pause::resume_operator(&layout.state(), via.as_str())?;
+    let was = pause_file::resume_operator(&layout.state(), via.as_str())?;
     log_request(layout, via, "resume", None, None);
     let sup = sup.ok();
     if let Some((pid, start)) = sup {

@@ -23,7 +23,7 @@
 pub mod bwrap;
 pub mod env;
 pub mod home;
-pub mod objects;
+pub mod object_dir;
 pub mod tamper;
 
 use std::fmt;

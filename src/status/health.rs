@@ -4,7 +4,7 @@
 //! parked.
 
 use crate::control::StatusReport;
-use crate::supervisor::state_file::SlotState;
+use crate::lanes::state_file::SlotState;
 
 /// Running and nothing in the way.
 pub const HEALTHY: &str = "healthy";

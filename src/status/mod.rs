@@ -14,7 +14,7 @@ pub mod view;
 pub use plain::{human_duration, human_kib, render_status};
 
 use crate::control::{FleetInfo, SlotRow, StatusReport};
-use crate::supervisor::state_file::{BootSuite, FleetCircuit, FleetCircuitState, FleetPause};
+use crate::lanes::state_file::{BootSuite, FleetCircuit, FleetCircuitState, FleetPause};
 use crate::text;
 
 /// `45s`, `4m`, `1h02m`: how far away something is, as a person says it.
@@ -40,7 +40,7 @@ pub fn pause_words(p: &FleetPause, now: u64) -> String {
 }
 
 /// `paused by the operator: release freeze (via=cli), until resumed`.
-pub fn operator_pause_words(p: &crate::pause::OperatorPause, now: u64) -> String {
+pub fn operator_pause_words(p: &crate::lanes::pause_file::OperatorPause, now: u64) -> String {
     let reason = text::excerpt(&text::escape(&p.reason));
     let via = text::escape(&p.via);
     match p.until_epoch {
@@ -126,7 +126,7 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
         out.push(fleet_circuit_words(c, r.epoch));
     }
     if let Some(h) = &r.fleet.held {
-        out.push(crate::supervisor::holds::hold_words(h, r.epoch));
+        out.push(h.words(r.epoch));
     }
     if let Some(s) = &r.fleet.spend {
         let mut line = text::escape(&s.words);
@@ -143,7 +143,7 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
 pub(crate) mod tests {
     use super::*;
     use crate::control::SupervisorInfo;
-    use crate::supervisor::state_file::{ShrinkMode, SlotState};
+    use crate::lanes::state_file::{ShrinkMode, SlotState};
     use crate::toonl::Event;
 
     pub const NOW: u64 = 1_800_000_000;

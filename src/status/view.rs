@@ -14,7 +14,7 @@ use super::{
 };
 use crate::control::{SlotRow, StatusReport};
 use crate::exit;
-use crate::supervisor::state_file::SlotState;
+use crate::lanes::state_file::SlotState;
 use crate::text;
 
 /// One frame's content.

@@ -89,7 +89,7 @@ impl ClusterBelt {
             .map_err(|e| e.to_string())?;
         // While the rate limit holds, the tracker is not called: the claims are looked at
         // once it is over (what vanished meanwhile is still missing then).
-        if crate::pause::active(&self.layout.state()).is_some() {
+        if crate::lanes::pause_file::active(&self.layout.state()).is_some() {
             return Ok(said.join("; "));
         }
         let claims = c.claims().map_err(|e| e.to_string())?;

@@ -15,26 +15,26 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::children::{self, Attempt, Children, Ended};
-use super::effect::Effect;
-use super::event::{
+use crate::config::Config;
+use crate::fsutil::{atomic_write, remove_file_if_exists};
+use crate::lanes::scale_directive;
+use crate::lanes::slot_control::{self, Found};
+use crate::lanes::state_file;
+use crate::layout::Layout;
+use crate::process;
+use crate::supervisor::core::effect::Effect;
+use crate::supervisor::core::event::{
     Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
     WorkerFiles,
 };
-use super::fleet::Fleet;
-use super::fleet_circuit;
-use super::journal::Journal;
-use super::scale_directive;
-use super::slot_control::{self, Found};
-use super::spawn::SpawnSpec;
-use super::stall;
-use super::state_file;
-use super::strays::{Scope, Strays};
-use super::texts::kind;
-use crate::config::Config;
-use crate::fsutil::{atomic_write, remove_file_if_exists};
-use crate::layout::Layout;
-use crate::process;
+use crate::supervisor::core::fleet::Fleet;
+use crate::supervisor::core::fleet_circuit;
+use crate::supervisor::journal::Journal;
+use crate::supervisor::os::children::{self, Attempt, Children, Ended};
+use crate::supervisor::os::spawn::SpawnSpec;
+use crate::supervisor::os::stall;
+use crate::supervisor::os::strays::{Scope, Strays};
+use crate::supervisor::texts::kind;
 use crate::timeutil::{date_utc, now_epoch};
 use crate::toonl::Event as LogLine;
 use crate::tracker::{self, LabeledIssue, Tracker};
@@ -163,7 +163,7 @@ impl Driver {
     }
 
     /// Holds the records of each turn for one write (`true`), or writes each as it comes
-    /// (`false`, which writes what is held first): see [`super::journal::Journal::hold`].
+    /// (`false`, which writes what is held first): see [`crate::supervisor::journal::Journal::hold`].
     pub fn hold_log(&mut self, yes: bool) {
         self.journal.hold(yes);
     }
@@ -710,7 +710,7 @@ impl Driver {
             // A rate-limited answer has just recorded the pause (the gh backend does); a
             // file that cannot be read was reported by `read_holds` a moment ago.
             if r.is_err()
-                && let Some(p) = crate::pause::active(&layout.state())
+                && let Some(p) = crate::lanes::pause_file::active(&layout.state())
             {
                 let _ = tx.send(Event::Paused(p));
                 return;
@@ -726,11 +726,11 @@ impl Driver {
     /// The loop only looks whether any claim is there (one directory read, stopping at the
     /// first): which claims name a dead worker takes a pid file read per claim, a cost
     /// that grows with the fleet, so it is read on the blocking pool.
-    fn release_claims(&self, dead: Vec<crate::supervisor::release::DeadWorker>) {
+    fn release_claims(&self, dead: Vec<crate::claim::release::DeadWorker>) {
         let Ok(tracker) = self.tracker.clone() else {
             return;
         };
-        if dead.is_empty() || !super::release::any_claims(&self.layout) {
+        if dead.is_empty() || !crate::claim::release::any_claims(&self.layout) {
             return;
         }
         for w in dead {
@@ -741,7 +741,12 @@ impl Driver {
                 tracker.shared_across_checkouts(),
             );
             blocking(move || {
-                for ev in super::release::release_rescuing(&layout, tracker.as_ref(), &w, &keeper) {
+                for ev in crate::supervisor::release_dead::release_rescuing(
+                    &layout,
+                    tracker.as_ref(),
+                    &w,
+                    &keeper,
+                ) {
                     let _ = tx.send(Event::Log(ev));
                 }
             });
@@ -794,7 +799,7 @@ fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u
         events.push(Event::Paused(p));
         return HoldsRead { events };
     }
-    match crate::pause::read(&state_dir) {
+    match crate::lanes::pause_file::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
             events.push(Event::Paused(p));
             return HoldsRead { events };
@@ -802,10 +807,12 @@ fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u
         Ok(_) => {}
         Err(e) => events.push(Event::PauseFile(e)),
     }
-    events.push(match super::holds::read(layout, budget, now_epoch()) {
-        (Some(h), spend) => Event::Hold(h, spend),
-        (None, spend) => Event::Spend(spend),
-    });
+    events.push(
+        match crate::supervisor::claim_holds::read(layout, budget, now_epoch()) {
+            (Some(h), spend) => Event::Hold(h, spend),
+            (None, spend) => Event::Spend(spend),
+        },
+    );
     HoldsRead { events }
 }
 
@@ -815,7 +822,7 @@ fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u
 /// loop, so its readings arrive in order).
 pub fn read_operator_pause(layout: &Layout) -> Vec<Event> {
     let mut events = Vec::new();
-    let (active, resumed_via) = match crate::pause::read_operator(&layout.state()) {
+    let (active, resumed_via) = match crate::lanes::pause_file::read_operator(&layout.state()) {
         Ok(p) => (
             p.clone().filter(|p| p.active_at(now_epoch())),
             p.filter(|r| r.resumed).map(|r| r.via),
@@ -848,7 +855,7 @@ pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
 /// nothing is spawned, as for a rate limit: one `fleet.paused`, the resume time moved on
 /// by every check that finds it still so (each tick: it is set two ticks ahead), and
 /// `fleet.resumed` within two ticks of a live lease.
-fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::pause::Pause> {
+fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::lanes::pause_file::Pause> {
     crate::cluster::active()?;
     let rec = crate::cluster::lease::read(&layout.supervisor_lane());
     if rec.as_ref().is_some_and(|r| r.live()) {
@@ -856,7 +863,7 @@ fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::pause::Pause> {
     }
     let why = rec.map_or("no lease yet".to_string(), |r| r.why);
     let now = now_epoch();
-    Some(crate::pause::Pause {
+    Some(crate::lanes::pause_file::Pause {
         reason: format!("cluster: no live lease of this host ({why})"),
         until_epoch: now + 2 * tick_s.max(1),
         since_epoch: now,

@@ -166,7 +166,7 @@ impl Journal {
                 );
                 self.lost = 0;
                 self.report(&format!("afk-supervisor: {line}"));
-                let note = Event::now(super::texts::kind::ERROR, line);
+                let note = Event::now(crate::supervisor::texts::kind::ERROR, line);
                 if self.log.append(&note).is_err() {
                     self.lost = 1;
                 }

@@ -1,32 +1,19 @@
-//! The fleet supervisor (`docs/SPEC.md` §4–§6): start-up, slots, the tick, and the control files.
+//! The fleet supervisor (`docs/SPEC.md` §4–§6), by role: `core` decides (pure), `os` acts on
+//! processes, and the files here run the two together: `main_loop` (start-up and the tokio
+//! event loop), `driver` (events in, effects out), `journal` (the event log's writer),
+//! `timers` (the belts and expiries on a timer), `release_dead` (a dead worker's issues
+//! back), `claim_holds` (what holds the fleet's claims, read for the fleet), the belts
+//! (`unblock_belt`, `cluster_belt`), `slot_logs` and `texts`.
 
-pub mod belt;
-pub mod children;
-pub mod circuit;
+pub mod claim_holds;
 pub mod cluster_belt;
+pub mod core;
 pub mod driver;
-pub mod effect;
-pub mod event;
-pub mod exits;
-pub mod fleet;
-pub mod fleet_circuit;
-pub mod holds;
-pub mod isolation;
 pub mod journal;
-pub mod lock;
-pub mod notify;
-pub mod periodic;
-pub mod reaper;
-pub mod release;
-pub mod run;
-pub mod scale_directive;
-pub mod signals;
-pub mod slot;
-pub mod slot_control;
+pub mod main_loop;
+pub mod os;
+pub mod release_dead;
 pub mod slot_logs;
-pub mod spawn;
-pub mod stall;
-pub mod state_file;
-pub mod strays;
 pub mod texts;
-pub mod usage;
+pub mod timers;
+pub mod unblock_belt;

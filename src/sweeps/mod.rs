@@ -5,7 +5,7 @@
 
 pub mod attempt_cap;
 pub mod base_fetch;
-pub mod branches;
+pub mod branch_reaper;
 pub mod docs;
 pub mod guard;
 pub mod issue_book;
@@ -13,7 +13,7 @@ pub mod orphans;
 pub mod stragglers;
 pub mod suite;
 pub mod transition;
-pub mod unblock;
+pub mod unblock_sweep;
 pub mod worker_tree;
 
 use std::fmt;

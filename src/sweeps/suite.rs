@@ -5,13 +5,14 @@
 //! worker may start; a failure is logged and the fleet starts anyway.
 
 use crate::host_lock as lock;
+use crate::lanes::state_file::BootSuite;
 use crate::rescue::{Keeper, Rescued};
 use crate::sweeps::attempt_cap::{self, Caps};
-use crate::sweeps::branches::{self, BranchCounts};
+use crate::sweeps::branch_reaper::{self, BranchCounts};
 use crate::sweeps::docs::{self, DocsCounts};
 use crate::sweeps::orphans::{self, OrphanCounts};
 use crate::sweeps::stragglers::{self, StragglerCounts};
-use crate::sweeps::unblock;
+use crate::sweeps::unblock_sweep;
 use crate::sweeps::{Decision, SweepCtx, SweepName};
 
 /// Counters of one suite run; a sweep that did not run leaves zeros.
@@ -287,7 +288,7 @@ fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Resu
             report.decisions.extend(r.decisions);
         }
         SweepName::Branches => {
-            let r = branches::run(
+            let r = branch_reaper::run(
                 ctx.git,
                 ctx.tracker,
                 &ctx.config.fleet.base,
@@ -311,8 +312,13 @@ fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Resu
         }
         SweepName::Unblock => {
             let label = ctx.layout.repo().display().to_string();
-            let r = unblock::exclusive_pass(ctx.tracker, ctx.dry_run, &lock::runtime_dir(), &label)
-                .map_err(|e| failed("", &e))?;
+            let r = unblock_sweep::exclusive_pass(
+                ctx.tracker,
+                ctx.dry_run,
+                &lock::runtime_dir(),
+                &label,
+            )
+            .map_err(|e| failed("", &e))?;
             report.unblocked = r.unblocked();
             report.decisions.extend(r.decisions());
             if let Some(e) = r.write_error() {
@@ -326,6 +332,22 @@ fn run_one(ctx: &SweepCtx<'_>, name: SweepName, report: &mut BootReport) -> Resu
         }
     }
     Ok(())
+}
+
+impl SuiteRun {
+    /// The run's end as the heartbeat shows it (`docs/SPEC.md` §4).
+    pub fn shown(&self, elapsed: std::time::Duration) -> BootSuite {
+        let result = match &self.end {
+            Ok(()) => "clean".to_string(),
+            Err(BootError::Halted(m)) => format!("halted: {m}"),
+            Err(BootError::Failed(m)) => format!("failed: {m}"),
+            Err(BootError::Precheck(c)) => format!("precheck failed: {c}"),
+        };
+        BootSuite {
+            result: crate::text::one_line(&result),
+            elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 #[cfg(test)]

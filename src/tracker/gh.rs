@@ -6,7 +6,7 @@
 //! network error, a rate limit or a 5xx must never look like "the issue is gone".
 //!
 //! With the checkout's state dir known ([`GhTracker::with_fleet`]), a rate-limited answer
-//! pauses the whole fleet until GitHub's reset ([`crate::pause`]), every call of this
+//! pauses the whole fleet until GitHub's reset ([`crate::lanes::pause_file`]), every call of this
 //! tracker is refused unsent while the pause holds, and content-creating calls are paced
 //! across the fleet ([`super::pace`]).
 
@@ -180,12 +180,12 @@ impl GhTracker {
                     .then(|| self.rate_limit_reset().ok().flatten())
                     .flatten()
             })
-            .unwrap_or(now + crate::pause::DEFAULT_PAUSE_S);
+            .unwrap_or(now + crate::lanes::pause_file::DEFAULT_PAUSE_S);
         let reason = format!("rate limited: {}", one_line(stderr));
-        if let Err(e) = crate::pause::record(state_dir, &reason, until) {
+        if let Err(e) = crate::lanes::pause_file::record(state_dir, &reason, until) {
             eprintln!(
                 "afk-supervisor: {}: {e}",
-                crate::pause::path(state_dir).display()
+                crate::lanes::pause_file::path(state_dir).display()
             );
         }
     }
@@ -219,10 +219,12 @@ impl GhTracker {
                         if let Some((state_dir, _)) = &self.fleet {
                             let until = crate::timeutil::now_epoch() + wait_s;
                             let reason = format!("rate limited: write pace: {e}");
-                            if let Err(err) = crate::pause::record(state_dir, &reason, until) {
+                            if let Err(err) =
+                                crate::lanes::pause_file::record(state_dir, &reason, until)
+                            {
                                 eprintln!(
                                     "afk-supervisor: {}: {err}",
-                                    crate::pause::path(state_dir).display()
+                                    crate::lanes::pause_file::path(state_dir).display()
                                 );
                             }
                         }
@@ -239,10 +241,10 @@ impl GhTracker {
         self.run(args, Scope::Repo)
     }
 
-    /// The refusal of a repository call while the fleet is paused (`crate::pause`).
+    /// The refusal of a repository call while the fleet is paused (`crate::lanes::pause_file`).
     fn refused_while_paused(&self, command: &str) -> Option<TrackerError> {
         let (state_dir, _) = self.fleet.as_ref()?;
-        let p = crate::pause::active(state_dir)?;
+        let p = crate::lanes::pause_file::active(state_dir)?;
         Some(TrackerError::new(
             ErrorKind::RateLimited,
             command,

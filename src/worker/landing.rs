@@ -2,8 +2,8 @@
 //! issue's pull request opened (or, for a fix round, pushed to), the landing record written,
 //! and the one comment and labels that hand the issue to a person.
 
+use super::claiming::TakenClaim;
 use super::lifecycle::PublishError;
-use super::queue::TakenClaim;
 use super::{Worker, WorkerError};
 use crate::config::ChecksFailure;
 use crate::landing::text::{self as ltext, ChecksWord, Figures};
@@ -64,7 +64,7 @@ impl Worker<'_> {
                     ),
                 );
                 return Handed {
-                    comment: super::texts::finished(h.n, h.attempt, h.branch, &Err::<u64, _>(e)),
+                    comment: super::wording::finished(h.n, h.attempt, h.branch, &Err::<u64, _>(e)),
                     labels: person,
                     pr: h.pr.and_then(|p| p.url.clone()),
                     told,
@@ -82,7 +82,7 @@ impl Worker<'_> {
                 k => self.ready(h.n, k, h.branch, None),
             };
             return Handed {
-                comment: super::texts::finished(h.n, h.attempt, h.branch, &ok),
+                comment: super::wording::finished(h.n, h.attempt, h.branch, &ok),
                 labels: person,
                 pr: h.pr.and_then(|p| p.url.clone()),
                 told,

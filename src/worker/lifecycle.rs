@@ -6,9 +6,9 @@ use std::fs;
 
 use super::agent::{AgentEnd, StartFailure};
 use super::attempt::{AttemptFile, next_attempt};
-use super::queue::TakenClaim;
+use super::claiming::TakenClaim;
 use super::reach::Refusal;
-use super::texts::{self, issue_title, slugify};
+use super::wording::{self, issue_title, slugify};
 use super::{Outcome, Worker, WorkerError};
 use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
@@ -281,7 +281,7 @@ impl Worker<'_> {
                 Ok(None) => (None, String::new()),
                 Err(e) => {
                     eprintln!("worker {}: {e}", self.wenv.worker_id);
-                    (None, texts::push_failed(&e))
+                    (None, wording::push_failed(&e))
                 }
             }
         };
@@ -379,7 +379,7 @@ impl Worker<'_> {
                     eprintln!("worker {}: {msg}", self.wenv.worker_id);
                     self.log_event(crate::sandbox::EVENT_REFUSED, n, msg);
                     end(outcome, &branch, &usage, None);
-                    let body = texts::refused(n, attempt, tampered, &found, &branch, &worktree);
+                    let body = wording::refused(n, attempt, tampered, &found, &branch, &worktree);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
                     self.post_ending(n, &claim, &body, true);
                     edited?;
@@ -417,12 +417,12 @@ impl Worker<'_> {
                         // The issue would go back to the queue: checked here, not only at the
                         // next claim, so a host whose ledger lacks this spend cannot take it
                         // again; the one comment still says where the work is.
-                        let kept = texts::over_budget_work(&branch, &pushed);
+                        let kept = wording::over_budget_work(&branch, &pushed);
                         if self.over_issue_budget(n, &claim, &records, &kept)? {
                             return Ok(Outcome::Capped);
                         }
                         let cap_s = self.config.timing.attempt_max_s;
-                        let body = texts::capped(n, attempt, cap_s, &branch, &pushed);
+                        let body = wording::capped(n, attempt, cap_s, &branch, &pushed);
                         self.post_ending(n, &claim, &body, false);
                         self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
                         Ok(Outcome::Capped)
@@ -438,7 +438,7 @@ impl Worker<'_> {
                         state.write("set-aside")?;
                         end(ledger::Outcome::SetAside, &branch, &Usage::default(), None);
                         let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
-                        let body = texts::set_aside(&why);
+                        let body = wording::set_aside(&why);
                         // Posted even when the label change failed: its hand-off mark tells the
                         // claims belt to finish the hand-off, never to requeue.
                         self.post_ending(n, &claim, &body, true);
@@ -465,7 +465,7 @@ impl Worker<'_> {
                         let usage = self.priced(usage);
                         if !matches!(verdict, End::AccountWide { .. }) {
                             // The account ran this issue: an unknown reset's backoff starts over.
-                            let _ = crate::pause::agent_clear(&self.layout.state());
+                            let _ = crate::lanes::pause_file::agent_clear(&self.layout.state());
                         }
                         match verdict {
                             End::Done => {}
@@ -485,7 +485,7 @@ impl Worker<'_> {
                                 if self.over_issue_budget(n, &claim, &records, "")? {
                                     return Ok(Outcome::AgentFailed);
                                 }
-                                let body = texts::failed(n, attempt, code);
+                                let body = wording::failed(n, attempt, code);
                                 // The release mark first: the next claim must find the claim ended.
                                 self.post_ending(n, &claim, &body, false);
                                 self.hand_labels(n, &claim, labels::READY_FOR_AGENT)?;
@@ -498,7 +498,7 @@ impl Worker<'_> {
                             } => {
                                 state.write("account-limited")?;
                                 let kind = why.to_string();
-                                let paused = crate::pause::agent_record(
+                                let paused = crate::lanes::pause_file::agent_record(
                                     &self.layout.state(),
                                     &kind,
                                     &detail,
@@ -797,7 +797,7 @@ impl Worker<'_> {
         if crate::config::Usd::from_f64(spent.usd) < limit {
             return Ok(false);
         }
-        let body = texts::over_budget(spent.usd, spent.runs, &limit.to_string()) + tail;
+        let body = wording::over_budget(spent.usd, spent.runs, &limit.to_string()) + tail;
         self.to_person(
             n,
             claim,
@@ -831,7 +831,7 @@ impl Worker<'_> {
         let began = started
             .and_then(crate::timeutil::parse_rfc3339)
             .map_or(now, crate::timeutil::epoch_secs);
-        if let Ok(Some(p)) = crate::pause::agent_read(&self.layout.state())
+        if let Ok(Some(p)) = crate::lanes::pause_file::agent_read(&self.layout.state())
             && (p.active_at(now) || p.since_epoch >= began)
         {
             return Some(format!("an account-wide condition was known ({})", p.kind));
@@ -897,7 +897,12 @@ impl Worker<'_> {
                 _,
             ) = agent_profile::classify(self.config.agent.profile, &seen)
             {
-                let _ = crate::pause::agent_record(&state, &why.to_string(), &detail, reset_epoch);
+                let _ = crate::lanes::pause_file::agent_record(
+                    &state,
+                    &why.to_string(),
+                    &detail,
+                    reset_epoch,
+                );
                 return StallBlame::Provider(detail);
             }
         }
@@ -911,7 +916,7 @@ impl Worker<'_> {
         match supervisor.or_else(|| self.excuse_stall(n, started)) {
             Some(why) => {
                 let kind = agent_profile::AccountWide::Unreachable.to_string();
-                let _ = crate::pause::agent_record(&state, &kind, &why, None);
+                let _ = crate::lanes::pause_file::agent_record(&state, &kind, &why, None);
                 StallBlame::FleetWide(why)
             }
             None => StallBlame::Issue,

@@ -21,21 +21,21 @@ macro_rules! say {
     };
 }
 
+pub mod afk_vars;
 mod agent;
 mod attempt;
 mod checks;
-mod env;
+pub mod claiming;
 mod error;
 mod fence;
-mod home;
 mod landing;
 mod lifecycle;
 mod liveness;
 mod output;
-mod queue;
 mod reach;
-mod signals;
-mod texts;
+pub mod stop_signals;
+pub mod wording;
+pub mod worker_dir;
 
 use crate::config::Config;
 use crate::git::Git;
@@ -44,15 +44,15 @@ use crate::sweeps::suite::{self, BootError};
 use crate::sweeps::{SweepCtx, SweepName};
 use crate::tracker::Tracker;
 
+pub use afk_vars::WorkerEnv;
 pub use agent::ENV_TEXT_MAX;
 pub use attempt::next_attempt;
-pub use env::WorkerEnv;
 pub use error::{WorkerError, WorkerOutcome};
 pub use liveness::LIVENESS_FIELDS;
-pub use texts::{BOOT_ONLY_SKIPPED, BOOT_ONLY_SWEPT, slugify};
+pub use wording::{BOOT_ONLY_SKIPPED, BOOT_ONLY_SWEPT, slugify};
 
-use home::Home;
-use signals::StopFlag;
+use stop_signals::StopFlag;
+use worker_dir::Home;
 
 #[derive(Debug, Clone, Default)]
 pub struct WorkerOpts {
@@ -181,7 +181,7 @@ impl Worker<'_> {
         let mut said = false;
         loop {
             let now = crate::timeutil::now_epoch();
-            if let Some(p) = crate::pause::agent_active_at(&self.layout.state(), now) {
+            if let Some(p) = crate::lanes::pause_file::agent_active_at(&self.layout.state(), now) {
                 return Err(format!("agent paused: {}", p.describe()));
             }
             let budget = &self.config.budget;

@@ -147,7 +147,7 @@ impl Confinement {
                     "cannot make the attempt's object dir: ",
                     &room.objects(),
                 ))?;
-                env.extend(crate::sandbox::objects::agent_git_env(
+                env.extend(crate::sandbox::object_dir::agent_git_env(
                     &room.objects(),
                     &self.common_dir.join("objects"),
                     0,
@@ -269,7 +269,7 @@ impl Confinement {
 /// Each failure is one line on stderr: the work stays where it is for a person.
 pub(super) fn after_agent(git: &Git, layout: &Layout, room: &AttemptRoom, worker_id: &str) {
     let mut remove = vec![room.home(), room.tmp()];
-    match crate::sandbox::objects::take_in(git, &room.objects()) {
+    match crate::sandbox::object_dir::take_in(git, &room.objects()) {
         Ok(_) => remove.push(room.objects()),
         Err(e) => eprintln!(
             "worker {worker_id}: the agent's commits could not be taken in from {}: {e}",

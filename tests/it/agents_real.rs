@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use afk_supervisor::agent_profile::{self, AccountWide, End, ProfileKind, Seen, Usage};
 
-use afk_supervisor::{ledger, pause};
+use afk_supervisor::lanes::pause_file;
+use afk_supervisor::ledger;
 
 use crate::support::agent_clis::{self, CLAUDE_VERSION, CODEX_VERSION};
 use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit};
@@ -897,7 +898,7 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
         cli.name(),
         outcomes(&f, 1),
         outcomes(&f, 2),
-        pause::agent_read(&f.layout.state()).ok().flatten()
+        pause_file::agent_read(&f.layout.state()).ok().flatten()
     );
     assert_eq!(f.count("fleet.agent-paused"), 0, "{}", f.dump());
 }
@@ -933,7 +934,7 @@ fn fleet_pauses_timed(cli: Cli, scenario: Option<Scenario>, kind: &str, timing: 
                 .is_none_or(|w| w.iter().all(|w| w["issue"].is_null()))
     });
     assert!(settled, "{}", f.dump());
-    let p = pause::agent_read(&f.layout.state()).unwrap().unwrap();
+    let p = pause_file::agent_read(&f.layout.state()).unwrap().unwrap();
     eprintln!(
         "fleet {} {scenario:?}: ledger {:?} {:?}; agent pause: {} ({})",
         cli.name(),
@@ -1025,7 +1026,7 @@ fn fleet_stalls_on_a_silent_provider(cli: Cli) {
             .iter()
             .map(|r| (r.outcome, r.excused.is_some()))
             .collect::<Vec<_>>(),
-        pause::agent_read(&f.layout.state()).ok().flatten()
+        pause_file::agent_read(&f.layout.state()).ok().flatten()
     );
     assert!(
         records

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::time::{Duration, Instant};
 
+use afk_supervisor::lanes::state_file::{self, StateFile};
 use afk_supervisor::process;
-use afk_supervisor::supervisor::state_file::{self, StateFile};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 

@@ -18,10 +18,11 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use afk_supervisor::claim::release::DeadWorker;
 use afk_supervisor::layout::Layout;
-use afk_supervisor::supervisor::release::{self, DeadWorker};
+use afk_supervisor::supervisor::release_dead;
 use afk_supervisor::sweeps::orphans::{self, RESTORE_COMMENT};
-use afk_supervisor::sweeps::unblock;
+use afk_supervisor::sweeps::unblock_sweep;
 use afk_supervisor::tracker::{IssueState, LocalTracker, Tracker};
 
 use crate::support::TestEnv;
@@ -103,9 +104,9 @@ impl World {
 
     /// One round. Failures are the point: they are reported, never fatal here.
     fn round(&self, t: &dyn Tracker) {
-        release::release(self.layout(), t, &self.dead);
+        release_dead::release(self.layout(), t, &self.dead);
         orphans::run(self.layout(), t, self.tree.now, false).expect("orphan pass");
-        let _ = unblock::pass(t, false);
+        let _ = unblock_sweep::pass(t, false);
     }
 
     /// Claims still present.
@@ -191,7 +192,7 @@ fn gh_world() -> (World, FakeGh) {
 /// What every faulty run must end in: the end state after one round with no failure.
 fn assert_clean_end(end: &Ends, what: &str) {
     let (issues, claims, attempts) = end;
-    let unblocked = unblock::comment_text(&[CLOSED]);
+    let unblocked = unblock_sweep::comment_text(&[CLOSED]);
     let want = |n: u64, labels: &[&str], comments: &[&str]| {
         let labels = sorted(labels.iter().map(|l| l.to_string()).collect());
         let got = &issues[&n];
@@ -318,7 +319,7 @@ fn a_release_interrupted_at_any_call_is_finished_by_the_next_orphan_pass() {
         let t = gh.tracker(None);
         gh.pass_next(k);
         gh.fail_next(1, 1, NET);
-        release::release(w.layout(), &t, &w.dead);
+        release_dead::release(w.layout(), &t, &w.dead);
         orphans::run(w.layout(), &t, w.tree.now, false).unwrap();
         let i = gh.issue(RELEASE).unwrap();
         assert_eq!(i.labels, vec!["ready-for-agent"], "failure at call {k}");

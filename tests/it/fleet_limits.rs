@@ -80,7 +80,7 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
         "{}",
         paused[0].msg
     );
-    let pause = afk_supervisor::pause::read(&f.layout.state())
+    let pause = afk_supervisor::lanes::pause_file::read(&f.layout.state())
         .unwrap()
         .unwrap();
     assert_eq!(pause.until_epoch, reset, "the reset from gh api rate_limit");

@@ -13,7 +13,7 @@ use std::time::Duration;
 use afk_supervisor::cgroup::Cgroup;
 use afk_supervisor::cgroup::fleet::fleet_dir;
 use afk_supervisor::process;
-use afk_supervisor::supervisor::isolation::fleet_name;
+use afk_supervisor::supervisor::os::isolation::fleet_name;
 use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
@@ -479,8 +479,9 @@ fn an_oom_kill_is_its_own_outcome() {
 #[test]
 fn an_oom_killed_attempts_restore_comment_says_so() {
     use afk_supervisor::claim::marks::{Mark, RESTORE_COMMENT};
+    use afk_supervisor::claim::release::DeadWorker;
     use afk_supervisor::ledger::Outcome;
-    use afk_supervisor::supervisor::release::{self, DeadWorker};
+    use afk_supervisor::supervisor::release_dead;
     use afk_supervisor::sweeps::transition::OOM_KILLED_LINE;
     use afk_supervisor::tracker::LocalTracker;
     use sweep_fixtures::{Pid, Tree, dead_pid};
@@ -500,7 +501,7 @@ fn an_oom_killed_attempts_restore_comment_says_so() {
         id: "sup-1-slot-0-1".into(),
         outcome: Outcome::OomKilled,
     };
-    let events = release::release(&tree.layout, &t, &dead);
+    let events = release_dead::release(&tree.layout, &t, &dead);
     assert_eq!(
         support::local_labels(&t, n),
         vec!["ready-for-agent"],

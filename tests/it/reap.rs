@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use afk_supervisor::sweeps::branches::{self, Action};
+use afk_supervisor::sweeps::branch_reaper::{self, Action};
 use afk_supervisor::tracker::Tracker;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
@@ -310,7 +310,7 @@ fn reap_cost(n: u64) -> (u64, usize, usize, usize, usize) {
     gh.set_issues(&many_branches(&env, &repo, n));
     let git = env.lib_git(&repo.path);
     let t = gh.tracker(None);
-    let r = branches::run(&git, &t, "main", false, &Default::default()).unwrap();
+    let r = branch_reaper::run(&git, &t, "main", false, &Default::default()).unwrap();
     assert!(r.delete_errors.is_empty(), "{:?}", r.delete_errors);
     assert_eq!((r.remote_afk, r.local_afk), (n as usize, n as usize));
     let c = r.counts();
@@ -345,14 +345,14 @@ fn dry_run_costs_seven_git_calls_and_counts_like_the_summary() {
     let t = f.env.local_tracker(&f.repo.path);
     assert_eq!(t.kind(), "local");
     let git = f.env.lib_git(&f.repo.path);
-    let r = branches::run(&git, &t, "main", true, &Default::default()).unwrap();
+    let r = branch_reaper::run(&git, &t, "main", true, &Default::default()).unwrap();
     // Dry run: remote listing, fetch, ls-remote, local list, rescue-ref list, worktree list,
     // one merge check; no delete.
     assert_eq!(git.calls(), 7);
     assert_eq!(r.tracker_calls, 1);
     assert_eq!(
         r.counts(),
-        afk_supervisor::sweeps::branches::BranchCounts {
+        afk_supervisor::sweeps::branch_reaper::BranchCounts {
             remote: 3,
             local: 2,
             spared: 8

@@ -705,9 +705,14 @@ fn the_reaper_spares_an_open_issues_rescue_and_reaps_a_closed_ones() {
         tracker.create(&format!("issue {n}"), "", &[]).unwrap();
     }
     tracker.close(5).unwrap();
-    let r =
-        afk_supervisor::sweeps::branches::run(&git, &tracker, "main", false, &Default::default())
-            .unwrap();
+    let r = afk_supervisor::sweeps::branch_reaper::run(
+        &git,
+        &tracker,
+        "main",
+        false,
+        &Default::default(),
+    )
+    .unwrap();
     let refs = env.git(&repo, &["for-each-ref", "--format=%(refname)", "refs/afk/"]);
     assert_eq!(refs.trim(), "refs/afk/rescue/6/a2", "{:#?}", r.decisions);
     let line = |name: &str| {

@@ -3,9 +3,9 @@
 use std::fs;
 use std::process::{Command, Stdio};
 
+use afk_supervisor::lanes::state_file::{self, SlotPid};
 use afk_supervisor::pidfile;
 use afk_supervisor::process;
-use afk_supervisor::supervisor::state_file::{self, SlotPid};
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive};
 use crate::support::{fleet, wait_until};

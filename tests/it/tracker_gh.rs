@@ -511,7 +511,7 @@ fn a_primary_rate_limit_records_the_reset_and_later_calls_are_not_sent() {
             strings(&["api", "rate_limit"]),
         ]
     );
-    let pause = afk_supervisor::pause::active(&state).expect("paused");
+    let pause = afk_supervisor::lanes::pause_file::active(&state).expect("paused");
     assert_eq!(pause.until_epoch, reset);
     assert!(
         pause.reason.contains("API rate limit exceeded"),
@@ -546,15 +546,15 @@ fn secondary_limits_pause_a_minute_or_for_the_retry_after() {
         1,
         "no rate_limit call for a secondary limit"
     );
-    let p = afk_supervisor::pause::active(&state).unwrap();
-    let d = afk_supervisor::pause::DEFAULT_PAUSE_S;
+    let p = afk_supervisor::lanes::pause_file::active(&state).unwrap();
+    let d = afk_supervisor::lanes::pause_file::DEFAULT_PAUSE_S;
     assert!((d - 1..=d).contains(&(p.until_epoch - p.since_epoch)));
 
     let state2 = env.path().join("state2");
     let t2 = fleet_tracker(&fake, &state2);
     fake.fail_next(1, 1, "HTTP 429: Too Many Requests\nRetry-After: 120");
     assert_eq!(t2.view(1).unwrap_err().kind, ErrorKind::RateLimited);
-    let p = afk_supervisor::pause::active(&state2).unwrap();
+    let p = afk_supervisor::lanes::pause_file::active(&state2).unwrap();
     assert!((119..=120).contains(&(p.until_epoch - p.since_epoch)));
 }
 

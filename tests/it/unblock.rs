@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use afk_supervisor::supervisor::belt::{self, Belt, BeltPass};
-use afk_supervisor::sweeps::unblock::{self, comment_text};
+use afk_supervisor::supervisor::unblock_belt::{self, Belt, BeltPass};
+use afk_supervisor::sweeps::unblock_sweep::{self, comment_text};
 use afk_supervisor::tracker::LocalTracker;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
@@ -156,7 +156,7 @@ fn gh_pass_costs_two_lists_and_per_promotion_a_comments_read_and_two_writes() {
     let env = TestEnv::new();
     let gh = gh_fixture(&env);
     let t = gh.tracker(Some("o/r"));
-    let r = unblock::pass(&t, false).unwrap();
+    let r = unblock_sweep::pass(&t, false).unwrap();
     assert_eq!(r.promoted, vec![2, 3]);
     assert_eq!(r.list_calls, 2);
     assert_eq!(
@@ -178,7 +178,7 @@ fn gh_pass_costs_two_lists_and_per_promotion_a_comments_read_and_two_writes() {
 
     // Nothing blocked any more: one list call.
     gh.clear_calls();
-    let r = unblock::pass(&t, false).unwrap();
+    let r = unblock_sweep::pass(&t, false).unwrap();
     assert!(r.promoted.is_empty());
     assert_eq!(gh.verbs(&["--label"]), vec!["issue list --label"]);
 }
@@ -191,7 +191,7 @@ fn blockers_known_from_the_blocked_listing_need_no_second_list() {
         FakeIssue::open(5, &["blocked:dependency", "req:6"]),
         FakeIssue::open(6, &["blocked:dependency", "req:5"]),
     ]);
-    let r = unblock::pass(&gh.tracker(None), false).unwrap();
+    let r = unblock_sweep::pass(&gh.tracker(None), false).unwrap();
     assert!(r.promoted.is_empty());
     assert_eq!(r.list_calls, 1);
     assert_eq!(gh.verbs(&["--label"]), vec!["issue list --label"]);
@@ -256,7 +256,7 @@ fn a_failing_tracker_never_promotes() {
             }
         }
         let t = gh.tracker(None);
-        match (unblock::pass(&t, false), gives_up) {
+        match (unblock_sweep::pass(&t, false), gives_up) {
             // A failed read ends the pass before any write.
             (Err(e), GivesUp::Fails(what)) => {
                 assert!(e.to_string().contains(what), "{replies:?}: {e}")
@@ -368,10 +368,10 @@ fn belt_task_for_the_supervisor_loop() {
     let tracker: std::sync::Arc<dyn afk_supervisor::tracker::Tracker> =
         std::sync::Arc::new(gh.tracker(Some("o/r")));
     let belt = Belt::in_dir("github:o/r", env.path().join("locks")).with_label("/repo");
-    let mut task = belt::task_with(belt, tracker);
+    let mut task = unblock_belt::task_with(belt, tracker);
     gh.fail_next(1, 1, "HTTP 502: Bad Gateway");
     let e =
-        afk_supervisor::supervisor::periodic::PeriodicError::Belt(task().unwrap_err()).to_string();
+        afk_supervisor::supervisor::timers::PeriodicError::Belt(task().unwrap_err()).to_string();
     // The loop logs it as `unblock-belt: …` / `unblock-belt failed: …`: the belt is not
     // named twice.
     assert!(

@@ -171,11 +171,12 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
     let calls = w.gh.calls();
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(calls[2], ["api", "rate_limit"]);
-    let pause =
-        afk_supervisor::pause::active(&afk_supervisor::layout::Layout::new(&w.repo.path).state())
-            .expect("the fleet paused");
+    let pause = afk_supervisor::lanes::pause_file::active(
+        &afk_supervisor::layout::Layout::new(&w.repo.path).state(),
+    )
+    .expect("the fleet paused");
     // A minute from when gh answered (the record may be stamped a second later).
-    let d = afk_supervisor::pause::DEFAULT_PAUSE_S;
+    let d = afk_supervisor::lanes::pause_file::DEFAULT_PAUSE_S;
     assert!((d - 1..=d).contains(&(pause.until_epoch - pause.since_epoch)));
     w.assert_untouched();
     // The next worker claims nothing while the pause holds and calls nothing.
@@ -189,13 +190,14 @@ fn a_rate_limited_worker_exits_75_and_changes_nothing() {
 fn an_operator_pause_keeps_the_worker_from_claiming_until_resumed() {
     let w = GhWorker::new();
     let state = afk_supervisor::layout::Layout::new(&w.repo.path).state();
-    afk_supervisor::pause::pause_operator(&state, Some("release freeze"), None, "cli").unwrap();
+    afk_supervisor::lanes::pause_file::pause_operator(&state, Some("release freeze"), None, "cli")
+        .unwrap();
     let o = w.work_once(75);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("fleet paused by the operator"), "{stderr}");
     assert!(w.gh.calls().is_empty(), "{:?}", w.gh.calls());
     w.assert_untouched();
-    afk_supervisor::pause::resume_operator(&state, "cli").unwrap();
+    afk_supervisor::lanes::pause_file::resume_operator(&state, "cli").unwrap();
     w.work_once(0);
     assert_eq!(w.runs(), 1);
 }

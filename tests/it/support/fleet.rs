@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+use afk_supervisor::lanes::state_file::{self, StateFile};
 use afk_supervisor::layout::Layout;
 use afk_supervisor::process;
-use afk_supervisor::supervisor::state_file::{self, StateFile};
 use afk_supervisor::toonl::{self, Event};
 
 use crate::support::{TestEnv, json_comments, json_labels, wait_until};
