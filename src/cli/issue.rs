@@ -48,7 +48,7 @@ pub enum IssueCommand {
         /// At most this many issues are read from the tracker.
         #[arg(long, default_value_t = DEFAULT_LIST_LIMIT)]
         limit: usize,
-        /// Print a JSON array (see the README for the shape).
+        /// Print a JSON array (docs/guide/trackers.md shows the shape).
         #[arg(long)]
         json: bool,
     },

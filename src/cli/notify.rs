@@ -39,7 +39,7 @@ pub fn run(ctx: &Ctx, args: &NotifyArgs) -> Result<i32, Failure> {
     );
     if config.notify.is_empty() {
         return Err(Failure::failed(format!(
-            "no [[notify]] sinks in the config ({file}): add one (README \"Notifications\")"
+            "no [[notify]] sinks in the config ({file}): add one (docs/guide/notifications.md)"
         )));
     }
     let sinks: Vec<_> = match &t.sink {

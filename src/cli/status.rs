@@ -16,7 +16,7 @@ but degraded (a slot parked or probing, the fleet circuit open, the fleet paused
 says which); 3 no supervisor running (live fleet processes it left are listed)."
 )]
 pub struct StatusArgs {
-    /// Print the stable JSON form (documented in the README).
+    /// Print the stable JSON form (documented in docs/guide/running.md).
     #[arg(long)]
     pub json: bool,
     /// The live view: redrawn in place every second on a terminal (q or Ctrl-C quits the

@@ -98,7 +98,7 @@ impl InForce {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
     #[error(
-        "agent.sandbox = \"bwrap\" ({from}): bubblewrap (`bwrap`) is not on PATH; install it (Debian and Ubuntu: apt-get install bubblewrap) or set [agent] sandbox = \"none\" to run agents unconfined (README \"Running agents safely\")"
+        "agent.sandbox = \"bwrap\" ({from}): bubblewrap (`bwrap`) is not on PATH; install it (Debian and Ubuntu: apt-get install bubblewrap) or set [agent] sandbox = \"none\" to run agents unconfined (docs/guide/safety.md)"
     )]
     NotFound { from: String },
     #[error(

@@ -1,4 +1,4 @@
-//! The agent's reach (issue 47, README "Running agents safely", SPEC §11.19): a hostile
+//! The agent's reach (issue 47, docs/guide/safety.md, SPEC §11.19): a hostile
 //! agent run by the real built-in worker under a real supervisor tries every escape the
 //! issue lists and prints what got through; inside bubblewrap (the default) each must be
 //! blocked, checked also from outside (files, refs, processes, the tracker), while the
@@ -233,7 +233,7 @@ fn every_escape_is_blocked(mode: &str, as_user: Option<u32>) {
         f.slot_logs()
     );
     let log = f.slot_logs();
-    // The table the README and the closing notes quote (`-- --nocapture`).
+    // The table the guide (docs/guide/safety.md) and the closing notes quote (`-- --nocapture`).
     let table: Vec<&str> = log.lines().filter(|l| l.contains("escape ")).collect();
     eprintln!(
         "hostile agent, {mode}{}: {} escapes tried\n{}",

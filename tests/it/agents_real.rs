@@ -9,7 +9,7 @@
 //! `HOME` private, the profile's own variables) and their retries scaled down through
 //! their own knobs (`CLAUDE_CODE_MAX_RETRIES`; Codex's provider `request_max_retries`,
 //! `stream_max_retries`), so a scenario takes seconds. The same scenarios at the CLIs'
-//! default timings are run by hand with `AFK_REAL_DEFAULTS=1` (README, "Running real agents").
+//! default timings are run by hand with `AFK_REAL_DEFAULTS=1` (docs/guide/agents-and-spend.md, "Running real agents").
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -61,7 +61,7 @@ impl Cli {
         }
     }
 
-    /// The arguments of the README's `agent.command` for this CLI.
+    /// The arguments of the guide's `agent.command` for this CLI.
     fn args(self) -> Vec<String> {
         match self {
             Cli::Claude => vec!["--dangerously-skip-permissions".into()],
@@ -69,7 +69,7 @@ impl Cli {
         }
     }
 
-    /// The `agent.command` the README gives for this CLI, with the installed program.
+    /// The `agent.command` the guide gives for this CLI, with the installed program.
     pub fn command(self) -> Vec<String> {
         let program = agent_clis::bin_dir().join(self.name());
         let mut c = vec![program.display().to_string()];
@@ -146,7 +146,7 @@ pub fn agent_env(cli: Cli, home: &Path, base_url: &str) -> Vec<(String, String)>
             };
             let dir = home.join(".codex");
             fs::create_dir_all(&dir).unwrap();
-            // The README's config, as written, with the test's provider before it (top-level
+            // The guide's config, as written, with the test's provider before it (top-level
             // keys first: TOML puts every key after a table header into that table).
             fs::write(
                 dir.join("config.toml"),
@@ -163,23 +163,13 @@ pub fn agent_env(cli: Cli, home: &Path, base_url: &str) -> Vec<(String, String)>
     env
 }
 
-/// The fenced block right after `marker` in the README: the setup it documents is the one
-/// the suite runs.
+/// The fenced block right after `marker` in the guide's page on real agents: the setup it
+/// documents is the one the suite runs.
 fn readme_block(marker: &str) -> String {
-    let readme =
-        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let at = readme
-        .find(marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"));
-    let rest = &readme[at + marker.len()..];
-    let open = rest.find("```").unwrap();
-    let body = &rest[open..];
-    let start = body.find('\n').unwrap() + 1;
-    let end = body[start..].find("```").unwrap();
-    body[start..start + end].to_string()
+    crate::support::docs::block_after(&crate::support::docs::guide("agents-and-spend.md"), marker)
 }
 
-/// The README's `[agent] command` for each CLI is the one the suite runs (with the
+/// The guide's `[agent] command` for each CLI is the one the suite runs (with the
 /// installed program in place of the bare name).
 #[test]
 fn the_readme_agent_setup_is_the_tested_one() {
@@ -777,7 +767,7 @@ fn the_recorded_corpus_classifies_as_each_scenario_means() {
 
 // ---- The fleet running the real CLIs ----
 
-/// A fleet on the local tracker whose `agent.command` is `cli`'s, as the README gives it,
+/// A fleet on the local tracker whose `agent.command` is `cli`'s, as the guide gives it,
 /// against the provider at `base_url`: `workers` slots, `n` ready issues. The CLI's
 /// variables reach it through the supervisor and the worker (names on the agent
 /// allowlist); its config lives in the test's HOME.

@@ -142,7 +142,7 @@ fn describe(o: &Output) -> String {
     )
 }
 
-/// The bound of the environment form of an issue text (README, "The built-in worker").
+/// The bound of the environment form of an issue text (docs/guide/agents-and-spend.md, "The built-in worker").
 const ENV_TEXT_MAX: usize = 32 * 1024;
 
 // ---- 1. issue texts that no environment string can hold ----
@@ -336,7 +336,7 @@ fn a_huge_liveness_interval_is_a_config_error_before_any_claim() {
 // ---- 3. the oldest issues first, however long the queue ----
 
 /// Writes `count` open `ready-for-agent` issues straight into the local store in the
-/// documented hand-editable format (README, "The local store"), `#2` without the label.
+/// documented hand-editable format (docs/guide/trackers.md, "The local store"), `#2` without the label.
 fn fill_store(f: &Fx, count: u64) {
     let dir = f.tracker.dir().join("issues");
     fs::create_dir_all(&dir).unwrap();

@@ -1,4 +1,4 @@
-//! Isolation (README "Isolation"): every worker in its own cgroup v2 cgroup. A descendant
+//! Isolation (docs/guide/isolation.md): every worker in its own cgroup v2 cgroup. A descendant
 //! that left its worker's session, cleared its environment and was reparented to init is
 //! still in the worker's cgroup, so it ends with the worker, at `stop`, and after a
 //! takeover. The same runs in process-group mode print what that mode leaves, for the
@@ -279,9 +279,9 @@ fn two_hundred_children_end_at_stop_and_after_a_takeover() {
     }
 }
 
-/// The same runs in process-group mode, for the comparison the README states: what the
-/// mode leaves is printed (the escaper with a cleared environment outlives a takeover and
-/// `stop` there); the stop itself must still succeed.
+/// The same runs in process-group mode, for the comparison `docs/guide/isolation.md` states:
+/// what the mode leaves is printed (the escaper with a cleared environment outlives a
+/// takeover and `stop` there); the stop itself must still succeed.
 #[test]
 fn process_group_mode_leftovers_for_comparison() {
     let mut counts = Vec::new();

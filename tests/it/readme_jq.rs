@@ -1,8 +1,8 @@
-//! The README's `jq` lines, run as written on a real fleet (issue 26): the JSON diagnostics
-//! file parses line by line, and the parked-slot filter finds both kinds of parking. Needs
-//! `jq` (`.ci/run` installs it; under `CI=true` a missing one fails the test).
+//! The `jq` lines of the guide's "Logs" (`docs/guide/running.md`), run as written on a real
+//! fleet (issue 26): the JSON diagnostics file parses line by line, and the parked-slot
+//! filter finds both kinds of parking. Needs `jq` (`.ci/run` installs it; under `CI=true` a
+//! missing one fails the test).
 
-use std::path::Path;
 use std::process::Stdio;
 
 use nix::sys::signal::Signal;
@@ -10,15 +10,10 @@ use nix::sys::signal::Signal;
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{self, fleet};
 
-/// The README line that starts with `prefix` (inside its ```sh blocks), comment removed.
+/// The line of the guide's "Logs" that starts with `prefix` (inside its ```sh blocks),
+/// comment removed.
 fn readme_line(prefix: &str) -> String {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let line = readme
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("README has no line starting {prefix:?}"));
-    line.split("   #").next().unwrap().trim().to_string()
+    support::docs::line_starting(&support::docs::guide("running.md"), prefix)
 }
 
 /// `sh -c line` in the repo, with the binary first on PATH as `afk-supervisor`.

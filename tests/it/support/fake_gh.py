@@ -324,7 +324,7 @@ def handle(argv, state):
         ]
         raise Reply(0, stdout=dump(rows))
 
-    # The worker's claim listing adds `--search sort:created-asc` (README, "The built-in
+    # The worker's claim listing adds `--search sort:created-asc` (guide, "The built-in
     # worker"): GitHub then sorts oldest first before cutting at the limit.
     labeled = ["issue", "list", "--label", anything, "--state", "open", "--limit", positive]
     json_fields = ["--json", "number,body,labels"]

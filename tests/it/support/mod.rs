@@ -5,6 +5,7 @@
 
 pub mod agent_clis;
 pub mod cli;
+pub mod docs;
 pub mod etcd;
 pub mod fake_gh;
 pub mod fleet;
@@ -229,7 +230,7 @@ pub fn ev(ts: &str, kind: &str, msg: &str) -> afk_supervisor::toonl::Event {
 }
 
 /// `PATH` with the binary under test's directory first, so a shell line's
-/// `afk-supervisor` (a README example run as written) is this build.
+/// `afk-supervisor` (a README or guide example run as written) is this build.
 pub fn path_with_bin() -> String {
     let bin = Path::new(env!("CARGO_BIN_EXE_afk-supervisor"));
     format!(
