@@ -1,13 +1,19 @@
-//! What holds the fleet's claims for the agent, read off the loop by each queue check
-//! (`docs/SPEC.md` §11.13): the agent pause file (`crate::lanes::pause_file`) and the day's budget
-//! (`crate::budget` over the attempt ledger). The fleet (`core/fleet/holds.rs`) decides what
-//! they mean; this reads files only.
+//! What holds the fleet's claims, read for the fleet off the loop (`docs/SPEC.md` §11.13):
+//! the operator's pause, the rate limit's pause, a cluster host without a live lease, the
+//! agent's hold (`crate::lanes::pause_file`) and the day's budget (`crate::budget` over the
+//! attempt ledger), as the events the fleet takes them by; and which issues a worker would
+//! try to claim. The fleet (`core/fleet/holds.rs`) decides what they mean; this reads files
+//! only.
+
+use std::collections::BTreeSet;
 
 use crate::budget;
 use crate::config::Budget;
 use crate::lanes::state_file::SpendToday;
 use crate::layout::Layout;
-use crate::supervisor::core::event::{Hold, HoldKind};
+use crate::supervisor::core::event::{Event, Hold, HoldKind};
+use crate::timeutil::now_epoch;
+use crate::tracker::{self, LabeledIssue};
 
 /// The hold in force at `now`, and the day's spend when a daily budget is set.
 pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option<SpendToday>) {
@@ -56,4 +62,112 @@ fn with_reserved(mut spend: SpendToday, layout: &Layout, budget: &Budget, now: u
         spend.reserved_attempts = r.attempts;
     }
     spend
+}
+
+/// What holds the fleet, as the events the fleet takes it by ([`read_holds`]).
+#[derive(Debug, Default)]
+pub struct HoldsRead {
+    pub events: Vec<Event>,
+}
+
+impl HoldsRead {
+    /// A pause of the rate limit or a hold of the agent's is among them: no queue check.
+    pub fn held(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Paused(_) | Event::Hold(..)))
+    }
+}
+
+/// The fleet's holds, read before a start's first spawns: the operator's pause (it holds
+/// spawns, not queue checks), then the rate limit's pause, else the agent's hold or the
+/// day's spend. A file that cannot be read is an event of its own and holds nothing.
+pub fn read_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u64) -> HoldsRead {
+    let mut events = read_operator_pause(layout);
+    events.extend(read_tracker_holds(layout, budget, tick_s).events);
+    HoldsRead { events }
+}
+
+/// The holds a queue check reads before it asks the tracker: the rate limit's pause, else
+/// the agent's hold or the day's spend. Not the operator's pause: the loop reads that
+/// itself (at each tick and control signal), so a check read before a `resume` and
+/// answered after it cannot bring the lifted pause back.
+pub fn read_tracker_holds(
+    layout: &Layout,
+    budget: &crate::config::Budget,
+    tick_s: u64,
+) -> HoldsRead {
+    let state_dir = layout.state();
+    let mut events = Vec::new();
+    if let Some(p) = cluster_hold(layout, tick_s) {
+        events.push(Event::Paused(p));
+        return HoldsRead { events };
+    }
+    match crate::lanes::pause_file::read(&state_dir) {
+        Ok(Some(p)) if p.active_at(now_epoch()) => {
+            events.push(Event::Paused(p));
+            return HoldsRead { events };
+        }
+        Ok(_) => {}
+        Err(e) => events.push(Event::PauseFile(e)),
+    }
+    events.push(match read(layout, budget, now_epoch()) {
+        (Some(h), spend) => Event::Hold(h, spend),
+        (None, spend) => Event::Spend(spend),
+    });
+    HoldsRead { events }
+}
+
+/// The operator's pause file as the events the fleet takes it by: read before a start's
+/// first spawns, at each tick and at once on a control signal, so `pause` and `resume` act
+/// on the signal that follows them instead of a tick later (one small file, read on the
+/// loop, so its readings arrive in order).
+pub fn read_operator_pause(layout: &Layout) -> Vec<Event> {
+    let mut events = Vec::new();
+    let (active, resumed_via) = match crate::lanes::pause_file::read_operator(&layout.state()) {
+        Ok(p) => (
+            p.clone().filter(|p| p.active_at(now_epoch())),
+            p.filter(|r| r.resumed).map(|r| r.via),
+        ),
+        Err(e) => {
+            events.push(Event::PauseFile(e));
+            (None, None)
+        }
+    };
+    events.push(Event::OperatorPause {
+        active,
+        resumed_via,
+    });
+    events
+}
+
+/// The numbers of the issues a worker would try to claim: claimable labels and no claim
+/// dir (anything at that path makes the worker's exclusive `mkdir` fail).
+pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
+    let claims = layout.claims();
+    issues
+        .iter()
+        .filter(|i| tracker::is_claimable(&i.labels))
+        .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
+        .map(|i| i.number)
+        .collect()
+}
+
+/// `[cluster]`: while the host holds no live lease (etcd unavailable, or the lease lost)
+/// nothing is spawned, as for a rate limit: one `fleet.paused`, the resume time moved on
+/// by every check that finds it still so (each tick: it is set two ticks ahead), and
+/// `fleet.resumed` within two ticks of a live lease.
+fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::lanes::pause_file::Pause> {
+    crate::cluster::active()?;
+    let rec = crate::cluster::lease::read(&layout.supervisor_lane());
+    if rec.as_ref().is_some_and(|r| r.live()) {
+        return None;
+    }
+    let why = rec.map_or("no lease yet".to_string(), |r| r.why);
+    let now = now_epoch();
+    Some(crate::lanes::pause_file::Pause {
+        reason: format!("cluster: no live lease of this host ({why})"),
+        until_epoch: now + 2 * tick_s.max(1),
+        since_epoch: now,
+    })
 }

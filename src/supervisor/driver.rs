@@ -9,7 +9,6 @@
 //! the files, CPU readings and identities the tick asks for. Escaped descendants are
 //! searched for and swept here (`strays`), since that reads the process table.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +21,7 @@ use crate::lanes::slot_control::{self, Found};
 use crate::lanes::state_file;
 use crate::layout::Layout;
 use crate::process;
+use crate::supervisor::claim_holds;
 use crate::supervisor::core::effect::Effect;
 use crate::supervisor::core::event::{
     Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
@@ -35,9 +35,9 @@ use crate::supervisor::os::spawn::SpawnSpec;
 use crate::supervisor::os::stall;
 use crate::supervisor::os::strays::{Scope, Strays};
 use crate::supervisor::texts::kind;
-use crate::timeutil::{date_utc, now_epoch};
+use crate::timeutil::date_utc;
 use crate::toonl::Event as LogLine;
-use crate::tracker::{self, LabeledIssue, Tracker};
+use crate::tracker::{self, Tracker};
 
 /// Most open `ready-for-agent` issues counted per queue check.
 const QUEUE_LIMIT: usize = 1000;
@@ -224,7 +224,7 @@ impl Driver {
     /// read and fed. The pause first: a `scale` sent while a `pause` was just written
     /// (one signal may answer both) must find the fleet paused and start nothing.
     pub fn control(&mut self, fleet: &mut Fleet, now: Instant) {
-        for e in read_operator_pause(&self.layout) {
+        for e in claim_holds::read_operator_pause(&self.layout) {
             self.feed(fleet, e, now);
         }
         let files = self.control_files();
@@ -258,7 +258,7 @@ impl Driver {
         if fleet.tick_due(now) {
             // The operator pause's own end (`--until`) is learnt here, before the tick's
             // queue check.
-            for e in read_operator_pause(&self.layout) {
+            for e in claim_holds::read_operator_pause(&self.layout) {
                 self.feed(fleet, e, now);
             }
             let facts = self.tick_facts(fleet, now);
@@ -686,7 +686,7 @@ impl Driver {
         let tick_s = self.tick_s;
         blocking(move || {
             // The holds are read first: a paused or held fleet's queue check costs no call.
-            let holds = read_tracker_holds(&layout, &budget, tick_s);
+            let holds = claim_holds::read_tracker_holds(&layout, &budget, tick_s);
             let held = holds.held();
             for e in holds.events {
                 let _ = tx.send(e);
@@ -703,7 +703,7 @@ impl Driver {
             let r = match tracker {
                 Ok(t) => t
                     .list_open_with_label(tracker::labels::READY_FOR_AGENT, QUEUE_LIMIT)
-                    .map(|v| claimable(&layout, &v))
+                    .map(|v| claim_holds::claimable(&layout, &v))
                     .map_err(QueueError::from),
                 Err(e) => Err(QueueError::Unavailable(e)),
             };
@@ -762,112 +762,6 @@ fn blocking(job: impl FnOnce() + Send + 'static) {
         }
         Err(_) => job(),
     }
-}
-
-/// What holds the fleet, as the events the fleet takes it by ([`read_holds`]).
-#[derive(Debug, Default)]
-pub struct HoldsRead {
-    pub events: Vec<Event>,
-}
-
-impl HoldsRead {
-    /// A pause of the rate limit or a hold of the agent's is among them: no queue check.
-    pub fn held(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| matches!(e, Event::Paused(_) | Event::Hold(..)))
-    }
-}
-
-/// The fleet's holds, read before a start's first spawns: the operator's pause (it holds
-/// spawns, not queue checks), then the rate limit's pause, else the agent's hold or the
-/// day's spend. A file that cannot be read is an event of its own and holds nothing.
-pub fn read_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u64) -> HoldsRead {
-    let mut events = read_operator_pause(layout);
-    events.extend(read_tracker_holds(layout, budget, tick_s).events);
-    HoldsRead { events }
-}
-
-/// The holds a queue check reads before it asks the tracker: the rate limit's pause, else
-/// the agent's hold or the day's spend. Not the operator's pause: the loop reads that
-/// itself (at each tick and control signal), so a check read before a `resume` and
-/// answered after it cannot bring the lifted pause back.
-fn read_tracker_holds(layout: &Layout, budget: &crate::config::Budget, tick_s: u64) -> HoldsRead {
-    let state_dir = layout.state();
-    let mut events = Vec::new();
-    if let Some(p) = cluster_hold(layout, tick_s) {
-        events.push(Event::Paused(p));
-        return HoldsRead { events };
-    }
-    match crate::lanes::pause_file::read(&state_dir) {
-        Ok(Some(p)) if p.active_at(now_epoch()) => {
-            events.push(Event::Paused(p));
-            return HoldsRead { events };
-        }
-        Ok(_) => {}
-        Err(e) => events.push(Event::PauseFile(e)),
-    }
-    events.push(
-        match crate::supervisor::claim_holds::read(layout, budget, now_epoch()) {
-            (Some(h), spend) => Event::Hold(h, spend),
-            (None, spend) => Event::Spend(spend),
-        },
-    );
-    HoldsRead { events }
-}
-
-/// The operator's pause file as the events the fleet takes it by: read before a start's
-/// first spawns, at each tick and at once on a control signal, so `pause` and `resume` act
-/// on the signal that follows them instead of a tick later (one small file, read on the
-/// loop, so its readings arrive in order).
-pub fn read_operator_pause(layout: &Layout) -> Vec<Event> {
-    let mut events = Vec::new();
-    let (active, resumed_via) = match crate::lanes::pause_file::read_operator(&layout.state()) {
-        Ok(p) => (
-            p.clone().filter(|p| p.active_at(now_epoch())),
-            p.filter(|r| r.resumed).map(|r| r.via),
-        ),
-        Err(e) => {
-            events.push(Event::PauseFile(e));
-            (None, None)
-        }
-    };
-    events.push(Event::OperatorPause {
-        active,
-        resumed_via,
-    });
-    events
-}
-
-/// The numbers of the issues a worker would try to claim: claimable labels and no claim
-/// dir (anything at that path makes the worker's exclusive `mkdir` fail).
-pub fn claimable(layout: &Layout, issues: &[LabeledIssue]) -> BTreeSet<u64> {
-    let claims = layout.claims();
-    issues
-        .iter()
-        .filter(|i| tracker::is_claimable(&i.labels))
-        .filter(|i| std::fs::symlink_metadata(claims.join(i.number.to_string())).is_err())
-        .map(|i| i.number)
-        .collect()
-}
-
-/// `[cluster]`: while the host holds no live lease (etcd unavailable, or the lease lost)
-/// nothing is spawned, as for a rate limit: one `fleet.paused`, the resume time moved on
-/// by every check that finds it still so (each tick: it is set two ticks ahead), and
-/// `fleet.resumed` within two ticks of a live lease.
-fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::lanes::pause_file::Pause> {
-    crate::cluster::active()?;
-    let rec = crate::cluster::lease::read(&layout.supervisor_lane());
-    if rec.as_ref().is_some_and(|r| r.live()) {
-        return None;
-    }
-    let why = rec.map_or("no lease yet".to_string(), |r| r.why);
-    let now = now_epoch();
-    Some(crate::lanes::pause_file::Pause {
-        reason: format!("cluster: no live lease of this host ({why})"),
-        until_epoch: now + 2 * tick_s.max(1),
-        since_epoch: now,
-    })
 }
 
 #[cfg(test)]
