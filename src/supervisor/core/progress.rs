@@ -1,5 +1,5 @@
 //! A worker's progress as the fleet judges it, from what the driver reads for it: its
-//! tree's use ([`Usage`], `os/usage.rs`) and its newest attempt ([`Attempt`],
+//! tree's use ([`Usage`], `os/tree_usage.rs`) and its newest attempt ([`Attempt`],
 //! `os/stall.rs`). The readings are the OS side's; the judgement is here, pure, so the
 //! fleet decides a stall without touching a file or a process.
 

@@ -26,7 +26,7 @@ use crate::supervisor::core::progress::Usage;
 use crate::supervisor::core::reaper::{Done, Group, Order, Reaper, Stop};
 use crate::supervisor::os::pidfd_set::Exits;
 use crate::supervisor::os::spawn::{self, SpawnError, SpawnSpec, Spawned};
-use crate::supervisor::os::usage::{Members, Meter};
+use crate::supervisor::os::tree_usage::{Members, Meter};
 
 /// One spawn of a batch: the worker of spawn `seq` in `slot`.
 pub struct Attempt<'a> {

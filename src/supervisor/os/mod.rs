@@ -2,7 +2,7 @@
 //! the supervisor's memory), the one door to their processes (`children`: pidfds, process
 //! groups, cgroups), their ends as one descriptor (`pidfd_set`), the loop's signals, the
 //! repo's lock and pid file, escaped descendants (`strays`), the isolation chosen at
-//! start-up, what a worker's tree costs (`usage`) and what its files say of its progress
+//! start-up, what a worker's tree costs (`tree_usage`) and what its files say of its progress
 //! (`stall`), and the service manager's readiness (`sd_notify`). What they read goes to the
 //! fleet as events; what they do is what its effects ask.
 
@@ -15,4 +15,4 @@ pub mod signals;
 pub mod spawn;
 pub mod stall;
 pub mod strays;
-pub mod usage;
+pub mod tree_usage;
