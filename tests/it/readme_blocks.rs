@@ -400,3 +400,55 @@ impl Drop for StopFleet<'_> {
             .output();
     }
 }
+
+/// The source files `docs/ARCHITECTURE.md` sends a maintainer to, `src/…` anywhere on the
+/// page and the "now" column of its walks (paths under `src/`): the file names of the
+/// walks before the move stay as written, as history.
+fn architecture_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| t.ends_with(".rs") || t.ends_with('/'))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut in_walks = false;
+    for line in text.lines() {
+        if line.starts_with("## ") {
+            in_walks = line == "## Five walks";
+        }
+        for t in ticked(line) {
+            if t.starts_with("src/") {
+                out.push(t);
+            }
+        }
+        let cells: Vec<&str> = line.split('|').collect();
+        if in_walks && cells.len() == 7 && !line.contains("---") && !line.contains("question") {
+            for t in ticked(cells[4]) {
+                if !t.starts_with("src/") {
+                    out.push(format!("src/{t}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_architecture_names_only_files_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = docs::read(Path::new("docs/ARCHITECTURE.md"));
+    let paths = architecture_paths(&text);
+    assert!(
+        paths.len() > 20,
+        "only {} paths read: {paths:?}",
+        paths.len()
+    );
+    let missing: Vec<&String> = paths.iter().filter(|p| !root.join(p).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names missing files: {missing:?}"
+    );
+}

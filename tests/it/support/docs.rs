@@ -37,6 +37,7 @@ pub fn linked_files() -> Vec<PathBuf> {
     let mut files = tested_files();
     files.push(PathBuf::from("benches/README.md"));
     files.push(PathBuf::from("CHANGELOG.md"));
+    files.push(PathBuf::from("docs/ARCHITECTURE.md"));
     files
 }
 
