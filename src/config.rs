@@ -19,7 +19,7 @@ use crate::sandbox::SandboxMode;
 use crate::text::{clip_quoted, excerpt, line_col};
 
 pub mod cluster;
-pub mod notify;
+pub mod notify_sinks;
 pub mod template;
 
 pub use cluster::ClusterCfg;
@@ -570,7 +570,7 @@ pub struct Config {
     pub rescue: RescueCfg,
     pub isolation: IsolationCfg,
     /// `[[notify]]`: where the fleet tells a person what happened (`docs/SPEC.md` §11.21).
-    pub notify: Vec<notify::Sink>,
+    pub notify: Vec<notify_sinks::Sink>,
     pub checks: ChecksCfg,
     pub landing: LandingCfg,
     /// `[cluster]`: the fleet's shared state in etcd; `None` runs on one box as always.
@@ -747,7 +747,7 @@ struct FileDoc {
     #[serde(default)]
     isolation: FileIsolation,
     #[serde(default)]
-    notify: Vec<Spanned<notify::FileSink>>,
+    notify: Vec<Spanned<notify_sinks::FileSink>>,
     #[serde(default)]
     checks: FileChecks,
     #[serde(default)]
@@ -1237,7 +1237,7 @@ impl Builder {
 
     fn apply_file(&mut self, mut d: FileDoc) -> Result<(), ConfigError> {
         if let Some((path, text)) = &self.file {
-            self.cfg.notify = notify::resolve(path, text, std::mem::take(&mut d.notify))?;
+            self.cfg.notify = notify_sinks::resolve(path, text, std::mem::take(&mut d.notify))?;
         }
         let (checks, landing) = (
             std::mem::take(&mut d.checks),

@@ -213,8 +213,8 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         key("name", format!("{:?}", s.name));
         key("kind", format!("{:?}", s.kind.to_string()));
         match &s.url {
-            Some(config::notify::SinkUrl::Literal(u)) => key("url", format!("{u:?}")),
-            Some(config::notify::SinkUrl::Env(v)) => key("url_env", format!("{v:?}")),
+            Some(config::notify_sinks::SinkUrl::Literal(u)) => key("url", format!("{u:?}")),
+            Some(config::notify_sinks::SinkUrl::Env(v)) => key("url_env", format!("{v:?}")),
             None => {}
         }
         if let Some(cmd) = &s.command {

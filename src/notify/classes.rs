@@ -53,7 +53,7 @@ pub enum Class {
 }
 
 impl Class {
-    /// In the order of `config::notify::CLASSES`.
+    /// In the order of `config::notify_sinks::CLASSES`.
     pub const ALL: [Class; 12] = [
         Class::PrReady,
         Class::HandedOff,
@@ -72,7 +72,7 @@ impl Class {
     /// The name `events` uses (`pr-ready`).
     pub fn name(self) -> &'static str {
         match Class::ALL.iter().position(|c| *c == self) {
-            Some(i) => crate::config::notify::CLASSES[i],
+            Some(i) => crate::config::notify_sinks::CLASSES[i],
             None => "test",
         }
     }
@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn names_are_the_configs() {
         let names: Vec<&str> = Class::ALL.iter().map(|c| c.name()).collect();
-        assert_eq!(names, crate::config::notify::CLASSES);
+        assert_eq!(names, crate::config::notify_sinks::CLASSES);
         for c in Class::ALL.into_iter().chain([Class::Test]) {
             let json = serde_json::to_value(c).unwrap();
             assert_eq!(json, c.name());

@@ -32,7 +32,7 @@ use super::sinks::{self, Origin};
 use super::state::{self, Pending, State};
 use super::{EVENT_FAILED, EVENT_START};
 use crate::config::Config;
-use crate::config::notify::Sink;
+use crate::config::notify_sinks::Sink;
 use crate::events::{EventStream, Start};
 use crate::layout::Layout;
 use crate::toonl::Event;

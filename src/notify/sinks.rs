@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use super::coalesce::Message;
-use crate::config::notify::{Sink, SinkKind, SinkUrl};
+use crate::config::notify_sinks::{Sink, SinkKind, SinkUrl};
 
 /// Who is sending: the repository and host a person reads first.
 #[derive(Debug, Clone)]
