@@ -237,6 +237,28 @@ pub struct TrackerCfg {
     pub pace_hour_s: u64,
 }
 
+/// The content-creating writes one GitHub identity is allowed: so many per window (the
+/// minute) and per hour, each window's length in seconds (`tracker.pace_window_s`,
+/// `tracker.pace_hour_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBudgets {
+    pub per_window: u64,
+    pub window_s: u64,
+    pub per_hour: u64,
+    pub hour_s: u64,
+}
+
+impl TrackerCfg {
+    pub fn write_budgets(&self) -> WriteBudgets {
+        WriteBudgets {
+            per_window: self.max_writes_per_min,
+            window_s: self.pace_window_s,
+            per_hour: self.max_writes_per_hour,
+            hour_s: self.pace_hour_s,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timing {
     pub tick_s: u64,

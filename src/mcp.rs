@@ -361,14 +361,20 @@ impl AfkMcp {
     }
 
     #[tool(
-        description = "The running fleet: the same JSON as `afk-supervisor status --json` (schema_version, supervisor, fleet, slots; docs/status.schema.json).",
+        description = "The running fleet: the same JSON as `afk-supervisor status --json` (schema_version, supervisor, fleet, slots; docs/status.schema.json); with [cluster], `cluster` holds every host, the leader, the claims, the shared pauses and each GitHub identity's writes left, as `status --fleet --json`.",
         output_schema = status_schema(),
         annotations(read_only_hint = true)
     )]
     async fn fleet_status(&self) -> Result<CallToolResult, String> {
         let layout = self.layout.clone();
         let report = blocking(move || control::status(&layout).map_err(|e| e.to_string())).await?;
-        let v = crate::status::health::report_json(&report).map_err(|e| e.to_string())?;
+        let mut v = crate::status::health::report_json(&report).map_err(|e| e.to_string())?;
+        // On a cluster, every host too: what `status --fleet --json` shows.
+        if let Some(c) = crate::cluster::active() {
+            let budgets = self.config.tracker.write_budgets();
+            v["cluster"] =
+                blocking(move || c.fleet_view(budgets).map_err(|e| e.to_string())).await?;
+        }
         Ok(CallToolResult::structured(v))
     }
 

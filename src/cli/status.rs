@@ -80,14 +80,14 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
 /// `status --fleet`: the cluster's view (`docs/SPEC.md` §11.23); exit 1 when etcd does not
 /// answer, 78 without `[cluster]`.
 fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
-    ctx.config(crate::config::Overrides::default())?;
+    let cfg = ctx.config(crate::config::Overrides::default())?;
     let Some(c) = crate::cluster::active() else {
         return Err(Failure::config(
             "status --fleet: no [cluster] in the config: this fleet is one box (`status` shows it)",
         ));
     };
     let v = c
-        .fleet_view()
+        .fleet_view(cfg.tracker.write_budgets())
         .map_err(|e| Failure::failed(format!("status --fleet: {e}")))?;
     if json {
         outln!("{}", encode(&v)?);
@@ -116,6 +116,17 @@ fn render_fleet(v: &serde_json::Value) -> String {
                 v[key]["until_epoch"]
             );
         }
+    }
+    for id in v["github"].as_array().into_iter().flatten() {
+        out += &format!(
+            "github {}: {} of {} writes this hour ({} left), {} of {} this minute\n",
+            id["login"].as_str().unwrap_or("?"),
+            id["hour"],
+            id["per_hour"],
+            id["hour_left"],
+            id["minute"],
+            id["per_minute"]
+        );
     }
     for h in v["hosts"].as_array().into_iter().flatten() {
         let slots = h["slots"].as_array().cloned().unwrap_or_default();

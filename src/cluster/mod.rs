@@ -23,6 +23,7 @@ mod http;
 pub mod keeper;
 pub mod lease;
 pub mod shared;
+pub mod windows;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -43,6 +44,9 @@ pub const RESTORE_GUARD_TTL_S: u64 = 60;
 pub struct Cluster {
     pub etcd: Etcd,
     prefix: String,
+    /// Where the GitHub identities' write windows go (`windows`): `afk/` under the default
+    /// prefix, shared by the repositories of one identity; else the fleet's own prefix.
+    identity_root: String,
     pub lease_s: u64,
 }
 
@@ -102,7 +106,10 @@ pub fn install(cfg: &ClusterCfg, repo: &str) -> Result<&'static Cluster, SetupEr
         return Ok(c);
     }
     let c = Cluster::new(cfg, repo)?;
-    Ok(ACTIVE.get_or_init(|| c))
+    let c = ACTIVE.get_or_init(|| c);
+    // GitHub counts writes per identity: the hosts keep one window per identity in etcd.
+    crate::tracker::pace::share_through(Box::new(windows::EtcdWindows(c)));
+    Ok(c)
 }
 
 impl Cluster {
@@ -121,9 +128,14 @@ impl Cluster {
             }
             _ => None,
         };
+        let prefix = cfg.key_prefix(repo);
         Ok(Cluster {
             etcd: Etcd::new(cfg.endpoints.clone(), call_timeout(cfg.lease_s), login),
-            prefix: cfg.key_prefix(repo),
+            identity_root: match cfg.prefix {
+                Some(_) => prefix.clone(),
+                None => "afk/".to_string(),
+            },
+            prefix,
             lease_s: cfg.lease_s,
         })
     }
@@ -131,6 +143,11 @@ impl Cluster {
     /// The key prefix of this fleet.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Where the GitHub identities' write windows live (`windows::key`).
+    pub fn identity_root(&self) -> &str {
+        &self.identity_root
     }
 
     pub fn claims_prefix(&self) -> String {
@@ -155,8 +172,13 @@ impl Cluster {
     }
 
     /// The fleet as etcd holds it, for `status --fleet`: every host's published status
-    /// (JSON), the leader, the claims, and the shared pauses.
-    pub fn fleet_view(&self) -> EtcdResult<serde_json::Value> {
+    /// (JSON), the leader, the claims, the shared pauses, and each GitHub identity's writes
+    /// in the last minute and hour by every host.
+    /// `budgets`: this host's write budgets, which the identities' use is shown against.
+    pub fn fleet_view(
+        &self,
+        budgets: crate::config::WriteBudgets,
+    ) -> EtcdResult<serde_json::Value> {
         let hosts_prefix = format!("{}hosts/", self.prefix);
         let hosts: Vec<serde_json::Value> = self
             .etcd
@@ -186,9 +208,19 @@ impl Cluster {
                 })
                 .unwrap_or(serde_json::Value::Null))
         };
+        let root = format!("{}github/", self.identity_root);
+        let values: Vec<(String, String)> = self
+            .etcd
+            .get_prefix(&root)?
+            .into_iter()
+            .map(|kv| (kv.key, kv.value))
+            .collect();
+        let now_ms = crate::timeutil::now_epoch().saturating_mul(1000);
+        let github = windows::uses(&values, &self.identity_root, now_ms, budgets);
         Ok(serde_json::json!({
             "prefix": self.prefix,
             "leader": leader,
+            "github": github,
             "hosts": hosts,
             "claims": claims,
             "agent_paused": pause("agent")?,

@@ -211,7 +211,8 @@ impl GhTracker {
             if let Err(e) = pace.acquire(deadline) {
                 let kind = match &e {
                     super::pace::PaceError::Exhausted { .. }
-                    | super::pace::PaceError::Locked { .. } => ErrorKind::Transient,
+                    | super::pace::PaceError::Locked { .. }
+                    | super::pace::PaceError::Shared(_) => ErrorKind::Transient,
                     super::pace::PaceError::File(_) => ErrorKind::Failed,
                     // The hour's writes are spent: the whole fleet waits for the next slot,
                     // as for GitHub's own limit, rather than every worker meeting it.

@@ -15,6 +15,7 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The pace file's name under `.red/state/`.
@@ -24,9 +25,38 @@ pub const FILE_NAME: &str = "tracker-pace";
 /// hourly budget is 1.5 MB).
 const MAX_BYTES: u64 = 2 << 20;
 
+/// Where a GitHub identity's recent write times live when hosts beyond this one write with
+/// it (`[cluster]`: etcd, `docs/SPEC.md` §11.23). GitHub counts per identity, not per host:
+/// three hosts each keeping 500 an hour on their own would send 1,500. The store is the
+/// cluster's; the rule (which writes count, when the next slot opens) stays here.
+pub trait SharedWindows: Send + Sync {
+    /// Where `login`'s times are kept, for the messages that name the budget.
+    fn place(&self, login: &str) -> String;
+    /// `login`'s recent write times (epoch milliseconds) and the version they were read at.
+    fn load(&self, login: &str) -> Result<(Vec<u64>, i64), String>;
+    /// Stores `times` when nobody stored since `version`; `Ok(false)` when someone did
+    /// (the caller looks again), an error when the store could not be asked.
+    fn store(&self, login: &str, times: &[u64], version: i64) -> Result<bool, String>;
+}
+
+static SHARED: OnceLock<Box<dyn SharedWindows>> = OnceLock::new();
+
+/// From now on this process keeps every identity's write windows in `store` (once per
+/// process; a second call changes nothing).
+pub fn share_through(store: Box<dyn SharedWindows>) {
+    let _ = SHARED.set(store);
+}
+
+fn shared() -> Option<&'static dyn SharedWindows> {
+    SHARED.get().map(|b| b.as_ref())
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pace {
     file: PathBuf,
+    /// The identity the budget is for, once known ([`Pace::for_login`]): the key of the
+    /// shared windows.
+    login: Option<String>,
     budget: usize,
     window: Duration,
     /// The hourly budget (GitHub's 500 writes an hour per identity) and its window.
@@ -98,6 +128,10 @@ pub enum PaceError {
     },
     #[error("{0}")]
     File(String),
+    /// The shared windows could not be read or written (etcd unavailable): nothing was
+    /// written, and the call is tried again later.
+    #[error("shared write windows: {0}")]
+    Shared(String),
 }
 
 /// What the hourly window counts beyond its length (see `try_take`).
@@ -134,6 +168,7 @@ impl Pace {
             hourly: usize::MAX,
             hour: Duration::from_secs(3600),
             account_dir: None,
+            login: None,
         }
     }
 
@@ -153,20 +188,26 @@ impl Pace {
         self
     }
 
-    /// Whether the budget is per account (the login must be known before a write).
+    /// Whether the budget is per account (the login must be known before a write): on
+    /// this host's account file, or in the windows the hosts share.
     pub fn is_per_account(&self) -> bool {
-        self.account_dir.is_some()
+        self.account_dir.is_some() || shared().is_some()
     }
 
     /// This pace for the account `login`: `pace-<login>` in the account dir, shared by every
     /// checkout on the host; unchanged when the pace is not per account.
     pub fn for_login(&self, login: &str) -> Pace {
+        let login = Some(login.to_string());
         let Some(dir) = &self.account_dir else {
-            return self.clone();
+            return Pace {
+                login,
+                ..self.clone()
+            };
         };
         Pace {
-            file: dir.join(login_file_name(login)),
+            file: dir.join(login_file_name(&login.clone().unwrap_or_default())),
             account_dir: None,
+            login,
             ..self.clone()
         }
     }
@@ -186,7 +227,7 @@ impl Pace {
                 Look::HourSpent(wait) if Instant::now() + wait <= deadline => wait,
                 Look::HourSpent(wait) => {
                     return Err(PaceError::HourSpent {
-                        file: self.file.display().to_string(),
+                        file: self.place(),
                         budget: self.hourly,
                         hour_s: self.hour.as_secs(),
                         // Whole seconds, rounded up: the pause it becomes ends no earlier.
@@ -197,16 +238,14 @@ impl Pace {
                 }
                 Look::Busy => {
                     if Instant::now() + LOCK_POLL > deadline {
-                        return Err(PaceError::Locked {
-                            file: self.file.display().to_string(),
-                        });
+                        return Err(PaceError::Locked { file: self.place() });
                     }
                     LOCK_POLL
                 }
             };
             if Instant::now() + wait > deadline {
                 return Err(PaceError::Exhausted {
-                    file: self.file.display().to_string(),
+                    file: self.place(),
                     budget: self.budget,
                     window_s: self.window.as_secs(),
                 });
@@ -216,8 +255,40 @@ impl Pace {
         }
     }
 
-    /// One look under the lock, never waiting for it.
+    /// Where the budget is kept, for a message: the shared windows' key or the file.
+    fn place(&self) -> String {
+        match (shared(), &self.login) {
+            (Some(store), Some(login)) => store.place(login),
+            _ => self.file.display().to_string(),
+        }
+    }
+
+    /// One look at the budget, never waiting: in the shared windows when the hosts share
+    /// them and the identity is known, else under the file's lock.
     fn try_take(&self) -> Result<Look, PaceError> {
+        match (shared(), &self.login) {
+            (Some(store), Some(login)) => self.try_take_shared(store, login),
+            _ => self.try_take_file(),
+        }
+    }
+
+    /// One compare-and-swap of the shared windows: a write taken only when nobody changed
+    /// them since they were read, so the hosts together keep one budget.
+    fn try_take_shared(&self, store: &dyn SharedWindows, login: &str) -> Result<Look, PaceError> {
+        let (times, version) = store.load(login).map_err(PaceError::Shared)?;
+        let (look, keep) = self.judge(times, now_ms());
+        match keep {
+            Some(times) => match store.store(login, &times, version) {
+                Ok(true) => Ok(look),
+                Ok(false) => Ok(Look::Busy),
+                Err(e) => Err(PaceError::Shared(e)),
+            },
+            None => Ok(look),
+        }
+    }
+
+    /// One look under the file's lock, never waiting for it.
+    fn try_take_file(&self) -> Result<Look, PaceError> {
         let named =
             |e: &dyn std::fmt::Display| PaceError::File(format!("{}: {e}", self.file.display()));
         if let Some(dir) = self.file.parent() {
@@ -239,7 +310,23 @@ impl Pace {
             .read_to_end(&mut bytes)
             .map_err(|e| named(&e))?;
         let text = String::from_utf8_lossy(&bytes);
-        let now = now_ms();
+        let times: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.trim().parse::<u64>().ok())
+            .collect();
+        let (look, keep) = self.judge(times, now_ms());
+        if let Some(times) = keep {
+            let body: String = times.iter().map(|t| format!("{t}\n")).collect();
+            f.set_len(0).map_err(|e| named(&e))?;
+            f.seek(SeekFrom::Start(0)).map_err(|e| named(&e))?;
+            f.write_all(body.as_bytes()).map_err(|e| named(&e))?;
+        }
+        Ok(look)
+    }
+
+    /// The rule, wherever the times are kept: the answer for a write at `now`, and the
+    /// times to keep when it was taken (`None`: nothing to store).
+    fn judge(&self, times: Vec<u64>, now: u64) -> (Look, Option<Vec<u64>>) {
         let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
         // A write reaches GitHub a moment after its stamp here (gh's start, the network):
         // the hour counts that much longer, so a slot never opens here before GitHub's.
@@ -251,9 +338,8 @@ impl Pace {
         } else {
             hour_ms
         });
-        let mut times: Vec<u64> = text
-            .lines()
-            .filter_map(|l| l.trim().parse::<u64>().ok())
+        let mut times: Vec<u64> = times
+            .into_iter()
             // A time in the future is another clock's or garbage: it is kept no longer
             // than a window from now.
             .map(|t| t.min(now))
@@ -271,26 +357,75 @@ impl Pace {
         if self.hourly != usize::MAX && hour.len() >= self.hourly {
             let oldest = hour[hour.len() - self.hourly];
             let wait_ms = (oldest + hour_ms).saturating_sub(now).max(1);
-            return Ok(Look::HourSpent(Duration::from_millis(wait_ms)));
+            return (Look::HourSpent(Duration::from_millis(wait_ms)), None);
         }
         let minute = within(window_ms);
         if minute.len() >= self.budget {
             let oldest = minute[minute.len() - self.budget];
             let wait_ms = (oldest + window_ms).saturating_sub(now).max(1);
-            return Ok(Look::Spent(Duration::from_millis(wait_ms)));
+            return (Look::Spent(Duration::from_millis(wait_ms)), None);
         }
         times.push(now);
-        let body: String = times.iter().map(|t| format!("{t}\n")).collect();
-        f.set_len(0).map_err(|e| named(&e))?;
-        f.seek(SeekFrom::Start(0)).map_err(|e| named(&e))?;
-        f.write_all(body.as_bytes()).map_err(|e| named(&e))?;
-        Ok(Look::Taken)
+        (Look::Taken, Some(times))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The shared windows of a cluster as one value with a version, losing the race once
+    /// when told to (another host stored between the read and the write).
+    #[derive(Default)]
+    struct Store {
+        kept: Mutex<(Vec<u64>, i64)>,
+        lose_next: Mutex<bool>,
+    }
+
+    impl SharedWindows for Store {
+        fn place(&self, login: &str) -> String {
+            format!("store {login}")
+        }
+        fn load(&self, _: &str) -> Result<(Vec<u64>, i64), String> {
+            Ok(self.kept.lock().unwrap().clone())
+        }
+        fn store(&self, _: &str, times: &[u64], version: i64) -> Result<bool, String> {
+            let mut kept = self.kept.lock().unwrap();
+            if std::mem::take(&mut *self.lose_next.lock().unwrap()) || kept.1 != version {
+                kept.1 += 1;
+                return Ok(false);
+            }
+            *kept = (times.to_vec(), version + 1);
+            Ok(true)
+        }
+    }
+
+    #[test]
+    fn hosts_sharing_the_windows_keep_one_budget_and_a_lost_race_looks_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::default();
+        // Two hosts, each with its own state dir, one identity.
+        let a = Pace::new(&dir.path().join("a"), 100, Duration::from_secs(60))
+            .hourly(3, Duration::from_secs(600))
+            .for_login("bot");
+        let b = Pace::new(&dir.path().join("b"), 100, Duration::from_secs(60))
+            .hourly(3, Duration::from_secs(600))
+            .for_login("bot");
+        assert!(matches!(a.try_take_shared(&store, "bot"), Ok(Look::Taken)));
+        *store.lose_next.lock().unwrap() = true;
+        assert!(matches!(b.try_take_shared(&store, "bot"), Ok(Look::Busy)));
+        assert!(matches!(b.try_take_shared(&store, "bot"), Ok(Look::Taken)));
+        assert!(matches!(a.try_take_shared(&store, "bot"), Ok(Look::Taken)));
+        assert!(matches!(
+            b.try_take_shared(&store, "bot"),
+            Ok(Look::HourSpent(_))
+        ));
+        assert_eq!(store.kept.lock().unwrap().0.len(), 3);
+        // Neither host's own file was used.
+        assert!(!dir.path().join("a").join(FILE_NAME).exists());
+        assert!(!dir.path().join("b").join(FILE_NAME).exists());
+    }
 
     #[test]
     fn an_accounts_budget_is_one_file_whatever_the_checkout() {

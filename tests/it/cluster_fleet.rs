@@ -92,11 +92,26 @@ impl Hosts {
     }
 
     fn with_lease(hosts: usize, workers: usize, issues: u64, lease_s: u64) -> Hosts {
-        Hosts::with(hosts, workers, issues, lease_s, 3600)
+        Hosts::with(
+            hosts,
+            workers,
+            issues,
+            lease_s,
+            3600,
+            "max_writes_per_min = 600\n",
+        )
     }
 
-    /// `unblock_s`: the unblock belt's interval.
-    fn with(hosts: usize, workers: usize, issues: u64, lease_s: u64, unblock_s: u64) -> Hosts {
+    /// `unblock_s`: the unblock belt's interval; `tracker`: the `[tracker]` lines beside the
+    /// kind, the repo and the timeout.
+    fn with(
+        hosts: usize,
+        workers: usize,
+        issues: u64,
+        lease_s: u64,
+        unblock_s: u64,
+        tracker: &str,
+    ) -> Hosts {
         let env = TestEnv::new();
         let etcd = EtcdCluster::start(env.path());
         let clones = hosts::clones(&env, hosts);
@@ -109,7 +124,7 @@ impl Hosts {
                 "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\
                  sandbox = \"none\"\nenv = [\"AFK_TEST_*\", \"AFK_HOST\", \"AFK_AGENT_S\"]\n\n\
                  [tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 20\n\
-                 max_writes_per_min = 600\n\n\
+                 {tracker}\n\
                  [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = {unblock_s}\n\n{}",
@@ -632,7 +647,7 @@ fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() 
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within_the_lease() {
-    let mut h = Hosts::with(3, 1, 1, lease_s(), 1);
+    let mut h = Hosts::with(3, 1, 1, lease_s(), 1, "max_writes_per_min = 600\n");
     h.start(0, 1);
     let leads = |h: &Hosts, i: usize| h.event_log(i).contains("this host leads the fleet");
     assert!(wait_until(DEADLINE, || leads(&h, 0)), "{}", h.dump());
@@ -860,4 +875,53 @@ fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
         !issues_by_clone(&h, &h.fleet_status(1)).contains_key(&0)
     });
     assert!(gone, "{}", h.fleet_status(1));
+}
+
+/// GitHub counts writes per identity: three hosts, each with a state directory of its own (as
+/// on three machines, so no file of one host is seen by another), keep ONE budget through
+/// etcd. An hour scaled to 10 s with 8 writes in it: GitHub refuses none, no 10 s span
+/// holds more than 8 of the three hosts' writes together, and `status --fleet` shows the
+/// identity's writes and what is left.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn three_hosts_keep_one_identitys_hourly_write_budget_through_etcd() {
+    let mut h = Hosts::with(
+        3,
+        1,
+        4,
+        lease_s(),
+        3600,
+        "max_writes_per_min = 20\nmax_writes_per_hour = 8\npace_hour_s = 10\n",
+    );
+    h.gh.set_write_limits(80, 8, 60.0, 10.0);
+    for i in 0..3 {
+        h.start(i, 1);
+    }
+    h.wait_done();
+    let (writes, most) = crate::fleet_limits::writes_and_most_within(&h.gh, 10.0);
+    eprintln!("writes: {}; most in a 10 s span: {most}", writes.len());
+    assert!(
+        writes.len() > 8,
+        "needs more than one hour's budget: {}",
+        writes.len()
+    );
+    assert_eq!(
+        h.gh.write_limit_hits(),
+        0,
+        "GitHub refused a write\n{}",
+        h.dump()
+    );
+    assert!(most <= 8, "{most} writes in one 10 s hour: {writes:?}");
+    let v = h.fleet_status(1);
+    let ids = v["github"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ids.len(), 1, "one identity: {v}");
+    assert_eq!(ids[0]["per_hour"], 8, "{v}");
+    assert_eq!(
+        ids[0]["hour_left"].as_u64().unwrap() + ids[0]["hour"].as_u64().unwrap(),
+        8,
+        "{v}"
+    );
 }

@@ -38,7 +38,7 @@ fn is_write(argv: &[String]) -> bool {
 }
 
 /// The time of every write the fake gh took, and the most of them within any `span` s.
-fn writes_and_most_within(gh: &FakeGh, span: f64) -> (Vec<f64>, usize) {
+pub(crate) fn writes_and_most_within(gh: &FakeGh, span: f64) -> (Vec<f64>, usize) {
     let writes: Vec<f64> = gh
         .stamped_calls()
         .into_iter()

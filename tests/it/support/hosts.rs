@@ -91,6 +91,9 @@ pub fn start_supervisor(
         .env("AFK_TEST_TAG", tag)
         .env("AFK_TEST_RUNS", env.path().join("runs"))
         .env("AFK_HOST", format!("h{i}"))
+        // A state directory of its own, as on a machine of its own: what the hosts share
+        // goes through etcd, never through a file one of them keeps.
+        .env("XDG_STATE_HOME", env.path().join(format!("state-h{i}")))
         .env("AFK_AGENT_S", agent_s.to_string())
         .arg("--repo")
         .arg(clone)
