@@ -120,6 +120,7 @@ impl Worker<'_> {
             title: h.title.to_string(),
             body: body.clone(),
             draft,
+            ready_when_green: draft && !landing.draft,
             checks: h.checks.words(),
             failing,
             check_rounds: h.checks.extra_rounds(),
