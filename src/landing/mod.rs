@@ -146,6 +146,35 @@ pub struct PrRecord {
 }
 
 impl PrRecord {
+    /// A new record of issue `n`'s pull request from `branch` into `base`, not opened yet,
+    /// with nothing checked, failed or asked.
+    pub fn pending(n: u64, branch: &str, base: &str, title: &str, body: &str) -> PrRecord {
+        let now = crate::timeutil::now_epoch();
+        PrRecord {
+            issue: n,
+            state: PrState::Pending,
+            url: None,
+            branch: branch.to_string(),
+            base: base.to_string(),
+            title: title.to_string(),
+            body: body.to_string(),
+            draft: false,
+            ready_when_green: false,
+            checks: String::new(),
+            failing: false,
+            check_rounds: 0,
+            fix_rounds: 0,
+            guidance: None,
+            failure: None,
+            seen: Vec::new(),
+            needs_person: false,
+            merge_requested: false,
+            created_epoch: now,
+            updated_epoch: now,
+            merged_epoch: None,
+        }
+    }
+
     /// The pull request's name in texts: its URL or id, else the branch it waits on.
     pub fn name(&self) -> String {
         self.url

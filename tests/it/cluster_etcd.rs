@@ -132,27 +132,9 @@ fn landing_records_change_by_compare_and_swap_and_lose_no_update() {
     let opened = records::update(&c, 4, |r| {
         assert!(r.is_none());
         Some(afk_supervisor::landing::PrRecord {
-            issue: 4,
             state: PrState::Open,
             url: Some("https://github.com/o/r/pull/9".into()),
-            branch: "afk/w1/4-x".into(),
-            base: "main".into(),
-            title: "t".into(),
-            body: "Closes #4\n".into(),
-            draft: false,
-            ready_when_green: false,
-            checks: "none".into(),
-            failing: false,
-            check_rounds: 0,
-            fix_rounds: 0,
-            guidance: None,
-            failure: None,
-            seen: Vec::new(),
-            needs_person: false,
-            merge_requested: false,
-            created_epoch: 1,
-            updated_epoch: 0,
-            merged_epoch: None,
+            ..afk_supervisor::landing::PrRecord::pending(4, "afk/w1/4-x", "main", "t", "")
         })
     })
     .unwrap()
