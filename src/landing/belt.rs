@@ -189,7 +189,8 @@ impl Belt {
         }
         let mut draft = status.draft;
         if r.ready_when_green && !failing && !ci_pending {
-            draft = self.made_ready(&r, &pr, status.draft)?;
+            self.made_ready(&r, &pr, status.draft)?;
+            draft = false;
         }
         let mergeable = !failing && !ci_pending && !draft && !r.needs_person;
         if self.config.landing.merge == MergeMode::Auto && !r.merge_requested && mergeable {
@@ -217,8 +218,8 @@ impl Belt {
     /// A draft opened only because its checks failed, now green (the checks of the fix
     /// round that pushed last passed, no CI check fails or waits): marked ready for review,
     /// once (`pr.ready`); one a person marked ready already is only noted. A draft by
-    /// `landing.draft` never comes here. Whether it is still a draft: no.
-    fn made_ready(&self, r: &PrRecord, pr: &str, draft: bool) -> Result<bool, TrackerError> {
+    /// `landing.draft` never comes here.
+    fn made_ready(&self, r: &PrRecord, pr: &str, draft: bool) -> Result<(), TrackerError> {
         let n = r.issue;
         if draft {
             self.tracker.pr_ready(pr)?;
@@ -236,7 +237,7 @@ impl Belt {
             rec.draft = false;
             rec.ready_when_green = false;
         });
-        Ok(false)
+        Ok(())
     }
 
     /// A failing required check of the pull request's head, with its log's end; `None`

@@ -900,9 +900,10 @@ fn events_of(h: &Hosts, kind: &str) -> Vec<String> {
 }
 
 /// Issue 50 on a cluster: the landing records are the fleet's (etcd), the landing belt the
-/// leader's. A host opens the pull request and is SIGKILLed; its CI then fails; the leader
-/// (another host) sends the issue back, another host's fix round pushes to the SAME
-/// branch (no second pull request), and with `merge = "auto"` it is merged once.
+/// leader's. Host 0, the leader, opens the pull request and is SIGKILLed; its CI then
+/// fails; the new leader (another host) sends the issue back, another host's fix round
+/// pushes to the SAME branch (no second pull request), and with `merge = "auto"` it is
+/// merged once.
 #[test]
 #[cfg_attr(
     not(afk_has_etcd),
@@ -925,9 +926,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     h.gh.set_new_pr_checks(serde_json::json!([
         {"name": "test", "bucket": "pending", "required": true}
     ]));
-    for i in 0..3 {
-        h.start(i, 1);
-    }
+    h.start(0, 1);
     let handed = |h: &Hosts| {
         h.gh.issue(1).is_some_and(|i| {
             let mut l = i.labels.clone();
@@ -936,12 +935,17 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
         })
     };
     assert!(wait_until(DEADLINE, || handed(&h)), "{}", h.dump());
+    assert!(
+        h.event_log(0).contains("this host leads the fleet"),
+        "{}",
+        h.dump()
+    );
     let prs = h.gh.prs();
     assert_eq!(prs.len(), 1, "{}", h.dump());
     let (pr, head) = (prs[0].number, prs[0].head.clone());
-    let opener = h.runs()[0].host.clone();
-    let x: usize = opener.trim_start_matches('h').parse().unwrap();
-    h.kill_host(x);
+    h.start(1, 1);
+    h.start(2, 1);
+    h.kill_host(0);
     // Its CI fails once the host is gone: only the fleet's record can say whose it is.
     h.gh.set_pr(
         pr,
@@ -951,6 +955,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     );
     h.gh.set_pr(pr, "headRefOid", serde_json::json!("a1"));
     h.gh.set_run_log("77", "thread 'parser::tabs' panicked: tabs are spaces\n");
+    let failed_ms = now_ms();
     // The pull request's branch on origin, as the fix round leaves it.
     let commits = |h: &Hosts| -> Vec<String> {
         let o = std::process::Command::new("git")
@@ -967,6 +972,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     let fixed = || commits(&h).len() == 2 && handed(&h);
     assert!(wait_until(DEADLINE, fixed), "{}", h.dump());
     assert_eq!(commits(&h), ["afk: #1 round 2", "afk: #1 round 1"]);
+    let fixed_ms = now_ms();
     h.gh.set_pr(
         pr,
         "checks",
@@ -975,6 +981,12 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     h.gh.set_pr(pr, "headRefOid", serde_json::json!("b2"));
     let merged = || h.gh.prs()[0].state == "MERGED" && events_of(&h, "pr.merged").len() == 1;
     assert!(wait_until(DEADLINE, merged), "{}", h.dump());
+    eprintln!(
+        "dead host's pull request (lease {}s, watch 1s): CI red to the fix pushed by another host {} ms; green to merged {} ms",
+        lease_s(),
+        fixed_ms - failed_ms,
+        now_ms() - fixed_ms
+    );
     // One pull request, opened once, fixed once on another host, merged once.
     assert_eq!(h.gh.prs().len(), 1);
     let creates =
@@ -991,7 +1003,8 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     assert_eq!(merges, 1, "{}", h.dump());
     let runs = h.runs();
     assert_eq!(runs.len(), 2, "{}", h.dump());
-    assert_ne!(runs[1].host, opener, "the fix round ran on a live host");
+    assert_eq!(runs[0].host, "h0");
+    assert_ne!(runs[1].host, "h0", "the fix round ran on a live host");
     for (kind, want) in [
         ("pr.opened", 1),
         ("pr.checks-failed", 1),
@@ -1002,6 +1015,9 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     ] {
         assert_eq!(events_of(&h, kind).len(), want, "{kind}\n{}", h.dump());
     }
+    // The dead host opened it; the new leader's belt did the rest.
+    assert!(h.event_log(0).contains(",pr.opened,"));
+    assert!(!h.event_log(0).contains(",pr.fix-requested,"));
     let fixer: usize = runs[1].host.trim_start_matches('h').parse().unwrap();
     assert!(
         events_of(&h, "pr.updated")[0].contains(&format!("pushed 1 commit(s) to https://github.com/fake-owner/fake-repo/pull/{pr} (branch {head})")),
