@@ -323,6 +323,14 @@ impl Cluster {
         Ok(kvs.iter().filter_map(claim_key).collect())
     }
 
+    /// Deletes issue `n`'s done key: the landing belt sent the issue back to the queue for a
+    /// fix round, which a hand-off's key must not hold up.
+    pub fn clear_done(&self, n: u64) -> EtcdResult<()> {
+        self.etcd
+            .txn(&[], &[Op::Delete(self.done_key(n))], &[])
+            .map(|_| ())
+    }
+
     /// Every issue with a done key.
     pub fn done(&self) -> EtcdResult<Vec<u64>> {
         let p = self.done_prefix();

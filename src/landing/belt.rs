@@ -6,9 +6,10 @@
 //! its branch (bounded by `landing.max_fix_rounds` and the issue's budget), and with
 //! `landing.merge = "auto"` the merge is asked for once nothing fails.
 //!
-//! The belt is the checkout's: one supervisor per repo runs it (the repo's lock), over the
-//! records its workers wrote. A record's step that fails costs that record only; the next
-//! pass tries again.
+//! On one box the belt is the checkout's: one supervisor per repo runs it (the repo's lock),
+//! over the records its workers wrote. On a cluster it is the fleet's: the leader alone runs
+//! it, over every record in etcd, whichever host opened the pull request (a dead one's
+//! too). A record's step that fails costs that record only; the next pass tries again.
 
 use std::sync::Arc;
 
@@ -186,7 +187,12 @@ impl Belt {
             }
             return Ok(());
         }
-        let mergeable = !failing && !ci_pending && !status.draft && !r.needs_person;
+        let mut draft = status.draft;
+        if r.ready_when_green && !failing && !ci_pending {
+            self.made_ready(&r, &pr, status.draft)?;
+            draft = false;
+        }
+        let mergeable = !failing && !ci_pending && !draft && !r.needs_person;
         if self.config.landing.merge == MergeMode::Auto && !r.merge_requested && mergeable {
             self.tracker
                 .pr_merge_auto(&pr, self.config.landing.method)?;
@@ -206,6 +212,31 @@ impl Belt {
                 pass.merged += 1;
             }
         }
+        Ok(())
+    }
+
+    /// A draft opened only because its checks failed, now green (the checks of the fix
+    /// round that pushed last passed, no CI check fails or waits): marked ready for review,
+    /// once (`pr.ready`); one a person marked ready already is only noted. A draft by
+    /// `landing.draft` never comes here.
+    fn made_ready(&self, r: &PrRecord, pr: &str, draft: bool) -> Result<(), TrackerError> {
+        let n = r.issue;
+        if draft {
+            self.tracker.pr_ready(pr)?;
+            self.event(
+                kind::READY,
+                n,
+                format!(
+                    "#{n} pull request {}: its checks pass now ({}); marked ready for review",
+                    r.name(),
+                    r.checks
+                ),
+            );
+        }
+        self.change(n, |rec| {
+            rec.draft = false;
+            rec.ready_when_green = false;
+        });
         Ok(())
     }
 
@@ -396,6 +427,15 @@ impl Belt {
         self.change(n, |rec| rec.guidance = Some(t.guidance.clone()));
         self.tracker
             .edit_labels(n, &[labels::READY_FOR_AGENT], &[labels::READY_FOR_HUMAN])?;
+        // On a cluster the hand-off's done key (§11.23) would keep the round unclaimed for
+        // its two minutes: the issue is back in the queue on purpose, so the key goes.
+        if let Some(c) = crate::cluster::active()
+            && let Err(e) = c.clear_done(n)
+        {
+            eprintln!(
+                "afk-supervisor: #{n}: done key not cleared ({e}); the fix round waits for it to expire"
+            );
+        }
         self.change(n, |rec| {
             rec.fix_rounds = round;
             for k in &t.keys {
@@ -442,8 +482,9 @@ impl Belt {
         crate::config::Usd::from_f64(crate::budget::issue_spend(&records).usd) >= limit
     }
 
-    /// One locked change of issue `n`'s record; a failure is one line on stderr.
-    fn change(&self, n: u64, f: impl FnOnce(&mut PrRecord)) {
+    /// One locked change (on a cluster, a compare-and-swap) of issue `n`'s record; a failure
+    /// is one line on stderr.
+    fn change(&self, n: u64, mut f: impl FnMut(&mut PrRecord)) {
         let done = super::update(&self.layout, n, |rec| {
             let mut rec = rec?;
             f(&mut rec);

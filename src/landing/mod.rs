@@ -6,9 +6,12 @@
 //! pull request writes it, a later attempt of the issue (a fix round) reads it to push to the
 //! same branch, and the supervisor's landing belt keeps it up to date. Every change is one
 //! read-modify-write under the `flock` of `.red/state/landing/lock`, ending in an atomic
-//! rename, so the worker and the belt never lose each other's updates.
+//! rename, so the worker and the belt never lose each other's updates. On a cluster the
+//! records are the fleet's, in etcd instead ([`cluster`]): the same functions read and
+//! change them there.
 
 pub mod belt;
+pub mod cluster;
 pub mod text;
 
 use std::fs::File;
@@ -38,6 +41,9 @@ pub mod kind {
     pub const FIX_REQUESTED: &str = "pr.fix-requested";
     /// The fix rounds or the issue's budget ran out: the pull request is a person's.
     pub const NEEDS_PERSON: &str = "pr.needs-person";
+    /// A draft opened only because its checks failed was marked ready for review once
+    /// they passed.
+    pub const READY: &str = "pr.ready";
     /// The merge was asked for (`landing.merge = "auto"`).
     pub const MERGE_REQUESTED: &str = "pr.merge-requested";
     pub const MERGED: &str = "pr.merged";
@@ -53,6 +59,7 @@ pub mod kind {
         CHECKS_PASSED,
         FIX_REQUESTED,
         NEEDS_PERSON,
+        READY,
         MERGE_REQUESTED,
         MERGED,
         CLOSED,
@@ -99,6 +106,10 @@ pub struct PrRecord {
     pub body: String,
     #[serde(default)]
     pub draft: bool,
+    /// Opened as a draft only because its checks failed (`checks.on_failure = "draft"`),
+    /// not by `landing.draft`: the belt marks it ready for review, once, when they pass.
+    #[serde(default)]
+    pub ready_when_green: bool,
     /// The last result of the `[checks] command` (`passed`, `failed …`, `none`).
     #[serde(default)]
     pub checks: String,
@@ -135,6 +146,35 @@ pub struct PrRecord {
 }
 
 impl PrRecord {
+    /// A new record of issue `n`'s pull request from `branch` into `base`, not opened yet,
+    /// with nothing checked, failed or asked.
+    pub fn pending(n: u64, branch: &str, base: &str, title: &str, body: &str) -> PrRecord {
+        let now = crate::timeutil::now_epoch();
+        PrRecord {
+            issue: n,
+            state: PrState::Pending,
+            url: None,
+            branch: branch.to_string(),
+            base: base.to_string(),
+            title: title.to_string(),
+            body: body.to_string(),
+            draft: false,
+            ready_when_green: false,
+            checks: String::new(),
+            failing: false,
+            check_rounds: 0,
+            fix_rounds: 0,
+            guidance: None,
+            failure: None,
+            seen: Vec::new(),
+            needs_person: false,
+            merge_requested: false,
+            created_epoch: now,
+            updated_epoch: now,
+            merged_epoch: None,
+        }
+    }
+
     /// The pull request's name in texts: its URL or id, else the branch it waits on.
     pub fn name(&self) -> String {
         self.url
@@ -250,6 +290,9 @@ pub enum RecordError {
     Io { path: PathBuf, why: String },
     #[error("{}: not a landing record: {}", path.display(), crate::text::clip_quoted(why))]
     Parse { path: PathBuf, why: String },
+    /// On a cluster: the record's etcd key, and why.
+    #[error("etcd key {key}: {why}")]
+    Etcd { key: String, why: String },
 }
 
 /// The records' directory, `.red/state/landing/`.
@@ -264,7 +307,10 @@ pub fn path(layout: &Layout, n: u64) -> PathBuf {
 
 /// Issue `n`'s record; `Ok(None)` when the fleet never handed it over with a branch.
 pub fn read(layout: &Layout, n: u64) -> Result<Option<PrRecord>, RecordError> {
-    read_file(&path(layout, n))
+    match crate::cluster::active() {
+        Some(c) => cluster::read(c, n),
+        None => read_file(&path(layout, n)),
+    }
 }
 
 fn read_file(p: &Path) -> Result<Option<PrRecord>, RecordError> {
@@ -286,8 +332,12 @@ fn read_file(p: &Path) -> Result<Option<PrRecord>, RecordError> {
         })
 }
 
-/// Every record, by issue number; a file that cannot be read is named in the errors.
+/// Every record, by issue number; a file (or key) that cannot be read is named in the
+/// errors. On a cluster, every record of the fleet.
 pub fn list(layout: &Layout) -> (Vec<PrRecord>, Vec<RecordError>) {
+    if let Some(c) = crate::cluster::active() {
+        return cluster::list(c);
+    }
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir(layout)) else {
@@ -302,7 +352,7 @@ pub fn list(layout: &Layout) -> (Vec<PrRecord>, Vec<RecordError>) {
         else {
             continue;
         };
-        match read(layout, n) {
+        match read_file(&path(layout, n)) {
             Ok(Some(r)) => out.push(r),
             Ok(None) => {}
             Err(e) => errors.push(e),
@@ -328,12 +378,17 @@ fn lock(layout: &Layout) -> Result<File, RecordError> {
 
 /// One locked read-modify-write of issue `n`'s record: `change` gets the record (`None`
 /// when there is none) and leaves what is to be written (`None`: nothing). Returns what
-/// was written, else the record as it was.
+/// was written, else the record as it was. On a cluster it is a compare-and-swap in etcd,
+/// where `change` runs again after a lost race: it must derive everything from the record
+/// it is given.
 pub fn update(
     layout: &Layout,
     n: u64,
-    change: impl FnOnce(Option<PrRecord>) -> Option<PrRecord>,
+    mut change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
 ) -> Result<Option<PrRecord>, RecordError> {
+    if let Some(c) = crate::cluster::active() {
+        return cluster::update(c, n, change);
+    }
     let _lock = lock(layout)?;
     let p = path(layout, n);
     let before = read_file(&p)?;
@@ -354,7 +409,7 @@ pub fn update(
 
 /// Replaces issue `n`'s record with `record`.
 pub fn write(layout: &Layout, record: PrRecord) -> Result<(), RecordError> {
-    update(layout, record.issue, |_| Some(record)).map(|_| ())
+    update(layout, record.issue, |_| Some(record.clone())).map(|_| ())
 }
 
 /// Takes the guidance a fix round left for the next attempt of issue `n`: returned once,
@@ -428,6 +483,7 @@ mod tests {
             title: "Fix: the \"thing\", with commas".into(),
             body: "Closes #3\n\nline two: a, b\n".into(),
             draft: false,
+            ready_when_green: false,
             checks: "passed".into(),
             failing: false,
             check_rounds: 1,

@@ -142,6 +142,7 @@ pub mod kind {
         crate::landing::kind::CHECKS_PASSED,
         crate::landing::kind::FIX_REQUESTED,
         crate::landing::kind::NEEDS_PERSON,
+        crate::landing::kind::READY,
         crate::landing::kind::MERGE_REQUESTED,
         crate::landing::kind::MERGED,
         crate::landing::kind::CLOSED,

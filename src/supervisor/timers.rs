@@ -110,16 +110,20 @@ pub fn periodic_tasks(
             ))),
         },
     ];
-    // The landing belt: the checkout's pull requests, opened again after a refusal and
-    // followed until merged (`docs/SPEC.md` §11.22); once at start, then on its interval.
+    // The landing belt: the checkout's pull requests (on a cluster the fleet's, on the
+    // leader), opened again after a refusal and followed until merged (`docs/SPEC.md`
+    // §11.22); once at start, then on its interval.
     tasks.push(Periodic {
         name: "landing-belt",
         interval: Duration::from_secs(config.landing.watch_interval_s),
         at_start: true,
-        task: Arc::new(Mutex::new(unless_paused(layout, {
-            let mut pass = crate::landing::belt::task(Arc::clone(tracker), layout, config);
-            Box::new(move || pass().map_err(PeriodicError::Landing))
-        }))),
+        task: Arc::new(Mutex::new(unless_paused(
+            layout,
+            leader_only(layout, {
+                let mut pass = crate::landing::belt::task(Arc::clone(tracker), layout, config);
+                Box::new(move || pass().map_err(PeriodicError::Landing))
+            }),
+        ))),
     });
     // Stale claims and held issues exist only where other checkouts claim too and
     // outsiders write: on a tracker only this checkout uses (`local`) those belts have

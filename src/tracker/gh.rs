@@ -1042,6 +1042,11 @@ impl Tracker for GhTracker {
         self.run(&["run", "view", run, "--log-failed"], Scope::Repo)
     }
 
+    /// `gh pr ready <pr>`.
+    fn pr_ready(&self, pr: &str) -> TrackerResult<()> {
+        self.run(&["pr", "ready", pr], Scope::Repo).map(|_| ())
+    }
+
     /// `gh pr merge <pr> --auto --squash|--merge|--rebase`.
     fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()> {
         self.run(&["pr", "merge", pr, "--auto", method.flag()], Scope::Repo)

@@ -1049,6 +1049,17 @@ impl Tracker for LocalTracker {
         self.close(number)
     }
 
+    /// The draft flag off; refused on a pull request that is not open.
+    fn pr_ready(&self, pr: &str) -> TrackerResult<()> {
+        if self.local_pr(pr)?.state != PrState::Open {
+            return Err(failed(
+                format!("local pr ready {pr}"),
+                format!("{pr} is not open"),
+            ));
+        }
+        self.update_pr(pr, |p| p.draft = false)
+    }
+
     fn pr_comment(&self, pr: &str, body: &str) -> TrackerResult<()> {
         self.update_pr(pr, |p| {
             p.comments.push(Comment {

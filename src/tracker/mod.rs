@@ -341,6 +341,10 @@ pub trait Tracker: Send + Sync {
     /// met (`gh pr merge --auto`); the local store merges at once.
     fn pr_merge_auto(&self, pr: &str, method: crate::config::MergeMethod) -> TrackerResult<()>;
 
+    /// Marks draft pull request `pr` ready for review (`gh pr ready`): a draft opened only
+    /// because its checks failed, once a fix round made them pass (`docs/SPEC.md` §11.22).
+    fn pr_ready(&self, pr: &str) -> TrackerResult<()>;
+
     /// Closes issue `number` after its pull request (`Closes #N`) merged. The default does
     /// nothing: GitHub closes it itself when the pull request lands on the default branch.
     fn close_merged(&self, number: u64) -> TrackerResult<()> {

@@ -110,28 +110,13 @@ impl Worker<'_> {
         let draft = landing.draft || failing;
         let body = ltext::body(h.n, h.message, h.checks, &h.figures);
         let base = &self.config.fleet.base;
-        let now = crate::timeutil::now_epoch();
         let mut record = PrRecord {
-            issue: h.n,
-            state: PrState::Pending,
-            url: None,
-            branch: h.branch.to_string(),
-            base: base.clone(),
-            title: h.title.to_string(),
-            body: body.clone(),
             draft,
+            ready_when_green: draft && !landing.draft,
             checks: h.checks.words(),
             failing,
             check_rounds: h.checks.extra_rounds(),
-            fix_rounds: 0,
-            guidance: None,
-            failure: None,
-            seen: Vec::new(),
-            needs_person: false,
-            merge_requested: false,
-            created_epoch: now,
-            updated_epoch: now,
-            merged_epoch: None,
+            ..PrRecord::pending(h.n, h.branch, base, h.title, &body)
         };
         let opened = self.tracker.pr_open(base, h.branch, h.title, &body, draft);
         let handed = match opened {

@@ -113,3 +113,79 @@ fn the_client_goes_on_through_another_member_when_the_leader_dies() {
     etcd.wait_healthy();
     assert!(c.holds(fence).unwrap());
 }
+
+/// The landing records on a cluster (`docs/SPEC.md` §11.22): changes from four writers at
+/// once (a worker and the belt, on several hosts) each land, none lost, by
+/// compare-and-swap on the key's mod revision; the record outlives every lease (bound to
+/// none) and is listed with the fleet's others.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn landing_records_change_by_compare_and_swap_and_lose_no_update() {
+    use afk_supervisor::landing::{PrState, cluster as records};
+    let env = TestEnv::new();
+    let etcd = EtcdCluster::start(env.path());
+    let c = cluster(&etcd, 2);
+    assert_eq!(records::read(&c, 4).unwrap(), None);
+    let opened = records::update(&c, 4, |r| {
+        assert!(r.is_none());
+        Some(afk_supervisor::landing::PrRecord {
+            state: PrState::Open,
+            url: Some("https://github.com/o/r/pull/9".into()),
+            ..afk_supervisor::landing::PrRecord::pending(4, "afk/w1/4-x", "main", "t", "")
+        })
+    })
+    .unwrap()
+    .unwrap();
+    assert!(opened.updated_epoch > 0);
+    let kv = c.etcd.get(&records::key(&c, 4)).unwrap().unwrap();
+    assert_eq!(kv.lease, 0, "bound to no lease: it outlives the host");
+    assert!(kv.key.ends_with("/landing/4"), "{}", kv.key);
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for w in 0..4 {
+            let (c, tries) = (&c, &tries);
+            s.spawn(move || {
+                for k in 0..10 {
+                    records::update(c, 4, |r| {
+                        tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let mut r = r?;
+                        r.fix_rounds += 1;
+                        r.note(&format!("w{w}-{k}"));
+                        Some(r)
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let r = records::read(&c, 4).unwrap().unwrap();
+    assert_eq!(r.fix_rounds, 40, "no update lost");
+    assert_eq!(r.seen.len(), 40);
+    eprintln!(
+        "40 changes from 4 writers took {} tries",
+        tries.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    // A change that leaves nothing writes nothing.
+    let before = c.etcd.get(&records::key(&c, 4)).unwrap().unwrap();
+    let same = records::update(&c, 4, |_| None).unwrap().unwrap();
+    assert_eq!(same.fix_rounds, 40);
+    let after = c.etcd.get(&records::key(&c, 4)).unwrap().unwrap();
+    assert_eq!(before.mod_revision, after.mod_revision);
+    // A value that is no record is named, the others still listed.
+    c.etcd
+        .put(&format!("{}landing/5", c.prefix()), "not json", 0)
+        .unwrap();
+    let (listed, errors) = records::list(&c);
+    assert_eq!(listed.iter().map(|r| r.issue).collect::<Vec<_>>(), [4]);
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("landing/5: not a landing record"),
+        "{}",
+        errors[0]
+    );
+}

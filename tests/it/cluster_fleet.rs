@@ -112,11 +112,28 @@ impl Hosts {
         unblock_s: u64,
         tracker: &str,
     ) -> Hosts {
+        Hosts::with_agent(
+            hosts, workers, issues, lease_s, unblock_s, tracker, AGENT, "",
+        )
+    }
+
+    /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others.
+    #[allow(clippy::too_many_arguments)]
+    fn with_agent(
+        hosts: usize,
+        workers: usize,
+        issues: u64,
+        lease_s: u64,
+        unblock_s: u64,
+        tracker: &str,
+        agent_text: &str,
+        extra: &str,
+    ) -> Hosts {
         let env = TestEnv::new();
         let etcd = EtcdCluster::start(env.path());
         let clones = hosts::clones(&env, hosts);
         let agent = env.path().join("agent.sh");
-        fs::write(&agent, AGENT).unwrap();
+        fs::write(&agent, agent_text).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
         for c in &clones {
             fs::create_dir_all(c.join(".red")).unwrap();
@@ -127,7 +144,7 @@ impl Hosts {
                  {tracker}\n\
                  [timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 1000\ncircuit_window_s = 60\n\
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
-                 unblock_interval_s = {unblock_s}\n\n{}",
+                 unblock_interval_s = {unblock_s}\n\n{}\n{extra}",
                 agent.display(),
                 etcd.config(lease_s)
             );
@@ -875,6 +892,168 @@ fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
         !issues_by_clone(&h, &h.fleet_status(1)).contains_key(&0)
     });
     assert!(gone, "{}", h.fleet_status(1));
+}
+
+/// A stand-in agent that commits one file per run of its issue and logs its start and end
+/// as [`AGENT`] does.
+const COMMITTING_AGENT: &str = r#"
+d="$AFK_TEST_RUNS"; n="$RED_AFK_ISSUE"
+echo "start $n $$ $(date +%s%3N) $AFK_HOST" >> "$d/log"
+k=$(grep -c "^start $n " "$d/log")
+echo "round $k on $AFK_HOST" > "work-$n-$k.txt"
+git add -A && git commit -q -m "afk: #$n round $k"
+echo "end $n $$ $(date +%s%3N) done" >> "$d/log"
+"#;
+
+/// Every host's event log records of `kind`.
+fn events_of(h: &Hosts, kind: &str) -> Vec<String> {
+    (0..h.clones.len())
+        .flat_map(|i| {
+            h.event_log(i)
+                .lines()
+                .filter(|l| l.contains(&format!(",{kind},")))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Issue 50 on a cluster: the landing records are the fleet's (etcd), the landing belt the
+/// leader's. Host 0, the leader, opens the pull request and is SIGKILLed; its CI then
+/// fails; the new leader (another host) sends the issue back, another host's fix round
+/// pushes to the SAME branch (no second pull request), and with `merge = "auto"` it is
+/// merged once.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once() {
+    let mut h = Hosts::with_agent(
+        3,
+        1,
+        1,
+        lease_s(),
+        3600,
+        "max_writes_per_min = 600\n",
+        COMMITTING_AGENT,
+        "[landing]\nmerge = \"auto\"\nwatch_interval_s = 1\n",
+    );
+    for c in &h.clones {
+        fs::write(c.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();
+    }
+    // CI is running on the pull request as it opens: nothing to fix or merge yet.
+    h.gh.set_new_pr_checks(serde_json::json!([
+        {"name": "test", "bucket": "pending", "required": true}
+    ]));
+    h.start(0, 1);
+    let handed = |h: &Hosts| {
+        h.gh.issue(1).is_some_and(|i| {
+            let mut l = i.labels.clone();
+            l.sort();
+            l == ["afk:pr-open", "ready-for-human"]
+        })
+    };
+    assert!(wait_until(DEADLINE, || handed(&h)), "{}", h.dump());
+    assert!(
+        h.event_log(0).contains("this host leads the fleet"),
+        "{}",
+        h.dump()
+    );
+    let prs = h.gh.prs();
+    assert_eq!(prs.len(), 1, "{}", h.dump());
+    let (pr, head) = (prs[0].number, prs[0].head.clone());
+    h.start(1, 1);
+    h.start(2, 1);
+    h.kill_host(0);
+    // Its CI fails once the host is gone: only the fleet's record can say whose it is.
+    h.gh.set_pr(
+        pr,
+        "checks",
+        serde_json::json!([{"name": "test", "bucket": "fail", "required": true,
+            "link": "https://github.com/fake-owner/fake-repo/actions/runs/77/job/1"}]),
+    );
+    h.gh.set_pr(pr, "headRefOid", serde_json::json!("a1"));
+    h.gh.set_run_log("77", "thread 'parser::tabs' panicked: tabs are spaces\n");
+    let failed_ms = now_ms();
+    // The pull request's branch on origin, as the fix round leaves it.
+    let commits = |h: &Hosts| -> Vec<String> {
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(h.env.path().join("origin.git"))
+            .args(["log", "--format=%s", &format!("main..{head}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let fixed = || commits(&h).len() == 2 && handed(&h);
+    assert!(wait_until(DEADLINE, fixed), "{}", h.dump());
+    assert_eq!(commits(&h), ["afk: #1 round 2", "afk: #1 round 1"]);
+    let fixed_ms = now_ms();
+    h.gh.set_pr(
+        pr,
+        "checks",
+        serde_json::json!([{"name": "test", "bucket": "pass", "required": true}]),
+    );
+    h.gh.set_pr(pr, "headRefOid", serde_json::json!("b2"));
+    let merged = || h.gh.prs()[0].state == "MERGED" && events_of(&h, "pr.merged").len() == 1;
+    assert!(wait_until(DEADLINE, merged), "{}", h.dump());
+    eprintln!(
+        "dead host's pull request (lease {}s, watch 1s): CI red to the fix pushed by another host {} ms; green to merged {} ms",
+        lease_s(),
+        fixed_ms - failed_ms,
+        now_ms() - fixed_ms
+    );
+    // One pull request, opened once, fixed once on another host, merged once.
+    assert_eq!(h.gh.prs().len(), 1);
+    let creates =
+        h.gh.calls()
+            .iter()
+            .filter(|c| c[..2] == ["pr", "create"])
+            .count();
+    assert_eq!(creates, 1, "{}", h.dump());
+    let merges =
+        h.gh.calls()
+            .iter()
+            .filter(|c| c[..2] == ["pr", "merge"])
+            .count();
+    assert_eq!(merges, 1, "{}", h.dump());
+    let runs = h.runs();
+    assert_eq!(runs.len(), 2, "{}", h.dump());
+    assert_eq!(runs[0].host, "h0");
+    assert_ne!(runs[1].host, "h0", "the fix round ran on a live host");
+    for (kind, want) in [
+        ("pr.opened", 1),
+        ("pr.checks-failed", 1),
+        ("pr.fix-requested", 1),
+        ("pr.updated", 1),
+        ("pr.merge-requested", 1),
+        ("pr.merged", 1),
+    ] {
+        assert_eq!(events_of(&h, kind).len(), want, "{kind}\n{}", h.dump());
+    }
+    // The dead host opened it; the new leader's belt did the rest.
+    assert!(h.event_log(0).contains(",pr.opened,"));
+    assert!(!h.event_log(0).contains(",pr.fix-requested,"));
+    let fixer: usize = runs[1].host.trim_start_matches('h').parse().unwrap();
+    assert!(
+        events_of(&h, "pr.updated")[0].contains(&format!("pushed 1 commit(s) to https://github.com/fake-owner/fake-repo/pull/{pr} (branch {head})")),
+        "{}",
+        h.dump()
+    );
+    // The fleet's record, read from the host that fixed it: merged after one fix round.
+    let mut c = h.env.bin_on(&h.clones[fixer]);
+    h.gh.apply(&mut c);
+    let o = c.args(["issue", "show", "1", "--json"]).output().unwrap();
+    let shown: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|_| panic!("{}", crate::support::stderr(&o)));
+    assert_eq!(shown["pr"]["state"], "merged", "{shown}");
+    assert_eq!(shown["pr"]["fix_rounds"], 1, "{shown}");
+    assert_eq!(shown["pr"]["branch"], head.as_str(), "{shown}");
+    assert_eq!(h.gh.issue(1).unwrap().state, "CLOSED", "Closes #1");
 }
 
 /// GitHub counts writes per identity: three hosts, each with a state directory of its own (as

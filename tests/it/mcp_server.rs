@@ -114,6 +114,7 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
             title: "t".into(),
             body: "Closes #1\n".into(),
             draft: false,
+            ready_when_green: false,
             checks: "passed (round 2)".into(),
             failing: true,
             check_rounds: 1,

@@ -945,3 +945,104 @@ fn one_issues_whole_path_from_claim_to_merge() {
     assert_eq!(printed.lines().count(), 9, "{printed}");
     assert_eq!(l.fake().issue(1).unwrap().state, "CLOSED");
 }
+
+// ---- the draft made ready --------------------------------------------------------------
+
+/// Checks that fail in the first attempt's one round and pass once the fix round committed
+/// (`work-<N>-2.txt`): the pull request opens as a draft (`checks.on_failure = "draft"`).
+const FIXED_IN_THE_FIX_ROUND: &str = "[checks]\ncommand = [\"sh\", \"-c\", \
+    \"test -e work-$RED_AFK_ISSUE-2.txt || { echo 'error[E0001]: round two is missing'; exit 3; }\"]\n\
+    max_rounds = 1\non_failure = \"draft\"\n";
+
+/// A draft pull request opened because its checks failed, its CI failing: one fix round
+/// on its branch makes the checks pass, CI goes green, and the landing belt runs one more
+/// pass (then another). Returns the loop and the PR's number.
+fn draft_fixed_and_green(landing: &str) -> (Loop, u64) {
+    let (l, pr) = opened(
+        "",
+        &format!("{FIXED_IN_THE_FIX_ROUND}[landing]\nmerge = \"auto\"\n{landing}"),
+    );
+    assert!(l.fake().prs()[0].is_draft, "opened as a draft");
+    assert!(l.record().failing);
+    failing_ci(&l, pr, "a1");
+    l.fake()
+        .set_run_log("77", "test failed: round two is missing\n");
+    assert_eq!(l.belt().pass().fixes, 1);
+    assert!(calls_of(&l, &["pr", "ready"]).is_empty(), "not while red");
+    l.backdate_comments();
+    l.work_once(0);
+    assert_eq!(l.runs(), 2);
+    assert_eq!(
+        pr_creates(l.fake()).len(),
+        1,
+        "pushed to the same pull request"
+    );
+    let r = l.record();
+    assert!(!r.failing && r.checks.starts_with("passed"), "{r:?}");
+    l.fake().set_pr(
+        pr,
+        "checks",
+        serde_json::json!([{"name": "test", "bucket": "pass", "required": true}]),
+    );
+    l.fake().set_pr(pr, "headRefOid", serde_json::json!("b2"));
+    l.belt().pass();
+    l.belt().pass();
+    (l, pr)
+}
+
+/// A draft opened only because its checks failed, brought green by a fix round, is marked
+/// ready for review once (`gh pr ready`, `pr.ready`), and `merge = "auto"` then lands it.
+#[test]
+fn a_draft_opened_for_failing_checks_is_made_ready_once_a_fix_round_brings_it_green() {
+    let (l, pr) = draft_fixed_and_green("");
+    let ready = calls_of(&l, &["pr", "ready"]);
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    assert_eq!(ready[0][..3], ["pr", "ready", &pr.to_string()]);
+    let fake = &l.fake().prs()[0];
+    assert!(!fake.is_draft);
+    assert_eq!(fake.state, "MERGED");
+    assert_eq!(calls_of(&l, &["pr", "merge"]).len(), 1);
+    let r = l.record();
+    assert!(!r.draft && !r.ready_when_green, "{r:?}");
+    assert_eq!(r.state, afk_supervisor::landing::PrState::Merged);
+    let events = l.events("pr.ready");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].contains("its checks pass now (passed (round 1))"),
+        "{events:?}"
+    );
+    let kinds: Vec<String> = l
+        .events("pr.")
+        .iter()
+        .map(|e| e.split(':').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "pr.checks-failed",
+            "pr.opened",
+            "pr.checks-failed",
+            "pr.fix-requested",
+            "pr.checks-passed",
+            "pr.updated",
+            "pr.ready",
+            "pr.merge-requested",
+            "pr.merged"
+        ]
+    );
+}
+
+/// A draft the operator asked for (`landing.draft = true`) stays a draft however green it
+/// gets: never marked ready, never merged (a person marks it ready).
+#[test]
+fn a_draft_by_config_is_never_made_ready_or_merged() {
+    let (l, _) = draft_fixed_and_green("draft = true\n");
+    assert!(calls_of(&l, &["pr", "ready"]).is_empty());
+    assert!(calls_of(&l, &["pr", "merge"]).is_empty());
+    let fake = &l.fake().prs()[0];
+    assert!(fake.is_draft);
+    assert_eq!(fake.state, "OPEN");
+    let r = l.record();
+    assert!(r.draft && !r.ready_when_green && !r.failing, "{r:?}");
+    assert!(l.events("pr.ready").is_empty());
+}

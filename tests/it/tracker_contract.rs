@@ -343,6 +343,23 @@ fn pull_requests_are_created_and_merged_once(f: &impl Fixture) {
     );
 }
 
+/// A draft pull request marked ready for review (`docs/SPEC.md` §11.22): no draft any more,
+/// and asking again is no error; a merged one is refused.
+fn a_draft_is_marked_ready_for_review(f: &impl Fixture) {
+    f.env().push_branch(f.repo(), "afk/w1/1-x");
+    let t = f.tracker();
+    let url = t
+        .pr_open("main", "afk/w1/1-x", "t", "Closes #1\n", true)
+        .unwrap();
+    let pr = afk_supervisor::landing::belt::pr_ref(&url);
+    assert!(t.pr_status(&pr).unwrap().draft);
+    t.pr_ready(&pr).unwrap();
+    assert!(!t.pr_status(&pr).unwrap().draft);
+    t.pr_ready(&pr).unwrap();
+    t.pr_merge("afk/w1/1-x").unwrap();
+    assert_eq!(kind_of(t.pr_ready(&pr)), ErrorKind::Failed);
+}
+
 fn kind_and_identity(f: &impl Fixture) {
     let t = f.tracker();
     assert_eq!(t.kind(), f.expected_kind());
@@ -369,6 +386,7 @@ macro_rules! contract {
 }
 
 contract!(
+    a_draft_is_marked_ready_for_review,
     list_all_returns_every_issue_newest_first,
     list_all_honours_the_limit,
     list_all_of_an_empty_tracker_is_empty,

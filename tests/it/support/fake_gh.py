@@ -415,7 +415,8 @@ def handle(argv, state):
 # (each {body, author, authorAssociation, state?, submittedAt?/createdAt?}), `autoMerge`
 # (the method asked) and `mergeable_when` ("checks": `--auto` merges at once when no
 # required check fails or is pending, else it waits). `runs` maps a run id to the text of
-# `gh run view <id> --log-failed`.
+# `gh run view <id> --log-failed`. `gh pr ready <pr>` takes `isDraft` off an open PR (one
+# already ready: exit 0 with gh's note; a closed one is refused).
 
 
 def open_pr(state, url, values, draft):
@@ -431,6 +432,10 @@ def open_pr(state, url, values, draft):
             )
     number = 1 + max([p["number"] for p in state["prs"]] + [i["number"] for i in state["issues"]] + [0])
     pr = {"number": number, "base": base, "head": head, "title": title, "body": body, "state": "OPEN"}
+    # `new_pr_checks`: the CI every new pull request starts with (a test's CI, set before
+    # a host opens it).
+    if "new_pr_checks" in state:
+        pr["checks"] = copy.deepcopy(state["new_pr_checks"])
     if draft:
         pr["isDraft"] = True
     state["prs"].append(pr)
@@ -509,6 +514,17 @@ def handle_landing(rest, argv, state, url):
             raise Reply(1, stderr="could not find any workflow run with ID %s\n" % v[0])
         raise Reply(0, stdout=log)
 
+    v = match(rest, ["pr", "ready", positive])
+    if v is not None:
+        pr = find_pr(state, v[0])
+        if pr["state"] != "OPEN":
+            raise Reply(1, stderr="Pull request #%s is closed. Only draft pull requests can be marked as \"ready for review\"\n" % v[0])
+        if not pr.get("isDraft"):
+            raise Reply(0, stderr="! Pull request #%s is already \"ready for review\"\n" % v[0])
+        pr["isDraft"] = False
+        settle_auto_merge(state, pr)
+        raise Reply(0, stderr="✓ Pull request #%s is marked as \"ready for review\"\n" % v[0])
+
     for method in ("--squash", "--merge", "--rebase"):
         v = match(rest, ["pr", "merge", positive, "--auto", method])
         if v is not None:
@@ -571,6 +587,7 @@ def is_write(argv):
         ["issue", "edit"],
         ["pr", "create"],
         ["pr", "merge"],
+        ["pr", "ready"],
         ["pr", "comment"],
         ["pr", "edit"],
     )

@@ -587,6 +587,12 @@ impl FakeGh {
             .expect("no such pull request")
     }
 
+    /// Every pull request opened from now on starts with these `checks` (rows as
+    /// [`FakeGh::set_pr`] takes them): the CI a test wants before any host can act.
+    pub fn set_new_pr_checks(&self, checks: Value) {
+        self.edit(|s| s["new_pr_checks"] = checks);
+    }
+
     /// `gh run view <run> --log-failed` answers `log`.
     pub fn set_run_log(&self, run: &str, log: &str) {
         self.edit(|s| {

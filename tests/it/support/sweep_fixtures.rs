@@ -356,6 +356,11 @@ impl afk_supervisor::tracker::Tracker for Counting<'_> {
         self.log(format!("run-log {run}"));
         self.inner.run_failed_log(run)
     }
+    fn pr_ready(&self, pr: &str) -> afk_supervisor::tracker::TrackerResult<()> {
+        self.log(format!("pr-ready {pr}"));
+        self.inner.pr_ready(pr)
+    }
+
     fn pr_merge_auto(
         &self,
         pr: &str,
