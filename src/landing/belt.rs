@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::text as ltext;
+use super::pr_text as ltext;
 use super::{PrRecord, PrState, kind};
 use crate::config::{CiScope, Config, MergeMode};
 use crate::layout::Layout;

@@ -12,7 +12,7 @@
 
 pub mod belt;
 pub mod cluster;
-pub mod text;
+pub mod pr_text;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

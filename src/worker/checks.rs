@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::reach::Task;
 use super::{Worker, WorkerError};
-use crate::landing::text as ltext;
+use crate::landing::pr_text as ltext;
 
 /// The most bytes of a run's output read back for its tail.
 const TAIL_BYTES: u64 = 64 << 10;

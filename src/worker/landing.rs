@@ -6,7 +6,7 @@ use super::claiming::TakenClaim;
 use super::lifecycle::PublishError;
 use super::{Worker, WorkerError};
 use crate::config::ChecksFailure;
-use crate::landing::text::{self as ltext, ChecksWord, Figures};
+use crate::landing::pr_text::{self as ltext, ChecksWord, Figures};
 use crate::landing::{self, PrRecord, PrState};
 use crate::ledger;
 use crate::tracker::labels;

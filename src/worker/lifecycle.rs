@@ -13,7 +13,7 @@ use super::{Outcome, Worker, WorkerError};
 use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
 use crate::git::Git;
-use crate::landing::text::ChecksWord;
+use crate::landing::pr_text::ChecksWord;
 use crate::ledger;
 use crate::rescue::Rescued;
 use crate::text;
@@ -733,7 +733,7 @@ impl Worker<'_> {
         records: &[ledger::Record],
         started: Option<&str>,
         usage: &Usage,
-    ) -> crate::landing::text::Figures {
+    ) -> crate::landing::pr_text::Figures {
         let now = crate::timeutil::now_epoch();
         let began = started
             .and_then(crate::timeutil::parse_rfc3339)
@@ -742,7 +742,7 @@ impl Worker<'_> {
             .iter()
             .filter(|r| r.outcome.is_attempt())
             .count() as u64;
-        crate::landing::text::Figures {
+        crate::landing::pr_text::Figures {
             attempt: format!("{n}-a{attempt}"),
             attempts: attempts + 1,
             duration_s: now.saturating_sub(began),
