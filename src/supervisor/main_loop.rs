@@ -343,7 +343,7 @@ async fn run_fleet(
             beside_boot(&config, layout)
         })
         .await;
-    let (boot, holds) = match boot {
+    let (boot, holds, labels) = match boot {
         BootWait::Done(done) => *done,
         BootWait::Signalled(code) => {
             forget_isolation(entered, &mut journal);
@@ -357,6 +357,18 @@ async fn run_fleet(
             return Ok(RunEnd::Stopped(code));
         }
     };
+    match labels {
+        Some(Ok(made)) if !made.is_empty() => journal.write(Event::now(
+            kind::HOUSEKEEPING,
+            format!("tracker labels created: {}", made.join(", ")),
+        )),
+        // Not fatal: a write of a missing label fails and is retried as any tracker error.
+        Some(Err(e)) => journal.write(Event::now(
+            kind::TRACKER_ERROR,
+            format!("tracker labels: cannot list or create them: {e}"),
+        )),
+        _ => {}
+    }
     journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
     for r in &boot.report.rescued {
         journal.write(r.event());
@@ -627,10 +639,14 @@ async fn event_loop(
     }
 }
 
+/// The labels the tracker lacked and the boot created, or why it could not.
+type LabelsMade = Result<Vec<String>, crate::tracker::TrackerError>;
+
 enum BootWait {
-    /// The suite's run, and the holds read after it on its thread (boxed: the enum lives
-    /// once, and its other variant is a number).
-    Done(Box<(SuiteRun, HoldsRead)>),
+    /// The suite's run, the holds read after it on its thread, and the fleet's labels made
+    /// sure of before it (`None` without a tracker; boxed: the enum lives once, and its
+    /// other variant is a number).
+    Done(Box<(SuiteRun, HoldsRead, Option<LabelsMade>)>),
     Signalled(i32),
 }
 
@@ -668,6 +684,11 @@ async fn run_boot<T>(
     // operator, and the same in systemd's STATUS= while the unit is still starting.
     let mut notifier = Notifier::from_env();
     let suite = tokio::task::spawn_blocking(move || {
+        // GitHub refuses to add a label the repository does not have: the fleet's are
+        // created before anything writes one (`docs/SPEC.md` §7).
+        let labels = tracker
+            .as_ref()
+            .map(|t| t.ensure_labels(crate::tracker::labels::FLEET));
         let run = match tracker {
             Some(tracker) => {
                 let git = Git::new(layout2.repo());
@@ -685,6 +706,7 @@ async fn run_boot<T>(
         (
             run,
             read_holds(&layout2, &config2.budget, config2.timing.tick_s),
+            labels,
         )
     });
     let beside = meanwhile();
@@ -694,14 +716,15 @@ async fn run_boot<T>(
     );
     let wait = tokio::select! {
         r = suite => match r {
-            Ok((r, holds)) => {
+            Ok((r, holds, labels)) => {
                 tracing::info!(elapsed_us = began.elapsed().as_micros() as u64, "boot suite finished");
-                BootWait::Done(Box::new((r, holds)))
+                BootWait::Done(Box::new((r, holds, labels)))
             }
             // The holds go unread: the first queue check reads them.
             Err(e) => BootWait::Done(Box::new((
                 SuiteRun::failed(format!("the boot suite did not finish: {e}")),
                 HoldsRead::default(),
+                None,
             ))),
         },
         code = signals.stop() => BootWait::Signalled(code),

@@ -682,6 +682,16 @@ pub mod parse {
             .collect())
     }
 
+    /// `gh label list --json name`: the repository's label names.
+    pub fn label_names(text: &str) -> Result<Vec<String>, OutputError> {
+        #[derive(Deserialize)]
+        struct Row {
+            name: String,
+        }
+        let rows: Vec<Row> = json(text)?;
+        Ok(rows.into_iter().map(|r| r.name).collect())
+    }
+
     /// `gh issue list … --json number,updatedAt`.
     pub fn changed(text: &str) -> Result<Vec<super::super::Changed>, OutputError> {
         #[derive(Deserialize)]
@@ -982,6 +992,34 @@ impl Tracker for GhTracker {
         let mut args = open_with_label(label, &limit);
         args.extend(["--json", "number,updatedAt"]);
         self.run_parsed(&args, parse::changed)
+    }
+
+    /// `gh label list --limit 1000 --json name`, then one `gh label create <name> --color
+    /// <hex> --description <text> --force` per missing label (`--force`: another host that
+    /// created it meanwhile is no failure).
+    fn ensure_labels(&self, wanted: &[super::labels::Label]) -> TrackerResult<Vec<String>> {
+        let have = self.run_parsed(
+            &["label", "list", "--limit", "1000", "--json", "name"],
+            parse::label_names,
+        )?;
+        let mut made = Vec::new();
+        for l in wanted {
+            if have.iter().any(|h| h.eq_ignore_ascii_case(l.name)) {
+                continue;
+            }
+            self.run_write(&[
+                "label",
+                "create",
+                l.name,
+                "--color",
+                l.color,
+                "--description",
+                l.description,
+                "--force",
+            ])?;
+            made.push(l.name.to_string());
+        }
+        Ok(made)
     }
 
     /// One GraphQL call (SPEC §7), judged under the checkout's trust policy; the fleet's

@@ -34,6 +34,61 @@ pub mod labels {
     pub const PR_OPEN: &str = "afk:pr-open";
     /// `req:<N>`: issue N blocks the labelled issue.
     pub const REQ_PREFIX: &str = "req:";
+
+    /// A label the fleet writes, with what GitHub shows beside it when the fleet creates it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Label {
+        pub name: &'static str,
+        /// Six hex digits, no `#`.
+        pub color: &'static str,
+        pub description: &'static str,
+    }
+
+    /// Every label the fleet puts on an issue or a pull request: GitHub refuses to add a
+    /// label a repository does not have, so the supervisor creates the missing ones at
+    /// start (`docs/SPEC.md` §7). `blocked:dependency` and `req:<N>` are people's to apply.
+    pub const FLEET: &[Label] = &[
+        Label {
+            name: READY_FOR_AGENT,
+            color: "0e8a16",
+            description: "An unattended agent may work this issue",
+        },
+        Label {
+            name: RUNNING,
+            color: "fbca04",
+            description: "An agent of the fleet is working this issue",
+        },
+        Label {
+            name: READY_FOR_HUMAN,
+            color: "1d76db",
+            description: "The fleet handed this to a person",
+        },
+        Label {
+            name: NEEDS_TRIAGE,
+            color: "d4c5f9",
+            description: "Needs a person to triage it",
+        },
+        Label {
+            name: NEEDS_INFO,
+            color: "d4c5f9",
+            description: "Needs more information",
+        },
+        Label {
+            name: QUARANTINED,
+            color: "b60205",
+            description: "Its attempts kept failing: the fleet stopped trying",
+        },
+        Label {
+            name: NEEDS_APPROVAL,
+            color: "e99695",
+            description: "Text from an untrusted hand: held until a trusted /afk approve",
+        },
+        Label {
+            name: PR_OPEN,
+            color: "5319e7",
+            description: "The fleet opened a pull request for this issue and follows it",
+        },
+    ];
 }
 
 /// Whether a worker may claim an issue with these labels: `ready-for-agent` and none of
@@ -301,6 +356,14 @@ pub trait Tracker: Send + Sync {
     ) -> TrackerResult<Vec<LabeledIssue>>;
 
     /// Opens a pull request from `head` into `base`; returns its URL or local id.
+    /// Creates those of `wanted` the tracker does not have (a name compared without case,
+    /// as GitHub does) and answers their names; a tracker without a label registry (the
+    /// local store) has nothing to create.
+    fn ensure_labels(&self, wanted: &[labels::Label]) -> TrackerResult<Vec<String>> {
+        let _ = wanted;
+        Ok(Vec::new())
+    }
+
     fn pr_create(&self, base: &str, head: &str, title: &str, body: &str) -> TrackerResult<String>;
 
     /// Opens a finished issue's pull request (`docs/SPEC.md` §11.22), as a draft when

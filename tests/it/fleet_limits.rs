@@ -247,3 +247,45 @@ fn a_broken_agent_costs_one_probe_per_backoff_step() {
     assert_eq!(fc.tripped_slots, 2);
     assert!(fc.reason.contains("exit"), "{}", fc.reason);
 }
+
+/// A repository that has only `ready-for-agent` (a new one, set up by hand): the
+/// supervisor creates the fleet's other labels at start, so the hand-off's `running` and
+/// `ready-for-human` are not refused; a second start creates none.
+#[test]
+fn a_fleet_on_a_new_repository_creates_its_labels_once() {
+    let (mut f, gh) = gh_fleet(1, "");
+    gh.set_repo_labels(&["ready-for-agent"]);
+    gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"]).with_body("# task 1\n")]);
+    f.start(&[]);
+    assert!(
+        wait_until(Duration::from_secs(120), || gh
+            .issue(1)
+            .is_some_and(|i| i.labels == ["ready-for-human"])),
+        "{}",
+        f.dump()
+    );
+    let creates = |gh: &FakeGh| {
+        gh.calls()
+            .iter()
+            .filter(|c| c.starts_with(&["label".to_string(), "create".to_string()]))
+            .count()
+    };
+    let names = afk_supervisor::tracker::labels::FLEET.len();
+    assert_eq!(creates(&gh), names - 1, "{:?}", gh.calls());
+    assert_eq!(gh.repo_labels().len(), names);
+    assert_eq!(
+        f.events_of("supervisor.housekeeping")
+            .iter()
+            .filter(|e| e
+                .msg
+                .starts_with("tracker labels created: running, ready-for-human"))
+            .count(),
+        1,
+        "{}",
+        f.dump()
+    );
+    f.stop_fleet();
+    f.start(&[]);
+    f.wait_events("supervisor.boot-sweep", 2);
+    assert_eq!(creates(&gh), names - 1, "a second start creates none");
+}

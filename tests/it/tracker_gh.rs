@@ -620,3 +620,51 @@ fn two_checkouts_of_one_account_share_one_write_budget() {
             .is_file()
     );
 }
+
+/// GitHub refuses a label the repository lacks; the fleet's are created once, by name
+/// without case, and a second look creates none.
+#[test]
+fn the_fleets_labels_are_created_once_and_a_missing_label_is_refused_as_github_does() {
+    let (_env, fake) = fixture();
+    fake.set_repo_labels(&["ready-for-agent", "Running"]);
+    let t = fake.tracker(Some("o/r"));
+    let err = t.edit_labels(1, &["afk:pr-open"], &[]).unwrap_err();
+    assert!(err.to_string().contains("'afk:pr-open' not found"), "{err}");
+    let made = t
+        .ensure_labels(afk_supervisor::tracker::labels::FLEET)
+        .unwrap();
+    let wanted: Vec<&str> = afk_supervisor::tracker::labels::FLEET
+        .iter()
+        .map(|l| l.name)
+        .filter(|n| !["ready-for-agent", "running"].contains(n))
+        .collect();
+    assert_eq!(made, wanted);
+    let creates: Vec<Vec<String>> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.starts_with(&strings(&["label", "create"])))
+        .collect();
+    assert_eq!(creates.len(), wanted.len(), "{creates:?}");
+    assert_eq!(
+        creates[0],
+        strings(&[
+            "label",
+            "create",
+            "ready-for-human",
+            "--color",
+            "1d76db",
+            "--description",
+            "The fleet handed this to a person",
+            "--force",
+            "--repo",
+            "o/r"
+        ])
+    );
+    t.edit_labels(1, &["afk:pr-open"], &[]).unwrap();
+    assert!(
+        t.ensure_labels(afk_supervisor::tracker::labels::FLEET)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(fake.repo_labels().len(), 2 + wanted.len());
+}

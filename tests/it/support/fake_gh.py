@@ -262,6 +262,28 @@ def viewer(state):
     return state.get("viewer") or "fake"
 
 
+# The repository's labels: `labels` in the state when a test sets it (GitHub then refuses to
+# add any other, as it does); without it, a repository set up for the fleet already, which
+# has the fleet's labels and every label its issues carry.
+FLEET_LABELS = ["ready-for-agent", "running", "ready-for-human", "needs-triage", "needs-info",
+                "afk:quarantined", "afk:needs-approval", "afk:pr-open"]
+
+
+def repo_labels(state):
+    if "labels" in state:
+        return list(state["labels"])
+    seen = list(FLEET_LABELS)
+    for issue in state.get("issues", []):
+        for l in issue.get("labels", []):
+            if l not in seen:
+                seen.append(l)
+    return seen
+
+
+def has_label(state, name):
+    return "labels" not in state or any(l.lower() == name.lower() for l in state["labels"])
+
+
 def handle(argv, state):
     """Runs one call against `state` (mutated in place); raises Reply."""
     rest, repo = split_repo(argv)
@@ -361,6 +383,19 @@ def handle(argv, state):
             stdout=dump({"comments": comments, "labels": label_objs(issue["labels"]), "state": issue["state"]}),
         )
 
+    v = match(rest, ["label", "list", "--limit", positive, "--json", "name"])
+    if v is not None:
+        names = repo_labels(state)
+        raise Reply(0, stdout=dump([{"name": l} for l in names[: int(v[0])]]))
+
+    v = match(rest, ["label", "create", anything, "--color", anything, "--description", anything, "--force"])
+    if v is not None:
+        if not re.fullmatch(r"[0-9a-fA-F]{6}", v[1]):
+            raise Reply(1, stderr="HTTP 422: Validation Failed (color)\n")
+        if "labels" in state and not any(l.lower() == v[0].lower() for l in state["labels"]):
+            state["labels"].append(v[0])
+        raise Reply(0, stdout="")
+
     if rest[:2] == ["issue", "edit"] and len(rest) >= 5 and positive(rest[2]):
         flags = rest[3:]
         add, remove = None, None
@@ -372,6 +407,9 @@ def handle(argv, state):
             unknown(argv)
         n = int(rest[2])
         issue = find_issue(state, n)
+        for label in (add or "").split(","):
+            if label and not has_label(state, label):
+                raise Reply(1, stderr="failed to update %s/issues/%d: '%s' not found\n" % (url, n, label))
         events = label_events(state, issue)
         for label in (add or "").split(","):
             if label and label not in issue["labels"]:
@@ -545,6 +583,9 @@ def handle_landing(rest, argv, state, url):
     if v is not None:
         pr = find_pr(state, v[0])
         for label in v[1].split(","):
+            if not has_label(state, label):
+                raise Reply(1, stderr="failed to update %s/pull/%s: '%s' not found\n" % (url, v[0], label))
+        for label in v[1].split(","):
             if label not in pr.setdefault("labels", []):
                 pr["labels"].append(label)
         raise Reply(0, stdout="%s/pull/%s\n" % (url, v[0]))
@@ -590,6 +631,7 @@ def is_write(argv):
         ["pr", "ready"],
         ["pr", "comment"],
         ["pr", "edit"],
+        ["label", "create"],
     )
 
 

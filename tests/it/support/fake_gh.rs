@@ -480,6 +480,24 @@ impl FakeGh {
         });
     }
 
+    /// The repository has exactly these labels: GitHub refuses to add any other, until a
+    /// `gh label create` makes it.
+    pub fn set_repo_labels(&self, names: &[&str]) {
+        self.edit(|st| st["labels"] = json!(names));
+    }
+
+    /// The repository's labels, when a test set them.
+    pub fn repo_labels(&self) -> Vec<String> {
+        self.state()["labels"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Writes refused for GitHub's write limits so far: 0 for a fleet within its pace.
     pub fn write_limit_hits(&self) -> u64 {
         self.state()["write_limits"]["hits"].as_u64().unwrap_or(0)
