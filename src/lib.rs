@@ -36,10 +36,9 @@
 //!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
 //!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,
 //!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
-//!   `texts`.
+//!   `texts` (the fixed message texts).
 //! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
 //!   of their own, its cursor kept across restarts).
-//! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
@@ -67,8 +66,9 @@
 //!   bubblewrap plan, its own object directory taken in afterwards, the tamper check).
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
 //!   only `text`).
-//! - `toonl` (the one TOONL reader and appender, and the one line a process that is not the
-//!   supervisor appends to the event log) and `toon_doc` (a TOON document writer for the
+//! - `event_log` (`supervisor.log.toonl`: its record and row, `Kind`, every kind the crate
+//!   writes, the writers, and the stream with a cursor that survives rotation).
+//! - `toonl` (the one TOONL reader and appender) and `toon_doc` (a TOON document writer for the
 //!   heartbeat's flat shapes, and the row writer for the event log's records, byte for byte
 //!   the general encoder's, at a fraction of its cost).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
@@ -93,7 +93,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod diagnostics;
-pub mod events;
+pub mod event_log;
 pub mod exit;
 pub mod fleets;
 pub mod fsutil;

@@ -9,9 +9,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::event_log::{self, Record};
 use crate::fsutil::{self, Links};
 use crate::layout::Layout;
-use crate::toonl::{self, Event};
+use crate::toonl;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogsError {
@@ -121,7 +122,7 @@ impl LineTail {
                 seen.push(Seen::NewFile);
             }
             file.seek(SeekFrom::Start(self.offset))?;
-            file.take(toonl::MAX_READ_BYTES).read_to_end(&mut bytes)
+            file.take(event_log::MAX_READ_BYTES).read_to_end(&mut bytes)
         });
         let n = read.map_err(|source| self.read_err(source))?;
         self.offset += n as u64;
@@ -141,7 +142,7 @@ impl LineTail {
 /// What a [`Tail`] read: records, and lines that were not records (reported, skipped).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Batch {
-    pub events: Vec<Event>,
+    pub events: Vec<Record>,
     pub skipped: Vec<String>,
 }
 
@@ -201,7 +202,7 @@ impl Tail {
             batch.skipped.push(line.to_string());
             return;
         };
-        match toonl::decode_events(format!("{header}\n{line}\n").as_bytes()) {
+        match event_log::decode_events(format!("{header}\n{line}\n").as_bytes()) {
             Ok(evs) => batch.events.extend(evs),
             Err(_) => self.suspect = Some(line.to_string()),
         }
@@ -226,13 +227,12 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, ev: &Event) -> bool {
+    pub fn matches(&self, ev: &Record) -> bool {
         if self.slot.is_some() && ev.slot != self.slot {
             return false;
         }
         if let Some(k) = &self.kind
-            && ev.kind != *k
-            && !ev.kind.starts_with(&format!("{k}."))
+            && !ev.kind.is_under(k)
         {
             return false;
         }
@@ -273,17 +273,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, LogsError> {
     n.checked_mul(secs).map(Duration::from_secs).ok_or_else(bad)
 }
 
-/// The rotated logs, oldest first (`.N` … `.1`), then the live one.
-pub fn generations(log: &Path, keep: usize) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = (1..=keep)
-        .rev()
-        .map(|i| toonl::rotated(log, i))
-        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
-        .collect();
-    out.push(log.to_path_buf());
-    out
-}
-
 /// The slot's newest slot log: the one in the latest `logs/<yyyy-mm-dd>/` folder that
 /// has one.
 pub fn newest_slot_log(layout: &Layout, slot: usize) -> Result<PathBuf, LogsError> {
@@ -314,12 +303,12 @@ pub const LAST_EVENTS_BYTES: u64 = 256 << 10;
 /// Each slot's newest record among the last `max_bytes` of the event log. Only the end is
 /// read (a slot with no record there has none), the file opened without following a link
 /// or blocking on a FIFO; the first, cut line and any line that is not a record are
-/// skipped. The log's lines all share one header ([`toonl::FIELDS`]), so a line read
+/// skipped. The log's lines all share one header ([`event_log::FIELDS`]), so a line read
 /// without the header above it still decodes.
 pub fn last_event_per_slot(
     log: &Path,
     max_bytes: u64,
-) -> Result<std::collections::BTreeMap<u64, Event>, LogsError> {
+) -> Result<std::collections::BTreeMap<u64, Record>, LogsError> {
     let mut out = std::collections::BTreeMap::new();
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
@@ -348,7 +337,7 @@ pub fn last_event_per_slot(
             None => &[],
         };
     }
-    let header = toonl::header_line(&toonl::FIELDS);
+    let header = toonl::header_line(&event_log::FIELDS);
     let complete = match body.iter().rposition(|b| *b == b'\n') {
         Some(i) => &body[..i],
         None => &[],
@@ -360,7 +349,7 @@ pub fn last_event_per_slot(
         let mut one = header.clone().into_bytes();
         one.extend_from_slice(line);
         one.push(b'\n');
-        if let Ok(evs) = toonl::decode_events(&one) {
+        if let Ok(evs) = event_log::decode_events(&one) {
             for ev in evs {
                 if let Some(slot) = ev.slot {
                     out.insert(slot, ev);
@@ -456,6 +445,7 @@ pub fn is_day(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_log::Kind;
 
     #[test]
     fn durations() {
@@ -473,26 +463,31 @@ mod tests {
             kind: Some("slot".into()),
             ..Filter::default()
         };
-        assert!(f.matches(&Event::now("slot.exit", "x")));
-        assert!(!f.matches(&Event::now("slotted", "x")));
-        assert!(!f.matches(&Event::now("supervisor.tick", "x")));
+        assert!(f.matches(&Record::now(Kind::SlotExit, "x")));
+        assert!(!f.matches(&Record::now(Kind::read("slotted"), "x")));
+        assert!(!f.matches(&Record::now(Kind::SupervisorTick, "x")));
     }
 
     #[test]
     fn each_slots_last_event_comes_from_the_logs_end_only() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("supervisor.log.toonl");
-        let mut text = toonl::header_line(&toonl::FIELDS);
-        let row = |ev: &Event| toonl::encode_row(ev);
-        text.push_str(&row(&Event::now("slot.spawn", "old of slot 3").slot(3)));
+        let mut text = toonl::header_line(&event_log::FIELDS);
+        let row = |ev: &Record| event_log::encode_row(ev);
+        text.push_str(&row(&Record::now(Kind::SlotSpawn, "old of slot 3").slot(3)));
         // Far more than the bytes read, so slot 3's record is out of reach.
         for i in 0..4000 {
-            text.push_str(&row(&Event::now("supervisor.tick", format!("tick {i}"))));
+            text.push_str(&row(&Record::now(
+                Kind::SupervisorTick,
+                format!("tick {i}"),
+            )));
         }
-        text.push_str(&row(&Event::now("slot.spawn", "first of 0").slot(0)));
-        text.push_str(&row(&Event::now("slot.exit", "worker x exited 1").slot(1)));
-        text.push_str(&toonl::header_line(&toonl::FIELDS));
-        text.push_str(&row(&Event::now("slot.spawn", "second of 0").slot(0)));
+        text.push_str(&row(&Record::now(Kind::SlotSpawn, "first of 0").slot(0)));
+        text.push_str(&row(
+            &Record::now(Kind::SlotExit, "worker x exited 1").slot(1)
+        ));
+        text.push_str(&toonl::header_line(&event_log::FIELDS));
+        text.push_str(&row(&Record::now(Kind::SlotSpawn, "second of 0").slot(0)));
         text.push_str("garbage line that is no record\n");
         text.push_str("[]{torn");
         std::fs::write(&log, &text).unwrap();

@@ -4,13 +4,13 @@
 use serde::Serialize;
 
 use super::{ControlError, running};
+use crate::event_log::Record;
 use crate::layout::Layout;
 use crate::process;
 use crate::supervisor::state_file::{
     self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, SlotState, StateFile,
 };
 use crate::timeutil::now_epoch;
-use crate::toonl::Event;
 
 /// The version of `status --json`'s shape (`docs/status.schema.json`). Fields are only
 /// ever added within a version (readers must ignore ones they do not know); a bump means a
@@ -103,7 +103,7 @@ pub struct SlotRow {
     /// When an open circuit's half-open probe is due (epoch seconds).
     pub probe_epoch: Option<u64>,
     /// The slot's newest event-log record, from the log's end only; null when none is there.
-    pub last_event: Option<Event>,
+    pub last_event: Option<Record>,
     /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
     pub memory_peak_kib: Option<u64>,
 }
@@ -189,7 +189,7 @@ fn report_from(
     s: &StateFile,
     start: u64,
     now: u64,
-    last: &std::collections::BTreeMap<u64, Event>,
+    last: &std::collections::BTreeMap<u64, Record>,
 ) -> StatusReport {
     StatusReport {
         schema_version: STATUS_SCHEMA_VERSION,

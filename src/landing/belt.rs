@@ -13,8 +13,9 @@
 use std::sync::Arc;
 
 use super::text as ltext;
-use super::{PrRecord, PrState, kind};
+use super::{PrRecord, PrState};
 use crate::config::{CiScope, Config, MergeMode};
+use crate::event_log::Kind;
 use crate::layout::Layout;
 use crate::tracker::{PrCheck, PrNote, PrStatus, Tracker, TrackerError, labels};
 
@@ -120,7 +121,7 @@ impl Belt {
             rec.failure = None;
         });
         self.event(
-            kind::OPENED,
+            Kind::PrOpened,
             n,
             format!(
                 "#{n} pull request {url} opened from {} into {} (retried after: {})",
@@ -150,7 +151,7 @@ impl Belt {
             "CLOSED" => {
                 self.change(n, |rec| rec.state = PrState::Closed);
                 self.event(
-                    kind::CLOSED,
+                    Kind::PrClosed,
                     n,
                     format!("#{n} pull request {} closed unmerged", r.name()),
                 );
@@ -192,7 +193,7 @@ impl Belt {
                 .pr_merge_auto(&pr, self.config.landing.method)?;
             self.change(n, |rec| rec.merge_requested = true);
             self.event(
-                kind::MERGE_REQUESTED,
+                Kind::PrMergeRequested,
                 n,
                 format!(
                     "#{n} pull request {} merge asked for ({}; the repository's rules decide when)",
@@ -239,7 +240,7 @@ impl Belt {
         };
         let link = first.link.as_deref().unwrap_or("");
         self.event(
-            kind::CHECKS_FAILED,
+            Kind::PrChecksFailed,
             n,
             format!(
                 "#{n} pull request {}: CI check(s) {} failed{}",
@@ -368,7 +369,7 @@ impl Belt {
                     ),
                 )?;
                 self.event(
-                    kind::NEEDS_PERSON,
+                    Kind::PrNeedsPerson,
                     n,
                     format!("#{n} pull request {}: {}; {why}", r.name(), t.source),
                 );
@@ -403,7 +404,7 @@ impl Belt {
             }
         });
         self.event(
-            kind::FIX_REQUESTED,
+            Kind::PrFixRequested,
             n,
             format!(
                 "#{n} pull request {}: fix round {round} of {max} requested: {}",
@@ -425,7 +426,7 @@ impl Belt {
             rec.failing = false;
         });
         self.event(
-            kind::MERGED,
+            Kind::PrMerged,
             n,
             format!("#{n} pull request {} merged into {}", r.name(), r.base),
         );
@@ -454,7 +455,7 @@ impl Belt {
         }
     }
 
-    fn event(&self, kind: &str, n: u64, msg: String) {
+    fn event(&self, kind: Kind, n: u64, msg: String) {
         super::log_event(&self.layout, kind, n, msg, None);
     }
 }

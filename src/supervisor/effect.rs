@@ -9,14 +9,14 @@ use super::event::RetireAsker;
 use super::reaper::Order;
 use super::release::DeadWorker;
 use super::slot_control::Ack;
-use crate::toonl::Event as LogLine;
+use crate::event_log::Record;
 
 /// One thing to do, in the order the fleet decided it.
 #[derive(Debug)]
 #[must_use]
 pub enum Effect {
     /// A line for the event log.
-    Log(LogLine),
+    Log(Record),
     /// Write the heartbeat `state.toon` as the fleet stands when this is carried out
     /// (after the answers to the effects before it); a write that fails is reported once.
     WriteState,

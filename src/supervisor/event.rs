@@ -17,8 +17,8 @@ use super::stall::Attempt;
 use super::state_file::SpendToday;
 use super::usage::Usage;
 use crate::cgroup::{Cgroup, Figures};
+use crate::event_log::Record;
 use crate::pause::{OperatorPause, Pause, PauseFileError};
-use crate::toonl::Event as LogLine;
 use crate::tracker::TrackerError;
 use crate::tracker::select::SelectError;
 
@@ -57,7 +57,7 @@ pub enum Event {
         resumed_via: Option<String>,
     },
     /// A line for the event log from a helper thread (a release, a periodic task).
-    Log(LogLine),
+    Log(Record),
     /// A watched cgroup's `cgroup.events` changed (cgroup mode): the dying groups are
     /// looked at again by the turn that follows.
     CgroupChanged,
@@ -121,7 +121,7 @@ pub enum RetireAsker {
     /// that was never asked).
     SlotControl {
         ack: Ack,
-        done: Box<LogLine>,
+        done: Box<Record>,
         before: SlotMarks,
     },
 }

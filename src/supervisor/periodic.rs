@@ -11,10 +11,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::belt::BeltPass;
 use super::event::Event;
 use super::slot_logs::ExpireError;
-use super::texts::kind;
 use crate::config::Config;
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::layout::Layout;
-use crate::toonl::Event as LogLine;
 use crate::tracker::{Tracker, TrackerError};
 
 /// Why one run of a periodic task failed (logged as `<name> failed: <error>`).
@@ -210,6 +210,6 @@ pub(super) fn start_periodic(
             Ok(t) => format!("{name}: {t}"),
             Err(e) => format!("{name} failed: {e}"),
         };
-        let _ = tx.send(Event::Log(LogLine::now(kind::PERIODIC, msg)));
+        let _ = tx.send(Event::Log(Record::now(Kind::SupervisorPeriodic, msg)));
     });
 }

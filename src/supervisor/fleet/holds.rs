@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 use crate::supervisor::holds::{Hold, HoldKind};
 use crate::supervisor::state_file::{AgentHold, SpendToday};
 
@@ -76,7 +77,7 @@ impl Fleet {
         self.holds.probe = None;
         let (event, msg) = match h.kind {
             HoldKind::Agent => (
-                kind::FLEET_AGENT_PAUSED,
+                Kind::FleetAgentPaused,
                 format!(
                     "agent paused: {} ({}); no spawns or claims until {}, then one probe",
                     h.words,
@@ -87,7 +88,7 @@ impl Fleet {
                 ),
             ),
             HoldKind::Budget => (
-                kind::FLEET_BUDGET_REACHED,
+                Kind::FleetBudgetReached,
                 format!(
                     "{}; in-flight attempts finish, no new claims until {}",
                     h.words,
@@ -122,7 +123,7 @@ impl Fleet {
         self.record.dirty = true;
         if kind == HoldKind::Budget {
             self.log(line(
-                kind::FLEET_BUDGET_RESUMED,
+                Kind::FleetBudgetResumed,
                 "a new budget day began: the fleet claims again",
             ));
             self.request_queue();
@@ -138,7 +139,7 @@ impl Fleet {
         }
         self.log(
             line(
-                kind::FLEET_AGENT_PROBE,
+                Kind::FleetAgentProbe,
                 format!("agent pause over: one probe in slot {idx} before the whole fleet"),
             )
             .slot(idx),
@@ -179,7 +180,7 @@ impl Fleet {
 
     fn agent_resumed(&mut self, why: &str) {
         self.log(line(
-            kind::FLEET_AGENT_RESUMED,
+            Kind::FleetAgentResumed,
             format!("agent resumed: {why}; every slot claims again"),
         ));
         self.record.dirty = true;
