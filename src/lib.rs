@@ -36,13 +36,13 @@
 //!   the files `control` writes and the fleet reads: `scale_directive` (`resize.toon`) and
 //!   `slot_control` (one slot's request and its answer); `stall`, `spawn`, `notify`,
 //!   `usage`, `state_file`, `belt` (the unblock pass, one belt per tracker on the host),
-//!   `texts` (the fixed message texts).
+//!   `log_texts` (the fixed texts of its event-log records).
 //! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
 //!   of their own, its cursor kept across restarts).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
-//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
-//!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (the slot
+//!   logs for people), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
@@ -67,7 +67,8 @@
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
 //!   only `text`).
 //! - `event_log` (`supervisor.log.toonl`: its record and row, `Kind`, every kind the crate
-//!   writes, the writers, and the stream with a cursor that survives rotation).
+//!   writes, the writers, the stream with a cursor that survives rotation, and the tail
+//!   that follows it for people).
 //! - `toonl` (the one TOONL reader and appender) and `toon_doc` (a TOON document writer for the
 //!   heartbeat's flat shapes, and the row writer for the event log's records, byte for byte
 //!   the general encoder's, at a fraction of its cost).

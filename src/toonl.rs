@@ -5,9 +5,8 @@
 //!
 //! Cells are decoded by `reddb-io-toon` (its streaming `ToonlRowReader`) and encoded by its
 //! `ToonlEncoder`, or for the event log's own rows by `toon_doc::row`, which a property test
-//! in `event_log` holds to it, so quoting follows TOON exactly. Records are written whole lines at a time
-//! (one `write` for one record, or for the records of one turn of the supervisor's loop),
-//! so a crash leaves at most a truncated last line, which the readers skip.
+//! in `event_log` holds to it, so quoting follows TOON exactly. A record is one `write` of
+//! whole lines, so a crash leaves at most a truncated last line, which the readers skip.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -9,8 +9,8 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::event_log::stream::{EventStream, Positioned, Start};
+use crate::event_log::tail::Filter;
 use crate::exit::{self, Failure};
-use crate::logs::Filter;
 
 /// Between two looks at the followed log.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);

@@ -12,8 +12,9 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::event_log::Kind;
+use crate::event_log::tail::{Filter, Tail};
 use crate::exit::{self, Failure};
-use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
+use crate::logs::{self, LogsError, SlotLogFollower};
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -75,7 +76,8 @@ fn check_kind(k: &str) -> Result<(), Failure> {
     )))
 }
 
-fn failed(e: LogsError) -> Failure {
+fn failed(e: impl Into<LogsError>) -> Failure {
+    let e = e.into();
     match e {
         LogsError::Duration(_) => Failure::usage(e.to_string()),
         _ => Failure::failed(e.to_string()),

@@ -153,7 +153,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
         });
     };
     // The log's end only, read here in the reader's process: never the supervisor's work.
-    let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
+    let last = crate::event_log::tail::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
     let mut report = report_from(&s, start, now, &last);
     fill_new_claims(layout, &mut report.slots);
@@ -183,7 +183,7 @@ fn fill_new_claims(layout: &Layout, slots: &mut [SlotRow]) {
 }
 
 /// Most bytes of the event log's end read for each slot's last event.
-const LAST_EVENTS_BYTES: u64 = crate::logs::LAST_EVENTS_BYTES;
+const LAST_EVENTS_BYTES: u64 = crate::event_log::tail::LAST_EVENTS_BYTES;
 
 fn report_from(
     s: &StateFile,

@@ -1,12 +1,13 @@
 //! The event log `supervisor.log.toonl` (`docs/SPEC.md` §5), the one home of everything
 //! about it: what a record is and how its row is written ([`record`]), every kind a record
 //! can have ([`kind`]), appending ([`writer`]), and reading it as a stream with a cursor
-//! that survives rotation ([`stream`]). The TOONL codec underneath is `crate::toonl`'s;
-//! following the file for people (`logs`) is `crate::logs`'.
+//! that survives rotation ([`stream`]) or followed for people ([`tail`]). The TOONL codec
+//! underneath is `crate::toonl`'s.
 
 pub mod kind;
 pub mod record;
 pub mod stream;
+pub mod tail;
 pub mod writer;
 
 pub use kind::{Kind, UnknownKind};

@@ -125,7 +125,7 @@ fn every_class_arrives_once_with_its_fields() {
         ),
         (
             Kind::SlotParked,
-            afk_supervisor::supervisor::texts::fatal_parked(1),
+            afk_supervisor::supervisor::log_texts::fatal_parked(1),
             None,
             Some(1),
         ),

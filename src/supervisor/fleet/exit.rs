@@ -36,7 +36,7 @@ impl Fleet {
                 ..
             } => {
                 slot.phase = Phase::CircuitOpen;
-                let msg = texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
+                let msg = log_texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
                 self.log(line(Kind::CircuitTrip, msg).slot(idx));
                 self.note_slot_trip(idx, now);
                 false
@@ -47,7 +47,7 @@ impl Fleet {
                 step,
             } => {
                 slot.phase = Phase::CircuitOpen;
-                let msg = texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
+                let msg = log_texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
                 self.log(line(Kind::CircuitReParked, msg).slot(idx));
                 false
             }
@@ -204,7 +204,7 @@ impl Fleet {
                     slot: idx,
                     log: w.log.clone(),
                 });
-                self.log(line(Kind::SlotParked, texts::fatal_parked(idx)).slot(idx));
+                self.log(line(Kind::SlotParked, log_texts::fatal_parked(idx)).slot(idx));
             }
             ExitKind::Code(
                 code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
@@ -244,7 +244,7 @@ impl Fleet {
                     .get_mut(&idx)
                     .is_some_and(|s| s.circuit.on_clean_exit());
                 if closed {
-                    let msg = texts::closed(idx, lived.as_secs());
+                    let msg = log_texts::closed(idx, lived.as_secs());
                     self.log(line(Kind::CircuitClosed, msg).slot(idx));
                 }
                 self.note_fast_clean_exit(idx, lived, w.queue_at_spawn.clone());

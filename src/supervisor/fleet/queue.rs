@@ -72,7 +72,8 @@ impl Fleet {
                         Some(u) if u.seen != set => slot.unclaimable = None,
                         Some(u) if !u.confirmed => {
                             u.confirmed = true;
-                            let msg = texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
+                            let msg =
+                                log_texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
                             confirmed.push((slot.index, msg));
                         }
                         _ => {}

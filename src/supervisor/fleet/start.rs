@@ -24,7 +24,7 @@ impl Fleet {
             self.adopt(a, now);
         }
         if had_state {
-            let msg = texts::takeover(adopted, dead, self.pool.target);
+            let msg = log_texts::takeover(adopted, dead, self.pool.target);
             self.log(line(Kind::SupervisorTakeover, msg));
         }
         // Holds read before the start (a pause written while no fleet ran) keep every slot

@@ -139,14 +139,14 @@ impl Fleet {
                 Phase::CircuitOpen if !held && slot.circuit.probe_due(now) => {
                     if let Some((backoff, step)) = slot.circuit.start_probe(now) {
                         slot.phase = Phase::Idle { confirmed: true };
-                        let msg = texts::half_open(idx, backoff.as_secs(), step);
+                        let msg = log_texts::half_open(idx, backoff.as_secs(), step);
                         self.log(line(Kind::CircuitHalfOpen, msg).slot(idx));
                         self.spawn_in(idx, now);
                     }
                 }
                 Phase::Running(_) => {
                     if let Some(lived) = slot.circuit.check_probe(now) {
-                        let msg = texts::closed(idx, lived.as_secs());
+                        let msg = log_texts::closed(idx, lived.as_secs());
                         self.log(line(Kind::CircuitClosed, msg).slot(idx));
                     }
                 }
@@ -239,7 +239,7 @@ impl Fleet {
             busy: slots.busy,
             free: slots.free,
         };
-        let text = texts::tick(&counts);
+        let text = log_texts::tick(&counts);
         self.record.tick_line = Some(text.clone());
         self.log(line(Kind::SupervisorTick, text));
     }
