@@ -206,12 +206,7 @@ impl Kind {
     /// Whether `name` is a kind, or a dotted prefix of some (`slot`, `fleet`): what
     /// `logs --kind` and `events --kind` accept.
     pub fn is_known(name: &str) -> bool {
-        Kind::ALL.iter().any(|kind| {
-            let k = kind.as_str();
-            k == name
-                || k.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with('.'))
-        })
+        Kind::ALL.iter().any(|kind| kind.is_under(name))
     }
 
     /// Whether this kind is `name` or falls under it as a dotted prefix (`slot` takes
