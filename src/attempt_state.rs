@@ -17,10 +17,6 @@ use crate::pidfile::{self, Liveness};
 /// The file name inside an attempt dir.
 pub const FILE_NAME: &str = "afk.state.json";
 
-/// The event a built-in worker appends when an attempt of its starts (`docs/SPEC.md` §5):
-/// where an issue's path in the event log begins.
-pub const EVENT_CLAIMED: &str = "attempt.claimed";
-
 /// Left in an attempt dir by the supervisor just before it stops a worker that made no
 /// progress (`docs/SPEC.md` §11.10): the worker, interrupted, then records its attempt as
 /// `stalled` (a failure) instead of `given-back`, so an issue whose agent always hangs

@@ -20,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::afk_env;
+use crate::event_log::{self, Kind};
 use crate::exit;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
@@ -438,20 +439,20 @@ fn is_death(msg: &str) -> bool {
 /// Deaths and respawns, from the event log: a death ([`is_death`]) before the stop; a
 /// respawn is every spawn in a slot after its first.
 fn fleet_counts(log: &Path) -> Result<(usize, usize), FleetFailure> {
-    let events = toonl::read_events(log)?;
+    let events = event_log::read_events(log)?;
     let mut spawned: BTreeSet<u64> = BTreeSet::new();
     let (mut deaths, mut respawns) = (0, 0);
     for ev in &events {
-        match ev.kind.as_str() {
-            "supervisor.stop" => break,
-            "slot.spawn" => {
+        match &ev.kind {
+            Kind::SupervisorStop => break,
+            Kind::SlotSpawn => {
                 if let Some(slot) = ev.slot
                     && !spawned.insert(slot)
                 {
                     respawns += 1;
                 }
             }
-            "slot.exit" if is_death(&ev.msg) => deaths += 1,
+            Kind::SlotExit if is_death(&ev.msg) => deaths += 1,
             _ => {}
         }
     }
@@ -593,16 +594,19 @@ impl Watch {
 
     /// New event-log records worth a line: deaths, parked slots, tripped circuits.
     fn report_log(&mut self, out: &mut dyn Write) {
-        let Ok(events) = toonl::read_events(&self.layout.event_log()) else {
+        let Ok(events) = event_log::read_events(&self.layout.event_log()) else {
             return;
         };
         for ev in events.iter().skip(self.log_lines) {
             let slot = ev.slot.map_or(String::new(), |s| format!("slot {s}: "));
-            let worth = match ev.kind.as_str() {
-                "slot.exit" => is_death(&ev.msg),
-                "slot.parked" | "circuit.trip" | "supervisor.error" | "tracker.error" => true,
+            let worth = match &ev.kind {
+                Kind::SlotExit => is_death(&ev.msg),
+                Kind::SlotParked
+                | Kind::CircuitTrip
+                | Kind::SupervisorError
+                | Kind::TrackerError => true,
                 // The checks' verdicts and a pull request's fix rounds, as they happen.
-                "pr.checks-failed" | "pr.checks-passed" | "pr.fix-requested" => true,
+                Kind::PrChecksFailed | Kind::PrChecksPassed | Kind::PrFixRequested => true,
                 _ => false,
             };
             if worth {
@@ -796,18 +800,18 @@ mod tests {
     fn counts_from_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.toonl");
-        let mut log = toonl::EventLog::open(&path).unwrap();
-        let ev = |kind: &str, slot: usize, msg: &str| toonl::Event::now(kind, msg).slot(slot);
+        let mut log = event_log::EventLog::open(&path).unwrap();
+        let ev = |kind: Kind, slot: usize, msg: &str| event_log::Record::now(kind, msg).slot(slot);
         let exited = |w: &str, code: i32| format!("worker {w} exit {code} after 1.0s");
         for e in [
-            ev("slot.spawn", 0, "spawned worker a"),
-            ev("slot.spawn", 1, "spawned worker b"),
-            ev("slot.exit", 0, &exited("a", exit::OK)),
-            ev("slot.spawn", 0, "spawned worker c"),
-            ev("slot.exit", 1, &exited("b", exit::FAILED)),
-            ev("slot.exit", 0, &exited("c", exit::CONFIG)),
-            ev("supervisor.stop", 0, "stop"),
-            ev("slot.exit", 1, "worker d killed by SIGTERM after 1.0s"),
+            ev(Kind::SlotSpawn, 0, "spawned worker a"),
+            ev(Kind::SlotSpawn, 1, "spawned worker b"),
+            ev(Kind::SlotExit, 0, &exited("a", exit::OK)),
+            ev(Kind::SlotSpawn, 0, "spawned worker c"),
+            ev(Kind::SlotExit, 1, &exited("b", exit::FAILED)),
+            ev(Kind::SlotExit, 0, &exited("c", exit::CONFIG)),
+            ev(Kind::SupervisorStop, 0, "stop"),
+            ev(Kind::SlotExit, 1, "worker d killed by SIGTERM after 1.0s"),
         ] {
             log.append(&e).unwrap();
         }

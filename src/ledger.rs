@@ -303,7 +303,7 @@ pub fn append(layout: &Layout, n: u64, record: &Record) -> Result<(), LogError> 
     }
     let json = serde_json::to_value(record).map_err(|e| LogError::Encode {
         path: file.clone(),
-        msg: e.to_string(),
+        source: e.into(),
     })?;
     // Synced: the ledger decides quarantine and spend, and a rescued attempt's record is
     // where its work is found again; an attempt ends minutes apart, so the sync is cheap.
@@ -359,10 +359,9 @@ fn read_file(file: &Path) -> Result<Vec<Record>, LogError> {
             });
         }
     };
-    toonl::decode_records(&bytes).map_err(|(line, msg)| LogError::Decode {
+    toonl::decode_records(&bytes).map_err(|source| LogError::Decode {
         path: file.to_path_buf(),
-        line,
-        msg,
+        source,
     })
 }
 
@@ -475,15 +474,6 @@ pub fn rescued_total(layout: &Layout) -> Result<u64, LogError> {
 pub fn rescued_count(records: &[Record]) -> usize {
     records.iter().filter(|r| r.rescued.is_some()).count()
 }
-
-/// The event-log record the built-in worker appends when an issue's work is ready for a
-/// person to review: its branch was pushed with commits on it (`docs/SPEC.md` §11.21).
-pub const EVENT_READY: &str = "attempt.ready";
-/// The record of an issue handed to a person without work to review: no commits, a push
-/// that failed, set aside, over its budget (a refused attempt has `attempt.refused`).
-pub const EVENT_HANDED_OFF: &str = "attempt.handed-off";
-/// The record of a quarantine (§11.10), beside the ledger's own `quarantined` marker.
-pub const EVENT_QUARANTINED: &str = "attempt.quarantined";
 
 /// `#<N> ready for review: <K> commit(s) on branch <branch>[ (<link>)]`: the link is where
 /// a pull request for the branch is opened, when `origin` is on a forge that has one.

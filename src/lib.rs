@@ -27,14 +27,13 @@
 //!   `claim_holds` (what holds the fleet's claims, read for the fleet), `os` (processes,
 //!   spawn, pidfds, cgroups, signals, strays, the lock, sd-notify, tree usage), `core` (the
 //!   pure state machine: `fleet::handle(event, now)` returns effects; it imports no `os`,
-//!   tokio, nix or `std::fs`), `texts`.
+//!   tokio, nix or `std::fs`), `log_texts` (the fixed texts of its event-log records).
 //! - `notify` (telling the humans: `[[notify]]` sinks fed from the event log by one thread
 //!   of their own, its cursor kept across restarts).
-//! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
-//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
-//!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (the slot
+//!   logs for people), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
@@ -59,8 +58,10 @@
 //!   bubblewrap plan, its own object directory taken in afterwards, the tamper check).
 //! - `agent_profile` (what the agent CLIs print and how a run ended; pure, it imports
 //!   only `text`).
-//! - `toonl` (the one TOONL reader and appender, and the one line a process that is not the
-//!   supervisor appends to the event log) and `toon_doc` (a TOON document writer for the
+//! - `event_log` (`supervisor.log.toonl`: its record and row, `Kind`, every kind the crate
+//!   writes, the writers, the stream with a cursor that survives rotation, and the tail
+//!   that follows it for people).
+//! - `toonl` (the one TOONL reader and appender) and `toon_doc` (a TOON document writer for the
 //!   heartbeat's flat shapes, and the row writer for the event log's records, byte for byte
 //!   the general encoder's, at a fraction of its cost).
 //! - `git`, `cmd` (running a command with a deadline), `fsutil`, `layout`, `text`,
@@ -85,7 +86,7 @@ pub mod config;
 pub mod control;
 pub mod demo_project;
 pub mod diagnostics;
-pub mod events;
+pub mod event_log;
 pub mod exit;
 pub mod fleets;
 pub mod fsutil;

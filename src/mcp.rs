@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::control;
 use crate::control::operator::{self, Via};
-use crate::events::{EventStream, Start};
+use crate::event_log::Kind;
+use crate::event_log::stream::{EventStream, Start};
 use crate::lanes::scale_directive::MAX_TARGET;
 use crate::lanes::slot_control::Action;
 use crate::lanes::state_file::ShrinkMode;
@@ -218,7 +219,7 @@ pub struct EventOut {
     /// Pass as `since` to resume right after this record.
     pub cursor: String,
     #[serde(flatten)]
-    pub event: crate::toonl::Event,
+    pub event: crate::event_log::Record,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -627,12 +628,7 @@ impl AfkMcp {
         blocking(move || {
             let mut stream = EventStream::new(&log, keep, start);
             let batch = stream.poll().map_err(|e| e.to_string())?;
-            let matches = |kind: &str| {
-                kinds.is_empty()
-                    || kinds
-                        .iter()
-                        .any(|k| kind == k || kind.starts_with(&format!("{k}.")))
-            };
+            let matches = |kind: &Kind| kinds.is_empty() || kinds.iter().any(|k| kind.is_under(k));
             let mut events = Vec::new();
             let mut next = stream.position();
             for p in batch.events {

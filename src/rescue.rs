@@ -23,15 +23,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::event_log::{Kind, Record};
 use crate::git::{Git, GitError};
 use crate::layout;
-use crate::toonl::Event;
 
 /// Where a rescue keeps its commit when it is not (or not only) on `origin`.
 pub const RESCUE_REFS: &str = "refs/afk/rescue/";
-
-/// The event a rescue is logged as.
-pub const EVENT: &str = "attempt.rescued";
 
 /// The private index a rescue stages into, in the worktree's git dir.
 const RESCUE_INDEX: &str = "afk-rescue.index";
@@ -115,12 +112,12 @@ impl Rescued {
 
 impl Rescued {
     /// The `attempt.rescued` event of this rescue, with its issue.
-    pub fn event(&self) -> Event {
-        Event::now(EVENT, self.message()).issue(self.issue)
+    pub fn event(&self) -> Record {
+        Record::now(Kind::AttemptRescued, self.message()).issue(self.issue)
     }
 
     /// Appends [`Rescued::event`] to the fleet's event log from outside the supervisor's
-    /// own loop (the built-in worker, the claims belt), through [`crate::toonl::append_event`],
+    /// own loop (the built-in worker, the claims belt), through [`crate::event_log::append_event`],
     /// so every rescue is an event wherever it was made. A rescue that found its work kept
     /// already (`already`) was logged by whoever made it and is not logged again. A log
     /// that cannot be written is a warning on stderr: the work is on its ref either way.
@@ -131,7 +128,7 @@ impl Rescued {
         let mut ev = self.event();
         ev.slot = slot.map(|s| s as u64);
         ev.pid = pid.map(i64::from);
-        if let Err(e) = crate::toonl::append_event(&layout.event_log(), &ev) {
+        if let Err(e) = crate::event_log::append_event(&layout.event_log(), &ev) {
             eprintln!("afk-supervisor: warning: {e}");
         }
     }

@@ -25,14 +25,11 @@ use std::time::{Duration, Instant};
 
 use super::marks::{self, Event, Holder, Mark, Standing};
 use super::tracked;
+use crate::event_log::Kind;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::pidfile::{Liveness, MissingStart, liveness};
 use crate::tracker::{IssueState, Tracker, TrackerError, labels};
-
-/// The event-log record of a takeover of another checkout's stale claim (`docs/SPEC.md`
-/// §11.5, §11.21): the host that held it is presumed lost.
-pub const EVENT_HOST_LOST: &str = "claims.host-lost";
 
 /// `host <host> presumed lost: its claim on #<N> (<worker>) went stale (no progress for
 /// <S>s); #<N> is back in the queue`.
@@ -342,12 +339,12 @@ impl StaleBelt {
         if took && let Some((h, _)) = target.as_ref().filter(|(h, _)| h.host != self.host) {
             // Another checkout's claim went stale with its branch standing still: that
             // host (or its fleet) is presumed lost, which a person wants to know.
-            let ev = crate::toonl::Event::now(
-                EVENT_HOST_LOST,
+            let ev = crate::event_log::Record::now(
+                Kind::ClaimsHostLost,
                 host_lost_text(n, &h.worker, &h.host, self.stale_after.as_secs()),
             )
             .issue(n);
-            if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+            if let Err(e) = crate::event_log::append_event(&self.layout.event_log(), &ev) {
                 eprintln!("afk-supervisor: warning: {e}");
             }
         }

@@ -1,5 +1,5 @@
 //! `afk-supervisor events [--since CURSOR] [--follow] [--json] [--kind K]`: the event log
-//! with a cursor per record (`crate::events`, SPEC §11.18).
+//! with a cursor per record (`crate::event_log::stream`, SPEC §11.18).
 
 use std::io::Write;
 use std::time::Duration;
@@ -8,9 +8,9 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::events::{EventStream, Positioned, Start};
+use crate::event_log::stream::{EventStream, Positioned, Start};
+use crate::event_log::tail::Filter;
 use crate::exit::{self, Failure};
-use crate::logs::Filter;
 
 /// Between two looks at the followed log.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);

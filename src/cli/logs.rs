@@ -11,9 +11,10 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
+use crate::event_log::Kind;
+use crate::event_log::tail::{Filter, Tail};
 use crate::exit::{self, Failure};
-use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
-use crate::supervisor::texts::kind;
+use crate::logs::{self, LogsError, SlotLogFollower};
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -62,16 +63,21 @@ fn when(s: &str) -> Result<SystemTime, Failure> {
 /// `--kind` names a known kind or a dotted prefix of some; anything else would print
 /// nothing and look like a quiet fleet.
 fn check_kind(k: &str) -> Result<(), Failure> {
-    if kind::is_known(k) {
+    if Kind::is_known(k) {
         return Ok(());
     }
     Err(Failure::usage(format!(
         "logs --kind {k:?}: no such kind or prefix (kinds: {})",
-        kind::ALL.join(", ")
+        Kind::ALL
+            .iter()
+            .map(Kind::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
     )))
 }
 
-fn failed(e: LogsError) -> Failure {
+fn failed(e: impl Into<LogsError>) -> Failure {
+    let e = e.into();
     match e {
         LogsError::Duration(_) => Failure::usage(e.to_string()),
         _ => Failure::failed(e.to_string()),
@@ -118,15 +124,16 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
         since: args.since.as_deref().map(when).transpose()?,
         until: args.until.as_deref().map(when).transpose()?,
     };
-    let hide_ticks = !args.all && args.kind.as_deref() != Some(kind::TICK);
-    let shown =
-        |e: &crate::toonl::Event| filter.matches(e) && !(hide_ticks && e.kind == kind::TICK);
+    let hide_ticks = !args.all && args.kind.as_deref() != Some(Kind::SupervisorTick.as_str());
+    let shown = |e: &crate::event_log::Record| {
+        filter.matches(e) && !(hide_ticks && e.kind == Kind::SupervisorTick)
+    };
     let config = ctx.config(Overrides::default())?;
     let log = ctx.layout.event_log();
     // With -n, the last N lines are held back until the history is read, then printed.
     let mut held: Option<VecDeque<String>> = args.lines.map(VecDeque::with_capacity);
     // The rotated generations first, oldest first; then the live log (followed).
-    for path in logs::generations(&log, config.log.keep) {
+    for path in crate::event_log::generations(&log, config.log.keep) {
         let mut tail = Tail::new(&path);
         loop {
             let batch = tail.poll().map_err(failed)?;

@@ -4,13 +4,13 @@
 use serde::Serialize;
 
 use super::{ControlError, running};
+use crate::event_log::Record;
 use crate::lanes::state_file::{
     self, BootSuite, FleetCircuit, FleetPause, ShrinkMode, SlotState, StateFile,
 };
 use crate::layout::Layout;
 use crate::process;
 use crate::timeutil::now_epoch;
-use crate::toonl::Event;
 
 /// The version of `status --json`'s shape (`docs/status.schema.json`). Fields are only
 /// ever added within a version (readers must ignore ones they do not know); a bump means a
@@ -103,7 +103,7 @@ pub struct SlotRow {
     /// When an open circuit's half-open probe is due (epoch seconds).
     pub probe_epoch: Option<u64>,
     /// The slot's newest event-log record, from the log's end only; null when none is there.
-    pub last_event: Option<Event>,
+    pub last_event: Option<Record>,
     /// cgroup mode with the memory controller: the attempt's `memory.peak`, KiB.
     pub memory_peak_kib: Option<u64>,
 }
@@ -153,7 +153,7 @@ pub fn status(layout: &Layout) -> Result<StatusReport, ControlError> {
         });
     };
     // The log's end only, read here in the reader's process: never the supervisor's work.
-    let last = crate::logs::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
+    let last = crate::event_log::tail::last_event_per_slot(&layout.event_log(), LAST_EVENTS_BYTES)
         .unwrap_or_default();
     let mut report = report_from(&s, start, now, &last);
     fill_new_claims(layout, &mut report.slots);
@@ -183,13 +183,13 @@ fn fill_new_claims(layout: &Layout, slots: &mut [SlotRow]) {
 }
 
 /// Most bytes of the event log's end read for each slot's last event.
-const LAST_EVENTS_BYTES: u64 = crate::logs::LAST_EVENTS_BYTES;
+const LAST_EVENTS_BYTES: u64 = crate::event_log::tail::LAST_EVENTS_BYTES;
 
 fn report_from(
     s: &StateFile,
     start: u64,
     now: u64,
-    last: &std::collections::BTreeMap<u64, Event>,
+    last: &std::collections::BTreeMap<u64, Record>,
 ) -> StatusReport {
     StatusReport {
         schema_version: STATUS_SCHEMA_VERSION,

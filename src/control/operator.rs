@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use super::{ControlError, nudge, running};
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::lanes::pause_file::{self, OperatorPause, OperatorPauseError};
 use crate::lanes::slot_control::{self, Ack, Action, Found, Request};
 use crate::lanes::state_file::{self, ShrinkMode};
 use crate::layout::Layout;
 use crate::supervisor::os::lock::running_supervisor;
-use crate::supervisor::texts::kind;
-use crate::toonl::Event;
 
 /// Who asked for an act: shown in its event as `via=cli` or `via=mcp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,13 +64,13 @@ fn slots_words(target: usize) -> String {
 }
 
 /// Appends the request to the event log as `control.request`, ending `(via=…)`, through
-/// [`crate::toonl::append_event`] (one line from a process that is not the log's writer). A log
+/// [`crate::event_log::append_event`] (one line from a process that is not the log's writer). A log
 /// that cannot be written is a warning on stderr, never a failed act.
 pub fn log_request(layout: &Layout, via: Via, what: &str, slot: Option<usize>, issue: Option<u64>) {
-    let mut ev = Event::now(kind::CONTROL, format!("{what} (via={via})"));
+    let mut ev = Record::now(Kind::ControlRequest, format!("{what} (via={via})"));
     ev.slot = slot.map(|s| s as u64);
     ev.issue = issue;
-    if let Err(e) = crate::toonl::append_event(&layout.event_log(), &ev) {
+    if let Err(e) = crate::event_log::append_event(&layout.event_log(), &ev) {
         eprintln!("afk-supervisor: warning: {e}");
     }
 }
@@ -315,10 +315,10 @@ mod tests {
         let out = pause(&layout, Some("lunch"), None, Via::Cli, false).unwrap();
         assert_eq!(out.supervisor, None);
         resume(&layout, Via::Mcp, false).unwrap();
-        let said: Vec<String> = crate::toonl::read_events(&layout.event_log())
+        let said: Vec<String> = crate::event_log::read_events(&layout.event_log())
             .unwrap()
             .into_iter()
-            .filter(|e| e.kind == kind::CONTROL)
+            .filter(|e| e.kind == Kind::ControlRequest)
             .map(|e| e.msg)
             .collect();
         assert_eq!(

@@ -14,8 +14,9 @@
 use std::sync::Arc;
 
 use super::pr_text as ltext;
-use super::{PrRecord, PrState, kind};
+use super::{PrRecord, PrState};
 use crate::config::{CiScope, Config, MergeMode};
+use crate::event_log::Kind;
 use crate::layout::Layout;
 use crate::tracker::{PrCheck, PrNote, PrStatus, Tracker, TrackerError, labels};
 
@@ -121,7 +122,7 @@ impl Belt {
             rec.failure = None;
         });
         self.event(
-            kind::OPENED,
+            Kind::PrOpened,
             n,
             format!(
                 "#{n} pull request {url} opened from {} into {} (retried after: {})",
@@ -151,7 +152,7 @@ impl Belt {
             "CLOSED" => {
                 self.change(n, |rec| rec.state = PrState::Closed);
                 self.event(
-                    kind::CLOSED,
+                    Kind::PrClosed,
                     n,
                     format!("#{n} pull request {} closed unmerged", r.name()),
                 );
@@ -198,7 +199,7 @@ impl Belt {
                 .pr_merge_auto(&pr, self.config.landing.method)?;
             self.change(n, |rec| rec.merge_requested = true);
             self.event(
-                kind::MERGE_REQUESTED,
+                Kind::PrMergeRequested,
                 n,
                 format!(
                     "#{n} pull request {} merge asked for ({}; the repository's rules decide when)",
@@ -224,7 +225,7 @@ impl Belt {
         if draft {
             self.tracker.pr_ready(pr)?;
             self.event(
-                kind::READY,
+                Kind::PrReady,
                 n,
                 format!(
                     "#{n} pull request {}: its checks pass now ({}); marked ready for review",
@@ -270,7 +271,7 @@ impl Belt {
         };
         let link = first.link.as_deref().unwrap_or("");
         self.event(
-            kind::CHECKS_FAILED,
+            Kind::PrChecksFailed,
             n,
             format!(
                 "#{n} pull request {}: CI check(s) {} failed{}",
@@ -399,7 +400,7 @@ impl Belt {
                     ),
                 )?;
                 self.event(
-                    kind::NEEDS_PERSON,
+                    Kind::PrNeedsPerson,
                     n,
                     format!("#{n} pull request {}: {}; {why}", r.name(), t.source),
                 );
@@ -443,7 +444,7 @@ impl Belt {
             }
         });
         self.event(
-            kind::FIX_REQUESTED,
+            Kind::PrFixRequested,
             n,
             format!(
                 "#{n} pull request {}: fix round {round} of {max} requested: {}",
@@ -465,7 +466,7 @@ impl Belt {
             rec.failing = false;
         });
         self.event(
-            kind::MERGED,
+            Kind::PrMerged,
             n,
             format!("#{n} pull request {} merged into {}", r.name(), r.base),
         );
@@ -495,7 +496,7 @@ impl Belt {
         }
     }
 
-    fn event(&self, kind: &str, n: u64, msg: String) {
+    fn event(&self, kind: Kind, n: u64, msg: String) {
         super::log_event(&self.layout, kind, n, msg, None);
     }
 }

@@ -19,52 +19,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::event_log::Kind;
 use crate::fsutil::{atomic_write, open_lock_file, read_small_text};
 use crate::layout::Layout;
 
 /// The most bytes one record read may have (a body and guidance of a few KiB each).
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
-
-/// Event kinds of the landing (`docs/SPEC.md` §5, §11.22).
-pub mod kind {
-    /// A pull request was opened for an issue.
-    pub const OPENED: &str = "pr.opened";
-    /// A fix round pushed to an issue's open pull request.
-    pub const UPDATED: &str = "pr.updated";
-    /// Opening the pull request failed; the branch is kept and the opening retried.
-    pub const CREATE_FAILED: &str = "pr.create-failed";
-    /// The checks (`[checks] command`, or a pull request's CI) failed.
-    pub const CHECKS_FAILED: &str = "pr.checks-failed";
-    /// The checks passed.
-    pub const CHECKS_PASSED: &str = "pr.checks-passed";
-    /// The issue went back to the queue for a fix round on its pull request's branch.
-    pub const FIX_REQUESTED: &str = "pr.fix-requested";
-    /// The fix rounds or the issue's budget ran out: the pull request is a person's.
-    pub const NEEDS_PERSON: &str = "pr.needs-person";
-    /// A draft opened only because its checks failed was marked ready for review once
-    /// they passed.
-    pub const READY: &str = "pr.ready";
-    /// The merge was asked for (`landing.merge = "auto"`).
-    pub const MERGE_REQUESTED: &str = "pr.merge-requested";
-    pub const MERGED: &str = "pr.merged";
-    /// Closed unmerged.
-    pub const CLOSED: &str = "pr.closed";
-
-    /// Every kind above.
-    pub const ALL: &[&str] = &[
-        OPENED,
-        UPDATED,
-        CREATE_FAILED,
-        CHECKS_FAILED,
-        CHECKS_PASSED,
-        FIX_REQUESTED,
-        NEEDS_PERSON,
-        READY,
-        MERGE_REQUESTED,
-        MERGED,
-        CLOSED,
-    ];
-}
 
 /// Where an issue's pull request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -460,11 +420,11 @@ pub fn counts(layout: &Layout) -> Result<PrCounts, RecordError> {
 
 /// Appends one landing event for issue `n` to the event log (one whole line, as every
 /// process that is not the supervisor's loop writes it); a failure is one line on stderr.
-pub fn log_event(layout: &Layout, kind: &str, n: u64, msg: String, slot: Option<usize>) {
-    let mut ev = crate::toonl::Event::now(kind, msg).issue(n);
+pub fn log_event(layout: &Layout, kind: Kind, n: u64, msg: String, slot: Option<usize>) {
+    let mut ev = crate::event_log::Record::now(kind, msg).issue(n);
     ev.slot = slot.map(|s| s as u64);
     ev.pid = Some(i64::from(std::process::id()));
-    if let Err(e) = crate::toonl::append_event(&layout.event_log(), &ev) {
+    if let Err(e) = crate::event_log::append_event(&layout.event_log(), &ev) {
         eprintln!("afk-supervisor: warning: {e}");
     }
 }

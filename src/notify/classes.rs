@@ -2,36 +2,11 @@
 //! (`docs/SPEC.md` §5, §11.21): each record whose kind and fixed text mean one of the
 //! classes becomes a [`Notice`], one line a person understands on a phone's lock screen
 //! plus the structured fields read from the record. Pure: no clock, no I/O.
-//!
-//! The kinds are matched by name, not through `supervisor::texts::kind`, which sits above
-//! this module; a test there holds every name here to the list of kinds the fleet writes.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::toonl::Event;
-
-/// The kinds the classes are read from (each also in `supervisor::texts::kind::ALL`).
-pub const KINDS: [&str; 15] = [
-    crate::ledger::EVENT_READY,
-    crate::ledger::EVENT_HANDED_OFF,
-    crate::ledger::EVENT_QUARANTINED,
-    crate::sandbox::EVENT_REFUSED,
-    "fleet.budget-reached",
-    "fleet.budget-resumed",
-    "fleet.agent-paused",
-    "fleet.agent-resumed",
-    "fleet.circuit-open",
-    "slot.parked",
-    "circuit.trip",
-    "fleet.paused",
-    "supervisor.start",
-    "supervisor.stop",
-    crate::claim::stale::EVENT_HOST_LOST,
-];
-
-/// The `supervisor.boot-sweep` record of a halted boot, which ends a supervisor's run.
-const BOOT_SWEEP: &str = "supervisor.boot-sweep";
+use crate::event_log::{Kind, Record};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -151,11 +126,11 @@ pub struct Memory {
 const MAX_LINE: usize = 300;
 
 /// The notice `ev` (at `cursor`) means, if any. `memory` follows the supervisor's runs.
-pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice> {
+pub fn classify(ev: &Record, cursor: &str, memory: &mut Memory) -> Option<Notice> {
     let msg = ev.msg.as_str();
     let mut f = Map::new();
-    let (class, line) = match ev.kind.as_str() {
-        crate::ledger::EVENT_READY => {
+    let (class, line) = match &ev.kind {
+        Kind::AttemptReady => {
             let branch = word_after(msg, "on branch ");
             put(&mut f, "branch", branch);
             put(&mut f, "link", link_in(msg));
@@ -173,7 +148,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             };
             (Class::PrReady, with_link(line, link_in(msg)))
         }
-        crate::ledger::EVENT_HANDED_OFF => {
+        Kind::AttemptHandedOff => {
             let why = after(msg, "handed to a person: ").map(|w| {
                 w.split_once("; work on branch ")
                     .map_or(w, |(why, _)| why)
@@ -188,7 +163,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::HandedOff, line)
         }
-        crate::sandbox::EVENT_REFUSED => {
+        Kind::AttemptRefused => {
             let what = if msg.contains("(tampered)") {
                 "tampered"
             } else {
@@ -208,7 +183,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             };
             (Class::HandedOff, line)
         }
-        crate::ledger::EVENT_QUARANTINED => {
+        Kind::AttemptQuarantined => {
             let failures = word_after(msg, "quarantined after ").and_then(|n| n.parse().ok());
             put_num(&mut f, "failures", failures);
             let line = match failures {
@@ -220,7 +195,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             };
             (Class::Quarantined, line)
         }
-        "fleet.budget-reached" => {
+        Kind::FleetBudgetReached => {
             let spend = msg
                 .split_once("; in-flight")
                 .map(|(w, _)| w.trim_start_matches("daily budget reached: "));
@@ -234,11 +209,11 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::BudgetReached, line)
         }
-        "fleet.budget-resumed" => (
+        Kind::FleetBudgetResumed => (
             Class::BudgetResumed,
             "A new budget day began: the fleet claims again".to_string(),
         ),
-        "fleet.agent-paused" => {
+        Kind::FleetAgentPaused => {
             let until = time_after(msg, "no spawns or claims until ");
             let rest = after(msg, "agent paused: ").unwrap_or(msg);
             let (kind, reason) = match rest.split_once(" (") {
@@ -259,14 +234,14 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::AgentPaused, line)
         }
-        "fleet.agent-resumed" => {
+        Kind::FleetAgentResumed => {
             put(&mut f, "why", after(msg, "agent resumed: "));
             (
                 Class::AgentResumed,
                 "Agent resumed: every slot claims again".to_string(),
             )
         }
-        "fleet.circuit-open" => {
+        Kind::FleetCircuitOpen => {
             let tripped = after(msg, "fleet circuit open: ").and_then(|r| {
                 let mut it = r.split(' ');
                 Some((
@@ -287,7 +262,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             };
             (Class::FleetCircuitOpen, line)
         }
-        "slot.parked" if msg.starts_with("fatal host configuration") => {
+        Kind::SlotParked if msg.starts_with("fatal host configuration") => {
             f.insert(
                 "why".into(),
                 json!("its worker exited 78 (host misconfigured): parked without retry"),
@@ -298,7 +273,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::SlotParked, line)
         }
-        "circuit.trip" => {
+        Kind::CircuitTrip => {
             let deaths = word_after(msg, "tripped after ").and_then(|n| n.parse().ok());
             put_num(&mut f, "fast_deaths", deaths);
             let probe = word_after(msg, "probe in ").map(|s| s.trim_end_matches('s'));
@@ -312,7 +287,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::SlotParked, line)
         }
-        "fleet.paused" => {
+        Kind::FleetPaused => {
             let until = time_after(msg, "fleet paused until ");
             let reason = msg
                 .split_once(" (")
@@ -326,7 +301,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::RateLimited, line)
         }
-        "supervisor.start" => {
+        Kind::SupervisorStart => {
             let before = memory.run.replace((ev.pid, ev.ts.clone()));
             let (pid, since) = before?;
             f.insert("clean".into(), json!(false));
@@ -343,7 +318,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             );
             (Class::SupervisorStopped, line)
         }
-        "supervisor.stop" => {
+        Kind::SupervisorStop => {
             let code = after(msg, "fleet stopped (exit ")
                 .and_then(|r| r.strip_suffix(')'))
                 .and_then(|c| c.parse::<i32>().ok());
@@ -367,7 +342,8 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
             f.insert("why".into(), json!(msg));
             (Class::SupervisorStopped, line)
         }
-        BOOT_SWEEP if msg.starts_with("boot sweeps halted: ") => {
+        // A halted boot's summary ends the supervisor's run.
+        Kind::SupervisorBootSweep if msg.starts_with("boot sweeps halted: ") => {
             memory.run = None;
             f.insert("clean".into(), json!(false));
             f.insert("exit".into(), json!(crate::exit::BOOT_HALTED));
@@ -378,7 +354,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
                 format!("Supervisor halted at boot (exit 4), nothing spawned: {why}"),
             )
         }
-        crate::claim::stale::EVENT_HOST_LOST => {
+        Kind::ClaimsHostLost => {
             let host = word_after(msg, "host ");
             put(&mut f, "lost_host", host);
             let worker = msg
@@ -427,11 +403,11 @@ pub fn sample(host: &str) -> Notice {
     }
 }
 
-fn issue_ref(ev: &Event) -> String {
+fn issue_ref(ev: &Record) -> String {
     ev.issue.map_or("An issue".to_string(), |n| format!("#{n}"))
 }
 
-fn slot_ref(ev: &Event) -> String {
+fn slot_ref(ev: &Record) -> String {
     ev.slot.map_or("?".to_string(), |s| s.to_string())
 }
 
@@ -491,11 +467,11 @@ fn clip(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn ev(kind: &str, msg: &str) -> Event {
-        Event::now(kind, msg)
+    fn ev(kind: Kind, msg: &str) -> Record {
+        Record::now(kind, msg)
     }
 
-    fn one(e: Event) -> Notice {
+    fn one(e: Record) -> Notice {
         classify(&e, "c", &mut Memory::default()).expect("a notice")
     }
 
@@ -512,7 +488,7 @@ mod tests {
     #[test]
     fn the_workers_records() {
         let n = one(ev(
-            crate::ledger::EVENT_READY,
+            Kind::AttemptReady,
             &crate::ledger::ready_text(
                 12,
                 2,
@@ -535,7 +511,7 @@ mod tests {
             n.line
         );
         let n = one(ev(
-            crate::ledger::EVENT_HANDED_OFF,
+            Kind::AttemptHandedOff,
             &crate::ledger::handed_off_text(4, "the agent made no commits", Some("afk/x")),
         )
         .issue(4));
@@ -543,7 +519,7 @@ mod tests {
         assert_eq!(n.fields["why"], "the agent made no commits");
         assert_eq!(n.fields["branch"], "afk/x");
         let n = one(ev(
-            crate::ledger::EVENT_QUARANTINED,
+            Kind::AttemptQuarantined,
             &crate::ledger::quarantined_text(7, 3),
         )
         .issue(7));
@@ -551,14 +527,14 @@ mod tests {
         assert_eq!(n.fields["failures"], 3);
         assert_eq!(n.fields["issue"], 7);
         let n = one(ev(
-            crate::claim::stale::EVENT_HOST_LOST,
+            Kind::ClaimsHostLost,
             &crate::claim::stale::host_lost_text(9, "sup-1-slot-0-1", "box-2-0b82b0dd", 7200),
         ));
         assert_eq!(n.fields["lost_host"], "box-2-0b82b0dd");
         assert_eq!(n.fields["worker"], "sup-1-slot-0-1");
         // A cluster's lost lease reads the same.
         let n = one(ev(
-            crate::claim::stale::EVENT_HOST_LOST,
+            Kind::ClaimsHostLost,
             &crate::claim::stale::host_lost_by_lease_text(9, "w1", "box-3", 12),
         ));
         assert_eq!(n.fields["lost_host"], "box-3");
@@ -568,13 +544,13 @@ mod tests {
     #[test]
     fn the_supervisors_records() {
         let n = one(ev(
-            "fleet.budget-reached",
+            Kind::FleetBudgetReached,
             "daily budget reached: spend today $1.20 of $1.00; in-flight attempts finish, no new claims until 2026-05-02T00:00:00Z",
         ));
         assert_eq!(n.fields["spend"], "spend today $1.20 of $1.00");
         assert_eq!(n.fields["until"], "2026-05-02T00:00:00Z");
         let n = one(ev(
-            "fleet.agent-paused",
+            Kind::FleetAgentPaused,
             "agent paused: usage limit (You've hit your limit · resets 1:48pm (UTC)); no spawns or claims until 2026-05-01T13:48:00Z, then one probe",
         ));
         assert_eq!(n.fields["agent_kind"], "usage limit");
@@ -584,14 +560,14 @@ mod tests {
         );
         assert_eq!(n.fields["until"], "2026-05-01T13:48:00Z");
         let n = one(ev(
-            "fleet.paused",
+            Kind::FleetPaused,
             "fleet paused until 2026-05-01T10:00:00Z (rate limited: API rate limit exceeded): no claims, queue checks, sweep writes or belts until then",
         ));
         assert_eq!(n.class, Class::RateLimited);
         assert_eq!(n.fields["until"], "2026-05-01T10:00:00Z");
         assert_eq!(n.fields["reason"], "rate limited: API rate limit exceeded");
         let n = one(ev(
-            "fleet.circuit-open",
+            Kind::FleetCircuitOpen,
             "fleet circuit open: 2 of 3 slots tripped their circuits within 90s; the fleet is parked and one slot probes in 60s: last exits: slot 0 exit 1",
         ));
         assert_eq!(
@@ -600,7 +576,7 @@ mod tests {
         );
         assert_eq!(n.fields["reason"], "last exits: slot 0 exit 1");
         let n = one(ev(
-            "circuit.trip",
+            Kind::CircuitTrip,
             "circuit open: slot 1 tripped after 5 fast deaths within 90s, probe in 60s (step=0)",
         )
         .slot(1));
@@ -609,7 +585,7 @@ mod tests {
         assert!(
             classify(
                 &ev(
-                    "slot.parked",
+                    Kind::SlotParked,
                     "slot 2 back within the target and still parked"
                 ),
                 "c",
@@ -622,21 +598,21 @@ mod tests {
     #[test]
     fn a_start_without_a_stop_is_a_supervisor_that_died() {
         let mut m = Memory::default();
-        let mut see = |e: Event| classify(&e, "c", &mut m);
-        let start = ev("supervisor.start", "supervisor started").pid(10);
+        let mut see = |e: Record| classify(&e, "c", &mut m);
+        let start = ev(Kind::SupervisorStart, "supervisor started").pid(10);
         assert!(see(start.clone()).is_none());
-        let progress = ev("supervisor.stop", "stopping fleet (SIGTERM): 2 workers");
+        let progress = ev(Kind::SupervisorStop, "stopping fleet (SIGTERM): 2 workers");
         assert!(see(progress).is_none());
-        let stopped = see(ev("supervisor.stop", "fleet stopped (exit 143)")).unwrap();
+        let stopped = see(ev(Kind::SupervisorStop, "fleet stopped (exit 143)")).unwrap();
         assert_eq!(stopped.fields["clean"], true);
         assert_eq!(stopped.fields["exit"], 143);
         assert!(see(start).is_none());
         // Killed: the next start says so.
-        let next = see(ev("supervisor.start", "supervisor started").pid(11)).unwrap();
+        let next = see(ev(Kind::SupervisorStart, "supervisor started").pid(11)).unwrap();
         assert_eq!(next.class, Class::SupervisorStopped);
         assert_eq!(next.fields["clean"], false);
         assert_eq!(next.fields["previous_pid"], 10);
-        let failed = see(ev("supervisor.stop", "fleet stopped (exit 1)")).unwrap();
+        let failed = see(ev(Kind::SupervisorStop, "fleet stopped (exit 1)")).unwrap();
         assert_eq!(failed.fields["clean"], false);
     }
 }

@@ -30,12 +30,12 @@ use super::classes;
 use super::coalesce::Message;
 use super::sinks::{self, Origin};
 use super::state::{self, Pending, State};
-use super::{EVENT_FAILED, EVENT_START};
 use crate::config::Config;
 use crate::config::notify_sinks::Sink;
-use crate::events::{EventStream, Start};
+use crate::event_log::Kind;
+use crate::event_log::Record;
+use crate::event_log::stream::{EventStream, Start};
 use crate::layout::Layout;
-use crate::toonl::Event;
 
 /// Messages one sink may have waiting; past it the oldest is dropped (said once a turn).
 pub const MAX_OUTBOX: usize = 64;
@@ -77,7 +77,7 @@ impl Drop for Handle {
 /// Starts the notifier when `config` names sinks: its state read, its cursor placed (the
 /// log's end on a first start, so nothing older is sent), its thread running. Returns the
 /// handle and the line for the event log (`notify.start`); `None` without sinks.
-pub fn start(layout: &Layout, config: &Config) -> Option<(Option<Handle>, Event)> {
+pub fn start(layout: &Layout, config: &Config) -> Option<(Option<Handle>, Record)> {
     if config.notify.is_empty() {
         return None;
     }
@@ -145,7 +145,7 @@ pub fn start(layout: &Layout, config: &Config) -> Option<(Option<Handle>, Event)
             Ok(w) => Arc::new(w),
             Err(e) => {
                 line.push_str(&format!("; not started: no eventfd ({e})"));
-                return Some((None, Event::now(EVENT_START, line)));
+                return Some((None, Record::now(Kind::NotifyStart, line)));
             }
         };
     let stop = Arc::new(AtomicBool::new(false));
@@ -165,11 +165,11 @@ pub fn start(layout: &Layout, config: &Config) -> Option<(Option<Handle>, Event)
                 done,
                 thread: Some(t),
             }),
-            Event::now(EVENT_START, line),
+            Record::now(Kind::NotifyStart, line),
         )),
         Err(e) => {
             line.push_str(&format!("; not started: no thread ({e})"));
-            Some((None, Event::now(EVENT_START, line)))
+            Some((None, Record::now(Kind::NotifyStart, line)))
         }
     }
 }
@@ -447,9 +447,9 @@ impl Notifier {
 
     /// One `notify.failed` line in the event log.
     fn log_failed(&self, issue: Option<u64>, msg: String) {
-        let mut ev = Event::now(EVENT_FAILED, msg);
+        let mut ev = Record::now(Kind::NotifyFailed, msg);
         ev.issue = issue;
-        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+        if let Err(e) = crate::event_log::append_event(&self.layout.event_log(), &ev) {
             tracing::warn!(error = %e, "notify: the event log");
         }
     }

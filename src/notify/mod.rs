@@ -18,9 +18,3 @@ pub mod sinks;
 pub mod state;
 
 pub use deliver::{Handle, start, test};
-
-/// The notifier's start: its sinks and where it resumes.
-pub const EVENT_START: &str = "notify.start";
-/// A message given up on (after its retries, or refused for good) or dropped from a full
-/// queue: one line per message, never one per retry.
-pub const EVENT_FAILED: &str = "notify.failed";

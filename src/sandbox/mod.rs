@@ -34,10 +34,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cmd::{self, Argv, RunOpts};
 
-/// The event a refused attempt logs (`docs/SPEC.md` §5, §11.19): tampering found, or
-/// changes held for a person.
-pub const EVENT_REFUSED: &str = "attempt.refused";
-
 /// `[agent] sandbox`: where the agent runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -143,8 +143,8 @@ pub fn alerts(r: &StatusReport) -> Vec<String> {
 pub(crate) mod tests {
     use super::*;
     use crate::control::SupervisorInfo;
+    use crate::event_log::{Kind, Record};
     use crate::lanes::state_file::{ShrinkMode, SlotState};
-    use crate::toonl::Event;
 
     pub const NOW: u64 = 1_800_000_000;
 
@@ -180,9 +180,9 @@ pub(crate) mod tests {
         running.cpu_permille = Some(125);
         running.rss_kib = Some(20_480);
         running.memory_peak_kib = Some(98_304);
-        running.last_event = Some(Event {
+        running.last_event = Some(Record {
             ts: "2027-01-15T08:00:01.000Z".into(),
-            kind: "slot.spawn".into(),
+            kind: Kind::SlotSpawn,
             slot: Some(0),
             pid: Some(5001),
             issue: None,

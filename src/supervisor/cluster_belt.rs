@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cluster::Cluster;
+use crate::event_log::Kind;
 use crate::layout::Layout;
 use crate::sweeps::transition;
 use crate::tracker::{IssueState, Tracker, labels};
@@ -198,8 +199,8 @@ impl ClusterBelt {
                     if let Some((worker, host)) = holder.split_once('@')
                         && host != self.host
                     {
-                        let ev = crate::toonl::Event::now(
-                            crate::claim::stale::EVENT_HOST_LOST,
+                        let ev = crate::event_log::Record::now(
+                            Kind::ClaimsHostLost,
                             crate::claim::stale::host_lost_by_lease_text(
                                 n,
                                 worker,
@@ -208,7 +209,9 @@ impl ClusterBelt {
                             ),
                         )
                         .issue(n);
-                        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+                        if let Err(e) =
+                            crate::event_log::append_event(&self.layout.event_log(), &ev)
+                        {
                             eprintln!("afk-supervisor: warning: {e}");
                         }
                     }

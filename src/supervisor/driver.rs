@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::Config;
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::fsutil::{atomic_write, remove_file_if_exists};
 use crate::lanes::scale_directive;
 use crate::lanes::slot_control::{self, Found};
@@ -34,9 +36,7 @@ use crate::supervisor::os::children::{self, Attempt, Children, Ended};
 use crate::supervisor::os::spawn::SpawnSpec;
 use crate::supervisor::os::stall;
 use crate::supervisor::os::strays::{Scope, Strays};
-use crate::supervisor::texts::kind;
 use crate::timeutil::date_utc;
-use crate::toonl::Event as LogLine;
 use crate::tracker::{self, Tracker};
 
 /// Most open `ready-for-agent` issues counted per queue check.
@@ -158,7 +158,7 @@ impl Driver {
     }
 
     /// Writes a line to the event log (not through the fleet: nothing it decides by).
-    pub fn log(&mut self, line: LogLine) {
+    pub fn log(&mut self, line: Record) {
         self.journal.write(line);
     }
 
@@ -306,14 +306,16 @@ impl Driver {
             Ok(()) => {
                 if let Some(e) = self.state_error.take() {
                     let msg = format!("heartbeat written again after: {e}");
-                    self.journal.write(LogLine::now(kind::HOUSEKEEPING, msg));
+                    self.journal
+                        .write(Record::now(Kind::SupervisorHousekeeping, msg));
                 }
             }
             Err(e) => {
                 fleet.heartbeat_owed();
                 let e = e.to_string();
                 if self.state_error.as_deref() != Some(e.as_str()) {
-                    self.journal.write(LogLine::now(kind::ERROR, e.clone()));
+                    self.journal
+                        .write(Record::now(Kind::SupervisorError, e.clone()));
                     self.state_error = Some(e);
                 }
             }
@@ -439,7 +441,7 @@ impl Driver {
         &mut self,
         fleet: &mut Fleet,
         now: Instant,
-        f: impl FnOnce(&mut Strays, Scope<'_>) -> Vec<LogLine>,
+        f: impl FnOnce(&mut Strays, Scope<'_>) -> Vec<Record>,
     ) {
         let keep = fleet.covered();
         let lane = self.layout.supervisor_lane();
@@ -453,7 +455,7 @@ impl Driver {
         self.log_through(fleet, lines, now);
     }
 
-    fn log_through(&mut self, fleet: &mut Fleet, lines: Vec<LogLine>, now: Instant) {
+    fn log_through(&mut self, fleet: &mut Fleet, lines: Vec<Record>, now: Instant) {
         for l in lines {
             self.feed(fleet, Event::Log(l), now);
         }
@@ -569,8 +571,8 @@ impl Driver {
                 let mark = attempt_dir.join(crate::attempt_state::STALL_KILLED_FILE);
                 let text = crate::attempt_state::StallMark::text(fleet_wide.as_deref());
                 if let Err(e) = atomic_write(&mark, text.as_bytes()) {
-                    self.journal.write(LogLine::now(
-                        kind::ERROR,
+                    self.journal.write(Record::now(
+                        Kind::SupervisorError,
                         format!("{}: {e}", mark.display()),
                     ));
                 }
@@ -578,7 +580,8 @@ impl Driver {
             Effect::AnswerSlotControl(ack) => {
                 if let Err(e) = slot_control::write_ack(&self.layout, &ack) {
                     let path = slot_control::ack_path(&self.layout);
-                    let line = LogLine::now(kind::ERROR, format!("{}: {e}", path.display()));
+                    let line =
+                        Record::now(Kind::SupervisorError, format!("{}: {e}", path.display()));
                     return Some(Event::Log(line));
                 }
             }

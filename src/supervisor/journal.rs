@@ -2,7 +2,7 @@
 //! foreground. A failed append is never fatal: losing a log line must not take the fleet
 //! down. Each failure episode (a full disk) is reported once when it begins and once when
 //! the log is writable again, with the count of records lost, in the log too; a record
-//! torn part-way is cut off (`toonl::EventLog::append`).
+//! torn part-way is cut off (`event_log::EventLog::append`).
 //!
 //! Rotation by size: once the file has reached `max_bytes`, the next write first renames
 //! `.N-1` to `.N` … `.1` to `.2` and the log to `.1` (the oldest beyond `keep` is replaced),
@@ -14,7 +14,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::toonl::{self, Event, EventLog, LogError};
+use crate::event_log::{self, EventLog, Kind, Record};
+use crate::toonl::LogError;
 
 /// When the event log rotates and how many generations stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,7 @@ pub struct Journal {
     /// After a failed rotation, the size at which the next one is tried (not every write).
     rotate_at: u64,
     /// Records held for one write ([`Journal::hold`]).
-    held: Vec<Event>,
+    held: Vec<Record>,
     holding: bool,
 }
 
@@ -112,7 +113,7 @@ impl Journal {
         self
     }
 
-    pub fn write(&mut self, ev: Event) {
+    pub fn write(&mut self, ev: Record) {
         self.held.push(ev);
         // A long turn (a resize to hundreds of workers spawns them all in one) writes as it
         // goes, so a SIGKILL mid-turn loses at most this many records, never the turn's.
@@ -166,7 +167,7 @@ impl Journal {
                 );
                 self.lost = 0;
                 self.report(&format!("afk-supervisor: {line}"));
-                let note = Event::now(crate::supervisor::texts::kind::ERROR, line);
+                let note = Record::now(Kind::SupervisorError, line);
                 if self.log.append(&note).is_err() {
                     self.lost = 1;
                 }
@@ -187,8 +188,8 @@ impl Journal {
         let path = self.log.path().to_path_buf();
         let io_err = |path: PathBuf| move |source| LogError::Io { path, source };
         for i in (1..r.keep).rev() {
-            let from = toonl::rotated(&path, i);
-            match std::fs::rename(&from, toonl::rotated(&path, i + 1)) {
+            let from = event_log::rotated(&path, i);
+            match std::fs::rename(&from, event_log::rotated(&path, i + 1)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(from)(e)),
                 _ => {}
             }
@@ -196,7 +197,7 @@ impl Journal {
         if r.keep == 0 {
             std::fs::remove_file(&path).map_err(io_err(path.clone()))?;
         } else {
-            std::fs::rename(&path, toonl::rotated(&path, 1)).map_err(io_err(path.clone()))?;
+            std::fs::rename(&path, event_log::rotated(&path, 1)).map_err(io_err(path.clone()))?;
         }
         self.log = EventLog::open(&path)?;
         self.rotate_at = r.max_bytes;
@@ -219,7 +220,7 @@ mod tests {
 
     fn records(path: &Path) -> Vec<String> {
         let bytes = std::fs::read(path).unwrap();
-        toonl::decode_records::<Event>(&bytes)
+        event_log::decode_events(&bytes)
             .unwrap()
             .into_iter()
             .map(|e| e.msg)
@@ -233,30 +234,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("supervisor.log.toonl");
         let mut j = Journal::open(&path, false).unwrap();
-        j.write(Event::now("slot.exit", "one"));
+        j.write(Record::now(Kind::SlotExit, "one"));
         assert_eq!(records(&path), ["one"]);
         j.hold(true);
-        j.write(Event::now("slot.exit", "two"));
-        j.write(Event::now("slot.spawn", "three"));
+        j.write(Record::now(Kind::SlotExit, "two"));
+        j.write(Record::now(Kind::SlotSpawn, "three"));
         assert_eq!(records(&path), ["one"], "held until the flush");
         let size = std::fs::metadata(&path).unwrap().len();
         j.flush();
         assert_eq!(records(&path), ["one", "two", "three"]);
         assert!(std::fs::metadata(&path).unwrap().len() > size);
-        j.write(Event::now("slot.exit", "four"));
+        j.write(Record::now(Kind::SlotExit, "four"));
         j.hold(false);
         assert_eq!(records(&path), ["one", "two", "three", "four"]);
-        j.write(Event::now("slot.exit", "five"));
+        j.write(Record::now(Kind::SlotExit, "five"));
         assert_eq!(records(&path).len(), 5, "written at once again");
         j.hold(true);
-        j.write(Event::now("supervisor.stop", "six"));
+        j.write(Record::now(Kind::SupervisorStop, "six"));
         drop(j);
         assert_eq!(records(&path).last().map(String::as_str), Some("six"));
         // A long turn writes every MAX_HELD records as it goes.
         let mut j = Journal::open(&path, false).unwrap();
         j.hold(true);
         for i in 0..MAX_HELD + 3 {
-            j.write(Event::now("slot.spawn", format!("spawn {i}")));
+            j.write(Record::now(Kind::SlotSpawn, format!("spawn {i}")));
         }
         assert_eq!(records(&path).len(), 6 + MAX_HELD);
         j.flush();
@@ -279,13 +280,13 @@ mod tests {
         let mut written = Vec::new();
         let mut rotations = 0;
         for i in 0..40 {
-            let ev = Event::now("supervisor.tick", format!("tick number {i}"));
+            let ev = Record::now(Kind::SupervisorTick, format!("tick number {i}"));
             written.push(ev.clone());
             let before = ino(&path);
             j.write(ev);
             if ino(&path) != before {
                 // Renamed, not copied: the old file lives on as `.1`.
-                assert_eq!(ino(&toonl::rotated(&path, 1)), before);
+                assert_eq!(ino(&event_log::rotated(&path, 1)), before);
                 rotations += 1;
             }
         }
@@ -301,8 +302,8 @@ mod tests {
         // Renamed, not copied: the first file lives on under another name.
         let mut read = Vec::new();
         for p in [
-            toonl::rotated(&path, 2),
-            toonl::rotated(&path, 1),
+            event_log::rotated(&path, 2),
+            event_log::rotated(&path, 1),
             path.clone(),
         ] {
             let text = std::fs::read_to_string(&p).unwrap();
@@ -316,7 +317,7 @@ mod tests {
                 p.display(),
                 text.len()
             );
-            read.extend(toonl::read_events(&p).unwrap());
+            read.extend(event_log::read_events(&p).unwrap());
         }
         // The newest records, in order, with none lost between the files.
         assert_eq!(read, written[written.len() - read.len()..]);
@@ -332,23 +333,23 @@ mod tests {
             keep: 0,
         });
         for i in 0..10 {
-            j.write(Event::now("supervisor.tick", format!("t{i}")));
+            j.write(Record::now(Kind::SupervisorTick, format!("t{i}")));
         }
         assert_eq!(names(dir.path()), ["supervisor.log.toonl"]);
-        let last = toonl::read_events(&path).unwrap();
+        let last = event_log::read_events(&path).unwrap();
         assert_eq!(last.last().map(|e| e.msg.as_str()), Some("t9"));
 
         // A directory where `.1` goes: the rename fails, the records still land.
         let path = dir.path().join("other.toonl");
-        std::fs::create_dir_all(toonl::rotated(&path, 1).join("x")).unwrap();
+        std::fs::create_dir_all(event_log::rotated(&path, 1).join("x")).unwrap();
         let mut j = Journal::open(&path, false).unwrap().rotating(Rotation {
             max_bytes: 100,
             keep: 1,
         });
         for i in 0..10 {
-            j.write(Event::now("supervisor.tick", format!("t{i}")));
+            j.write(Record::now(Kind::SupervisorTick, format!("t{i}")));
         }
-        let evs = toonl::read_events(&path).unwrap();
+        let evs = event_log::read_events(&path).unwrap();
         assert_eq!(evs.len(), 10);
     }
 }

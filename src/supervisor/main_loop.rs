@@ -15,6 +15,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::config::Config;
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::exit;
 use crate::git::Git;
 use crate::lanes::state_file;
@@ -33,12 +35,10 @@ use crate::supervisor::os::pidfd_set::Exits;
 use crate::supervisor::os::sd_notify::Notifier;
 use crate::supervisor::os::signals::{Descriptor, Heard, Signals, heard};
 use crate::supervisor::os::spawn;
-use crate::supervisor::texts::kind;
 use crate::supervisor::timers::{Periodic, housekeeping_tasks, periodic_tasks, start_periodic};
 use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{Disposition, SweepCtx, SweepName};
 use crate::timeutil;
-use crate::toonl::Event;
 use crate::tracker::Tracker;
 use crate::tracker::select::SelectError;
 
@@ -277,14 +277,14 @@ async fn run_fleet(
         None => (None, None),
     };
     if let Err(e) = spawn::become_subreaper() {
-        journal.write(Event::now(
-            kind::ERROR,
+        journal.write(Record::now(
+            Kind::SupervisorError,
             format!("cannot become child subreaper ({e}); orphaned grandchildren go to init"),
         ));
     }
     journal.write(
-        Event::now(
-            kind::START,
+        Record::now(
+            Kind::SupervisorStart,
             format!(
                 "supervisor started: target={} tick={}s worker={:?}",
                 config.fleet.workers, config.timing.tick_s, argv
@@ -293,33 +293,36 @@ async fn run_fleet(
         .pid(lock.pid),
     );
     for n in notes {
-        journal.write(Event::now(n.kind(), n.text()));
+        journal.write(Record::now(n.kind(), n.text()));
     }
     if let Some(line) = notify_line {
         journal.write(line);
     }
     // This checkout joins the user's list of fleets (`afk-supervisor list`).
     if let Err(e) = crate::fleets::path().and_then(|f| crate::fleets::record(&f, layout.repo())) {
-        journal.write(Event::now(kind::ERROR, format!("list of fleets: {e}")));
+        journal.write(Record::now(
+            Kind::SupervisorError,
+            format!("list of fleets: {e}"),
+        ));
     }
     // The bootstrap every worker also runs: `.red/state/` and the `.gitignore` lines.
     match crate::bootstrap::ensure(layout) {
         Ok(g) => {
             if let Some(note) = g.note() {
-                journal.write(Event::now(kind::HOUSEKEEPING, note));
+                journal.write(Record::now(Kind::SupervisorHousekeeping, note));
             }
         }
-        Err(e) => journal.write(Event::now(kind::ERROR, e.to_string())),
+        Err(e) => journal.write(Record::now(Kind::SupervisorError, e.to_string())),
     }
 
     let tracker = match open_tracker(&config, layout) {
         Ok((t, reason)) => {
-            journal.write(Event::now(kind::TRACKER, reason));
+            journal.write(Record::now(Kind::SupervisorTracker, reason));
             Ok(t)
         }
         Err(e) => {
-            journal.write(Event::now(
-                kind::TRACKER_ERROR,
+            journal.write(Record::now(
+                Kind::TrackerError,
                 format!("tracker unavailable: {e}"),
             ));
             Err(e)
@@ -350,26 +353,26 @@ async fn run_fleet(
             let mut notifier = Notifier::from_env();
             notifier.stopping();
             notifier.finish();
-            journal.write(Event::now(
-                kind::STOP,
+            journal.write(Record::now(
+                Kind::SupervisorStop,
                 "stopped by signal during the boot sweeps",
             ));
             return Ok(RunEnd::Stopped(code));
         }
     };
     match labels {
-        Some(Ok(made)) if !made.is_empty() => journal.write(Event::now(
-            kind::HOUSEKEEPING,
+        Some(Ok(made)) if !made.is_empty() => journal.write(Record::now(
+            Kind::SupervisorHousekeeping,
             format!("tracker labels created: {}", made.join(", ")),
         )),
         // Not fatal: a write of a missing label fails and is retried as any tracker error.
-        Some(Err(e)) => journal.write(Event::now(
-            kind::TRACKER_ERROR,
+        Some(Err(e)) => journal.write(Record::now(
+            Kind::TrackerError,
             format!("tracker labels: cannot list or create them: {e}"),
         )),
         _ => {}
     }
-    journal.write(Event::now(kind::BOOT_SWEEP, boot.log_message()));
+    journal.write(Record::now(Kind::SupervisorBootSweep, boot.log_message()));
     for r in &boot.report.rescued {
         journal.write(r.event());
     }
@@ -382,7 +385,7 @@ async fn run_fleet(
             .iter()
             .filter(|d| d.verdict != Disposition::Keep)
         {
-            journal.write(Event::now(kind::BOOT_SWEEP_DETAIL, d.line()));
+            journal.write(Record::now(Kind::SupervisorBootSweepDetail, d.line()));
         }
     } else {
         // The issues no worker will take, by number, once per supervisor: from the suite's
@@ -393,7 +396,7 @@ async fn run_fleet(
             .iter()
             .filter(|d| d.sweep == SweepName::Stragglers && d.verdict == Disposition::Warn)
         {
-            journal.write(Event::now(kind::STRAGGLERS, d.reason.clone()));
+            journal.write(Record::now(Kind::SupervisorStragglers, d.reason.clone()));
         }
     }
     if boot.is_halted() {
@@ -404,12 +407,12 @@ async fn run_fleet(
     let (isolation, notes) = match entered {
         Ok(x) => x.settle(&config),
         Err(e) => {
-            journal.write(Event::now(kind::ERROR, e.to_string()));
+            journal.write(Record::now(Kind::SupervisorError, e.to_string()));
             return Err(e.into());
         }
     };
     for n in notes {
-        journal.write(Event::now(kind::ISOLATION, n));
+        journal.write(Record::now(Kind::SupervisorIsolation, n));
     }
     if config.worker.command.is_none() {
         // Which sandbox the built-in worker's agents get, and why (`docs/SPEC.md` §11.19);
@@ -427,13 +430,13 @@ async fn run_fleet(
             Ok(in_force) => in_force.describe(&from),
             Err(e) => e.to_string(),
         };
-        journal.write(Event::now(kind::ISOLATION, line));
+        journal.write(Record::now(Kind::SupervisorIsolation, line));
     }
     let (mut adoptees, dead, had_state, recorded) = takeover_candidates(layout, &mut journal);
     if let Some(cg) = isolation.cgroups() {
         let t = crate::supervisor::os::isolation::adopt_by_cgroups(cg, &mut adoptees, &recorded);
         for n in t.notes {
-            journal.write(Event::now(kind::TAKEOVER, n));
+            journal.write(Record::now(Kind::SupervisorTakeover, n));
         }
         adoptees.extend(t.found);
     }
@@ -446,8 +449,8 @@ async fn run_fleet(
     }
     if !unrecorded.is_empty() {
         let pids: Vec<i32> = unrecorded.iter().map(|a| a.pid).collect();
-        journal.write(Event::now(
-            kind::TAKEOVER,
+        journal.write(Record::now(
+            Kind::SupervisorTakeover,
             format!(
                 "found {} live workers not recorded in state.toon: {pids:?}; adopting them",
                 pids.len()
@@ -524,9 +527,14 @@ async fn run_fleet(
     if let Some(cg) = isolation.cgroups()
         && let Err(e) = cg.teardown()
     {
-        driver.log(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
+        driver.log(Record::now(
+            Kind::SupervisorError,
+            format!("fleet cgroups left: {e}"),
+        ));
     }
-    driver.log(Event::now(kind::STOP, format!("fleet stopped (exit {code})")).pid(lock.pid));
+    driver.log(
+        Record::now(Kind::SupervisorStop, format!("fleet stopped (exit {code})")).pid(lock.pid),
+    );
     // The slot logs made for spawns that never came are taken back while the lock is still
     // held: a successor never finds one it could mistake for its own.
     drop(driver);
@@ -582,7 +590,7 @@ async fn event_loop(
                     // Workers' ends would go unheard, or (every sender lives in this
                     // process) the channel closed, which cannot happen while we loop.
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {e}");
-                    driver.log(Event::now(kind::ERROR, e.to_string()));
+                    driver.log(Record::now(Kind::SupervisorError, e.to_string()));
                     return exit::FAILED;
                 }
             },
@@ -598,7 +606,7 @@ async fn event_loop(
                     // No signal can reach the loop any more: no stop would be obeyed.
                     let msg = format!("the signal descriptor failed: {e}");
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
-                    driver.log(Event::now(kind::ERROR, msg));
+                    driver.log(Record::now(Kind::SupervisorError, msg));
                     return exit::FAILED;
                 }
             },
@@ -632,7 +640,7 @@ async fn event_loop(
                 let left = driver.leftovers(fleet);
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
                 let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
-                driver.log(Event::now(kind::ERROR, msg));
+                driver.log(Record::now(Kind::SupervisorError, msg));
                 return exit::FAILED;
             }
         }
@@ -658,7 +666,10 @@ fn forget_isolation(entered: Result<Entering, CgroupRequired>, journal: &mut Jou
     if let Ok(entered) = entered
         && let Err(e) = entered.abandon()
     {
-        journal.write(Event::now(kind::ERROR, format!("fleet cgroups left: {e}")));
+        journal.write(Record::now(
+            Kind::SupervisorError,
+            format!("fleet cgroups left: {e}"),
+        ));
     }
 }
 
@@ -783,7 +794,10 @@ fn takeover_candidates(
         Ok(Some(s)) => s,
         Ok(None) => return (Vec::new(), 0, false, Vec::new()),
         Err(e) => {
-            journal.write(Event::now(kind::ERROR, format!("{e}; no worker adopted")));
+            journal.write(Record::now(
+                Kind::SupervisorError,
+                format!("{e}; no worker adopted"),
+            ));
             return (Vec::new(), 0, false, Vec::new());
         }
     };
@@ -943,7 +957,10 @@ impl LeaseKeeper {
             .name("afk-cluster-lease".into())
             .spawn(move || {
                 let report = |note: crate::cluster::keeper::Note| {
-                    let _ = tx.send(event::Event::Log(Event::now(kind::CLUSTER, note.line())));
+                    let _ = tx.send(event::Event::Log(Record::now(
+                        Kind::ClusterLease,
+                        note.line(),
+                    )));
                 };
                 crate::cluster::keeper::run(cluster, lane, host, flag, report, status)
             })

@@ -14,6 +14,5 @@ pub mod main_loop;
 pub mod os;
 pub mod release_dead;
 pub mod slot_logs;
-pub mod texts;
 pub mod timers;
 pub mod unblock_belt;

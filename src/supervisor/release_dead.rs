@@ -13,18 +13,18 @@
 //! keeps the claim: the next boot's orphan cleanup finishes the restore from it (without
 //! posting the comment twice).
 
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::layout::Layout;
 use crate::pidfile;
 use crate::rescue::Keeper;
-use crate::supervisor::texts::kind;
 use crate::sweeps::transition;
-use crate::toonl::Event;
 use crate::tracker::{IssueState, Tracker, labels};
 
 use crate::claim::release::{DeadWorker, claims_of};
 
 /// Releases every claim of `w` ([`release_rescuing`] with the default size limit).
-pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Event> {
+pub fn release(layout: &Layout, tracker: &dyn Tracker, w: &DeadWorker) -> Vec<Record> {
     let keeper = Keeper::new(
         layout.repo(),
         crate::rescue::DEFAULT_MAX_FILE_BYTES,
@@ -40,9 +40,9 @@ pub fn release_rescuing(
     tracker: &dyn Tracker,
     w: &DeadWorker,
     keeper: &Keeper,
-) -> Vec<Event> {
+) -> Vec<Record> {
     let ev =
-        |n: u64, kind: &str, msg: String| Event::now(kind, msg).slot(w.slot).pid(w.pid).issue(n);
+        |n: u64, kind: Kind, msg: String| Record::now(kind, msg).slot(w.slot).pid(w.pid).issue(n);
     let mut out = Vec::new();
     for n in claims_of(layout, w) {
         // Re-checked just before acting: the pid must still be dead (it was when the
@@ -55,7 +55,11 @@ pub fn release_rescuing(
         let rescued = match keeper.rescue_newest(layout, &w.id, n, rescue_why(w.outcome)) {
             Ok(r) => r,
             Err(e) => {
-                out.push(ev(n, kind::ERROR, format!("{e}; the worktree is kept")));
+                out.push(ev(
+                    n,
+                    Kind::SupervisorError,
+                    format!("{e}; the worktree is kept"),
+                ));
                 None
             }
         };
@@ -65,7 +69,11 @@ pub fn release_rescuing(
         let view = match tracker.view(n) {
             Ok(v) => v,
             Err(e) => {
-                out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+                out.push(ev(
+                    n,
+                    Kind::SupervisorError,
+                    left_for_boot(n, w, &e.to_string()),
+                ));
                 continue;
             }
         };
@@ -91,7 +99,11 @@ pub fn release_rescuing(
                     elsewhere = Some(h);
                 }
                 Err(e) => {
-                    out.push(ev(n, kind::ERROR, left_for_boot(n, w, &e.to_string())));
+                    out.push(ev(
+                        n,
+                        Kind::SupervisorError,
+                        left_for_boot(n, w, &e.to_string()),
+                    ));
                     continue;
                 }
             }
@@ -116,7 +128,7 @@ pub fn release_rescuing(
                 w.id
             )
         };
-        out.push(ev(n, kind::RESTORE, msg));
+        out.push(ev(n, Kind::SlotRestore, msg));
     }
     out
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::Config;
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::layout::Layout;
 use crate::supervisor::core::event::Event;
 use crate::supervisor::slot_logs::ExpireError;
-use crate::supervisor::texts::kind;
 use crate::supervisor::unblock_belt::BeltPass;
-use crate::toonl::Event as LogLine;
 use crate::tracker::{Tracker, TrackerError};
 
 /// Why one run of a periodic task failed (logged as `<name> failed: <error>`).
@@ -217,6 +217,6 @@ pub(super) fn start_periodic(
             Ok(t) => format!("{name}: {t}"),
             Err(e) => format!("{name} failed: {e}"),
         };
-        let _ = tx.send(Event::Log(LogLine::now(kind::PERIODIC, msg)));
+        let _ = tx.send(Event::Log(Record::now(Kind::SupervisorPeriodic, msg)));
     });
 }

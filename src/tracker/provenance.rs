@@ -8,9 +8,6 @@
 
 use super::trust::{Author, Trust};
 
-/// The event a worker logs when it holds an issue (SPEC §11.20).
-pub const EVENT_HELD: &str = "issue.held";
-
 /// The comment that approves an issue's text as it stands (its first line, trimmed).
 pub const APPROVE: &str = "/afk approve";
 

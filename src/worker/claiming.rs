@@ -6,8 +6,9 @@ use super::fence::FenceGuard;
 use super::{Worker, WorkerError};
 use crate::claim::Claim;
 use crate::claim::tracked::{self, Verdict, WonClaim};
+use crate::event_log::Kind;
 use crate::ledger;
-use crate::tracker::provenance::{EVENT_HELD, Hold, Vetting};
+use crate::tracker::provenance::{Hold, Vetting};
 use crate::tracker::{LabeledIssue, labels};
 
 /// A claim the worker holds: the local lock and, on a shared tracker, the won claim mark
@@ -215,10 +216,10 @@ impl Worker<'_> {
             .map_err(|e| WorkerError::from(&e))?;
         let msg = format!("#{n} held for a person: {}", hold.reason());
         say!("worker {}: {msg}", self.wenv.worker_id);
-        let mut ev = crate::toonl::Event::now(EVENT_HELD, msg).issue(n);
+        let mut ev = crate::event_log::Record::now(Kind::IssueHeld, msg).issue(n);
         ev.slot = self.wenv.slot.map(|s| s as u64);
         ev.pid = Some(i64::from(std::process::id()));
-        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+        if let Err(e) = crate::event_log::append_event(&self.layout.event_log(), &ev) {
             eprintln!("afk-supervisor: warning: {e}");
         }
         Ok(())

@@ -6,6 +6,7 @@ use super::claiming::TakenClaim;
 use super::lifecycle::PublishError;
 use super::{Worker, WorkerError};
 use crate::config::ChecksFailure;
+use crate::event_log::Kind;
 use crate::landing::pr_text::{self as ltext, ChecksWord, Figures};
 use crate::landing::{self, PrRecord, PrState};
 use crate::ledger;
@@ -35,7 +36,7 @@ pub(super) struct Handed {
     pub pr: Option<String>,
     /// The event that tells the humans (`attempt.ready` or `attempt.handed-off`, what the
     /// notifier sends; `docs/SPEC.md` §11.21) and its line.
-    pub told: (&'static str, String),
+    pub told: (Kind, String),
 }
 
 impl Worker<'_> {
@@ -54,7 +55,7 @@ impl Worker<'_> {
             Ok(k) => k,
             Err(e) => {
                 let told = (
-                    ledger::EVENT_HANDED_OFF,
+                    Kind::AttemptHandedOff,
                     ledger::handed_off_text(
                         h.n,
                         &format!(
@@ -76,7 +77,7 @@ impl Worker<'_> {
             let ok: Result<u64, PublishError> = Ok(commits);
             let told = match commits {
                 0 => (
-                    ledger::EVENT_HANDED_OFF,
+                    Kind::AttemptHandedOff,
                     ledger::handed_off_text(h.n, "the agent made no commits", None),
                 ),
                 k => self.ready(h.n, k, h.branch, None),
@@ -98,7 +99,7 @@ impl Worker<'_> {
                 labels: person,
                 pr: None,
                 told: (
-                    ledger::EVENT_HANDED_OFF,
+                    Kind::AttemptHandedOff,
                     ledger::handed_off_text(
                         h.n,
                         &format!("its checks still fail ({})", h.checks.words()),
@@ -129,7 +130,7 @@ impl Worker<'_> {
                     "pull request"
                 };
                 self.landing_event(
-                    landing::kind::OPENED,
+                    Kind::PrOpened,
                     h.n,
                     format!(
                         "#{} attempt {attempt} opened {what} {url} from {} into {base}: {commits} commit(s); checks: {}",
@@ -153,7 +154,7 @@ impl Worker<'_> {
                     self.wenv.worker_id, h.n, h.branch
                 );
                 self.landing_event(
-                    landing::kind::CREATE_FAILED,
+                    Kind::PrCreateFailed,
                     h.n,
                     format!(
                         "#{} attempt {attempt}: branch {} pushed, opening the pull request failed: {why}; retried by the landing belt",
@@ -188,7 +189,7 @@ impl Worker<'_> {
             eprintln!("worker {}: landing record: {e}", self.wenv.worker_id);
         }
         self.landing_event(
-            landing::kind::UPDATED,
+            Kind::PrUpdated,
             h.n,
             format!(
                 "#{} attempt {attempt} pushed {commits} commit(s) to {name} (branch {}); checks: {}",
@@ -207,16 +208,10 @@ impl Worker<'_> {
 
     /// `attempt.ready`: `commits` on `branch`, linked to its pull request, else to where a
     /// person opens one (GitHub's compare page), when known.
-    fn ready(
-        &self,
-        n: u64,
-        commits: u64,
-        branch: &str,
-        pr: Option<&str>,
-    ) -> (&'static str, String) {
+    fn ready(&self, n: u64, commits: u64, branch: &str, pr: Option<&str>) -> (Kind, String) {
         let link = pr.map(str::to_string).or_else(|| self.review_link(branch));
         (
-            ledger::EVENT_READY,
+            Kind::AttemptReady,
             ledger::ready_text(n, commits, branch, link.as_deref()),
         )
     }
@@ -249,7 +244,7 @@ impl Worker<'_> {
     }
 
     /// One landing event of this worker's attempt (with its slot and pid).
-    pub(super) fn landing_event(&self, kind: &str, n: u64, msg: String) {
+    pub(super) fn landing_event(&self, kind: Kind, n: u64, msg: String) {
         landing::log_event(self.layout, kind, n, msg, self.wenv.slot);
     }
 

@@ -12,6 +12,7 @@ use super::wording::{self, issue_title, slugify};
 use super::{Outcome, Worker, WorkerError};
 use crate::agent_profile::{self, End, Usage};
 use crate::claim::tracked;
+use crate::event_log::Kind;
 use crate::git::Git;
 use crate::landing::pr_text::ChecksWord;
 use crate::ledger;
@@ -48,7 +49,7 @@ impl Worker<'_> {
             ledger::failures(records)
         );
         self.log_event(
-            ledger::EVENT_QUARANTINED,
+            Kind::AttemptQuarantined,
             n,
             ledger::quarantined_text(n, ledger::failures(records)),
         );
@@ -58,11 +59,11 @@ impl Worker<'_> {
     /// One record of `kind` about issue `n` in the fleet's event log, with this worker's
     /// slot and pid (`docs/SPEC.md` §11.15, §11.19, §11.21): one line appended as
     /// `control.request` is. A log that cannot be written never fails what it records.
-    fn log_event(&self, kind: &str, n: u64, msg: String) {
-        let mut ev = crate::toonl::Event::now(kind, msg).issue(n);
+    fn log_event(&self, kind: Kind, n: u64, msg: String) {
+        let mut ev = crate::event_log::Record::now(kind, msg).issue(n);
         ev.slot = self.wenv.slot.map(|s| s as u64);
         ev.pid = Some(i64::from(std::process::id()));
-        if let Err(e) = crate::toonl::append_event(&self.layout.event_log(), &ev) {
+        if let Err(e) = crate::event_log::append_event(&self.layout.event_log(), &ev) {
             eprintln!("afk-supervisor: warning: {e}");
         }
     }
@@ -209,7 +210,7 @@ impl Worker<'_> {
             .as_ref()
             .map_or(String::new(), |p| format!("; a fix round of {}", p.name()));
         self.landing_event(
-            crate::attempt_state::EVENT_CLAIMED,
+            Kind::AttemptClaimed,
             n,
             format!(
                 "#{n} claimed by worker {}: attempt {n}-a{attempt} on branch {branch}{fix}",
@@ -377,7 +378,7 @@ impl Worker<'_> {
                         worktree.display()
                     );
                     eprintln!("worker {}: {msg}", self.wenv.worker_id);
-                    self.log_event(crate::sandbox::EVENT_REFUSED, n, msg);
+                    self.log_event(Kind::AttemptRefused, n, msg);
                     end(outcome, &branch, &usage, None);
                     let body = wording::refused(n, attempt, tampered, &found, &branch, &worktree);
                     let edited = self.hand_labels(n, &claim, labels::READY_FOR_HUMAN);
@@ -443,7 +444,7 @@ impl Worker<'_> {
                         // claims belt to finish the hand-off, never to requeue.
                         self.post_ending(n, &claim, &body, true);
                         self.log_event(
-                            ledger::EVENT_HANDED_OFF,
+                            Kind::AttemptHandedOff,
                             n,
                             ledger::handed_off_text(
                                 n,
@@ -533,7 +534,7 @@ impl Worker<'_> {
                         let (why, tail, again) = match run {
                             super::checks::ChecksRun::Passed { secs } => {
                                 self.landing_event(
-                                crate::landing::kind::CHECKS_PASSED,
+                                Kind::PrChecksPassed,
                                 n,
                                 format!("#{n} attempt {n}-a{attempt} round {round}: checks passed in {secs:.1}s"),
                             );
@@ -547,7 +548,7 @@ impl Worker<'_> {
                             }
                         };
                         self.landing_event(
-                            crate::landing::kind::CHECKS_FAILED,
+                            Kind::PrChecksFailed,
                             n,
                             format!(
                                 "#{n} attempt {n}-a{attempt} round {round}: checks failed: {why}"
@@ -814,7 +815,7 @@ impl Worker<'_> {
             spent.usd, spent.runs
         );
         self.log_event(
-            ledger::EVENT_HANDED_OFF,
+            Kind::AttemptHandedOff,
             n,
             ledger::handed_off_text(n, &why, None),
         );

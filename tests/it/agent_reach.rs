@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{self, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// The escapes the hostile agent tries, by the name it prints.
 const ESCAPES: &[&str] = &[
@@ -393,7 +394,7 @@ fn a_tampering_agent_outside_the_sandbox_is_refused_and_put_right() {
     let origin = f.env.path().join("origin.git");
     f.new_issue("tamper");
     f.start(&["--workers", "1"]);
-    let refused = f.wait_event_with("attempt.refused", "tampered");
+    let refused = f.wait_event_with(Kind::AttemptRefused, "tampered");
     assert_eq!(refused.issue, Some(1), "{}", f.dump());
     assert!(
         refused.msg.contains("refs/heads/main moved"),
@@ -488,7 +489,7 @@ fn a_change_to_a_workflow_is_held_for_a_person() {
     let origin = f.env.path().join("origin.git");
     f.new_issue("ci");
     f.start(&["--workers", "1"]);
-    let held = f.wait_event_with("attempt.refused", "held");
+    let held = f.wait_event_with(Kind::AttemptRefused, "held");
     assert!(held.msg.contains(".github/workflows/x.yml"), "{}", held.msg);
     wait_handed_to_person(&f, 1);
     let pushed = f.env.git(
@@ -567,7 +568,7 @@ fn a_signal_to_the_agents_own_group_spares_its_worker() {
         first.contains("attempt 1-a1 failed (agent exit 138)"),
         "{first}"
     );
-    let exits = f.events_of("slot.exit");
+    let exits = f.events_of(Kind::SlotExit);
     assert!(
         exits[0].msg.contains("exit 1 after"),
         "the worker was not spared: {}",

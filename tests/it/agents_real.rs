@@ -26,6 +26,7 @@ use crate::support::agent_clis::{self, CLAUDE_VERSION, CODEX_VERSION};
 use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit};
 use crate::support::model_server::{Api, ModelServer, Scenario, TURN_USAGE, refused_port};
 use crate::support::{TestEnv, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// The longest one CLI run may take before the test kills it and fails: at the CLIs'
 /// default timings (by hand) an hour.
@@ -828,10 +829,10 @@ fn fleet_wait() -> Duration {
 
 /// The fleet's one agent pause, waited for as long as a CLI may retry before it gives up:
 /// seconds scaled down, many minutes at the CLIs' own defaults (Claude Code's ten retries).
-fn wait_paused(f: &Fleet) -> Vec<afk_supervisor::toonl::Event> {
-    let ok = wait_until(run_max(), || f.count("fleet.agent-paused") >= 1);
+fn wait_paused(f: &Fleet) -> Vec<afk_supervisor::event_log::Record> {
+    let ok = wait_until(run_max(), || f.count(Kind::FleetAgentPaused) >= 1);
     assert!(ok, "no fleet.agent-paused; log:\n{}", f.dump());
-    f.events_of("fleet.agent-paused")
+    f.events_of(Kind::FleetAgentPaused)
 }
 
 /// Each issue's work is done and published, its ledger says `done` with the tokens the
@@ -849,7 +850,7 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
         f.dump()
     );
     // The real CLI did its work inside the fleet's sandbox, the default (issue 47).
-    let sandbox = f.wait_event_with("supervisor.isolation", "agent sandbox:");
+    let sandbox = f.wait_event_with(Kind::SupervisorIsolation, "agent sandbox:");
     assert!(
         sandbox.msg.starts_with("agent sandbox: bwrap"),
         "{}",
@@ -890,7 +891,7 @@ fn fleet_done(cli: Cli, scenario: Scenario) {
         outcomes(&f, 2),
         pause_file::agent_read(&f.layout.state()).ok().flatten()
     );
-    assert_eq!(f.count("fleet.agent-paused"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetAgentPaused), 0, "{}", f.dump());
 }
 
 /// An account-wide condition: the fleet pauses once, in the CLI's own words; every
@@ -948,7 +949,7 @@ fn fleet_pauses_timed(cli: Cli, scenario: Option<Scenario>, kind: &str, timing: 
         );
         assert!(!f.labels_of(n).iter().any(|l| l == "afk:quarantined"));
     }
-    assert_eq!(f.count("fleet.agent-paused"), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetAgentPaused), 1, "{}", f.dump());
 }
 
 #[test]
@@ -1027,7 +1028,7 @@ fn fleet_stalls_on_a_silent_provider(cli: Cli) {
     // The supervisor saw both slots stall and stopped them together: every stall is
     // excused, the first of the outage included, and the fleet pauses.
     assert!(records.iter().all(|r| r.excused.is_some()), "{records:?}");
-    let kills = f.events_of("slot.stall-kill");
+    let kills = f.events_of(Kind::SlotStallKill);
     assert!(
         kills
             .iter()

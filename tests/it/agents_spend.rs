@@ -20,6 +20,7 @@ use afk_supervisor::timeutil::now_epoch;
 use crate::support::REPORTING_AGENT;
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Long enough for a fleet on two shared cores to work a handful of issues.
 const LONG: Duration = Duration::from_secs(120);
@@ -246,7 +247,7 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
     let reset = now_epoch() + 20;
     fs::write(f.file("reset"), reset.to_string()).unwrap();
     f.start(&[]);
-    let paused = f.wait_events("fleet.agent-paused", 1);
+    let paused = f.wait_events(Kind::FleetAgentPaused, 1);
     assert!(paused[0].msg.contains("usage limit"), "{}", paused[0].msg);
     // While paused, `status` says so in the issue's words.
     let text = f.wait_status_line(|l| l.starts_with("agent paused: usage limit, resumes "));
@@ -264,9 +265,9 @@ fn a_usage_limit_pauses_the_whole_fleet_once_and_quarantines_nothing() {
         runs(&f).len() - before.len()
     );
     assert!(before.len() <= 3, "at most one run per slot: {before:?}");
-    assert_eq!(f.count("fleet.agent-paused"), 1, "{}", f.dump());
-    assert_eq!(f.count("fleet.agent-probe"), 1, "{}", f.dump());
-    assert_eq!(f.count("fleet.agent-resumed"), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetAgentPaused), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetAgentProbe), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetAgentResumed), 1, "{}", f.dump());
     let mut quarantined = 0;
     for n in 1..=8 {
         let labels = f.labels_of(n);
@@ -338,7 +339,7 @@ fn budget_run(program: &str, sample: &str, budget: &str, expect_runs: usize, wor
         &format!("[budget]\n{budget}\ntimezone = \"{tz}\"\n"),
     );
     f.start(&[]);
-    let reached = f.wait_events("fleet.budget-reached", 1);
+    let reached = f.wait_events(Kind::FleetBudgetReached, 1);
     assert!(
         now_epoch() < turn,
         "the runs took longer than the test's day"
@@ -354,15 +355,15 @@ fn budget_run(program: &str, sample: &str, budget: &str, expect_runs: usize, wor
         "{text}"
     );
     // Held: ticks pass, nothing more runs, the event is not repeated.
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     if now_epoch() + 1 < turn {
         assert_eq!(runs(&f).len(), expect_runs, "{}", f.dump());
     }
-    assert_eq!(f.count("fleet.budget-reached"), 1);
+    assert_eq!(f.count(Kind::FleetBudgetReached), 1);
     // The day turns: claims resume without anyone.
     assert!(
-        wait_until(LONG, || f.count("fleet.budget-resumed") == 1),
+        wait_until(LONG, || f.count(Kind::FleetBudgetResumed) == 1),
         "the day did not turn; log:\n{}",
         f.dump()
     );
@@ -586,8 +587,8 @@ fn an_issue_whose_failed_attempts_reach_its_budget_goes_to_a_person_after_three_
         f.dump()
     );
     // Ticks pass with issue 2 handed over: no fourth run of it.
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     let issue_runs = runs(&f).iter().filter(|r| r.0 == 2).count();
     assert_eq!(issue_runs, 3, "exactly the runs that reach $0.03");
     assert_eq!(
@@ -638,8 +639,8 @@ fn a_capped_attempt_that_reaches_the_issue_budget_goes_to_a_person_not_the_queue
         "log:\n{}",
         f.dump()
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     assert_eq!(runs(&f).iter().filter(|r| r.0 == 1).count(), 1);
     let records = ledger::read(&f.layout, 1).unwrap();
     let o: Vec<_> = records.iter().map(|r| r.outcome).collect();
@@ -719,14 +720,14 @@ fn four_workers_reserve_the_daily_budget_so_it_overshoots_by_at_most_one_run() {
     );
     // The runs end: their cost settles in the ledger, the day's budget is reached.
     fs::write(f.file("go"), "").unwrap();
-    let reached = f.wait_events("fleet.budget-reached", 1);
+    let reached = f.wait_events(Kind::FleetBudgetReached, 1);
     assert!(
         reached[0].msg.contains("spend today $0.03 of $0.03"),
         "{}",
         reached[0].msg
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     let n_runs = runs(&f).len();
     let v: serde_json::Value =
         serde_json::from_slice(&f.run_cmd(&["spend", "--json"]).stdout).unwrap();
@@ -750,7 +751,7 @@ fn four_workers_with_nothing_to_reserve_overshoot_by_a_run_each() {
     f.start(&[]);
     assert!(wait_until(LONG, || runs(&f).len() >= 4), "{}", f.dump());
     fs::write(f.file("go"), "").unwrap();
-    f.wait_events("fleet.budget-reached", 1);
+    f.wait_events(Kind::FleetBudgetReached, 1);
     let spend = || -> serde_json::Value {
         serde_json::from_slice(&f.run_cmd(&["spend", "--json"]).stdout).unwrap()
     };

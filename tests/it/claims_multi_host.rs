@@ -15,6 +15,7 @@ use afk_supervisor::layout::Layout;
 
 use crate::support::fake_gh::FakeGh;
 use crate::support::{TestEnv, hosts, wait_until};
+use afk_supervisor::event_log::Kind;
 
 const ISSUES: u64 = 12;
 /// A bound on waiting, not a speed claim: with a fifth of tracker calls failing, every label
@@ -346,12 +347,12 @@ fn a_killed_hosts_issue_is_taken_over_after_the_stale_age() {
     // but not started) says, once, that host 0 is presumed lost (what a `host-lost`
     // notification is made of, docs/SPEC.md §11.21).
     let lost_host = afk_supervisor::claim::tracked::this_host(&Layout::new(&h.clones[0]));
-    let lost: Vec<afk_supervisor::toonl::Event> = h.clones[1..]
+    let lost: Vec<afk_supervisor::event_log::Record> = h.clones[1..]
         .iter()
         .flat_map(|c| {
-            afk_supervisor::toonl::read_events(&Layout::new(c).event_log()).unwrap_or_default()
+            afk_supervisor::event_log::read_events(&Layout::new(c).event_log()).unwrap_or_default()
         })
-        .filter(|e| e.kind == afk_supervisor::claim::stale::EVENT_HOST_LOST)
+        .filter(|e| e.kind == Kind::ClaimsHostLost)
         .collect();
     let mut issues: Vec<u64> = lost.iter().filter_map(|e| e.issue).collect();
     issues.sort();

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::support::etcd::EtcdCluster;
 use crate::support::fake_gh::FakeGh;
 use crate::support::{TestEnv, hosts, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// The lease of every test here: short, so the faults are seconds long. The figures of a
 /// real default lease are measured by hand with `AFK_CLUSTER_TEST_LEASE_S=12` (every bound
@@ -441,7 +442,7 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
         .map(|i| {
             h.event_log(i)
                 .lines()
-                .filter(|l| l.contains("claims.host-lost") && l.contains("lease ended"))
+                .filter(|l| l.contains(Kind::ClaimsHostLost.as_str()) && l.contains("lease ended"))
                 .count()
         })
         .sum();
@@ -563,7 +564,7 @@ fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_
             (1..=2).contains(&said),
             "host {i} said it {said} times\n{log}"
         );
-        let paused = log.matches("fleet.paused").count();
+        let paused = log.matches(Kind::FleetPaused.as_str()).count();
         assert!(paused <= 3, "host {i} paused {paused} times\n{log}");
     }
 }
@@ -593,7 +594,7 @@ fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
 
 /// The epoch ms of the first record of `kind` in an event log whose message contains
 /// `words`.
-fn first_event_ms(log: &str, kind: &str, words: &str) -> Option<u64> {
+fn first_event_ms(log: &str, kind: Kind, words: &str) -> Option<u64> {
     log.lines()
         .find(|l| l.contains(&format!(",{kind},")) && l.contains(words))
         .and_then(|l| l.split('"').nth(1))
@@ -626,16 +627,16 @@ fn an_account_pause_on_one_host_stops_claims_on_every_host_within_two_seconds() 
     let log0 = || h.event_log(0);
     assert!(wait_until(DEADLINE, || first_event_ms(
         &log0(),
-        "slot.exit",
+        Kind::SlotExit,
         "exit 76"
     )
     .is_some()));
-    let paused_at = first_event_ms(&log0(), "slot.exit", "exit 76").unwrap();
+    let paused_at = first_event_ms(&log0(), Kind::SlotExit, "exit 76").unwrap();
     let held = wait_until(Duration::from_secs(10), || {
-        first_event_ms(&h.event_log(1), "fleet.agent-paused", "").is_some()
+        first_event_ms(&h.event_log(1), Kind::FleetAgentPaused, "").is_some()
     });
     assert!(held, "host 1 never held\n{}", h.dump());
-    let held_at = first_event_ms(&h.event_log(1), "fleet.agent-paused", "").unwrap();
+    let held_at = first_event_ms(&h.event_log(1), Kind::FleetAgentPaused, "").unwrap();
     // Nothing starts anywhere once the pause is 2 s old (a run started just before
     // finishes its issue).
     std::thread::sleep(Duration::from_secs(4));
@@ -675,7 +676,7 @@ fn the_repo_wide_belt_runs_on_the_leader_only_and_a_new_leader_takes_over_within
         h.event_log(i)
             .lines()
             .filter(|l| l.contains("unblock-belt"))
-            .filter_map(|l| first_event_ms(l, "supervisor.periodic", ""))
+            .filter_map(|l| first_event_ms(l, Kind::SupervisorPeriodic, ""))
             .collect()
     };
     assert!(

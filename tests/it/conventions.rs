@@ -6,10 +6,11 @@
 use std::path::Path;
 use std::process::Output;
 
-use afk_supervisor::toonl::EventLog;
+use afk_supervisor::event_log::EventLog;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{TestEnv, ev, fleet, text, wait_until};
+use afk_supervisor::event_log::Kind;
 
 fn bare(args: &[&str]) -> Output {
     let env = TestEnv::new();
@@ -104,19 +105,19 @@ fn logs_tail_until_kind_and_hidden_ticks() {
     std::fs::create_dir_all(layout.supervisor_lane()).unwrap();
     let mut log = EventLog::open(&layout.event_log()).unwrap();
     for (i, kind) in [
-        "supervisor.start",
-        "supervisor.tick",
-        "slot.spawn",
-        "supervisor.tick",
-        "slot.exit",
-        "circuit.trip",
+        Kind::SupervisorStart,
+        Kind::SupervisorTick,
+        Kind::SlotSpawn,
+        Kind::SupervisorTick,
+        Kind::SlotExit,
+        Kind::CircuitTrip,
     ]
     .iter()
     .enumerate()
     {
         log.append(&ev(
             &format!("2026-01-01T00:00:0{i}.000Z"),
-            kind,
+            kind.clone(),
             &format!("m{i}"),
         ))
         .unwrap();
@@ -141,7 +142,10 @@ fn logs_tail_until_kind_and_hidden_ticks() {
     assert_eq!(code, Some(0));
     assert_eq!(msgs(&out), ["m0", "m2", "m4", "m5"], "ticks hidden: {out}");
     assert_eq!(msgs(&logs(&["--all"]).1).len(), 6);
-    assert_eq!(msgs(&logs(&["--kind", "supervisor.tick"]).1), ["m1", "m3"]);
+    assert_eq!(
+        msgs(&logs(&["--kind", Kind::SupervisorTick.as_str()]).1),
+        ["m1", "m3"]
+    );
     assert_eq!(msgs(&logs(&["-n", "2"]).1), ["m4", "m5"]);
     assert_eq!(msgs(&logs(&["--tail", "1", "--all"]).1), ["m5"]);
     assert_eq!(

@@ -20,6 +20,7 @@ use afk_supervisor::tracker::{LocalTracker, Tracker};
 
 use crate::support::fake_gh::FakeGh;
 use crate::support::{Repo, TestEnv, fleet, git_trace_commands, text};
+use afk_supervisor::event_log::Kind;
 
 struct Fx {
     env: TestEnv,
@@ -1303,14 +1304,14 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
     fl.start(&["--workers", "2"]);
     let status = fl.wait_exit();
     assert_eq!(status.code(), Some(4), "log:\n{}", fl.dump());
-    let boot = fl.events_of("supervisor.boot-sweep");
+    let boot = fl.events_of(Kind::SupervisorBootSweep);
     assert_eq!(boot.len(), 1, "{}", fl.dump());
     assert_eq!(
         boot[0].msg,
         "boot sweeps halted: Docs Sweep halted (zero-precedent): .red/adr/0001.md"
     );
     // The halting decision follows, with its reason, so the log alone explains the halt.
-    let detail = fl.events_of("supervisor.boot-sweep.detail");
+    let detail = fl.events_of(Kind::SupervisorBootSweepDetail);
     assert_eq!(detail.len(), 1, "{}", fl.dump());
     assert!(
         detail[0]
@@ -1319,7 +1320,7 @@ fn a_supervisor_whose_docs_sweep_halts_spawns_nothing_and_exits_4() {
         "{}",
         detail[0].msg
     );
-    assert_eq!(fl.count("slot.spawn"), 0, "{}", fl.dump());
+    assert_eq!(fl.count(Kind::SlotSpawn), 0, "{}", fl.dump());
     assert!(!fl.file(marker).exists(), "a worker ran");
     assert_eq!(git(&fl, &["rev-parse", "HEAD"]), head);
     // The slot logs opened beside the sweeps are taken back: no log for a fleet that never ran.

@@ -6,6 +6,7 @@ use std::process::Stdio;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// (cursor, kind, msg) of every record `events --json <args>` prints.
 fn events(f: &Fleet, args: &[&str]) -> Vec<(String, String, String)> {
@@ -36,7 +37,7 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
     let mid = first.len() / 2;
     let cursor = first[mid].0.clone();
     // Wait until the log has rotated at least twice past the cursor's generation.
-    let rotated = |i: usize| afk_supervisor::toonl::rotated(&f.layout.event_log(), i);
+    let rotated = |i: usize| afk_supervisor::event_log::rotated(&f.layout.event_log(), i);
     assert!(wait_until(WAIT, || rotated(2).exists()), "{}", f.dump());
     let resumed = events(&f, &["--since", &cursor]);
     // Exactly what followed the cursor: the rest of the first read, then newer records.
@@ -74,8 +75,8 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
     assert_eq!(tail, resumed);
 
     // Kind filter and bad cursors.
-    let ticks = events(&f, &["--kind", "supervisor.tick"]);
-    assert!(!ticks.is_empty() && ticks.iter().all(|e| e.1 == "supervisor.tick"));
+    let ticks = events(&f, &["--kind", Kind::SupervisorTick.as_str()]);
+    assert!(!ticks.is_empty() && ticks.iter().all(|e| e.1 == Kind::SupervisorTick.as_str()));
     let out = f.run_cmd(&["events", "--since", "e1-zz"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cursor"));
@@ -109,7 +110,7 @@ fn a_consumer_resuming_from_its_cursor_gets_each_event_once_across_rotations() {
     let text = fleet::read(&sink);
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(
-        text.starts_with("e1-") && text.contains("control.request"),
+        text.starts_with("e1-") && text.contains(Kind::ControlRequest.as_str()),
         "{text}"
     );
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));

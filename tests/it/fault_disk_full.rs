@@ -8,11 +8,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use afk_supervisor::event_log::{self, Record};
 use afk_supervisor::supervisor::journal::Journal;
-use afk_supervisor::toonl::{self, Event};
 
 use crate::support::fleet::{self, Fleet, WAIT};
 use crate::support::wait_until;
+use afk_supervisor::event_log::Kind;
 
 /// A tmpfs of `size` mounted on a fresh directory; unmounted on drop.
 struct Tmpfs {
@@ -71,20 +72,26 @@ fn a_record_torn_by_a_full_disk_leaves_no_glued_line_and_each_episode_is_reporte
     let log = fs_.mnt.join("supervisor.log.toonl");
     let filler = fs_.mnt.join("filler");
     let mut j = Journal::open(&log, false).unwrap();
-    j.write(Event::now("supervisor.start", "before the disk filled"));
+    j.write(Record::now(Kind::SupervisorStart, "before the disk filled"));
     let long = "y".repeat(12_000);
     for episode in 1..=2 {
         fill(&filler, 4096);
         // Longer than the room left: written part-way, then ENOSPC.
-        j.write(Event::now("slot.death", format!("torn {episode} {long}")));
-        j.write(Event::now("slot.death", format!("lost {episode} {long}")));
+        j.write(Record::now(
+            Kind::SlotExit,
+            format!("torn {episode} {long}"),
+        ));
+        j.write(Record::now(
+            Kind::SlotExit,
+            format!("lost {episode} {long}"),
+        ));
         fs::remove_file(&filler).unwrap();
-        j.write(Event::now(
-            "supervisor.tick",
+        j.write(Record::now(
+            Kind::SupervisorTick,
             format!("after recovery {episode}"),
         ));
     }
-    let events = toonl::read_events(&log).unwrap_or_else(|e| {
+    let events = event_log::read_events(&log).unwrap_or_else(|e| {
         panic!(
             "{e}\n{}",
             String::from_utf8_lossy(&fs::read(&log).unwrap_or_default())
@@ -184,7 +191,10 @@ fn a_heartbeat_lost_to_a_full_disk_is_written_once_there_is_room() {
         f.dump()
     );
     // The log says the heartbeat is back (written in the same turn, flushed at its end).
-    f.wait_event_with("supervisor.housekeeping", "heartbeat written again after: ");
+    f.wait_event_with(
+        Kind::SupervisorHousekeeping,
+        "heartbeat written again after: ",
+    );
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
     drop(f);
     drop(disk);

@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// A worker that just lives until it is stopped.
 const SLEEPER: &str = "sleep 1000 &\nwait\n";
@@ -264,17 +265,17 @@ fn start_with(planted: &[(LanePath, Form)], logged: &[&str]) {
     f.start(&["--workers", "1"]);
     // Waited for through the event log and a look at the lane that cannot block (the
     // heartbeat helper reads `state.toon`, which may still be the planted file).
-    f.wait_events("slot.spawn", 1);
+    f.wait_events(Kind::SlotSpawn, 1);
     let is_file = || fs::symlink_metadata(f.layout.state_file()).is_ok_and(|m| m.is_file());
     assert!(
         wait_until(WAIT, is_file),
         "state.toon not rewritten as a file"
     );
     f.wait_workers(1);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     let errors: Vec<String> = f
-        .events_of("supervisor.error")
+        .events_of(Kind::SupervisorError)
         .into_iter()
         .map(|e| e.msg)
         .collect();
@@ -397,9 +398,9 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
         (Form::Huge, "larger than 65536 bytes"),
         (Form::Garbage, "target stays 1"),
     ] {
-        let errors = f.count("supervisor.error");
+        let errors = f.count(Kind::SupervisorError);
         plant(&resize_p, form, &victim(&f));
-        let evs = f.wait_events("supervisor.error", errors + 1);
+        let evs = f.wait_events(Kind::SupervisorError, errors + 1);
         let msg = &evs.last().unwrap().msg;
         assert!(
             msg.contains("resize.toon: ") && msg.contains(why),
@@ -418,9 +419,9 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
             f.dump()
         );
         worker = f.worker_pids()[0];
-        let ticks = f.count("supervisor.tick");
-        f.wait_events("supervisor.tick", ticks + 2);
-        assert_eq!(f.count("supervisor.error"), errors + 1, "{}", f.dump());
+        let ticks = f.count(Kind::SupervisorTick);
+        f.wait_events(Kind::SupervisorTick, ticks + 2);
+        assert_eq!(f.count(Kind::SupervisorError), errors + 1, "{}", f.dump());
         assert_bounded_memory(&f);
         assert_eq!(f.state().unwrap().target, 1);
         if form == Form::Dir {
@@ -433,19 +434,19 @@ fn hostile_control_files_at_runtime_are_logged_once_and_never_wedge_the_loop() {
     }
 
     // A stop sentinel that is not a regular file is reported once, and is no stop.
-    let errors = f.count("supervisor.error");
+    let errors = f.count(Kind::SupervisorError);
     plant(&f.layout.supervisor_stop(), Form::Fifo, &victim(&f));
-    let evs = f.wait_events("supervisor.error", errors + 1);
+    let evs = f.wait_events(Kind::SupervisorError, errors + 1);
     assert!(
         evs.last()
             .unwrap()
             .msg
             .contains("afk-supervisor.stop: not a regular file")
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("supervisor.error"), errors + 1);
-    assert_eq!(f.count("supervisor.stop"), 0);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SupervisorError), errors + 1);
+    assert_eq!(f.count(Kind::SupervisorStop), 0);
 
     // `status` with the heartbeat replaced by a FIFO answers (the supervisor may already
     // have rewritten it); `scale` writes through a FIFO planted at `resize.toon.tmp`.
@@ -520,7 +521,7 @@ fn hostile_slot_logs_fail_the_spawn_not_the_supervisor() {
     plant(&fifo, Form::Fifo, &victim(&f));
     plant(&link, Form::LinkOut, &victim(&f));
     f.start(&["--workers", "2"]);
-    let fails = f.wait_events("slot.spawn-failed", 2);
+    let fails = f.wait_events(Kind::SlotSpawnFailed, 2);
     for (slot, why) in [(0, "not a regular file (a FIFO)"), (1, "is a symlink")] {
         assert!(
             fails.iter().any(|e| e.slot == Some(slot)
@@ -530,7 +531,7 @@ fn hostile_slot_logs_fail_the_spawn_not_the_supervisor() {
             f.dump()
         );
     }
-    f.wait_events("circuit.trip", 2);
+    f.wait_events(Kind::CircuitTrip, 2);
     assert_eq!(f.live_script_processes(), 0);
     sigterm_and_expect_143(&mut f);
     assert_intact(&f, &durable, &[(link.clone(), Form::LinkOut)]);

@@ -17,6 +17,7 @@ use nix::unistd::Pid;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 const TARGET: usize = 3;
 
@@ -67,7 +68,7 @@ fn live_workers(f: &Fleet) -> Vec<i32> {
 
 /// Records of `kind` in the event log, counted on the raw text: cheap enough to poll in
 /// a tight loop, so a kill lands right after the record is written.
-fn log_count(f: &Fleet, kind: &str) -> usize {
+fn log_count(f: &Fleet, kind: Kind) -> usize {
     let needle = format!(",{kind},");
     fs::read_to_string(f.layout.event_log())
         .map(|t| t.lines().filter(|l| l.contains(&needle)).count())
@@ -113,7 +114,7 @@ fn current_state(f: &Fleet) -> Option<StateFile> {
 /// (or nothing left to claim) and a boot suite behind it; then checks the claims.
 fn settle_and_check(f: &mut Fleet, boots_before: usize) {
     f.start(&["--workers", &TARGET.to_string()]);
-    f.wait_events("supervisor.boot-sweep", boots_before + 1);
+    f.wait_events(Kind::SupervisorBootSweep, boots_before + 1);
     let mut last = String::new();
     let ok = wait_until(WAIT, || {
         let Some(s) = current_state(f) else {
@@ -203,18 +204,18 @@ fn a_live_worker_missing_from_state_is_adopted_not_doubled() {
                 .retain(|d| s.slot_pids.iter().any(|p| Some(p.pid) == d.pid));
             state_file::write(&path, &s).unwrap();
         }
-        let spawns = f.count("slot.spawn");
+        let spawns = f.count(Kind::SlotSpawn);
         f.start(&["--workers", &TARGET.to_string()]);
         let mut adopted = f.wait_workers(TARGET);
         adopted.sort_unstable();
         let mut expected = pids.clone();
         expected.sort_unstable();
         assert_eq!(adopted, expected, "{variant}: {}", f.dump());
-        let ticks = f.count("supervisor.tick");
-        f.wait_events("supervisor.tick", ticks + 2);
-        assert_eq!(f.count("slot.spawn"), spawns, "{variant}: {}", f.dump());
+        let ticks = f.count(Kind::SupervisorTick);
+        f.wait_events(Kind::SupervisorTick, ticks + 2);
+        assert_eq!(f.count(Kind::SlotSpawn), spawns, "{variant}: {}", f.dump());
         assert_eq!(live_workers(&f).len(), TARGET, "{variant}");
-        let take = f.events_of("supervisor.takeover");
+        let take = f.events_of(Kind::SupervisorTakeover);
         assert!(
             take.iter().any(
                 |e| e.msg.starts_with("found ") && e.msg.contains("not recorded in state.toon")
@@ -241,7 +242,7 @@ fn sigkill_at_every_phase_never_runs_more_than_the_target() {
     // Calibrate: how long a start-up takes here, launch to the last spawn.
     let t0 = Instant::now();
     f.start(&["--workers", &workers]);
-    f.wait_events("slot.spawn", TARGET);
+    f.wait_events(Kind::SlotSpawn, TARGET);
     let startup = t0.elapsed();
     kill_supervisor(&mut f);
     assert_within_target(&f, "after calibration");
@@ -260,13 +261,13 @@ fn sigkill_at_every_phase_never_runs_more_than_the_target() {
     // The narrowest window: the instant a spawn is logged, before anything after it.
     for k in 0..8 {
         kill_one_worker(&f, k);
-        let spawns = f.count("slot.spawn");
+        let spawns = f.count(Kind::SlotSpawn);
         f.start(&["--workers", &workers]);
         // Generous: a start-up under a loaded machine can wait out a slow git or fsync.
         let deadline = Instant::now() + WAIT * 4;
         let mut seen = false;
         while !seen && Instant::now() < deadline {
-            seen = log_count(&f, "slot.spawn") > spawns;
+            seen = log_count(&f, Kind::SlotSpawn) > spawns;
             std::thread::sleep(Duration::from_micros(200));
         }
         if !seen {
@@ -305,16 +306,16 @@ fn sigkill_at_every_phase_never_runs_more_than_the_target() {
     // Mid-tick: a supervisor that has been running a while.
     kill_one_worker(&f, 0);
     f.start(&["--workers", &workers]);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     kill_supervisor(&mut f);
     assert_within_target(&f, "kill mid-tick");
 
     // Mid-stop: SIGTERM, then SIGKILL while the workers are giving their issues back.
     for delay_ms in [0u64, 20, 150] {
-        let boots = f.count("supervisor.boot-sweep");
+        let boots = f.count(Kind::SupervisorBootSweep);
         f.start(&["--workers", &workers]);
-        f.wait_events("supervisor.boot-sweep", boots + 1);
+        f.wait_events(Kind::SupervisorBootSweep, boots + 1);
         assert!(wait_until(WAIT, || current_state(&f).is_some()));
         kill(f.sup_pid(), Signal::SIGTERM);
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -322,7 +323,7 @@ fn sigkill_at_every_phase_never_runs_more_than_the_target() {
         assert_within_target(&f, &format!("kill {delay_ms} ms into a stop"));
     }
 
-    let boots = f.count("supervisor.boot-sweep");
+    let boots = f.count(Kind::SupervisorBootSweep);
     settle_and_check(&mut f, boots);
     let out = f.run_cmd(&["stop"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
@@ -348,7 +349,7 @@ exec sleep 600
     }));
     kill_supervisor(&mut f);
     f.start(&["--workers", "2"]);
-    f.wait_events("supervisor.takeover", 1);
+    f.wait_events(Kind::SupervisorTakeover, 1);
     f.wait_workers(2);
     // Two workers, each with two escaped descendants.
     let sup = f.sup_pid();

@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{TestEnv, text, wait_until};
+use afk_supervisor::event_log::Kind;
 
 #[test]
 fn init_writes_the_documented_defaults_with_the_choices_and_refuses_to_overwrite() {
@@ -213,13 +214,13 @@ fn a_relative_agent_runs_from_the_repo_and_stragglers_are_named_at_boot() {
         f.labels_of(1),
         f.dump()
     );
-    let warned = f.events_of("supervisor.stragglers");
+    let warned = f.events_of(Kind::SupervisorStragglers);
     assert_eq!(warned.len(), 1, "{}", f.dump());
     assert_eq!(
         warned[0].msg,
         "stragglers: 1 open issue AFK cannot take (unlabeled=1 triage=0 info=0): #2"
     );
-    assert_eq!(f.count("slot.parked"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotParked), 0, "{}", f.dump());
     let out = f.run_cmd(&["stop"]);
     assert!(out.status.success(), "{out:?}");
     f.wait_exit();

@@ -10,6 +10,7 @@ use std::path::Path;
 use crate::support::fake_gh::FakeGh;
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{self, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Every path under `dir` with its content (files) or `<dir>` (directories), `.git`
 /// excluded: two snapshots are equal when nothing was created or changed.
@@ -171,7 +172,7 @@ fn zero_workers_warns_and_a_parked_slot_carries_its_reason_into_state_and_status
     ));
     let out = f.run_cmd(&["scale", "1"]);
     assert!(out.status.success(), "{out:?}");
-    f.wait_events("slot.parked", 1);
+    f.wait_events(Kind::SlotParked, 1);
     let want = format!(
         "agent.command[0] = \"/no/such/agent\" ({}): does not exist",
         cfg.display()
@@ -191,8 +192,8 @@ fn zero_workers_warns_and_a_parked_slot_carries_its_reason_into_state_and_status
     assert!(raw.contains("reason"), "{raw}");
 
     // Parked for good: no second worker, and nothing was claimed.
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     let out = f.run_cmd(&["status"]);
     // Running but degraded, as `systemctl is-active` would say: exit 1.
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -214,7 +215,7 @@ fn zero_workers_warns_and_a_parked_slot_carries_its_reason_into_state_and_status
     assert_eq!(slots[0]["reason"], serde_json::Value::String(want.clone()));
     // The runner is the agent's program name, not a hard-coded `claude`.
     assert_eq!(v["fleet"]["runner"], "true");
-    assert_eq!(f.count("slot.spawn"), 1);
+    assert_eq!(f.count(Kind::SlotSpawn), 1);
     let claims = f.repo.join(".red/tmp/claims");
     assert_eq!(fs::read_dir(&claims).map_or(0, |d| d.count()), 0);
 

@@ -9,6 +9,7 @@ use afk_supervisor::timeutil::now_epoch;
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::fleet::Fleet;
 use crate::support::wait_until;
+use afk_supervisor::event_log::Kind;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -67,14 +68,14 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
     let (mut f, gh) = gh_fleet(2, "");
     gh.set_issues(&[]);
     f.start(&[]);
-    f.wait_events("supervisor.tick", 1);
+    f.wait_events(Kind::SupervisorTick, 1);
     let reset = now_epoch() + 5;
     gh.set_rate_limit(Some(reset));
     gh.set_issues(&[
         FakeIssue::open(1, &["ready-for-agent"]).with_body("# one\n"),
         FakeIssue::open(2, &["ready-for-agent"]).with_body("# two\n"),
     ]);
-    let paused = f.wait_events("fleet.paused", 1);
+    let paused = f.wait_events(Kind::FleetPaused, 1);
     assert!(
         paused[0].msg.contains("rate limit exceeded"),
         "{}",
@@ -94,7 +95,7 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
         1,
         "{text}"
     );
-    f.wait_events("fleet.resumed", 1);
+    f.wait_events(Kind::FleetResumed, 1);
     assert!(
         wait_until(WAIT, || [1, 2].iter().all(|n| gh
             .issue(*n)
@@ -102,13 +103,13 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
         "{}",
         f.dump()
     );
-    assert_eq!(f.count("fleet.paused"), 1, "{}", f.dump());
-    assert_eq!(f.count("fleet.resumed"), 1);
-    assert_eq!(f.count("circuit.trip"), 0);
-    assert_eq!(f.count("fleet.circuit-open"), 0);
+    assert_eq!(f.count(Kind::FleetPaused), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetResumed), 1);
+    assert_eq!(f.count(Kind::CircuitTrip), 0);
+    assert_eq!(f.count(Kind::FleetCircuitOpen), 0);
     // No death: every worker that ended exited 0 or 75.
     let deaths: Vec<String> = f
-        .events_of("slot.exit")
+        .events_of(Kind::SlotExit)
         .into_iter()
         .map(|e| e.msg)
         .filter(|m| !m.contains(" exit 0 after") && !m.contains(" exit 75 after"))
@@ -215,20 +216,20 @@ fn a_broken_agent_costs_one_probe_per_backoff_step() {
          circuit_window_s = 60\nhalf_open_base_s = 1\nhalf_open_cap_s = 4\nstop_grace_s = 2\n",
     );
     f.start(&["--workers", "4"]);
-    f.wait_events("fleet.circuit-reparked", 4);
+    f.wait_events(Kind::FleetCircuitReparked, 4);
     let events = f.events();
     let open = events
         .iter()
-        .position(|e| e.kind == "fleet.circuit-open")
+        .position(|e| e.kind == Kind::FleetCircuitOpen)
         .expect("the fleet circuit opened");
-    assert_eq!(f.count("fleet.circuit-open"), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::FleetCircuitOpen), 1, "{}", f.dump());
     // Spawns between one circuit record and the next, from the open one on.
     let mut per_step = Vec::new();
     let mut n = 0;
     for e in &events[open + 1..] {
-        match e.kind.as_str() {
-            "slot.spawn" | "slot.spawn-failed" => n += 1,
-            "fleet.circuit-reparked" => {
+        match e.kind {
+            Kind::SlotSpawn | Kind::SlotSpawnFailed => n += 1,
+            Kind::FleetCircuitReparked => {
                 per_step.push(n);
                 n = 0;
             }
@@ -274,7 +275,7 @@ fn a_fleet_on_a_new_repository_creates_its_labels_once() {
     assert_eq!(creates(&gh), names - 1, "{:?}", gh.calls());
     assert_eq!(gh.repo_labels().len(), names);
     assert_eq!(
-        f.events_of("supervisor.housekeeping")
+        f.events_of(Kind::SupervisorHousekeeping)
             .iter()
             .filter(|e| e
                 .msg
@@ -286,6 +287,6 @@ fn a_fleet_on_a_new_repository_creates_its_labels_once() {
     );
     f.stop_fleet();
     f.start(&[]);
-    f.wait_events("supervisor.boot-sweep", 2);
+    f.wait_events(Kind::SupervisorBootSweep, 2);
     assert_eq!(creates(&gh), names - 1, "a second start creates none");
 }

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 
 use afk_supervisor::attempt_state::AttemptState;
 use afk_supervisor::config::{self, Overrides};
+use afk_supervisor::event_log;
 use afk_supervisor::git::parse as git;
 use afk_supervisor::lanes::{scale_directive as resize, state_file};
 use afk_supervisor::pidfile;
 use afk_supervisor::sweeps::docs::probe;
-use afk_supervisor::toonl;
 use afk_supervisor::tracker::{gh, local};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -95,7 +95,7 @@ fn config_env(b: &[u8]) {
 }
 
 fn toonl_log(b: &[u8]) {
-    let _ = toonl::decode_events(b);
+    let _ = event_log::decode_events(b);
 }
 
 fn gh_list(b: &[u8]) {
@@ -439,13 +439,13 @@ fn the_valid_samples_parse() {
     )
     .unwrap();
     assert_eq!(
-        toonl::decode_events(&one("toonl", "valid.toonl"))
+        event_log::decode_events(&one("toonl", "valid.toonl"))
             .unwrap()
             .len(),
         2
     );
     assert_eq!(
-        toonl::decode_events(&one("toonl", "torn-tail.toonl"))
+        event_log::decode_events(&one("toonl", "torn-tail.toonl"))
             .unwrap()
             .len(),
         2

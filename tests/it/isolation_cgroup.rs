@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill};
 use crate::support::{self, sweep_fixtures, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Kills whatever is left in the fleet's cgroup subtree and removes its directories.
 pub(crate) struct CgroupGuard(Cgroup);
@@ -139,7 +140,7 @@ fn takeover(f: &mut Fleet) {
     kill(f.sup_pid(), Signal::SIGKILL);
     f.wait_exit();
     f.start(&["--workers", "1"]);
-    f.wait_events("supervisor.takeover", 1);
+    f.wait_events(Kind::SupervisorTakeover, 1);
     f.wait_workers(1);
 }
 
@@ -198,7 +199,7 @@ fn a_boot_that_halts_leaves_no_fleet_cgroup() {
     f.start(&["--workers", "1"]);
     let status = f.wait_exit();
     assert_eq!(status.code(), Some(4), "{}", f.dump());
-    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 0, "{}", f.dump());
     assert!(
         !g.0.exists(),
         "{} left after a halted boot",
@@ -288,10 +289,10 @@ fn process_group_mode_leftovers_for_comparison() {
     // The escaper after its worker's end, the supervisor still running.
     {
         let (mut f, _g, m) = escaper_that_ends("process-group");
-        f.wait_events("slot.exit", 1);
+        f.wait_events(Kind::SlotExit, 1);
         // Two ticks: the stray search after a worker's end runs at the tick.
-        let ticks = f.count("supervisor.tick");
-        f.wait_events("supervisor.tick", ticks + 2);
+        let ticks = f.count(Kind::SupervisorTick);
+        f.wait_events(Kind::SupervisorTick, ticks + 2);
         counts.push(format!(
             "escaper after its worker's end: {} left",
             marked(&m).len()
@@ -370,7 +371,7 @@ fn cpu_seconds_of_a_busy_and_a_sleeping_worker() {
     let seconds = |id: &str| -> f64 {
         let prefix = format!("worker {id} attempt used ");
         let e = f
-            .events_of("slot.figures")
+            .events_of(Kind::SlotFigures)
             .into_iter()
             .find(|e| e.msg.starts_with(&prefix))
             .unwrap_or_else(|| panic!("no figures for {id}\n{}", f.dump()));
@@ -381,7 +382,7 @@ fn cpu_seconds_of_a_busy_and_a_sleeping_worker() {
             .unwrap()
     };
     let state_ids: Vec<String> = f
-        .events_of("slot.spawn")
+        .events_of(Kind::SlotSpawn)
         .iter()
         .filter_map(|e| e.msg.strip_prefix("spawned worker ").map(str::to_string))
         .collect();

@@ -4,6 +4,7 @@
 use std::fs;
 
 use crate::support::fleet::{self, FAST_TIMING, Fleet};
+use afk_supervisor::event_log::Kind;
 
 #[test]
 fn log_format_json_writes_json_diagnostics_and_the_event_log_stays_toonl() {
@@ -12,8 +13,8 @@ fn log_format_json_writes_json_diagnostics_and_the_event_log_stays_toonl() {
         .push(("RUST_LOG".into(), "afk_supervisor=debug".into()));
     f.start(&["--log-format", "json", "run", "--workers", "1"]);
     f.wait_workers(1);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     fleet::kill(f.sup_pid(), nix::sys::signal::Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));
 
@@ -63,9 +64,9 @@ fn log_format_json_writes_json_diagnostics_and_the_event_log_stays_toonl() {
         "{log}"
     );
     assert!(!log.lines().any(|l| l.starts_with('{')), "{log}");
-    let events = afk_supervisor::toonl::read_events(&f.layout.event_log()).unwrap();
-    assert!(events.iter().any(|e| e.kind == "supervisor.start"));
-    assert!(events.iter().any(|e| e.kind == "slot.spawn"));
+    let events = afk_supervisor::event_log::read_events(&f.layout.event_log()).unwrap();
+    assert!(events.iter().any(|e| e.kind == Kind::SupervisorStart));
+    assert!(events.iter().any(|e| e.kind == Kind::SlotSpawn));
 }
 
 #[test]

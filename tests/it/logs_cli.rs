@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
+use afk_supervisor::event_log::{EventLog, Record};
 use afk_supervisor::layout::Layout;
-use afk_supervisor::toonl::{Event, EventLog};
 
 use crate::support::{TestEnv, ev, stdout_lines};
+use afk_supervisor::event_log::Kind;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -68,12 +69,12 @@ fn one_escaped_line_per_record_with_filters_json_and_a_truncated_tail() {
         let mut log = EventLog::open(&path).unwrap();
         log.append(&ev(
             "2026-01-01T00:00:00.000Z",
-            "supervisor.start",
+            Kind::SupervisorStart,
             "started, target=2",
         ))
         .unwrap();
         log.append(
-            &ev("2026-01-01T00:00:01.000Z", "slot.spawn", "w1")
+            &ev("2026-01-01T00:00:01.000Z", Kind::SlotSpawn, "w1")
                 .slot(0)
                 .pid(41),
         )
@@ -81,7 +82,7 @@ fn one_escaped_line_per_record_with_filters_json_and_a_truncated_tail() {
         log.append(
             &ev(
                 "2026-01-01T00:00:02.000Z",
-                "slot.exit",
+                Kind::SlotExit,
                 "red \u{1b}[31mX\nY",
             )
             .slot(1)
@@ -110,10 +111,10 @@ fn one_escaped_line_per_record_with_filters_json_and_a_truncated_tail() {
         ["2026-01-01T00:00:01.000Z slot.spawn slot=0 pid=41: w1"]
     );
     assert_eq!(l.lines(&["--kind", "slot"]).len(), 2);
-    assert_eq!(l.lines(&["--kind", "slot.exit"]).len(), 1);
+    assert_eq!(l.lines(&["--kind", Kind::SlotExit.as_str()]).len(), 1);
     // Not a kind nor a dotted prefix of one: a usage error, not an empty output.
     assert_eq!(l.run(&["--kind", "slo"]).status.code(), Some(2));
-    let json = l.lines(&["--json", "--kind", "slot.exit"]);
+    let json = l.lines(&["--json", "--kind", Kind::SlotExit.as_str()]);
     assert_eq!(json.len(), 1);
     let v: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
     assert_eq!(v["msg"], "red \u{1b}[31mX\nY");
@@ -137,12 +138,12 @@ fn since_keeps_the_recent_records_and_rotated_logs_come_first() {
         let mut log = EventLog::open(std::path::Path::new(&old)).unwrap();
         log.append(&ev(
             "2026-01-01T00:00:00.000Z",
-            "supervisor.resize",
+            Kind::SupervisorResize,
             "rotated",
         ))
         .unwrap();
         let mut log = EventLog::open(&path).unwrap();
-        log.append(&Event::now("supervisor.resize", "live"))
+        log.append(&Record::now(Kind::SupervisorResize, "live"))
             .unwrap();
     }
     let all = l.lines(&[]);
@@ -161,8 +162,12 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
     let l = Logs::new();
     let path = l.layout.event_log();
     let mut log = EventLog::open(&path).unwrap();
-    log.append(&ev("2026-01-01T00:00:00.000Z", "supervisor.start", "one"))
-        .unwrap();
+    log.append(&ev(
+        "2026-01-01T00:00:00.000Z",
+        Kind::SupervisorStart,
+        "one",
+    ))
+    .unwrap();
     let mut child = Follower(
         l.cmd(&["--follow"])
             .stdout(Stdio::piped())
@@ -174,13 +179,16 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
     let next = || rx.recv_timeout(WAIT).expect("no line from logs --follow");
     assert!(next().ends_with(": one"));
 
-    log.append(&ev("2026-01-01T00:00:01.000Z", "slot.spawn", "two"))
+    log.append(&ev("2026-01-01T00:00:01.000Z", Kind::SlotSpawn, "two"))
         .unwrap();
     assert!(next().ends_with(": two"));
 
     // A record written in two parts is shown once, when complete.
-    let row =
-        afk_supervisor::toonl::encode_row(&ev("2026-01-01T00:00:02.000Z", "slot.exit", "three"));
+    let row = afk_supervisor::event_log::encode_row(&ev(
+        "2026-01-01T00:00:02.000Z",
+        Kind::SlotExit,
+        "three",
+    ));
     let (a, b) = row.split_at(row.len() / 2);
     let mut raw = std::fs::OpenOptions::new()
         .append(true)
@@ -197,12 +205,12 @@ fn follow_sees_growth_a_completed_line_and_a_rotation() {
     std::fs::rename(&path, &rotated).unwrap();
     log.append(&ev(
         "2026-01-01T00:00:03.000Z",
-        "slot.exit",
+        Kind::SlotExit,
         "four, before the reopen",
     ))
     .unwrap();
     let mut log = EventLog::open(&path).unwrap();
-    log.append(&ev("2026-01-01T00:00:04.000Z", "slot.spawn", "five"))
+    log.append(&ev("2026-01-01T00:00:04.000Z", Kind::SlotSpawn, "five"))
         .unwrap();
     assert!(next().ends_with(": four, before the reopen"));
     assert!(next().ends_with(": five"));

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit, WAIT};
 use crate::support::{self, stdout_lines, wait_until};
+use afk_supervisor::event_log::Kind;
 
 const SLEEPING_WORKER: &str = "exec sleep 1000\n";
 
@@ -284,8 +285,8 @@ fn every_read_tool_answers_as_the_cli_does_and_writes_are_refused_read_only() {
         .as_array()
         .unwrap()
         .clone();
-    assert_eq!(spawns.len(), f.count("slot.spawn"));
-    assert!(spawns.iter().all(|e| e["kind"] == "slot.spawn"));
+    assert_eq!(spawns.len(), f.count(Kind::SlotSpawn));
+    assert!(spawns.iter().all(|e| e["kind"] == Kind::SlotSpawn.as_str()));
     let log = &call(&s, "slot_log")["structured"];
     assert_eq!(log["slot"], 0);
     assert!(
@@ -378,16 +379,16 @@ fn with_allow_writes_every_write_tool_acts_on_the_fleet_and_hostile_input_is_ref
         "{}",
         f.dump()
     );
-    let stopped = f.wait_events("slot.stopped", 1);
+    let stopped = f.wait_events(Kind::SlotStopped, 1);
     assert!(stopped[0].msg.contains("via=mcp"), "{stopped:?}");
     let after = &call(&s, "status_after")["structured"];
     assert_eq!(after["fleet"]["target"], 1);
     assert_eq!(after["fleet"]["operator_pause"]["via"], "mcp");
     assert_eq!(after["fleet"]["operator_pause"]["reason"], "via mcp");
-    let paused = f.wait_events("fleet.operator-paused", 1);
+    let paused = f.wait_events(Kind::FleetOperatorPaused, 1);
     assert!(paused[0].msg.contains("via=mcp"), "{paused:?}");
     let asked: Vec<String> = f
-        .events_of("control.request")
+        .events_of(Kind::ControlRequest)
         .into_iter()
         .map(|e| e.msg)
         .collect();

@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use afk_supervisor::toonl::{self, Event};
+use afk_supervisor::event_log::{self, Record};
 use afk_supervisor::{claim, ledger};
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::receiver::{Answer, Receiver};
 use crate::support::wait_until;
+use afk_supervisor::event_log::Kind;
 
 /// `[[notify]]` for a webhook at `url`, with `extra` lines.
 fn webhook(name: &str, url: &str, extra: &str) -> String {
@@ -23,17 +24,17 @@ fn webhook(name: &str, url: &str, extra: &str) -> String {
 fn started(worker: &str, sinks: &str) -> Fleet {
     let mut f = Fleet::new(worker, &format!("{FAST_TIMING}\n{sinks}"));
     f.start(&["--workers", "1"]);
-    f.wait_events("notify.start", 1);
-    f.wait_events("slot.spawn", 1);
+    f.wait_events(Kind::NotifyStart, 1);
+    f.wait_events(Kind::SlotSpawn, 1);
     f
 }
 
 /// Appends one record as a worker or the claims belt does (one line, `append_event`).
-fn plant(f: &Fleet, kind: &str, msg: &str, issue: Option<u64>, slot: Option<u64>) {
-    let mut ev = Event::now(kind, msg);
+fn plant(f: &Fleet, kind: Kind, msg: &str, issue: Option<u64>, slot: Option<u64>) {
+    let mut ev = Record::now(kind, msg);
     ev.issue = issue;
     ev.slot = slot;
-    toonl::append_event(&f.layout.event_log(), &ev).unwrap();
+    event_log::append_event(&f.layout.event_log(), &ev).unwrap();
 }
 
 fn by_class(msgs: &[serde_json::Value]) -> BTreeMap<String, Vec<serde_json::Value>> {
@@ -73,69 +74,69 @@ fn every_class_arrives_once_with_its_fields() {
     let rx = Receiver::ok();
     let mut f = started("exec sleep 1000\n", &webhook("hook", &rx.url(), ""));
     let link = "https://github.com/o/r/compare/main...afk/w/12-fix?expand=1";
-    let planted: [(&str, String, Option<u64>, Option<u64>); 11] = [
+    let planted: [(Kind, String, Option<u64>, Option<u64>); 11] = [
         (
-            ledger::EVENT_READY,
+            Kind::AttemptReady,
             ledger::ready_text(12, 2, "afk/w/12-fix", Some(link)),
             Some(12),
             Some(0),
         ),
         (
-            ledger::EVENT_HANDED_OFF,
+            Kind::AttemptHandedOff,
             ledger::handed_off_text(13, "the agent made no commits", None),
             Some(13),
             Some(0),
         ),
         (
-            ledger::EVENT_QUARANTINED,
+            Kind::AttemptQuarantined,
             ledger::quarantined_text(14, 3),
             Some(14),
             Some(0),
         ),
         (
-            "fleet.budget-reached",
+            Kind::FleetBudgetReached,
             "daily budget reached: spend today $1.20 of $1.00; in-flight attempts finish, no new claims until 2030-01-02T00:00:00Z".into(),
             None,
             None,
         ),
         (
-            "fleet.budget-resumed",
+            Kind::FleetBudgetResumed,
             "a new budget day began: the fleet claims again".into(),
             None,
             None,
         ),
         (
-            "fleet.agent-paused",
+            Kind::FleetAgentPaused,
             "agent paused: usage limit (You've hit your 5-hour limit · resets 1:48pm (UTC)); no spawns or claims until 2030-01-01T13:48:00Z, then one probe".into(),
             None,
             None,
         ),
         (
-            "fleet.agent-resumed",
+            Kind::FleetAgentResumed,
             "agent resumed: the probe in slot 0 ran the agent; every slot claims again".into(),
             None,
             None,
         ),
         (
-            "fleet.circuit-open",
+            Kind::FleetCircuitOpen,
             "fleet circuit open: 2 of 2 slots tripped their circuits within 60s; the fleet is parked and one slot probes in 1s: last exits: slot 0 exit 1, slot 1 exit 1".into(),
             None,
             None,
         ),
         (
-            "slot.parked",
-            afk_supervisor::supervisor::texts::fatal_parked(1),
+            Kind::SlotParked,
+            afk_supervisor::supervisor::core::log_texts::fatal_parked(1),
             None,
             Some(1),
         ),
         (
-            "fleet.paused",
+            Kind::FleetPaused,
             "fleet paused until 2030-01-01T10:00:00Z (rate limited: API rate limit exceeded): no claims, queue checks, sweep writes or belts until then".into(),
             None,
             None,
         ),
         (
-            claim::stale::EVENT_HOST_LOST,
+            Kind::ClaimsHostLost,
             claim::stale::host_lost_text(15, "sup-9-slot-0-1", "box-2-0b82b0dd", 7200),
             Some(15),
             None,
@@ -161,7 +162,7 @@ fn every_class_arrives_once_with_its_fields() {
             .to_string()
     };
     for (kind, msg, issue, slot) in &planted {
-        plant(&f, kind, msg, *issue, *slot);
+        plant(&f, kind.clone(), msg, *issue, *slot);
     }
     let notifier = tasks("afk-notify-out");
     assert_eq!(notifier.len(), 1);
@@ -241,7 +242,7 @@ fn a_sink_failing_three_times_then_answering_gets_the_message_once() {
     let mut f = started("exec sleep 1000\n", &webhook("flaky", &rx.url(), ""));
     plant(
         &f,
-        ledger::EVENT_QUARANTINED,
+        Kind::AttemptQuarantined,
         &ledger::quarantined_text(3, 3),
         Some(3),
         None,
@@ -270,7 +271,7 @@ fn a_sink_failing_three_times_then_answering_gets_the_message_once() {
         .collect();
     assert_eq!(msgs.len(), 4, "three 500s and one 200: {msgs:#?}");
     assert!(msgs.iter().all(|m| m["id"] == msgs[0]["id"]), "{msgs:#?}");
-    assert_eq!(f.count("notify.failed"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::NotifyFailed), 0, "{}", f.dump());
 }
 
 /// A sink that never answers: while the notifier waits on it, the fleet's respawns go
@@ -287,22 +288,22 @@ fn a_sink_that_never_answers_delays_no_respawn_and_gives_up_with_one_line() {
         ),
     );
     f.start(&["--workers", "2"]);
-    f.wait_events("notify.start", 1);
+    f.wait_events(Kind::NotifyStart, 1);
     // A baseline of respawns first.
-    f.wait_events("slot.spawn", 8);
+    f.wait_events(Kind::SlotSpawn, 8);
     let planted_at = std::time::SystemTime::now();
     plant(
         &f,
-        ledger::EVENT_QUARANTINED,
+        Kind::AttemptQuarantined,
         &ledger::quarantined_text(8, 3),
         Some(8),
         None,
     );
-    let failed = f.wait_events("notify.failed", 1);
+    let failed = f.wait_events(Kind::NotifyFailed, 1);
     let failed_at = afk_supervisor::timeutil::parse_rfc3339(&failed[0].ts).unwrap();
     let window = failed_at.duration_since(planted_at).unwrap();
     let spawns_in = |from: std::time::SystemTime, to: std::time::SystemTime| {
-        f.events_of("slot.spawn")
+        f.events_of(Kind::SlotSpawn)
             .iter()
             .filter_map(|e| afk_supervisor::timeutil::parse_rfc3339(&e.ts))
             .filter(|t| *t >= from && *t < to)
@@ -323,7 +324,7 @@ fn a_sink_that_never_answers_delays_no_respawn_and_gives_up_with_one_line() {
     );
     // One line per message given up, never one per retry: the quarantine's, and the
     // stop's own message when its retries ran out within the stop's drain.
-    let failed = f.events_of("notify.failed");
+    let failed = f.events_of(Kind::NotifyFailed);
     let quarantine: Vec<_> = failed
         .iter()
         .filter(|e| e.msg.contains("the quarantined message"))
@@ -356,7 +357,7 @@ fn a_restart_sends_nothing_twice() {
     let quarantine = |f: &Fleet, n: u64| {
         plant(
             f,
-            ledger::EVENT_QUARANTINED,
+            Kind::AttemptQuarantined,
             &ledger::quarantined_text(n, 3),
             Some(n),
             None,
@@ -369,7 +370,7 @@ fn a_restart_sends_nothing_twice() {
     // A late worker's record while nothing runs.
     quarantine(&f, 2);
     f.start(&["--workers", "1"]);
-    f.wait_events("notify.start", 2);
+    f.wait_events(Kind::NotifyStart, 2);
     wait_messages(&rx, 3, &f);
     quarantine(&f, 3);
     wait_messages(&rx, 4, &f);
@@ -402,7 +403,7 @@ fn a_restart_sends_nothing_twice() {
     crate::support::fleet::kill(pid, nix::sys::signal::Signal::SIGKILL);
     f.wait_exit();
     f.start(&["--workers", "1"]);
-    f.wait_events("notify.start", 3);
+    f.wait_events(Kind::NotifyStart, 3);
     wait_messages(&rx, 5, &f);
     f.stop_fleet();
     let msgs = wait_messages(&rx, 6, &f);
@@ -436,8 +437,8 @@ fn a_burst_of_two_hundred_quarantines_is_coalesced() {
     );
     let mut rows = String::new();
     for n in 1..=200 {
-        rows.push_str(&toonl::encode_row(
-            &Event::now(ledger::EVENT_QUARANTINED, ledger::quarantined_text(n, 3)).issue(n),
+        rows.push_str(&event_log::encode_row(
+            &Record::now(Kind::AttemptQuarantined, ledger::quarantined_text(n, 3)).issue(n),
         ));
     }
     let mut log = std::fs::OpenOptions::new()
@@ -495,10 +496,10 @@ fn the_command_sink_gets_the_json_on_stdin() {
         script.display()
     ));
     f.start(&["--workers", "1"]);
-    f.wait_events("notify.start", 1);
+    f.wait_events(Kind::NotifyStart, 1);
     plant(
         &f,
-        ledger::EVENT_QUARANTINED,
+        Kind::AttemptQuarantined,
         &ledger::quarantined_text(5, 2),
         Some(5),
         None,
@@ -555,10 +556,10 @@ fn a_secret_header_comes_from_the_environment_and_is_never_written() {
     f.extra_env
         .push(("AFK_TEST_NOTIFY_TOKEN".into(), SECRET.into()));
     f.start(&["--workers", "1"]);
-    f.wait_events("notify.start", 1);
+    f.wait_events(Kind::NotifyStart, 1);
     plant(
         &f,
-        ledger::EVENT_QUARANTINED,
+        Kind::AttemptQuarantined,
         &ledger::quarantined_text(4, 3),
         Some(4),
         None,

@@ -3,6 +3,7 @@
 
 use crate::support::fleet::{FAST_TIMING, Fleet, StatusExit, WAIT};
 use crate::support::{fleet, stderr, stdout, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Notes each start, then runs until asked to retire (a drain) or killed.
 const NOTING_WORKER: &str = r#"
@@ -30,9 +31,9 @@ fn spawns(f: &Fleet) -> Vec<(usize, i32)> {
 
 /// Waits for `n` more supervisor ticks than now.
 fn wait_ticks(f: &Fleet, n: usize) {
-    let now = f.count("supervisor.tick");
+    let now = f.count(Kind::SupervisorTick);
     assert!(
-        wait_until(WAIT, || f.count("supervisor.tick") >= now + n),
+        wait_until(WAIT, || f.count(Kind::SupervisorTick) >= now + n),
         "{}",
         f.dump()
     );
@@ -48,10 +49,10 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
     let out = f.run_cmd(&["pause", "--reason", "release freeze"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(stdout(&out).contains("fleet paused"), "{out:?}");
-    let paused = f.wait_events("fleet.operator-paused", 1);
+    let paused = f.wait_events(Kind::FleetOperatorPaused, 1);
     assert!(paused[0].msg.contains("release freeze"), "{paused:?}");
     assert!(paused[0].msg.contains("via=cli"), "{paused:?}");
-    let asked = f.events_of("control.request");
+    let asked = f.events_of(Kind::ControlRequest);
     assert!(
         asked
             .iter()
@@ -85,7 +86,7 @@ fn an_operator_pause_holds_new_spawns_until_resumed_and_status_shows_it() {
 
     let out = f.run_cmd(&["resume"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let resumed = f.wait_events("fleet.operator-resumed", 1);
+    let resumed = f.wait_events(Kind::FleetOperatorResumed, 1);
     assert!(resumed[0].msg.contains("via=cli"), "{resumed:?}");
     assert!(wait_until(WAIT, || spawns(&f).len() > held), "{}", f.dump());
     assert!(f.status_json(StatusExit::OfHealth)["fleet"]["operator_pause"].is_null());
@@ -109,17 +110,17 @@ fn a_pause_written_without_a_fleet_holds_the_next_start_until_resumed() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(stdout(&out).contains("holds for the next start"), "{out:?}");
     f.start(&["--workers", "2"]);
-    let paused = f.wait_events("fleet.operator-paused", 1);
+    let paused = f.wait_events(Kind::FleetOperatorPaused, 1);
     assert!(paused[0].msg.contains("before the start"), "{paused:?}");
     // The pause is read before the start's one batch of spawns, whose records are written
     // with it: none is there, and none comes over the ticks after.
     wait_ticks(&f, 3);
-    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 0, "{}", f.dump());
     assert!(spawns(&f).is_empty(), "{}", f.dump());
 
     let out = f.run_cmd(&["resume"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    f.wait_events("fleet.operator-resumed", 1);
+    f.wait_events(Kind::FleetOperatorResumed, 1);
     // Every slot starts, as the start would have started it, though one issue is open.
     let both = || {
         let s = spawns(&f);
@@ -138,9 +139,9 @@ fn a_fleet_paused_from_its_start_and_stopped_leaves_no_slot_logs() {
     let out = f.run_cmd(&["pause", "--reason", "before the start"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     f.start(&["--workers", "3"]);
-    f.wait_events("fleet.operator-paused", 1);
+    f.wait_events(Kind::FleetOperatorPaused, 1);
     wait_ticks(&f, 2);
-    assert_eq!(f.count("slot.spawn"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 0, "{}", f.dump());
     assert_eq!(f.run_cmd(&["stop"]).status.code(), Some(0));
     assert!(f.wait_exit().code().is_some());
     let days: Vec<_> = match std::fs::read_dir(f.layout.logs()) {
@@ -181,7 +182,7 @@ fn stop_slot_empties_one_slot_until_restart_and_restart_replaces_a_worker() {
         "slot 1 respawned: {}",
         f.dump()
     );
-    let stopped = f.events_of("slot.stopped");
+    let stopped = f.events_of(Kind::SlotStopped);
     assert!(
         stopped.iter().any(|e| e.msg.contains("via=cli")),
         "{stopped:?}"
@@ -273,7 +274,7 @@ fn pause_resume_and_a_scale_while_paused_act_on_their_signal_not_the_next_tick()
     let out = f.run_cmd(&["pause", "--reason", "lunch"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
-        wait_until(AT_ONCE, || f.count("fleet.operator-paused") == 1),
+        wait_until(AT_ONCE, || f.count(Kind::FleetOperatorPaused) == 1),
         "the pause waited for a tick: {}",
         f.dump()
     );
@@ -298,7 +299,7 @@ fn pause_resume_and_a_scale_while_paused_act_on_their_signal_not_the_next_tick()
         f.dump()
     );
     assert_eq!(spawns(&f).len(), 1, "spawned while paused: {}", f.dump());
-    assert_eq!(f.count("slot.spawn"), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 1, "{}", f.dump());
 
     let out = f.run_cmd(&["resume"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -311,8 +312,13 @@ fn pause_resume_and_a_scale_while_paused_act_on_their_signal_not_the_next_tick()
         "the resume waited for a tick: {}",
         f.dump()
     );
-    assert_eq!(f.count("fleet.operator-resumed"), 1, "{}", f.dump());
-    assert_eq!(f.count("supervisor.tick"), 0, "a tick came: {}", f.dump());
+    assert_eq!(f.count(Kind::FleetOperatorResumed), 1, "{}", f.dump());
+    assert_eq!(
+        f.count(Kind::SupervisorTick),
+        0,
+        "a tick came: {}",
+        f.dump()
+    );
     for (_, pid) in spawns(&f) {
         let _ = std::fs::write(f.file(&format!("release-{pid}")), "");
     }

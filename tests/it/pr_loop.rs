@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::support::fake_gh::{FakeGh, FakeIssue};
 use crate::support::{self, Repo, TestEnv, cli, stderr, stdout};
+use afk_supervisor::event_log::Kind;
 
 /// An agent that commits one file named for its run and writes a result file with its
 /// cost, tokens and final message; `extra` runs after it.
@@ -128,10 +129,10 @@ impl Loop {
     /// The event log's records of `kind`, as `kind: msg` lines.
     fn events(&self, prefix: &str) -> Vec<String> {
         let log = afk_supervisor::layout::Layout::new(&self.repo.path).event_log();
-        afk_supervisor::toonl::read_events(&log)
+        afk_supervisor::event_log::read_events(&log)
             .unwrap_or_default()
             .into_iter()
-            .filter(|e| e.kind.starts_with(prefix))
+            .filter(|e| e.kind.as_str().starts_with(prefix))
             .map(|e| format!("{}: {}", e.kind, e.msg))
             .collect()
     }
@@ -249,7 +250,7 @@ fn a_finished_issue_opens_exactly_one_pr_with_closes_and_the_attempts_figures() 
     let r = l.record();
     assert_eq!(r.state, afk_supervisor::landing::PrState::Open);
     assert_eq!(r.url.as_deref(), Some(url.as_str()));
-    let opened = l.events("pr.opened");
+    let opened = l.events(Kind::PrOpened.as_str());
     assert_eq!(opened.len(), 1, "{opened:?}");
     assert!(opened[0].contains(&url), "{opened:?}");
     // The ledger's record of the attempt names the pull request.
@@ -296,7 +297,7 @@ fn a_resumed_issue_pushes_to_its_existing_pr() {
         })
         .collect();
     assert_eq!(pushed.len(), 1, "{:?}", issue.comments);
-    assert_eq!(l.events("pr.updated").len(), 1);
+    assert_eq!(l.events(Kind::PrUpdated.as_str()).len(), 1);
 }
 
 /// The pull request cannot be opened: the branch stays pushed, the comment says why, and
@@ -341,7 +342,7 @@ fn pr_creation_refused_keeps_the_branch_and_says_why() {
         "{:?}",
         issue.comments
     );
-    assert_eq!(l.events("pr.create-failed").len(), 1);
+    assert_eq!(l.events(Kind::PrCreateFailed.as_str()).len(), 1);
 
     // The landing belt opens it again: once, with the kept body, and says so on the issue.
     let pass = l.belt().pass();
@@ -703,17 +704,17 @@ fn a_pr_whose_ci_fails_gets_one_fix_attempt_on_its_branch_then_green() {
     assert_eq!(l.belt().pass().fixes, 0);
     assert!(!l.record().failing);
     let events = l.events("pr.");
-    let kinds: Vec<&str> = events
+    let kinds: Vec<Kind> = events
         .iter()
-        .map(|e| e.split(':').next().unwrap())
+        .map(|e| Kind::read(e.split(':').next().unwrap()))
         .collect();
     assert_eq!(
         kinds,
         [
-            "pr.opened",
-            "pr.checks-failed",
-            "pr.fix-requested",
-            "pr.updated"
+            Kind::PrOpened,
+            Kind::PrChecksFailed,
+            Kind::PrFixRequested,
+            Kind::PrUpdated
         ],
         "{events:?}"
     );
@@ -830,7 +831,7 @@ fn max_fix_rounds_reached_hands_the_pr_to_a_person_once() {
             .contains("fix round(s) (landing.max_fix_rounds) are used")
     );
     assert!(l.record().needs_person);
-    assert_eq!(l.events("pr.needs-person").len(), 1);
+    assert_eq!(l.events(Kind::PrNeedsPerson.as_str()).len(), 1);
     // Said once: a later failure adds nothing.
     failing_ci(&l, pr, "d4");
     l.belt().pass();
@@ -882,7 +883,7 @@ fn merge_auto_merges_only_when_checks_pass() {
     let r = l.record();
     assert_eq!(r.state, afk_supervisor::landing::PrState::Merged);
     assert!(!labels_of(&l).contains(&"afk:pr-open".to_string()));
-    let merged = l.events("pr.merged");
+    let merged = l.events(Kind::PrMerged.as_str());
     assert_eq!(merged.len(), 1, "{merged:?}");
     assert_eq!(l.belt().pass().watched, 0, "no longer followed");
 }
@@ -919,26 +920,26 @@ fn one_issues_whole_path_from_claim_to_merge() {
     l.fake().apply(&mut c);
     let all = stdout(&c.args(["events"]).output().unwrap());
     println!("$ afk-supervisor --repo <repo> events\n{all}");
-    let kinds: Vec<&str> = all
+    let kinds: Vec<Kind> = all
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2))
-        .filter(|k| k.starts_with("pr.") || k.starts_with("attempt.claimed"))
-        .map(|k| k.trim_end_matches(':'))
+        .filter(|k| k.starts_with("pr.") || k.starts_with(Kind::AttemptClaimed.as_str()))
+        .map(|k| Kind::read(k.trim_end_matches(':')))
         .collect();
     assert_eq!(
         kinds,
         [
-            "attempt.claimed",
-            "pr.checks-failed",
-            "pr.checks-passed",
-            "pr.opened",
-            "pr.checks-failed",
-            "pr.fix-requested",
-            "attempt.claimed",
-            "pr.checks-passed",
-            "pr.updated",
-            "pr.merge-requested",
-            "pr.merged"
+            Kind::AttemptClaimed,
+            Kind::PrChecksFailed,
+            Kind::PrChecksPassed,
+            Kind::PrOpened,
+            Kind::PrChecksFailed,
+            Kind::PrFixRequested,
+            Kind::AttemptClaimed,
+            Kind::PrChecksPassed,
+            Kind::PrUpdated,
+            Kind::PrMergeRequested,
+            Kind::PrMerged
         ],
         "{all}"
     );

@@ -5,6 +5,7 @@
 use crate::support::TestEnv;
 use crate::support::fake_gh::FakeGh;
 use crate::support::fleet::{FAST_TIMING, Fleet};
+use afk_supervisor::event_log::Kind;
 
 #[test]
 fn outside_a_git_work_tree_every_command_is_refused_and_nothing_is_touched() {
@@ -67,7 +68,7 @@ fn a_supervisor_whose_tracker_cannot_be_chosen_logs_the_precheck_and_still_spawn
         .push(("PATH".into(), gh.path_env().to_string_lossy().into_owned()));
     f.start(&["--workers", "2"]);
     f.wait_workers(2);
-    let boot = f.events_of("supervisor.boot-sweep");
+    let boot = f.events_of(Kind::SupervisorBootSweep);
     assert_eq!(boot.len(), 1, "{}", f.dump());
     assert_eq!(
         boot[0].msg,

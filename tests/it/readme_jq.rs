@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{self, fleet};
+use afk_supervisor::event_log::Kind;
 
 /// The line of the guide's "Logs" that starts with `prefix` (inside its ```sh blocks),
 /// comment removed.
@@ -48,8 +49,8 @@ fn the_readme_jq_lines_run_as_written() {
         .spawn()
         .unwrap();
     f.sup = Some(child);
-    f.wait_events("slot.parked", 1);
-    f.wait_events("circuit.trip", 1);
+    f.wait_events(Kind::SlotParked, 1);
+    f.wait_events(Kind::CircuitTrip, 1);
     fleet::kill(f.sup_pid(), Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));
 
@@ -65,7 +66,7 @@ fn the_readme_jq_lines_run_as_written() {
     );
     // The echo went to stdout, not into the JSON.
     let echo = std::fs::read_to_string(f.file("echo.out")).unwrap();
-    assert!(echo.contains("supervisor.start"), "{echo}");
+    assert!(echo.contains(Kind::SupervisorStart.as_str()), "{echo}");
 
     let logs = readme_line("afk-supervisor logs --json | jq");
     let out = shell(&f, &logs).output().unwrap();

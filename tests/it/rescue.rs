@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, kill, read};
 use crate::support::{self, fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// The agent of every test here: a first attempt commits `one.txt`, leaves `two.txt`
 /// uncommitted and waits to be killed; an attempt that resumes writes what it was given
@@ -111,7 +112,7 @@ fn a_sigkilled_workers_work_is_rescued_and_resumed() {
         f.dump()
     );
     // Visible: the event, the restore comment, the ledger record and `issue show`.
-    let rescued = f.events_of("attempt.rescued");
+    let rescued = f.events_of(Kind::AttemptRescued);
     assert_eq!(rescued.len(), 1, "{}", f.dump());
     assert!(
         rescued[0]
@@ -227,7 +228,7 @@ fn the_boot_sweep_rescues_before_it_restores() {
         f.dump()
     );
     let sha = assert_rescued(&f, &["orchestrator died"]);
-    let rescued = f.events_of("attempt.rescued");
+    let rescued = f.events_of(Kind::AttemptRescued);
     assert_eq!(rescued.len(), 1, "{}", f.dump());
     assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
     let comments = f.comments_of(1);
@@ -263,11 +264,11 @@ fn a_stall_kill_rescues() {
         "stall_s = 1\nstall_kill_s = 2",
     ));
     start_first_attempt(&mut f, &marks);
-    f.wait_events("slot.stall-kill", 1);
+    f.wait_events(Kind::SlotStallKill, 1);
     // SIGTERM: the worker rescues; killed at the grace's end: the supervisor does. Either
     // way the rescue is one event.
     let sha = assert_rescued(&f, &["stall kill"]);
-    let rescued = f.wait_events("attempt.rescued", 1);
+    let rescued = f.wait_events(Kind::AttemptRescued, 1);
     assert_eq!(rescued.len(), 1, "{}", f.dump());
     assert_eq!(rescued[0].issue, Some(1), "{}", f.dump());
     assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
@@ -283,7 +284,7 @@ fn a_hard_kill_shrink_rescues() {
     start_first_attempt(&mut f, &marks);
     let out = f.run_cmd(&["scale", "0", "--shrink-mode", "hard-kill"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    f.wait_events("slot.hard-kill", 1);
+    f.wait_events(Kind::SlotHardKill, 1);
     assert_rescued(&f, &["interrupted", "stopped by a hard-kill shrink"]);
     let records = ledger(&f, 1);
     assert_eq!(
@@ -308,7 +309,7 @@ fn stop_force_rescues() {
         said.contains(&format!("work rescued to refs/afk/rescue/1/a1 at {sha}")),
         "{said}"
     );
-    let rescued = f.events_of("attempt.rescued");
+    let rescued = f.events_of(Kind::AttemptRescued);
     assert_eq!(rescued.len(), 1, "{}", f.dump());
     assert!(rescued[0].msg.contains(&sha), "{}", rescued[0].msg);
 }
@@ -797,10 +798,10 @@ fn the_claims_belt_takeover_of_a_dead_own_worker_rescues() {
         records[0].rescued.as_deref(),
         Some(format!("afk/w1/5-x {sha}").as_str())
     );
-    let events = afk_supervisor::toonl::read_events(&layout.event_log()).unwrap();
+    let events = afk_supervisor::event_log::read_events(&layout.event_log()).unwrap();
     let rescued: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "attempt.rescued")
+        .filter(|e| e.kind == Kind::AttemptRescued)
         .collect();
     assert_eq!(rescued.len(), 1, "{events:?}");
     assert_eq!(rescued[0].issue, Some(5));

@@ -6,6 +6,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use crate::support::wait_until;
+use afk_supervisor::event_log::Kind;
 
 fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
@@ -65,7 +66,7 @@ fn healthy_is_0_and_workers_left_by_a_killed_supervisor_are_listed_with_3() {
 fn a_parked_slot_is_degraded_with_1() {
     let mut f = Fleet::new("exit 78\n", FAST_TIMING);
     f.start(&["--workers", "1"]);
-    f.wait_events("slot.parked", 1);
+    f.wait_events(Kind::SlotParked, 1);
     assert!(wait_until(WAIT, || f.run_cmd(&["status"]).status.code() == Some(1)));
     let out = f.run_cmd(&["status", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -5,6 +5,7 @@
 
 use crate::support::fleet::{Fleet, StatusExit, WAIT};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Short usage reads (every `stall_s / 4` = 2 s) and a stall kill far away.
 const TIMING: &str = "[timing]\ntick_s = 1\nfast_death_s = 1\ncircuit_k = 3\n\
@@ -122,7 +123,12 @@ exec sleep 600
     assert_eq!(v["slots"][1]["issue"], 9, "{v:#}");
     assert_eq!(v["slots"][1]["title"], "Mind the gap", "{v:#}");
     assert!(v["slots"][0]["issue"].is_null(), "{v:#}");
-    assert_eq!(f.count("supervisor.tick"), 0, "a tick came: {}", f.dump());
+    assert_eq!(
+        f.count(Kind::SupervisorTick),
+        0,
+        "a tick came: {}",
+        f.dump()
+    );
     let text = String::from_utf8_lossy(&f.run_cmd(&["status"]).stdout).into_owned();
     assert!(
         text.lines()

@@ -7,6 +7,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{self, fleet};
+use afk_supervisor::event_log::Kind;
 
 /// The first worker claims issue 1 the way the built-in worker does (an exclusive `mkdir`,
 /// its own pid in `claims/1/pid`, the label `running`), notes its pid, then either waits to
@@ -57,7 +58,7 @@ fn a_killed_workers_claim_is_released_and_its_issue_restored() {
     assert_eq!(f.labels_of(1), ["running"]);
     fleet::kill(pid, Signal::SIGKILL);
 
-    let restored = f.wait_events("slot.restore", 1);
+    let restored = f.wait_events(Kind::SlotRestore, 1);
     assert_eq!(restored[0].issue, Some(1));
     assert_eq!(restored[0].pid, Some(i64::from(pid)));
     assert!(
@@ -71,9 +72,9 @@ fn a_killed_workers_claim_is_released_and_its_issue_restored() {
     assert_eq!(f.comments_of(1), [RESTORE_COMMENT]);
     assert!(!f.layout.claims().join("1").exists());
     // Nothing is restored twice, whatever happens next.
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("slot.restore"), 1, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SlotRestore), 1, "{}", f.dump());
     assert_eq!(f.comments_of(1).len(), 1);
     // The dead worker's attempt ends in the issue's ledger, once.
     let ledger = afk_supervisor::ledger::read(&f.layout, 1).unwrap();
@@ -87,10 +88,10 @@ fn a_clean_exit_leaves_its_claim_alone() {
     f.extra_env.push(("AFK_TEST_EXIT".into(), "0".into()));
     f.start(&["--workers", "1"]);
     claimer(&f);
-    f.wait_events("slot.exit", 1);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
-    assert_eq!(f.count("slot.restore"), 0, "{}", f.dump());
+    f.wait_events(Kind::SlotExit, 1);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
+    assert_eq!(f.count(Kind::SlotRestore), 0, "{}", f.dump());
     assert_eq!(f.labels_of(1), ["running"]);
     assert!(f.comments_of(1).is_empty());
     assert!(fs::exists(f.layout.claims().join("1/pid")).unwrap());
@@ -109,7 +110,7 @@ fn a_crash_releases_only_the_dead_workers_claims() {
     f.extra_env.push(("AFK_TEST_EXIT".into(), "3".into()));
     f.start(&["--workers", "1"]);
     claimer(&f);
-    f.wait_events("slot.restore", 1);
+    f.wait_events(Kind::SlotRestore, 1);
     assert_eq!(f.labels_of(1), ["ready-for-agent"]);
     assert_eq!(f.labels_of(2), ["running"]);
     assert!(other.join("pid").exists());
@@ -127,8 +128,8 @@ fn a_stall_killed_workers_attempt_ends_stalled_in_the_ledger() {
     let mut f = fleet_with_issue_and(&timing);
     f.start(&["--workers", "1"]);
     claimer(&f);
-    f.wait_events("slot.stall-kill", 1);
-    let restored = f.wait_events("slot.restore", 1);
+    f.wait_events(Kind::SlotStallKill, 1);
+    let restored = f.wait_events(Kind::SlotRestore, 1);
     assert_eq!(restored[0].issue, Some(1));
     // The attempt was marked before the signal, for a worker that gives its issue back on
     // SIGTERM (the built-in one) to record `stalled` itself.
@@ -170,8 +171,8 @@ fn a_hard_kill_shrinks_workers_attempt_ends_given_back_in_the_ledger() {
     assert_eq!(f.labels_of(1), ["running"]);
     let out = f.run_cmd(&["scale", "0", "--shrink-mode", "hard-kill"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
-    f.wait_events("slot.hard-kill", 1);
-    let restored = f.wait_events("slot.restore", 1);
+    f.wait_events(Kind::SlotHardKill, 1);
+    let restored = f.wait_events(Kind::SlotRestore, 1);
     assert_eq!(restored[0].issue, Some(1));
     assert_eq!(restored[0].pid, Some(i64::from(pid)));
     assert_eq!(f.labels_of(1), ["ready-for-agent"]);

@@ -6,6 +6,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// A worker with a grandchild in its group, an orphaned grandchild (reparented to the
 /// supervisor) that lives, and one that exits at once (must be reaped, not left a zombie).
@@ -62,7 +63,7 @@ fn stop_command_leaves_nothing_alive_and_no_zombie() {
     assert!(!f.layout.supervisor_pid().exists());
     assert!(!afk_supervisor::layout::start_file(&f.layout.supervisor_pid()).exists());
     assert!(!f.layout.supervisor_stop().exists());
-    let stops = f.events_of("supervisor.stop");
+    let stops = f.events_of(Kind::SupervisorStop);
     assert!(
         stops
             .last()
@@ -109,7 +110,7 @@ fn a_worker_ignoring_sigterm_is_killed_after_the_grace() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(f.wait_exit().code(), Some(143));
     assert!(f.tagged().is_empty(), "still alive: {:?}", f.tagged());
-    let exit = f.events_of("slot.exit");
+    let exit = f.events_of(Kind::SlotExit);
     assert!(exit[0].msg.contains("killed by SIGKILL"), "{}", f.dump());
 }
 
@@ -200,13 +201,13 @@ fn scale_up_then_drain_down_then_hard_kill_down() {
     // Drain: the surplus slots get their retire files, finish, and are not replaced.
     let out = f.run_cmd(&["scale", "1", "--shrink-mode", "drain-then-retire"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let retired = f.wait_events("slot.retired", 2);
+    let retired = f.wait_events(Kind::SlotRetired, 2);
     let mut slots: Vec<u64> = retired.iter().filter_map(|e| e.slot).collect();
     slots.sort();
     assert_eq!(slots, vec![1, 2]);
     let left = f.wait_workers(1);
     assert_eq!(left, vec![three[0]]);
-    let exits = f.events_of("slot.exit");
+    let exits = f.events_of(Kind::SlotExit);
     assert!(
         exits
             .iter()
@@ -217,10 +218,10 @@ fn scale_up_then_drain_down_then_hard_kill_down() {
     );
     assert!(!f.layout.retire_file(1).exists());
     assert!(!f.layout.retire_file(2).exists());
-    let spawns_after_drain = f.count("slot.spawn");
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("slot.spawn"), spawns_after_drain);
+    let spawns_after_drain = f.count(Kind::SlotSpawn);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SlotSpawn), spawns_after_drain);
 
     // Hard kill: up again, then the surplus is stopped at once, without retire files.
     let out = f.run_cmd(&["scale", "3"]);
@@ -232,11 +233,11 @@ fn scale_up_then_drain_down_then_hard_kill_down() {
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("directive applied (supervisor pid={sup}, target=1, shrink-mode=hard-kill)")
     );
-    f.wait_events("slot.hard-kill", 2);
-    f.wait_events("slot.retired", 4);
+    f.wait_events(Kind::SlotHardKill, 2);
+    f.wait_events(Kind::SlotRetired, 4);
     f.wait_workers(1);
     let killed: Vec<_> = f
-        .events_of("slot.exit")
+        .events_of(Kind::SlotExit)
         .into_iter()
         .filter(|e| e.msg.contains("killed by SIGTERM"))
         .collect();
@@ -255,18 +256,18 @@ fn kill_9_then_restart_adopts_the_workers_without_spawning() {
     for p in &pids {
         assert!(alive(*p));
     }
-    let spawns = f.count("slot.spawn");
+    let spawns = f.count(Kind::SlotSpawn);
     let second = f.start(&["--workers", "2"]);
-    let take = f.wait_events("supervisor.takeover", 1);
+    let take = f.wait_events(Kind::SupervisorTakeover, 1);
     assert_eq!(take[0].msg, "takeover adoption: adopted=2 dead=0 target=2");
     let mut adopted = f.wait_workers(2);
     adopted.sort();
     let mut expected = pids.clone();
     expected.sort();
     assert_eq!(adopted, expected);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("slot.spawn"), spawns, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SlotSpawn), spawns, "{}", f.dump());
     let s = f.state().unwrap();
     assert_eq!(s.pid, second);
 
@@ -276,9 +277,9 @@ fn kill_9_then_restart_adopts_the_workers_without_spawning() {
         let now = f.worker_pids();
         now.len() == 2 && !now.contains(&pids[0])
     }));
-    assert_eq!(f.count("slot.spawn"), spawns + 1);
+    assert_eq!(f.count(Kind::SlotSpawn), spawns + 1);
     // One boot suite per supervisor life.
-    assert_eq!(f.count("supervisor.boot-sweep"), 2);
+    assert_eq!(f.count(Kind::SupervisorBootSweep), 2);
     // A clean stop now takes the adopted worker's whole group too.
     let out = f.run_cmd(&["stop"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -305,7 +306,7 @@ fn corrupt_pid_state_and_resize_files_are_reported_and_survived() {
 
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
-    let errors = f.events_of("supervisor.error");
+    let errors = f.events_of(Kind::SupervisorError);
     assert!(
         errors
             .iter()
@@ -321,20 +322,20 @@ fn corrupt_pid_state_and_resize_files_are_reported_and_survived() {
         "{}",
         f.dump()
     );
-    assert_eq!(f.count("supervisor.takeover"), 0);
+    assert_eq!(f.count(Kind::SupervisorTakeover), 0);
 
     // A corrupt directive is reported once and ignored; a valid one then applies.
     fs::write(f.layout.resize_file(), "target: lots\n").unwrap();
-    let err = f.wait_events("supervisor.error", errors.len() + 1);
+    let err = f.wait_events(Kind::SupervisorError, errors.len() + 1);
     assert!(
         err.last().unwrap().msg.contains("resize.toon"),
         "{}",
         f.dump()
     );
     assert!(err.last().unwrap().msg.contains("target stays 1"));
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("supervisor.error"), errors.len() + 1);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SupervisorError), errors.len() + 1);
     assert_eq!(f.state().unwrap().target, 1);
     fs::write(f.layout.resize_file(), "target: 2\n").unwrap();
     f.wait_workers(2);

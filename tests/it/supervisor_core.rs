@@ -7,6 +7,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive, kill};
 use crate::support::{count_prefixed, fleet, git_trace_commands, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Records its environment, then idles with a grandchild in its process group.
 const RECORDING_WORKER: &str = r#"
@@ -32,9 +33,12 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
     let events = f.events();
     let boot = events
         .iter()
-        .position(|e| e.kind == "supervisor.boot-sweep")
+        .position(|e| e.kind == Kind::SupervisorBootSweep)
         .unwrap();
-    let first_spawn = events.iter().position(|e| e.kind == "slot.spawn").unwrap();
+    let first_spawn = events
+        .iter()
+        .position(|e| e.kind == Kind::SlotSpawn)
+        .unwrap();
     assert!(boot < first_spawn);
     assert!(
         events[boot]
@@ -81,7 +85,7 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
         .is_empty()));
     let grandchild: i32 = fleet::read(&gc_file).trim().parse().unwrap();
     assert!(alive(grandchild));
-    let before = f.count("slot.spawn");
+    let before = f.count(Kind::SlotSpawn);
     kill(victim, Signal::SIGKILL);
     let mut max_live = 0;
     let respawned = wait_until(WAIT, || {
@@ -92,22 +96,22 @@ fn workers_get_the_spec_env_and_a_killed_worker_is_respawned_within_the_target()
     assert!(respawned, "not respawned:\n{}", f.dump());
     // Keep watching through two whole ticks after the respawn: a second spawn for the same
     // death (a tick that still counted the dead worker, say) would happen within them.
-    let ticks = f.count("supervisor.tick");
+    let ticks = f.count(Kind::SupervisorTick);
     let watched = wait_until(WAIT, || {
         max_live = max_live.max(f.live_script_processes());
-        f.count("supervisor.tick") >= ticks + 2
+        f.count(Kind::SupervisorTick) >= ticks + 2
     });
     assert!(watched, "no two ticks after the respawn:\n{}", f.dump());
     assert!(max_live <= 2, "{max_live} workers were live at once");
-    assert_eq!(f.count("slot.spawn"), before + 1);
+    assert_eq!(f.count(Kind::SlotSpawn), before + 1);
     let exit = f
-        .events_of("slot.exit")
+        .events_of(Kind::SlotExit)
         .into_iter()
         .find(|e| e.pid == Some(i64::from(victim)))
         .expect("exit record");
     assert!(exit.msg.contains("killed by SIGKILL"), "{}", exit.msg);
     // The boot suite ran exactly once, respawns included.
-    assert_eq!(f.count("supervisor.boot-sweep"), 1);
+    assert_eq!(f.count(Kind::SupervisorBootSweep), 1);
     // The victim's grandchild went with its group.
     assert!(
         wait_until(WAIT, || !alive(grandchild)),
@@ -129,7 +133,7 @@ wait
     let mut f = Fleet::new(script, &timing);
     fs::write(f.file("fail"), "").unwrap();
     f.start(&["--workers", "1"]);
-    let trip = f.wait_events("circuit.trip", 1);
+    let trip = f.wait_events(Kind::CircuitTrip, 1);
     assert_eq!(
         trip[0].msg,
         "circuit open: slot 0 tripped after 3 fast deaths within 60s, probe in 1s (step=0)"
@@ -138,21 +142,21 @@ wait
     let events = f.events();
     let trip_at = events
         .iter()
-        .position(|e| e.kind == "circuit.trip")
+        .position(|e| e.kind == Kind::CircuitTrip)
         .unwrap();
     let spawns = events[..trip_at]
         .iter()
-        .filter(|e| e.kind == "slot.spawn")
+        .filter(|e| e.kind == Kind::SlotSpawn)
         .count();
     assert_eq!(spawns, 3, "{}", f.dump());
 
     // After the backoff, a probe; it dies fast and re-parks with the next step.
-    let half = f.wait_events("circuit.half-open", 1);
+    let half = f.wait_events(Kind::CircuitHalfOpen, 1);
     assert_eq!(
         half[0].msg,
         "circuit half-open: slot 0 cooldown expired, spawning probe (backoff=1s step=0)"
     );
-    let reparked = f.wait_events("circuit.re-parked", 1);
+    let reparked = f.wait_events(Kind::CircuitReParked, 1);
     // How long the probe lived depends on the machine's load: check the shape only.
     let msg = &reparked[0].msg;
     let lived = msg
@@ -162,7 +166,7 @@ wait
     assert!(lived.is_some_and(|n| n.parse::<u64>().is_ok()), "{msg}");
     // Heal the host: the next probe lives past the fast-death time and closes the circuit.
     fs::remove_file(f.file("fail")).unwrap();
-    let closed = f.wait_events("circuit.closed", 1);
+    let closed = f.wait_events(Kind::CircuitClosed, 1);
     assert!(
         closed[0]
             .msg
@@ -174,7 +178,10 @@ wait
     let pids = f.wait_workers(1);
     assert!(alive(pids[0]));
     let events = f.events();
-    let trips = events.iter().filter(|e| e.kind == "circuit.trip").count();
+    let trips = events
+        .iter()
+        .filter(|e| e.kind == Kind::CircuitTrip)
+        .count();
     assert_eq!(trips, 1);
     // The parked slot showed as parked; now it runs.
     let s = f.state().unwrap();
@@ -186,15 +193,15 @@ fn exit_78_parks_the_slot_for_good() {
     let script = "if [ \"$RED_AFK_SLOT\" = 0 ]; then exit 78; fi\nsleep 1000 &\nwait\n";
     let mut f = Fleet::new(script, FAST_TIMING);
     f.start(&["--workers", "2"]);
-    let parked = f.wait_events("slot.parked", 1);
+    let parked = f.wait_events(Kind::SlotParked, 1);
     assert_eq!(
         parked[0].msg,
         "fatal host configuration: slot 0 parked without retry"
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     let slot0_spawns = f
-        .events_of("slot.spawn")
+        .events_of(Kind::SlotSpawn)
         .iter()
         .filter(|e| e.slot == Some(0))
         .count();
@@ -221,13 +228,13 @@ fn a_worker_without_progress_is_flagged_then_killed_and_respawned() {
     let mut f = Fleet::new("sleep 1000 &\nwait\n", &timing);
     f.start(&["--workers", "1"]);
     let first = f.wait_workers(1)[0];
-    let stalled = f.wait_events("slot.stalled", 1);
+    let stalled = f.wait_events(Kind::SlotStalled, 1);
     assert!(
         stalled[0].msg.contains("stalled: no progress for"),
         "{}",
         stalled[0].msg
     );
-    let killed = f.wait_events("slot.stall-kill", 1);
+    let killed = f.wait_events(Kind::SlotStallKill, 1);
     assert_eq!(killed[0].pid, Some(i64::from(first)));
     assert!(wait_until(WAIT, || {
         let p = f.worker_pids();
@@ -247,10 +254,10 @@ fn a_worker_that_computes_is_not_stalled() {
     let mut f = Fleet::new("i=0; while :; do i=$((i+1)); done\n", &timing);
     f.start(&["--workers", "1"]);
     let pid = f.wait_workers(1)[0];
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 7);
-    assert_eq!(f.count("slot.stalled"), 0, "{}", f.dump());
-    assert_eq!(f.count("slot.stall-kill"), 0, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 7);
+    assert_eq!(f.count(Kind::SlotStalled), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotStallKill), 0, "{}", f.dump());
     assert_eq!(f.worker_pids(), vec![pid]);
     let out = f.run_cmd(&["status", "--json"]);
     assert!(out.status.success(), "{out:?}");
@@ -281,11 +288,11 @@ fn a_second_supervisor_is_refused_and_the_first_is_unaffected() {
         "{err}"
     );
     assert_eq!(fs::read(f.layout.supervisor_pid()).unwrap(), pid_file);
-    assert_eq!(f.count("supervisor.start"), 1);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    assert_eq!(f.count(Kind::SupervisorStart), 1);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     assert_eq!(f.worker_pids(), pids);
-    assert_eq!(f.count("slot.spawn"), 2);
+    assert_eq!(f.count(Kind::SlotSpawn), 2);
     assert_eq!(f.state().unwrap().target, 2);
 }
 
@@ -297,8 +304,8 @@ fn without_worker_command_the_built_in_worker_runs() {
     ));
     f.start(&["--workers", "1"]);
     // An empty queue: the built-in worker exits 0 and the slot idles.
-    f.wait_events("slot.idle", 1);
-    let start = &f.events_of("supervisor.start")[0];
+    f.wait_events(Kind::SlotIdle, 1);
+    let start = &f.events_of(Kind::SupervisorStart)[0];
     assert!(
         start
             .msg
@@ -307,7 +314,7 @@ fn without_worker_command_the_built_in_worker_runs() {
         start.msg
     );
     assert!(start.msg.contains(env!("CARGO_BIN_EXE_afk-supervisor")));
-    assert_eq!(f.count("slot.parked"), 0);
+    assert_eq!(f.count(Kind::SlotParked), 0);
     // A missing agent is refused before the start (tests/it/first_run_errors.rs).
 }
 
@@ -348,10 +355,10 @@ fn a_hung_agent_under_the_built_in_worker_is_stall_killed() {
     assert!(out.status.success(), "{out:?}");
     f.start(&["--workers", "1"]);
     let killed = wait_until(std::time::Duration::from_secs(150), || {
-        f.count("slot.stall-kill") >= 1
+        f.count(Kind::SlotStallKill) >= 1
     });
     assert!(killed, "{}", f.dump());
-    assert_eq!(f.count("slot.progress"), 0, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotProgress), 0, "{}", f.dump());
 }
 
 /// The supervisor raises its own soft open-files limit to the hard one (a pidfd per
@@ -449,7 +456,7 @@ fn each_spawn_record_is_stamped_when_its_worker_started_not_when_the_batch_ended
     const N: usize = 24;
     let mut f = Fleet::new(STAMPING_WORKER, FAST_TIMING);
     f.start(&["--workers", &N.to_string()]);
-    let records = f.wait_events("slot.spawn", N);
+    let records = f.wait_events(Kind::SlotSpawn, N);
     let stamp = |slot: u64| {
         let p = f.file(&format!("stamp-{slot}"));
         assert!(wait_until(WAIT, || p.exists()), "slot {slot} never stamped");

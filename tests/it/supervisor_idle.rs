@@ -4,6 +4,7 @@ use std::fs;
 
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{self, fleet};
+use afk_supervisor::event_log::Kind;
 
 /// A worker that claims the first `ready-for-agent` issue (an exclusive `mkdir`, then the
 /// label `running`), notes it, and exits 0, as a worker with nothing more to do does.
@@ -37,7 +38,7 @@ fn claiming_fleet_with(extra_timing: &str) -> Fleet {
 fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
     let mut f = claiming_fleet();
     f.start(&["--workers", "2"]);
-    let idle = f.wait_events("slot.idle", 2);
+    let idle = f.wait_events(Kind::SlotIdle, 2);
     assert!(
         idle[0]
             .msg
@@ -46,9 +47,9 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
         idle[0].msg
     );
     // Idle slots stay idle while the queue is empty.
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
-    assert_eq!(f.count("slot.spawn"), 2, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(f.count(Kind::SlotSpawn), 2, "{}", f.dump());
     let s = f.state().unwrap();
     assert_eq!(s.slots.busy, 0);
     assert!(s.slot_detail.iter().all(|d| d.state == "idle"));
@@ -56,15 +57,15 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
 
     // One ready issue wakes one slot; its worker claims it and the slot idles again.
     f.new_issue("first");
-    let unidle = f.wait_events("slot.unidle", 1);
+    let unidle = f.wait_events(Kind::SlotUnidle, 1);
     assert!(
         unidle[0].msg.ends_with("un-idled: ready-for-agent=1"),
         "{}",
         unidle[0].msg
     );
-    f.wait_events("slot.idle", 3);
+    f.wait_events(Kind::SlotIdle, 3);
     assert_eq!(fleet::read(&f.file("worked")), "1\n");
-    assert_eq!(f.count("slot.spawn"), 3);
+    assert_eq!(f.count(Kind::SlotSpawn), 3);
 
     // Two ready issues wake both slots; each issue is worked once.
     f.new_issue("second");
@@ -85,12 +86,12 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
     worked.sort();
     assert_eq!(worked, ["1", "2", "3"]);
     // Every spawn after the first two was an un-idle.
-    let unidles = f.events_of("slot.unidle");
+    let unidles = f.events_of(Kind::SlotUnidle);
     assert!(unidles.len() >= 3, "{}", f.dump());
-    assert_eq!(f.count("slot.spawn"), 2 + unidles.len(), "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 2 + unidles.len(), "{}", f.dump());
     // No clean exit was counted as a death.
     assert!(
-        f.events_of("supervisor.tick")
+        f.events_of(Kind::SupervisorTick)
             .iter()
             .all(|e| e.msg.contains(" deaths=0 "))
     );
@@ -100,7 +101,7 @@ fn slots_idle_on_an_empty_queue_and_wake_one_per_ready_issue() {
 fn a_tracker_failure_neither_idles_nor_wakes_anything() {
     let mut f = claiming_fleet();
     f.start(&["--workers", "1"]);
-    f.wait_events("slot.idle", 1);
+    f.wait_events(Kind::SlotIdle, 1);
     // Break the local store: its directory becomes a plain file. (Reads never create the
     // store, so on an empty queue it may not exist yet.)
     let store = f.layout.tracker_dir();
@@ -108,7 +109,7 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
     fs::create_dir_all(&store).unwrap();
     fs::rename(&store, &aside).unwrap();
     fs::write(&store, "not a directory").unwrap();
-    let err = f.wait_events("tracker.error", 1);
+    let err = f.wait_events(Kind::TrackerError, 1);
     assert!(
         err[0]
             .msg
@@ -116,20 +117,20 @@ fn a_tracker_failure_neither_idles_nor_wakes_anything() {
         "{}",
         err[0].msg
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     // Logged once, nothing woken, the slot still idle.
-    assert_eq!(f.count("tracker.error"), 1, "{}", f.dump());
-    assert_eq!(f.count("slot.spawn"), 1);
+    assert_eq!(f.count(Kind::TrackerError), 1, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotSpawn), 1);
     assert_eq!(f.state().unwrap().slot_detail[0].state, "idle");
     // Repaired, with work: the slot wakes.
     fs::remove_file(&store).unwrap();
     fs::rename(&aside, &store).unwrap();
     f.new_issue("after the outage");
-    f.wait_events("slot.unidle", 1);
-    f.wait_events("slot.idle", 2);
+    f.wait_events(Kind::SlotUnidle, 1);
+    f.wait_events(Kind::SlotIdle, 2);
     assert_eq!(fleet::read(&f.file("worked")), "1\n");
-    let recovered = f.wait_events("tracker.error", 2);
+    let recovered = f.wait_events(Kind::TrackerError, 2);
     assert!(
         recovered[1]
             .msg
@@ -156,11 +157,11 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
     ]);
     assert!(out.status.success(), "{out:?}");
     f.start(&["--workers", "1"]);
-    f.wait_events("slot.idle", 1);
+    f.wait_events(Kind::SlotIdle, 1);
     // The belt runs while #1 is open and promotes nothing (the slot-log sweep also logs
     // as supervisor.periodic, at start-up).
     let belt_ran = support::wait_until(std::time::Duration::from_secs(30), || {
-        f.events_of("supervisor.periodic")
+        f.events_of(Kind::SupervisorPeriodic)
             .iter()
             .any(|e| e.msg.starts_with("unblock-belt: "))
     });
@@ -170,14 +171,14 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
     let out = f.run_cmd(&["issue", "close", "1"]);
     assert!(out.status.success(), "{out:?}");
     let promoted = support::wait_until(std::time::Duration::from_secs(30), || {
-        f.events_of("supervisor.periodic")
+        f.events_of(Kind::SupervisorPeriodic)
             .iter()
             .any(|e| e.msg.contains("unblocked=1 (#2)"))
     });
     assert!(promoted, "{}", f.dump());
     // The belt is named once, by the task's name (issue 52, item 12).
     let said: Vec<String> = f
-        .events_of("supervisor.periodic")
+        .events_of(Kind::SupervisorPeriodic)
         .into_iter()
         .map(|e| e.msg)
         .filter(|m| m.contains("unblocked="))
@@ -186,8 +187,8 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
         said.iter().any(|m| m == "unblock-belt: unblocked=1 (#2)"),
         "{said:?}"
     );
-    f.wait_events("slot.unidle", 1);
-    f.wait_events("slot.idle", 2);
+    f.wait_events(Kind::SlotUnidle, 1);
+    f.wait_events(Kind::SlotIdle, 2);
     assert_eq!(fleet::read(&f.file("worked")), "2\n");
     let shown = f.run_cmd(&["issue", "show", "2", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
@@ -202,7 +203,7 @@ fn the_belt_promotes_a_dependent_while_the_fleet_runs() {
         vec!["🤖 /afk unblocked: all dependencies closed (#1)."]
     );
     // Exactly one boot suite in the supervisor's life.
-    assert_eq!(f.count("supervisor.boot-sweep"), 1);
+    assert_eq!(f.count(Kind::SupervisorBootSweep), 1);
 }
 
 /// The built-in worker (`worker --once`) in every slot, with an agent that never ends.
@@ -239,15 +240,15 @@ fn a_ready_but_blocked_issue_does_not_respawn_workers() {
     ]);
     assert!(out.status.success(), "{out:?}");
     f.start(&["--workers", "2"]);
-    f.wait_events("slot.idle", 2);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 4);
-    assert_eq!(f.count("slot.spawn"), 2, "{}", f.dump());
+    f.wait_events(Kind::SlotIdle, 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 4);
+    assert_eq!(f.count(Kind::SlotSpawn), 2, "{}", f.dump());
     assert_eq!(f.state().unwrap().ready_for_agent, Some(0));
 
     // A claimable issue still wakes exactly one slot, whose worker claims it.
     f.new_issue("real work");
-    f.wait_events("slot.unidle", 1);
+    f.wait_events(Kind::SlotUnidle, 1);
     assert!(
         support::wait_until(fleet::WAIT, || f
             .labels_of(2)
@@ -255,9 +256,9 @@ fn a_ready_but_blocked_issue_does_not_respawn_workers() {
         "{}",
         f.dump()
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
-    assert_eq!(f.count("slot.spawn"), 3, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
+    assert_eq!(f.count(Kind::SlotSpawn), 3, "{}", f.dump());
     assert_eq!(f.labels_of(1).len(), 3, "the blocked issue is untouched");
 }
 
@@ -272,7 +273,7 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
     f.new_issue("never taken");
     f.start(&["--workers", "2"]);
     let nothing = |f: &Fleet| {
-        f.events_of("slot.idle")
+        f.events_of(Kind::SlotIdle)
             .into_iter()
             .filter(|e| e.msg.contains("nothing claimable"))
             .count()
@@ -282,13 +283,13 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
         "{}",
         f.dump()
     );
-    let spawns = f.count("slot.spawn");
+    let spawns = f.count(Kind::SlotSpawn);
     // At most one extra try per slot (a worker that ended before the first queue check).
     assert!(spawns <= 4, "{}", f.dump());
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 4);
-    assert_eq!(f.count("slot.spawn"), spawns, "{}", f.dump());
-    let idles = f.events_of("slot.idle");
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 4);
+    assert_eq!(f.count(Kind::SlotSpawn), spawns, "{}", f.dump());
+    let idles = f.events_of(Kind::SlotIdle);
     let msg = &idles
         .iter()
         .find(|e| e.msg.contains("nothing claimable"))
@@ -301,17 +302,17 @@ fn a_worker_that_claims_nothing_idles_its_slot_until_the_queue_changes() {
 
     // A new issue changes the queue: the slots wake, find nothing again, and idle again.
     f.new_issue("also never taken");
-    f.wait_events("slot.unidle", 1);
+    f.wait_events(Kind::SlotUnidle, 1);
     assert!(
         support::wait_until(fleet::WAIT, || nothing(&f) >= 3),
         "{}",
         f.dump()
     );
-    let after = f.count("slot.spawn");
+    let after = f.count(Kind::SlotSpawn);
     assert!(after > spawns && after <= spawns + 2, "{}", f.dump());
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
-    assert_eq!(f.count("slot.spawn"), after, "{}", f.dump());
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
+    assert_eq!(f.count(Kind::SlotSpawn), after, "{}", f.dump());
 }
 
 /// Workers that finish an issue quicker than `fast_death_s`, while more issues wait: each
@@ -345,7 +346,7 @@ fn quick_workers_drain_the_whole_queue() {
     worked.sort();
     assert_eq!(worked, vec!["1", "2", "3"]);
     assert!(
-        f.events_of("slot.idle")
+        f.events_of(Kind::SlotIdle)
             .iter()
             .all(|e| !e.msg.contains("nothing claimable")),
         "{}",
@@ -366,7 +367,7 @@ fn a_worker_that_finds_the_tracker_unavailable_is_no_death_and_trips_no_circuit(
     f.new_issue("waiting for the tracker");
     f.start(&["--workers", "1"]);
     let unavailable = |f: &Fleet| {
-        f.events_of("slot.idle")
+        f.events_of(Kind::SlotIdle)
             .into_iter()
             .filter(|e| {
                 e.msg
@@ -379,9 +380,9 @@ fn a_worker_that_finds_the_tracker_unavailable_is_no_death_and_trips_no_circuit(
         "{}",
         f.dump()
     );
-    assert!(f.count("slot.spawn") >= 5, "{}", f.dump());
-    assert_eq!(f.count("circuit.trip"), 0, "{}", f.dump());
-    let ticks = f.events_of("supervisor.tick");
+    assert!(f.count(Kind::SlotSpawn) >= 5, "{}", f.dump());
+    assert_eq!(f.count(Kind::CircuitTrip), 0, "{}", f.dump());
+    let ticks = f.events_of(Kind::SupervisorTick);
     assert!(!ticks.is_empty(), "{}", f.dump());
     for t in &ticks {
         assert!(t.msg.contains(" deaths=0 "), "{}", t.msg);

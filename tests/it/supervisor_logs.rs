@@ -4,11 +4,12 @@
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 
-use afk_supervisor::toonl;
+use afk_supervisor::event_log;
 use nix::sys::signal::Signal;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 const WORKER: &str = "exec sleep 600\n";
 
@@ -20,9 +21,9 @@ fn the_event_log_rotates_by_rename_keeps_two_and_logs_reads_across_them() {
     f.wait_workers(1);
     let log = f.layout.event_log();
     let (one, two, three) = (
-        toonl::rotated(&log, 1),
-        toonl::rotated(&log, 2),
-        toonl::rotated(&log, 3),
+        event_log::rotated(&log, 1),
+        event_log::rotated(&log, 2),
+        event_log::rotated(&log, 3),
     );
     assert!(wait_until(WAIT, || two.exists()), "{}", f.dump());
     // One more rotation: what was `.1` becomes `.2` (the same file, renamed).
@@ -46,7 +47,7 @@ fn the_event_log_rotates_by_rename_keeps_two_and_logs_reads_across_them() {
     }
 
     // `logs` reads the generations oldest first: the ticks come out in order.
-    let out = f.run_cmd(&["logs", "--kind", "supervisor.tick", "--json"]);
+    let out = f.run_cmd(&["logs", "--kind", Kind::SupervisorTick.as_str(), "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let ts: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -67,7 +68,7 @@ fn slot_log_folders_past_their_age_are_deleted_at_start_up() {
     let other = f.layout.logs().join("keep-me");
     fs::create_dir_all(&other).unwrap();
     f.start(&["--workers", "1"]);
-    let evs = f.wait_events("supervisor.periodic", 1);
+    let evs = f.wait_events(Kind::SupervisorPeriodic, 1);
     assert!(
         evs.iter().any(|e| e
             .msg

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use crate::support::fleet::{FAST_TIMING, Fleet};
 use crate::support::{self, fleet};
+use afk_supervisor::event_log::Kind;
 
 /// On SIGTERM, waits for the test's `release` file before it exits, so a grow can arrive
 /// while it is being hard-killed.
@@ -21,7 +22,7 @@ fn scale(f: &Fleet, args: &[&str]) {
 }
 
 fn spawned_ids(f: &Fleet) -> Vec<String> {
-    f.events_of("slot.spawn")
+    f.events_of(Kind::SlotSpawn)
         .into_iter()
         .map(|e| e.msg.trim_start_matches("spawned worker ").to_string())
         .collect()
@@ -42,18 +43,18 @@ fn slots_grown_back_respawn_at_once_with_new_worker_ids() {
 
     std::fs::write(&release, "").unwrap();
     scale(&f, &["1", "--shrink-mode", "hard-kill"]);
-    f.wait_events("slot.retired", 2);
+    f.wait_events(Kind::SlotRetired, 2);
     scale(&f, &["3", "--shrink-mode", "hard-kill"]);
-    f.wait_events("slot.spawn", 5);
+    f.wait_events(Kind::SlotSpawn, 5);
     f.wait_workers(3);
 
     std::fs::remove_file(&release).unwrap();
     scale(&f, &["1", "--shrink-mode", "hard-kill"]);
     scale(&f, &["3", "--shrink-mode", "hard-kill"]);
     std::fs::write(&release, "").unwrap();
-    f.wait_events("slot.spawn", 7);
+    f.wait_events(Kind::SlotSpawn, 7);
     f.wait_workers(3);
-    assert_eq!(f.count("slot.retired"), 2, "{}", f.dump());
+    assert_eq!(f.count(Kind::SlotRetired), 2, "{}", f.dump());
 
     let ids = spawned_ids(&f);
     assert_eq!(ids.len(), 7, "{}", f.dump());
@@ -69,19 +70,19 @@ fn a_parked_slot_stays_parked_across_shrink_and_grow() {
         FAST_TIMING,
     );
     f.start(&["--workers", "2"]);
-    f.wait_events("slot.parked", 1);
+    f.wait_events(Kind::SlotParked, 1);
     scale(&f, &["1"]);
-    f.wait_events("slot.retired", 1);
+    f.wait_events(Kind::SlotRetired, 1);
     scale(&f, &["2"]);
-    let parked = f.wait_events("slot.parked", 2);
+    let parked = f.wait_events(Kind::SlotParked, 2);
     assert_eq!(
         parked[1].msg,
         "slot 1 back within the target and still parked"
     );
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 2);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
     let slot1_spawns = f
-        .events_of("slot.spawn")
+        .events_of(Kind::SlotSpawn)
         .iter()
         .filter(|e| e.slot == Some(1))
         .count();

@@ -9,6 +9,7 @@ use afk_supervisor::process;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT, alive};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Leaves a descendant in a session of its own (out of the worker's process group, so a
 /// group kill misses it), notes its pid, and waits.
@@ -44,7 +45,7 @@ fn stop_leaves_no_descendant_that_left_its_workers_group() {
     );
     assert!(f.tagged().is_empty(), "still alive: {:?}", f.tagged());
     assert!(
-        f.events_of("supervisor.stop")
+        f.events_of(Kind::SupervisorStop)
             .iter()
             .any(|e| e.msg.contains("left their worker's process group")),
         "{}",
@@ -138,7 +139,7 @@ exec sleep 600
 fn a_dead_workers_escaped_descendants_are_ended_while_the_fleet_runs() {
     let mut f = Fleet::new(ESCAPE_THEN_DIE, FAST_TIMING);
     f.start(&["--workers", "1"]);
-    f.wait_events("slot.exit", 1);
+    f.wait_events(Kind::SlotExit, 1);
     let escaped: i32 = fleet::read(&f.file("escaped")).trim().parse().unwrap();
     assert!(
         wait_until(WAIT, || !alive(escaped)),
@@ -146,7 +147,7 @@ fn a_dead_workers_escaped_descendants_are_ended_while_the_fleet_runs() {
         f.dump()
     );
     // Logged after the SIGTERM is sent: the descendant may be gone before the line is.
-    let ev = f.wait_event_with("supervisor.error", "left processes outside its group");
+    let ev = f.wait_event_with(Kind::SupervisorError, "left processes outside its group");
     assert!(
         ev.msg.ends_with(&format!("terminating [{escaped}]")),
         "{}",
@@ -167,7 +168,7 @@ fn a_fleet_of_dying_workers_without_origin_stops_cleanly() {
     let mut f = Fleet::new("sleep 0.2\nexit 1\n", &timing);
     f.env.git(&f.repo, &["remote", "remove", "origin"]);
     f.start(&["--workers", "4"]);
-    f.wait_events("slot.exit", 24);
+    f.wait_events(Kind::SlotExit, 24);
     fleet::kill(f.sup_pid(), nix::sys::signal::Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
     assert!(
@@ -205,8 +206,8 @@ fn every_supervisor_thread_leaves_the_loops_signals_to_the_loop_and_workers_bloc
         .push(("RUST_LOG".into(), "afk_supervisor=debug".into()));
     let sup = f.start(&["--workers", "2"]);
     let workers = f.wait_workers(2);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 1);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 1);
     let tasks: Vec<_> = fs::read_dir(format!("/proc/{sup}/task"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -234,7 +235,7 @@ fn every_supervisor_thread_leaves_the_loops_signals_to_the_loop_and_workers_bloc
     fleet::kill(sup, Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
     assert!(
-        f.events_of("supervisor.stop")
+        f.events_of(Kind::SupervisorStop)
             .iter()
             .any(|e| e.msg.starts_with("stopping fleet (SIGTERM)")),
         "{}",

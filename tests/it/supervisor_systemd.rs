@@ -10,6 +10,7 @@ use nix::sys::signal::Signal;
 
 use crate::support::fleet::{self, FAST_TIMING, Fleet, WAIT};
 use crate::support::stdout_ok;
+use afk_supervisor::event_log::Kind;
 
 /// Notes what of the service manager's environment reached it, then waits.
 const WORKER: &str = r#"
@@ -88,7 +89,7 @@ fn ready_after_the_workers_then_status_per_tick_watchdog_and_stopping() {
     // One STATUS= per tick: as many as the tick lines logged so far (at most one more
     // tick may have been logged after the last datagram was read).
     let statuses = seen.iter().filter(|m| m.starts_with("STATUS=")).count();
-    let ticks = f.count("supervisor.tick");
+    let ticks = f.count(Kind::SupervisorTick);
     assert!(
         ticks == statuses || ticks == statuses + 1,
         "{ticks} ticks, {statuses} STATUS= in {seen:?}"
@@ -128,8 +129,8 @@ fn a_notify_socket_nobody_reads_never_blocks_the_event_loop() {
     f.extra_env.push(("WATCHDOG_USEC".into(), "20000".into()));
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
-    let ticks = f.count("supervisor.tick");
-    f.wait_events("supervisor.tick", ticks + 3);
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 3);
     fleet::kill(f.sup_pid(), Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143), "{}", f.dump());
     let err = fleet::read(&f.file("supervisor-0.err"));
@@ -148,7 +149,7 @@ fn without_notify_socket_the_fleet_runs_and_stops_as_before() {
     let mut f = Fleet::new(WORKER, FAST_TIMING);
     f.start(&["--workers", "1"]);
     f.wait_workers(1);
-    f.wait_events("supervisor.tick", 1);
+    f.wait_events(Kind::SupervisorTick, 1);
     fleet::kill(f.sup_pid(), Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));
 }

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{fleet, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// A tmux server of this test's own (its own socket), killed on drop.
 struct Tmux {
@@ -114,7 +115,7 @@ fn ctrl_c_in_a_tmux_pane_stops_the_fleet() {
     }
     assert!(f.tagged().is_empty(), "left behind: {:?}", f.tagged());
     assert!(!f.layout.supervisor_pid().exists());
-    let stops = f.events_of("supervisor.stop");
+    let stops = f.events_of(Kind::SupervisorStop);
     assert!(
         stops.iter().any(|e| e.msg.contains("SIGINT")),
         "{}",
@@ -181,7 +182,7 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
         "=afk_test:supervisor",
     ]);
     assert!(
-        first.contains("supervisor.start"),
+        first.contains(Kind::SupervisorStart.as_str()),
         "supervisor pane:\n{first}"
     );
 
@@ -218,7 +219,7 @@ fn the_tmux_command_runs_the_supervisor_and_the_live_view_and_kill_session_stops
         f.tagged()
     );
     assert!(
-        f.events_of("supervisor.stop")
+        f.events_of(Kind::SupervisorStop)
             .iter()
             .any(|e| e.msg.contains("SIGHUP")),
         "{}",
@@ -395,7 +396,7 @@ fn status_watch_in_a_tmux_pane_is_live_and_q_or_ctrl_c_end_the_view_not_the_flee
             assert!(fleet::alive(*w), "worker {w} ended with the view");
         }
         assert_eq!(f.worker_pids().len(), 2);
-        assert_eq!(f.count("supervisor.stop"), 0, "{}", f.dump());
+        assert_eq!(f.count(Kind::SupervisorStop), 0, "{}", f.dump());
     }
     fleet::kill(sup, nix::sys::signal::Signal::SIGTERM);
     assert_eq!(f.wait_exit().code(), Some(143));

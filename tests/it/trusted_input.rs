@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use afk_supervisor::claim::approval::ApprovalBelt;
 use afk_supervisor::tracker::Tracker;
-use afk_supervisor::tracker::provenance::EVENT_HELD;
 
 use crate::support::fake_gh::{FakeComment, FakeIssue};
 use crate::worker_gh::GhWorker;
+use afk_supervisor::event_log::Kind;
 
 /// A worker whose agent copies the title and body it was given to `got-title`/`got-body`.
 fn copying_worker(config: &str) -> GhWorker {
@@ -39,7 +39,7 @@ fn held_events(w: &GhWorker) -> Vec<String> {
     fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains(EVENT_HELD))
+        .filter(|l| l.contains(Kind::IssueHeld.as_str()))
         .map(str::to_string)
         .collect()
 }
@@ -254,7 +254,7 @@ fn under_a_supervisor_the_approval_belt_gives_an_approved_issue_back_to_the_queu
         fs::read_to_string(got.join("1")).unwrap(),
         "outsider's words\n"
     );
-    let held = f.events_of(EVENT_HELD);
+    let held = f.events_of(Kind::IssueHeld);
     assert_eq!(held.len(), 1, "{held:?}");
     let belt: Vec<String> = f
         .events()

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::support::cli::{self, SUPERVISED};
 use crate::support::{self, Repo, TestEnv, json_comments, json_labels, stderr, stdout, wait_until};
+use afk_supervisor::event_log::Kind;
 
 struct Fixture {
     env: TestEnv,
@@ -603,10 +604,10 @@ fn a_capped_attempt_is_stopped_and_the_next_one_resumes_its_branch() {
     );
     // And an event in the fleet's log, written by the worker itself.
     let layout = afk_supervisor::layout::Layout::new(&f.repo.path);
-    let events = afk_supervisor::toonl::read_events(&layout.event_log()).unwrap();
+    let events = afk_supervisor::event_log::read_events(&layout.event_log()).unwrap();
     let rescued: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "attempt.rescued")
+        .filter(|e| e.kind == Kind::AttemptRescued)
         .collect();
     assert_eq!(rescued.len(), 1, "{events:?}");
     assert_eq!(rescued[0].issue, Some(n));

@@ -6,17 +6,17 @@
 use std::path::PathBuf;
 
 use crate::claim::release::DeadWorker;
+use crate::event_log::Record;
 use crate::lanes::slot_control::Ack;
 use crate::supervisor::core::event::RetireAsker;
 use crate::supervisor::core::reaper::Order;
-use crate::toonl::Event as LogLine;
 
 /// One thing to do, in the order the fleet decided it.
 #[derive(Debug)]
 #[must_use]
 pub enum Effect {
     /// A line for the event log.
-    Log(LogLine),
+    Log(Record),
     /// Write the heartbeat `state.toon` as the fleet stands when this is carried out
     /// (after the answers to the effects before it); a write that fails is reported once.
     WriteState,

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use crate::cgroup::{Cgroup, Figures};
+use crate::event_log::Record;
 use crate::lanes::pause_file::{OperatorPause, Pause, PauseFileError};
 use crate::lanes::scale_directive;
 use crate::lanes::slot_control::{self, Ack, Request};
@@ -17,7 +18,6 @@ use crate::lanes::state_file::SpendToday;
 use crate::process::ExitKind;
 use crate::supervisor::core::progress::Attempt;
 use crate::supervisor::core::progress::Usage;
-use crate::toonl::Event as LogLine;
 use crate::tracker::TrackerError;
 use crate::tracker::select::SelectError;
 
@@ -56,7 +56,7 @@ pub enum Event {
         resumed_via: Option<String>,
     },
     /// A line for the event log from a helper thread (a release, a periodic task).
-    Log(LogLine),
+    Log(Record),
     /// A watched cgroup's `cgroup.events` changed (cgroup mode): the dying groups are
     /// looked at again by the turn that follows.
     CgroupChanged,
@@ -120,7 +120,7 @@ pub enum RetireAsker {
     /// that was never asked).
     SlotControl {
         ack: Ack,
-        done: Box<LogLine>,
+        done: Box<Record>,
         before: SlotMarks,
     },
 }

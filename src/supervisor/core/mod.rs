@@ -11,6 +11,7 @@ pub mod effect;
 pub mod event;
 pub mod fleet;
 pub mod fleet_circuit;
+pub mod log_texts;
 pub mod progress;
 pub mod reaper;
 pub mod slot;

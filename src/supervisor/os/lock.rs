@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::event_log::Kind;
 use crate::fsutil::{open_lock_file, remove_file_if_exists};
 use crate::layout::Layout;
 use crate::pidfile::{self, DeadReason, Liveness, MissingStart, NotLive};
@@ -30,10 +31,10 @@ pub enum LockNote {
 
 impl LockNote {
     /// The event-log kind: `supervisor.housekeeping` or `supervisor.error`.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> Kind {
         match self {
-            LockNote::Housekeeping(_) => crate::supervisor::texts::kind::HOUSEKEEPING,
-            LockNote::Problem(_) => crate::supervisor::texts::kind::ERROR,
+            LockNote::Housekeeping(_) => Kind::SupervisorHousekeeping,
+            LockNote::Problem(_) => Kind::SupervisorError,
         }
     }
 

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::event_log::Kind;
+use crate::event_log::Record;
 use crate::process::Proc;
 use crate::supervisor::os::children::Children;
-use crate::supervisor::texts::kind;
 use crate::timeutil;
-use crate::toonl::Event as LogLine;
 
 /// How often the strays of one ended worker are searched for while some are found (with
 /// backoff 1, 2, 4, 8, 16 s: about half a minute in all), before the survivors are named in
@@ -88,7 +88,7 @@ impl Strays {
         scope: Scope<'_>,
         ended: Vec<(i32, String, bool)>,
         now: Instant,
-    ) -> Vec<LogLine> {
+    ) -> Vec<Record> {
         let pending = ended
             .into_iter()
             .map(|(leader, id, own)| (leader, id, own, 0))
@@ -104,7 +104,7 @@ impl Strays {
         self.retry.iter().any(|r| r.due <= now)
     }
 
-    pub fn retry_due(&mut self, scope: Scope<'_>, now: Instant) -> Vec<LogLine> {
+    pub fn retry_due(&mut self, scope: Scope<'_>, now: Instant) -> Vec<Record> {
         if !self.retry_is_due(now) {
             return Vec::new();
         }
@@ -124,7 +124,7 @@ impl Strays {
         scope: Scope<'_>,
         pending: Vec<(i32, String, bool, u32)>,
         now: Instant,
-    ) -> Vec<LogLine> {
+    ) -> Vec<Record> {
         let mut lines = Vec::new();
         if pending.is_empty() {
             return lines;
@@ -144,8 +144,8 @@ impl Strays {
             let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
             if searches > STRAY_SEARCHES {
                 lines.push(
-                    LogLine::now(
-                        kind::ERROR,
+                    Record::now(
+                        Kind::SupervisorError,
                         format!(
                             "worker {id}: processes still carry its id after {STRAY_SEARCHES} searches, left to the stop: {pids:?}"
                         ),
@@ -162,8 +162,8 @@ impl Strays {
             if !new.is_empty() {
                 let pids: Vec<i32> = new.iter().map(|p| p.pid).collect();
                 lines.push(
-                    LogLine::now(
-                        kind::ERROR,
+                    Record::now(
+                        Kind::SupervisorError,
                         format!(
                             "worker {id} left processes outside its group: terminating {pids:?}"
                         ),
@@ -199,7 +199,7 @@ impl Strays {
         scope: Scope<'_>,
         cgroups: Option<&[crate::cgroup::Cgroup]>,
         now: Instant,
-    ) -> (bool, Vec<LogLine>) {
+    ) -> (bool, Vec<Record>) {
         let mut lines = Vec::new();
         if let Some(kept) = cgroups {
             let since = *self.since.get_or_insert(now);
@@ -211,8 +211,8 @@ impl Strays {
             let n = scope.os.sweep_cgroups(kept, sig);
             if n > 0 && !self.cgroups_logged {
                 self.cgroups_logged = true;
-                lines.push(LogLine::now(
-                    kind::STOP,
+                lines.push(Record::now(
+                    Kind::SupervisorStop,
                     format!("stopping {n} attempt cgroups that outlived their worker"),
                 ));
             }
@@ -226,8 +226,8 @@ impl Strays {
         let since = *self.since.get_or_insert(now);
         if first {
             let pids: Vec<i32> = strays.iter().map(|p| p.pid).collect();
-            lines.push(LogLine::now(
-                kind::STOP,
+            lines.push(Record::now(
+                Kind::SupervisorStop,
                 format!(
                     "stopping {} processes that left their worker's process group: {pids:?}",
                     pids.len()

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+use afk_supervisor::event_log::{self, Record};
 use afk_supervisor::lanes::state_file::{self, StateFile};
 use afk_supervisor::layout::Layout;
 use afk_supervisor::process;
-use afk_supervisor::toonl::{self, Event};
 
 use crate::support::{TestEnv, json_comments, json_labels, wait_until};
+use afk_supervisor::event_log::Kind;
 
 /// Generous: CI shares two cores with other builds.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -259,12 +260,12 @@ impl Fleet {
         status.unwrap()
     }
 
-    pub fn events(&self) -> Vec<Event> {
-        match toonl::read_events(&self.layout.event_log()) {
+    pub fn events(&self) -> Vec<Record> {
+        match event_log::read_events(&self.layout.event_log()) {
             Ok(e) => e,
             // Not there yet when read, though it may be by now (the supervisor creates it
             // as it starts): judged by the read's own error, not by a second look.
-            Err(toonl::LogError::Io { source, .. })
+            Err(afk_supervisor::toonl::LogError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
                 Vec::new()
@@ -273,20 +274,20 @@ impl Fleet {
         }
     }
 
-    pub fn events_of(&self, kind: &str) -> Vec<Event> {
+    pub fn events_of(&self, kind: Kind) -> Vec<Record> {
         self.events()
             .into_iter()
             .filter(|e| e.kind == kind)
             .collect()
     }
 
-    pub fn count(&self, kind: &str) -> usize {
+    pub fn count(&self, kind: Kind) -> usize {
         self.events_of(kind).len()
     }
 
     /// Waits until at least `n` records of `kind` exist; panics with the log otherwise.
-    pub fn wait_events(&self, kind: &str, n: usize) -> Vec<Event> {
-        let ok = wait_until(WAIT, || self.count(kind) >= n);
+    pub fn wait_events(&self, kind: Kind, n: usize) -> Vec<Record> {
+        let ok = wait_until(WAIT, || self.count(kind.clone()) >= n);
         assert!(ok, "waited for {n} x {kind}; log:\n{}", self.dump());
         self.events_of(kind)
     }
@@ -294,11 +295,11 @@ impl Fleet {
     /// Waits until a record of `kind` whose message contains `text` exists, and returns it;
     /// panics with the log otherwise. For what the supervisor logs after it acts (a stray is
     /// sent its SIGTERM before the line saying so is written).
-    pub fn wait_event_with(&self, kind: &str, text: &str) -> Event {
+    pub fn wait_event_with(&self, kind: Kind, text: &str) -> Record {
         let mut found = None;
         let ok = wait_until(WAIT, || {
             found = self
-                .events_of(kind)
+                .events_of(kind.clone())
                 .into_iter()
                 .find(|e| e.msg.contains(text));
             found.is_some()

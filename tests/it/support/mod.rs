@@ -222,10 +222,14 @@ pub fn set(v: &[&str]) -> BTreeSet<String> {
 }
 
 /// An event stamped `ts`, for event logs written by hand.
-pub fn ev(ts: &str, kind: &str, msg: &str) -> afk_supervisor::toonl::Event {
-    afk_supervisor::toonl::Event {
+pub fn ev(
+    ts: &str,
+    kind: afk_supervisor::event_log::Kind,
+    msg: &str,
+) -> afk_supervisor::event_log::Record {
+    afk_supervisor::event_log::Record {
         ts: ts.into(),
-        ..afk_supervisor::toonl::Event::now(kind, msg)
+        ..afk_supervisor::event_log::Record::now(kind, msg)
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 
 /// One part because these are what waits on the workers' groups: a group's end, a watch
 /// that could not be set, a release that needs the group gone first.
@@ -204,7 +205,7 @@ impl Fleet {
                 f.oom_kills.unwrap_or(0)
             ));
         }
-        self.log(line(kind::FIGURES, msg).slot(slot).pid(leader));
+        self.log(line(Kind::SlotFigures, msg).slot(slot).pid(leader));
         if self.stopping.is_some() {
             self.groups.pending_release.clear();
             return;

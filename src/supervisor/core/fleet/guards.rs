@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 use crate::supervisor::core::fleet_circuit::{self, ProbeEnd};
 
 /// What holds every slot back at once: the rate-limit pause in force and the fleet-wide
@@ -92,7 +93,7 @@ impl Fleet {
                     "fleet paused {}: no claims, queue checks, sweep writes or belts until then",
                     p.describe()
                 );
-                self.log(line(kind::FLEET_PAUSED, msg));
+                self.log(line(Kind::FleetPaused, msg));
                 self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
                 self.guards.paused = Some((p, resume_at));
             }
@@ -102,7 +103,10 @@ impl Fleet {
     /// The pause file could not be read; it pauses nothing. Reported once.
     pub fn on_pause_file(&mut self, e: crate::lanes::pause_file::PauseFileError) {
         if self.guards.pause_file_error.as_ref() != Some(&e) {
-            self.log(line(kind::ERROR, format!("{e}; it pauses nothing")));
+            self.log(line(
+                Kind::SupervisorError,
+                format!("{e}; it pauses nothing"),
+            ));
             self.guards.pause_file_error = Some(e);
         }
     }
@@ -118,7 +122,7 @@ impl Fleet {
         }
         let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
         self.guards.paused = None;
-        self.log(line(kind::FLEET_RESUMED, msg));
+        self.log(line(Kind::FleetResumed, msg));
         self.request_queue();
     }
 
@@ -138,7 +142,7 @@ impl Fleet {
                     "fleet paused by the operator {}: no new claims or spawns; workers in flight finish",
                     p.describe()
                 );
-                self.log(line(kind::OPERATOR_PAUSED, msg));
+                self.log(line(Kind::FleetOperatorPaused, msg));
                 self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
                 self.guards.operator = Some(p);
                 self.record.dirty = true;
@@ -149,7 +153,7 @@ impl Fleet {
                     Some(via) => format!("resumed by the operator (via={via})"),
                     None => format!("the operator pause ended ({})", was.reason),
                 };
-                self.log(line(kind::OPERATOR_RESUMED, format!("fleet {how}")));
+                self.log(line(Kind::FleetOperatorResumed, format!("fleet {how}")));
                 self.guards.operator = None;
                 self.record.dirty = true;
                 // Read on the resume's signal: a queue check now wakes the idle slots. One
@@ -206,7 +210,7 @@ impl Fleet {
             self.pool.params.backoff(0).as_secs(),
             self.guards.fleet_circuit.reason()
         );
-        self.log(line(kind::FLEET_CIRCUIT_OPEN, msg));
+        self.log(line(Kind::FleetCircuitOpen, msg));
         self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
     }
 
@@ -242,7 +246,7 @@ impl Fleet {
                     lived.as_secs_f64(),
                     backoff.as_secs()
                 );
-                self.log(line(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+                self.log(line(Kind::FleetCircuitReparked, msg).slot(idx));
                 false
             }
             None => false,
@@ -262,7 +266,7 @@ impl Fleet {
             "fleet circuit: the probe in slot {idx} ended with {exit} (the tracker asked to wait, not the agent failing); probing again in {}s (step {step})",
             backoff.as_secs()
         );
-        self.log(line(kind::FLEET_CIRCUIT_REPARKED, msg).slot(idx));
+        self.log(line(Kind::FleetCircuitReparked, msg).slot(idx));
     }
 
     fn close_fleet_circuit(&mut self, idx: usize, lived: Duration, now: Instant) {
@@ -270,7 +274,7 @@ impl Fleet {
             "fleet circuit closed: the probe in slot {idx} lived {:.1}s; every slot reopens",
             lived.as_secs_f64()
         );
-        self.log(line(kind::FLEET_CIRCUIT_CLOSED, msg).slot(idx));
+        self.log(line(Kind::FleetCircuitClosed, msg).slot(idx));
         let mut parked = Vec::new();
         for slot in self.pool.slots.values_mut() {
             slot.circuit.reset();
@@ -316,7 +320,7 @@ impl Fleet {
             "fleet circuit probing with slot {idx} after {}s (step {step})",
             backoff.as_secs()
         );
-        self.log(line(kind::FLEET_CIRCUIT_PROBE, msg).slot(idx));
+        self.log(line(Kind::FleetCircuitProbe, msg).slot(idx));
         self.spawn_in(idx, now);
     }
 }

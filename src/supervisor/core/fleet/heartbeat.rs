@@ -6,6 +6,7 @@ use std::time::Instant;
 use crate::timeutil::rfc3339_millis;
 
 use super::*;
+use crate::event_log::Kind;
 
 /// What only the heartbeat carries: whether a transition is not written
 /// yet, the last tick line, the boot suite's end, the newest progress, and the failures
@@ -55,10 +56,10 @@ pub(super) const ROWS_CHECK_EVERY: u32 = 4;
 pub(super) const HEARTBEAT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A line of the fleet's own for the event log, stamped when logged ([`Fleet::log`]).
-pub(super) fn line(kind: &str, msg: impl Into<String>) -> LogLine {
-    LogLine {
+pub(super) fn line(kind: Kind, msg: impl Into<String>) -> event_log::Record {
+    event_log::Record {
         ts: String::new(),
-        kind: kind.to_string(),
+        kind,
         slot: None,
         pid: None,
         issue: None,
@@ -89,17 +90,22 @@ impl Record {
 /// in cgroup mode every attempt's end adds its figures, which made each end urgent and a
 /// churning fleet write its heartbeat five times a second instead of once (at 1,000
 /// workers, the encoding of every slot was most of what a respawn cost beyond 16).
-const CHURN: [&str; 4] = [kind::SPAWN, kind::EXIT, kind::PROGRESS, kind::FIGURES];
+const CHURN: [Kind; 4] = [
+    Kind::SlotSpawn,
+    Kind::SlotExit,
+    Kind::SlotProgress,
+    Kind::SlotFigures,
+];
 
 impl Fleet {
     /// Logs `ev`, stamped with the event's time when it has none (a line of the fleet's
     /// own; one from a helper thread keeps its time).
-    pub fn log(&mut self, mut ev: LogLine) {
+    pub fn log(&mut self, mut ev: event_log::Record) {
         // A transition is logged, so a line asks for the heartbeat; the tick line and the
         // periodic tasks' results change nothing the heartbeat says.
-        if ev.kind != kind::TICK && ev.kind != kind::PERIODIC {
+        if ev.kind != Kind::SupervisorTick && ev.kind != Kind::SupervisorPeriodic {
             self.record.dirty = true;
-            self.record.urgent |= !CHURN.contains(&ev.kind.as_str());
+            self.record.urgent |= !CHURN.contains(&ev.kind);
         }
         if ev.ts.is_empty() {
             ev.ts = rfc3339_millis(self.wall);

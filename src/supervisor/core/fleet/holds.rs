@@ -8,6 +8,7 @@ use crate::supervisor::core::event::{Hold, HoldKind};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 use crate::lanes::state_file::{AgentHold, SpendToday};
 
 /// The hold in force and what it carries.
@@ -75,7 +76,7 @@ impl Fleet {
         self.holds.probe = None;
         let (event, msg) = match h.kind {
             HoldKind::Agent => (
-                kind::FLEET_AGENT_PAUSED,
+                Kind::FleetAgentPaused,
                 format!(
                     "agent paused: {} ({}); no spawns or claims until {}, then one probe",
                     h.words,
@@ -86,7 +87,7 @@ impl Fleet {
                 ),
             ),
             HoldKind::Budget => (
-                kind::FLEET_BUDGET_REACHED,
+                Kind::FleetBudgetReached,
                 format!(
                     "{}; in-flight attempts finish, no new claims until {}",
                     h.words,
@@ -121,7 +122,7 @@ impl Fleet {
         self.record.dirty = true;
         if kind == HoldKind::Budget {
             self.log(line(
-                kind::FLEET_BUDGET_RESUMED,
+                Kind::FleetBudgetResumed,
                 "a new budget day began: the fleet claims again",
             ));
             self.request_queue();
@@ -137,7 +138,7 @@ impl Fleet {
         }
         self.log(
             line(
-                kind::FLEET_AGENT_PROBE,
+                Kind::FleetAgentProbe,
                 format!("agent pause over: one probe in slot {idx} before the whole fleet"),
             )
             .slot(idx),
@@ -178,7 +179,7 @@ impl Fleet {
 
     fn agent_resumed(&mut self, why: &str) {
         self.log(line(
-            kind::FLEET_AGENT_RESUMED,
+            Kind::FleetAgentResumed,
             format!("agent resumed: {why}; every slot claims again"),
         ));
         self.record.dirty = true;

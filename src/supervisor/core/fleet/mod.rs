@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::claim::release::DeadWorker;
 use crate::config::{Config, Timing};
+use crate::event_log;
 use crate::lanes::scale_directive::{Found, ScaleDirective};
 use crate::lanes::state_file::{self, ShrinkMode, SlotCounts, SlotDetail, SlotPid, StateFile};
 use crate::layout::Layout;
@@ -33,13 +34,12 @@ pub use crate::supervisor::core::event::{
     Adopted, Adoptee, Event, Now, QueueError, TrackerUnavailable,
 };
 use crate::supervisor::core::event::{RetireAsker, SlotMarks, Started};
+use crate::supervisor::core::log_texts::{self, TickCounts};
 use crate::supervisor::core::reaper::{Done, Group, Order, Reaper};
 use crate::supervisor::core::slot::{
     Finished, KillReason, LiveWorker, Pending, Phase, Seen, Slot, Unclaimable,
 };
-use crate::supervisor::texts::{self, TickCounts, kind};
 use crate::timeutil::epoch_secs;
-use crate::toonl::Event as LogLine;
 use crate::tracker::Tracker;
 use crate::tracker::select::SelectError;
 pub use tick::ProgressQuery;

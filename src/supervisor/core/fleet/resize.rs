@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::event_log::Kind;
 
 impl Fleet {
     // ---- resize ----
@@ -21,7 +22,7 @@ impl Fleet {
                         self.layout.resize_file().display(),
                         self.pool.target
                     );
-                    self.log(line(kind::ERROR, msg));
+                    self.log(line(Kind::SupervisorError, msg));
                     self.record.resize_reported = Some(key);
                 }
             }
@@ -38,7 +39,7 @@ impl Fleet {
                     && r != self.launch.runner
                 {
                     self.log(line(
-                        kind::RESIZE,
+                        Kind::SupervisorResize,
                         format!(
                             "runner {} -> {r} for workers spawned from now on",
                             self.launch.runner
@@ -48,7 +49,7 @@ impl Fleet {
                 }
                 if (target, shrink_mode) != (self.pool.target, self.pool.shrink_mode) {
                     self.log(line(
-                        kind::RESIZE,
+                        Kind::SupervisorResize,
                         format!(
                             "resize: target {} -> {target} (shrink-mode={shrink_mode})",
                             self.pool.target
@@ -108,7 +109,7 @@ impl Fleet {
                 groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
                 self.log(
                     line(
-                        kind::HARD_KILL,
+                        Kind::SlotHardKill,
                         format!("slot {idx} surplus: stopping worker {id}"),
                     )
                     .slot(idx)
@@ -168,7 +169,7 @@ impl Fleet {
                 slot.retire_asked = true;
                 slot.retire_error = None;
                 (
-                    kind::RETIRE,
+                    Kind::SlotRetire,
                     format!(
                         "slot {idx} surplus: worker {id} finishes its issue, then the slot retires"
                     ),
@@ -180,7 +181,7 @@ impl Fleet {
                     "slot {idx} surplus: worker {id} could not be asked to retire ({e}); asking again at each tick"
                 );
                 slot.retire_error = Some(e);
-                (kind::ERROR, msg)
+                (Kind::SupervisorError, msg)
             }
         };
         self.log(line(k, msg).slot(idx).pid(pid));
@@ -190,7 +191,7 @@ impl Fleet {
         if let Some(slot) = self.pool.slots.remove(&idx) {
             self.emit(Effect::RemoveRetire { slot: idx });
             self.pool.retired.insert(idx, slot);
-            self.log(line(kind::RETIRED, format!("slot {idx} retired")).slot(idx));
+            self.log(line(Kind::SlotRetired, format!("slot {idx} retired")).slot(idx));
         }
     }
 
@@ -207,7 +208,7 @@ impl Fleet {
             }
             self.log(
                 line(
-                    kind::UNRETIRE,
+                    Kind::SlotUnretire,
                     format!("slot {idx} kept: within the target again"),
                 )
                 .slot(idx),
@@ -235,7 +236,7 @@ impl Fleet {
             self.pool.slots.insert(idx, slot);
             self.log(
                 line(
-                    kind::PARKED,
+                    Kind::SlotParked,
                     format!("slot {idx} back within the target and still parked"),
                 )
                 .slot(idx),

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 use crate::timeutil;
 
 impl Fleet {
@@ -13,7 +14,7 @@ impl Fleet {
     pub(super) fn begin_stop(&mut self, code: i32, why: &str, now: Instant) {
         if self.stopping.is_some() {
             self.log(line(
-                kind::STOP,
+                Kind::SupervisorStop,
                 format!("{why} again: killing every remaining worker group now"),
             ));
             self.groups.reaper.kill_all_now(now);
@@ -42,7 +43,7 @@ impl Fleet {
             })
             .collect();
         self.log(line(
-            kind::STOP,
+            Kind::SupervisorStop,
             format!("stopping fleet ({why}): {} workers", live.len()),
         ));
         for (pid, group, own) in live {

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::event_log::Kind;
 use crate::lanes::slot_control::{Ack, Action, Found, Request};
 
 /// What an operator's request to one slot came to.
@@ -14,7 +15,7 @@ enum Acted {
     /// says so, and the slot's marks before the request.
     Drain {
         msg: String,
-        done: LogLine,
+        done: event_log::Record,
         before: SlotMarks,
     },
 }
@@ -34,7 +35,10 @@ impl Fleet {
             Found::None => return,
             Found::Corrupt(why) => {
                 if self.record.slot_control_seen.as_deref() != Some(why.as_str()) {
-                    self.log(line(kind::ERROR, format!("{why}; request ignored")));
+                    self.log(line(
+                        Kind::SupervisorError,
+                        format!("{why}; request ignored"),
+                    ));
                     self.record.slot_control_seen = Some(why);
                 }
                 return;
@@ -76,7 +80,7 @@ impl Fleet {
         &mut self,
         idx: usize,
         mut ack: Ack,
-        done: LogLine,
+        done: event_log::Record,
         before: SlotMarks,
         error: Option<String>,
     ) {
@@ -92,7 +96,7 @@ impl Fleet {
                 ack.message = format!(
                     "slot {idx}: its worker could not be asked to finish its issue ({e}); nothing changed"
                 );
-                self.log(line(kind::ERROR, ack.message.clone()).slot(idx));
+                self.log(line(Kind::SupervisorError, ack.message.clone()).slot(idx));
             }
         }
         self.emit(Effect::AnswerSlotControl(ack));
@@ -137,8 +141,8 @@ impl Fleet {
                 Action::Restart => format!("slot {idx} starting a worker (via={via})"),
             };
             let k = match req.action {
-                Action::Stop => kind::SLOT_STOPPED,
-                Action::Restart => kind::SLOT_RESTART,
+                Action::Stop => Kind::SlotStopped,
+                Action::Restart => Kind::SlotRestart,
             };
             self.log(line(k, msg.clone()).slot(idx));
             if req.action == Action::Restart {
@@ -181,8 +185,8 @@ impl Fleet {
             }
         };
         let k = match req.action {
-            Action::Stop => kind::SLOT_STOPPED,
-            Action::Restart => kind::SLOT_RESTART,
+            Action::Stop => Kind::SlotStopped,
+            Action::Restart => Kind::SlotRestart,
         };
         let done = line(k, msg.clone()).slot(idx).pid(pid);
         if drain {
@@ -213,7 +217,7 @@ impl Fleet {
         if stopped {
             self.log(
                 line(
-                    kind::SLOT_STOPPED,
+                    Kind::SlotStopped,
                     format!("slot {idx} stopped: empty until `afk-supervisor restart {idx}`"),
                 )
                 .slot(idx),

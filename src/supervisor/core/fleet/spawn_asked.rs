@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::*;
+use crate::event_log::Kind;
 
 impl Fleet {
     /// Asks for a worker in slot `idx`; the slot is starting until the answer
@@ -30,7 +31,7 @@ impl Fleet {
         if self.pool.target_met() {
             self.log(
                 line(
-                    kind::ERROR,
+                    Kind::SupervisorError,
                     format!(
                         "refusing to spawn: {} live workers already meet the target {}",
                         self.pool.live_in_target(),
@@ -119,7 +120,7 @@ impl Fleet {
         // successor still finds by its environment (`main_loop.rs`).
         tracing::debug!(slot = idx, pid = s.pid, worker = %p.id, "spawned");
         self.log(
-            line(kind::SPAWN, format!("spawned worker {}", p.id))
+            line(Kind::SlotSpawn, format!("spawned worker {}", p.id))
                 .slot(idx)
                 .pid(s.pid),
         );
@@ -151,7 +152,7 @@ impl Fleet {
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.finished = Some(Finished::not_started(&error));
         }
-        let mut record = line(kind::SPAWN_FAILED, error).slot(idx);
+        let mut record = line(Kind::SlotSpawnFailed, error).slot(idx);
         if let Some(pid) = pid {
             record = record.pid(pid);
         }

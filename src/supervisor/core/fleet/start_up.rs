@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 
 impl Fleet {
     /// Takes over the live workers of a previous supervisor, then spawns every slot of the
@@ -23,8 +24,8 @@ impl Fleet {
             self.adopt(a, now);
         }
         if had_state {
-            let msg = texts::takeover(adopted, dead, self.pool.target);
-            self.log(line(kind::TAKEOVER, msg));
+            let msg = log_texts::takeover(adopted, dead, self.pool.target);
+            self.log(line(Kind::SupervisorTakeover, msg));
         }
         // Holds read before the start (a pause written while no fleet ran) keep every slot
         // from spawning; the first queue check after they lift starts them.
@@ -77,9 +78,12 @@ impl Fleet {
         }) = watch
         else {
             self.log(
-                line(kind::ERROR, "adopted worker ended before it was watched")
-                    .slot(a.slot)
-                    .pid(pid),
+                line(
+                    Kind::SupervisorError,
+                    "adopted worker ended before it was watched",
+                )
+                .slot(a.slot)
+                .pid(pid),
             );
             return;
         };

@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use nix::sys::signal::Signal;
 
+use crate::event_log::Kind;
 use crate::lanes::slot_control;
 use crate::supervisor::core::event::{ControlFiles, TickFacts, WorkerFiles};
 use crate::supervisor::core::progress::Usage;
@@ -43,7 +44,7 @@ struct World {
     spawns: Vec<(usize, i32)>,
     /// Each group signal: leader and signal.
     signals: Vec<(i32, Stop)>,
-    lines: Vec<LogLine>,
+    lines: Vec<event_log::Record>,
     /// Heartbeats written, and the last.
     writes: usize,
     state: Option<StateFile>,
@@ -374,15 +375,15 @@ impl Bench {
     fn phase(&self, slot: usize) -> String {
         self.fleet.pool.slots[&slot].shown_state().to_string()
     }
-    fn kinds(&self) -> Vec<String> {
+    fn kinds(&self) -> Vec<Kind> {
         self.world.lines.iter().map(|e| e.kind.clone()).collect()
     }
     /// The event-log records of `kind`, in order.
-    fn records(&self, kind: &str) -> Vec<&LogLine> {
+    fn records(&self, kind: Kind) -> Vec<&event_log::Record> {
         self.world.lines.iter().filter(|l| l.kind == kind).collect()
     }
-    fn count(&self, kind: &str) -> usize {
-        self.kinds().iter().filter(|k| *k == kind).count()
+    fn count(&self, kind: Kind) -> usize {
+        self.kinds().iter().filter(|k| **k == kind).count()
     }
 }
 
@@ -402,7 +403,7 @@ fn a_death_respawns_in_the_same_slot_and_a_clean_exit_idles_it() {
     assert_eq!(b.spawns(), 3);
     b.feed(Event::Queue(Ok(BTreeSet::from([7]))), 43.0);
     assert_eq!(b.spawns(), 4);
-    assert_eq!(b.count("slot.unidle"), 1);
+    assert_eq!(b.count(Kind::SlotUnidle), 1);
 }
 
 #[test]
@@ -414,7 +415,7 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
         b.end(0, ExitKind::Code(exit::FAILED), 1.0 + f64::from(i));
     }
     assert_eq!(b.phase(0), "parked", "{:?}", b.kinds());
-    assert_eq!(b.count("circuit.trip"), 1);
+    assert_eq!(b.count(Kind::CircuitTrip), 1);
     let spawns = b.spawns();
     assert_eq!(spawns, 5, "no respawn once tripped");
     // Nothing before the half-open backoff (60 s)...
@@ -423,10 +424,10 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
     // ...then one probe.
     b.turn(66.0);
     assert_eq!(b.spawns(), spawns + 1);
-    assert_eq!(b.count("circuit.half-open"), 1);
+    assert_eq!(b.count(Kind::CircuitHalfOpen), 1);
     // The probe outlives fast_death: the circuit closes.
     b.turn(100.0);
-    assert_eq!(b.count("circuit.closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::CircuitClosed), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(0), "running");
     // Closed, the slot leaves the few a turn looks at for circuit work (by the next).
     b.turn(101.0);
@@ -513,8 +514,8 @@ fn a_worker_that_cannot_start_counts_as_a_fast_death() {
     b.world.fail_spawns = true;
     b.start();
     assert_eq!(b.phase(0), "parked");
-    assert!(b.count("slot.spawn-failed") >= 1, "{:?}", b.kinds());
-    assert_eq!(b.count("circuit.trip"), 1);
+    assert!(b.count(Kind::SlotSpawnFailed) >= 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::CircuitTrip), 1);
 }
 
 /// A fleet whose workers cannot start at all (a missing command) opens the fleet circuit
@@ -524,7 +525,7 @@ fn a_fleet_that_cannot_start_says_why_when_its_circuit_opens() {
     let mut b = Bench::new(2);
     b.world.fail_spawns = true;
     b.start();
-    let open = b.records("fleet.circuit-open");
+    let open = b.records(Kind::FleetCircuitOpen);
     assert_eq!(open.len(), 1, "{:?}", b.kinds());
     for slot in 0..2 {
         let said =
@@ -584,15 +585,15 @@ fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
     for i in 0..5 {
         b.not_started(0, "No such file or directory (os error 2)", 1.0 + i as f64);
     }
-    let failed = b.records("slot.spawn-failed");
+    let failed = b.records(Kind::SlotSpawnFailed);
     assert_eq!(failed.len(), 5, "{:?}", b.kinds());
     assert!(
         failed
             .iter()
             .all(|l| l.msg.contains("cannot start `worker`"))
     );
-    assert_eq!(b.count("slot.exit"), 0, "{:?}", b.kinds());
-    assert_eq!(b.count("circuit.trip"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotExit), 0, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::CircuitTrip), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(0), "parked");
     assert_eq!(b.spawns(), 5);
 }
@@ -619,10 +620,10 @@ fn a_probe_whose_execve_failed_does_not_resume_the_fleet() {
     };
     b.feed(Event::Hold(hold, None), 2.0);
     b.turn(62.0);
-    assert_eq!(b.count("fleet.agent-probe"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetAgentProbe), 1, "{:?}", b.kinds());
     let spawns = b.spawns();
     b.not_started(0, "Text file busy (os error 26)", 62.5);
-    assert_eq!(b.count("fleet.agent-resumed"), 0, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetAgentResumed), 0, "{:?}", b.kinds());
     assert_eq!(b.fleet.holds.probe, Some(0));
     assert_eq!(b.spawns(), spawns + 1, "the probe tried again");
     assert!(b.pid_in(1).is_none(), "no other slot spawned");
@@ -727,7 +728,7 @@ fn a_worker_busy_from_its_start_progresses_at_its_first_reading() {
         },
     );
     b.tick(70.0);
-    assert_eq!(b.count("slot.stalled"), 0, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStalled), 0, "{:?}", b.kinds());
 }
 
 /// A worker with no sign of life for `stall_s` is flagged, one whose tree's CPU time moves
@@ -741,7 +742,7 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     // Started 1000 s ago (past stall_s = 600), no log, no liveness record, no CPU seen.
     b.quiet_since(0, long_ago);
     b.tick(1.0);
-    assert_eq!(b.count("slot.stalled"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStalled), 1, "{:?}", b.kinds());
     // Its tree computes: the first reading is measured from its start (100 ms over 70 s,
     // under the floor), a moved one is progress.
     let cpu = |b: &mut Bench, ms: u64| {
@@ -762,20 +763,20 @@ fn stalls_are_judged_by_files_and_cpu_and_end_in_a_kill() {
     // Below the floor (1% of a core: 700 ms over the 70 s window) is no progress.
     cpu(&mut b, 700);
     b.tick(140.0);
-    assert_eq!(b.count("slot.progress"), 0);
+    assert_eq!(b.count(Kind::SlotProgress), 0);
     // Read once a minute: a tick sooner changes nothing.
     cpu(&mut b, 1600);
     b.tick(170.0);
-    assert_eq!(b.count("slot.progress"), 0);
+    assert_eq!(b.count(Kind::SlotProgress), 0);
     b.tick(210.0);
-    assert_eq!(b.count("slot.progress"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotProgress), 1, "{:?}", b.kinds());
     let snap = b.fleet.snapshot(b.at(210.0));
     assert_eq!(snap.slot_detail[0].cpu_ms, Some(1600));
     assert_eq!(snap.slot_detail[0].rss_kib, Some(1024));
     // Quiet again for longer than stall_kill_s (1800 s): its group is terminated.
     b.quiet_since(0, long_ago - 1000);
     b.tick(220.0);
-    assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStallKill), 1, "{:?}", b.kinds());
     assert!(b.signalled(pid, Stop::Term));
 }
 
@@ -881,7 +882,7 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
         assert_eq!(b.phase(0), "idle");
         b.feed(Event::Queue(Ok(BTreeSet::from([3]))), 1.5 + f64::from(i));
     }
-    assert_eq!(b.count("circuit.trip"), 0, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::CircuitTrip), 0, "{:?}", b.kinds());
     assert_eq!(b.spawns(), 7);
     assert_eq!(b.phase(0), "running");
 }
@@ -909,7 +910,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
     let mut b = Bench::new(4);
     b.start();
     let t = trip_every_slot(&mut b, 4);
-    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetCircuitOpen), 1, "{:?}", b.kinds());
     let opened_at = t;
     let before = b.spawns();
     assert_eq!(before, 4 + 4 * 4, "no respawn once tripped");
@@ -932,7 +933,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         "{}",
         fc.reason
     );
-    assert_eq!(b.count("fleet.circuit-open"), 1);
+    assert_eq!(b.count(Kind::FleetCircuitOpen), 1);
     // The slots' own probes (60 s after their trips) and the fleet's (60 s after it
     // opened) fall in the same minute: one spawn in all, then one per step.
     let mut per_step = Vec::new();
@@ -954,10 +955,10 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         b.end(probe, ExitKind::Code(exit::FAILED), at);
     }
     assert_eq!(per_step, vec![1, 1, 1], "{:?}", b.kinds());
-    assert_eq!(b.count("fleet.circuit-probe"), 3);
-    assert_eq!(b.count("fleet.circuit-reparked"), 3);
+    assert_eq!(b.count(Kind::FleetCircuitProbe), 3);
+    assert_eq!(b.count(Kind::FleetCircuitReparked), 3);
     assert_eq!(
-        b.count("circuit.half-open"),
+        b.count(Kind::CircuitHalfOpen),
         0,
         "slot probes wait for the fleet's"
     );
@@ -969,7 +970,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         crate::lanes::state_file::FleetCircuitState::Probing
     );
     b.turn(at + 31.0);
-    assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetCircuitClosed), 1, "{:?}", b.kinds());
     assert!((0..4).all(|s| b.phase(s) == "running"), "{:?}", b.kinds());
     assert!(b.fleet.snapshot(b.at(at + 31.0)).fleet_circuit.is_none());
 }
@@ -981,7 +982,7 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
     let mut b = Bench::new(4);
     b.start();
     let t = trip_every_slot(&mut b, 4);
-    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetCircuitOpen), 1, "{:?}", b.kinds());
     // The first probe (60 s) ends with 75, then the next with 69: each time the same
     // 60 s step again, one spawn per step.
     let mut at = t;
@@ -1004,8 +1005,8 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
         b.turn(at + 59.0);
         assert!((0..4).all(|s| b.pid_in(s).is_none()), "{:?}", b.kinds());
     }
-    assert_eq!(b.count("fleet.circuit-reparked"), 2);
-    assert_eq!(b.count("fleet.circuit-probe"), 2);
+    assert_eq!(b.count(Kind::FleetCircuitReparked), 2);
+    assert_eq!(b.count(Kind::FleetCircuitProbe), 2);
 }
 
 /// A rate-limit pause holds every spawn and wake-up (a death is not respawned, a queue
@@ -1022,7 +1023,7 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
     };
     b.feed(Event::Paused(pause.clone()), 1.0);
     b.feed(Event::Paused(pause.clone()), 2.0);
-    assert_eq!(b.count("fleet.paused"), 1);
+    assert_eq!(b.count(Kind::FleetPaused), 1);
     let snap = b.fleet.snapshot(b.at(2.0));
     assert_eq!(
         snap.paused.map(|p| p.until_epoch),
@@ -1042,11 +1043,11 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
         b.kinds()
     );
     assert_eq!((b.phase(0).as_str(), b.phase(1).as_str()), ("idle", "idle"));
-    assert_eq!(b.count("circuit.trip"), 0);
-    assert_eq!(b.count("fleet.resumed"), 0);
+    assert_eq!(b.count(Kind::CircuitTrip), 0);
+    assert_eq!(b.count(Kind::FleetResumed), 0);
     assert!(b.fleet.next_deadline(b.at(10.0)) <= b.at(1.0 + 100.0));
     b.turn(102.0);
-    assert_eq!(b.count("fleet.resumed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetResumed), 1, "{:?}", b.kinds());
     assert!(b.fleet.snapshot(b.at(102.0)).paused.is_none());
     b.feed(Event::Queue(Ok(BTreeSet::from([4, 5]))), 103.0);
     assert_eq!(b.phase(0), "running");
@@ -1060,11 +1061,11 @@ fn a_fleet_probe_that_exits_0_closes_the_circuit() {
     let mut b = Bench::new(2);
     b.start();
     let t = trip_every_slot(&mut b, 2);
-    assert_eq!(b.count("fleet.circuit-open"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetCircuitOpen), 1, "{:?}", b.kinds());
     b.turn(t + 61.0);
     let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
     b.end(probe, ExitKind::Code(exit::OK), t + 62.0);
-    assert_eq!(b.count("fleet.circuit-closed"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::FleetCircuitClosed), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(probe), "idle");
     assert_eq!(b.phase(1 - probe), "running");
 }
@@ -1139,7 +1140,7 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
         "its group's leftovers"
     );
     assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
-    assert_eq!(b.count("slot.retired"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotRetired), 1, "{:?}", b.kinds());
     assert!(b.world.effects.contains(&"RemoveRetire".to_string()));
     assert_eq!(b.spawns(), 2);
 }
@@ -1153,9 +1154,13 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     b.start();
     b.world.fail_retire = true;
     b.scale(1, ShrinkMode::DrainThenRetire, 5.0);
-    assert_eq!(b.count("slot.retire"), 0, "{:?}", b.kinds());
-    assert_eq!(b.count("supervisor.error"), 1, "{:?}", b.kinds());
-    let error = b.world.lines.iter().rfind(|l| l.kind == "supervisor.error");
+    assert_eq!(b.count(Kind::SlotRetire), 0, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SupervisorError), 1, "{:?}", b.kinds());
+    let error = b
+        .world
+        .lines
+        .iter()
+        .rfind(|l| l.kind == Kind::SupervisorError);
     assert!(
         error.is_some_and(|l| l.msg.contains("No space left on device")),
         "{error:?}"
@@ -1177,7 +1182,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     b.tick(20.0);
     assert_eq!(wrote(&b), 1, "{:?}", b.world.effects);
     assert_eq!(
-        b.count("supervisor.error"),
+        b.count(Kind::SupervisorError),
         1,
         "the same error said once: {:?}",
         b.kinds()
@@ -1186,7 +1191,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     b.world.effects.clear();
     b.tick(35.0);
     assert_eq!(wrote(&b), 1, "{:?}", b.world.effects);
-    assert_eq!(b.count("slot.retire"), 1, "asked again: {:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotRetire), 1, "asked again: {:?}", b.kinds());
     b.world.effects.clear();
     b.tick(50.0);
     b.scale(1, ShrinkMode::DrainThenRetire, 55.0);
@@ -1221,7 +1226,7 @@ fn a_slot_stopped_by_drain_keeps_its_retire_file_through_a_shrink_and_a_grow() {
     let before = b.spawns();
     b.end(1, ExitKind::Code(exit::OK), 20.0);
     assert_eq!(b.spawns(), before, "the stopped slot stays empty");
-    assert_eq!(b.count("slot.stopped"), 2, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStopped), 2, "{:?}", b.kinds());
 }
 
 /// The operator's stop of a slot by drain is answered, and its line logged, only once the
@@ -1244,7 +1249,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
     assert!(!ack.ok, "{ack:?}");
     assert!(ack.message.contains("No space left on device"), "{ack:?}");
     assert_eq!(
-        b.count("slot.stopped"),
+        b.count(Kind::SlotStopped),
         0,
         "nothing said done: {:?}",
         b.kinds()
@@ -1275,7 +1280,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
         "the file, then the line, then the answer: {effects:?}"
     );
     assert!(b.world.acks[1].ok, "{:?}", b.world.acks[1]);
-    assert_eq!(b.count("slot.stopped"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStopped), 1, "{:?}", b.kinds());
     assert!(b.fleet.pool.slots[&1].stopped);
     let before = b.spawns();
     b.end(1, ExitKind::Code(exit::OK), 8.0);
@@ -1355,7 +1360,7 @@ fn a_fleet_wide_stall_stops_every_stalling_slot_at_once_and_marks_it_the_provide
         !b.signalled(pids[2], Stop::Term),
         "a progressing slot is left alone"
     );
-    assert_eq!(b.count("slot.stall-kill"), 2, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStallKill), 2, "{:?}", b.kinds());
 
     // One slot stalling among two progressing: its own.
     let (b, _) = three_slots_read_at(&[now - kill_s - 5, now - 1, now - 1]);
@@ -1421,7 +1426,7 @@ fn a_stall_kill_marks_the_attempt_before_the_signal() {
     assert!(at("MarkStall").is_some(), "{:?}", b.world.effects);
     assert!(at("MarkStall") < at("Group"), "{:?}", b.world.effects);
     assert!(b.signalled(pid, Stop::Term));
-    assert_eq!(b.count("slot.stall-kill"), 1, "{:?}", b.kinds());
+    assert_eq!(b.count(Kind::SlotStallKill), 1, "{:?}", b.kinds());
     assert_eq!(
         b.fleet.pool.slots[&0].issue_title().as_deref(),
         Some("Fix the parser")
@@ -1445,7 +1450,7 @@ fn a_quiet_tick_writes_no_heartbeat() {
         b.world.effects
     );
     assert_eq!(
-        b.count("supervisor.tick"),
+        b.count(Kind::SupervisorTick),
         9,
         "the tick line is still logged"
     );
@@ -1501,7 +1506,7 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);
     // In cgroup mode every end brings its attempt's figures: churn as well.
     b.fleet.log(super::heartbeat::line(
-        kind::FIGURES,
+        Kind::SlotFigures,
         "worker sup-1-slot-1-2 attempt used 0.010 CPU seconds",
     ));
     assert!(!b.fleet.heartbeat_urgent());
@@ -1550,7 +1555,7 @@ fn a_start_held_by_a_pause_starts_every_slot_once_the_pause_lifts() {
         b.feed(lifted, 2.0);
         b.feed(Event::Queue(answer), 2.0);
         assert_eq!(b.spawns(), 3, "{:?}", b.kinds());
-        assert_eq!(b.count("fleet.operator-resumed"), 1);
+        assert_eq!(b.count(Kind::FleetOperatorResumed), 1);
         b.feed(Event::Queue(Ok(BTreeSet::new())), 3.0);
         assert_eq!(b.spawns(), 3);
     }

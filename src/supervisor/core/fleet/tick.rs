@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use super::*;
+use crate::event_log::Kind;
 use crate::supervisor::core::event::{TickFacts, WorkerFiles};
 use crate::supervisor::core::progress as stall;
 use crate::supervisor::core::progress::Usage;
@@ -138,15 +139,15 @@ impl Fleet {
                 Phase::CircuitOpen if !held && slot.circuit.probe_due(now) => {
                     if let Some((backoff, step)) = slot.circuit.start_probe(now) {
                         slot.phase = Phase::Idle { confirmed: true };
-                        let msg = texts::half_open(idx, backoff.as_secs(), step);
-                        self.log(line(kind::CIRCUIT_HALF_OPEN, msg).slot(idx));
+                        let msg = log_texts::half_open(idx, backoff.as_secs(), step);
+                        self.log(line(Kind::CircuitHalfOpen, msg).slot(idx));
                         self.spawn_in(idx, now);
                     }
                 }
                 Phase::Running(_) => {
                     if let Some(lived) = slot.circuit.check_probe(now) {
-                        let msg = texts::closed(idx, lived.as_secs());
-                        self.log(line(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                        let msg = log_texts::closed(idx, lived.as_secs());
+                        self.log(line(Kind::CircuitClosed, msg).slot(idx));
                     }
                 }
                 _ => {}
@@ -208,7 +209,7 @@ impl Fleet {
             // Not a stop request: reported once, then ignored.
             Err(msg) => {
                 if self.record.stop_file_reported.as_deref() != Some(msg.as_str()) {
-                    self.log(line(kind::ERROR, msg.clone()));
+                    self.log(line(Kind::SupervisorError, msg.clone()));
                     self.record.stop_file_reported = Some(msg);
                 }
             }
@@ -238,9 +239,9 @@ impl Fleet {
             busy: slots.busy,
             free: slots.free,
         };
-        let text = texts::tick(&counts);
+        let text = log_texts::tick(&counts);
         self.record.tick_line = Some(text.clone());
-        self.log(line(kind::TICK, text));
+        self.log(line(Kind::SupervisorTick, text));
     }
 
     // ---- stalls ----
@@ -420,7 +421,7 @@ impl Fleet {
                 groups::terminate_into(&mut self.groups, out, pid, group, own, false, now);
                 let whose = why.map_or(String::new(), |w| format!(" ({w})"));
                 line(
-                    kind::STALL_KILL,
+                    Kind::SlotStallKill,
                     format!(
                         "worker {id} made no progress for {idle_s}s (kill at {kill_s}s): killing its process group{whose}"
                     ),
@@ -430,13 +431,13 @@ impl Fleet {
                     stall::Progress::Stalled { idle_s } if !w.seen.stalled => {
                         w.seen.stalled = true;
                         line(
-                            kind::STALLED,
+                            Kind::SlotStalled,
                             format!("worker {id} stalled: no progress for {idle_s}s"),
                         )
                     }
                     stall::Progress::Progressing if w.seen.stalled => {
                         w.seen.stalled = false;
-                        line(kind::PROGRESS, format!("worker {id} progressing again"))
+                        line(Kind::SlotProgress, format!("worker {id} progressing again"))
                     }
                     _ => continue,
                 }

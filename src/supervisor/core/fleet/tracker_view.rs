@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 
 /// What the fleet knows of the tracker and the state of its checks. One part because a
 /// queue check reads and writes only this (besides waking slots), and the heartbeat shows
@@ -57,7 +58,7 @@ impl Fleet {
                 let n = set.len() as u64;
                 if self.view.tracker_error.take().is_some() {
                     self.log(line(
-                        kind::TRACKER_ERROR,
+                        Kind::TrackerError,
                         format!("ready-for-agent check works again: {n} open"),
                     ));
                 }
@@ -71,14 +72,15 @@ impl Fleet {
                         Some(u) if u.seen != set => slot.unclaimable = None,
                         Some(u) if !u.confirmed => {
                             u.confirmed = true;
-                            let msg = texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
+                            let msg =
+                                log_texts::nothing_claimable(slot.index, u.lived_s, u.seen.len());
                             confirmed.push((slot.index, msg));
                         }
                         _ => {}
                     }
                 }
                 for (idx, msg) in confirmed {
-                    self.log(line(kind::IDLE, msg).slot(idx));
+                    self.log(line(Kind::SlotIdle, msg).slot(idx));
                 }
                 self.view.ready_set = Some(set);
                 let idle = if self.all_held() {
@@ -106,14 +108,14 @@ impl Fleet {
                              is open",
                             crate::exit::OK
                         );
-                        self.log(line(kind::IDLE, msg).slot(idx));
+                        self.log(line(Kind::SlotIdle, msg).slot(idx));
                     }
                 }
             }
             Err(e) => {
                 if self.view.tracker_error.as_ref() != Some(&e) {
                     self.log(line(
-                        kind::TRACKER_ERROR,
+                        Kind::TrackerError,
                         format!("ready-for-agent check failed, slot states kept: {e}"),
                     ));
                     self.view.tracker_error = Some(e);
@@ -128,7 +130,7 @@ impl Fleet {
     fn unidle(&mut self, idx: usize, ready: u64, now: Instant) {
         self.log(
             line(
-                kind::UNIDLE,
+                Kind::SlotUnidle,
                 format!("slot {idx} un-idled: ready-for-agent={ready}"),
             )
             .slot(idx),

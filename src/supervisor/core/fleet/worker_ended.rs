@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::event_log::Kind;
 
 impl Fleet {
     /// Records a death and applies the circuit's verdict. Returns whether to respawn now.
@@ -35,8 +36,8 @@ impl Fleet {
                 ..
             } => {
                 slot.phase = Phase::CircuitOpen;
-                let msg = texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
-                self.log(line(kind::CIRCUIT_TRIP, msg).slot(idx));
+                let msg = log_texts::tripped(idx, fast_deaths, window_s, backoff.as_secs());
+                self.log(line(Kind::CircuitTrip, msg).slot(idx));
                 self.note_slot_trip(idx, now);
                 false
             }
@@ -46,8 +47,8 @@ impl Fleet {
                 step,
             } => {
                 slot.phase = Phase::CircuitOpen;
-                let msg = texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
-                self.log(line(kind::CIRCUIT_REPARKED, msg).slot(idx));
+                let msg = log_texts::reparked(idx, lived.as_secs(), backoff.as_secs(), step);
+                self.log(line(Kind::CircuitReParked, msg).slot(idx));
                 false
             }
         }
@@ -134,7 +135,7 @@ impl Fleet {
         tracing::debug!(slot = idx, pid, %exit, lived_ms = lived.as_millis() as u64, "worker ended");
         self.log(
             line(
-                kind::EXIT,
+                Kind::SlotExit,
                 format!("worker {} {exit} after {:.1}s", w.id, lived.as_secs_f64()),
             )
             .slot(idx)
@@ -203,7 +204,7 @@ impl Fleet {
                     slot: idx,
                     log: w.log.clone(),
                 });
-                self.log(line(kind::PARKED, texts::fatal_parked(idx)).slot(idx));
+                self.log(line(Kind::SlotParked, log_texts::fatal_parked(idx)).slot(idx));
             }
             ExitKind::Code(
                 code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
@@ -223,7 +224,7 @@ impl Fleet {
                      the next queue check decides",
                     w.id,
                 );
-                self.log(line(kind::IDLE, msg).slot(idx));
+                self.log(line(Kind::SlotIdle, msg).slot(idx));
             }
             ExitKind::Code(crate::exit::AGENT_PAUSED) => {
                 // The agent's account (or the day's budget) holds the whole fleet, not
@@ -233,7 +234,7 @@ impl Fleet {
                     w.id,
                     crate::exit::AGENT_PAUSED
                 );
-                self.log(line(kind::IDLE, msg).slot(idx));
+                self.log(line(Kind::SlotIdle, msg).slot(idx));
                 self.request_queue();
             }
             ExitKind::Code(crate::exit::OK) => {
@@ -243,8 +244,8 @@ impl Fleet {
                     .get_mut(&idx)
                     .is_some_and(|s| s.circuit.on_clean_exit());
                 if closed {
-                    let msg = texts::closed(idx, lived.as_secs());
-                    self.log(line(kind::CIRCUIT_CLOSED, msg).slot(idx));
+                    let msg = log_texts::closed(idx, lived.as_secs());
+                    self.log(line(Kind::CircuitClosed, msg).slot(idx));
                 }
                 self.note_fast_clean_exit(idx, lived, w.queue_at_spawn.clone());
                 // Idle until a queue check says otherwise (logged once confirmed empty).

@@ -8,25 +8,25 @@
 //! generation's inode is never taken for it.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::{MAX_READ_BYTES, Record, decode_events};
 use crate::fsutil::{self, Links};
-use crate::toonl::{self, Event};
 
 /// Bytes of a generation's start its fingerprint covers.
 const FINGERPRINT_BYTES: u64 = 256;
 
 /// Most bytes read from one generation per poll (a generation is at most `log.max_bytes`).
-const MAX_POLL_BYTES: u64 = toonl::MAX_READ_BYTES;
+const MAX_POLL_BYTES: u64 = MAX_READ_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
     #[error("{0:?}: not a cursor of `afk-supervisor events` (use one it printed, start or end)")]
     BadCursor(String),
-    #[error("{path}: {why}")]
-    Read { path: PathBuf, why: String },
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
 }
 
 /// Where in the log: generation (inode and fingerprint) and the byte offset in it.
@@ -89,7 +89,7 @@ impl Start {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Positioned {
     pub cursor: String,
-    pub event: Event,
+    pub event: Record,
 }
 
 /// What one poll read.
@@ -139,7 +139,7 @@ impl EventStream {
     }
 
     fn generations(&self) -> Vec<Generation> {
-        crate::logs::generations(&self.log, self.keep)
+        super::generations(&self.log, self.keep)
             .into_iter()
             .filter_map(|path| {
                 let m = std::fs::symlink_metadata(&path).ok()?;
@@ -203,10 +203,11 @@ impl EventStream {
                     return Ok(());
                 };
                 // The end of the last complete line: a torn tail is read once it is whole.
-                let pos = complete_end(&live.path, live.len).map_err(|why| EventsError::Read {
-                    path: live.path.clone(),
-                    why,
-                })?;
+                let pos =
+                    complete_end(&live.path, live.len).map_err(|source| EventsError::Read {
+                        path: live.path.clone(),
+                        source,
+                    })?;
                 self.pos = Some(Cursor {
                     ino: live.ino,
                     fp: fingerprint(&live.path, pos).unwrap_or(0),
@@ -223,14 +224,14 @@ impl EventStream {
         let Some(pos) = self.pos else {
             return Ok(true);
         };
-        let err = |why: String| EventsError::Read {
+        let err = |source: io::Error| EventsError::Read {
             path: g.path.clone(),
-            why,
+            source,
         };
         let mut opts = std::fs::OpenOptions::new();
         opts.read(true);
         let Some(mut f) =
-            fsutil::open_regular(&g.path, opts, Links::Refuse).map_err(|e| err(e.to_string()))?
+            fsutil::open_regular(&g.path, opts, Links::Refuse).map_err(|e| err(e.into()))?
         else {
             return Ok(true);
         };
@@ -240,7 +241,7 @@ impl EventStream {
         let mut bytes = Vec::new();
         f.seek(SeekFrom::Start(pos.offset))
             .and_then(|_| (&mut f).take(MAX_POLL_BYTES).read_to_end(&mut bytes))
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(err)?;
         let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         let mut at = pos.offset;
         for line in bytes[..complete].split_inclusive(|b| *b == b'\n') {
@@ -254,7 +255,7 @@ impl EventStream {
                 continue;
             }
             let decoded = self.header.as_ref().and_then(|h| {
-                toonl::decode_events(format!("{h}\n{text}\n").as_bytes())
+                decode_events(format!("{h}\n{text}\n").as_bytes())
                     .ok()
                     .and_then(|mut v| v.pop())
             });
@@ -312,11 +313,10 @@ fn fingerprint(path: &Path, offset: u64) -> Option<u64> {
 }
 
 /// The last header line before `offset` (a stream resumed mid-file needs it).
-fn header_before(f: &mut File, offset: u64) -> Result<Option<String>, String> {
+fn header_before(f: &mut File, offset: u64) -> io::Result<Option<String>> {
     let mut bytes = Vec::new();
     f.seek(SeekFrom::Start(0))
-        .and_then(|_| f.take(offset.min(MAX_POLL_BYTES)).read_to_end(&mut bytes))
-        .map_err(|e| e.to_string())?;
+        .and_then(|_| f.take(offset.min(MAX_POLL_BYTES)).read_to_end(&mut bytes))?;
     let text = String::from_utf8_lossy(&bytes);
     Ok(text
         .lines()
@@ -326,18 +326,17 @@ fn header_before(f: &mut File, offset: u64) -> Result<Option<String>, String> {
 }
 
 /// The offset just past the last newline within the file's first `len` bytes.
-fn complete_end(path: &Path, len: u64) -> Result<u64, String> {
+fn complete_end(path: &Path, len: u64) -> io::Result<u64> {
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
-    let Some(mut f) = fsutil::open_regular(path, opts, Links::Refuse).map_err(|e| e.to_string())?
+    let Some(mut f) = fsutil::open_regular(path, opts, Links::Refuse).map_err(io::Error::from)?
     else {
         return Ok(0);
     };
     let back = len.min(64 << 10);
     let mut tail = Vec::new();
     f.seek(SeekFrom::Start(len - back))
-        .and_then(|_| f.take(back).read_to_end(&mut tail))
-        .map_err(|e| e.to_string())?;
+        .and_then(|_| f.take(back).read_to_end(&mut tail))?;
     Ok(match tail.iter().rposition(|b| *b == b'\n') {
         Some(i) => len - back + i as u64 + 1,
         None if back == len => 0,
@@ -349,7 +348,7 @@ fn complete_end(path: &Path, len: u64) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::toonl::EventLog;
+    use crate::event_log::{EventLog, Kind, rotated};
 
     fn msgs(b: &Batch) -> Vec<String> {
         b.events.iter().map(|p| p.event.msg.clone()).collect()
@@ -375,17 +374,18 @@ mod tests {
         let log = dir.path().join("supervisor.log.toonl");
         let mut w = EventLog::open(&log).unwrap();
         for i in 0..3 {
-            w.append(&Event::now("t.a", format!("m{i}"))).unwrap();
+            w.append(&Record::now(Kind::SlotSpawn, format!("m{i}")))
+                .unwrap();
         }
         let mut s = EventStream::new(&log, 3, Start::Beginning);
         let b = s.poll().unwrap();
         assert_eq!(msgs(&b), ["m0", "m1", "m2"]);
         let after_m1 = b.events[1].cursor.clone();
         // A rotation, then more records in the new file.
-        std::fs::rename(&log, toonl::rotated(&log, 1)).unwrap();
+        std::fs::rename(&log, rotated(&log, 1)).unwrap();
         drop(w);
         let mut w = EventLog::open(&log).unwrap();
-        w.append(&Event::now("t.b", "m3")).unwrap();
+        w.append(&Record::now(Kind::SlotExit, "m3")).unwrap();
         assert_eq!(msgs(&s.poll().unwrap()), ["m3"]);
         // A consumer restarting with the cursor after m1 gets m2 and m3, once.
         let mut r = EventStream::new(&log, 3, Start::parse(&after_m1).unwrap());
@@ -395,7 +395,7 @@ mod tests {
         // From the end: only what comes next.
         let mut e = EventStream::new(&log, 3, Start::End);
         assert!(e.poll().unwrap().events.is_empty());
-        w.append(&Event::now("t.b", "m4")).unwrap();
+        w.append(&Record::now(Kind::SlotExit, "m4")).unwrap();
         assert_eq!(msgs(&e.poll().unwrap()), ["m4"]);
         // A cursor whose generation is gone says so and reads from the oldest kept.
         let mut gone = EventStream::new(
