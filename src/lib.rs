@@ -9,7 +9,7 @@
 //! telling a mark from another comment by `claim::marks::Mark::parse`, to keep only the
 //! marks of trusted authors).
 //! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
-//!   `demo_project` (the `demo` command's scratch project and fleet), `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
+//!   `demo_project` (the `demo` command's scratch project and fleet), `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp_server` (the
 //!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
@@ -32,7 +32,7 @@
 //!   of their own, its cursor kept across restarts).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
-//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (the slot
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `slot_log_view` (the slot
 //!   logs for people), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
@@ -96,8 +96,7 @@ pub mod landing;
 pub mod lanes;
 pub mod layout;
 pub mod ledger;
-pub mod logs;
-pub mod mcp;
+pub mod mcp_server;
 #[cfg(test)]
 mod module_order;
 pub mod notify;
@@ -108,6 +107,7 @@ pub mod rescue;
 pub mod safe_delete;
 pub mod sandbox;
 pub mod service_unit;
+pub mod slot_log_view;
 pub mod status;
 pub mod supervisor;
 pub mod sweeps;

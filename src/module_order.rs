@@ -652,7 +652,11 @@ fn test_modules_are_left_out_and_other_code_kept() {
 fn the_supervisor_parts_form_no_cycle() {
     let children = declared_modules(&read_src(Path::new("supervisor/mod.rs")), "pub mod ");
     let edges = supervisor_edges(&children);
-    assert!(edges.len() >= 5, "only {} parts import another", edges.len());
+    assert!(
+        edges.len() >= 5,
+        "only {} parts import another",
+        edges.len()
+    );
     let found = cycles(&edges);
     assert!(
         found.is_empty(),

@@ -14,7 +14,7 @@ use crate::config::Overrides;
 use crate::event_log::Kind;
 use crate::event_log::tail::{Filter, Tail};
 use crate::exit::{self, Failure};
-use crate::logs::{self, LogsError, SlotLogFollower};
+use crate::slot_log_view::{self, LogsError, SlotLogFollower};
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -57,7 +57,7 @@ fn when(s: &str) -> Result<SystemTime, Failure> {
     if let Some(t) = crate::timeutil::parse_rfc3339(s.trim()) {
         return Ok(t);
     }
-    Ok(SystemTime::now() - logs::parse_duration(s).map_err(failed)?)
+    Ok(SystemTime::now() - slot_log_view::parse_duration(s).map_err(failed)?)
 }
 
 /// `--kind` names a known kind or a dotted prefix of some; anything else would print

@@ -1,4 +1,4 @@
-//! `afk-supervisor mcp [--allow-writes]`: the MCP server on stdio (`crate::mcp`).
+//! `afk-supervisor mcp [--allow-writes]`: the MCP server on stdio (`crate::mcp_server`).
 
 use clap::Args;
 
@@ -16,7 +16,7 @@ pub struct McpArgs {
 
 pub fn run(ctx: &Ctx, args: &McpArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    crate::mcp::serve(ctx.layout.clone(), config, args.allow_writes)
+    crate::mcp_server::serve(ctx.layout.clone(), config, args.allow_writes)
         .map_err(|e| Failure::failed(e.to_string()))?;
     Ok(exit::OK)
 }

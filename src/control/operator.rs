@@ -80,7 +80,7 @@ pub fn parse_until(s: &str) -> Result<u64, String> {
     if let Some(t) = crate::timeutil::parse_rfc3339(s) {
         return Ok(crate::timeutil::epoch_secs(t));
     }
-    let span = crate::logs::parse_duration(s.trim_start_matches('+'))
+    let span = crate::slot_log_view::parse_duration(s.trim_start_matches('+'))
         .map_err(|_| format!("--until {s}: not an RFC 3339 time or a span (90m, 2h, 1d)"))?;
     Ok(crate::timeutil::now_epoch().saturating_add(span.as_secs()))
 }

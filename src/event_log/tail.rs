@@ -2,7 +2,7 @@
 //! complete record of `supervisor.log.toonl` as it grows, across rotations (the file
 //! replaced by a rename: same path, another inode), holding back a truncated last line
 //! until it is complete; a [`Filter`] on slot, kind and age; each slot's last record. The
-//! line follower underneath ([`LineTail`]) also follows the slot logs (`crate::logs`).
+//! line follower underneath ([`LineTail`]) also follows the slot logs (`crate::slot_log_view`).
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};

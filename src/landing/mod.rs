@@ -11,7 +11,7 @@
 //! change them there.
 
 pub mod belt;
-pub mod cluster;
+pub mod etcd_records;
 pub mod pr_text;
 
 use std::fs::File;
@@ -268,7 +268,7 @@ pub fn path(layout: &Layout, n: u64) -> PathBuf {
 /// Issue `n`'s record; `Ok(None)` when the fleet never handed it over with a branch.
 pub fn read(layout: &Layout, n: u64) -> Result<Option<PrRecord>, RecordError> {
     match crate::cluster::active() {
-        Some(c) => cluster::read(c, n),
+        Some(c) => etcd_records::read(c, n),
         None => read_file(&path(layout, n)),
     }
 }
@@ -296,7 +296,7 @@ fn read_file(p: &Path) -> Result<Option<PrRecord>, RecordError> {
 /// errors. On a cluster, every record of the fleet.
 pub fn list(layout: &Layout) -> (Vec<PrRecord>, Vec<RecordError>) {
     if let Some(c) = crate::cluster::active() {
-        return cluster::list(c);
+        return etcd_records::list(c);
     }
     let mut out = Vec::new();
     let mut errors = Vec::new();
@@ -347,7 +347,7 @@ pub fn update(
     mut change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
 ) -> Result<Option<PrRecord>, RecordError> {
     if let Some(c) = crate::cluster::active() {
-        return cluster::update(c, n, change);
+        return etcd_records::update(c, n, change);
     }
     let _lock = lock(layout)?;
     let p = path(layout, n);

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::layout::Layout;
-use crate::logs::is_day;
 use crate::safe_delete::{DeleteError, DeleteRoot, RemovedKind};
+use crate::slot_log_view::is_day;
 use crate::timeutil::date_utc;
 
 /// Once a day.

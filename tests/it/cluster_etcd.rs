@@ -124,7 +124,7 @@ fn the_client_goes_on_through_another_member_when_the_leader_dies() {
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn landing_records_change_by_compare_and_swap_and_lose_no_update() {
-    use afk_supervisor::landing::{PrState, cluster as records};
+    use afk_supervisor::landing::{PrState, etcd_records as records};
     let env = TestEnv::new();
     let etcd = EtcdCluster::start(env.path());
     let c = cluster(&etcd, 2);

@@ -82,7 +82,7 @@ fn slot_log_folders_past_their_age_are_deleted_at_start_up() {
     let days: Vec<String> = fs::read_dir(f.layout.logs())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| afk_supervisor::logs::is_day(n))
+        .filter(|n| afk_supervisor::slot_log_view::is_day(n))
         .collect();
     assert_eq!(days.len(), 1, "{days:?}");
     assert!(

@@ -666,7 +666,8 @@ impl AfkMcp {
         let n = ranged("lines", p.lines.unwrap_or(50), 1, MAX_LINES as i64)? as usize;
         let layout = self.layout.clone();
         blocking(move || {
-            let path = crate::logs::newest_slot_log(&layout, slot).map_err(|e| e.to_string())?;
+            let path =
+                crate::slot_log_view::newest_slot_log(&layout, slot).map_err(|e| e.to_string())?;
             let bytes = tail_bytes(&path, SLOT_LOG_TAIL_BYTES)?;
             let text = String::from_utf8_lossy(&bytes);
             let all: Vec<&str> = text.lines().collect();
