@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::afk_env;
-use crate::exit;
+use crate::exit_code;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::toonl;
@@ -414,7 +414,9 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
     let deadline = crate::timeutil::deadline(Instant::now(), Duration::from_secs(20));
     while Instant::now() < deadline {
         match child.try_wait() {
-            Ok(Some(status)) if matches!(status.code(), Some(exit::OK | exit::SIGTERM)) => {
+            Ok(Some(status))
+                if matches!(status.code(), Some(exit_code::OK | exit_code::SIGTERM)) =>
+            {
                 return Ok(());
             }
             Ok(Some(status)) => return Err(FleetFailure::StoppedWith(status)),
@@ -430,7 +432,7 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
 /// Whether a `slot.exit` record's text is a death: a worker's end by anything but exit 0
 /// or 78 (host misconfigured: parked, not retried).
 fn is_death(msg: &str) -> bool {
-    ![exit::OK, exit::CONFIG]
+    ![exit_code::OK, exit_code::CONFIG]
         .iter()
         .any(|code| msg.contains(&format!(" exit {code} ")))
 }
@@ -802,10 +804,10 @@ mod tests {
         for e in [
             ev("slot.spawn", 0, "spawned worker a"),
             ev("slot.spawn", 1, "spawned worker b"),
-            ev("slot.exit", 0, &exited("a", exit::OK)),
+            ev("slot.exit", 0, &exited("a", exit_code::OK)),
             ev("slot.spawn", 0, "spawned worker c"),
-            ev("slot.exit", 1, &exited("b", exit::FAILED)),
-            ev("slot.exit", 0, &exited("c", exit::CONFIG)),
+            ev("slot.exit", 1, &exited("b", exit_code::FAILED)),
+            ev("slot.exit", 0, &exited("c", exit_code::CONFIG)),
             ev("supervisor.stop", 0, "stop"),
             ev("slot.exit", 1, "worker d killed by SIGTERM after 1.0s"),
         ] {

@@ -42,7 +42,7 @@
 //! - `events` (the event log as a stream with a cursor that survives rotation).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
-//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `logs` (reading
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit_code` (the codes, in one table), `logs` (reading
 //!   the event log and slot logs), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
@@ -94,7 +94,7 @@ pub mod control;
 pub mod demo;
 pub mod diagnostics;
 pub mod events;
-pub mod exit;
+pub mod exit_code;
 pub mod fleets;
 pub mod fsutil;
 pub mod git;

@@ -4,7 +4,7 @@
 use clap::Args;
 
 use crate::demo::{self, DemoError, DemoOpts};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -33,7 +33,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
     };
     let mut out = std::io::stdout();
     match demo::run(&opts, &exe, &mut out) {
-        Ok(_) => Ok(exit::OK),
+        Ok(_) => Ok(exit_code::OK),
         Err(DemoError::Usage(m)) => Err(Failure::usage(m)),
         Err(DemoError::Failed { what, kept }) => Err(Failure::failed(match kept {
             Some(dir) => format!(
@@ -52,13 +52,13 @@ pub fn check() -> Result<i32, Failure> {
     match demo::demo_check(&cwd) {
         Ok(failures) if failures.is_empty() => {
             outln!("demo checks: every note is checked");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Ok(failures) => {
             for f in &failures {
                 outln!("error: {f}");
             }
-            Ok(exit::FAILED)
+            Ok(exit_code::FAILED)
         }
         Err(e) => Err(Failure::failed(format!("demo-check: {e}"))),
     }
@@ -69,7 +69,7 @@ pub fn agent() -> Result<i32, Failure> {
     match demo::demo_agent(&crate::config::process_env()) {
         Ok(line) => {
             outln!("{line}");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),
     }

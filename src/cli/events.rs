@@ -9,7 +9,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::events::{EventStream, Positioned, Start};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::logs::Filter;
 
 /// Between two looks at the followed log.
@@ -65,15 +65,15 @@ pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
         for p in batch.events.iter().filter(|p| filter.matches(&p.event)) {
             if writeln!(out, "{}", line(p, args.json)).is_err() {
                 // A closed pipe (`| head`): the consumer has what it wanted.
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
         }
         if out.flush().is_err() {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         drop(out);
         if !args.follow {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         std::thread::sleep(FOLLOW_EVERY);
     }

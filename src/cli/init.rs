@@ -7,7 +7,7 @@ use crate::bootstrap;
 use crate::cli::Ctx;
 use crate::config::TrackerKind;
 use crate::config::template::{self, Choices};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct InitArgs {
@@ -91,5 +91,5 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     outln!("  afk-supervisor config   # what the fleet will run with, each value's source");
     outln!("  {new_issue}");
     outln!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::text;
 use crate::tracker::local::{Issue, ListFilter, StateFilter};
 use crate::tracker::select::{self, Backend};
@@ -215,7 +215,7 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
                 .map_err(tracker_failure)?;
         }
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn strs(v: &[String]) -> Vec<&str> {

@@ -6,7 +6,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::control::{self, ControlError};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::layout::Layout;
 use crate::status::health;
 
@@ -85,14 +85,14 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
         let text = serde_json::to_string_pretty(&rows)
             .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
         outln!("{text}");
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     if rows.is_empty() {
         outln!(
             "no fleet recorded yet ({} lists every checkout a supervisor ran in)",
             file.display()
         );
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     outln!(
         "{:<8} {:>8} {:>6} {:>4} {:<9} REPO",
@@ -119,5 +119,5 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             crate::text::escape(&r.repo)
         );
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

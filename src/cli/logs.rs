@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
 use crate::supervisor::texts::kind;
 
@@ -153,7 +153,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
                 _ => emit(lines)?,
             };
             if !keep_going {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
             if !(args.follow && path == log) {
                 report_skipped(&path, &tail.finish());
@@ -163,7 +163,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
             if let Some(ring) = held.take()
                 && !emit(ring)?
             {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
             std::thread::sleep(FOLLOW_EVERY);
         }
@@ -171,7 +171,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
     if let Some(ring) = held {
         emit(ring)?;
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
@@ -192,7 +192,7 @@ fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
             eprintln!("afk-supervisor: slot {slot}: now following {}", p.display());
         }
         if !emit(lines)? || !args.follow {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         std::thread::sleep(FOLLOW_EVERY);
     }

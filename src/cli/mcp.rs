@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -18,5 +18,5 @@ pub fn run(ctx: &Ctx, args: &McpArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
     crate::mcp::serve(ctx.layout.clone(), config, args.allow_writes)
         .map_err(|e| Failure::failed(e.to_string()))?;
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides, TrackerKind};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::layout::Layout;
 
 #[macro_use]
@@ -49,25 +49,22 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them.
-pub const EXIT_CODES: &str = "Exit codes:
-  0    done (status: running and healthy)
-  1    failed (status: running but degraded)
-  2    usage error
-  3    status: no supervisor is running
-  4    boot halted; nothing was spawned
-  69   worker: the tracker failed transiently (not a death)
-  75   worker: rate limited, or the fleet is paused for one (not a death)
-  76   worker: the agent's account or the day's budget holds the fleet (not a death)
-  78   configuration error
-  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
+/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them, from
+/// the one table ([`exit_code::Exit::ALL`]).
+pub fn exit_codes_footer() -> String {
+    let mut out = String::from("Exit codes:");
+    for e in exit_code::Exit::ALL {
+        out.push_str(&format!("\n  {:<4} {}", e.code(), e.meaning()));
+    }
+    out
+}
 
 #[derive(Debug, Parser)]
 #[command(
     name = "afk-supervisor",
     version = VERSION,
     about = "Supervise a fleet of AFK coding-agent workers",
-    after_help = EXIT_CODES
+    after_help = exit_codes_footer()
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -208,9 +205,9 @@ where
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                exit::USAGE
+                exit_code::USAGE
             } else {
-                exit::OK
+                exit_code::OK
             };
         }
     };
@@ -232,9 +229,9 @@ fn finish(end: Result<i32, Failure>) -> i32 {
         }
     };
     match out::finish() {
-        Err(e) if code == exit::OK => {
+        Err(e) if code == exit_code::OK => {
             eprintln!("afk-supervisor: {e}");
-            exit::FAILED
+            exit_code::FAILED
         }
         _ => code,
     }

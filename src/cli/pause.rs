@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::control::operator::{self, PauseOutcome, Via};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct PauseArgs {
@@ -28,7 +28,7 @@ pub fn pause(ctx: &Ctx, args: &PauseArgs) -> Result<i32, Failure> {
     let out = operator::pause(&ctx.layout, args.reason.as_deref(), until, Via::Cli, false)
         .map_err(|e| Failure::failed(e.to_string()))?;
     print_outcome("fleet paused", &out);
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 pub fn resume(ctx: &Ctx) -> Result<i32, Failure> {
@@ -38,7 +38,7 @@ pub fn resume(ctx: &Ctx) -> Result<i32, Failure> {
         Some(_) => print_outcome("fleet resumed; the operator pause was", &out),
         None => outln!("no operator pause was in force"),
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn print_outcome(what: &str, out: &PauseOutcome) {

@@ -3,7 +3,7 @@
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::git::Git;
 use crate::sweeps::base_fetch::BaseFetch;
 use crate::sweeps::branches;
@@ -38,6 +38,6 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
     }
     match report.delete_error() {
         Some(e) => Err(Failure::failed(e)),
-        None => Ok(exit::OK),
+        None => Ok(exit_code::OK),
     }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::operator::{self, OperatorError, SlotOutcome, Via};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::supervisor::slot_control::Action;
 use crate::supervisor::state_file::ShrinkMode;
 
@@ -57,7 +57,7 @@ pub fn slot(
     ) {
         Ok(SlotOutcome::Done { pid, message }) => {
             outln!("{message} (supervisor pid={pid})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Ok(SlotOutcome::Pending { pid }) => Err(Failure::failed(format!(
             "{action} slot {slot}: no answer from the supervisor (pid={pid}) within {timeout}s; \

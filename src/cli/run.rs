@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::supervisor::run::{self as sup_run, RunEnd, RunError, TrackerOpener};
 use crate::tracker::select::{self, SelectError, Selected};
 
@@ -86,7 +86,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
     }
     match sup_run::run(&ctx.layout, config, opener) {
         Ok(RunEnd::Stopped(code)) => Ok(code),
-        Ok(RunEnd::BootHalted) => Ok(exit::BOOT_HALTED),
+        Ok(RunEnd::BootHalted) => Ok(exit_code::BOOT_HALTED),
         Err(e) => Err(run_failure(e)),
     }
 }

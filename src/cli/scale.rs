@@ -7,7 +7,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::supervisor::scale_directive::MAX_TARGET;
 use crate::supervisor::state_file::ShrinkMode;
 
@@ -54,7 +54,7 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
         );
     }
     Ok(match outcome {
-        ScaleOutcome::Applied { .. } => exit::OK,
-        ScaleOutcome::Pending { .. } => exit::FAILED,
+        ScaleOutcome::Applied { .. } => exit_code::OK,
+        ScaleOutcome::Pending { .. } => exit_code::FAILED,
     })
 }

@@ -8,8 +8,8 @@ use std::io::Write;
 
 use clap::{Args, CommandFactory};
 
-use crate::cli::{Cli, EXIT_CODES};
-use crate::exit::{self, Failure};
+use crate::cli::Cli;
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct CompletionsArgs {
@@ -129,11 +129,11 @@ fn arg_heading(arg: &clap::Arg) -> String {
     line
 }
 
-/// `EXIT STATUS`: the same table as `--help`'s footer, kept as laid out.
+/// `EXIT STATUS`: the one table ([`exit_code::Exit::ALL`]), laid out as `--help`'s footer.
 fn exit_status_section() -> String {
     let mut out = String::from(".SH \"EXIT STATUS\"\n.nf\n");
-    for line in EXIT_CODES.lines().skip(1) {
-        out.push_str(&roff_line(line.trim_start()));
+    for e in exit_code::Exit::ALL {
+        out.push_str(&roff_line(&format!("{:<4} {}", e.code(), e.meaning())));
         out.push('\n');
     }
     out.push_str(".fi\n");
@@ -172,6 +172,6 @@ fn emit(bytes: &[u8]) -> Result<i32, Failure> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(Failure::failed(format!("stdout: {e}")))
         }
-        _ => Ok(exit::OK),
+        _ => Ok(exit_code::OK),
     }
 }

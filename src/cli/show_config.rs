@@ -4,7 +4,7 @@
 
 use crate::cli::Ctx;
 use crate::config::{self, Overrides};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     let (c, src) = ctx.config_with_sources(Overrides::default())?;
@@ -239,5 +239,5 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         key("timeout_s", s.timeout_s.to_string());
         key("retry_for_s", s.retry_for_s.to_string());
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cli::Ctx;
 use crate::cli::run::RunArgs;
 use crate::control;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 /// How long `start` waits for the supervisor to take its lane (it does so before the boot
 /// sweeps, so this is process start-up and one config load).
@@ -77,10 +77,14 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
             .try_wait()
             .map_err(|e| Failure::failed(format!("supervisor pid={pid}: {e}")))?
         {
-            let code = status.code().unwrap_or(exit::FAILED);
+            let code = status.code().unwrap_or(exit_code::FAILED);
             let tail = output_tail(&out_path, started_at);
             return Err(Failure::new(
-                if code == exit::OK { exit::FAILED } else { code },
+                if code == exit_code::OK {
+                    exit_code::FAILED
+                } else {
+                    code
+                },
                 format!(
                     "the supervisor ended at once (exit {code}): {}; its output: {}",
                     tail.unwrap_or_else(|| "no output".into()),
@@ -105,7 +109,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         out_path.display()
     );
     outln!("  afk-supervisor status    afk-supervisor logs -f    afk-supervisor stop");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 /// The last lines this start appended to `supervisor.out`, joined with ` | `.

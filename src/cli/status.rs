@@ -6,7 +6,7 @@ use clap::Args;
 
 use crate::cli::Ctx;
 use crate::control::{self, ControlError};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::status::{self, health, live, view};
 
 #[derive(Debug, Clone, Args)]
@@ -50,9 +50,9 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
                 }
             }
             Ok(if why.is_empty() {
-                exit::OK
+                exit_code::OK
             } else {
-                exit::FAILED
+                exit_code::FAILED
             })
         }
         Err(e @ ControlError::NotRunning(_)) => {
@@ -71,7 +71,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
                     pids.join(", ")
                 );
             }
-            Ok(exit::NOT_RUNNING)
+            Ok(exit_code::NOT_RUNNING)
         }
         Err(e) => Err(Failure::failed(e.to_string())),
     }
@@ -91,10 +91,10 @@ fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
         .map_err(|e| Failure::failed(format!("status --fleet: {e}")))?;
     if json {
         outln!("{}", encode(&v)?);
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     out!("{}", render_fleet(&v));
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 /// The plain form of `status --fleet`: one line per host, one per slot with an issue.
@@ -161,7 +161,7 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
         let colour = view::colour_wanted(true, no_color.as_deref());
         live::run(&repo, colour, fetch)
             .map_err(|e| Failure::failed(format!("status --watch: terminal: {e}")))?;
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     // Off a terminal: one plain snapshot after another (a log, a pipe), no escape codes.
     loop {
@@ -174,7 +174,7 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
         let mut out = stdout.lock();
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
             return Err(Failure::failed(format!("stdout: {e}")));
         }

@@ -7,7 +7,7 @@ use clap::Args;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::{self, StopOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 
 #[derive(Debug, Clone, Args)]
 pub struct StopArgs {
@@ -69,18 +69,18 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             } else {
                 outln!("fleet stopped (supervisor pid={pid})");
             }
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::Stopped {
             pid: None,
             workers_killed,
         } => {
             outln!("fleet stopped (no supervisor, workers killed={workers_killed})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::NothingRunning => {
             outln!("no fleet running");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::OrphanWorkers { live } => Err(Failure::failed(format!(
             "no supervisor running, but {live} processes of the fleet are live \

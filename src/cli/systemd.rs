@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::service_unit::{self, UnitError};
 
 #[derive(Debug, Clone, Args)]
@@ -99,7 +99,7 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
         );
     }
     out!("{}", plan.next_steps());
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn uninstall(ctx: &Ctx) -> Result<i32, Failure> {
@@ -113,5 +113,5 @@ fn uninstall(ctx: &Ctx) -> Result<i32, Failure> {
     }
     outln!("systemctl --user stop '{unit}'   # if it is still running");
     outln!("systemctl --user daemon-reload");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::cli::Ctx;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::supervisor::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
@@ -170,5 +170,5 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
             .exec();
         return Err(Failure::failed(format!("cannot run tmux {verb}: {err}")));
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -12,7 +12,7 @@ use signal_hook::iterator::Signals;
 
 use crate::cli::Ctx;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code::{self, Failure};
 use crate::host_lock as lock;
 use crate::supervisor::belt::{Belt, BeltPass};
 use crate::sweeps::unblock::{self, Exclusive, UnblockReport};
@@ -55,13 +55,13 @@ fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failur
     match outcome {
         Exclusive::Busy(holder) => {
             outln!("unblock: skipped, another pass is running ({holder})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Exclusive::Done(r) => {
             print_report(&r, dry_run);
             match r.write_error {
                 Some(e) => Err(Failure::failed(e.to_string())),
-                None => Ok(exit::OK),
+                None => Ok(exit_code::OK),
             }
         }
     }
@@ -114,9 +114,9 @@ impl StopSignals {
         thread::spawn(move || {
             for sig in signals.forever() {
                 let code = if sig == SIGINT {
-                    exit::SIGINT
+                    exit_code::SIGINT
                 } else {
-                    exit::SIGTERM
+                    exit_code::SIGTERM
                 };
                 if tx.send(code).is_err() {
                     break;

@@ -370,7 +370,7 @@ pub fn classify(ev: &Event, cursor: &str, memory: &mut Memory) -> Option<Notice>
         BOOT_SWEEP if msg.starts_with("boot sweeps halted: ") => {
             memory.run = None;
             f.insert("clean".into(), json!(false));
-            f.insert("exit".into(), json!(crate::exit::BOOT_HALTED));
+            f.insert("exit".into(), json!(crate::exit_code::BOOT_HALTED));
             let why = msg.trim_start_matches("boot sweeps halted: ");
             f.insert("why".into(), json!(why));
             (

@@ -29,7 +29,7 @@ use super::spawn;
 use super::state_file;
 use super::texts::kind;
 use crate::config::Config;
-use crate::exit;
+use crate::exit_code;
 use crate::git::Git;
 use crate::layout::Layout;
 use crate::pidfile;
@@ -570,7 +570,7 @@ async fn event_loop(
                     // process) the channel closed, which cannot happen while we loop.
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {e}");
                     driver.log(Event::now(kind::ERROR, e.to_string()));
-                    return exit::FAILED;
+                    return exit_code::FAILED;
                 }
             },
             sig = signals.next() => match sig.map(heard) {
@@ -586,7 +586,7 @@ async fn event_loop(
                     let msg = format!("the signal descriptor failed: {e}");
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                     driver.log(Event::now(kind::ERROR, msg));
-                    return exit::FAILED;
+                    return exit_code::FAILED;
                 }
             },
             _ = notifier.watchdog_due() => notifier.watchdog(),
@@ -620,7 +620,7 @@ async fn event_loop(
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
                 let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                 driver.log(Event::now(kind::ERROR, msg));
-                return exit::FAILED;
+                return exit_code::FAILED;
             }
         }
     }

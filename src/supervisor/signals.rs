@@ -14,7 +14,7 @@ use nix::sys::signal::Signal;
 use tokio::io::unix::AsyncFd;
 
 use super::event::Event;
-use crate::exit;
+use crate::exit_code;
 use crate::process::{self, signal_bit};
 
 /// What a signal asks of the loop.
@@ -60,9 +60,9 @@ pub fn heard(sig: Signal) -> Option<Heard> {
 /// process that died of it).
 pub fn stop_code(sig: Signal) -> i32 {
     match sig {
-        Signal::SIGINT => exit::SIGINT,
-        Signal::SIGHUP => exit::SIGHUP,
-        _ => exit::SIGTERM,
+        Signal::SIGINT => exit_code::SIGINT,
+        Signal::SIGHUP => exit_code::SIGHUP,
+        _ => exit_code::SIGTERM,
     }
 }
 
@@ -259,7 +259,7 @@ mod tests {
             ];
             (code, then)
         });
-        assert_eq!(code, exit::SIGINT);
+        assert_eq!(code, exit_code::SIGINT);
         assert_eq!(then, [Signal::SIGUSR1, Signal::SIGCHLD]);
     }
 }

@@ -132,9 +132,9 @@ impl Worker<'_> {
                         break Ok(Ended::Signalled(signal));
                     }
                     use std::os::unix::process::ExitStatusExt;
-                    let code = status
-                        .code()
-                        .unwrap_or_else(|| crate::exit::signalled(status.signal().unwrap_or(0)));
+                    let code = status.code().unwrap_or_else(|| {
+                        crate::exit_code::signalled(status.signal().unwrap_or(0))
+                    });
                     break Ok(Ended::Exited(code));
                 }
                 Ok(None) => {}
