@@ -24,7 +24,7 @@ pub fn pause(ctx: &Ctx, args: &PauseArgs) -> Result<i32, Failure> {
         .as_deref()
         .map(operator::parse_until)
         .transpose()
-        .map_err(Failure::usage)?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     let out = operator::pause(&ctx.layout, args.reason.as_deref(), until, Via::Cli, false)
         .map_err(|e| Failure::failed(e.to_string()))?;
     print_outcome("fleet paused", &out);
