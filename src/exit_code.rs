@@ -1,5 +1,4 @@
-//! Exit codes (`docs/SPEC.md` §9), in one table, and the one error type that reaches the edge
-//! of the program.
+//! Exit codes (`docs/SPEC.md` §9), in one table; `cli::Failure` carries one to the edge.
 
 /// One row per code: `$variant = $code, $NAME, "$meaning"`. Everything that shows the codes
 /// reads [`Exit::ALL`] (`--help`'s footer, the man page, the tests that check the README and
@@ -72,35 +71,6 @@ exit_codes! {
 /// what [`SIGHUP`], [`SIGINT`] and [`SIGTERM`] are, for any signal.
 pub const fn signalled(signal: i32) -> i32 {
     128 + signal
-}
-
-/// A failure reported once, at the edge, as one line on stderr with its exit code.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Failure {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Failure {
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub fn failed(message: impl Into<String>) -> Self {
-        Failure::new(FAILED, message)
-    }
-
-    pub fn usage(message: impl Into<String>) -> Self {
-        Failure::new(USAGE, message)
-    }
-
-    pub fn config(message: impl Into<String>) -> Self {
-        Failure::new(CONFIG, message)
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use clap::Args;
 
+use crate::cli::Failure;
 use crate::demo::{self, DemoError, DemoOpts};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {

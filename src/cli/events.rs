@@ -7,9 +7,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::events::{EventStream, Positioned, Start};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::logs::Filter;
 
 /// Between two looks at the followed log.
@@ -49,7 +50,7 @@ pub fn line(p: &Positioned, json: bool) -> String {
 }
 
 pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
-    let start = Start::parse(&args.since).map_err(|e| Failure::usage(e.to_string()))?;
+    let start = Start::parse(&args.since).map_err(|e| Failure::of(exit_code::USAGE, &e))?;
     let config = ctx.config(Overrides::default())?;
     let filter = Filter {
         kind: args.kind.clone(),
@@ -57,7 +58,7 @@ pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
     };
     let mut stream = EventStream::new(&ctx.layout.event_log(), config.log.keep, start);
     loop {
-        let batch = stream.poll().map_err(|e| Failure::failed(e.to_string()))?;
+        let batch = stream.poll()?;
         for n in &batch.notes {
             eprintln!("afk-supervisor: {n}");
         }

@@ -5,9 +5,10 @@ use clap::Args;
 
 use crate::bootstrap;
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::TrackerKind;
 use crate::config::template::{self, Choices};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct InitArgs {

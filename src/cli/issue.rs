@@ -6,8 +6,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::text;
 use crate::tracker::local::{Issue, ListFilter, StateFilter};
 use crate::tracker::select::{self, Backend};

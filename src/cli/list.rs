@@ -5,8 +5,9 @@
 use clap::Args;
 use serde::Serialize;
 
+use crate::cli::Failure;
 use crate::control::{self, ControlError};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::layout::Layout;
 use crate::status::health;
 
@@ -36,10 +37,9 @@ struct Row {
 }
 
 pub fn run(args: &ListArgs) -> Result<i32, Failure> {
-    let file = crate::fleets::path().map_err(|e| Failure::failed(e.to_string()))?;
+    let file = crate::fleets::path()?;
     if args.forget_gone {
-        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())
-            .map_err(|e| Failure::failed(e.to_string()))?;
+        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())?;
         // On stderr: stdout stays the list (`--json` parses as before).
         for repo in &forgotten {
             eprintln!(
@@ -48,7 +48,7 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             );
         }
     }
-    let repos = crate::fleets::read(&file).map_err(|e| Failure::failed(e.to_string()))?;
+    let repos = crate::fleets::read(&file)?;
     let rows: Vec<Row> = repos
         .iter()
         .map(|repo| {

@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::logs::{self, Filter, LogsError, SlotLogFollower, Tail};
 use crate::supervisor::texts::kind;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides, TrackerKind};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::layout::Layout;
 
 #[macro_use]
@@ -15,6 +15,7 @@ mod out;
 
 mod demo;
 mod events;
+mod failure;
 mod init;
 mod issue;
 mod list;
@@ -37,6 +38,8 @@ mod systemd;
 mod tmux;
 mod unblock;
 mod worker;
+
+pub use failure::{Failure, chain};
 
 /// `--version`: the package version, the git revision it was built from (`unknown` from a
 /// tarball) and the build date, so a bug report names the exact build.
@@ -175,12 +178,10 @@ impl Ctx {
             &self.layout,
             &config::process_env(),
             &overrides,
-        )
-        .map_err(|e| Failure::config(e.0))?;
+        )?;
         // `[cluster]`: every command that claims, restores or reports does it through etcd
         // (`docs/SPEC.md` §11.23); nothing is called until a command needs it.
-        crate::cluster::install_for(&c, &self.layout)
-            .map_err(|e| Failure::config(e.to_string()))?;
+        crate::cluster::install_for(&c, &self.layout)?;
         Ok((c, sources))
     }
 }

@@ -5,8 +5,9 @@
 use clap::{Args, Subcommand};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct NotifyArgs {

@@ -6,9 +6,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::operator::{self, OperatorError, SlotOutcome, Via};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::supervisor::slot_control::Action;
 use crate::supervisor::state_file::ShrinkMode;
 

@@ -9,7 +9,8 @@ use std::io::Write;
 use clap::{Args, CommandFactory};
 
 use crate::cli::Cli;
-use crate::exit_code::{self, Failure};
+use crate::cli::Failure;
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct CompletionsArgs {

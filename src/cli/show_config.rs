@@ -3,8 +3,9 @@
 //! followed by its source: `default`, `file PATH:LINE:COL`, `env RED_AFK_…` or `flag --…`.
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::{self, Overrides};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     let (c, src) = ctx.config_with_sources(Overrides::default())?;

@@ -6,8 +6,9 @@ use clap::{Args, ValueEnum};
 
 use crate::budget::{self, By};
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ByArg {

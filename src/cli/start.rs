@@ -11,9 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::cli::run::RunArgs;
 use crate::control;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 /// How long `start` waits for the supervisor to take its lane (it does so before the boot
 /// sweeps, so this is process start-up and one config load).

@@ -5,8 +5,9 @@ use std::io::{IsTerminal, Write};
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::control::{self, ControlError};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::status::{self, health, live, view};
 
 #[derive(Debug, Clone, Args)]

@@ -5,9 +5,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::{self, StopOutcome};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct StopArgs {
@@ -45,8 +46,7 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
     let t = &config.timing;
     let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);
-    let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)?;
     if args.force && matches!(outcome, StopOutcome::Stopped { .. }) {
         // Nobody else is left to keep the killed workers' work: keep it now.
         for r in control::rescue_killed(&ctx.layout, &config) {

@@ -4,8 +4,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::git::Git;
 use crate::sweeps::suite::{self, BootError, SuiteRun};
 use crate::sweeps::{SweepCtx, SweepName};

@@ -3,8 +3,9 @@
 use clap::{Args, Subcommand};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::service_unit::{self, UnitError};
 
 #[derive(Debug, Clone, Args)]

@@ -12,9 +12,10 @@ use clap::Args;
 use std::time::Duration;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::supervisor::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]

@@ -11,8 +11,9 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::host_lock as lock;
 use crate::supervisor::belt::{Belt, BeltPass};
 use crate::sweeps::unblock::{self, Exclusive, UnblockReport};
@@ -50,8 +51,7 @@ pub fn run(ctx: &Ctx, args: &UnblockArgs) -> Result<i32, Failure> {
 }
 
 fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failure> {
-    let outcome = unblock::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let outcome = unblock::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)?;
     match outcome {
         Exclusive::Busy(holder) => {
             outln!("unblock: skipped, another pass is running ({holder})");

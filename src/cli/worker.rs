@@ -5,8 +5,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::{self, Overrides};
-use crate::exit_code::{self, Failure};
+use crate::exit_code;
 use crate::tracker;
 use crate::worker::{self, WorkerEnv, WorkerError, WorkerOpts, WorkerOutcome};
 
