@@ -24,8 +24,9 @@ pub struct DemoArgs {
 }
 
 pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("demo: this binary's path is unknown: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::about(exit_code::FAILED, "demo: this binary's path is unknown", &e)
+    })?;
     let opts = DemoOpts {
         workers: args.workers,
         issues: args.issues,
@@ -49,7 +50,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
 /// `demo-check`: the demo's `[checks] command`, run in the issue's worktree.
 pub fn check() -> Result<i32, Failure> {
     let cwd = std::env::current_dir()
-        .map_err(|e| Failure::failed(format!("demo-check: working directory: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "demo-check: working directory", &e))?;
     match demo::demo_check(&cwd) {
         Ok(failures) if failures.is_empty() => {
             outln!("demo checks: every note is checked");
@@ -61,7 +62,7 @@ pub fn check() -> Result<i32, Failure> {
             }
             Ok(exit_code::FAILED)
         }
-        Err(e) => Err(Failure::failed(format!("demo-check: {e}"))),
+        Err(e) => Err(Failure::about(exit_code::FAILED, "demo-check", &e)),
     }
 }
 
@@ -72,6 +73,6 @@ pub fn agent() -> Result<i32, Failure> {
             outln!("{line}");
             Ok(exit_code::OK)
         }
-        Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),
+        Err(e) => Err(Failure::about(exit_code::FAILED, "demo-agent", &e)),
     }
 }

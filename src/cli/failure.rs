@@ -39,6 +39,12 @@ impl Failure {
     pub fn of(code: i32, e: &(dyn Error + 'static)) -> Self {
         Failure::new(code, chain(e))
     }
+
+    /// [`Failure::of`] after what was being done or read (`status --fleet`, a path), for an
+    /// error that does not name it itself (an `io::Error`).
+    pub fn about(code: i32, what: impl std::fmt::Display, e: &(dyn Error + 'static)) -> Self {
+        Failure::new(code, format!("{what}: {}", chain(e)))
+    }
 }
 
 /// `e` and each of its causes (`Error::source`), joined by `: `, in one line; a cause the

@@ -65,8 +65,13 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
         workers: args.workers.map(usize::from),
     };
     let text = template::render(&choices);
-    crate::fsutil::atomic_write(&path, text.as_bytes())
-        .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
+    crate::fsutil::atomic_write(&path, text.as_bytes()).map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("{}: cannot write", path.display()),
+            &e,
+        )
+    })?;
     outln!("wrote {}", path.display());
     match bootstrap::ensure(&ctx.layout) {
         Ok(g) => {

@@ -224,7 +224,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 fn tracker_failure(e: TrackerError) -> Failure {
-    Failure::failed(e.to_string())
+    Failure::of(exit_code::FAILED, &e)
 }
 
 fn local_only<'a>(
@@ -242,7 +242,7 @@ fn local_only<'a>(
 
 fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
-        .map_err(|e| Failure::failed(format!("cannot encode JSON: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode JSON", &e))?;
     outln!("{text}");
     Ok(())
 }
@@ -318,9 +318,9 @@ fn show(
         }
     };
     issue.attempts = crate::ledger::read(layout, number)
-        .map_err(|e| Failure::failed(format!("attempt ledger: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "attempt ledger", &e))?;
     issue.pr = crate::landing::read(layout, number)
-        .map_err(|e| Failure::failed(format!("landing record: {e}")))?
+        .map_err(|e| Failure::about(exit_code::FAILED, "landing record", &e))?
         .as_ref()
         .map(crate::landing::PrView::from);
     if json {

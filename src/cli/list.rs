@@ -83,7 +83,7 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
         .collect();
     if args.json {
         let text = serde_json::to_string_pretty(&rows)
-            .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
+            .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode the list", &e))?;
         outln!("{text}");
         return Ok(exit_code::OK);
     }

@@ -74,8 +74,8 @@ fn check_kind(k: &str) -> Result<(), Failure> {
 
 fn failed(e: LogsError) -> Failure {
     match e {
-        LogsError::Duration(_) => Failure::usage(e.to_string()),
-        _ => Failure::failed(e.to_string()),
+        LogsError::Duration(_) => Failure::of(exit_code::USAGE, &e),
+        _ => Failure::of(exit_code::FAILED, &e),
     }
 }
 
@@ -87,12 +87,12 @@ fn emit(lines: impl IntoIterator<Item = String>) -> Result<bool, Failure> {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(false);
             }
-            return Err(Failure::failed(format!("stdout: {e}")));
+            return Err(Failure::about(exit_code::FAILED, "stdout", &e));
         }
     }
     out.flush().map(|()| true).or_else(|e| match e.kind() {
         std::io::ErrorKind::BrokenPipe => Ok(false),
-        _ => Err(Failure::failed(format!("stdout: {e}"))),
+        _ => Err(Failure::about(exit_code::FAILED, "stdout", &e)),
     })
 }
 

@@ -304,9 +304,9 @@ fn ignoring_red(ctx: &Ctx, end: Result<i32, Failure>) -> Result<i32, Failure> {
 /// configuration (`gh auth login`, `tracker.kind`), else exit 1.
 pub fn select_failure(e: crate::tracker::SelectError) -> Failure {
     if e.is_config() {
-        Failure::config(e.to_string())
+        Failure::of(exit_code::CONFIG, &e)
     } else {
-        Failure::failed(format!("issue tracker: {e}"))
+        Failure::about(exit_code::FAILED, "issue tracker", &e)
     }
 }
 
@@ -338,9 +338,11 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
-            Failure::failed(format!(
-                "git rev-parse --show-toplevel: cannot run git: {e}"
-            ))
+            Failure::about(
+                exit_code::FAILED,
+                "git rev-parse --show-toplevel: cannot run git",
+                &e,
+            )
         })?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();

@@ -64,7 +64,7 @@ pub fn slot(
             "{action} slot {slot}: no answer from the supervisor (pid={pid}) within {timeout}s; \
              the request stays in the lane and is acted on at its next tick"
         ))),
-        Err(e @ OperatorError::OutOfRange { .. }) => Err(Failure::usage(e.to_string())),
-        Err(e) => Err(Failure::failed(e.to_string())),
+        Err(e @ OperatorError::OutOfRange { .. }) => Err(Failure::of(exit_code::USAGE, &e)),
+        Err(e) => Err(Failure::of(exit_code::FAILED, &e)),
     }
 }

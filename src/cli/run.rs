@@ -96,12 +96,12 @@ fn run_failure(e: RunError) -> Failure {
     match e {
         // A host without the cgroup subtree the config requires will not grow one on a
         // restart: a configuration error, like a missing worker command.
-        RunError::NoWorkerCommand(_) | RunError::Isolation(_) => Failure::config(e.to_string()),
+        RunError::NoWorkerCommand(_) | RunError::Isolation(_) => Failure::of(exit_code::CONFIG, &e),
         RunError::EventLoop(_)
         | RunError::Signals(_)
         | RunError::Lock(_)
         | RunError::Log(_)
-        | RunError::StateFile(_) => Failure::failed(e.to_string()),
+        | RunError::StateFile(_) => Failure::of(exit_code::FAILED, &e),
     }
 }
 

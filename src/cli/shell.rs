@@ -59,7 +59,7 @@ pub fn man() -> Result<i32, Failure> {
         out.extend_from_slice(exit_status_section().as_bytes());
         page.render_version_section(&mut out)
     })();
-    rendered.map_err(|e| Failure::failed(format!("man page: {e}")))?;
+    rendered.map_err(|e| Failure::about(exit_code::FAILED, "man page", &e))?;
     emit(&out)
 }
 
@@ -171,7 +171,7 @@ fn emit(bytes: &[u8]) -> Result<i32, Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Failure::failed(format!("stdout: {e}")))
+            Err(Failure::about(exit_code::FAILED, "stdout", &e))
         }
         _ => Ok(exit_code::OK),
     }

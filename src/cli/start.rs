@@ -36,16 +36,21 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         )));
     }
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let out_path = ctx.layout.supervisor_out();
     let lane = ctx.layout.supervisor_lane();
-    std::fs::create_dir_all(&lane)
-        .map_err(|e| Failure::failed(format!("{}: cannot create: {e}", lane.display())))?;
+    std::fs::create_dir_all(&lane).map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("{}: cannot create", lane.display()),
+            &e,
+        )
+    })?;
     let out = crate::fsutil::open_append(&out_path)
-        .map_err(|e| Failure::failed(format!("{}: {e}", out_path.display())))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, out_path.display(), &e))?;
     let err = out
         .try_clone()
-        .map_err(|e| Failure::failed(format!("{}: {e}", out_path.display())))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, out_path.display(), &e))?;
     let started_at = out.metadata().map_or(0, |m| m.len());
     let mut cmd = Command::new(&exe);
     cmd.arg("--repo").arg(ctx.layout.repo());
@@ -68,9 +73,13 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::failed(format!("cannot start {}: {e}", exe.display())))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("cannot start {}", exe.display()),
+            &e,
+        )
+    })?;
     let pid = child.id() as i32;
     let deadline = Instant::now() + READY_WITHIN;
     loop {

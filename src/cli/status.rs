@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
             let why = health::degraded(&report);
             if args.json {
                 let value = health::report_json(&report)
-                    .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
+                    .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode status", &e))?;
                 outln!("{}", encode(&value)?);
             } else {
                 out!("{}", status::render_status(&report));
@@ -74,7 +74,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
             }
             Ok(exit_code::NOT_RUNNING)
         }
-        Err(e) => Err(Failure::failed(e.to_string())),
+        Err(e) => Err(Failure::of(exit_code::FAILED, &e)),
     }
 }
 
@@ -89,7 +89,7 @@ fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
     };
     let v = c
         .fleet_view()
-        .map_err(|e| Failure::failed(format!("status --fleet: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "status --fleet", &e))?;
     if json {
         outln!("{}", encode(&v)?);
         return Ok(exit_code::OK);
@@ -150,7 +150,7 @@ fn render_fleet(v: &serde_json::Value) -> String {
 
 fn encode(value: &serde_json::Value) -> Result<String, Failure> {
     serde_json::to_string_pretty(value)
-        .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode status", &e))
 }
 
 fn watch(ctx: &Ctx) -> Result<i32, Failure> {
@@ -161,7 +161,7 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
         let no_color = std::env::var_os("NO_COLOR");
         let colour = view::colour_wanted(true, no_color.as_deref());
         live::run(&repo, colour, fetch)
-            .map_err(|e| Failure::failed(format!("status --watch: terminal: {e}")))?;
+            .map_err(|e| Failure::about(exit_code::FAILED, "status --watch: terminal", &e))?;
         return Ok(exit_code::OK);
     }
     // Off a terminal: one plain snapshot after another (a log, a pipe), no escape codes.
@@ -177,7 +177,7 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(exit_code::OK);
             }
-            return Err(Failure::failed(format!("stdout: {e}")));
+            return Err(Failure::about(exit_code::FAILED, "stdout", &e));
         }
         drop(out);
         std::thread::sleep(live::EVERY);

@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     match run.end {
         Ok(()) => Ok(exit_code::OK),
         Err(BootError::Halted(msg)) => Err(Failure::new(exit_code::BOOT_HALTED, msg)),
-        Err(e @ BootError::Failed(_)) => Err(Failure::failed(e.to_string())),
+        Err(e @ BootError::Failed(_)) => Err(Failure::of(exit_code::FAILED, &e)),
         Err(e @ BootError::Precheck(_)) => Err(Failure::failed(e.log_message())),
     }
 }

@@ -43,8 +43,8 @@ fn unit_dir() -> Result<std::path::PathBuf, Failure> {
 
 fn unit_failure(e: UnitError) -> Failure {
     match e {
-        UnitError::Io { .. } => Failure::failed(e.to_string()),
-        _ => Failure::usage(e.to_string()),
+        UnitError::Io { .. } => Failure::of(exit_code::FAILED, &e),
+        _ => Failure::of(exit_code::USAGE, &e),
     }
 }
 
@@ -64,7 +64,7 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
     }
     let config = ctx.config(Overrides::default())?;
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let agent = config
         .agent
         .command

@@ -57,7 +57,7 @@ fn tmux(args: &[OsString]) -> Result<std::process::Output, Failure> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| Failure::failed(format!("cannot run tmux: {e}")))
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot run tmux", &e))
 }
 
 fn checked(args: Vec<OsString>) -> Result<(), Failure> {
@@ -118,7 +118,7 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
     }
     let target: OsString = format!("={name}").into();
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let repo = ctx.layout.repo();
     let exists = tmux(&["has-session".into(), "-t".into(), target.clone()])?
         .status

@@ -60,7 +60,7 @@ fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failur
         Exclusive::Done(r) => {
             print_report(&r, dry_run);
             match r.write_error {
-                Some(e) => Err(Failure::failed(e.to_string())),
+                Some(e) => Err(Failure::of(exit_code::FAILED, &e)),
                 None => Ok(exit_code::OK),
             }
         }
@@ -109,7 +109,7 @@ struct StopSignals {
 impl StopSignals {
     fn install() -> Result<Self, Failure> {
         let mut signals = Signals::new([SIGINT, SIGTERM])
-            .map_err(|e| Failure::failed(format!("cannot install signal handlers: {e}")))?;
+            .map_err(|e| Failure::about(exit_code::FAILED, "cannot install signal handlers", &e))?;
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             for sig in signals.forever() {

@@ -66,7 +66,7 @@ pub fn failure(e: WorkerError) -> Failure {
         | WorkerError::AttemptState(_)
         | WorkerError::Agent(_) => exit_code::FAILED,
     };
-    Failure::new(code, e.to_string())
+    Failure::of(code, &e)
 }
 
 #[cfg(test)]
