@@ -60,9 +60,11 @@ const STATE_URI: &str = "afk://state.toon";
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
+    Runtime(#[source] std::io::Error),
     #[error("MCP stdio transport: {0}")]
-    Serve(String),
+    Initialize(#[source] Box<rmcp::service::ServerInitializeError>),
+    #[error("MCP stdio transport: {0}")]
+    Serve(#[source] tokio::task::JoinError),
 }
 
 #[derive(Clone)]
@@ -1028,11 +1030,8 @@ pub fn serve(layout: Layout, config: Config, allow_writes: bool) -> Result<(), M
         let running = server
             .serve(rmcp::transport::stdio())
             .await
-            .map_err(|e| McpError::Serve(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| McpError::Serve(e.to_string()))?;
+            .map_err(|e| McpError::Initialize(Box::new(e)))?;
+        running.waiting().await.map_err(McpError::Serve)?;
         Ok(())
     })
 }

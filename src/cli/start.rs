@@ -85,7 +85,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
     loop {
         if let Some(status) = child
             .try_wait()
-            .map_err(|e| Failure::failed(format!("supervisor pid={pid}: {e}")))?
+            .map_err(|e| Failure::about(exit_code::FAILED, format!("supervisor pid={pid}"), &e))?
         {
             let code = status.code().unwrap_or(exit_code::FAILED);
             let tail = output_tail(&out_path, started_at);

@@ -169,7 +169,11 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
         let err = Command::new("tmux")
             .args([verb.into(), "-t".into(), target])
             .exec();
-        return Err(Failure::failed(format!("cannot run tmux {verb}: {err}")));
+        return Err(Failure::about(
+            exit_code::FAILED,
+            format!("cannot run tmux {verb}"),
+            &err,
+        ));
     }
     Ok(exit_code::OK)
 }
