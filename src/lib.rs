@@ -8,7 +8,8 @@
 //! the one exception is `tracker` naming a thread's comments by `claim::marks::Comment` and
 //! telling a mark from another comment by `claim::marks::Mark::parse`, to keep only the
 //! marks of trusted authors).
-//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
+//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure (`Failure`
+//!   and the one printer of an error's chain); with
 //!   `demo`, `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp` (the
 //!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
