@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::afk_env;
 use crate::event_log::{self, Kind};
-use crate::exit;
+use crate::exit_code;
 use crate::git::Git;
 use crate::layout::{Layout, WORKER_NAMESPACES};
 use crate::toonl;
@@ -415,7 +415,9 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
     let deadline = crate::timeutil::deadline(Instant::now(), Duration::from_secs(20));
     while Instant::now() < deadline {
         match child.try_wait() {
-            Ok(Some(status)) if matches!(status.code(), Some(exit::OK | exit::SIGTERM)) => {
+            Ok(Some(status))
+                if matches!(status.code(), Some(exit_code::OK | exit_code::SIGTERM)) =>
+            {
                 return Ok(());
             }
             Ok(Some(status)) => return Err(FleetFailure::StoppedWith(status)),
@@ -431,7 +433,7 @@ fn stop_supervisor(child: &mut Child) -> Result<(), FleetFailure> {
 /// Whether a `slot.exit` record's text is a death: a worker's end by anything but exit 0
 /// or 78 (host misconfigured: parked, not retried).
 fn is_death(msg: &str) -> bool {
-    ![exit::OK, exit::CONFIG]
+    ![exit_code::OK, exit_code::CONFIG]
         .iter()
         .any(|code| msg.contains(&format!(" exit {code} ")))
 }
@@ -806,10 +808,10 @@ mod tests {
         for e in [
             ev(Kind::SlotSpawn, 0, "spawned worker a"),
             ev(Kind::SlotSpawn, 1, "spawned worker b"),
-            ev(Kind::SlotExit, 0, &exited("a", exit::OK)),
+            ev(Kind::SlotExit, 0, &exited("a", exit_code::OK)),
             ev(Kind::SlotSpawn, 0, "spawned worker c"),
-            ev(Kind::SlotExit, 1, &exited("b", exit::FAILED)),
-            ev(Kind::SlotExit, 0, &exited("c", exit::CONFIG)),
+            ev(Kind::SlotExit, 1, &exited("b", exit_code::FAILED)),
+            ev(Kind::SlotExit, 0, &exited("c", exit_code::CONFIG)),
             ev(Kind::SupervisorStop, 0, "stop"),
             ev(Kind::SlotExit, 1, "worker d killed by SIGTERM after 1.0s"),
         ] {

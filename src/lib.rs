@@ -8,8 +8,10 @@
 //! the one exception is `tracker` naming a thread's comments by `claim::marks::Comment` and
 //! telling a mark from another comment by `claim::marks::Mark::parse`, to keep only the
 //! marks of trusted authors).
-//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure; with
-//!   `demo_project` (the `demo` command's scratch project and fleet), `diagnostics` (tracing), `service_unit` (the systemd instance) and `mcp_server` (the
+//! - `cli`: parsing, dispatch, exit codes and the one printed line per failure (`Failure`
+//!   and the one printer of an error's chain); with `demo_project` (the `demo` command's
+//!   scratch project and fleet), `diagnostics` (tracing), `service_unit` (the systemd
+//!   instance) and `mcp_server` (the
 //!   MCP server on stdio, over the same library calls as the commands) beside it.
 //! - `status`: how `status` looks to a person: the plain table and the live view (ratatui).
 //! - `worker` (the built-in worker: one file per step, ending in a typed outcome or error
@@ -32,8 +34,8 @@
 //!   of their own, its cursor kept across restarts).
 //! - `landing` (a finished issue's pull request, `docs/SPEC.md` §11.22: the fleet's record of
 //!   it, its texts and events, and the belt that watches it until it is merged).
-//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit` (the codes), `slot_log_view` (the slot
-//!   logs for people), `budget` (spend per day and per issue, from the ledger,
+//! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit_code` (the codes, in one table),
+//!   `slot_log_view` (the slot logs for people), `budget` (spend per day and per issue, from the ledger,
 //!   and the reservations a claim takes against the day's budget).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
@@ -87,7 +89,7 @@ pub mod control;
 pub mod demo_project;
 pub mod diagnostics;
 pub mod event_log;
-pub mod exit;
+pub mod exit_code;
 pub mod fleets;
 pub mod fsutil;
 pub mod git;

@@ -2,5 +2,5 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let code = afk_supervisor::cli::main(std::env::args_os());
-    ExitCode::from(u8::try_from(code).unwrap_or(afk_supervisor::exit::FAILED as u8))
+    ExitCode::from(u8::try_from(code).unwrap_or(afk_supervisor::exit_code::FAILED as u8))
 }

@@ -61,9 +61,11 @@ const STATE_URI: &str = "afk://state.toon";
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
+    Runtime(#[source] std::io::Error),
     #[error("MCP stdio transport: {0}")]
-    Serve(String),
+    Initialize(#[source] Box<rmcp::service::ServerInitializeError>),
+    #[error("MCP stdio transport: {0}")]
+    Serve(#[source] tokio::task::JoinError),
 }
 
 #[derive(Clone)]
@@ -281,40 +283,126 @@ pub struct Done {
 
 // ---- checks ----
 
-fn text_arg<'a>(name: &str, s: &'a str) -> Result<&'a str, String> {
+/// Why a tool call was refused or failed: the one line of text its error result carries
+/// (`is_error: true`), naming the argument, issue, slot or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("{name}: {len} bytes is longer than {MAX_TEXT}")]
+    TooLong { name: &'static str, len: usize },
+    #[error("{name} {value} is out of range {lo}..={hi}")]
+    OutOfRange {
+        name: &'static str,
+        value: i64,
+        lo: i64,
+        hi: i64,
+    },
+    /// An argument that is none of the words the tool takes (`expected` lists them).
+    #[error("{name} {:?}: expected {expected}", crate::text::excerpt(.given))]
+    Unexpected {
+        name: &'static str,
+        given: String,
+        expected: &'static str,
+    },
+    #[error("mode: {0}")]
+    Mode(#[source] crate::lanes::state_file::UnknownShrinkMode),
+    #[error(transparent)]
+    Until(#[from] operator::BadUntil),
+    #[error(
+        "{tool}: this server is read-only; start it with `afk-supervisor mcp --allow-writes` to allow writes"
+    )]
+    ReadOnly { tool: &'static str },
+    #[error("no supervisor running for this project ({0})")]
+    NotRunning(#[source] crate::pidfile::NotLive),
+    #[error("issue tracker: {0}")]
+    Tracker(#[source] crate::tracker::SelectError),
+    #[error("issue #{number}: {source}")]
+    Issue {
+        number: u64,
+        #[source]
+        source: crate::tracker::TrackerError,
+    },
+    #[error(transparent)]
+    Issues(#[from] crate::tracker::TrackerError),
+    #[error("cluster: {0}")]
+    Cluster(#[from] crate::cluster::etcd::EtcdError),
+    #[error("budget reservations: {0}")]
+    Reservations(#[source] crate::budget::reserve::ReserveError),
+    #[error(transparent)]
+    Ledger(#[from] crate::toonl::LogError),
+    #[error(transparent)]
+    Landing(#[from] crate::landing::RecordError),
+    #[error(transparent)]
+    Events(#[from] crate::event_log::stream::EventsError),
+    #[error(transparent)]
+    Logs(#[from] crate::slot_log_view::LogsError),
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
+    #[error(transparent)]
+    Operator(#[from] operator::OperatorError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// `scale` wrote the directive but the heartbeat did not show it in time.
+    #[error("{0}")]
+    ScalePending(control::ScaleOutcome),
+    #[error(
+        "stop slot {slot}: no answer from the supervisor (pid={pid}) yet; it acts at its next tick"
+    )]
+    SlotPending { slot: usize, pid: i32 },
+    #[error("{}: {source}", .path.display())]
+    File {
+        path: std::path::PathBuf,
+        #[source]
+        source: crate::fsutil::SmallFileError,
+    },
+    #[error("{}: not found", .path.display())]
+    Missing { path: std::path::PathBuf },
+    #[error("internal error: {0}")]
+    Internal(#[source] tokio::task::JoinError),
+    #[error("no answer within {}s", DEADLINE.as_secs())]
+    NoAnswer,
+}
+
+/// A refusal is the tool's result, marked an error, with its one line as the text.
+impl rmcp::model::IntoContents for ToolError {
+    fn into_contents(self) -> Vec<rmcp::model::ContentBlock> {
+        vec![rmcp::model::ContentBlock::text(self.to_string())]
+    }
+}
+
+fn text_arg<'a>(name: &'static str, s: &'a str) -> Result<&'a str, ToolError> {
     if s.len() > MAX_TEXT {
-        return Err(format!(
-            "{name}: {} bytes is longer than {MAX_TEXT}",
-            s.len()
-        ));
+        return Err(ToolError::TooLong { name, len: s.len() });
     }
     Ok(s)
 }
 
-fn ranged(name: &str, v: i64, lo: i64, hi: i64) -> Result<i64, String> {
-    if v < lo || v > hi {
-        return Err(format!("{name} {v} is out of range {lo}..={hi}"));
+fn ranged(name: &'static str, value: i64, lo: i64, hi: i64) -> Result<i64, ToolError> {
+    if value < lo || value > hi {
+        return Err(ToolError::OutOfRange {
+            name,
+            value,
+            lo,
+            hi,
+        });
     }
-    Ok(v)
+    Ok(value)
 }
 
-fn mode_arg(m: Option<&str>) -> Result<ShrinkMode, String> {
+fn mode_arg(m: Option<&str>) -> Result<ShrinkMode, ToolError> {
     match m {
         None => Ok(ShrinkMode::DrainThenRetire),
-        Some(m) => text_arg("mode", m)?
-            .parse()
-            .map_err(|e| format!("mode: {e}")),
+        Some(m) => text_arg("mode", m)?.parse().map_err(ToolError::Mode),
     }
 }
 
 /// Runs `f` on the blocking pool, answered within [`DEADLINE`].
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
     match tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(f)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => Err(format!("internal error: {e}")),
-        Err(_) => Err(format!("no answer within {}s", DEADLINE.as_secs())),
+        Ok(Err(e)) => Err(ToolError::Internal(e)),
+        Err(_) => Err(ToolError::NoAnswer),
     }
 }
 
@@ -337,28 +425,26 @@ impl AfkMcp {
         }
     }
 
-    fn writes(&self, tool: &str) -> Result<(), String> {
+    fn writes(&self, tool: &'static str) -> Result<(), ToolError> {
         if self.allow_writes {
             Ok(())
         } else {
-            Err(format!(
-                "{tool}: this server is read-only; start it with `afk-supervisor mcp --allow-writes` to allow writes"
-            ))
+            Err(ToolError::ReadOnly { tool })
         }
     }
 
-    fn tracker(&self) -> Result<Box<dyn crate::tracker::Tracker>, String> {
+    fn tracker(&self) -> Result<Box<dyn crate::tracker::Tracker>, ToolError> {
         crate::tracker::select::open(&self.config, &self.layout)
             .map(|s| s.tracker)
-            .map_err(|e| format!("issue tracker: {e}"))
+            .map_err(ToolError::Tracker)
     }
 
     /// The backend itself, as `afk-supervisor issue` uses it: the local store's issues
     /// carry their titles, bodies and comments.
-    fn backend(&self) -> Result<crate::tracker::select::Backend, String> {
+    fn backend(&self) -> Result<crate::tracker::select::Backend, ToolError> {
         crate::tracker::select::resolve(&self.config, &self.layout)
             .map(|(b, _)| b)
-            .map_err(|e| format!("issue tracker: {e}"))
+            .map_err(ToolError::Tracker)
     }
 
     #[tool(
@@ -366,15 +452,14 @@ impl AfkMcp {
         output_schema = status_schema(),
         annotations(read_only_hint = true)
     )]
-    async fn fleet_status(&self) -> Result<CallToolResult, String> {
+    async fn fleet_status(&self) -> Result<CallToolResult, ToolError> {
         let layout = self.layout.clone();
-        let report = blocking(move || control::status(&layout).map_err(|e| e.to_string())).await?;
-        let mut v = crate::status::health::report_json(&report).map_err(|e| e.to_string())?;
+        let report = blocking(move || Ok(control::status(&layout)?)).await?;
+        let mut v = crate::status::health::report_json(&report)?;
         // On a cluster, every host too: what `status --fleet --json` shows.
         if let Some(c) = crate::cluster::active() {
             let budgets = self.config.tracker.write_budgets();
-            v["cluster"] =
-                blocking(move || c.fleet_view(budgets).map_err(|e| e.to_string())).await?;
+            v["cluster"] = blocking(move || Ok(c.fleet_view(budgets)?)).await?;
         }
         Ok(CallToolResult::structured(v))
     }
@@ -386,7 +471,7 @@ impl AfkMcp {
     async fn list_issues(
         &self,
         Parameters(p): Parameters<ListIssuesIn>,
-    ) -> Result<Json<IssueList>, String> {
+    ) -> Result<Json<IssueList>, ToolError> {
         let label = p
             .label
             .map(|l| text_arg("label", &l).map(str::to_string))
@@ -396,10 +481,11 @@ impl AfkMcp {
             Some("closed") => Some(crate::tracker::IssueState::Closed),
             Some("all") => None,
             Some(s) => {
-                return Err(format!(
-                    "state {:?}: expected open, closed or all",
-                    crate::text::excerpt(s)
-                ));
+                return Err(ToolError::Unexpected {
+                    name: "state",
+                    given: s.to_string(),
+                    expected: "open, closed or all",
+                });
             }
         };
         let limit = ranged("limit", p.limit.unwrap_or(100), 1, MAX_ISSUES as i64)? as usize;
@@ -416,8 +502,7 @@ impl AfkMcp {
                     .list(&crate::tracker::local::ListFilter {
                         state: crate::tracker::local::StateFilter::All,
                         labels: Vec::new(),
-                    })
-                    .map_err(|e| e.to_string())?
+                    })?
                     .into_iter()
                     .filter(|i| wanted(i.state, &i.labels))
                     .take(limit)
@@ -430,8 +515,7 @@ impl AfkMcp {
                     })
                     .collect(),
                 crate::tracker::select::Backend::Gh(t) => t
-                    .list_all(LIST_ALL.max(limit))
-                    .map_err(|e| e.to_string())?
+                    .list_all(LIST_ALL.max(limit))?
                     .into_iter()
                     .filter(|i| wanted(i.state, &i.labels))
                     .take(limit)
@@ -453,25 +537,30 @@ impl AfkMcp {
         description = "What the agent's attempts cost, from the attempt ledger: rows by day (in budget.timezone) or by issue, with dollars, tokens, runs (attempts that reported a cost or tokens) and attempts, the total, and what running attempts hold reserved against the day's budget (as `afk-supervisor spend --json`).",
         annotations(read_only_hint = true)
     )]
-    async fn spend(&self, Parameters(p): Parameters<SpendIn>) -> Result<Json<SpendReport>, String> {
+    async fn spend(
+        &self,
+        Parameters(p): Parameters<SpendIn>,
+    ) -> Result<Json<SpendReport>, ToolError> {
         let by = match p.by.as_deref() {
             None | Some("day") => crate::budget::By::Day,
             Some("issue") => crate::budget::By::Issue,
             Some(b) => {
-                return Err(format!(
-                    "by {:?}: expected day or issue",
-                    crate::text::excerpt(b)
-                ));
+                return Err(ToolError::Unexpected {
+                    name: "by",
+                    given: b.to_string(),
+                    expected: "day or issue",
+                });
             }
         };
         if let Some(s) = &p.since
             && time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
                 .is_err()
         {
-            return Err(format!(
-                "since {:?}: expected a day as yyyy-mm-dd",
-                crate::text::excerpt(s)
-            ));
+            return Err(ToolError::Unexpected {
+                name: "since",
+                given: s.to_string(),
+                expected: "a day as yyyy-mm-dd",
+            });
         }
         let this = self.clone();
         blocking(move || {
@@ -483,7 +572,7 @@ impl AfkMcp {
                 &this.layout.state(),
                 crate::timeutil::now_epoch(),
             )
-            .map_err(|e| format!("budget reservations: {e}"))?;
+            .map_err(ToolError::Reservations)?;
             let held = crate::budget::reserve::Reserved::of(&live);
             let row = |r: crate::budget::Row| SpendRow {
                 key: r.key,
@@ -517,13 +606,15 @@ impl AfkMcp {
     async fn show_issue(
         &self,
         Parameters(p): Parameters<IssueIn>,
-    ) -> Result<Json<IssueDetail>, String> {
+    ) -> Result<Json<IssueDetail>, ToolError> {
         let n = ranged("number", p.number, 1, i64::MAX)? as u64;
         let this = self.clone();
         blocking(move || {
             let mut detail = match this.backend()? {
                 crate::tracker::select::Backend::Local(t) => {
-                    let i = t.show(n).map_err(|e| format!("issue #{n}: {e}"))?;
+                    let i = t
+                        .show(n)
+                        .map_err(|source| ToolError::Issue { number: n, source })?;
                     IssueDetail {
                         number: n,
                         title: Some(i.title),
@@ -545,7 +636,9 @@ impl AfkMcp {
                     }
                 }
                 crate::tracker::select::Backend::Gh(t) => {
-                    let th = t.thread(n).map_err(|e| format!("issue #{n}: {e}"))?;
+                    let th = t
+                        .thread(n)
+                        .map_err(|source| ToolError::Issue { number: n, source })?;
                     IssueDetail {
                         number: n,
                         title: None,
@@ -571,8 +664,7 @@ impl AfkMcp {
                     }
                 }
             };
-            detail.attempts = crate::ledger::read(&this.layout, n)
-                .map_err(|e| e.to_string())?
+            detail.attempts = crate::ledger::read(&this.layout, n)?
                 .into_iter()
                 .map(|r| Attempt {
                     worker: r.worker,
@@ -595,8 +687,7 @@ impl AfkMcp {
                     checks: r.checks,
                 })
                 .collect();
-            detail.pr = crate::landing::read(&this.layout, n)
-                .map_err(|e| e.to_string())?
+            detail.pr = crate::landing::read(&this.layout, n)?
                 .as_ref()
                 .map(crate::landing::PrView::from);
             Ok(Json(detail))
@@ -611,9 +702,9 @@ impl AfkMcp {
     async fn tail_events(
         &self,
         Parameters(p): Parameters<TailIn>,
-    ) -> Result<Json<EventsOut>, String> {
+    ) -> Result<Json<EventsOut>, ToolError> {
         let since = text_arg("since", p.since.as_deref().unwrap_or("start"))?;
-        let start = Start::parse(since).map_err(|e| e.to_string())?;
+        let start = Start::parse(since)?;
         let limit = ranged(
             "limit",
             p.limit.unwrap_or(DEFAULT_EVENTS as i64),
@@ -627,7 +718,7 @@ impl AfkMcp {
         let (log, keep) = (self.layout.event_log(), self.config.log.keep);
         blocking(move || {
             let mut stream = EventStream::new(&log, keep, start);
-            let batch = stream.poll().map_err(|e| e.to_string())?;
+            let batch = stream.poll()?;
             let matches = |kind: &Kind| kinds.is_empty() || kinds.iter().any(|k| kind.is_under(k));
             let mut events = Vec::new();
             let mut next = stream.position();
@@ -661,13 +752,12 @@ impl AfkMcp {
     async fn slot_log(
         &self,
         Parameters(p): Parameters<SlotLogIn>,
-    ) -> Result<Json<SlotLogOut>, String> {
+    ) -> Result<Json<SlotLogOut>, ToolError> {
         let slot = ranged("slot", p.slot, 0, MAX_TARGET as i64)? as usize;
         let n = ranged("lines", p.lines.unwrap_or(50), 1, MAX_LINES as i64)? as usize;
         let layout = self.layout.clone();
         blocking(move || {
-            let path =
-                crate::slot_log_view::newest_slot_log(&layout, slot).map_err(|e| e.to_string())?;
+            let path = crate::slot_log_view::newest_slot_log(&layout, slot)?;
             let bytes = tail_bytes(&path, SLOT_LOG_TAIL_BYTES)?;
             let text = String::from_utf8_lossy(&bytes);
             let all: Vec<&str> = text.lines().collect();
@@ -688,7 +778,7 @@ impl AfkMcp {
         description = "Write (needs --allow-writes): change the running fleet's target size, as `afk-supervisor scale`.",
         annotations(read_only_hint = false, destructive_hint = true)
     )]
-    async fn scale(&self, Parameters(p): Parameters<ScaleIn>) -> Result<Json<Done>, String> {
+    async fn scale(&self, Parameters(p): Parameters<ScaleIn>) -> Result<Json<Done>, ToolError> {
         self.writes("scale")?;
         let target = ranged("target", p.target, 0, MAX_TARGET as i64)? as usize;
         let mode = mode_arg(p.mode.as_deref())?;
@@ -702,12 +792,12 @@ impl AfkMcp {
                 None,
                 None,
             );
-            let out = control::scale(&layout, target, mode, wait).map_err(|e| e.to_string())?;
+            let out = control::scale(&layout, target, mode, wait)?;
             match out {
                 control::ScaleOutcome::Applied { .. } => Ok(Json(Done {
                     message: out.to_string(),
                 })),
-                control::ScaleOutcome::Pending { .. } => Err(out.to_string()),
+                control::ScaleOutcome::Pending { .. } => Err(ToolError::ScalePending(out)),
             }
         })
         .await
@@ -717,7 +807,10 @@ impl AfkMcp {
         description = "Write (needs --allow-writes): operator pause of the running fleet: no new claims or spawns; workers in flight finish.",
         annotations(read_only_hint = false)
     )]
-    async fn pause_fleet(&self, Parameters(p): Parameters<PauseIn>) -> Result<Json<Done>, String> {
+    async fn pause_fleet(
+        &self,
+        Parameters(p): Parameters<PauseIn>,
+    ) -> Result<Json<Done>, ToolError> {
         self.writes("pause_fleet")?;
         let reason = p
             .reason
@@ -725,12 +818,11 @@ impl AfkMcp {
             .transpose()?;
         let until = p
             .until
-            .map(|u| text_arg("until", &u).and_then(operator::parse_until))
+            .map(|u| text_arg("until", &u).and_then(|u| Ok(operator::parse_until(u)?)))
             .transpose()?;
         let layout = self.layout.clone();
         blocking(move || {
-            let out = operator::pause(&layout, reason.as_deref(), until, Via::Mcp, true)
-                .map_err(|e| e.to_string())?;
+            let out = operator::pause(&layout, reason.as_deref(), until, Via::Mcp, true)?;
             let what = out.pause.map(|p| p.describe()).unwrap_or_default();
             Ok(Json(Done {
                 message: format!("fleet paused {what}"),
@@ -743,11 +835,14 @@ impl AfkMcp {
         description = "Write (needs --allow-writes): lift the operator pause.",
         annotations(read_only_hint = false)
     )]
-    async fn resume_fleet(&self, Parameters(_): Parameters<Empty>) -> Result<Json<Done>, String> {
+    async fn resume_fleet(
+        &self,
+        Parameters(_): Parameters<Empty>,
+    ) -> Result<Json<Done>, ToolError> {
         self.writes("resume_fleet")?;
         let layout = self.layout.clone();
         blocking(move || {
-            let out = operator::resume(&layout, Via::Mcp, true).map_err(|e| e.to_string())?;
+            let out = operator::resume(&layout, Via::Mcp, true)?;
             Ok(Json(Done {
                 message: match out.pause {
                     Some(p) => format!("fleet resumed (the pause was {})", p.describe()),
@@ -762,7 +857,7 @@ impl AfkMcp {
         description = "Write (needs --allow-writes): give an issue back to ready-for-agent (not one a worker holds, nor a quarantined one).",
         annotations(read_only_hint = false)
     )]
-    async fn give_back(&self, Parameters(p): Parameters<IssueIn>) -> Result<Json<Done>, String> {
+    async fn give_back(&self, Parameters(p): Parameters<IssueIn>) -> Result<Json<Done>, ToolError> {
         self.writes("give_back")?;
         let n = ranged("number", p.number, 1, i64::MAX)? as u64;
         let this = self.clone();
@@ -771,7 +866,7 @@ impl AfkMcp {
             let t = this.tracker()?;
             operator::give_back(&this.layout, t.as_ref(), n, Via::Mcp)
                 .map(|message| Json(Done { message }))
-                .map_err(|e| e.to_string())
+                .map_err(ToolError::from)
         })
         .await
     }
@@ -783,7 +878,7 @@ impl AfkMcp {
     async fn release_quarantine(
         &self,
         Parameters(p): Parameters<IssueIn>,
-    ) -> Result<Json<Done>, String> {
+    ) -> Result<Json<Done>, ToolError> {
         self.writes("release_quarantine")?;
         let n = ranged("number", p.number, 1, i64::MAX)? as u64;
         let this = self.clone();
@@ -792,7 +887,7 @@ impl AfkMcp {
             let t = this.tracker()?;
             operator::release_quarantine(&this.layout, t.as_ref(), n, Via::Mcp)
                 .map(|message| Json(Done { message }))
-                .map_err(|e| e.to_string())
+                .map_err(ToolError::from)
         })
         .await
     }
@@ -801,20 +896,19 @@ impl AfkMcp {
         description = "Write (needs --allow-writes): stop one slot's worker (drain-then-retire or hard-kill); the slot stays empty until restarted (`afk-supervisor restart N`).",
         annotations(read_only_hint = false, destructive_hint = true)
     )]
-    async fn stop_slot(&self, Parameters(p): Parameters<StopSlotIn>) -> Result<Json<Done>, String> {
+    async fn stop_slot(
+        &self,
+        Parameters(p): Parameters<StopSlotIn>,
+    ) -> Result<Json<Done>, ToolError> {
         self.writes("stop_slot")?;
         let slot = ranged("slot", p.slot, 0, MAX_TARGET as i64)? as usize;
         let mode = mode_arg(p.mode.as_deref())?;
         let layout = self.layout.clone();
         let wait = Duration::from_secs((3 * self.config.timing.tick_s).clamp(10, 30));
         blocking(move || {
-            match operator::slot_act(&layout, slot, Action::Stop, mode, Via::Mcp, wait)
-                .map_err(|e| e.to_string())?
-            {
+            match operator::slot_act(&layout, slot, Action::Stop, mode, Via::Mcp, wait)? {
                 operator::SlotOutcome::Done { message, .. } => Ok(Json(Done { message })),
-                operator::SlotOutcome::Pending { pid } => Err(format!(
-                    "stop slot {slot}: no answer from the supervisor (pid={pid}) yet; it acts at its next tick"
-                )),
+                operator::SlotOutcome::Pending { pid } => Err(ToolError::SlotPending { slot, pid }),
             }
         })
         .await
@@ -822,10 +916,10 @@ impl AfkMcp {
 }
 
 impl AfkMcp {
-    fn require_running(&self) -> Result<(), String> {
+    fn require_running(&self) -> Result<(), ToolError> {
         crate::supervisor::os::lock::running_supervisor(&self.layout)
             .map(|_| ())
-            .map_err(|e| format!("no supervisor running for this project ({e})"))
+            .map_err(ToolError::NotRunning)
     }
 
     fn instructions(&self) -> String {
@@ -842,20 +936,28 @@ impl AfkMcp {
 }
 
 /// The last `max` bytes of a file (no link followed), from the start of a line.
-fn tail_bytes(path: &std::path::Path, max: u64) -> Result<Vec<u8>, String> {
+fn tail_bytes(path: &std::path::Path, max: u64) -> Result<Vec<u8>, ToolError> {
     use std::io::{Read, Seek, SeekFrom};
     let mut opts = std::fs::OpenOptions::new();
     opts.read(true);
-    let err = |e: String| format!("{}: {e}", path.display());
+    let err = |e: std::io::Error| ToolError::File {
+        path: path.to_path_buf(),
+        source: e.into(),
+    };
     let mut f = crate::fsutil::open_regular(path, opts, crate::fsutil::Links::Refuse)
-        .map_err(|e| err(e.to_string()))?
-        .ok_or_else(|| err("not found".into()))?;
-    let len = f.metadata().map_err(|e| err(e.to_string()))?.len();
+        .map_err(|source| ToolError::File {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .ok_or_else(|| ToolError::Missing {
+            path: path.to_path_buf(),
+        })?;
+    let len = f.metadata().map_err(err)?.len();
     let from = len.saturating_sub(max);
     let mut buf = Vec::new();
     f.seek(SeekFrom::Start(from))
         .and_then(|_| f.take(max).read_to_end(&mut buf))
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(err)?;
     if from > 0
         && let Some(i) = buf.iter().position(|b| *b == b'\n')
     {
@@ -915,7 +1017,7 @@ impl ServerHandler for AfkMcp {
             tail_bytes(&path, SLOT_LOG_TAIL_BYTES).map(|b| String::from_utf8_lossy(&b).into_owned())
         })
         .await
-        .map_err(|e| ErrorData::internal_error(e, None))?;
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri)]).into())
     }
 }
@@ -931,11 +1033,8 @@ pub fn serve(layout: Layout, config: Config, allow_writes: bool) -> Result<(), M
         let running = server
             .serve(rmcp::transport::stdio())
             .await
-            .map_err(|e| McpError::Serve(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| McpError::Serve(e.to_string()))?;
+            .map_err(|e| McpError::Initialize(Box::new(e)))?;
+        running.waiting().await.map_err(McpError::Serve)?;
         Ok(())
     })
 }

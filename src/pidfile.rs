@@ -72,6 +72,8 @@ impl std::fmt::Display for NotLive {
     }
 }
 
+impl std::error::Error for NotLive {}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadReason {
     Missing,

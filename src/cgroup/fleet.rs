@@ -19,7 +19,8 @@ use std::io;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{Cgroup, CgroupError, hierarchy};
+use super::hierarchy::{self, HierarchyError};
+use super::{Cgroup, CgroupError};
 
 /// The leaf the supervisor itself lives in.
 pub const SUPERVISOR_LEAF: &str = "supervisor";
@@ -90,7 +91,7 @@ pub fn fleet_name(repo: &Path, lane: &Path) -> String {
 
 /// The fleet directory under `parent` (`isolation.cgroup_root`) or the supervisor's own
 /// cgroup, without creating anything: for a `stop` or a test that looks for it.
-pub fn fleet_dir(parent: Option<&Path>, name: &str) -> Result<Cgroup, String> {
+pub fn fleet_dir(parent: Option<&Path>, name: &str) -> Result<Cgroup, HierarchyError> {
     let parent = match parent {
         Some(p) => Cgroup::at(p),
         None => outside_own_leaf(hierarchy::own()?.1, name),
@@ -126,17 +127,31 @@ pub struct Entered {
     origin: Cgroup,
 }
 
+/// Why the fleet's subtree could not be made or entered.
+#[derive(Debug, thiserror::Error)]
+pub enum EnterError {
+    #[error(transparent)]
+    Hierarchy(#[from] HierarchyError),
+    /// `isolation.cgroup_root` names no directory of the hierarchy.
+    #[error("{} is not a cgroup v2 directory", .parent.display())]
+    NoParent { parent: std::path::PathBuf },
+    #[error("cgroup v2 subtree not writable: {0}")]
+    NotWritable(#[source] CgroupError),
+}
+
 /// Makes the fleet's directory and leaf and moves this process in; or says why the subtree
 /// is not writable (the caller then runs in process-group mode, or refuses to start where
 /// `isolation.mode = "cgroup"` asked for it).
-pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, String> {
+pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, EnterError> {
     let (mount, own) = hierarchy::own()?;
     let origin = own.clone();
     let parent = match parent {
         Some(p) => {
             let c = Cgroup::at(p);
             if !c.exists() {
-                return Err(format!("{} is not a cgroup v2 directory", p.display()));
+                return Err(EnterError::NoParent {
+                    parent: p.to_path_buf(),
+                });
             }
             c
         }
@@ -153,7 +168,7 @@ pub fn enter(parent: Option<&Path>, name: &str) -> Result<Entered, String> {
         if !existed {
             let _ = root.remove_tree();
         }
-        return Err(format!("cgroup v2 subtree not writable: {e}"));
+        return Err(EnterError::NotWritable(e));
     }
     Ok(Entered {
         parent_is_mount_root: mount.point == parent.dir(),

@@ -73,19 +73,33 @@ pub fn dir_of(mount: &Mount, path: &str) -> Option<Cgroup> {
     }))
 }
 
+/// Why this process has no cgroup v2 directory to work in.
+#[derive(Debug, thiserror::Error)]
+pub enum HierarchyError {
+    #[error("cannot read {file}: {source}")]
+    Read {
+        file: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no cgroup v2 hierarchy is mounted")]
+    NoMount,
+    #[error("this process is in no cgroup v2 cgroup")]
+    NoCgroup,
+    #[error("own cgroup {path} is outside the v2 mount at {}", .mount.display())]
+    OutsideMount { path: String, mount: PathBuf },
+}
+
 /// This process's cgroup directory and the mount it is under, or why there is none.
-pub fn own() -> Result<(Mount, Cgroup), String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-    let mount = parse_mount(&info).ok_or("no cgroup v2 hierarchy is mounted")?;
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-    let path = parse_own(&own).ok_or("this process is in no cgroup v2 cgroup")?;
-    let dir = dir_of(&mount, &path).ok_or_else(|| {
-        format!(
-            "own cgroup {path} is outside the v2 mount at {}",
-            mount.point.display()
-        )
+pub fn own() -> Result<(Mount, Cgroup), HierarchyError> {
+    let read = |file: &'static str| {
+        std::fs::read_to_string(file).map_err(|source| HierarchyError::Read { file, source })
+    };
+    let mount = parse_mount(&read("/proc/self/mountinfo")?).ok_or(HierarchyError::NoMount)?;
+    let path = parse_own(&read("/proc/self/cgroup")?).ok_or(HierarchyError::NoCgroup)?;
+    let dir = dir_of(&mount, &path).ok_or_else(|| HierarchyError::OutsideMount {
+        path: path.clone(),
+        mount: mount.point.clone(),
     })?;
     Ok((mount, dir))
 }

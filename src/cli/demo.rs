@@ -3,8 +3,9 @@
 
 use clap::Args;
 
+use crate::cli::Failure;
 use crate::demo_project::{self, DemoError, DemoOpts};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -23,8 +24,9 @@ pub struct DemoArgs {
 }
 
 pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("demo: this binary's path is unknown: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::about(exit_code::FAILED, "demo: this binary's path is unknown", &e)
+    })?;
     let opts = DemoOpts {
         workers: args.workers,
         issues: args.issues,
@@ -33,7 +35,7 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
     };
     let mut out = std::io::stdout();
     match demo_project::run(&opts, &exe, &mut out) {
-        Ok(_) => Ok(exit::OK),
+        Ok(_) => Ok(exit_code::OK),
         Err(DemoError::Usage(m)) => Err(Failure::usage(m)),
         Err(DemoError::Failed { what, kept }) => Err(Failure::failed(match kept {
             Some(dir) => format!(
@@ -48,19 +50,19 @@ pub fn run(args: &DemoArgs) -> Result<i32, Failure> {
 /// `demo-check`: the demo's `[checks] command`, run in the issue's worktree.
 pub fn check() -> Result<i32, Failure> {
     let cwd = std::env::current_dir()
-        .map_err(|e| Failure::failed(format!("demo-check: working directory: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "demo-check: working directory", &e))?;
     match demo_project::demo_check(&cwd) {
         Ok(failures) if failures.is_empty() => {
             outln!("demo checks: every note is checked");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Ok(failures) => {
             for f in &failures {
                 outln!("error: {f}");
             }
-            Ok(exit::FAILED)
+            Ok(exit_code::FAILED)
         }
-        Err(e) => Err(Failure::failed(format!("demo-check: {e}"))),
+        Err(e) => Err(Failure::about(exit_code::FAILED, "demo-check", &e)),
     }
 }
 
@@ -69,8 +71,8 @@ pub fn agent() -> Result<i32, Failure> {
     match demo_project::demo_agent(&crate::config::process_env()) {
         Ok(line) => {
             outln!("{line}");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
-        Err(e) => Err(Failure::failed(format!("demo-agent: {e}"))),
+        Err(e) => Err(Failure::about(exit_code::FAILED, "demo-agent", &e)),
     }
 }

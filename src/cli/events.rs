@@ -7,10 +7,11 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::event_log::stream::{EventStream, Positioned, Start};
 use crate::event_log::tail::Filter;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 /// Between two looks at the followed log.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -49,7 +50,7 @@ pub fn line(p: &Positioned, json: bool) -> String {
 }
 
 pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
-    let start = Start::parse(&args.since).map_err(|e| Failure::usage(e.to_string()))?;
+    let start = Start::parse(&args.since).map_err(|e| Failure::of(exit_code::USAGE, &e))?;
     let config = ctx.config(Overrides::default())?;
     let filter = Filter {
         kind: args.kind.clone(),
@@ -57,7 +58,7 @@ pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
     };
     let mut stream = EventStream::new(&ctx.layout.event_log(), config.log.keep, start);
     loop {
-        let batch = stream.poll().map_err(|e| Failure::failed(e.to_string()))?;
+        let batch = stream.poll()?;
         for n in &batch.notes {
             eprintln!("afk-supervisor: {n}");
         }
@@ -65,15 +66,15 @@ pub fn run(ctx: &Ctx, args: &EventsArgs) -> Result<i32, Failure> {
         for p in batch.events.iter().filter(|p| filter.matches(&p.event)) {
             if writeln!(out, "{}", line(p, args.json)).is_err() {
                 // A closed pipe (`| head`): the consumer has what it wanted.
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
         }
         if out.flush().is_err() {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         drop(out);
         if !args.follow {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         std::thread::sleep(FOLLOW_EVERY);
     }

@@ -5,9 +5,10 @@ use clap::Args;
 
 use crate::bootstrap;
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::TrackerKind;
 use crate::config::template::{self, Choices};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct InitArgs {
@@ -64,8 +65,13 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
         workers: args.workers.map(usize::from),
     };
     let text = template::render(&choices);
-    crate::fsutil::atomic_write(&path, text.as_bytes())
-        .map_err(|e| Failure::failed(format!("{}: cannot write: {e}", path.display())))?;
+    crate::fsutil::atomic_write(&path, text.as_bytes()).map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("{}: cannot write", path.display()),
+            &e,
+        )
+    })?;
     outln!("wrote {}", path.display());
     match bootstrap::ensure(&ctx.layout) {
         Ok(g) => {
@@ -91,5 +97,5 @@ pub fn run(ctx: &Ctx, args: &InitArgs) -> Result<i32, Failure> {
     outln!("  afk-supervisor config   # what the fleet will run with, each value's source");
     outln!("  {new_issue}");
     outln!("  afk-supervisor run --workers {workers}   # the fleet, in the foreground");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -6,8 +6,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::text;
 use crate::tracker::local::{Issue, ListFilter, StateFilter};
 use crate::tracker::select::{self, Backend};
@@ -215,7 +216,7 @@ pub fn run(ctx: &Ctx, args: IssueArgs) -> Result<i32, Failure> {
                 .map_err(tracker_failure)?;
         }
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
@@ -223,7 +224,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 fn tracker_failure(e: TrackerError) -> Failure {
-    Failure::failed(e.to_string())
+    Failure::of(exit_code::FAILED, &e)
 }
 
 fn local_only<'a>(
@@ -241,7 +242,7 @@ fn local_only<'a>(
 
 fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
-        .map_err(|e| Failure::failed(format!("cannot encode JSON: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode JSON", &e))?;
     outln!("{text}");
     Ok(())
 }
@@ -317,9 +318,9 @@ fn show(
         }
     };
     issue.attempts = crate::ledger::read(layout, number)
-        .map_err(|e| Failure::failed(format!("attempt ledger: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "attempt ledger", &e))?;
     issue.pr = crate::landing::read(layout, number)
-        .map_err(|e| Failure::failed(format!("landing record: {e}")))?
+        .map_err(|e| Failure::about(exit_code::FAILED, "landing record", &e))?
         .as_ref()
         .map(crate::landing::PrView::from);
     if json {

@@ -5,8 +5,9 @@
 use clap::Args;
 use serde::Serialize;
 
+use crate::cli::Failure;
 use crate::control::{self, ControlError};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::layout::Layout;
 use crate::status::health;
 
@@ -36,10 +37,9 @@ struct Row {
 }
 
 pub fn run(args: &ListArgs) -> Result<i32, Failure> {
-    let file = crate::fleets::path().map_err(|e| Failure::failed(e.to_string()))?;
+    let file = crate::fleets::path()?;
     if args.forget_gone {
-        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())
-            .map_err(|e| Failure::failed(e.to_string()))?;
+        let forgotten = crate::fleets::forget(&file, |repo| !repo.is_dir())?;
         // On stderr: stdout stays the list (`--json` parses as before).
         for repo in &forgotten {
             eprintln!(
@@ -48,7 +48,7 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             );
         }
     }
-    let repos = crate::fleets::read(&file).map_err(|e| Failure::failed(e.to_string()))?;
+    let repos = crate::fleets::read(&file)?;
     let rows: Vec<Row> = repos
         .iter()
         .map(|repo| {
@@ -83,16 +83,16 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
         .collect();
     if args.json {
         let text = serde_json::to_string_pretty(&rows)
-            .map_err(|e| Failure::failed(format!("cannot encode the list: {e}")))?;
+            .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode the list", &e))?;
         outln!("{text}");
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     if rows.is_empty() {
         outln!(
             "no fleet recorded yet ({} lists every checkout a supervisor ran in)",
             file.display()
         );
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     outln!(
         "{:<8} {:>8} {:>6} {:>4} {:<9} REPO",
@@ -119,5 +119,5 @@ pub fn run(args: &ListArgs) -> Result<i32, Failure> {
             crate::text::escape(&r.repo)
         );
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -10,10 +10,11 @@ use std::time::{Duration, SystemTime};
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::event_log::Kind;
 use crate::event_log::tail::{Filter, Tail};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::slot_log_view::{self, LogsError, SlotLogFollower};
 
 /// Between two looks at a followed file (a CLI command, not the supervisor's loop).
@@ -79,8 +80,8 @@ fn check_kind(k: &str) -> Result<(), Failure> {
 fn failed(e: impl Into<LogsError>) -> Failure {
     let e = e.into();
     match e {
-        LogsError::Duration(_) => Failure::usage(e.to_string()),
-        _ => Failure::failed(e.to_string()),
+        LogsError::Duration(_) => Failure::of(exit_code::USAGE, &e),
+        _ => Failure::of(exit_code::FAILED, &e),
     }
 }
 
@@ -92,12 +93,12 @@ fn emit(lines: impl IntoIterator<Item = String>) -> Result<bool, Failure> {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(false);
             }
-            return Err(Failure::failed(format!("stdout: {e}")));
+            return Err(Failure::about(exit_code::FAILED, "stdout", &e));
         }
     }
     out.flush().map(|()| true).or_else(|e| match e.kind() {
         std::io::ErrorKind::BrokenPipe => Ok(false),
-        _ => Err(Failure::failed(format!("stdout: {e}"))),
+        _ => Err(Failure::about(exit_code::FAILED, "stdout", &e)),
     })
 }
 
@@ -160,7 +161,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
                 _ => emit(lines)?,
             };
             if !keep_going {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
             if !(args.follow && path == log) {
                 report_skipped(&path, &tail.finish());
@@ -170,7 +171,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
             if let Some(ring) = held.take()
                 && !emit(ring)?
             {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
             std::thread::sleep(FOLLOW_EVERY);
         }
@@ -178,7 +179,7 @@ pub fn run(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
     if let Some(ring) = held {
         emit(ring)?;
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
@@ -199,7 +200,7 @@ fn worker_output(ctx: &Ctx, args: &LogsArgs) -> Result<i32, Failure> {
             eprintln!("afk-supervisor: slot {slot}: now following {}", p.display());
         }
         if !emit(lines)? || !args.follow {
-            return Ok(exit::OK);
+            return Ok(exit_code::OK);
         }
         std::thread::sleep(FOLLOW_EVERY);
     }

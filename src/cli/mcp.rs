@@ -3,8 +3,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -16,7 +17,6 @@ pub struct McpArgs {
 
 pub fn run(ctx: &Ctx, args: &McpArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
-    crate::mcp_server::serve(ctx.layout.clone(), config, args.allow_writes)
-        .map_err(|e| Failure::failed(e.to_string()))?;
-    Ok(exit::OK)
+    crate::mcp_server::serve(ctx.layout.clone(), config, args.allow_writes)?;
+    Ok(exit_code::OK)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand};
 
 use crate::config::{self, Config, Overrides, TrackerKind};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::layout::Layout;
 
 #[macro_use]
@@ -15,6 +15,7 @@ mod out;
 
 mod demo;
 mod events;
+mod failure;
 mod init;
 mod issue;
 mod list;
@@ -38,6 +39,8 @@ mod tmux;
 mod unblock;
 mod worker;
 
+pub use failure::{Failure, chain};
+
 /// `--version`: the package version, the git revision it was built from (`unknown` from a
 /// tarball) and the build date, so a bug report names the exact build.
 pub const VERSION: &str = concat!(
@@ -49,25 +52,22 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them.
-pub const EXIT_CODES: &str = "Exit codes:
-  0    done (status: running and healthy)
-  1    failed (status: running but degraded)
-  2    usage error
-  3    status: no supervisor is running
-  4    boot halted; nothing was spawned
-  69   worker: the tracker failed transiently (not a death)
-  75   worker: rate limited, or the fleet is paused for one (not a death)
-  76   worker: the agent's account or the day's budget holds the fleet (not a death)
-  78   configuration error
-  129/130/143  stopped by SIGHUP/SIGINT/SIGTERM";
+/// `--help`'s footer: the exit codes (`docs/SPEC.md` §9), where scripts look for them, from
+/// the one table ([`exit_code::Exit::ALL`]).
+pub fn exit_codes_footer() -> String {
+    let mut out = String::from("Exit codes:");
+    for e in exit_code::Exit::ALL {
+        out.push_str(&format!("\n  {:<4} {}", e.code(), e.meaning()));
+    }
+    out
+}
 
 #[derive(Debug, Parser)]
 #[command(
     name = "afk-supervisor",
     version = VERSION,
     about = "Supervise a fleet of AFK coding-agent workers",
-    after_help = EXIT_CODES
+    after_help = exit_codes_footer()
 )]
 pub struct Cli {
     /// The repository to work in (default: the git top-level of the working directory).
@@ -178,12 +178,10 @@ impl Ctx {
             &self.layout,
             &config::process_env(),
             &overrides,
-        )
-        .map_err(|e| Failure::config(e.0))?;
+        )?;
         // `[cluster]`: every command that claims, restores or reports does it through etcd
         // (`docs/SPEC.md` §11.23); nothing is called until a command needs it.
-        crate::cluster::install_for(&c, &self.layout)
-            .map_err(|e| Failure::config(e.to_string()))?;
+        crate::cluster::install_for(&c, &self.layout)?;
         Ok((c, sources))
     }
 }
@@ -214,9 +212,9 @@ where
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                exit::USAGE
+                exit_code::USAGE
             } else {
-                exit::OK
+                exit_code::OK
             };
         }
     };
@@ -238,9 +236,9 @@ fn finish(end: Result<i32, Failure>) -> i32 {
         }
     };
     match out::finish() {
-        Err(e) if code == exit::OK => {
+        Err(e) if code == exit_code::OK => {
             eprintln!("afk-supervisor: {e}");
-            exit::FAILED
+            exit_code::FAILED
         }
         _ => code,
     }
@@ -312,9 +310,9 @@ fn ignoring_red(ctx: &Ctx, end: Result<i32, Failure>) -> Result<i32, Failure> {
 /// configuration (`gh auth login`, `tracker.kind`), else exit 1.
 pub fn select_failure(e: crate::tracker::SelectError) -> Failure {
     if e.is_config() {
-        Failure::config(e.to_string())
+        Failure::of(exit_code::CONFIG, &e)
     } else {
-        Failure::failed(format!("issue tracker: {e}"))
+        Failure::about(exit_code::FAILED, "issue tracker", &e)
     }
 }
 
@@ -346,9 +344,11 @@ pub fn resolve_repo(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| {
-            Failure::failed(format!(
-                "git rev-parse --show-toplevel: cannot run git: {e}"
-            ))
+            Failure::about(
+                exit_code::FAILED,
+                "git rev-parse --show-toplevel: cannot run git",
+                &e,
+            )
         })?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();

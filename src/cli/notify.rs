@@ -5,8 +5,9 @@
 use clap::{Args, Subcommand};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct NotifyArgs {
@@ -72,5 +73,9 @@ pub fn run(ctx: &Ctx, args: &NotifyArgs) -> Result<i32, Failure> {
             }
         }
     }
-    Ok(if failed == 0 { exit::OK } else { exit::FAILED })
+    Ok(if failed == 0 {
+        exit_code::OK
+    } else {
+        exit_code::FAILED
+    })
 }

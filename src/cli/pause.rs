@@ -4,8 +4,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::control::operator::{self, PauseOutcome, Via};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct PauseArgs {
@@ -23,22 +24,19 @@ pub fn pause(ctx: &Ctx, args: &PauseArgs) -> Result<i32, Failure> {
         .until
         .as_deref()
         .map(operator::parse_until)
-        .transpose()
-        .map_err(Failure::usage)?;
-    let out = operator::pause(&ctx.layout, args.reason.as_deref(), until, Via::Cli, false)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+        .transpose()?;
+    let out = operator::pause(&ctx.layout, args.reason.as_deref(), until, Via::Cli, false)?;
     print_outcome("fleet paused", &out);
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 pub fn resume(ctx: &Ctx) -> Result<i32, Failure> {
-    let out = operator::resume(&ctx.layout, Via::Cli, false)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let out = operator::resume(&ctx.layout, Via::Cli, false)?;
     match &out.pause {
         Some(_) => print_outcome("fleet resumed; the operator pause was", &out),
         None => outln!("no operator pause was in force"),
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn print_outcome(what: &str, out: &PauseOutcome) {

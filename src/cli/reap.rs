@@ -2,8 +2,9 @@
 //! branch reaper and nothing else (no worker, no claim, no other sweep).
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::git::Git;
 use crate::sweeps::base_fetch::BaseFetch;
 use crate::sweeps::branch_reaper;
@@ -27,8 +28,7 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
         &config.fleet.base,
         args.dry_run,
         &BaseFetch::default(),
-    )
-    .map_err(|e| Failure::failed(e.to_string()))?;
+    )?;
     if let Some(e) = &report.tracker_error {
         eprintln!("afk-supervisor: warning: tracker failed, every afk branch spared: {e}");
     }
@@ -38,6 +38,6 @@ pub fn run(ctx: &Ctx, args: &ReapArgs) -> Result<i32, Failure> {
     }
     match report.delete_error() {
         Some(e) => Err(Failure::failed(e)),
-        None => Ok(exit::OK),
+        None => Ok(exit_code::OK),
     }
 }

@@ -6,9 +6,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::operator::{self, OperatorError, SlotOutcome, Via};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::lanes::slot_control::Action;
 use crate::lanes::state_file::ShrinkMode;
 
@@ -57,13 +58,13 @@ pub fn slot(
     ) {
         Ok(SlotOutcome::Done { pid, message }) => {
             outln!("{message} (supervisor pid={pid})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Ok(SlotOutcome::Pending { pid }) => Err(Failure::failed(format!(
             "{action} slot {slot}: no answer from the supervisor (pid={pid}) within {timeout}s; \
              the request stays in the lane and is acted on at its next tick"
         ))),
-        Err(e @ OperatorError::OutOfRange { .. }) => Err(Failure::usage(e.to_string())),
-        Err(e) => Err(Failure::failed(e.to_string())),
+        Err(e @ OperatorError::OutOfRange { .. }) => Err(Failure::of(exit_code::USAGE, &e)),
+        Err(e) => Err(Failure::of(exit_code::FAILED, &e)),
     }
 }

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::supervisor::main_loop::{self as sup_run, RunEnd, RunError, TrackerOpener};
 use crate::tracker::select::{self, SelectError, Selected};
 
@@ -46,8 +47,7 @@ pub fn checked_config(
     }
     if config.worker.command.is_none() {
         // The built-in worker would exit 78 on every slot: refuse before anything exists.
-        crate::program::check_agent(&config, &ctx.layout)
-            .map_err(|e| Failure::config(e.to_string()))?;
+        crate::program::check_agent(&config, &ctx.layout)?;
         // Nor run agents unconfined where the sandbox asked for cannot be had (which one
         // is in force is the supervisor's first `supervisor.isolation` line).
         sandbox_in_force(&config, &sources)?;
@@ -67,7 +67,7 @@ pub fn sandbox_in_force(
         config.agent.network,
         &sources.describe("agent.sandbox"),
     )
-    .map_err(|e| Failure::config(e.to_string()))
+    .map_err(Failure::from)
 }
 
 pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
@@ -86,7 +86,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
     }
     match sup_run::run(&ctx.layout, config, opener) {
         Ok(RunEnd::Stopped(code)) => Ok(code),
-        Ok(RunEnd::BootHalted) => Ok(exit::BOOT_HALTED),
+        Ok(RunEnd::BootHalted) => Ok(exit_code::BOOT_HALTED),
         Err(e) => Err(run_failure(e)),
     }
 }
@@ -96,12 +96,12 @@ fn run_failure(e: RunError) -> Failure {
     match e {
         // A host without the cgroup subtree the config requires will not grow one on a
         // restart: a configuration error, like a missing worker command.
-        RunError::NoWorkerCommand(_) | RunError::Isolation(_) => Failure::config(e.to_string()),
+        RunError::NoWorkerCommand(_) | RunError::Isolation(_) => Failure::of(exit_code::CONFIG, &e),
         RunError::EventLoop(_)
         | RunError::Signals(_)
         | RunError::Lock(_)
         | RunError::Log(_)
-        | RunError::StateFile(_) => Failure::failed(e.to_string()),
+        | RunError::StateFile(_) => Failure::of(exit_code::FAILED, &e),
     }
 }
 

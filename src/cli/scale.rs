@@ -5,9 +5,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::lanes::scale_directive::MAX_TARGET;
 use crate::lanes::state_file::ShrinkMode;
 
@@ -42,8 +43,7 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
         args.target,
         args.shrink_mode,
         Duration::from_secs(timeout),
-    )
-    .map_err(|e| Failure::failed(e.to_string()))?;
+    )?;
     outln!("{outcome}");
     if matches!(outcome, ScaleOutcome::Applied { .. })
         && let Some(p) = crate::lanes::pause_file::operator_active(&ctx.layout.state())
@@ -54,7 +54,7 @@ pub fn run(ctx: &Ctx, args: &ScaleArgs) -> Result<i32, Failure> {
         );
     }
     Ok(match outcome {
-        ScaleOutcome::Applied { .. } => exit::OK,
-        ScaleOutcome::Pending { .. } => exit::FAILED,
+        ScaleOutcome::Applied { .. } => exit_code::OK,
+        ScaleOutcome::Pending { .. } => exit_code::FAILED,
     })
 }

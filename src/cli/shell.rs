@@ -8,8 +8,9 @@ use std::io::Write;
 
 use clap::{Args, CommandFactory};
 
-use crate::cli::{Cli, EXIT_CODES};
-use crate::exit::{self, Failure};
+use crate::cli::Cli;
+use crate::cli::Failure;
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct CompletionsArgs {
@@ -58,7 +59,7 @@ pub fn man() -> Result<i32, Failure> {
         out.extend_from_slice(exit_status_section().as_bytes());
         page.render_version_section(&mut out)
     })();
-    rendered.map_err(|e| Failure::failed(format!("man page: {e}")))?;
+    rendered.map_err(|e| Failure::about(exit_code::FAILED, "man page", &e))?;
     emit(&out)
 }
 
@@ -129,11 +130,11 @@ fn arg_heading(arg: &clap::Arg) -> String {
     line
 }
 
-/// `EXIT STATUS`: the same table as `--help`'s footer, kept as laid out.
+/// `EXIT STATUS`: the one table ([`exit_code::Exit::ALL`]), laid out as `--help`'s footer.
 fn exit_status_section() -> String {
     let mut out = String::from(".SH \"EXIT STATUS\"\n.nf\n");
-    for line in EXIT_CODES.lines().skip(1) {
-        out.push_str(&roff_line(line.trim_start()));
+    for e in exit_code::Exit::ALL {
+        out.push_str(&roff_line(&format!("{:<4} {}", e.code(), e.meaning())));
         out.push('\n');
     }
     out.push_str(".fi\n");
@@ -170,8 +171,8 @@ fn emit(bytes: &[u8]) -> Result<i32, Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Failure::failed(format!("stdout: {e}")))
+            Err(Failure::about(exit_code::FAILED, "stdout", &e))
         }
-        _ => Ok(exit::OK),
+        _ => Ok(exit_code::OK),
     }
 }

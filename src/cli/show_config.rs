@@ -3,8 +3,9 @@
 //! followed by its source: `default`, `file PATH:LINE:COL`, `env RED_AFK_…` or `flag --…`.
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::{self, Overrides};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
     let (c, src) = ctx.config_with_sources(Overrides::default())?;
@@ -239,5 +240,5 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
         key("timeout_s", s.timeout_s.to_string());
         key("retry_for_s", s.retry_for_s.to_string());
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

@@ -6,8 +6,9 @@ use clap::{Args, ValueEnum};
 
 use crate::budget::{self, By};
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ByArg {
@@ -65,7 +66,7 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "reserved": reserved.json(),
         });
         outln!("{out}");
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     let head = match by {
         By::Day => "day",
@@ -102,5 +103,5 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             total.attempts
         );
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

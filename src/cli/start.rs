@@ -11,9 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::cli::run::RunArgs;
 use crate::control;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 /// How long `start` waits for the supervisor to take its lane (it does so before the boot
 /// sweeps, so this is process start-up and one config load).
@@ -35,16 +36,21 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         )));
     }
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let out_path = ctx.layout.supervisor_out();
     let lane = ctx.layout.supervisor_lane();
-    std::fs::create_dir_all(&lane)
-        .map_err(|e| Failure::failed(format!("{}: cannot create: {e}", lane.display())))?;
+    std::fs::create_dir_all(&lane).map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("{}: cannot create", lane.display()),
+            &e,
+        )
+    })?;
     let out = crate::fsutil::open_append(&out_path)
-        .map_err(|e| Failure::failed(format!("{}: {e}", out_path.display())))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, out_path.display(), &e))?;
     let err = out
         .try_clone()
-        .map_err(|e| Failure::failed(format!("{}: {e}", out_path.display())))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, out_path.display(), &e))?;
     let started_at = out.metadata().map_or(0, |m| m.len());
     let mut cmd = Command::new(&exe);
     cmd.arg("--repo").arg(ctx.layout.repo());
@@ -67,20 +73,28 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::failed(format!("cannot start {}: {e}", exe.display())))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        Failure::about(
+            exit_code::FAILED,
+            format!("cannot start {}", exe.display()),
+            &e,
+        )
+    })?;
     let pid = child.id() as i32;
     let deadline = Instant::now() + READY_WITHIN;
     loop {
         if let Some(status) = child
             .try_wait()
-            .map_err(|e| Failure::failed(format!("supervisor pid={pid}: {e}")))?
+            .map_err(|e| Failure::about(exit_code::FAILED, format!("supervisor pid={pid}"), &e))?
         {
-            let code = status.code().unwrap_or(exit::FAILED);
+            let code = status.code().unwrap_or(exit_code::FAILED);
             let tail = output_tail(&out_path, started_at);
             return Err(Failure::new(
-                if code == exit::OK { exit::FAILED } else { code },
+                if code == exit_code::OK {
+                    exit_code::FAILED
+                } else {
+                    code
+                },
                 format!(
                     "the supervisor ended at once (exit {code}): {}; its output: {}",
                     tail.unwrap_or_else(|| "no output".into()),
@@ -105,7 +119,7 @@ pub fn run(ctx: &Ctx, args: &RunArgs) -> Result<i32, Failure> {
         out_path.display()
     );
     outln!("  afk-supervisor status    afk-supervisor logs -f    afk-supervisor stop");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 /// The last lines this start appended to `supervisor.out`, joined with ` | `.

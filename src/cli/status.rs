@@ -5,8 +5,9 @@ use std::io::{IsTerminal, Write};
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::control::{self, ControlError};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::status::{self, health, live, view};
 
 #[derive(Debug, Clone, Args)]
@@ -41,7 +42,7 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
             let why = health::degraded(&report);
             if args.json {
                 let value = health::report_json(&report)
-                    .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))?;
+                    .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode status", &e))?;
                 outln!("{}", encode(&value)?);
             } else {
                 out!("{}", status::render_status(&report));
@@ -50,9 +51,9 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
                 }
             }
             Ok(if why.is_empty() {
-                exit::OK
+                exit_code::OK
             } else {
-                exit::FAILED
+                exit_code::FAILED
             })
         }
         Err(e @ ControlError::NotRunning(_)) => {
@@ -71,9 +72,9 @@ pub fn run(ctx: &Ctx, args: &StatusArgs) -> Result<i32, Failure> {
                     pids.join(", ")
                 );
             }
-            Ok(exit::NOT_RUNNING)
+            Ok(exit_code::NOT_RUNNING)
         }
-        Err(e) => Err(Failure::failed(e.to_string())),
+        Err(e) => Err(Failure::of(exit_code::FAILED, &e)),
     }
 }
 
@@ -88,13 +89,13 @@ fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
     };
     let v = c
         .fleet_view(cfg.tracker.write_budgets())
-        .map_err(|e| Failure::failed(format!("status --fleet: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "status --fleet", &e))?;
     if json {
         outln!("{}", encode(&v)?);
-        return Ok(exit::OK);
+        return Ok(exit_code::OK);
     }
     out!("{}", render_fleet(&v));
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 /// The plain form of `status --fleet`: one line per host, one per slot with an issue.
@@ -160,7 +161,7 @@ fn render_fleet(v: &serde_json::Value) -> String {
 
 fn encode(value: &serde_json::Value) -> Result<String, Failure> {
     serde_json::to_string_pretty(value)
-        .map_err(|e| Failure::failed(format!("cannot encode status: {e}")))
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot encode status", &e))
 }
 
 fn watch(ctx: &Ctx) -> Result<i32, Failure> {
@@ -171,8 +172,8 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
         let no_color = std::env::var_os("NO_COLOR");
         let colour = view::colour_wanted(true, no_color.as_deref());
         live::run(&repo, colour, fetch)
-            .map_err(|e| Failure::failed(format!("status --watch: terminal: {e}")))?;
-        return Ok(exit::OK);
+            .map_err(|e| Failure::about(exit_code::FAILED, "status --watch: terminal", &e))?;
+        return Ok(exit_code::OK);
     }
     // Off a terminal: one plain snapshot after another (a log, a pipe), no escape codes.
     loop {
@@ -185,9 +186,9 @@ fn watch(ctx: &Ctx) -> Result<i32, Failure> {
         let mut out = stdout.lock();
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return Ok(exit::OK);
+                return Ok(exit_code::OK);
             }
-            return Err(Failure::failed(format!("stdout: {e}")));
+            return Err(Failure::about(exit_code::FAILED, "stdout", &e));
         }
         drop(out);
         std::thread::sleep(live::EVERY);

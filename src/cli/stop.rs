@@ -5,9 +5,10 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::{self, StopOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 
 #[derive(Debug, Clone, Args)]
 pub struct StopArgs {
@@ -45,8 +46,7 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
     let config = ctx.config(Overrides::default())?;
     let t = &config.timing;
     let timeout = args.timeout.unwrap_or(t.stop_grace_s + t.tick_s + 15);
-    let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let outcome = control::stop(&ctx.layout, Duration::from_secs(timeout), args.force)?;
     if args.force && matches!(outcome, StopOutcome::Stopped { .. }) {
         // Nobody else is left to keep the killed workers' work: keep it now.
         for r in control::rescue_killed(&ctx.layout, &config) {
@@ -69,18 +69,18 @@ pub fn run(ctx: &Ctx, args: &StopArgs) -> Result<i32, Failure> {
             } else {
                 outln!("fleet stopped (supervisor pid={pid})");
             }
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::Stopped {
             pid: None,
             workers_killed,
         } => {
             outln!("fleet stopped (no supervisor, workers killed={workers_killed})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::NothingRunning => {
             outln!("no fleet running");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         StopOutcome::OrphanWorkers { live } => Err(Failure::failed(format!(
             "no supervisor running, but {live} processes of the fleet are live \

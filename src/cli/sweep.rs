@@ -4,8 +4,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::git::Git;
 use crate::sweeps::suite::{self, BootError, SuiteRun};
 use crate::sweeps::{SweepCtx, SweepName};
@@ -54,9 +55,9 @@ pub fn run(ctx: &Ctx, args: &SweepArgs) -> Result<i32, Failure> {
     let run = suite::run_suite(&sweep_ctx, &only);
     print_run(&run, args);
     match run.end {
-        Ok(()) => Ok(exit::OK),
-        Err(BootError::Halted(msg)) => Err(Failure::new(exit::BOOT_HALTED, msg)),
-        Err(e @ BootError::Failed(_)) => Err(Failure::failed(e.to_string())),
+        Ok(()) => Ok(exit_code::OK),
+        Err(BootError::Halted(msg)) => Err(Failure::new(exit_code::BOOT_HALTED, msg)),
+        Err(e @ BootError::Failed(_)) => Err(Failure::of(exit_code::FAILED, &e)),
         Err(e @ BootError::Precheck(_)) => Err(Failure::failed(e.log_message())),
     }
 }

@@ -3,8 +3,9 @@
 use clap::{Args, Subcommand};
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::service_unit::{self, UnitError};
 
 #[derive(Debug, Clone, Args)]
@@ -42,8 +43,8 @@ fn unit_dir() -> Result<std::path::PathBuf, Failure> {
 
 fn unit_failure(e: UnitError) -> Failure {
     match e {
-        UnitError::Io { .. } => Failure::failed(e.to_string()),
-        _ => Failure::usage(e.to_string()),
+        UnitError::Io { .. } => Failure::of(exit_code::FAILED, &e),
+        _ => Failure::of(exit_code::USAGE, &e),
     }
 }
 
@@ -63,7 +64,7 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
     }
     let config = ctx.config(Overrides::default())?;
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let agent = config
         .agent
         .command
@@ -99,7 +100,7 @@ fn install(ctx: &Ctx, args: &InstallArgs) -> Result<i32, Failure> {
         );
     }
     out!("{}", plan.next_steps());
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }
 
 fn uninstall(ctx: &Ctx) -> Result<i32, Failure> {
@@ -113,5 +114,5 @@ fn uninstall(ctx: &Ctx) -> Result<i32, Failure> {
     }
     outln!("systemctl --user stop '{unit}'   # if it is still running");
     outln!("systemctl --user daemon-reload");
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

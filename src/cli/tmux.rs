@@ -12,9 +12,10 @@ use clap::Args;
 use std::time::Duration;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
 use crate::control::{self, ScaleOutcome};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::lanes::state_file::ShrinkMode;
 
 #[derive(Debug, Clone, Args)]
@@ -56,7 +57,7 @@ fn tmux(args: &[OsString]) -> Result<std::process::Output, Failure> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| Failure::failed(format!("cannot run tmux: {e}")))
+        .map_err(|e| Failure::about(exit_code::FAILED, "cannot run tmux", &e))
 }
 
 fn checked(args: Vec<OsString>) -> Result<(), Failure> {
@@ -117,7 +118,7 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
     }
     let target: OsString = format!("={name}").into();
     let exe = std::env::current_exe()
-        .map_err(|e| Failure::failed(format!("this binary's path is unknown: {e}")))?;
+        .map_err(|e| Failure::about(exit_code::FAILED, "this binary's path is unknown", &e))?;
     let repo = ctx.layout.repo();
     let exists = tmux(&["has-session".into(), "-t".into(), target.clone()])?
         .status
@@ -168,7 +169,11 @@ pub fn run(ctx: &Ctx, args: &TmuxArgs) -> Result<i32, Failure> {
         let err = Command::new("tmux")
             .args([verb.into(), "-t".into(), target])
             .exec();
-        return Err(Failure::failed(format!("cannot run tmux {verb}: {err}")));
+        return Err(Failure::about(
+            exit_code::FAILED,
+            format!("cannot run tmux {verb}"),
+            &err,
+        ));
     }
-    Ok(exit::OK)
+    Ok(exit_code::OK)
 }

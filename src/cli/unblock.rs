@@ -11,8 +11,9 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::Overrides;
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::host_lock as lock;
 use crate::supervisor::unblock_belt::{Belt, BeltPass};
 use crate::sweeps::unblock_sweep::{self, Exclusive, UnblockReport};
@@ -50,18 +51,17 @@ pub fn run(ctx: &Ctx, args: &UnblockArgs) -> Result<i32, Failure> {
 }
 
 fn once(tracker: &dyn Tracker, label: &str, dry_run: bool) -> Result<i32, Failure> {
-    let outcome = unblock_sweep::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+    let outcome = unblock_sweep::exclusive_pass(tracker, dry_run, &lock::runtime_dir(), label)?;
     match outcome {
         Exclusive::Busy(holder) => {
             outln!("unblock: skipped, another pass is running ({holder})");
-            Ok(exit::OK)
+            Ok(exit_code::OK)
         }
         Exclusive::Done(r) => {
             print_report(&r, dry_run);
             match r.write_error {
-                Some(e) => Err(Failure::failed(e.to_string())),
-                None => Ok(exit::OK),
+                Some(e) => Err(Failure::of(exit_code::FAILED, &e)),
+                None => Ok(exit_code::OK),
             }
         }
     }
@@ -109,14 +109,14 @@ struct StopSignals {
 impl StopSignals {
     fn install() -> Result<Self, Failure> {
         let mut signals = Signals::new([SIGINT, SIGTERM])
-            .map_err(|e| Failure::failed(format!("cannot install signal handlers: {e}")))?;
+            .map_err(|e| Failure::about(exit_code::FAILED, "cannot install signal handlers", &e))?;
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             for sig in signals.forever() {
                 let code = if sig == SIGINT {
-                    exit::SIGINT
+                    exit_code::SIGINT
                 } else {
-                    exit::SIGTERM
+                    exit_code::SIGTERM
                 };
                 if tx.send(code).is_err() {
                     break;

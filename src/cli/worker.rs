@@ -5,8 +5,9 @@
 use clap::Args;
 
 use crate::cli::Ctx;
+use crate::cli::Failure;
 use crate::config::{self, Overrides};
-use crate::exit::{self, Failure};
+use crate::exit_code;
 use crate::tracker;
 use crate::worker::{self, WorkerEnv, WorkerError, WorkerOpts, WorkerOutcome};
 
@@ -43,29 +44,29 @@ pub fn run(ctx: &Ctx, args: WorkerArgs) -> Result<i32, Failure> {
 /// An outcome's exit code; none prints a line (the worker logged what happened).
 pub fn outcome_code(o: WorkerOutcome) -> i32 {
     match o {
-        WorkerOutcome::Done | WorkerOutcome::NoWork | WorkerOutcome::Retired => exit::OK,
-        WorkerOutcome::AgentFailed => exit::FAILED,
-        WorkerOutcome::Interrupted { signal } => exit::signalled(signal),
-        WorkerOutcome::AgentPaused => exit::AGENT_PAUSED,
+        WorkerOutcome::Done | WorkerOutcome::NoWork | WorkerOutcome::Retired => exit_code::OK,
+        WorkerOutcome::AgentFailed => exit_code::FAILED,
+        WorkerOutcome::Interrupted { signal } => exit_code::signalled(signal),
+        WorkerOutcome::AgentPaused => exit_code::AGENT_PAUSED,
     }
 }
 
 /// An error's exit code and its one line.
 pub fn failure(e: WorkerError) -> Failure {
     let code = match &e {
-        WorkerError::Config(_) => exit::CONFIG,
-        WorkerError::BootHalted(_) => exit::BOOT_HALTED,
-        WorkerError::RateLimited(_) | WorkerError::ClusterLost(_) => exit::RATE_LIMITED,
-        WorkerError::TrackerUnavailable(_) => exit::TRACKER_UNAVAILABLE,
+        WorkerError::Config(_) => exit_code::CONFIG,
+        WorkerError::BootHalted(_) => exit_code::BOOT_HALTED,
+        WorkerError::RateLimited(_) | WorkerError::ClusterLost(_) => exit_code::RATE_LIMITED,
+        WorkerError::TrackerUnavailable(_) => exit_code::TRACKER_UNAVAILABLE,
         WorkerError::Tracker(_)
         | WorkerError::Signals(_)
         | WorkerError::Bootstrap(_)
         | WorkerError::File { .. }
         | WorkerError::Git(_)
         | WorkerError::AttemptState(_)
-        | WorkerError::Agent(_) => exit::FAILED,
+        | WorkerError::Agent(_) => exit_code::FAILED,
     };
-    Failure::new(code, e.to_string())
+    Failure::of(code, &e)
 }
 
 #[cfg(test)]
@@ -85,12 +86,12 @@ mod tests {
             )))
         };
         let unavailable = code(ErrorKind::Transient);
-        assert_eq!(unavailable.code, exit::TRACKER_UNAVAILABLE);
+        assert_eq!(unavailable.code, exit_code::TRACKER_UNAVAILABLE);
         assert_eq!(unavailable.code, 69);
         assert_eq!(unavailable.message, "gh issue list: transient: x");
-        assert_eq!(code(ErrorKind::RateLimited).code, exit::RATE_LIMITED);
-        assert_eq!(code(ErrorKind::Failed).code, exit::FAILED);
-        assert_eq!(code(ErrorKind::NotFound).code, exit::FAILED);
+        assert_eq!(code(ErrorKind::RateLimited).code, exit_code::RATE_LIMITED);
+        assert_eq!(code(ErrorKind::Failed).code, exit_code::FAILED);
+        assert_eq!(code(ErrorKind::NotFound).code, exit_code::FAILED);
     }
 
     #[test]

@@ -75,13 +75,27 @@ pub fn log_request(layout: &Layout, via: Via, what: &str, slot: Option<usize>, i
     }
 }
 
+/// An `--until` that is neither a time nor a span; the message says which forms are taken.
+#[derive(Debug, thiserror::Error)]
+#[error("--until {given}: not an RFC 3339 time or a span (90m, 2h, 1d)")]
+pub struct BadUntil {
+    pub given: String,
+    #[source]
+    source: crate::slot_log_view::LogsError,
+}
+
 /// `--until`'s epoch seconds: an RFC 3339 time or a span from now.
-pub fn parse_until(s: &str) -> Result<u64, String> {
+pub fn parse_until(s: &str) -> Result<u64, BadUntil> {
     if let Some(t) = crate::timeutil::parse_rfc3339(s) {
         return Ok(crate::timeutil::epoch_secs(t));
     }
-    let span = crate::slot_log_view::parse_duration(s.trim_start_matches('+'))
-        .map_err(|_| format!("--until {s}: not an RFC 3339 time or a span (90m, 2h, 1d)"))?;
+    let span =
+        crate::slot_log_view::parse_duration(s.trim_start_matches('+')).map_err(|source| {
+            BadUntil {
+                given: s.to_string(),
+                source,
+            }
+        })?;
     Ok(crate::timeutil::now_epoch().saturating_add(span.as_secs()))
 }
 

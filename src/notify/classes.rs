@@ -346,7 +346,7 @@ pub fn classify(ev: &Record, cursor: &str, memory: &mut Memory) -> Option<Notice
         Kind::SupervisorBootSweep if msg.starts_with("boot sweeps halted: ") => {
             memory.run = None;
             f.insert("clean".into(), json!(false));
-            f.insert("exit".into(), json!(crate::exit::BOOT_HALTED));
+            f.insert("exit".into(), json!(crate::exit_code::BOOT_HALTED));
             let why = msg.trim_start_matches("boot sweeps halted: ");
             f.insert("why".into(), json!(why));
             (

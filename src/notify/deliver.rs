@@ -459,7 +459,7 @@ impl Notifier {
 #[derive(Debug, Clone)]
 pub struct Tested {
     pub sink: String,
-    pub result: Result<String, String>,
+    pub result: Result<String, sinks::Failed>,
     pub elapsed: Duration,
 }
 
@@ -481,8 +481,7 @@ pub fn test(layout: &Layout, sinks: &[Sink]) -> Vec<Tested> {
                 from: &from,
                 timeout: Duration::from_secs(s.timeout_s),
                 env: &env,
-            })
-            .map_err(|f| f.why);
+            });
             Tested {
                 sink: s.name.clone(),
                 result,

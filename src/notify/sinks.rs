@@ -52,7 +52,8 @@ impl Origin {
 }
 
 /// Why a send did not deliver.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
 pub struct Failed {
     pub why: String,
     /// The same request would fail the same way: no retry.

@@ -17,6 +17,31 @@ use crate::fsutil;
 
 pub const FILE_NAME: &str = "notify.json";
 
+/// Why the state file was not read or written; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: fsutil::SmallFileError,
+    },
+    #[error("{}: {source}", .path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("{}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The largest state file read (a full outbox of large messages is well under it).
 const MAX_BYTES: u64 = 4 << 20;
 
@@ -67,21 +92,32 @@ pub fn path(state_dir: &Path) -> PathBuf {
 
 /// The state, `None` when there is none yet; an unreadable file is an error (the caller
 /// starts afresh at the log's end and says so).
-pub fn read(file: &Path) -> Result<Option<State>, String> {
+pub fn read(file: &Path) -> Result<Option<State>, StateError> {
+    let path = || file.to_path_buf();
     match fsutil::read_small_text(file, MAX_BYTES) {
         Ok(None) => Ok(None),
-        Ok(Some(text)) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| format!("{}: {e}", file.display())),
-        Err(e) => Err(format!("{}: {e}", file.display())),
+        Ok(Some(text)) => {
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|source| StateError::Parse {
+                    path: path(),
+                    source,
+                })
+        }
+        Err(source) => Err(StateError::Read {
+            path: path(),
+            source,
+        }),
     }
 }
 
-pub fn write(file: &Path, state: &State) -> Result<(), String> {
-    let text = serde_json::to_string(state).map_err(|e| e.to_string())?;
+pub fn write(file: &Path, state: &State) -> Result<(), StateError> {
+    let text = serde_json::to_string(state).map_err(StateError::Encode)?;
     if let Some(dir) = file.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    fsutil::atomic_write(file, format!("{text}\n").as_bytes())
-        .map_err(|e| format!("{}: {e}", file.display()))
+    fsutil::atomic_write(file, format!("{text}\n").as_bytes()).map_err(|source| StateError::Write {
+        path: file.to_path_buf(),
+        source,
+    })
 }

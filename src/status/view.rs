@@ -13,7 +13,7 @@ use super::{
     tracker_words,
 };
 use crate::control::{SlotRow, StatusReport};
-use crate::exit;
+use crate::exit_code;
 use crate::lanes::state_file::SlotState;
 use crate::text;
 
@@ -162,12 +162,12 @@ fn header_lines(r: &StatusReport, p: Palette) -> Vec<Line<'static>> {
     let circuit = r.slots.iter().filter(|s| s.probe_epoch.is_some()).count();
     let parked = match (f.parked, circuit) {
         (0, _) => "parked 0".to_string(),
-        (n, 0) => format!("parked {n} (exit {})", exit::CONFIG),
+        (n, 0) => format!("parked {n} (exit {})", exit_code::CONFIG),
         (n, c) if c == n => format!("parked {n} (circuit open)"),
         (n, c) => format!(
             "parked {n} ({c} circuit open, {} exit {})",
             n - c,
-            exit::CONFIG
+            exit_code::CONFIG
         ),
     };
     let mut fleet = vec![

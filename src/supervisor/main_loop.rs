@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use crate::config::Config;
 use crate::event_log::Kind;
 use crate::event_log::Record;
-use crate::exit;
+use crate::exit_code;
 use crate::git::Git;
 use crate::lanes::state_file;
 use crate::layout::Layout;
@@ -591,7 +591,7 @@ async fn event_loop(
                     // process) the channel closed, which cannot happen while we loop.
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {e}");
                     driver.log(Record::now(Kind::SupervisorError, e.to_string()));
-                    return exit::FAILED;
+                    return exit_code::FAILED;
                 }
             },
             sig = signals.next() => match sig.map(heard) {
@@ -607,7 +607,7 @@ async fn event_loop(
                     let msg = format!("the signal descriptor failed: {e}");
                     let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                     driver.log(Record::now(Kind::SupervisorError, msg));
-                    return exit::FAILED;
+                    return exit_code::FAILED;
                 }
             },
             _ = notifier.watchdog_due() => notifier.watchdog(),
@@ -641,7 +641,7 @@ async fn event_loop(
                 let msg = format!("stop: giving up on processes that would not die: {left:?}");
                 let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
                 driver.log(Record::now(Kind::SupervisorError, msg));
-                return exit::FAILED;
+                return exit_code::FAILED;
             }
         }
     }

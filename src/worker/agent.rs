@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::error::ClusterLost;
 use super::liveness::{append_liveness, worktree_fingerprint};
 use super::{Worker, WorkerError};
 use crate::afk_env;
@@ -132,9 +133,9 @@ impl Worker<'_> {
                         break Ok(Ended::Signalled(signal));
                     }
                     use std::os::unix::process::ExitStatusExt;
-                    let code = status
-                        .code()
-                        .unwrap_or_else(|| crate::exit::signalled(status.signal().unwrap_or(0)));
+                    let code = status.code().unwrap_or_else(|| {
+                        crate::exit_code::signalled(status.signal().unwrap_or(0))
+                    });
                     break Ok(Ended::Exited(code));
                 }
                 Ok(None) => {}
@@ -157,7 +158,7 @@ impl Worker<'_> {
                     self.wenv.worker_id, issue.number
                 );
                 stop_agent(&mut child, lease_watch.grace());
-                break Err(WorkerError::ClusterLost(why));
+                break Err(why.into());
             }
             if Instant::now() >= cap {
                 eprintln!(
@@ -416,7 +417,7 @@ impl LeaseWatch {
         }
     }
 
-    fn lost(&mut self) -> Option<String> {
+    fn lost(&mut self) -> Option<ClusterLost> {
         let lane = self.lane.as_ref()?;
         if Instant::now() < self.next {
             return None;
@@ -424,12 +425,9 @@ impl LeaseWatch {
         self.next = Instant::now() + Duration::from_millis(200);
         match crate::cluster::lease::read(lane) {
             Some(r) if r.live() => None,
-            Some(r) if r.lease != 0 => Some(format!(
-                "the host's cluster lease {:x} was not renewed in time",
-                r.lease
-            )),
-            Some(r) => Some(format!("the host holds no cluster lease ({})", r.why)),
-            None => Some("the host's cluster lease file is gone".into()),
+            Some(r) if r.lease != 0 => Some(ClusterLost::NotRenewed { lease: r.lease }),
+            Some(r) => Some(ClusterLost::NoneHeld { why: r.why }),
+            None => Some(ClusterLost::LeaseFileGone),
         }
     }
 

@@ -2,6 +2,7 @@
 //! `running` label and, on a shared tracker, the claim marks (`docs/SPEC.md` §11.5); and
 //! the two acts that give a claimed issue up again (its ending comment and labels).
 
+use super::error::ClusterLost;
 use super::fence::FenceGuard;
 use super::{Worker, WorkerError};
 use crate::claim::Claim;
@@ -57,10 +58,10 @@ impl Worker<'_> {
             Some(_) => match crate::cluster::lease::read(&self.layout.supervisor_lane()) {
                 Some(r) if r.live() => Some(r),
                 r => {
-                    return Err(WorkerError::ClusterLost(format!(
-                        "no live lease of this host ({}): not claiming",
-                        r.map_or("no lease file".to_string(), |r| r.why)
-                    )));
+                    return Err(ClusterLost::NoLease {
+                        why: r.map_or("no lease file".to_string(), |r| r.why),
+                    }
+                    .into());
                 }
             },
             None => None,
@@ -101,12 +102,13 @@ impl Worker<'_> {
                             let _ = claim.release();
                             continue;
                         }
-                        Err(e) => {
+                        Err(source) => {
                             let _ = claim.release();
-                            return Err(WorkerError::ClusterLost(format!(
-                                "claiming #{} in etcd: {e}",
-                                issue.number
-                            )));
+                            return Err(ClusterLost::Claiming {
+                                issue: issue.number,
+                                source,
+                            }
+                            .into());
                         }
                     }
                 }
@@ -276,7 +278,7 @@ impl Worker<'_> {
     /// every write that acts on the claim, so a host that lost its lease writes nothing.
     pub(super) fn fenced(&self, claim: &TakenClaim) -> Result<(), WorkerError> {
         match &claim.fence {
-            Some(f) => f.holds().map_err(WorkerError::ClusterLost),
+            Some(f) => Ok(f.holds()?),
             None => Ok(()),
         }
     }

@@ -69,7 +69,39 @@ pub enum WorkerError {
     /// `[cluster]`: the host's lease is not live or the claim's fencing token no longer
     /// holds (`docs/SPEC.md` §11.23): nothing more is written for the issue; not a death.
     #[error("cluster: {0}")]
-    ClusterLost(String),
+    ClusterLost(#[from] ClusterLost),
+}
+
+/// `[cluster]`: why the worker may no longer act on its claim, or may not claim at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterLost {
+    #[error("no live lease of this host ({why}): not claiming")]
+    NoLease { why: String },
+    #[error("claiming #{issue} in etcd: {source}")]
+    Claiming {
+        issue: u64,
+        #[source]
+        source: crate::cluster::etcd::EtcdError,
+    },
+    #[error(
+        "the host's cluster lease is not live; the claim of #{issue} may be another host's by now"
+    )]
+    LeaseNotLive { issue: u64 },
+    #[error("the claim of #{issue} (revision {revision}) is gone from etcd")]
+    ClaimGone { issue: u64, revision: i64 },
+    #[error("the claim of #{issue} cannot be checked: {source}")]
+    Unchecked {
+        issue: u64,
+        #[source]
+        source: crate::cluster::etcd::EtcdError,
+    },
+    /// While the agent runs: the lease was held, then not renewed in time.
+    #[error("the host's cluster lease {lease:x} was not renewed in time")]
+    NotRenewed { lease: i64 },
+    #[error("the host holds no cluster lease ({why})")]
+    NoneHeld { why: String },
+    #[error("the host's cluster lease file is gone")]
+    LeaseFileGone,
 }
 
 impl WorkerError {

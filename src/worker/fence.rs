@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 
+use super::error::ClusterLost;
 use crate::cluster::{Cluster, Ending, Fence, lease};
 
 /// A won claim in etcd; ended when dropped, however the attempt ends.
@@ -19,23 +20,19 @@ pub(super) struct FenceGuard {
 impl FenceGuard {
     /// `Ok` while the claim holds: the host's lease is live (by the lease file's deadline)
     /// and the claim key still exists at the token's revision; else why not.
-    pub fn holds(&self) -> Result<(), String> {
-        let n = self.fence.issue;
+    pub fn holds(&self) -> Result<(), ClusterLost> {
+        let issue = self.fence.issue;
         match lease::read(&self.lane) {
             Some(r) if r.live() => {}
-            _ => {
-                return Err(format!(
-                    "the host's cluster lease is not live; the claim of #{n} may be another host's by now"
-                ));
-            }
+            _ => return Err(ClusterLost::LeaseNotLive { issue }),
         }
         match self.cluster.holds(self.fence) {
             Ok(true) => Ok(()),
-            Ok(false) => Err(format!(
-                "the claim of #{n} (revision {}) is gone from etcd",
-                self.fence.revision
-            )),
-            Err(e) => Err(format!("the claim of #{n} cannot be checked: {e}")),
+            Ok(false) => Err(ClusterLost::ClaimGone {
+                issue,
+                revision: self.fence.revision,
+            }),
+            Err(source) => Err(ClusterLost::Unchecked { issue, source }),
         }
     }
 }

@@ -391,7 +391,7 @@ impl Worker<'_> {
                     AgentEnd::Signalled(signal) => Ok(Outcome::Interrupted { signal }),
                     AgentEnd::Capped(stdout) => {
                         let seen = agent_profile::Seen {
-                            exit_code: crate::exit::SIGTERM,
+                            exit_code: crate::exit_code::SIGTERM,
                             stdout: &stdout,
                             stderr: &[],
                             result_file: None,
@@ -883,7 +883,7 @@ impl Worker<'_> {
         let state = self.layout.state();
         if let Some((stdout, stderr)) = ends {
             let seen = agent_profile::Seen {
-                exit_code: crate::exit::SIGTERM,
+                exit_code: crate::exit_code::SIGTERM,
                 stdout,
                 stderr,
                 result_file: None,

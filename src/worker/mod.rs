@@ -47,7 +47,7 @@ use crate::tracker::Tracker;
 pub use afk_vars::WorkerEnv;
 pub use agent::ENV_TEXT_MAX;
 pub use attempt::next_attempt;
-pub use error::{WorkerError, WorkerOutcome};
+pub use error::{ClusterLost, WorkerError, WorkerOutcome};
 pub use liveness::LIVENESS_FIELDS;
 pub use wording::{BOOT_ONLY_SKIPPED, BOOT_ONLY_SWEPT, slugify};
 
@@ -168,6 +168,21 @@ enum Outcome {
     },
 }
 
+/// Why the worker does not claim (it ends as [`WorkerOutcome::AgentPaused`]).
+#[derive(Debug, thiserror::Error)]
+enum Held {
+    #[error("agent paused: {0}")]
+    AgentPaused(String),
+    /// Without its start time the worker cannot be named as a reservation's holder.
+    #[error("budget: this worker's process start time is unreadable")]
+    NoStartTime,
+    /// The day's budget is used up (the reason says by what).
+    #[error("{0}")]
+    Budget(String),
+    #[error("budget reservations: {0}")]
+    Reservations(#[source] crate::budget::reserve::ReserveError),
+}
+
 impl Worker<'_> {
     /// What holds this worker back before a claim (`docs/SPEC.md` §11.13): the agent pause
     /// in force, or the day's budget used up. When the claim may go ahead, the attempt's
@@ -176,21 +191,19 @@ impl Worker<'_> {
     /// returned guard holds it until the attempt has ended. While spent and reserved
     /// together reach the budget, the worker waits for the running attempts to settle
     /// instead of claiming.
-    fn held(&self) -> Result<Option<crate::budget::reserve::Guard>, String> {
+    fn held(&self) -> Result<Option<crate::budget::reserve::Guard>, Held> {
         use crate::budget::reserve::{self, Decision};
         let mut said = false;
         loop {
             let now = crate::timeutil::now_epoch();
             if let Some(p) = crate::lanes::pause_file::agent_active_at(&self.layout.state(), now) {
-                return Err(format!("agent paused: {}", p.describe()));
+                return Err(Held::AgentPaused(p.describe()));
             }
             let budget = &self.config.budget;
             if !budget.daily() {
                 return Ok(None);
             }
-            let holder = reserve::Holder::this(&self.wenv.worker_id).ok_or_else(|| {
-                "budget: this worker's process start time is unreadable".to_string()
-            })?;
+            let holder = reserve::Holder::this(&self.wenv.worker_id).ok_or(Held::NoStartTime)?;
             let decision = reserve::check_and_reserve(
                 self.layout,
                 budget,
@@ -200,9 +213,9 @@ impl Worker<'_> {
             );
             match decision {
                 Ok(Decision::Go(guard)) => return Ok(guard),
-                Ok(Decision::Reached(r)) => return Err(r.reason),
+                Ok(Decision::Reached(r)) => return Err(Held::Budget(r.reason)),
                 // Money is at stake: a reservation that cannot be checked is no claim.
-                Err(e) => return Err(format!("budget reservations: {e}")),
+                Err(e) => return Err(Held::Reservations(e)),
                 Ok(Decision::Wait(why)) => {
                     if !said {
                         eprintln!("worker {}: {why}; waiting", self.wenv.worker_id);

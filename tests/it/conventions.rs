@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 use afk_supervisor::event_log::EventLog;
+use afk_supervisor::exit_code::Exit;
 
 use crate::support::fleet::{FAST_TIMING, Fleet, WAIT};
 use crate::support::{TestEnv, ev, fleet, text, wait_until};
@@ -77,22 +78,14 @@ fn completions_man_version_and_the_exit_codes_in_help() {
         .split("Exit codes:")
         .nth(1)
         .unwrap_or_else(|| panic!("{help}"));
-    for code in [
-        "0 ",
-        "1 ",
-        "2 ",
-        "3 ",
-        "4 ",
-        "69 ",
-        "75 ",
-        "78 ",
-        "129/130/143",
-    ] {
-        assert!(
-            footer.lines().any(|l| l.trim_start().starts_with(code)),
-            "{code}: {help}"
-        );
-    }
+    // Every row of the one table, as `--help` lays it out, and nothing else below the heading.
+    let rows: Vec<&str> = footer.lines().filter(|l| !l.trim().is_empty()).collect();
+    let want: Vec<String> = Exit::ALL
+        .iter()
+        .map(|e| format!("  {:<4} {}", e.code(), e.meaning()))
+        .collect();
+    assert_eq!(rows, want, "{help}");
+    assert!(footer.contains("\n  76   "), "{help}");
     let status_help = text(&bare(&["status", "--help"]).stdout);
     assert!(status_help.contains("systemctl is-active"), "{status_help}");
 }
@@ -366,13 +359,59 @@ fn the_man_page_refers_to_no_missing_page_and_lists_every_exit_code() {
         .nth(1)
         .unwrap_or_else(|| panic!("{page}"));
     let help = text(&bare(&["--help"]).stdout);
-    for code in [0, 1, 2, 3, 4, 69, 75, 76, 78] {
+    for code in Exit::ALL.iter().map(|e| e.code()) {
         let line = format!("\n{code} ");
         assert!(exit.contains(&line), "man: no exit code {code}: {exit}");
         assert!(
             help.contains(&format!("\n  {code} ")),
             "--help: no exit code {code}: {help}"
         );
+    }
+}
+
+/// The first two cells of each row of the markdown table under `heading` in `doc` (the
+/// section ends at the next heading), backticks dropped; the header and the rule left out.
+fn table_under(doc: &str, heading: &str) -> Vec<(String, String)> {
+    let start = doc
+        .lines()
+        .position(|l| l.trim_end() == heading)
+        .unwrap_or_else(|| panic!("no heading {heading:?}"));
+    doc.lines()
+        .skip(start + 1)
+        .take_while(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            let cells: Vec<String> = l
+                .trim()
+                .trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().replace('`', ""))
+                .collect();
+            (cells[0].clone(), cells.get(1).cloned().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Issue 53: the README and `docs/SPEC.md` §9 quote the one table of exit codes: the same
+/// codes in the same order, the README with each code's meaning, the SPEC with its name.
+#[test]
+fn the_readme_and_the_spec_quote_the_one_table_of_exit_codes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (doc, heading, cell) in [
+        (
+            "README.md",
+            "## Exit codes",
+            Exit::meaning as fn(Exit) -> &'static str,
+        ),
+        ("docs/SPEC.md", "## 9. Exit codes", Exit::name),
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        let want: Vec<(String, String)> = Exit::ALL
+            .iter()
+            .map(|&e| (e.code().to_string(), cell(e).to_string()))
+            .collect();
+        assert_eq!(table_under(&text, heading), want, "{doc}: {heading}");
     }
 }
 

@@ -276,7 +276,7 @@ impl Slot {
             Phase::Fatal => Some(self.fatal_reason.clone().unwrap_or_else(|| {
                 format!(
                     "worker exited {} (host misconfigured); parked without retry",
-                    crate::exit::CONFIG
+                    crate::exit_code::CONFIG
                 )
             })),
             Phase::CircuitOpen => Some(match self.circuit.state() {

@@ -73,9 +73,9 @@ pub fn enter(config: &Config, layout: &Layout) -> Result<Entering, CgroupRequire
             match fleet::enter(cfg.cgroup_root.as_deref(), &fleet_name(layout)) {
                 Ok(entered) => return Ok(Entering::Cgroup(entered)),
                 Err(why) if cfg.mode == IsolationMode::Cgroup => {
-                    return Err(CgroupRequired(why));
+                    return Err(CgroupRequired(why.to_string()));
                 }
-                Err(why) => why,
+                Err(why) => why.to_string(),
             }
         }
     };

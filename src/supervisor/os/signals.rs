@@ -13,7 +13,7 @@ use std::io;
 use nix::sys::signal::Signal;
 use tokio::io::unix::AsyncFd;
 
-use crate::exit;
+use crate::exit_code;
 use crate::process::{self, signal_bit};
 use crate::supervisor::core::event::Event;
 
@@ -60,9 +60,9 @@ pub fn heard(sig: Signal) -> Option<Heard> {
 /// process that died of it).
 pub fn stop_code(sig: Signal) -> i32 {
     match sig {
-        Signal::SIGINT => exit::SIGINT,
-        Signal::SIGHUP => exit::SIGHUP,
-        _ => exit::SIGTERM,
+        Signal::SIGINT => exit_code::SIGINT,
+        Signal::SIGHUP => exit_code::SIGHUP,
+        _ => exit_code::SIGTERM,
     }
 }
 
@@ -259,7 +259,7 @@ mod tests {
             ];
             (code, then)
         });
-        assert_eq!(code, exit::SIGINT);
+        assert_eq!(code, exit_code::SIGINT);
         assert_eq!(then, [Signal::SIGUSR1, Signal::SIGCHLD]);
     }
 }

@@ -162,7 +162,7 @@ pub fn fatal_reason_from_log(log: &std::path::Path) -> String {
     let fallback = || {
         format!(
             "worker exited {} (host misconfigured); see {}",
-            crate::exit::CONFIG,
+            crate::exit_code::CONFIG,
             log.display()
         )
     };
@@ -273,7 +273,7 @@ mod tests {
         .unwrap();
         assert_eq!(fatal_reason_from_log(&log), "agent.command is not set (x)");
         let missing = dir.path().join("none.log");
-        let fallback = format!("worker exited {} ", crate::exit::CONFIG);
+        let fallback = format!("worker exited {} ", crate::exit_code::CONFIG);
         assert!(fatal_reason_from_log(&missing).starts_with(&fallback));
         let big = "y".repeat(10_000);
         std::fs::write(&log, format!("{big}\nlast one")).unwrap();

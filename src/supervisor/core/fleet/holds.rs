@@ -153,7 +153,7 @@ impl Fleet {
             return false;
         }
         self.holds.probe = None;
-        if code == Some(crate::exit::AGENT_PAUSED) {
+        if code == Some(crate::exit_code::AGENT_PAUSED) {
             // The queue check reads the pause the probe recorded and holds again.
             self.request_queue();
             return true;

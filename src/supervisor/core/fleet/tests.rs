@@ -4,7 +4,7 @@
 //! says which dying groups still have members at each turn.
 
 use super::*;
-use crate::exit;
+use crate::exit_code;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use nix::sys::signal::Signal;
@@ -392,10 +392,10 @@ fn a_death_respawns_in_the_same_slot_and_a_clean_exit_idles_it() {
     let mut b = Bench::new(2);
     b.start();
     assert_eq!(b.spawns(), 2);
-    b.end(1, ExitKind::Code(exit::FAILED), 40.0);
+    b.end(1, ExitKind::Code(exit_code::FAILED), 40.0);
     assert_eq!(b.spawns(), 3, "respawned at once");
     assert_eq!(b.world.spawns.last().map(|s| s.0), Some(1));
-    b.end(0, ExitKind::Code(exit::OK), 41.0);
+    b.end(0, ExitKind::Code(exit_code::OK), 41.0);
     assert_eq!(b.phase(0), "idle");
     assert_eq!(b.spawns(), 3, "a clean exit waits for work");
     // The queue says there is work: the idle slot wakes; an empty queue keeps it idle.
@@ -412,7 +412,7 @@ fn fast_deaths_trip_the_circuit_and_a_probe_that_lives_closes_it() {
     b.start();
     // Five deaths 1 s apart, each within fast_death (30 s) of its start: the circuit trips.
     for i in 0..5 {
-        b.end(0, ExitKind::Code(exit::FAILED), 1.0 + f64::from(i));
+        b.end(0, ExitKind::Code(exit_code::FAILED), 1.0 + f64::from(i));
     }
     assert_eq!(b.phase(0), "parked", "{:?}", b.kinds());
     assert_eq!(b.count(Kind::CircuitTrip), 1);
@@ -442,7 +442,7 @@ fn a_workers_end_finds_its_slot_by_its_pid_and_start_token() {
     let start = b.fleet.pool.slots[&1].worker().unwrap().start;
     let spawns = b.spawns();
     // The same pid with another start token is another process: not this worker.
-    let kind = ExitKind::Code(exit::FAILED);
+    let kind = ExitKind::Code(exit_code::FAILED);
     b.feed(
         Event::Exited {
             pid,
@@ -482,9 +482,9 @@ fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
     b.start();
     // A death that trips nothing leaves its slot among the unsettled only until the
     // next turn; five fast ones in slot 7 open its circuit, and it stays.
-    b.end(3, ExitKind::Code(exit::FAILED), 1.0);
+    b.end(3, ExitKind::Code(exit_code::FAILED), 1.0);
     for i in 0..5 {
-        b.end(7, ExitKind::Code(exit::FAILED), 2.0 + f64::from(i));
+        b.end(7, ExitKind::Code(exit_code::FAILED), 2.0 + f64::from(i));
     }
     b.turn(8.0);
     assert_eq!(b.phase(7), "parked");
@@ -501,7 +501,7 @@ fn a_turn_looks_only_at_the_slots_whose_circuit_is_open() {
 fn exit_78_parks_the_slot_for_good() {
     let mut b = Bench::new(1);
     b.start();
-    b.end(0, ExitKind::Code(exit::CONFIG), 1.0);
+    b.end(0, ExitKind::Code(exit_code::CONFIG), 1.0);
     assert_eq!(b.phase(0), "parked");
     b.turn(10_000.0);
     b.feed(Event::Queue(Ok(BTreeSet::from([1, 2]))), 10_001.0);
@@ -605,8 +605,8 @@ fn a_worker_whose_execve_failed_after_its_spawn_counts_as_a_failed_start() {
 fn a_probe_whose_execve_failed_does_not_resume_the_fleet() {
     let mut b = Bench::new(2);
     b.start();
-    b.end(0, ExitKind::Code(exit::AGENT_PAUSED), 1.0);
-    b.end(1, ExitKind::Code(exit::AGENT_PAUSED), 1.0);
+    b.end(0, ExitKind::Code(exit_code::AGENT_PAUSED), 1.0);
+    b.end(1, ExitKind::Code(exit_code::AGENT_PAUSED), 1.0);
     let wall0 = b
         .wall0
         .duration_since(std::time::UNIX_EPOCH)
@@ -663,7 +663,7 @@ fn a_stop_terminates_every_group_and_kills_what_ignores_it_after_the_grace() {
     b.turn(11.6);
     assert!(b.fleet.stop_settled());
     assert_eq!(b.spawns(), 2, "nothing respawned during a stop");
-    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::SIGTERM));
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit_code::SIGTERM));
 }
 
 #[test]
@@ -697,7 +697,7 @@ fn idle_slots_wake_in_batches() {
     let mut b = Bench::new(40);
     b.start();
     for slot in 0..40 {
-        b.end(slot, ExitKind::Code(exit::OK), 40.0);
+        b.end(slot, ExitKind::Code(exit_code::OK), 40.0);
     }
     assert_eq!(b.spawns(), 40);
     b.feed(Event::Queue(Ok((1..=100).collect())), 41.0);
@@ -878,7 +878,11 @@ fn a_rate_limited_worker_idles_its_slot_and_trips_no_circuit() {
     let mut b = Bench::new(1);
     b.start();
     for i in 0..6 {
-        b.end(0, ExitKind::Code(exit::RATE_LIMITED), 1.0 + f64::from(i));
+        b.end(
+            0,
+            ExitKind::Code(exit_code::RATE_LIMITED),
+            1.0 + f64::from(i),
+        );
         assert_eq!(b.phase(0), "idle");
         b.feed(Event::Queue(Ok(BTreeSet::from([3]))), 1.5 + f64::from(i));
     }
@@ -895,7 +899,7 @@ fn trip_every_slot(b: &mut Bench, slots: usize) -> f64 {
         for slot in 0..slots {
             t += 0.5;
             if b.pid_in(slot).is_some() {
-                b.end(slot, ExitKind::Code(exit::FAILED), t);
+                b.end(slot, ExitKind::Code(exit_code::FAILED), t);
             }
         }
     }
@@ -952,7 +956,7 @@ fn a_fleet_circuit_probes_with_one_slot_per_backoff_step() {
         assert_eq!((0..4).filter(|s| b.pid_in(*s).is_some()).count(), 1);
         // The probe dies fast: re-parked with the next step.
         at += 1.0;
-        b.end(probe, ExitKind::Code(exit::FAILED), at);
+        b.end(probe, ExitKind::Code(exit_code::FAILED), at);
     }
     assert_eq!(per_step, vec![1, 1, 1], "{:?}", b.kinds());
     assert_eq!(b.count(Kind::FleetCircuitProbe), 3);
@@ -986,7 +990,7 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
     // The first probe (60 s) ends with 75, then the next with 69: each time the same
     // 60 s step again, one spawn per step.
     let mut at = t;
-    for code in [exit::RATE_LIMITED, exit::TRACKER_UNAVAILABLE] {
+    for code in [exit_code::RATE_LIMITED, exit_code::TRACKER_UNAVAILABLE] {
         let spawns = b.spawns();
         at += 60.1;
         b.turn(at);
@@ -1029,9 +1033,9 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
         snap.paused.map(|p| p.until_epoch),
         Some(Some(pause.until_epoch))
     );
-    b.end(0, ExitKind::Code(exit::RATE_LIMITED), 3.0);
+    b.end(0, ExitKind::Code(exit_code::RATE_LIMITED), 3.0);
     // A plain death while paused is not respawned either.
-    b.end(1, ExitKind::Code(exit::FAILED), 3.2);
+    b.end(1, ExitKind::Code(exit_code::FAILED), 3.2);
     for i in 0..6 {
         b.feed(Event::Queue(Ok(BTreeSet::from([4]))), 3.5 + f64::from(i));
         b.turn(3.6 + f64::from(i));
@@ -1064,7 +1068,7 @@ fn a_fleet_probe_that_exits_0_closes_the_circuit() {
     assert_eq!(b.count(Kind::FleetCircuitOpen), 1, "{:?}", b.kinds());
     b.turn(t + 61.0);
     let probe = (0..2).find(|s| b.pid_in(*s).is_some()).expect("a probe");
-    b.end(probe, ExitKind::Code(exit::OK), t + 62.0);
+    b.end(probe, ExitKind::Code(exit_code::OK), t + 62.0);
     assert_eq!(b.count(Kind::FleetCircuitClosed), 1, "{:?}", b.kinds());
     assert_eq!(b.phase(probe), "idle");
     assert_eq!(b.phase(1 - probe), "running");
@@ -1118,7 +1122,7 @@ fn a_second_stop_signal_kills_what_is_left_at_once() {
     b.turn(2.1);
     assert!(b.fleet.stop_settled());
     // The first signal's status stands.
-    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::SIGTERM));
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit_code::SIGTERM));
 }
 
 /// SIGUSR1 with a drain shrink: the surplus worker is asked to retire (its file), and
@@ -1133,7 +1137,7 @@ fn sigusr1_drains_the_surplus_and_retires_its_slot() {
     assert!(b.world.signals.is_empty(), "a drain signals nothing");
     assert_eq!(b.phase(1), "retiring");
     b.world.effects.clear();
-    b.end(1, ExitKind::Code(exit::OK), 6.0);
+    b.end(1, ExitKind::Code(exit_code::OK), 6.0);
     assert_eq!(
         b.world.signals,
         vec![(surplus, Stop::Term)],
@@ -1196,7 +1200,7 @@ fn a_drain_shrink_whose_retire_file_fails_says_so_and_asks_again_at_each_tick() 
     b.tick(50.0);
     b.scale(1, ShrinkMode::DrainThenRetire, 55.0);
     assert_eq!(wrote(&b), 0, "asked once it worked: {:?}", b.world.effects);
-    b.end(1, ExitKind::Code(exit::OK), 60.0);
+    b.end(1, ExitKind::Code(exit_code::OK), 60.0);
     assert!(!b.fleet.pool.slots.contains_key(&1), "slot 1 retired");
 }
 
@@ -1224,7 +1228,7 @@ fn a_slot_stopped_by_drain_keeps_its_retire_file_through_a_shrink_and_a_grow() {
         b.world.effects
     );
     let before = b.spawns();
-    b.end(1, ExitKind::Code(exit::OK), 20.0);
+    b.end(1, ExitKind::Code(exit_code::OK), 20.0);
     assert_eq!(b.spawns(), before, "the stopped slot stays empty");
     assert_eq!(b.count(Kind::SlotStopped), 2, "{:?}", b.kinds());
 }
@@ -1256,7 +1260,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
     );
     assert!(!b.fleet.pool.slots[&1].stopped, "the slot's mark put back");
     let before = b.spawns();
-    b.end(1, ExitKind::Code(exit::FAILED), 6.0);
+    b.end(1, ExitKind::Code(exit_code::FAILED), 6.0);
     assert_eq!(
         b.spawns(),
         before + 1,
@@ -1283,7 +1287,7 @@ fn a_slot_stop_by_drain_is_answered_after_its_retire_file_and_undone_when_it_fai
     assert_eq!(b.count(Kind::SlotStopped), 1, "{:?}", b.kinds());
     assert!(b.fleet.pool.slots[&1].stopped);
     let before = b.spawns();
-    b.end(1, ExitKind::Code(exit::OK), 8.0);
+    b.end(1, ExitKind::Code(exit_code::OK), 8.0);
     assert_eq!(b.spawns(), before, "a stopped slot stays empty");
 }
 
@@ -1300,7 +1304,7 @@ fn sigchld_is_how_an_unwatched_workers_end_arrives() {
     b.world.effects.clear();
     b.signal(Signal::SIGCHLD, quiet(), 40.0);
     assert!(b.world.effects.is_empty(), "{:?}", b.world.effects);
-    b.end(0, ExitKind::Code(exit::FAILED), 40.0);
+    b.end(0, ExitKind::Code(exit_code::FAILED), 40.0);
     assert_eq!(b.spawns(), 2, "respawned");
     let next = b.pid_in(0).unwrap();
     assert_eq!(b.fleet.unwatched_own(), vec![(next, 1)]);
@@ -1315,7 +1319,7 @@ fn the_stop_file_at_a_tick_stops_with_0() {
     assert!(!b.fleet.tick_due(b.at(1.0)));
     assert!(b.fleet.tick_due(b.at(16.0)));
     b.tick_with(Ok(true), quiet(), 16.0);
-    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit::OK));
+    assert_eq!(b.fleet.stopping().map(|s| s.code), Some(exit_code::OK));
     assert!(b.signalled(pid, Stop::Term));
     assert!(!b.fleet.tick_due(b.at(100.0)), "no tick during a stop");
 }
@@ -1459,7 +1463,7 @@ fn a_quiet_tick_writes_no_heartbeat() {
     b.scale(2, ShrinkMode::DrainThenRetire, 150.0);
     assert!(b.fleet.heartbeat_due());
     // A death is a change: the tick after it writes.
-    b.end(1, ExitKind::Code(exit::FAILED), 160.0);
+    b.end(1, ExitKind::Code(exit_code::FAILED), 160.0);
     b.tick(161.0);
     assert_eq!(b.world.writes, after_first + 1);
 
@@ -1484,7 +1488,7 @@ fn a_group_is_dying_while_a_member_outlives_its_leader() {
     // The member left behind ignores the group's SIGTERM.
     b.world.stubborn.insert(pid);
     b.world.running.remove(&pid);
-    b.exited(pid, ExitKind::Code(exit::FAILED), 10.0);
+    b.exited(pid, ExitKind::Code(exit_code::FAILED), 10.0);
     b.turn(10.0);
     assert!(b.fleet.groups_dying(), "{:?}", b.world.effects);
     b.world.groups.remove(&pid);
@@ -1500,7 +1504,7 @@ fn a_respawn_waits_for_the_heartbeat_gap_and_a_resize_does_not() {
     b.start();
     b.tick(16.0);
     assert!(!b.fleet.heartbeat_due());
-    b.end(1, ExitKind::Code(exit::FAILED), 100.0);
+    b.end(1, ExitKind::Code(exit_code::FAILED), 100.0);
     assert_eq!(b.spawns(), 3, "respawned");
     assert!(b.fleet.heartbeat_due());
     assert!(!b.fleet.heartbeat_urgent(), "{:?}", b.world.effects);

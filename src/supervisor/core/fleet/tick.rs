@@ -202,7 +202,7 @@ impl Fleet {
             crate::timeutil::deadline(now, Duration::from_secs(self.timing.tick_s));
         match facts.stop_file {
             Ok(true) => {
-                self.begin_stop(crate::exit::OK, "stop file", now);
+                self.begin_stop(crate::exit_code::OK, "stop file", now);
                 return;
             }
             Ok(false) => self.record.stop_file_reported = None,

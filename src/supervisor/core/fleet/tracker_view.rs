@@ -106,7 +106,7 @@ impl Fleet {
                         let msg = format!(
                             "slot {idx} idle: worker exited {} and no ready-for-agent issue \
                              is open",
-                            crate::exit::OK
+                            crate::exit_code::OK
                         );
                         self.log(line(Kind::SlotIdle, msg).slot(idx));
                     }

@@ -62,7 +62,7 @@ impl Fleet {
     /// Worker `pid` never became one: its `execve` failed after its spawn was answered.
     /// Its end is the spawn's failure (`slot.spawn-failed`, a fast death), not an exit.
     pub(super) fn on_not_started(&mut self, pid: i32, start: u64, error: String, now: Instant) {
-        let exit = ExitKind::Code(crate::exit::EXEC_FAILED);
+        let exit = ExitKind::Code(crate::exit_code::EXEC_FAILED);
         self.ended(pid, start, exit, Some(error), now);
     }
 
@@ -120,7 +120,7 @@ impl Fleet {
         // At a stop they are left to the next boot's orphan cleanup.
         if !matches!(
             exit,
-            ExitKind::Code(crate::exit::OK) | ExitKind::Code(crate::exit::CONFIG)
+            ExitKind::Code(crate::exit_code::OK) | ExitKind::Code(crate::exit_code::CONFIG)
         ) && self.stopping.is_none()
         {
             self.groups.pending_release.push(DeadWorker {
@@ -161,16 +161,16 @@ impl Fleet {
             if matches!(
                 exit,
                 ExitKind::Code(
-                    crate::exit::RATE_LIMITED
-                        | crate::exit::TRACKER_UNAVAILABLE
-                        | crate::exit::AGENT_PAUSED
+                    crate::exit_code::RATE_LIMITED
+                        | crate::exit_code::TRACKER_UNAVAILABLE
+                        | crate::exit_code::AGENT_PAUSED
                 )
             ) {
                 self.fleet_probe_inconclusive(idx, &exit.to_string(), now);
                 return;
             }
-            let clean = matches!(exit, ExitKind::Code(crate::exit::OK));
-            let fatal = matches!(exit, ExitKind::Code(crate::exit::CONFIG));
+            let clean = matches!(exit, ExitKind::Code(crate::exit_code::OK));
+            let fatal = matches!(exit, ExitKind::Code(crate::exit_code::CONFIG));
             self.end_fleet_probe(idx, clean, !clean && !fatal, now);
             // A clean probe idles like any clean exit; `CONFIG` still parks its slot for good.
             if !clean && !fatal {
@@ -196,7 +196,7 @@ impl Fleet {
             return;
         }
         match exit {
-            ExitKind::Code(crate::exit::CONFIG) => {
+            ExitKind::Code(crate::exit_code::CONFIG) => {
                 if let Some(slot) = self.pool.slots.get_mut(&idx) {
                     slot.phase = Phase::Fatal;
                 }
@@ -207,18 +207,19 @@ impl Fleet {
                 self.log(line(Kind::SlotParked, log_texts::fatal_parked(idx)).slot(idx));
             }
             ExitKind::Code(
-                code @ (crate::exit::RATE_LIMITED | crate::exit::TRACKER_UNAVAILABLE),
+                code @ (crate::exit_code::RATE_LIMITED | crate::exit_code::TRACKER_UNAVAILABLE),
             ) => {
                 // The tracker said wait (or could not be reached), not that the worker is
                 // broken: no death, no circuit. The slot idles until a queue check (the next
                 // tick's) finds work again.
-                let met = if code == crate::exit::RATE_LIMITED && self.guards.operator.is_some() {
-                    "found the fleet paused by the operator"
-                } else if code == crate::exit::RATE_LIMITED {
-                    "met a tracker rate limit"
-                } else {
-                    "found the tracker unavailable"
-                };
+                let met =
+                    if code == crate::exit_code::RATE_LIMITED && self.guards.operator.is_some() {
+                        "found the fleet paused by the operator"
+                    } else if code == crate::exit_code::RATE_LIMITED {
+                        "met a tracker rate limit"
+                    } else {
+                        "found the tracker unavailable"
+                    };
                 let msg = format!(
                     "slot {idx} idle: worker {} {met} (exit {code}); not a death, \
                      the next queue check decides",
@@ -226,18 +227,18 @@ impl Fleet {
                 );
                 self.log(line(Kind::SlotIdle, msg).slot(idx));
             }
-            ExitKind::Code(crate::exit::AGENT_PAUSED) => {
+            ExitKind::Code(crate::exit_code::AGENT_PAUSED) => {
                 // The agent's account (or the day's budget) holds the whole fleet, not
                 // this slot: no death, no circuit; the queue check reads the hold.
                 let msg = format!(
                     "slot {idx} idle: worker {} found the agent paused (exit {}); not a death",
                     w.id,
-                    crate::exit::AGENT_PAUSED
+                    crate::exit_code::AGENT_PAUSED
                 );
                 self.log(line(Kind::SlotIdle, msg).slot(idx));
                 self.request_queue();
             }
-            ExitKind::Code(crate::exit::OK) => {
+            ExitKind::Code(crate::exit_code::OK) => {
                 let closed = self
                     .pool
                     .slots

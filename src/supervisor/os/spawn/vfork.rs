@@ -40,9 +40,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Exit code of a child that lost its supervisor before it became a worker.
-pub(super) const EXIT_ORPHANED: i32 = crate::exit::ORPHANED;
+pub(super) const EXIT_ORPHANED: i32 = crate::exit_code::ORPHANED;
 /// Exit code of a child whose `execve` failed (its errno is reported to the supervisor).
-const EXIT_EXEC_FAILED: i32 = crate::exit::EXEC_FAILED;
+const EXIT_EXEC_FAILED: i32 = crate::exit_code::EXEC_FAILED;
 
 /// What the caller spawns.
 pub(super) struct Plan<'a> {
