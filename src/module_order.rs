@@ -647,6 +647,37 @@ fn test_modules_are_left_out_and_other_code_kept() {
     assert_eq!(names, ["a::b", "e::f"]);
 }
 
+/// One name per file across the crate: a maintainer who searches for `spawn.rs` finds one
+/// file, not two that do different things. `mod.rs` and `tests.rs` are Rust's own names
+/// for a folder's module and its tests.
+#[test]
+fn no_two_files_share_a_name() {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rel, _) in library_files() {
+        let name = rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name == "mod.rs" || name == "tests.rs" {
+            continue;
+        }
+        seen.entry(name)
+            .or_default()
+            .push(rel.display().to_string());
+    }
+    assert!(seen.len() > 100, "only {} files read", seen.len());
+    let twice: Vec<String> = seen
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "files sharing a name:\n{}",
+        twice.join("\n")
+    );
+}
+
 /// The supervisor's parts (its direct children) import each other in no circle.
 #[test]
 fn the_supervisor_parts_form_no_cycle() {
