@@ -11,7 +11,7 @@
 //! only (pruned at every write), a few KiB at GitHub's 500.
 
 use crate::config::WriteBudgets;
-use crate::tracker::pace::SharedWindows;
+use crate::tracker::pace::{SharedError, SharedWindows};
 
 use super::Cluster;
 use super::etcd::{Cmp, Op};
@@ -54,18 +54,18 @@ impl SharedWindows for EtcdWindows {
         format!("etcd {}", key(self.0.identity_root(), login))
     }
 
-    fn load(&self, login: &str) -> Result<(Vec<u64>, i64), String> {
+    fn load(&self, login: &str) -> Result<(Vec<u64>, i64), SharedError> {
         let k = key(self.0.identity_root(), login);
         match self.0.etcd.get(&k) {
             Ok(Some(kv)) => Ok((parse(&kv.value), kv.mod_revision)),
             Ok(None) => Ok((Vec::new(), 0)),
-            Err(e) => Err(format!("{k}: {e}")),
+            Err(e) => Err(named(&k, e)),
         }
     }
 
-    fn store(&self, login: &str, times: &[u64], version: i64) -> Result<bool, String> {
+    fn store(&self, login: &str, times: &[u64], version: i64) -> Result<bool, SharedError> {
         let k = key(self.0.identity_root(), login);
-        let value = serde_json::to_string(times).map_err(|e| format!("{k}: {e}"))?;
+        let value = serde_json::to_string(times).map_err(|e| named(&k, e))?;
         let cmp = if version == 0 {
             Cmp::Absent(k.clone())
         } else {
@@ -80,7 +80,15 @@ impl SharedWindows for EtcdWindows {
             .etcd
             .txn(&[cmp], &[put], &[])
             .map(|a| a.succeeded)
-            .map_err(|e| format!("{k}: {e}"))
+            .map_err(|e| named(&k, e))
+    }
+}
+
+/// The etcd key a failure was met at, with the failure.
+fn named(key: &str, e: impl std::error::Error + Send + Sync + 'static) -> SharedError {
+    SharedError {
+        place: format!("etcd {key}"),
+        source: std::sync::Arc::new(e),
     }
 }
 

@@ -33,11 +33,29 @@ pub trait SharedWindows: Send + Sync {
     /// Where `login`'s times are kept, for the messages that name the budget.
     fn place(&self, login: &str) -> String;
     /// `login`'s recent write times (epoch milliseconds) and the version they were read at.
-    fn load(&self, login: &str) -> Result<(Vec<u64>, i64), String>;
+    fn load(&self, login: &str) -> Result<(Vec<u64>, i64), SharedError>;
     /// Stores `times` when nobody stored since `version`; `Ok(false)` when someone did
     /// (the caller looks again), an error when the store could not be asked.
-    fn store(&self, login: &str, times: &[u64], version: i64) -> Result<bool, String>;
+    fn store(&self, login: &str, times: &[u64], version: i64) -> Result<bool, SharedError>;
 }
+
+/// The shared windows could not be read or written: where, and the store's own error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{place}: {source}")]
+pub struct SharedError {
+    pub place: String,
+    #[source]
+    pub source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+}
+
+/// Two failures are the same when they say the same of the same place.
+impl PartialEq for SharedError {
+    fn eq(&self, other: &Self) -> bool {
+        self.place == other.place && self.source.to_string() == other.source.to_string()
+    }
+}
+
+impl Eq for SharedError {}
 
 static SHARED: OnceLock<Box<dyn SharedWindows>> = OnceLock::new();
 
@@ -131,7 +149,7 @@ pub enum PaceError {
     /// The shared windows could not be read or written (etcd unavailable): nothing was
     /// written, and the call is tried again later.
     #[error("shared write windows: {0}")]
-    Shared(String),
+    Shared(#[from] SharedError),
 }
 
 /// What the hourly window counts beyond its length (see `try_take`).
@@ -275,13 +293,12 @@ impl Pace {
     /// One compare-and-swap of the shared windows: a write taken only when nobody changed
     /// them since they were read, so the hosts together keep one budget.
     fn try_take_shared(&self, store: &dyn SharedWindows, login: &str) -> Result<Look, PaceError> {
-        let (times, version) = store.load(login).map_err(PaceError::Shared)?;
+        let (times, version) = store.load(login)?;
         let (look, keep) = self.judge(times, now_ms());
         match keep {
-            Some(times) => match store.store(login, &times, version) {
-                Ok(true) => Ok(look),
-                Ok(false) => Ok(Look::Busy),
-                Err(e) => Err(PaceError::Shared(e)),
+            Some(times) => match store.store(login, &times, version)? {
+                true => Ok(look),
+                false => Ok(Look::Busy),
             },
             None => Ok(look),
         }
@@ -387,10 +404,10 @@ mod tests {
         fn place(&self, login: &str) -> String {
             format!("store {login}")
         }
-        fn load(&self, _: &str) -> Result<(Vec<u64>, i64), String> {
+        fn load(&self, _: &str) -> Result<(Vec<u64>, i64), SharedError> {
             Ok(self.kept.lock().unwrap().clone())
         }
-        fn store(&self, _: &str, times: &[u64], version: i64) -> Result<bool, String> {
+        fn store(&self, _: &str, times: &[u64], version: i64) -> Result<bool, SharedError> {
             let mut kept = self.kept.lock().unwrap();
             if std::mem::take(&mut *self.lose_next.lock().unwrap()) || kept.1 != version {
                 kept.1 += 1;
