@@ -27,6 +27,16 @@ use crate::tracker::{IssueState, Tracker, labels};
 /// minutes with the default lease, one tracker call).
 const RECONCILE_LEASES: u64 = 10;
 
+/// Why a pass of the cluster belt stopped: etcd or the tracker did not answer. The next
+/// pass tries again; only the first failure of a run of them is logged.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterBeltError {
+    #[error(transparent)]
+    Etcd(#[from] crate::cluster::etcd::EtcdError),
+    #[error(transparent)]
+    Tracker(#[from] crate::tracker::TrackerError),
+}
+
 pub struct ClusterBelt {
     cluster: &'static Cluster,
     tracker: Arc<dyn Tracker>,
@@ -63,7 +73,7 @@ impl ClusterBelt {
     }
 
     /// One pass; its text is empty when nothing happened (nothing is logged then).
-    pub fn pass(&mut self) -> Result<String, String> {
+    pub fn pass(&mut self) -> Result<String, ClusterBeltError> {
         match self.try_pass() {
             Ok(t) => {
                 let back = std::mem::replace(&mut self.failing, false);
@@ -82,18 +92,16 @@ impl ClusterBelt {
         }
     }
 
-    fn try_pass(&mut self) -> Result<String, String> {
+    fn try_pass(&mut self) -> Result<String, ClusterBeltError> {
         let c = self.cluster;
         // The holds first: a pause met on any host holds every host within a pass.
-        let mut said = c
-            .sync_pauses(&self.layout.state())
-            .map_err(|e| e.to_string())?;
+        let mut said = c.sync_pauses(&self.layout.state())?;
         // While the rate limit holds, the tracker is not called: the claims are looked at
         // once it is over (what vanished meanwhile is still missing then).
         if crate::lanes::pause_file::active(&self.layout.state()).is_some() {
             return Ok(said.join("; "));
         }
-        let claims = c.claims().map_err(|e| e.to_string())?;
+        let claims = c.claims()?;
         let now: BTreeMap<u64, (i64, String)> = claims
             .iter()
             .map(|k| (k.issue, (k.revision, k.holder.clone())))
@@ -146,10 +154,7 @@ impl ClusterBelt {
         {
             // The `running` issues nobody claims: a fleet started after every host died,
             // claims that went while etcd was away, or between two passes.
-            let running = self
-                .tracker
-                .list_open_with_label(labels::RUNNING, 200)
-                .map_err(|e| e.to_string())?;
+            let running = self.tracker.list_open_with_label(labels::RUNNING, 200)?;
             self.looked_at_running = Some(Instant::now());
             candidates.extend(
                 running
@@ -163,7 +168,7 @@ impl ClusterBelt {
         let done: BTreeSet<u64> = if candidates.is_empty() {
             BTreeSet::new()
         } else {
-            c.done().map_err(|e| e.to_string())?.into_iter().collect()
+            c.done()?.into_iter().collect()
         };
         for (n, holder) in candidates {
             // Handed off (the labels settle on their own), or a worker of this host holds
@@ -171,7 +176,7 @@ impl ClusterBelt {
             if done.contains(&n) || self.layout.claims().join(n.to_string()).exists() {
                 continue;
             }
-            if !c.restore_guard(n).map_err(|e| e.to_string())? {
+            if !c.restore_guard(n)? {
                 continue;
             }
             let v = match self.tracker.view(n) {

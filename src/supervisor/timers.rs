@@ -32,8 +32,8 @@ pub enum PeriodicError {
     #[error("{0}")]
     Landing(String),
     /// `[cluster]`: the claims belt could not read etcd or the tracker.
-    #[error("{0}")]
-    Cluster(String),
+    #[error(transparent)]
+    Cluster(#[from] crate::supervisor::cluster_belt::ClusterBeltError),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -147,9 +147,7 @@ pub fn periodic_tasks(
             at_start: true,
             // Not skipped while paused: it carries the pauses between the hosts, and calls
             // the tracker only when no rate limit holds.
-            task: Arc::new(Mutex::new(Box::new(move || {
-                belt.pass().map_err(PeriodicError::Cluster)
-            }))),
+            task: Arc::new(Mutex::new(Box::new(move || Ok(belt.pass()?)))),
         });
     }
     tasks
