@@ -238,6 +238,8 @@ fn kind(argv: &[String]) -> &'static str {
             Some(Mark::Yielded { .. }) => "yield-mark",
             _ => "comment",
         },
+        // The fleet's labels, once per supervisor start (SPEC §7).
+        ["label", "list", "--limit", "1000", "--json", "name"] => "labels",
         _ => panic!("gh argv outside the documented set: {argv:?}"),
     }
 }

@@ -754,6 +754,8 @@ fn calls_per_issue(h: &Hosts) -> (f64, usize, BTreeMap<String, usize>) {
             ["pr", ..] => "pr",
             ["api", "user"] => "login",
             ["auth", "status"] => "auth",
+            // The fleet's labels, once per supervisor start (SPEC §7).
+            ["label", "list", ..] => "labels",
             _ => panic!("gh argv outside SPEC §7: {argv:?}"),
         };
         if [
