@@ -1002,7 +1002,8 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
         serde_json::json!([{"name": "test", "bucket": "pass", "required": true}]),
     );
     h.gh.set_pr(pr, "headRefOid", serde_json::json!("b2"));
-    let merged = || h.gh.prs()[0].state == "MERGED" && events_of(&h, "pr.merged").len() == 1;
+    let merged =
+        || h.gh.prs()[0].state == "MERGED" && events_of(&h, Kind::PrMerged.as_str()).len() == 1;
     assert!(wait_until(DEADLINE, merged), "{}", h.dump());
     eprintln!(
         "dead host's pull request (lease {}s, watch 1s): CI red to the fix pushed by another host {} ms; green to merged {} ms",
@@ -1029,12 +1030,12 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     assert_eq!(runs[0].host, "h0");
     assert_ne!(runs[1].host, "h0", "the fix round ran on a live host");
     for (kind, want) in [
-        ("pr.opened", 1),
-        ("pr.checks-failed", 1),
-        ("pr.fix-requested", 1),
-        ("pr.updated", 1),
-        ("pr.merge-requested", 1),
-        ("pr.merged", 1),
+        (Kind::PrOpened.as_str(), 1),
+        (Kind::PrChecksFailed.as_str(), 1),
+        (Kind::PrFixRequested.as_str(), 1),
+        (Kind::PrUpdated.as_str(), 1),
+        (Kind::PrMergeRequested.as_str(), 1),
+        (Kind::PrMerged.as_str(), 1),
     ] {
         assert_eq!(events_of(&h, kind).len(), want, "{kind}\n{}", h.dump());
     }
@@ -1043,7 +1044,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
     assert!(!h.event_log(0).contains(",pr.fix-requested,"));
     let fixer: usize = runs[1].host.trim_start_matches('h').parse().unwrap();
     assert!(
-        events_of(&h, "pr.updated")[0].contains(&format!("pushed 1 commit(s) to https://github.com/fake-owner/fake-repo/pull/{pr} (branch {head})")),
+        events_of(&h, Kind::PrUpdated.as_str())[0].contains(&format!("pushed 1 commit(s) to https://github.com/fake-owner/fake-repo/pull/{pr} (branch {head})")),
         "{}",
         h.dump()
     );

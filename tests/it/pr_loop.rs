@@ -1006,7 +1006,7 @@ fn a_draft_opened_for_failing_checks_is_made_ready_once_a_fix_round_brings_it_gr
     let r = l.record();
     assert!(!r.draft && !r.ready_when_green, "{r:?}");
     assert_eq!(r.state, afk_supervisor::landing::PrState::Merged);
-    let events = l.events("pr.ready");
+    let events = l.events(Kind::PrReady.as_str());
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(
         events[0].contains("its checks pass now (passed (round 1))"),
@@ -1020,15 +1020,15 @@ fn a_draft_opened_for_failing_checks_is_made_ready_once_a_fix_round_brings_it_gr
     assert_eq!(
         kinds,
         [
-            "pr.checks-failed",
-            "pr.opened",
-            "pr.checks-failed",
-            "pr.fix-requested",
-            "pr.checks-passed",
-            "pr.updated",
-            "pr.ready",
-            "pr.merge-requested",
-            "pr.merged"
+            Kind::PrChecksFailed.as_str(),
+            Kind::PrOpened.as_str(),
+            Kind::PrChecksFailed.as_str(),
+            Kind::PrFixRequested.as_str(),
+            Kind::PrChecksPassed.as_str(),
+            Kind::PrUpdated.as_str(),
+            Kind::PrReady.as_str(),
+            Kind::PrMergeRequested.as_str(),
+            Kind::PrMerged.as_str()
         ]
     );
 }
@@ -1045,5 +1045,5 @@ fn a_draft_by_config_is_never_made_ready_or_merged() {
     assert_eq!(fake.state, "OPEN");
     let r = l.record();
     assert!(r.draft && !r.ready_when_green && !r.failing, "{r:?}");
-    assert!(l.events("pr.ready").is_empty());
+    assert!(l.events(Kind::PrReady.as_str()).is_empty());
 }
