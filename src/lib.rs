@@ -50,7 +50,7 @@
 //!   and its keeper, the lease file the workers stop by).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
-//!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call),
+//!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call; `tracker::gh_output`, the error of every parser of gh's output),
 //!   `config`, `lanes` (the lane's files more than one process shares: the heartbeat, the
 //!   operator's directives, the fleet-wide pauses).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::gh_output::OutputError;
 use super::trust::{Author, Trust, Verdict};
 use super::{
     ErrorKind, IssueState, IssueSummary, IssueView, LabeledIssue, Tracker, TrackerError,
@@ -615,16 +616,6 @@ struct GhPrNote {
     submitted_at: Option<String>,
     #[serde(rename = "createdAt", default)]
     created_at: Option<String>,
-}
-
-/// Why gh's output is not the shape its call asks for (the caller adds the command line).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OutputError {
-    /// Not JSON of the expected shape; serde's words, cut.
-    #[error("{0}")]
-    Json(String),
-    #[error("unknown issue state {0:?}")]
-    State(String),
 }
 
 fn parse_state(s: &str) -> Result<IssueState, OutputError> {

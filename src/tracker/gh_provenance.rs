@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::gh::OutputError;
+use super::gh_output::OutputError;
 use super::labels;
 use super::provenance::{Change, Hand, Part, Provenance, Said};
 use super::trust::Author;

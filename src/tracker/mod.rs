@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod gh;
+pub mod gh_output;
 pub mod gh_provenance;
 pub mod local;
 pub mod pace;
