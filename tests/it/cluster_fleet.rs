@@ -810,6 +810,31 @@ fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
 
 impl Hosts {
     /// `status --fleet --json` run from clone `i`.
+    /// One read-only session of the official MCP SDK (`support/mcp_session.py`) with clone
+    /// `i`'s `afk-supervisor mcp`.
+    fn mcp_read_session(&self, i: usize) -> serde_json::Value {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/support/mcp_session.py"
+        );
+        let out = std::process::Command::new(crate::support::python::venv_python())
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_afk-supervisor"))
+            .arg(&self.clones[i])
+            .arg("read")
+            .envs(self.env.vars())
+            .env("PATH", self.gh.path_env())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     fn fleet_status(&self, i: usize) -> serde_json::Value {
         let out = self
             .env
@@ -888,6 +913,24 @@ fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
     assert!(
         shown <= 2000 + TICK_MS,
         "right only {shown} ms after the last claim"
+    );
+    // The MCP `fleet_status`, asked by the official SDK on another host, carries the same
+    // view under `cluster` (SPEC §11.23).
+    let mcp = h.mcp_read_session(1);
+    let status = mcp["calls"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["label"] == "status"))
+        .unwrap_or_else(|| panic!("no fleet_status call: {mcp}"));
+    let cluster = &status["structured"]["cluster"];
+    assert_eq!(
+        issues_by_clone(&h, cluster),
+        want,
+        "MCP fleet_status: {status}"
+    );
+    assert_eq!(
+        cluster["claims"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
     );
     // A dead host drops out with its lease.
     h.kill_host(0);
