@@ -171,7 +171,7 @@ impl Fleet {
                 s.index < self.pool.target
                     && !s.retiring
                     && !s.occupied()
-                    && !matches!(s.phase, Phase::Fatal)
+                    && !matches!(s.phase, Phase::Fatal { .. })
             })
             .map(|s| s.index)
     }
