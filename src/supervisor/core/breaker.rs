@@ -1,8 +1,9 @@
-//! The breaker both circuits are built on: closed → open (tripped, the probe due after a
-//! backoff step) → half-open (one probe runs) → closed again, or open at the next step.
-//! The slot's circuit ([`circuit`]) trips it on fast deaths within a window; the fleet's
-//! ([`fleet_circuit`]) on a fraction of its slots tripping; each keeps its own rule and
-//! backoff, and names its probe with `P` (`()` for a slot, the probing slot for the fleet).
+//! The breaker the circuits and the agent hold are built on: closed → open (tripped, the
+//! probe due after a backoff step) → half-open (one probe runs) → closed again, or open at
+//! the next step. The slot's circuit ([`circuit`]) trips it on fast deaths within a window;
+//! the fleet's ([`fleet_circuit`]) on a fraction of its slots tripping; the agent's hold
+//! (`fleet/holds.rs`) opens it until the hold's end. Each keeps its own rule and backoff,
+//! and names its probe with `P` (`()` for a slot, the probing slot for the fleet).
 //!
 //! Pure logic over instants handed in by the caller.
 //!
