@@ -133,9 +133,119 @@ pub struct Current {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<String>,
+    pub stage: Option<Stage>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Where an attempt is (`current.stage`, and `last.stage` once it ended), written to disk
+/// as the same words as before it was a type. Other tools write this file too: a stage
+/// this tool does not know is kept as [`Stage::Other`] with its word, so reading never
+/// fails on it and a rewrite carries it through unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Stage {
+    /// The attempt dir and the worktree are being made.
+    Worktree,
+    /// The agent runs.
+    Agent,
+    /// The agent finished and the checks (`checks.command`) run.
+    Checks,
+    /// The work is being pushed and handed on.
+    Publish,
+    /// Handed on: the attempt is over.
+    Done,
+    /// The agent failed or hit the wall-clock cap: the attempt is over.
+    Failed,
+    /// The agent ran into an account-wide limit; the issue goes back to the queue.
+    AccountLimited,
+    /// The issue's own data cannot start an agent: handed to a person, the attempt over.
+    SetAside,
+    /// The sandbox refused the attempt's work: nothing pushed, the attempt over.
+    Refused,
+    /// Stopped before it finished; the issue went back to the queue.
+    Interrupted,
+    /// The hand-on after the agent's work failed part way.
+    HandoffFailed,
+    /// A word another writer used that this tool does not know.
+    Other(String),
+}
+
+impl Stage {
+    const KNOWN: [Stage; 11] = [
+        Stage::Worktree,
+        Stage::Agent,
+        Stage::Checks,
+        Stage::Publish,
+        Stage::Done,
+        Stage::Failed,
+        Stage::AccountLimited,
+        Stage::SetAside,
+        Stage::Refused,
+        Stage::Interrupted,
+        Stage::HandoffFailed,
+    ];
+
+    /// The word on disk.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Stage::Worktree => "worktree",
+            Stage::Agent => "agent",
+            Stage::Checks => "checks",
+            Stage::Publish => "publish",
+            Stage::Done => "done",
+            Stage::Failed => "failed",
+            Stage::AccountLimited => "account-limited",
+            Stage::SetAside => "set-aside",
+            Stage::Refused => "refused",
+            Stage::Interrupted => "interrupted",
+            Stage::HandoffFailed => "handoff-failed",
+            Stage::Other(word) => word,
+        }
+    }
+
+    /// The attempt is over: the file then says `current: null` and keeps the stage under
+    /// `last` only.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Stage::Done | Stage::Failed | Stage::Interrupted | Stage::SetAside | Stage::Refused
+        )
+    }
+
+    /// The issue is past the point of going back to the queue: the agent's work is being
+    /// handed on, or the issue was handed to a person. A failure from here on must not
+    /// give it back, or the work would be done twice.
+    pub fn keeps_issue(&self) -> bool {
+        matches!(
+            self,
+            Stage::Publish | Stage::Done | Stage::SetAside | Stage::Refused
+        )
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<String> for Stage {
+    fn from(word: String) -> Stage {
+        Stage::KNOWN
+            .into_iter()
+            .find(|s| s.as_str() == word)
+            .unwrap_or(Stage::Other(word))
+    }
+}
+
+impl From<Stage> for String {
+    fn from(stage: Stage) -> String {
+        match stage {
+            Stage::Other(word) => word,
+            known => known.as_str().to_string(),
+        }
+    }
 }
 
 /// The terminal-event envelope: whether the issue thread already carries the record.
@@ -258,6 +368,29 @@ mod tests {
         assert!(s.envelope_posted());
         assert_eq!(s.current.as_ref().unwrap().number, Some(7));
         assert_eq!(s.pid, Some(4242));
+        // Another writer's stage word is kept, not an error.
+        assert_eq!(
+            s.current.as_ref().unwrap().stage,
+            Some(Stage::Other("code".into()))
+        );
+    }
+
+    #[test]
+    fn stages_are_the_same_words_on_disk() {
+        for stage in Stage::KNOWN {
+            let json = serde_json::to_string(&stage).unwrap();
+            assert_eq!(json, format!("\"{}\"", stage.as_str()));
+            assert_eq!(serde_json::from_str::<Stage>(&json).unwrap(), stage);
+        }
+        assert_eq!(
+            serde_json::from_str::<Stage>(r#""account-limited""#).unwrap(),
+            Stage::AccountLimited
+        );
+        let odd: Stage = serde_json::from_str(r#""reviewing""#).unwrap();
+        assert_eq!(odd, Stage::Other("reviewing".into()));
+        assert_eq!(serde_json::to_string(&odd).unwrap(), r#""reviewing""#);
+        // A stage of the wrong type is still a corrupt file.
+        assert!(AttemptState::parse(br#"{"current":{"stage":3}}"#).is_err());
     }
 
     #[test]

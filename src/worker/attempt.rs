@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use serde_json::json;
 
 use super::WorkerError;
-use crate::attempt_state::{AttemptState, Current, Envelope};
+use crate::attempt_state::{AttemptState, Current, Envelope, Stage};
 use crate::layout::{self, Layout};
 use crate::pidfile;
 use crate::sweeps::worker_tree;
@@ -82,23 +82,28 @@ impl AttemptFile {
 
     /// Records `stage`; a finished attempt has `current: null` and keeps the last issue and
     /// stage under `last` for people reading the dir later.
-    pub fn write(&mut self, stage: &str) -> Result<(), WorkerError> {
-        let finished = matches!(
-            stage,
-            "done" | "failed" | "interrupted" | "set-aside" | "refused"
-        );
-        if let Some(cur) = self.state.current.as_mut() {
-            cur.stage = Some(stage.into());
-        }
+    ///
+    /// The stage is kept in memory before the file is written, so [`AttemptFile::stage`]
+    /// is where the attempt got to even when the disk refused the write.
+    pub fn write(&mut self, stage: Stage) -> Result<(), WorkerError> {
+        let finished = stage.is_final();
         let number = self.state.current.as_ref().and_then(|c| c.number);
         self.state
             .extra
             .insert("last".into(), json!({ "number": number, "stage": stage }));
+        if let Some(cur) = self.state.current.as_mut() {
+            cur.stage = Some(stage);
+        }
         let mut out = self.state.clone();
         if finished {
             out.current = None;
         }
         Ok(out.write(&self.dir)?)
+    }
+
+    /// The stage the attempt last reached; `None` before its first.
+    pub fn stage(&self) -> Option<&Stage> {
+        self.state.current.as_ref().and_then(|c| c.stage.as_ref())
     }
 }
 

@@ -22,6 +22,13 @@ pub(super) struct TakenClaim {
 }
 
 impl TakenClaim {
+    /// The issue goes to a person: a claim in etcd then ends leaving its done key.
+    pub fn mark_to_person(&mut self) {
+        if let Some(f) = &mut self.fence {
+            f.to_human = true;
+        }
+    }
+
     /// `body`, ending in the hand-off (`to_human`) or release mark when the claim was won
     /// by marks.
     fn ending(&self, body: &str, to_human: bool) -> String {
@@ -96,7 +103,7 @@ impl Worker<'_> {
                             cluster: c,
                             fence,
                             lane: self.layout.supervisor_lane(),
-                            to_human: std::cell::Cell::new(false),
+                            to_human: false,
                         }),
                         Ok(None) => {
                             let _ = claim.release();
@@ -268,7 +275,7 @@ impl Worker<'_> {
     pub(super) fn hand_labels(
         &self,
         n: u64,
-        claim: &TakenClaim,
+        claim: &mut TakenClaim,
         add: &str,
     ) -> Result<(), WorkerError> {
         self.hand_labels_all(n, claim, &[add])

@@ -2,7 +2,6 @@
 //! fencing token checked before every write that acts on the claim, and the claim ended
 //! when the worker lets the issue go (a hand-off leaves the done key).
 
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use super::error::ClusterLost;
@@ -14,7 +13,7 @@ pub(super) struct FenceGuard {
     pub fence: Fence,
     pub lane: PathBuf,
     /// Whether the issue went to a person (the done key is then left).
-    pub to_human: Cell<bool>,
+    pub to_human: bool,
 }
 
 impl FenceGuard {
@@ -39,7 +38,7 @@ impl FenceGuard {
 
 impl Drop for FenceGuard {
     fn drop(&mut self) {
-        let ending = if self.to_human.get() {
+        let ending = if self.to_human {
             Ending::HandOff
         } else {
             Ending::GiveBack

@@ -252,15 +252,13 @@ impl Worker<'_> {
     pub(super) fn hand_labels_all(
         &self,
         n: u64,
-        claim: &TakenClaim,
+        claim: &mut TakenClaim,
         add: &[&str],
     ) -> Result<(), WorkerError> {
         // On a cluster nothing is handed on by a host whose claim may be another's by now.
         self.fenced(claim)?;
-        if let Some(f) = &claim.fence
-            && add.contains(&labels::READY_FOR_HUMAN)
-        {
-            f.to_human.set(true);
+        if add.contains(&labels::READY_FOR_HUMAN) {
+            claim.mark_to_person();
         }
         match &claim.marks {
             Some(_) => {

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::config::Timing;
+use crate::supervisor::core::breaker::{self, Breaker, ProbeEnd};
 
 /// The timing knobs the breaker needs, from `[timing]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,22 +39,8 @@ impl Params {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Closed,
-    /// Tripped: nothing runs until `probe_at`.
-    Open {
-        probe_at: Instant,
-        step: u32,
-        backoff: Duration,
-    },
-    /// A probe is running; it closes the breaker by living past the fast-death time.
-    HalfOpen {
-        step: u32,
-        backoff: Duration,
-        probe_started: Instant,
-    },
-}
+/// A slot's breaker state; its probe is the slot's own next worker.
+pub type State = breaker::State<()>;
 
 /// What to do after a worker died (exit other than 0 and 78).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +65,7 @@ pub enum AfterDeath {
 pub struct Circuit {
     params: Params,
     fast_deaths: VecDeque<Instant>,
-    state: State,
+    breaker: Breaker<()>,
 }
 
 impl Circuit {
@@ -86,12 +73,12 @@ impl Circuit {
         Circuit {
             params,
             fast_deaths: VecDeque::new(),
-            state: State::Closed,
+            breaker: Breaker::new(),
         }
     }
 
     pub fn state(&self) -> State {
-        self.state
+        self.breaker.state()
     }
 
     pub fn params(&self) -> &Params {
@@ -115,15 +102,16 @@ impl Circuit {
     pub fn on_death(&mut self, now: Instant, started: Instant) -> AfterDeath {
         let lived = now.saturating_duration_since(started);
         let fast = lived < self.params.fast_death;
-        if let State::HalfOpen { step, .. } = self.state {
-            if fast {
-                let step = step.saturating_add(1);
-                let backoff = self.params.backoff(step);
-                self.state = State::Open {
-                    probe_at: crate::timeutil::deadline(now, backoff),
-                    step,
-                    backoff,
-                };
+        let params = self.params;
+        match self
+            .breaker
+            .probe_ended(now, lived, !fast, |step| params.backoff(step))
+        {
+            Some(ProbeEnd::Reparked {
+                lived,
+                backoff,
+                step,
+            }) => {
                 return AfterDeath::Reparked {
                     lived,
                     backoff,
@@ -131,7 +119,8 @@ impl Circuit {
                 };
             }
             // The probe outlived the fast-death time before dying: it had succeeded.
-            self.close();
+            Some(ProbeEnd::Closed { .. }) => self.fast_deaths.clear(),
+            None => {}
         }
         if !fast {
             return AfterDeath::Respawn {
@@ -144,11 +133,7 @@ impl Circuit {
         if n >= self.params.k {
             let backoff = self.params.backoff(0);
             self.fast_deaths.clear();
-            self.state = State::Open {
-                probe_at: crate::timeutil::deadline(now, backoff),
-                step: 0,
-                backoff,
-            };
+            self.breaker.open(now, 0, backoff);
             return AfterDeath::Tripped {
                 fast_deaths: n,
                 backoff,
@@ -163,39 +148,25 @@ impl Circuit {
 
     /// Is the cooldown over, so the probe may start?
     pub fn probe_due(&self, now: Instant) -> bool {
-        matches!(self.state, State::Open { probe_at, .. } if now >= probe_at)
+        self.breaker.probe_due(now)
     }
 
     /// Open → half-open; returns the expired backoff and the step for the log line.
     pub fn start_probe(&mut self, now: Instant) -> Option<(Duration, u32)> {
-        let State::Open { step, backoff, .. } = self.state else {
-            return None;
-        };
-        self.state = State::HalfOpen {
-            step,
-            backoff,
-            probe_started: now,
-        };
-        Some((backoff, step))
+        self.breaker.start_probe((), now)
     }
 
     /// Closes the breaker when the probe has lived past the fast-death time; returns how
     /// long it lived.
     pub fn check_probe(&mut self, now: Instant) -> Option<Duration> {
-        let State::HalfOpen { probe_started, .. } = self.state else {
-            return None;
-        };
-        let lived = now.saturating_duration_since(probe_started);
-        if lived < self.params.fast_death {
-            return None;
-        }
-        self.close();
+        let lived = self.breaker.check_probe(now, self.params.fast_death)?;
+        self.fast_deaths.clear();
         Some(lived)
     }
 
     /// A clean end (exit 0) proves the worker can run: a probe that did so closes it.
     pub fn on_clean_exit(&mut self) -> bool {
-        if matches!(self.state, State::HalfOpen { .. }) {
+        if matches!(self.breaker.state(), State::HalfOpen { .. }) {
             self.close();
             return true;
         }
@@ -203,7 +174,7 @@ impl Circuit {
     }
 
     fn close(&mut self) {
-        self.state = State::Closed;
+        self.breaker.close();
         self.fast_deaths.clear();
     }
 
@@ -215,14 +186,7 @@ impl Circuit {
 
     /// The next instant at which this breaker wants attention (probe due or probe proven).
     pub fn next_deadline(&self) -> Option<Instant> {
-        match self.state {
-            State::Closed => None,
-            State::Open { probe_at, .. } => Some(probe_at),
-            State::HalfOpen { probe_started, .. } => Some(crate::timeutil::deadline(
-                probe_started,
-                self.params.fast_death,
-            )),
-        }
+        self.breaker.next_deadline(self.params.fast_death)
     }
 }
 

@@ -17,49 +17,23 @@ use std::time::{Duration, Instant};
 
 use crate::config::Fraction;
 use crate::lanes::state_file;
+pub use crate::supervisor::core::breaker::ProbeEnd;
+use crate::supervisor::core::breaker::{self, Breaker};
 use crate::supervisor::core::circuit::Params;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Closed,
-    /// Parked: nothing spawns until `probe_at`.
-    Open {
-        probe_at: Instant,
-        step: u32,
-        backoff: Duration,
-    },
-    /// One slot probes; it closes the circuit by living past the fast-death time.
-    Probing {
-        slot: usize,
-        started: Instant,
-        step: u32,
-        backoff: Duration,
-    },
-}
+/// The fleet's breaker state; its probe is the one slot that may spawn.
+pub type State = breaker::State<usize>;
 
 #[derive(Debug, Clone)]
 pub struct FleetCircuit {
     fraction: Fraction,
     /// Slot trips inside the window: when, and which slot.
     trips: VecDeque<(Instant, usize)>,
-    state: State,
+    breaker: Breaker<usize>,
     reason: String,
     tripped_slots: usize,
     /// Epoch seconds of the (next or running) probe, for `status`.
     probe_epoch: Option<u64>,
-}
-
-/// How a probe ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeEnd {
-    /// It lived past the fast-death time (or exited 0): the circuit closed.
-    Closed { lived: Duration },
-    /// It died fast: parked again with the next step.
-    Reparked {
-        lived: Duration,
-        backoff: Duration,
-        step: u32,
-    },
 }
 
 fn epoch_at(now: Instant, at: Instant) -> u64 {
@@ -71,7 +45,7 @@ impl FleetCircuit {
         FleetCircuit {
             fraction,
             trips: VecDeque::new(),
-            state: State::Closed,
+            breaker: Breaker::new(),
             reason: String::new(),
             tripped_slots: 0,
             probe_epoch: None,
@@ -79,11 +53,11 @@ impl FleetCircuit {
     }
 
     pub fn state(&self) -> State {
-        self.state
+        self.breaker.state()
     }
 
     pub fn is_open(&self) -> bool {
-        self.state != State::Closed
+        !self.breaker.is_closed()
     }
 
     /// Slots needed to open the circuit in a fleet of `target`: the fraction, rounded up,
@@ -129,55 +103,41 @@ impl FleetCircuit {
     /// Whether slot `idx` may start a worker: any while closed, only the probe's slot
     /// while probing, none while open.
     pub fn may_spawn(&self, idx: usize) -> bool {
-        match self.state {
+        match self.breaker.state() {
             State::Closed => true,
-            State::Probing { slot, .. } => slot == idx,
+            State::HalfOpen { probe, .. } => probe == idx,
             State::Open { .. } => false,
         }
     }
 
     pub fn probe_due(&self, now: Instant) -> bool {
-        matches!(self.state, State::Open { probe_at, .. } if now >= probe_at)
+        self.breaker.probe_due(now)
     }
 
     /// Open → probing with `slot`; the expired backoff and the step, for the log line.
     pub fn start_probe(&mut self, slot: usize, now: Instant) -> Option<(Duration, u32)> {
-        let State::Open { step, backoff, .. } = self.state else {
-            return None;
-        };
-        self.state = State::Probing {
-            slot,
-            started: now,
-            step,
-            backoff,
-        };
+        let started = self.breaker.start_probe(slot, now)?;
         self.probe_epoch = Some(crate::timeutil::now_epoch());
-        Some((backoff, step))
+        Some(started)
     }
 
     /// No slot could probe: the same step again, one backoff later.
     pub fn postpone(&mut self, now: Instant) {
-        if let State::Open { step, backoff, .. } = self.state {
-            self.park(now, step, backoff);
+        if matches!(self.breaker.state(), State::Open { .. }) {
+            self.again(now);
         }
     }
 
     pub fn probe_slot(&self) -> Option<usize> {
-        match self.state {
-            State::Probing { slot, .. } => Some(slot),
+        match self.breaker.state() {
+            State::HalfOpen { probe, .. } => Some(probe),
             _ => None,
         }
     }
 
     /// The probe has lived past the fast-death time: closed.
     pub fn check_probe(&mut self, now: Instant, params: &Params) -> Option<ProbeEnd> {
-        let State::Probing { started, .. } = self.state else {
-            return None;
-        };
-        let lived = now.saturating_duration_since(started);
-        if lived < params.fast_death {
-            return None;
-        }
+        let lived = self.breaker.check_probe(now, params.fast_death)?;
         self.close();
         Some(ProbeEnd::Closed { lived })
     }
@@ -185,59 +145,55 @@ impl FleetCircuit {
     /// The probe's worker ended at `now`: `clean` (exit 0) or having lived past the
     /// fast-death time closes the circuit; anything else parks it with the next step.
     pub fn on_probe_end(&mut self, now: Instant, clean: bool, params: &Params) -> Option<ProbeEnd> {
-        let State::Probing { started, step, .. } = self.state else {
-            return None;
-        };
-        let lived = now.saturating_duration_since(started);
-        if clean || lived >= params.fast_death {
-            self.close();
-            return Some(ProbeEnd::Closed { lived });
+        let lived = self.breaker.probe_lived(now)?;
+        let proven = clean || lived >= params.fast_death;
+        let end = self
+            .breaker
+            .probe_ended(now, lived, proven, |step| params.backoff(step))?;
+        match end {
+            ProbeEnd::Closed { .. } => self.close(),
+            ProbeEnd::Reparked { .. } => self.probe_epoch_from_breaker(now),
         }
-        let step = step.saturating_add(1);
-        let backoff = params.backoff(step);
-        self.park(now, step, backoff);
-        Some(ProbeEnd::Reparked {
-            lived,
-            backoff,
-            step,
-        })
+        Some(end)
     }
 
     /// The probe ended saying nothing about the agent (the tracker asked to wait, exit 69
     /// or 75): the same step again, one backoff later. Returns that backoff and step.
     pub fn on_probe_inconclusive(&mut self, now: Instant) -> Option<(Duration, u32)> {
-        let State::Probing { step, backoff, .. } = self.state else {
+        if !matches!(self.breaker.state(), State::HalfOpen { .. }) {
             return None;
-        };
-        self.park(now, step, backoff);
-        Some((backoff, step))
+        }
+        self.again(now)
+    }
+
+    /// The same step again, one backoff after `now`.
+    fn again(&mut self, now: Instant) -> Option<(Duration, u32)> {
+        let again = self.breaker.again(now)?;
+        self.probe_epoch_from_breaker(now);
+        Some(again)
     }
 
     /// Open at backoff `step`: the next probe one `backoff` after `now`.
     fn park(&mut self, now: Instant, step: u32, backoff: Duration) {
-        let probe_at = crate::timeutil::deadline(now, backoff);
-        self.state = State::Open {
-            probe_at,
-            step,
-            backoff,
-        };
+        let probe_at = self.breaker.open(now, step, backoff);
         self.probe_epoch = Some(epoch_at(now, probe_at));
     }
 
+    /// `status`'s probe time: when the open breaker's probe is due.
+    fn probe_epoch_from_breaker(&mut self, now: Instant) {
+        if let State::Open { probe_at, .. } = self.breaker.state() {
+            self.probe_epoch = Some(epoch_at(now, probe_at));
+        }
+    }
+
     fn close(&mut self) {
-        self.state = State::Closed;
+        self.breaker.close();
         self.trips.clear();
         self.probe_epoch = None;
     }
 
     pub fn next_deadline(&self, params: &Params) -> Option<Instant> {
-        match self.state {
-            State::Closed => None,
-            State::Open { probe_at, .. } => Some(probe_at),
-            State::Probing { started, .. } => {
-                Some(crate::timeutil::deadline(started, params.fast_death))
-            }
-        }
+        self.breaker.next_deadline(params.fast_death)
     }
 
     pub fn reason(&self) -> &str {
@@ -251,10 +207,10 @@ impl FleetCircuit {
 
     /// `state.toon` `fleet_circuit`; `None` while closed.
     pub fn snapshot(&self) -> Option<state_file::FleetCircuit> {
-        let state = match self.state {
+        let state = match self.breaker.state() {
             State::Closed => return None,
             State::Open { .. } => state_file::FleetCircuitState::Open,
-            State::Probing { .. } => state_file::FleetCircuitState::Probing,
+            State::HalfOpen { .. } => state_file::FleetCircuitState::Probing,
         };
         Some(state_file::FleetCircuit {
             state,

@@ -170,8 +170,12 @@ pub enum Phase {
     Idle {
         confirmed: bool,
     },
-    /// Exit 78: never retried.
-    Fatal,
+    /// Exit 78: never retried. `reason` is the last line its worker wrote before the
+    /// exit, once the driver has read it from the log (`None` until then, and when the log
+    /// cannot be read: the park reason then says exit 78).
+    Fatal {
+        reason: Option<String>,
+    },
     /// The circuit is open: waits for its half-open probe.
     CircuitOpen,
 }
@@ -200,8 +204,6 @@ pub struct Slot {
     /// long it lived. The next queue check either finds the queue changed (the worker took
     /// something: respawn) or confirms "nothing claimable" (stay idle until it changes).
     pub unclaimable: Option<Unclaimable>,
-    /// Why the slot is parked for good: the last line its worker wrote before exit 78.
-    pub fatal_reason: Option<String>,
     /// What `status` shows of the current worker beyond its process.
     pub shown: Shown,
     /// Stopped by the operator (`stop --slot`): nothing starts here until `restart`.
@@ -235,7 +237,6 @@ impl Slot {
             retire_asked: false,
             retire_error: None,
             unclaimable: None,
-            fatal_reason: None,
             shown: Shown::default(),
             stopped: false,
             restart_pending: false,
@@ -263,7 +264,7 @@ impl Slot {
     }
 
     pub fn is_parked(&self) -> bool {
-        matches!(self.phase, Phase::Fatal | Phase::CircuitOpen)
+        matches!(self.phase, Phase::Fatal { .. } | Phase::CircuitOpen)
     }
 
     pub fn is_idle(&self) -> bool {
@@ -273,7 +274,7 @@ impl Slot {
     /// Why a parked slot is parked (`state.toon` `slot_detail[].reason`); `None` otherwise.
     pub fn park_reason(&self) -> Option<String> {
         match &self.phase {
-            Phase::Fatal => Some(self.fatal_reason.clone().unwrap_or_else(|| {
+            Phase::Fatal { reason } => Some(reason.clone().unwrap_or_else(|| {
                 format!(
                     "worker exited {} (host misconfigured); parked without retry",
                     crate::exit_code::CONFIG
@@ -337,7 +338,7 @@ impl Slot {
             Phase::Running(_) | Phase::Starting(_) => SlotState::Running,
             Phase::Idle { .. } if self.stopped => SlotState::Stopped,
             Phase::Idle { .. } => SlotState::Idle,
-            Phase::Fatal | Phase::CircuitOpen => SlotState::Parked,
+            Phase::Fatal { .. } | Phase::CircuitOpen => SlotState::Parked,
         }
     }
 }

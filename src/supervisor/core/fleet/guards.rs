@@ -55,7 +55,7 @@ impl Guards {
         if self.held()
             && !matches!(
                 self.fleet_circuit.state(),
-                fleet_circuit::State::Probing { .. }
+                fleet_circuit::State::HalfOpen { .. }
             )
         {
             return None;

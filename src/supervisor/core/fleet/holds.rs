@@ -4,6 +4,7 @@
 //! ends with one probe: a single slot spawns, and only when its worker ends without
 //! meeting the limit again does every slot resume. A budget hold ends at the next day.
 
+use crate::supervisor::core::breaker::{self, Breaker};
 use crate::supervisor::core::event::{Hold, HoldKind};
 use std::time::{Duration, Instant};
 
@@ -14,10 +15,11 @@ use crate::lanes::state_file::{AgentHold, SpendToday};
 /// The hold in force and what it carries.
 #[derive(Debug, Default)]
 pub(super) struct Holds {
-    /// The hold and when it ends.
-    pub(super) held: Option<(Hold, Instant)>,
-    /// The slot whose worker probes the agent after a hold ended.
-    pub(super) probe: Option<usize>,
+    /// The hold in force.
+    pub(super) hold: Option<Hold>,
+    /// Open while a hold is in force (its probe due at the hold's end), half-open while
+    /// one slot's worker probes the agent after an agent hold ended.
+    pub(super) breaker: Breaker<usize>,
     /// The day's spend as the last queue check read it.
     pub(super) spend: Option<SpendToday>,
     /// The offset of `budget.timezone`, for the resume time `status` shows.
@@ -27,11 +29,31 @@ pub(super) struct Holds {
 impl Holds {
     /// Whether slot `idx` may not spawn now.
     pub(super) fn blocks(&self, idx: usize) -> bool {
-        self.held.is_some() || self.probe.is_some_and(|p| p != idx)
+        match self.breaker.state() {
+            breaker::State::Closed => false,
+            breaker::State::Open { .. } => true,
+            breaker::State::HalfOpen { probe, .. } => probe != idx,
+        }
+    }
+
+    /// The slot whose worker probes the agent, while one does.
+    pub(super) fn probe(&self) -> Option<usize> {
+        match self.breaker.state() {
+            breaker::State::HalfOpen { probe, .. } => Some(probe),
+            _ => None,
+        }
+    }
+
+    /// When the hold in force ends.
+    pub(super) fn ends_at(&self) -> Option<Instant> {
+        match self.breaker.state() {
+            breaker::State::Open { probe_at, .. } => Some(probe_at),
+            _ => None,
+        }
     }
 
     pub(super) fn snapshot(&self) -> Option<AgentHold> {
-        self.held.as_ref().map(|(h, _)| AgentHold {
+        self.hold.as_ref().map(|h| AgentHold {
             hold: match h.kind {
                 HoldKind::Agent => "agent".into(),
                 HoldKind::Budget => "budget".into(),
@@ -53,7 +75,7 @@ impl Fleet {
     /// A pause (the rate limit's or the operator's) or an agent's hold keeps every slot
     /// from starting.
     pub(super) fn all_held(&self) -> bool {
-        self.guards.held() || self.holds.held.is_some()
+        self.guards.held() || self.holds.hold.is_some()
     }
 
     /// A queue check found a hold in force: nothing spawns until it ends. Logged once per
@@ -63,17 +85,15 @@ impl Fleet {
         self.view.queue_again = false;
         self.holds.spend = spend;
         let left = Duration::from_secs(h.until_epoch.saturating_sub(self.epoch()));
-        let resume_at = crate::timeutil::deadline(now, left);
         self.record.dirty = true;
-        if let Some((cur, at)) = &mut self.holds.held {
+        if let Some(cur) = &mut self.holds.hold {
             if h.kind == cur.kind && h.until_epoch > cur.until_epoch {
                 *cur = h;
-                *at = resume_at;
+                self.holds.breaker.open(now, 0, left);
             }
             return;
         }
-        // A probe still running met the limit again: that is this new hold.
-        self.holds.probe = None;
+        // A probe still running met the limit again: this new hold ends it.
         let (event, msg) = match h.kind {
             HoldKind::Agent => (
                 Kind::FleetAgentPaused,
@@ -99,7 +119,8 @@ impl Fleet {
         };
         self.log(line(event, msg));
         self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
-        self.holds.held = Some((h, resume_at));
+        self.holds.hold = Some(h);
+        self.holds.breaker.open(now, 0, left);
     }
 
     /// The day's spend from a queue check that found no hold.
@@ -111,16 +132,17 @@ impl Fleet {
     /// The hold's end has come: a budget's resumes the fleet (the queue check wakes the
     /// idle slots), an agent's starts the one probe.
     pub(super) fn hold_due(&mut self, now: Instant) {
-        let Some((h, at)) = &self.holds.held else {
+        let Some(h) = &self.holds.hold else {
             return;
         };
-        if now < *at {
+        if !self.holds.breaker.probe_due(now) {
             return;
         }
         let kind = h.kind;
-        self.holds.held = None;
+        self.holds.hold = None;
         self.record.dirty = true;
         if kind == HoldKind::Budget {
+            self.holds.breaker.close();
             self.log(line(
                 Kind::FleetBudgetResumed,
                 "a new budget day began: the fleet claims again",
@@ -129,10 +151,11 @@ impl Fleet {
             return;
         }
         let Some(idx) = self.probe_slot() else {
+            self.holds.breaker.close();
             self.agent_resumed("the agent pause ended and every slot is busy");
             return;
         };
-        self.holds.probe = Some(idx);
+        self.holds.breaker.start_probe(idx, now);
         if let Some(slot) = self.pool.slots.get_mut(&idx) {
             slot.phase = Phase::Idle { confirmed: true };
         }
@@ -149,10 +172,10 @@ impl Fleet {
     /// The worker in slot `idx` ended with `code`. Returns whether it was the agent's probe
     /// and that probe met the limit again (its slot then idles until the hold's end).
     pub(super) fn agent_probe_ended(&mut self, idx: usize, code: Option<i32>) -> bool {
-        if self.holds.probe != Some(idx) {
+        if self.holds.probe() != Some(idx) {
             return false;
         }
-        self.holds.probe = None;
+        self.holds.breaker.close();
         if code == Some(crate::exit_code::AGENT_PAUSED) {
             // The queue check reads the pause the probe recorded and holds again.
             self.request_queue();
@@ -172,7 +195,7 @@ impl Fleet {
                 s.index < self.pool.target
                     && !s.retiring
                     && !s.occupied()
-                    && !matches!(s.phase, Phase::Fatal)
+                    && !matches!(s.phase, Phase::Fatal { .. })
             })
             .map(|s| s.index)
     }

@@ -222,10 +222,10 @@ impl Fleet {
             } => self.spawned(slot, seq, started, log, cgroup),
             Event::SpawnFailed { slot, seq, error } => self.spawn_failed(slot, seq, error, now),
             Event::FatalReason { slot, reason } => {
-                if let Some(s) = self.pool.slots.get_mut(&slot)
-                    && matches!(s.phase, Phase::Fatal)
+                if let Some(Phase::Fatal { reason: known }) =
+                    self.pool.slots.get_mut(&slot).map(|s| &mut s.phase)
                 {
-                    s.fatal_reason = Some(reason);
+                    *known = Some(reason);
                     self.record.dirty = true;
                 }
             }

@@ -130,7 +130,6 @@ impl Fleet {
                 if slot.is_parked() {
                     // A restart is the operator's word that the cause is fixed.
                     slot.circuit.reset();
-                    slot.fatal_reason = None;
                     slot.phase = Phase::Idle { confirmed: false };
                 }
             }

@@ -43,7 +43,7 @@ impl Fleet {
     /// would wake only as many as it has issues. Asked at each queue answer, which is where
     /// every hold's end is learnt; after the first, it costs one test.
     pub(super) fn start_held_slots(&mut self, now: Instant) {
-        if !self.launch.held_start || self.all_held() || self.holds.probe.is_some() {
+        if !self.launch.held_start || self.all_held() || self.holds.probe().is_some() {
             return;
         }
         self.launch.held_start = false;

@@ -624,7 +624,7 @@ fn a_probe_whose_execve_failed_does_not_resume_the_fleet() {
     let spawns = b.spawns();
     b.not_started(0, "Text file busy (os error 26)", 62.5);
     assert_eq!(b.count(Kind::FleetAgentResumed), 0, "{:?}", b.kinds());
-    assert_eq!(b.fleet.holds.probe, Some(0));
+    assert_eq!(b.fleet.holds.probe(), Some(0));
     assert_eq!(b.spawns(), spawns + 1, "the probe tried again");
     assert!(b.pid_in(1).is_none(), "no other slot spawned");
 }

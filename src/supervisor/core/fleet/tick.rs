@@ -71,7 +71,7 @@ impl Fleet {
         for g in [
             self.guards.pause_deadline(),
             self.guards.fleet_circuit_deadline(&self.pool.params),
-            self.holds.held.as_ref().map(|(_, at)| *at),
+            self.holds.ends_at(),
         ]
         .into_iter()
         .flatten()

@@ -198,7 +198,7 @@ impl Fleet {
         match exit {
             ExitKind::Code(crate::exit_code::CONFIG) => {
                 if let Some(slot) = self.pool.slots.get_mut(&idx) {
-                    slot.phase = Phase::Fatal;
+                    slot.phase = Phase::Fatal { reason: None };
                 }
                 self.emit(Effect::ReadFatalReason {
                     slot: idx,
