@@ -180,6 +180,21 @@ pub fn run(ctx: &Ctx) -> Result<i32, Failure> {
                 format!("{:?}", p.display().to_string())
             }),
     );
+    let tls = cl.and_then(|k| k.tls.as_ref());
+    let path = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+    line(
+        "cluster.ca_file",
+        tls.map_or("(none)".into(), |t| path(&t.ca_file)),
+    );
+    let client = tls.and_then(|t| t.client.as_ref());
+    line(
+        "cluster.cert_file",
+        client.map_or("(none)".into(), |(c, _)| path(c)),
+    );
+    line(
+        "cluster.key_file",
+        client.map_or("(none)".into(), |(_, k)| path(k)),
+    );
     let i = &c.isolation;
     let mode = match i.mode {
         config::IsolationMode::Auto => "auto",

@@ -71,6 +71,8 @@ pub struct Etcd {
     endpoints: Vec<String>,
     timeout: Duration,
     login: Option<(String, String)>,
+    /// `https://` members: the agent that checks them by the fleet's CA.
+    tls: Option<ureq::Agent>,
     token: Mutex<Option<String>>,
     next: AtomicUsize,
 }
@@ -83,9 +85,17 @@ impl Etcd {
             endpoints,
             timeout,
             login,
+            tls: None,
             token: Mutex::new(None),
             next: AtomicUsize::new(0),
         }
+    }
+
+    /// The same client over TLS: `agent` checks the `https://` members (see
+    /// [`super::tls_agent`]).
+    pub fn with_tls(mut self, agent: ureq::Agent) -> Etcd {
+        self.tls = Some(agent);
+        self
     }
 
     fn token(&self) -> Option<String> {
@@ -120,13 +130,18 @@ impl Etcd {
         token: Option<&str>,
     ) -> EtcdResult<Value> {
         let headers: Vec<(&str, &str)> = token.map(|t| ("Authorization", t)).into_iter().collect();
-        let a = http::post(
-            endpoint,
-            path,
-            body.to_string().as_bytes(),
-            &headers,
-            self.timeout,
-        )
+        let bytes = body.to_string();
+        let a = match &self.tls {
+            Some(agent) => http::post_tls(
+                agent,
+                endpoint,
+                path,
+                bytes.as_bytes(),
+                &headers,
+                self.timeout,
+            ),
+            None => http::post(endpoint, path, bytes.as_bytes(), &headers, self.timeout),
+        }
         .map_err(|e| EtcdError::Unavailable(format!("{endpoint}: {e}")))?;
         let v: Value = serde_json::from_slice(&a.body).map_err(|_| {
             EtcdError::Unavailable(format!(

@@ -1,8 +1,10 @@
 //! The few bytes of HTTP/1.1 the etcd JSON gateway needs: one `POST` per connection
 //! (`Connection: close`), a JSON body, an answer read to its end with a deadline. Written
 //! here rather than pulled in: etcd's gateway is plain HTTP on the client port, and a
-//! hand-sized client keeps the default build free of `protoc`, TLS stacks and an async HTTP
-//! stack (README "More than one box" says why).
+//! hand-sized client keeps the default build free of `protoc` and an async HTTP stack
+//! (docs/guide/more-than-one-box.md says why). `https://` members go through [`post_tls`]:
+//! ureq with rustls, which the notifier already builds in, checking them by the operator's
+//! own CA.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -172,6 +174,42 @@ fn dechunk(mut rest: &[u8]) -> io::Result<Option<Vec<u8>>> {
         body.extend_from_slice(&rest[..size]);
         rest = &rest[size + 2..];
     }
+}
+
+/// `POST <path>` with `body` to an `https://` `endpoint` through `agent` (which checks the
+/// member by the fleet's CA and shows this host's certificate when it has one), the whole
+/// exchange within `timeout`.
+pub fn post_tls(
+    agent: &ureq::Agent,
+    endpoint: &str,
+    path: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> io::Result<Answer> {
+    let url = format!("{}{path}", endpoint.trim_end_matches('/'));
+    let mut req = agent
+        .post(&url)
+        .config()
+        .timeout_global(Some(timeout))
+        .build()
+        .header("Content-Type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.send(body).map_err(|e| match e {
+        ureq::Error::Io(e) => e,
+        ureq::Error::Timeout(_) => timed_out("request"),
+        other => io::Error::other(other.to_string()),
+    })?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER as u64)
+        .read_to_vec()
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(Answer { status, body })
 }
 
 #[cfg(test)]

@@ -97,6 +97,76 @@ pub fn active() -> Option<&'static Cluster> {
 pub enum SetupError {
     #[error("cluster.password_file {0}: {1}")]
     Password(String, String),
+    /// A TLS file (`cluster.ca_file`, `cert_file`, `key_file`) missing or not the PEM it
+    /// must hold.
+    #[error("{key} {path}: {why}")]
+    Tls {
+        key: &'static str,
+        path: String,
+        why: String,
+    },
+}
+
+/// The agent that reaches `https://` members: it trusts only the fleet's CA (`ca_file`; a
+/// public CA's certificate is no etcd member's) and shows this host's certificate when the
+/// config names one. One agent per process, its connections closed after each call as the
+/// plain client's are.
+pub fn tls_agent(tls: &crate::config::cluster::ClusterTls) -> Result<ureq::Agent, SetupError> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    let read = |key: &'static str, path: &std::path::Path| -> Result<Vec<u8>, SetupError> {
+        let bad = |why: String| SetupError::Tls {
+            key,
+            path: path.display().to_string(),
+            why,
+        };
+        crate::fsutil::read_capped(path, 1 << 20, crate::fsutil::Links::Follow)
+            .map_err(|e| bad(e.to_string()))?
+            .ok_or_else(|| bad("does not exist".into()))
+    };
+    let certs = |key: &'static str,
+                 path: &std::path::Path|
+     -> Result<Vec<Certificate<'static>>, SetupError> {
+        let pem = read(key, path)?;
+        let found: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+            .filter_map(|i| match i {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if found.is_empty() {
+            return Err(SetupError::Tls {
+                key,
+                path: path.display().to_string(),
+                why: "no PEM certificate in it".into(),
+            });
+        }
+        Ok(found)
+    };
+    let roots = certs("cluster.ca_file", &tls.ca_file)?;
+    let client = match &tls.client {
+        Some((cert, key)) => {
+            let chain = certs("cluster.cert_file", cert)?;
+            let pem = read("cluster.key_file", key)?;
+            let key = PrivateKey::from_pem(&pem).map_err(|e| SetupError::Tls {
+                key: "cluster.key_file",
+                path: key.display().to_string(),
+                why: format!("not a PEM private key: {e}"),
+            })?;
+            Some(ClientCert::new_with_certs(&chain, key))
+        }
+        None => None,
+    };
+    let config = TlsConfig::builder()
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .client_cert(client)
+        .build();
+    Ok(ureq::Agent::config_builder()
+        .tls_config(config)
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(concat!("afk-supervisor/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into())
 }
 
 /// Sets up this process's cluster from `cfg` (a no-op when one is set up already); `repo`
@@ -129,8 +199,12 @@ impl Cluster {
             _ => None,
         };
         let prefix = cfg.key_prefix(repo);
+        let mut etcd = Etcd::new(cfg.endpoints.clone(), call_timeout(cfg.lease_s), login);
+        if let Some(tls) = &cfg.tls {
+            etcd = etcd.with_tls(tls_agent(tls)?);
+        }
         Ok(Cluster {
-            etcd: Etcd::new(cfg.endpoints.clone(), call_timeout(cfg.lease_s), login),
+            etcd,
             identity_root: match cfg.prefix {
                 Some(_) => prefix.clone(),
                 None => "afk/".to_string(),

@@ -31,6 +31,18 @@ pub struct ClusterCfg {
     /// password (a file, so the secret is in neither the config nor the environment).
     pub username: Option<String>,
     pub password_file: Option<PathBuf>,
+    /// `https://` endpoints: the CA that signed the members' certificates, and the
+    /// host's own certificate and key when the members ask for one (`--client-cert-auth`).
+    pub tls: Option<ClusterTls>,
+}
+
+/// TLS to the members: a private CA's certificate to check them by (etcd's certificates are
+/// the operator's own, not a public CA's), and optionally this host's client certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTls {
+    pub ca_file: PathBuf,
+    /// The certificate (with its chain) and its key, PEM, both or neither.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 /// The default lease: long enough to ride out a loaded box's pauses, short enough that a
@@ -50,6 +62,9 @@ pub(super) struct FileCluster {
     prefix: S<String>,
     username: S<String>,
     password_file: S<PathBuf>,
+    ca_file: S<PathBuf>,
+    cert_file: S<PathBuf>,
+    key_file: S<PathBuf>,
 }
 
 impl FileCluster {
@@ -60,6 +75,9 @@ impl FileCluster {
             && self.prefix.is_none()
             && self.username.is_none()
             && self.password_file.is_none()
+            && self.ca_file.is_none()
+            && self.cert_file.is_none()
+            && self.key_file.is_none()
     }
 }
 
@@ -72,9 +90,13 @@ impl ClusterCfg {
     }
 }
 
-/// `http://host:port` with nothing after the port but an optional `/`.
+/// `http://host:port` or `https://host:port`, with nothing after the port but an optional
+/// `/`.
 fn endpoint_ok(e: &str) -> bool {
-    let Some(rest) = e.strip_prefix("http://") else {
+    let Some(rest) = e
+        .strip_prefix("http://")
+        .or_else(|| e.strip_prefix("https://"))
+    else {
         return false;
     };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -115,15 +137,20 @@ impl Builder {
             )));
         }
         if let Some(bad) = endpoints.iter().find(|e| !endpoint_ok(e)) {
-            let why = if bad.starts_with("https://") {
-                "TLS to etcd is not built in; reach the members over a private network or a local TLS-terminating proxy (docs/SPEC.md §11.23)"
-            } else {
-                "expected http://host:port"
-            };
             return Err(ConfigError(format!(
-                "{}: cluster.endpoints: {:?}: {why}",
+                "{}: cluster.endpoints: {:?}: expected http://host:port or https://host:port",
                 self.origin_of("cluster.endpoints"),
                 excerpt(bad)
+            )));
+        }
+        let https = endpoints
+            .iter()
+            .filter(|e| e.starts_with("https://"))
+            .count();
+        if https != 0 && https != endpoints.len() {
+            return Err(ConfigError(format!(
+                "{}: cluster.endpoints: all http:// or all https://, not both",
+                self.origin_of("cluster.endpoints")
             )));
         }
         let lease_s = match self.take("cluster.lease_s", c.lease_s) {
@@ -160,6 +187,44 @@ impl Builder {
                 })
             )));
         }
+        let ca_file = self.take("cluster.ca_file", c.ca_file);
+        let cert_file = self.take("cluster.cert_file", c.cert_file);
+        let key_file = self.take("cluster.key_file", c.key_file);
+        if cert_file.is_some() != key_file.is_some() {
+            return Err(ConfigError(format!(
+                "{}: cluster.cert_file and cluster.key_file go together",
+                self.origin_of(if cert_file.is_some() {
+                    "cluster.cert_file"
+                } else {
+                    "cluster.key_file"
+                })
+            )));
+        }
+        let tls = match (https > 0, ca_file) {
+            (true, Some(ca_file)) => Some(ClusterTls {
+                ca_file,
+                client: cert_file.zip(key_file),
+            }),
+            (true, None) => {
+                return Err(ConfigError(format!(
+                    "{}: cluster.endpoints are https://: set cluster.ca_file to the CA that signed the members' certificates",
+                    self.origin_of("cluster.endpoints")
+                )));
+            }
+            (false, Some(_)) => {
+                return Err(ConfigError(format!(
+                    "{}: cluster.ca_file is set but the endpoints are http://: use https:// endpoints or remove it",
+                    self.origin_of("cluster.ca_file")
+                )));
+            }
+            (false, None) if cert_file.is_some() => {
+                return Err(ConfigError(format!(
+                    "{}: cluster.cert_file needs https:// endpoints and cluster.ca_file",
+                    self.origin_of("cluster.cert_file")
+                )));
+            }
+            (false, None) => None,
+        };
         self.cfg.cluster = Some(ClusterCfg {
             engine,
             endpoints,
@@ -167,6 +232,7 @@ impl Builder {
             prefix,
             username,
             password_file,
+            tls,
         });
         Ok(())
     }
@@ -209,6 +275,20 @@ mod tests {
         .unwrap();
         assert_eq!(c.key_prefix("o/r"), "/fleets/x/");
         assert_eq!(c.username.as_deref(), Some("u"));
+        assert_eq!(c.tls, None);
+        let c = parse(
+            "[cluster]\nengine = \"etcd\"\nendpoints = [\"https://a:1\"]\nca_file = \"/ca\"\n\
+             cert_file = \"/c\"\nkey_file = \"/k\"\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.tls,
+            Some(ClusterTls {
+                ca_file: "/ca".into(),
+                client: Some(("/c".into(), "/k".into()))
+            })
+        );
     }
 
     #[test]
@@ -223,7 +303,19 @@ mod tests {
             ),
             (
                 "[cluster]\nengine = \"etcd\"\nendpoints = [\"https://a:1\"]\n",
-                "TLS to etcd is not built in",
+                "set cluster.ca_file",
+            ),
+            (
+                "[cluster]\nengine = \"etcd\"\nendpoints = [\"https://a:1\", \"http://b:1\"]\nca_file = \"/ca\"\n",
+                "not both",
+            ),
+            (
+                "[cluster]\nengine = \"etcd\"\nendpoints = [\"http://a:1\"]\nca_file = \"/ca\"\n",
+                "use https:// endpoints",
+            ),
+            (
+                "[cluster]\nengine = \"etcd\"\nendpoints = [\"https://a:1\"]\nca_file = \"/ca\"\ncert_file = \"/c\"\n",
+                "cluster.cert_file and cluster.key_file go together",
             ),
             (
                 "[cluster]\nengine = \"etcd\"\nendpoints = [\"a:1\"]\n",
@@ -238,7 +330,7 @@ mod tests {
                 "go together",
             ),
             (
-                "[cluster]\nengine = \"etcd\"\nendpoints = [\"http://a:1\"]\ncert_file = \"x\"\n",
+                "[cluster]\nengine = \"etcd\"\nendpoints = [\"http://a:1\"]\ntls = true\n",
                 "unknown field",
             ),
         ] {

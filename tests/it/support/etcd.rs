@@ -25,7 +25,7 @@ pub struct EtcdCluster {
 
 /// A loopback port nothing listens on now (the listener is dropped at once; the member binds
 /// it a moment later).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
