@@ -11,7 +11,7 @@
 //! only (pruned at every write), a few KiB at GitHub's 500.
 
 use crate::config::WriteBudgets;
-use crate::tracker::pace::{SharedError, SharedWindows};
+use crate::tracker::pace::{SharedError, SharedWindows, login_slug};
 
 use super::Cluster;
 use super::etcd::{Cmp, Op};
@@ -21,18 +21,7 @@ const MAX_TIMES: usize = 100_000;
 
 /// Where identity `login`'s write times live under `root` (`afk/` or the fleet's prefix).
 pub fn key(root: &str, login: &str) -> String {
-    let safe: String = login
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    format!("{root}github/{safe}/writes")
+    format!("{root}github/{}/writes", login_slug(login))
 }
 
 /// The times a value holds: numbers only, a garbled value counting as none (its next write

@@ -100,10 +100,11 @@ pub fn account_dir() -> Option<PathBuf> {
     Some(state.join("afk-supervisor"))
 }
 
-/// A login as a file name: GitHub's alphabet (`A-Z a-z 0-9 -`, an app's `[bot]`) lower-cased
-/// (logins are case-insensitive), anything else `_`.
-fn login_file_name(login: &str) -> String {
-    let safe: String = login
+/// A login as one path component, of a file or of a key: GitHub's alphabet (`A-Z a-z 0-9
+/// -`, an app's `[bot]`) lower-cased (logins are case-insensitive), anything else `_`, at
+/// most 64 characters.
+pub fn login_slug(login: &str) -> String {
+    login
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -113,8 +114,12 @@ fn login_file_name(login: &str) -> String {
             }
         })
         .take(64)
-        .collect();
-    format!("pace-{safe}")
+        .collect()
+}
+
+/// A login's pace file name.
+fn login_file_name(login: &str) -> String {
+    format!("pace-{}", login_slug(login))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -810,29 +810,11 @@ fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
 
 impl Hosts {
     /// `status --fleet --json` run from clone `i`.
-    /// One read-only session of the official MCP SDK (`support/mcp_session.py`) with clone
-    /// `i`'s `afk-supervisor mcp`.
+    /// One read-only session of the official MCP SDK with clone `i`'s `afk-supervisor mcp`.
     fn mcp_read_session(&self, i: usize) -> serde_json::Value {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/it/support/mcp_session.py"
-        );
-        let out = std::process::Command::new(crate::support::python::venv_python())
-            .arg(script)
-            .arg(env!("CARGO_BIN_EXE_afk-supervisor"))
-            .arg(&self.clones[i])
-            .arg("read")
-            .envs(self.env.vars())
-            .env("PATH", self.gh.path_env())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let mut vars = self.env.vars();
+        vars.push(("PATH".into(), self.gh.path_env()));
+        crate::support::python::mcp_session(&self.clones[i], "read", vars)
     }
 
     fn fleet_status(&self, i: usize) -> serde_json::Value {

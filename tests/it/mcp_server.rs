@@ -3,7 +3,7 @@
 //! for what no SDK client sends (a malformed frame, stdin closed).
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::Value;
 
@@ -15,26 +15,9 @@ const SLEEPING_WORKER: &str = "exec sleep 1000\n";
 
 /// One SDK session (`tests/it/support/mcp_session.py`) in `mode` (`read` or `write`).
 fn session(f: &Fleet, mode: &str) -> Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/it/support/mcp_session.py"
-    );
-    let out = Command::new(support::python::venv_python())
-        .arg(script)
-        .arg(env!("CARGO_BIN_EXE_afk-supervisor"))
-        .arg(&f.repo)
-        .arg(mode)
-        .envs(f.env.vars())
-        .env("AFK_TEST_TAG", &f.tag)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let mut vars = f.env.vars();
+    vars.push(("AFK_TEST_TAG".into(), f.tag.clone().into()));
+    support::python::mcp_session(&f.repo, mode, vars)
 }
 
 fn call<'a>(s: &'a Value, label: &str) -> &'a Value {

@@ -46,3 +46,32 @@ pub fn venv_python() -> PathBuf {
     std::fs::write(dir.join(MARKER), "").unwrap();
     python
 }
+
+/// One session of the official MCP SDK (`tests/it/support/mcp_session.py`) with
+/// `afk-supervisor --repo <repo> mcp` in `mode` (`read`, or `write` with `--allow-writes`),
+/// the binary's environment `vars`; what the script printed, as JSON.
+pub fn mcp_session(
+    repo: &std::path::Path,
+    mode: &str,
+    vars: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+) -> serde_json::Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/support/mcp_session.py"
+    );
+    let out = Command::new(venv_python())
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_afk-supervisor"))
+        .arg(repo)
+        .arg(mode)
+        .envs(vars)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
