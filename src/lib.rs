@@ -24,7 +24,8 @@
 //!   (start-up and the tokio event loop), `timers` (the belts and slot-log expiry on a
 //!   timer), `cluster_belt` (the claims belt of a fleet whose claims live in etcd),
 //!   `driver` (feeds the fleet events, carries its effects out, feeds the answers back),
-//!   `release_dead` (a dead worker's issues back), `journal` (the event log's writer),
+//!   `release_dead` (a dead worker's issues back), `takeover` (the workers a killed
+//!   supervisor left: adopted at a start, ended by a stop during the boot), `journal` (the event log's writer),
 //!   `slot_logs`, `unblock_belt` (the unblock pass, one belt per tracker on the host),
 //!   `claim_holds` (what holds the fleet's claims, read for the fleet), `os` (processes,
 //!   spawn, pidfds, cgroups, signals, strays, the lock, sd-notify, tree usage), `core` (the

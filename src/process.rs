@@ -229,10 +229,15 @@ impl ProcId {
     /// SIGKILL to the group this process leads, or to it alone when it leads none; only if
     /// it is still the process that started at `start`.
     pub fn kill_tree(self) -> bool {
+        self.signal_tree(nix::sys::signal::Signal::SIGKILL)
+    }
+
+    /// `sig` to the group this process leads, or to it alone when it leads none; only if
+    /// it is still the process that started at `start`.
+    pub fn signal_tree(self, sig: nix::sys::signal::Signal) -> bool {
         let Some(p) = read(self.pid).filter(|p| p.start == self.start && !p.is_zombie()) else {
             return false;
         };
-        let sig = nix::sys::signal::Signal::SIGKILL;
         let pid = nix::unistd::Pid::from_raw(self.pid);
         if p.pgid == self.pid {
             nix::sys::signal::killpg(pid, sig).is_ok()

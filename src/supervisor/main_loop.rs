@@ -21,10 +21,9 @@ use crate::exit_code;
 use crate::git::Git;
 use crate::lanes::state_file;
 use crate::layout::Layout;
-use crate::pidfile;
 use crate::process;
 use crate::supervisor::claim_holds::{HoldsRead, read_holds};
-use crate::supervisor::core::event::{self, Adoptee};
+use crate::supervisor::core::event;
 use crate::supervisor::core::fleet::Fleet;
 use crate::supervisor::driver::Driver;
 use crate::supervisor::journal::{Journal, Rotation};
@@ -35,6 +34,7 @@ use crate::supervisor::os::pidfd_set::Exits;
 use crate::supervisor::os::sd_notify::Notifier;
 use crate::supervisor::os::signals::{Descriptor, Heard, Signals, heard};
 use crate::supervisor::os::spawn;
+use crate::supervisor::takeover::{end_left_workers, takeover_candidates, unrecorded_workers};
 use crate::supervisor::timers::{Periodic, housekeeping_tasks, periodic_tasks, start_periodic};
 use crate::sweeps::suite::{self, SuiteRun};
 use crate::sweeps::{Disposition, SweepCtx, SweepName};
@@ -349,6 +349,8 @@ async fn run_fleet(
     let (boot, holds, labels) = match boot {
         BootWait::Done(done) => *done,
         BootWait::Signalled(code) => {
+            let grace = std::time::Duration::from_secs(config.timing.stop_grace_s);
+            let left = end_left_workers(layout, grace, leaders, &mut journal).await;
             forget_isolation(entered, &mut journal);
             let mut notifier = Notifier::from_env();
             notifier.stopping();
@@ -357,6 +359,12 @@ async fn run_fleet(
                 Kind::SupervisorStop,
                 "stopped by signal during the boot sweeps",
             ));
+            if !left.is_empty() {
+                let msg = format!("stop: giving up on processes that would not die: {left:?}");
+                let _ = writeln!(std::io::stderr(), "afk-supervisor: {msg}");
+                journal.write(Record::now(Kind::SupervisorError, msg));
+                return Ok(RunEnd::Stopped(exit_code::FAILED));
+            }
             return Ok(RunEnd::Stopped(code));
         }
     };
@@ -674,7 +682,8 @@ fn forget_isolation(entered: Result<Entering, CgroupRequired>, journal: &mut Jou
 }
 
 /// Runs the suite on the blocking pool so a stop signal during a long sweep is obeyed at
-/// once (nothing has been spawned yet, so there is nothing else to stop), then, on the same
+/// once (nothing has been spawned yet; what a killed supervisor left is ended by the caller,
+/// [`end_left_workers`]), then, on the same
 /// thread, reads the holds the start must obey before its first spawn ([`read_holds`]):
 /// after the suite, so a rate limit one of its tracker calls met is among them, and on its
 /// thread, so the start asks the pool for no second one.
@@ -781,98 +790,6 @@ fn beside_boot(
         };
         (entered, leaders, logs)
     })
-}
-
-/// The previous supervisor's workers that are still live (pid and start both match).
-/// Returns them, how many recorded workers were dead, whether there was a state file, and
-/// the slots it recorded workers in.
-fn takeover_candidates(
-    layout: &Layout,
-    journal: &mut Journal,
-) -> (Vec<Adoptee>, usize, bool, Vec<usize>) {
-    let state = match state_file::read(&layout.state_file()) {
-        Ok(Some(s)) => s,
-        Ok(None) => return (Vec::new(), 0, false, Vec::new()),
-        Err(e) => {
-            journal.write(Record::now(
-                Kind::SupervisorError,
-                format!("{e}; no worker adopted"),
-            ));
-            return (Vec::new(), 0, false, Vec::new());
-        }
-    };
-    let me = std::process::id() as i32;
-    let mut adoptees: Vec<Adoptee> = Vec::new();
-    let mut dead = 0;
-    for sp in &state.slot_pids {
-        let live = sp.pid != me && pidfile::judge_pid(sp.pid, Some(sp.start)).is_live();
-        if !live
-            || adoptees
-                .iter()
-                .any(|a| a.slot == sp.slot || a.pid == sp.pid)
-        {
-            dead += 1;
-            continue;
-        }
-        let detail = state
-            .slot_detail
-            .iter()
-            .find(|d| d.slot == sp.slot && d.pid == Some(sp.pid));
-        adoptees.push(Adoptee {
-            slot: sp.slot,
-            pid: sp.pid,
-            start: sp.start,
-            worker_id: detail.and_then(|d| d.worker_id.clone()),
-            started_epoch: detail.and_then(|d| d.started_epoch),
-            restarts: detail.map_or(0, |d| d.restarts),
-            cgroup: None,
-        });
-    }
-    let recorded = state.slot_pids.iter().map(|sp| sp.slot).collect();
-    (adoptees, dead, !state.slot_pids.is_empty(), recorded)
-}
-
-/// Live workers of this repo's fleet that `state.toon` does not record: a supervisor
-/// killed between starting a worker and writing the heartbeat leaves one, and without this
-/// its successor would spawn a full fleet beside it. A worker is found by the lane its
-/// environment names ([`process::fleet_leaders`], read while the boot suite ran, so each
-/// is checked again to be the process that was read); of the session leaders sharing one
-/// worker id the oldest is the worker, the others are descendants that called `setsid`.
-fn unrecorded_workers(leaders: Vec<process::FleetMember>, known: &[Adoptee]) -> Vec<Adoptee> {
-    let mut leaders: Vec<process::FleetMember> = leaders
-        .into_iter()
-        .filter(|m| m.worker_id.is_some() && m.slot.is_some())
-        .filter(|m| pidfile::judge_pid(m.proc.pid, Some(m.proc.start)).is_live())
-        .collect();
-    leaders.sort_by_key(|m| m.proc.start);
-    let mut found: Vec<Adoptee> = Vec::new();
-    for m in leaders {
-        let id = m.worker_id.clone();
-        let taken = known
-            .iter()
-            .chain(&found)
-            .any(|a| a.pid == m.proc.pid || (a.worker_id.is_some() && a.worker_id == id));
-        if taken {
-            continue;
-        }
-        let used = |i: usize| known.iter().chain(&found).any(|a| a.slot == i);
-        let wanted = m.slot.unwrap_or(0);
-        let slot = if used(wanted) {
-            (0..).find(|i| !used(*i)).unwrap_or(wanted)
-        } else {
-            wanted
-        };
-        found.push(Adoptee {
-            slot,
-            pid: m.proc.pid,
-            start: m.proc.start,
-            worker_id: id,
-            started_epoch: process::start_epoch(m.proc.start),
-            restarts: 0,
-            cgroup: None,
-        });
-    }
-    found
 }
 
 /// This host's status as `status --fleet` shows it (`docs/SPEC.md` §11.23): from the

@@ -14,5 +14,6 @@ pub mod main_loop;
 pub mod os;
 pub mod release_dead;
 pub mod slot_logs;
+pub mod takeover;
 pub mod timers;
 pub mod unblock_belt;

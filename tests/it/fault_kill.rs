@@ -384,3 +384,57 @@ fn stop_without_a_supervisor_finds_unrecorded_fleet_processes() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(f.tagged().is_empty(), "left: {:?}", f.tagged());
 }
+
+/// A stop that comes while the boot sweeps run, after a SIGKILL left the last supervisor's
+/// worker alive: the worker is the fleet too. It is ended as a stop ends one (SIGTERM,
+/// then the grace), and `stop` says the fleet stopped, with nothing of it left.
+#[test]
+fn a_stop_during_the_boot_sweeps_ends_the_workers_a_killed_supervisor_left() {
+    let mut f = Fleet::new(
+        "trap 'echo term >> \"$AFK_TEST_DIR/termed\"; exit 0' TERM\nwhile :; do sleep 1; done\n",
+        &format!(
+            "[tracker]\nkind = \"gh\"\nrepo = \"fake-owner/fake-repo\"\ntimeout_s = 600\n\n{FAST_TIMING}"
+        ),
+    );
+    let gh = crate::support::fake_gh::FakeGh::install(&f.env);
+    f.extra_env
+        .push(("PATH".into(), gh.path_env().to_string_lossy().into_owned()));
+    f.start(&["--workers", "1"]);
+    let workers = f.wait_workers(1);
+    kill_supervisor_only(&mut f);
+    assert!(alive(workers[0]));
+    // The next boot's first tracker call never answers: its sweeps are still running.
+    gh.hang_next(1);
+    f.start(&["--workers", "1"]);
+    assert!(wait_until(WAIT, || !gh.hung_children().is_empty()));
+    assert_eq!(f.count(Kind::SupervisorTakeover), 0, "{}", f.dump());
+
+    let out = f.run_cmd(&["stop", "--timeout", "60"]);
+    let hung = gh.hung_children();
+    for pid in &hung {
+        kill(*pid, Signal::SIGKILL);
+    }
+    assert_eq!(out.status.code(), Some(0), "{out:?}\n{}", f.dump());
+    f.wait_exit();
+    assert!(!alive(workers[0]));
+    assert_eq!(fleet::read(&f.file("termed")).lines().count(), 1);
+    let stops: Vec<String> = f
+        .events_of(Kind::SupervisorStop)
+        .into_iter()
+        .map(|e| e.msg)
+        .collect();
+    assert!(
+        stops.contains(&format!(
+            "stop during the boot sweeps: ending 1 workers the last supervisor left: [{}]",
+            workers[0]
+        )),
+        "{stops:?}"
+    );
+    assert!(stops.contains(&"stopped by signal during the boot sweeps".to_string()));
+}
+
+/// SIGKILL to the supervisor alone: its workers live on.
+fn kill_supervisor_only(f: &mut Fleet) {
+    kill(f.sup_pid(), Signal::SIGKILL);
+    f.wait_exit();
+}
