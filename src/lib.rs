@@ -48,10 +48,13 @@
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
 //! - `cluster` (the fleet's shared state in etcd when `[cluster]` is set: the client of
 //!   etcd's JSON gateway, the claim transactions and their fencing tokens, the host's lease
-//!   and its keeper, the lease file the workers stop by).
+//!   and its keeper, the lease file the workers stop by, the pauses and write windows
+//!   shared, the steward that publishes the ready queue).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
-//!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call; `tracker::gh_output`, the error of every parser of gh's output),
+//!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call; `tracker::gh_queue`, the
+//!   ready queue read with conditional requests; `tracker::gh_output`, the error of every
+//!   parser of gh's output),
 //!   `config`, `lanes` (the lane's files more than one process shares: the heartbeat, the
 //!   operator's directives, the fleet-wide pauses).
 //! - `rescue` (a dead attempt's work committed, kept on a ref and pushed: the one home,

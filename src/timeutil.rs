@@ -125,6 +125,13 @@ pub fn now_epoch() -> u64 {
     epoch_secs(SystemTime::now())
 }
 
+/// Now, in epoch milliseconds.
+pub fn now_epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

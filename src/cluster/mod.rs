@@ -23,6 +23,7 @@ mod http;
 pub mod keeper;
 pub mod lease;
 pub mod shared;
+pub mod steward;
 pub mod windows;
 
 use std::sync::OnceLock;
@@ -179,6 +180,8 @@ pub fn install(cfg: &ClusterCfg, repo: &str) -> Result<&'static Cluster, SetupEr
     let c = ACTIVE.get_or_init(|| c);
     // GitHub counts writes per identity: the hosts keep one window per identity in etcd.
     crate::tracker::pace::share_through(Box::new(windows::EtcdWindows(c)));
+    // The hosts read the ready queue the leader's steward publishes.
+    crate::tracker::gh_queue::share_through(Box::new(steward::EtcdQueue(c)));
     Ok(c)
 }
 

@@ -189,9 +189,7 @@ struct Notifier {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::timeutil::now_epoch_ms()
 }
 
 /// The wait before retry `tries` (1-based).

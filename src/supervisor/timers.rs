@@ -34,6 +34,9 @@ pub enum PeriodicError {
     /// `[cluster]`: the claims belt could not read etcd or the tracker.
     #[error(transparent)]
     Cluster(#[from] crate::supervisor::cluster_belt::ClusterBeltError),
+    /// `[cluster]`: the steward could not read the queue on GitHub or publish it.
+    #[error(transparent)]
+    Steward(#[from] crate::cluster::steward::StewardError),
     /// An earlier run panicked while holding the task.
     #[error("an earlier run panicked")]
     Poisoned,
@@ -149,8 +152,47 @@ pub fn periodic_tasks(
             // the tracker only when no rate limit holds.
             task: Arc::new(Mutex::new(Box::new(move || Ok(belt.pass()?)))),
         });
+        if shared {
+            tasks.push(steward_task(c, config, layout, tracker));
+        }
     }
     tasks
+}
+
+/// The GitHub steward (`docs/SPEC.md` §11.23): on the leader, the ready queue read with
+/// conditional requests and published to etcd. While a rate limit holds it does not
+/// look, and says nothing: the published queue ages, and nobody may call GitHub anyway.
+fn steward_task(
+    c: &'static crate::cluster::Cluster,
+    config: &Config,
+    layout: &Layout,
+    tracker: &Arc<dyn Tracker>,
+) -> Periodic {
+    let mut steward =
+        crate::cluster::steward::Steward::new(Duration::from_secs(config.timing.tick_s));
+    let interval = steward.every();
+    let tracker = Arc::clone(tracker);
+    let (lane, state) = (layout.supervisor_lane(), layout.state());
+    let host = crate::claim::tracked::this_host(layout);
+    Periodic {
+        name: "steward",
+        interval,
+        at_start: true,
+        task: Arc::new(Mutex::new(leader_only(
+            layout,
+            Box::new(move || {
+                if crate::lanes::pause_file::active(&state).is_some() {
+                    return Ok(String::new());
+                }
+                // Its keys go with the lease; without one nothing is put.
+                let lease = crate::cluster::lease::read(&lane).map_or(0, |r| r.lease);
+                if lease == 0 {
+                    return Ok(String::new());
+                }
+                Ok(steward.pass(c, tracker.as_ref(), &host, lease)?)
+            }),
+        ))),
+    }
 }
 
 /// A repository-wide belt that runs on one host: on a cluster the election's leader alone

@@ -320,6 +320,17 @@ impl GhTracker {
     /// [`Self::run`], also answering with stdout when gh exits with one of `answers` (`gh pr
     /// checks` exits 1 when a check failed and 8 while one is pending).
     fn run_codes(&self, args: &[&str], scope: Scope, answers: &[i32]) -> TrackerResult<String> {
+        self.run_accepting(args, scope, &|code, _| answers.contains(&code))
+    }
+
+    /// [`Self::run`], also answering with stdout when `accept(exit code, stdout)` says the
+    /// failure is an answer (a 304 that gh reports as exit 1).
+    fn run_accepting(
+        &self,
+        args: &[&str],
+        scope: Scope,
+        accept: &dyn Fn(i32, &str) -> bool,
+    ) -> TrackerResult<String> {
         let argv = self.argv(args, scope);
         let mut env: Vec<(OsString, OsString)> = vec![
             // Never wait on a prompt or print an update notice: nobody is at the keyboard.
@@ -343,7 +354,10 @@ impl GhTracker {
         match cmd::run(&argv, self.timeout, &opts) {
             Ok(out)
                 if out.status.success()
-                    || out.status.code().is_some_and(|c| answers.contains(&c)) =>
+                    || out
+                        .status
+                        .code()
+                        .is_some_and(|c| accept(c, &out.stdout_str())) =>
             {
                 Ok(out.stdout_str())
             }
@@ -847,6 +861,14 @@ impl GhTracker {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // On a cluster the steward's copy of the queue answers while it is fresh: the
+        // hosts' listings cost etcd a range, not GitHub a query (SPEC §11.23).
+        if label == super::labels::READY_FOR_AGENT
+            && let Some(mut queue) = super::gh_queue::shared_ready()
+        {
+            queue.truncate(limit);
+            return Ok(queue);
+        }
         let limit = limit.to_string();
         let mut args = open_with_label(label, &limit);
         args.extend_from_slice(order);
@@ -947,6 +969,26 @@ impl Tracker for GhTracker {
 
     fn shared_across_checkouts(&self) -> bool {
         true
+    }
+
+    fn ready_page(
+        &self,
+        page: usize,
+        etag: Option<&str>,
+    ) -> TrackerResult<Option<super::gh_queue::Page>> {
+        let argv = super::gh_queue::argv(self.repo.as_deref(), page, etag);
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        // gh reports a 304 as `gh: HTTP 304` and exit 1, after its status line.
+        let not_modified =
+            |code: i32, stdout: &str| code == 1 && super::gh_queue::status(stdout) == Some(304);
+        let out = self.run_accepting(&args, Scope::RepoInArgs, &not_modified)?;
+        super::gh_queue::parse(&out).map(Some).map_err(|e| {
+            TrackerError::new(
+                ErrorKind::Transient,
+                render(&self.argv(&args, Scope::RepoInArgs)),
+                format!("unexpected answer from gh: {e}"),
+            )
+        })
     }
 
     fn list_open_with_label(&self, label: &str, limit: usize) -> TrackerResult<Vec<LabeledIssue>> {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 pub mod gh;
 pub mod gh_output;
 pub mod gh_provenance;
+pub mod gh_queue;
 pub mod local;
 pub mod pace;
 pub mod provenance;
@@ -343,6 +344,17 @@ pub trait Tracker: Send + Sync {
     /// marks on the issue (SPEC §11.5): `gh` yes, the per-checkout `local` store no.
     fn shared_across_checkouts(&self) -> bool {
         false
+    }
+
+    /// One page (from 1) of the ready queue, oldest first, asked with the ETag of the
+    /// page's last answer: the cluster's steward (SPEC §11.23). `None` where the tracker
+    /// has no conditional listing (the local store, which no other host reads).
+    fn ready_page(
+        &self,
+        _page: usize,
+        _etag: Option<&str>,
+    ) -> TrackerResult<Option<gh_queue::Page>> {
+        Ok(None)
     }
 
     /// Open issues carrying `label`, with their bodies.

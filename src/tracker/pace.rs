@@ -16,7 +16,7 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The pace file's name under `.red/state/`.
 pub const FILE_NAME: &str = "tracker-pace";
@@ -176,9 +176,7 @@ enum Look {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    crate::timeutil::now_epoch_ms()
 }
 
 impl Pace {

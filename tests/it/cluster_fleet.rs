@@ -752,6 +752,8 @@ fn calls_per_issue(h: &Hosts) -> (f64, usize, BTreeMap<String, usize>) {
             // Whose words each claimed issue is (SPEC §11.20), and its pull request (§11.22).
             ["api", "graphql", ..] => "provenance",
             ["pr", ..] => "pr",
+            // The leader's steward: the queue read with conditional requests (§11.23).
+            ["api", "-i", ..] => "steward",
             ["api", "user"] => "login",
             ["auth", "status"] => "auth",
             // The fleet's labels, once per supervisor start (SPEC §7).
@@ -805,6 +807,80 @@ fn tracker_calls_per_issue_are_no_higher_with_three_hosts_than_with_one() {
         three.gh.write_limit_hits(),
         0,
         "a write beyond GitHub's limits"
+    );
+}
+
+/// The GitHub steward (SPEC §11.23): once the leader published the queue, no host lists
+/// the ready queue on GitHub (the workers before their claims, the supervisors at their
+/// queue checks read etcd), the leader's looks cost a read only when the queue moved (a
+/// 304 otherwise), and when the leader dies the next one stewards.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_leaders_steward_reads_the_queue_for_every_host_with_conditional_requests() {
+    let mut h = Hosts::new(3, 2, 12);
+    h.start(0, 1);
+    let stewards = |h: &Hosts, i: usize| {
+        h.event_log(i)
+            .contains("steward: this host reads the queue")
+    };
+    assert!(wait_until(DEADLINE, || stewards(&h, 0)), "{}", h.dump());
+    h.gh.clear_calls();
+    let (fresh0, same0) = h.gh.conditional_answers();
+    h.start(1, 1);
+    h.start(2, 1);
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    // Idle now: the queue is still, and each look is a 304.
+    assert!(
+        wait_until(DEADLINE, || h.gh.conditional_answers().1 >= same0 + 3),
+        "{}",
+        h.dump()
+    );
+    let ready_listings =
+        h.gh.calls()
+            .iter()
+            .filter(|a| {
+                a.starts_with(&[
+                    "issue".to_string(),
+                    "list".into(),
+                    "--label".into(),
+                    "ready-for-agent".into(),
+                ])
+            })
+            .count();
+    let (fresh, same) = h.gh.conditional_answers();
+    let (fresh, same) = (fresh - fresh0, same - same0);
+    eprintln!(
+        "steward: 3 hosts x 2 workers, {} issues: ready-queue listings on GitHub after the first publish {ready_listings}, the steward's looks 200: {fresh}, 304: {same}",
+        h.issues
+    );
+    // Every claim reads etcd; a listing on GitHub is the fallback of an etcd read that
+    // timed out, which a loaded machine may see once or twice.
+    assert!(
+        ready_listings <= 2,
+        "{ready_listings} listings\n{}",
+        h.dump()
+    );
+    // A read that counts only when the queue moved: each claim takes one issue out.
+    assert!(
+        fresh <= h.issues as usize + 2,
+        "{fresh} fresh answers\n{}",
+        h.dump()
+    );
+    // The leader dies with its keys: the next leader stewards.
+    h.kill_host(0);
+    assert!(
+        wait_until(DEADLINE, || stewards(&h, 1) || stewards(&h, 2)),
+        "no new steward\n{}",
+        h.dump()
+    );
+    assert!(
+        !(stewards(&h, 1) && stewards(&h, 2)),
+        "two stewards\n{}",
+        h.dump()
     );
 }
 

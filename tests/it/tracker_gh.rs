@@ -438,6 +438,11 @@ fn real_gh_accepts_every_argv_and_fails_only_on_the_network() {
         ),
         ("pr merge", t.pr_merge("docs/x")),
         ("api rate_limit", t.rate_limit_reset().map(drop)),
+        ("queue page", t.ready_page(1, None).map(drop)),
+        (
+            "queue page with an etag",
+            t.ready_page(2, Some("W/\"9a\"")).map(drop),
+        ),
     ];
     const USAGE: [&str; 9] = [
         "unknown flag",
@@ -667,4 +672,80 @@ fn the_fleets_labels_are_created_once_and_a_missing_label_is_refused_as_github_d
             .is_empty()
     );
     assert_eq!(fake.repo_labels().len(), 2 + wanted.len());
+}
+
+/// The steward's listing (SPEC §11.23): `gh api -i` with the page's last ETag. Unchanged,
+/// GitHub answers 304 (gh: exit 1, `gh: HTTP 304`), which is an answer, not a failure; a
+/// change gives the new page and a new ETag; past 100 issues a second page follows.
+#[test]
+fn the_conditional_queue_answers_304_until_the_queue_moves() {
+    use afk_supervisor::tracker::gh_queue::Page;
+    let env = TestEnv::new();
+    let fake = FakeGh::install(&env);
+    let mut issues: Vec<FakeIssue> = (1..=130)
+        .map(|n| FakeIssue::open(n, &["ready-for-agent"]).with_body(&format!("body {n}")))
+        .collect();
+    issues.push(FakeIssue::open(131, &["running"]));
+    fake.set_issues(&issues);
+    let t = fake.tracker(Some("fake-owner/fake-repo"));
+    let Some(Page::Fresh {
+        etag,
+        issues: one,
+        full,
+    }) = t.ready_page(1, None).unwrap()
+    else {
+        panic!("no fresh page")
+    };
+    assert!(full);
+    assert_eq!(one.len(), 100);
+    assert_eq!((one[0].number, one[0].body.as_str()), (1, "body 1"));
+    let etag = etag.expect("an ETag");
+    let Some(Page::Fresh {
+        issues: two, full, ..
+    }) = t.ready_page(2, None).unwrap()
+    else {
+        panic!("no second page")
+    };
+    assert!(!full);
+    assert_eq!(
+        two.iter().map(|i| i.number).collect::<Vec<_>>(),
+        (101..=130).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        t.ready_page(1, Some(&etag)).unwrap(),
+        Some(Page::NotModified)
+    );
+    assert_eq!(
+        fake.calls().last().unwrap(),
+        &strings(&[
+            "api",
+            "-i",
+            "-H",
+            &format!("If-None-Match: {etag}"),
+            "repos/fake-owner/fake-repo/issues?labels=ready-for-agent&state=open&sort=created&direction=asc&per_page=100&page=1",
+        ])
+    );
+    // Issue 1 claimed: page 1 changed.
+    t.edit_labels(1, &["running"], &["ready-for-agent"])
+        .unwrap();
+    let Some(Page::Fresh {
+        etag: etag2,
+        issues: one,
+        ..
+    }) = t.ready_page(1, Some(&etag)).unwrap()
+    else {
+        panic!("a changed page answered 304")
+    };
+    assert_ne!(etag2.as_deref(), Some(etag.as_str()));
+    assert_eq!(one[0].number, 2);
+    assert_eq!(fake.conditional_answers(), (3, 1));
+    // A failure is still one, classified as any gh call's: a 502 is worth a retry, a bare
+    // 404 (a repository that is not there) is a configuration problem.
+    fake.fail_next(1, 1, "gh: Bad Gateway (HTTP 502)\n");
+    assert_eq!(
+        t.ready_page(1, None).unwrap_err().kind,
+        ErrorKind::Transient
+    );
+    fake.fail_next(1, 1, "gh: Not Found (HTTP 404)\n");
+    assert_eq!(t.ready_page(1, None).unwrap_err().kind, ErrorKind::Failed);
 }

@@ -14,6 +14,7 @@
 #   pids         one pid per call, written first thing
 #   hung         one pid per child a `hang` reply started (it shares the call's group)
 #   stamps.jsonl one JSON object per call: {"t": epoch seconds, "argv": [...]}
+#   conditional  one line per answer of the steward's conditional listing: 200 or 304
 #
 # A `rate_limit: {"reset": EPOCH, "hits": N}` in state.json makes every repository call
 # fail as GitHub's primary rate limit does until EPOCH (counting them in `hits`), and
@@ -26,6 +27,7 @@
 # with its code and stderr: a write GitHub applied though the answer failed (a 502).
 import copy
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -42,6 +44,7 @@ CALLS = os.path.join(HERE, "calls.jsonl")
 PIDS = os.path.join(HERE, "pids")
 HUNG = os.path.join(HERE, "hung")
 STAMPS = os.path.join(HERE, "stamps.jsonl")
+CONDITIONAL = os.path.join(HERE, "conditional")
 RATE_LIMIT_STDERR = "GraphQL: API rate limit exceeded for user ID 1.\n"
 
 POSITIVE = re.compile(r"^[1-9][0-9]*$")
@@ -246,6 +249,53 @@ def graphql_argv(rest):
     return int(n) if positive(n) else None
 
 
+QUEUE_QUERY = "labels=ready-for-agent&state=open&sort=created&direction=asc&per_page=100&page="
+
+
+def queue_argv(rest, state):
+    """`api [--hostname H] -i [-H "If-None-Match: E"] repos/O/R/issues?<QUEUE_QUERY>P`
+    (SPEC section 11.23's steward) -> (page, etag or None)."""
+    if rest[:1] != ["api"]:
+        return None
+    tail = rest[1:]
+    if tail[:1] == ["--hostname"]:
+        tail = tail[2:] if len(tail) > 2 and tail[1] else None
+        if tail is None:
+            return None
+    if tail[:1] != ["-i"]:
+        return None
+    tail = tail[1:]
+    etag = None
+    if tail[:1] == ["-H"] and len(tail) == 3:
+        if not tail[1].startswith("If-None-Match: ") or len(tail[1]) == len("If-None-Match: "):
+            return None
+        etag = tail[1][len("If-None-Match: "):]
+        tail = tail[2:]
+    if len(tail) != 1:
+        return None
+    prefix = "repos/" + state["repo"] + "/issues?" + QUEUE_QUERY
+    if not tail[0].startswith(prefix) or not positive(tail[0][len(prefix):]):
+        return None
+    return int(tail[0][len(prefix):]), etag
+
+
+def queue_page(state, page):
+    """One page of the REST listing as GitHub prints it, and its weak ETag."""
+    rows = [
+        {
+            "number": i["number"],
+            "title": i.get("title", ""),
+            "state": "open",
+            "body": i.get("body", ""),
+            "labels": label_objs(i["labels"]),
+        }
+        for i in oldest_first(state["issues"])
+        if i["state"] == "OPEN" and "ready-for-agent" in i["labels"]
+    ][(page - 1) * 100 : page * 100]
+    body = dump(rows)
+    return body, 'W/"' + hashlib.sha1(body.encode()).hexdigest() + '"'
+
+
 def newest_first(issues):
     return sorted(issues, key=lambda i: i["number"], reverse=True)
 
@@ -288,6 +338,19 @@ def handle(argv, state):
     """Runs one call against `state` (mutated in place); raises Reply."""
     rest, repo = split_repo(argv)
     url = "https://github.com/" + (repo or state["repo"])
+
+    q = queue_argv(rest, state)
+    if q is not None:
+        if repo is not None:
+            unknown(argv)
+        page, sent = q
+        body, etag = queue_page(state, page)
+        if sent == etag:
+            # gh prints the status and headers, says `gh: HTTP 304`, exits 1; GitHub does
+            # not count a 304 against the rate limit.
+            raise Reply(1, stdout="HTTP/2.0 304 Not Modified\nEtag: " + etag + "\n\n", stderr="gh: HTTP 304\n")
+        head = "HTTP/2.0 200 OK\nContent-Type: application/json; charset=utf-8\nEtag: " + etag + "\n\n"
+        raise Reply(0, stdout=head + body)
 
     n = graphql_argv(rest)
     if n is not None:
@@ -739,6 +802,8 @@ def main():
         if reply.code == 0:
             save(state)
         fcntl.flock(lock, fcntl.LOCK_UN)
+    if argv[:1] == ["api"] and "-i" in argv and reply.code in (0, 1):
+        append(CONDITIONAL, "304" if reply.code == 1 else "200")
     finish(reply)
 
 

@@ -464,6 +464,14 @@ impl FakeGh {
             .collect()
     }
 
+    /// How the steward's conditional listings were answered: (200s, 304s). A 304 is free
+    /// on GitHub; a 200 counts as a read.
+    pub fn conditional_answers(&self) -> (usize, usize) {
+        let text = fs::read_to_string(self.bin_dir().join("conditional")).unwrap_or_default();
+        let count = |code: &str| text.lines().filter(|l| *l == code).count();
+        (count("200"), count("304"))
+    }
+
     pub fn chaos_failures(&self) -> u64 {
         self.state()["chaos"]["failed"].as_u64().unwrap_or(0)
     }
