@@ -118,6 +118,21 @@ fn render_fleet(v: &serde_json::Value) -> String {
             );
         }
     }
+    if let Some(q) = v["queue"].as_object() {
+        out += &format!(
+            "queue: {} ready, read by {}'s steward {:.1}s ago{}\n",
+            q.get("issues")
+                .and_then(|n| n.as_u64())
+                .map_or("?".into(), |n| n.to_string()),
+            q.get("steward").and_then(|h| h.as_str()).unwrap_or("?"),
+            q.get("looked_ms_ago").and_then(|m| m.as_u64()).unwrap_or(0) as f64 / 1000.0,
+            if q.get("fresh").and_then(|f| f.as_bool()) == Some(true) {
+                ""
+            } else {
+                " (stale: the hosts ask GitHub)"
+            }
+        );
+    }
     for id in v["github"].as_array().into_iter().flatten() {
         out += &format!(
             "github {}: {} of {} writes this hour ({} left), {} of {} this minute\n",

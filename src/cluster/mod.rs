@@ -249,8 +249,8 @@ impl Cluster {
     }
 
     /// The fleet as etcd holds it, for `status --fleet`: every host's published status
-    /// (JSON), the leader, the claims, the shared pauses, and each GitHub identity's writes
-    /// in the last minute and hour by every host.
+    /// (JSON), the leader, the claims, the shared pauses, each GitHub identity's writes
+    /// in the last minute and hour by every host, and the steward's queue.
     /// `budgets`: this host's write budgets, which the identities' use is shown against.
     pub fn fleet_view(
         &self,
@@ -302,6 +302,7 @@ impl Cluster {
             "claims": claims,
             "agent_paused": pause("agent")?,
             "rate_paused": pause("rate")?,
+            "queue": self.queue_view(crate::timeutil::now_epoch_ms())?,
         }))
     }
 

@@ -288,6 +288,35 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The steward's work as `status --fleet` shows it: who looked, how long ago, how
+    /// many issues it published and whether the hosts read them (fresh); null when no
+    /// steward published.
+    pub fn queue_view(&self, now_ms: u64) -> Result<serde_json::Value, EtcdError> {
+        let kvs = self.etcd.get_prefix(&self.queue_key())?;
+        let find = |k: &str| {
+            kvs.iter()
+                .find(|kv| kv.key == k)
+                .map(|kv| kv.value.as_str())
+        };
+        let Some(polled) =
+            find(&self.queue_polled_key()).and_then(|v| serde_json::from_str::<PolledDoc>(v).ok())
+        else {
+            return Ok(serde_json::Value::Null);
+        };
+        let age_ms = now_ms.saturating_sub(polled.epoch_ms);
+        let issues = find(&self.queue_key())
+            .and_then(|v| serde_json::from_str::<QueueDoc>(v).ok())
+            .map(|d| d.issues.len());
+        Ok(serde_json::json!({
+            "steward": polled.host,
+            "looked_ms_ago": age_ms,
+            "issues": issues,
+            "fresh": issues.is_some() && age_ms <= FRESH_MS,
+        }))
+    }
+}
+
 /// The hosts' reader of the published queue ([`SharedQueue`]): etcd not answering, or no
 /// fresh queue, is `None`, and the caller lists the queue on GitHub.
 pub struct EtcdQueue(pub &'static Cluster);

@@ -966,7 +966,26 @@ fn status_fleet_shows_every_host_its_issues_and_the_leader_from_any_host() {
             .count();
         assert_eq!(leaders, 1, "{v}");
         assert_eq!(v["claims"].as_array().unwrap().len(), 3, "{v}");
+        // The leader's steward, and the queue the hosts read.
+        assert_eq!(v["queue"]["steward"], v["leader"], "{v}");
+        assert_eq!(v["queue"]["fresh"], true, "{v}");
     }
+    let plain = h
+        .env
+        .bin()
+        .env("PATH", h.gh.path_env())
+        .arg("--repo")
+        .arg(&h.clones[2])
+        .args(["status", "--fleet"])
+        .output()
+        .unwrap();
+    let plain = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        plain
+            .lines()
+            .any(|l| l.starts_with("queue: ") && l.contains("'s steward ")),
+        "{plain}"
+    );
     eprintln!("status --fleet right {shown} ms after the last claim");
     assert!(
         shown <= 2000 + TICK_MS,
