@@ -253,6 +253,10 @@ pub enum RecordError {
     /// On a cluster: the record's etcd key, and why.
     #[error("etcd key {key}: {why}")]
     Etcd { key: String, why: String },
+    /// On a cluster whose etcd did not answer: the record was kept in the checkout's file
+    /// instead, and goes to etcd at the cluster belt's first pass that reaches it.
+    #[error("{why}; kept in {} until etcd answers", path.display())]
+    KeptHere { path: PathBuf, why: String },
 }
 
 /// The records' directory, `.red/state/landing/`.
@@ -298,6 +302,11 @@ pub fn list(layout: &Layout) -> (Vec<PrRecord>, Vec<RecordError>) {
     if let Some(c) = crate::cluster::active() {
         return etcd_records::list(c);
     }
+    list_files(layout)
+}
+
+/// Every record file of the checkout.
+fn list_files(layout: &Layout) -> (Vec<PrRecord>, Vec<RecordError>) {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir(layout)) else {
@@ -344,11 +353,20 @@ fn lock(layout: &Layout) -> Result<File, RecordError> {
 pub fn update(
     layout: &Layout,
     n: u64,
-    mut change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
+    change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
 ) -> Result<Option<PrRecord>, RecordError> {
     if let Some(c) = crate::cluster::active() {
         return etcd_records::update(c, n, change);
     }
+    update_file(layout, n, change)
+}
+
+/// [`update`] of the checkout's file, under its lock.
+fn update_file(
+    layout: &Layout,
+    n: u64,
+    mut change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
+) -> Result<Option<PrRecord>, RecordError> {
     let _lock = lock(layout)?;
     let p = path(layout, n);
     let before = read_file(&p)?;
@@ -367,9 +385,107 @@ pub fn update(
     Ok(Some(after))
 }
 
-/// Replaces issue `n`'s record with `record`.
+/// Replaces issue `n`'s record with `record`. On a cluster whose etcd does not answer the
+/// record is kept in the checkout's file instead, never lost: the error says so, and the
+/// cluster belt moves it to etcd ([`move_to_etcd`]).
 pub fn write(layout: &Layout, record: PrRecord) -> Result<(), RecordError> {
-    update(layout, record.issue, |_| Some(record.clone())).map(|_| ())
+    write_in(layout, crate::cluster::active(), record)
+}
+
+/// [`write`] on `cluster` (or the checkout's file without one).
+pub fn write_in(
+    layout: &Layout,
+    cluster: Option<&crate::cluster::Cluster>,
+    record: PrRecord,
+) -> Result<(), RecordError> {
+    let n = record.issue;
+    let Some(c) = cluster else {
+        return update_file(layout, n, |_| Some(record.clone())).map(|_| ());
+    };
+    match etcd_records::update(c, n, |_| Some(record.clone())) {
+        Ok(_) => Ok(()),
+        Err(RecordError::Etcd { key, why }) => {
+            update_file(layout, n, |_| Some(record.clone()))?;
+            Err(RecordError::KeptHere {
+                path: path(layout, n),
+                why: format!("etcd key {key}: {why}"),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The records a checkout on a cluster still keeps in its files (written while etcd did
+/// not answer, or before `[cluster]` was set), moved to etcd: each is put unless etcd
+/// holds a record of the issue changed later, then its file goes. Under the files' lock,
+/// so a record kept meanwhile is not lost. Returns the issues whose record was put, those
+/// whose file went for a later one in etcd, and what could not be done.
+pub fn move_to_etcd(layout: &Layout, c: &crate::cluster::Cluster) -> Moved {
+    let mut moved = Moved::default();
+    if !dir(layout).is_dir() {
+        return moved;
+    }
+    let (records, errors) = list_files(layout);
+    moved.errors = errors;
+    if records.is_empty() {
+        return moved;
+    }
+    let _lock = match lock(layout) {
+        Ok(l) => l,
+        Err(e) => {
+            moved.errors.push(e);
+            return moved;
+        }
+    };
+    for kept in records {
+        let n = kept.issue;
+        // Read again under the lock: a worker may have kept a newer one meanwhile.
+        let kept = match read_file(&path(layout, n)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                moved.errors.push(e);
+                continue;
+            }
+        };
+        let mut put = false;
+        let result = etcd_records::update(c, n, |there| {
+            put = there
+                .as_ref()
+                .is_none_or(|t| t.updated_epoch <= kept.updated_epoch);
+            put.then(|| kept.clone())
+        });
+        match result {
+            Ok(_) => {
+                if let Err(e) = std::fs::remove_file(path(layout, n)) {
+                    moved.errors.push(RecordError::Io {
+                        path: path(layout, n),
+                        why: e.to_string(),
+                    });
+                    continue;
+                }
+                if put {
+                    moved.put.push(n);
+                } else {
+                    moved.superseded.push(n);
+                }
+            }
+            // etcd away again: the file stays for the next pass.
+            Err(e) => {
+                moved.errors.push(e);
+                break;
+            }
+        }
+    }
+    moved
+}
+
+/// What [`move_to_etcd`] did.
+#[derive(Debug, Default)]
+pub struct Moved {
+    pub put: Vec<u64>,
+    pub superseded: Vec<u64>,
+    pub errors: Vec<RecordError>,
 }
 
 /// Takes the guidance a fix round left for the next attempt of issue `n`: returned once,

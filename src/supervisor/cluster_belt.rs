@@ -11,7 +11,9 @@
 //!   leader, after etcd was away, and every ten leases: those without a claim key are such
 //!   issues too (a fleet started after every host died, claims gone while etcd was away);
 //! - a claim key of this host that no local claim names (a worker that could not end it in
-//!   etcd) at two passes in a row is dropped.
+//!   etcd) at two passes in a row is dropped;
+//! - the landing records this checkout kept in its files while etcd did not answer go to
+//!   etcd (`landing::move_to_etcd`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -55,6 +57,8 @@ pub struct ClusterBelt {
     looked_at_running: Option<Instant>,
     /// Whether the last pass failed (a failure is said once, not once a tick).
     failing: bool,
+    /// What moving this checkout's landing records to etcd could not do, already said.
+    said_records: BTreeSet<String>,
 }
 
 impl ClusterBelt {
@@ -69,6 +73,7 @@ impl ClusterBelt {
             pending: BTreeMap::new(),
             looked_at_running: None,
             failing: false,
+            said_records: BTreeSet::new(),
         }
     }
 
@@ -96,6 +101,26 @@ impl ClusterBelt {
         let c = self.cluster;
         // The holds first: a pause met on any host holds every host within a pass.
         let mut said = c.sync_pauses(&self.layout.state())?;
+        // Landing records this checkout kept while etcd did not answer (or from before
+        // `[cluster]`): the fleet's, so etcd's.
+        let moved = crate::landing::move_to_etcd(&self.layout, c);
+        for n in &moved.put {
+            said.push(format!(
+                "#{n}: landing record kept in this checkout moved to etcd"
+            ));
+        }
+        for n in &moved.superseded {
+            said.push(format!(
+                "#{n}: landing record kept in this checkout dropped: etcd holds a later one"
+            ));
+        }
+        for e in moved.errors {
+            let e = e.to_string();
+            // Said once each, not at every pass.
+            if self.said_records.insert(e.clone()) {
+                said.push(format!("landing records: {e}"));
+            }
+        }
         // While the rate limit holds, the tracker is not called: the claims are looked at
         // once it is over (what vanished meanwhile is still missing then).
         if crate::lanes::pause_file::active(&self.layout.state()).is_some() {

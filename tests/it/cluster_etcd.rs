@@ -191,6 +191,88 @@ fn landing_records_change_by_compare_and_swap_and_lose_no_update() {
     );
 }
 
+/// A landing record written while etcd does not answer is never lost: it is kept in the
+/// checkout's file, and moved to etcd once etcd answers, unless etcd holds a later record
+/// of the issue; a record from before `[cluster]` goes the same way.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn a_landing_record_written_while_etcd_is_away_is_kept_here_then_moved_to_etcd() {
+    use afk_supervisor::landing::{self, PrRecord, PrState, RecordError, etcd_records as records};
+    let env = TestEnv::new();
+    let mut etcd = EtcdCluster::start(env.path());
+    let c = cluster(&etcd, 2);
+    let repo = env.path().join("checkout");
+    std::fs::create_dir_all(&repo).unwrap();
+    let layout = afk_supervisor::layout::Layout::new(&repo);
+    let record = |n: u64, url: &str| PrRecord {
+        state: PrState::Open,
+        url: Some(url.into()),
+        ..PrRecord::pending(n, &format!("afk/w1/{n}-x"), "main", "t", "")
+    };
+    // Before `[cluster]`: a checkout's file.
+    landing::write_in(&layout, None, record(3, "https://github.com/o/r/pull/3")).unwrap();
+    // Issue 6's record in etcd, changed later than what this checkout will keep of it.
+    for i in 0..3 {
+        etcd.kill_member(i);
+    }
+    let kept = landing::write_in(
+        &layout,
+        Some(&c),
+        record(4, "https://github.com/o/r/pull/4"),
+    );
+    let Err(e @ RecordError::KeptHere { .. }) = kept else {
+        panic!("not kept here: {kept:?}")
+    };
+    assert!(e.to_string().contains("until etcd answers"), "{e}");
+    landing::write_in(
+        &layout,
+        Some(&c),
+        record(6, "https://github.com/o/r/pull/60"),
+    )
+    .unwrap_err();
+    assert!(landing::path(&layout, 4).is_file());
+    // Nothing moves while etcd is away, and nothing is deleted.
+    let moved = landing::move_to_etcd(&layout, &c);
+    assert!(
+        moved.put.is_empty() && !moved.errors.is_empty(),
+        "{moved:?}"
+    );
+    assert!(landing::path(&layout, 4).is_file());
+    for i in 0..3 {
+        etcd.start_member(i, "existing");
+    }
+    etcd.wait_healthy();
+    // Another host's later change of #6 (a minute on, so later to the second).
+    let later = PrRecord {
+        updated_epoch: afk_supervisor::timeutil::now_epoch() + 60,
+        ..record(6, "https://github.com/o/r/pull/61")
+    };
+    c.etcd
+        .put(
+            &records::key(&c, 6),
+            &serde_json::to_string(&later).unwrap(),
+            0,
+        )
+        .unwrap();
+    let moved = landing::move_to_etcd(&layout, &c);
+    assert!(moved.errors.is_empty(), "{moved:?}");
+    assert_eq!(moved.put, [3, 4]);
+    assert_eq!(moved.superseded, [6]);
+    for n in [3, 4, 6] {
+        assert!(!landing::path(&layout, n).exists(), "#{n}'s file left");
+    }
+    let url = |n: u64| records::read(&c, n).unwrap().unwrap().url.unwrap();
+    assert_eq!(url(3), "https://github.com/o/r/pull/3");
+    assert_eq!(url(4), "https://github.com/o/r/pull/4");
+    assert_eq!(url(6), "https://github.com/o/r/pull/61");
+    // A second pass has nothing to do.
+    let again = landing::move_to_etcd(&layout, &c);
+    assert!(again.put.is_empty() && again.superseded.is_empty() && again.errors.is_empty());
+}
+
 /// One etcd member serving its clients over TLS with client certificates required, its
 /// certificates made by `openssl` for this test (a CA, the member's for 127.0.0.1, this
 /// host's client certificate, and a stranger CA that signed nothing of the member's).
