@@ -264,9 +264,16 @@ impl Worker<'_> {
             return false;
         }
         let body = claim.ending(body, to_human);
-        match &claim.marks {
-            Some(_) => tracked::post(self.tracker, n, &body).is_ok(),
-            None => self.tracker.comment(n, &body).is_ok(),
+        let post = || match &claim.marks {
+            Some(_) => tracked::post(self.tracker, n, &body),
+            None => self.tracker.comment(n, &body),
+        };
+        if to_human {
+            // The person's only word of the work: worth waiting out a rate limit for.
+            self.past_rate_limits(claim, &format!("#{n}: the hand-off's comment"), post)
+                .is_ok()
+        } else {
+            post().is_ok()
         }
     }
 

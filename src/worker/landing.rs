@@ -260,12 +260,19 @@ impl Worker<'_> {
         if add.contains(&labels::READY_FOR_HUMAN) {
             claim.mark_to_person();
         }
-        match &claim.marks {
+        let edit = || match &claim.marks {
             Some(_) => {
                 crate::claim::tracked::edit_labels_settled(self.tracker, n, add, &[labels::RUNNING])
             }
             None => self.tracker.edit_labels(n, add, &[labels::RUNNING]),
-        }
-        .map_err(|e| WorkerError::from(&e))
+        };
+        // Handed to a person, the work is done: a rate limit is waited out, not a reason
+        // to leave the issue `running` for someone to redo.
+        let handed = if add.contains(&labels::READY_FOR_HUMAN) {
+            self.past_rate_limits(claim, &format!("#{n}: the hand-off's labels"), edit)
+        } else {
+            edit()
+        };
+        handed.map_err(|e| WorkerError::from(&e))
     }
 }

@@ -32,6 +32,7 @@ mod landing;
 mod lifecycle;
 mod liveness;
 mod output;
+mod rate_wait;
 mod reach;
 pub mod stop_signals;
 pub mod wording;

@@ -132,6 +132,73 @@ fn a_rate_limited_tracker_pauses_the_fleet_until_the_reset() {
     eprintln!("rate-limited calls: {hits}");
 }
 
+/// GitHub's rate limit met at a finished attempt's hand-off: the work is done, so the
+/// worker waits for the reset and writes then. The issue is handed off once, its agent ran
+/// once, and nothing is left `running` to be worked again.
+#[test]
+fn a_rate_limit_at_the_hand_off_is_waited_out_and_the_work_is_not_redone() {
+    let (mut f, gh) = gh_fleet(1, "");
+    let agent = f.file("agent.sh");
+    // The agent's file system is read-only but its worktree: it says it runs on its
+    // output (the slot log), and waits for a file it can read.
+    let go = f.file("agent-go");
+    std::fs::write(
+        &agent,
+        format!(
+            "echo agent-running\nwhile [ ! -e '{}' ]; do sleep 0.05; done\necho done\n",
+            go.display()
+        ),
+    )
+    .unwrap();
+    gh.set_issues(&[FakeIssue::open(1, &["ready-for-agent"]).with_body("# one\n")]);
+    f.start(&[]);
+    let runs = |f: &Fleet| f.slot_logs().matches("agent-running").count();
+    assert!(wait_until(WAIT, || runs(&f) == 1), "{}", f.dump());
+    // The limit comes while the agent works; its end meets it.
+    let reset = now_epoch() + 4;
+    gh.set_rate_limit(Some(reset));
+    std::fs::write(&go, "").unwrap();
+    // The hand-off's labels, then its comment.
+    assert!(
+        wait_until(WAIT, || gh.issue(1).is_some_and(|i| i
+            .labels
+            .iter()
+            .any(|l| l == "ready-for-human")
+            && i.comments
+                .iter()
+                .any(|c| c.body.contains("/afk finished attempt")))),
+        "{}\n{}",
+        f.dump(),
+        f.slot_logs()
+    );
+    let issue = gh.issue(1).unwrap();
+    assert!(
+        !issue.labels.iter().any(|l| l == "running"),
+        "{:?}",
+        issue.labels
+    );
+    assert!(gh.rate_limit_hits() >= 1, "the hand-off met no limit");
+    // The hand-off's comment, once, and the agent ran once.
+    let handoffs = issue
+        .comments
+        .iter()
+        .filter(|c| c.body.contains("/afk finished attempt"))
+        .count();
+    assert_eq!(handoffs, 1, "{:#?}\n{}", issue.comments, f.slot_logs());
+    assert_eq!(runs(&f), 1);
+    // A later tick does not find it again.
+    let ticks = f.count(Kind::SupervisorTick);
+    f.wait_events(Kind::SupervisorTick, ticks + 2);
+    assert_eq!(runs(&f), 1);
+    assert_eq!(f.count(Kind::AttemptClaimed), 1, "{}", f.dump());
+    assert!(
+        f.slot_logs()
+            .contains("rate limited; the work is done, so it waits"),
+        "{}",
+        f.slot_logs()
+    );
+}
+
 /// Three workers share one write budget: with 6 writes per 4 s window, no 3.5 s span of
 /// the fake's log holds more than 6 comments and label edits (the half second allows for
 /// the fake's start-up between the budget's stamp and its own), while the run needs
