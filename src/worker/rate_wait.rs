@@ -3,7 +3,8 @@
 //! `running` with its work handed to nobody: given back, then worked again by an agent
 //! that costs money. While the limit holds no worker of the fleet claims anything, so a
 //! slot that waits costs nothing; a stop signal ends the wait, and the write is then
-//! given up as before.
+//! given up as before. The wait says so in the slot log every third of `timing.stall_s`,
+//! the sign of life that keeps it from being taken for a stall.
 
 use std::time::{Duration, Instant};
 
@@ -51,9 +52,21 @@ impl Worker<'_> {
                 wait.as_secs()
             );
             let until = Instant::now() + wait;
+            // A line now and then: the slot log's growth is the worker's sign of life, so
+            // a long wait is not taken for a stall and killed.
+            let every = Duration::from_secs((self.config.timing.stall_s / 3).max(5));
+            let mut said = Instant::now();
             while Instant::now() < until {
                 if self.stop.signal().is_some() {
                     return Err(e);
+                }
+                if said.elapsed() >= every {
+                    eprintln!(
+                        "worker {}: {what}: still waiting for the reset, {}s left",
+                        self.wenv.worker_id,
+                        until.saturating_duration_since(Instant::now()).as_secs()
+                    );
+                    said = Instant::now();
                 }
                 std::thread::sleep(STEP.min(until.saturating_duration_since(Instant::now())));
             }
