@@ -455,10 +455,14 @@ impl Belt {
         Ok(true)
     }
 
-    /// A merged pull request: recorded, the issue closed where the tracker does not close
-    /// it itself, its `afk:pr-open` label taken off.
+    /// A merged pull request: its `afk:pr-open` label taken off, the issue closed where the
+    /// tracker does not close it itself, then recorded. In that order: a closed issue
+    /// never still says its pull request is open, and a tracker call that fails leaves the
+    /// record open, so the next pass does it all again (each step is idempotent).
     fn merged(&self, r: &PrRecord) -> Result<(), TrackerError> {
         let n = r.issue;
+        self.tracker.edit_labels(n, &[], &[labels::PR_OPEN])?;
+        self.tracker.close_merged(n)?;
         let now = crate::timeutil::now_epoch();
         self.change(n, |rec| {
             rec.state = PrState::Merged;
@@ -470,8 +474,7 @@ impl Belt {
             n,
             format!("#{n} pull request {} merged into {}", r.name(), r.base),
         );
-        self.tracker.close_merged(n)?;
-        self.tracker.edit_labels(n, &[], &[labels::PR_OPEN])
+        Ok(())
     }
 
     /// Whether issue `n`'s spend reached `budget.usd_per_issue`.

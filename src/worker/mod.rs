@@ -24,6 +24,7 @@ macro_rules! say {
 pub mod afk_vars;
 mod agent;
 mod attempt;
+mod blame;
 mod checks;
 pub mod claiming;
 mod error;
