@@ -1,6 +1,7 @@
 //! `[cluster]` (`docs/SPEC.md` §11.23): three supervisors on three clones of one origin,
 //! two built-in workers each, one fake `gh` shared by all, claims in a real 3-member etcd
-//! with a 2 s lease. Each fault in its own test; the properties are read from what the
+//! with a 2 s lease. Each fault in its own test (a host cut off runs in a network namespace,
+//! `support::netns`, whose link the test takes down); the properties are read from what the
 //! runs and the tracker recorded:
 //! - no two agents ever work one issue at once (each run's start and end, in epoch ms,
 //!   checked for overlap; and each run looks for a live run of its issue as it starts),
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use crate::support::etcd::EtcdCluster;
 use crate::support::fake_gh::FakeGh;
+use crate::support::netns::Netns;
 use crate::support::{TestEnv, hosts, wait_until};
 use afk_supervisor::event_log::Kind;
 
@@ -72,6 +74,9 @@ struct Run {
 struct Hosts {
     /// Dropped (killed) before the temp dir that holds its data.
     etcd: EtcdCluster,
+    /// The host in a network namespace, if one is: deleted after etcd's members, which
+    /// listen on its link too, and after every host's processes (`Drop for Hosts`).
+    netns: Option<(usize, Netns)>,
     env: TestEnv,
     gh: FakeGh,
     clones: Vec<PathBuf>,
@@ -114,11 +119,30 @@ impl Hosts {
         tracker: &str,
     ) -> Hosts {
         Hosts::with_agent(
-            hosts, workers, issues, lease_s, unblock_s, tracker, AGENT, "",
+            hosts, workers, issues, lease_s, unblock_s, tracker, AGENT, "", None,
         )
     }
 
-    /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others.
+    /// [`Hosts::new`] with host `cut_off` in a network namespace of its own: it reaches
+    /// etcd only over its link, which the test can cut ([`Hosts::netns`]).
+    fn with_host_in_netns(hosts: usize, workers: usize, issues: u64, cut_off: usize) -> Hosts {
+        let netns = Some((cut_off, Netns::new()));
+        let (tracker, agent) = ("max_writes_per_min = 600\n", AGENT);
+        Hosts::with_agent(
+            hosts,
+            workers,
+            issues,
+            lease_s(),
+            3600,
+            tracker,
+            agent,
+            "",
+            netns,
+        )
+    }
+
+    /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others;
+    /// `netns`: a host in a network namespace, and that namespace.
     #[allow(clippy::too_many_arguments)]
     fn with_agent(
         hosts: usize,
@@ -129,14 +153,20 @@ impl Hosts {
         tracker: &str,
         agent_text: &str,
         extra: &str,
+        netns: Option<(usize, Netns)>,
     ) -> Hosts {
         let env = TestEnv::new();
-        let etcd = EtcdCluster::start(env.path());
+        let reachable: Vec<_> = netns.iter().map(|(_, ns)| ns.host_addr).collect();
+        let etcd = EtcdCluster::start_reachable_from(env.path(), &reachable);
         let clones = hosts::clones(&env, hosts);
         let agent = env.path().join("agent.sh");
         fs::write(&agent, agent_text).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
-        for c in &clones {
+        for (i, c) in clones.iter().enumerate() {
+            let cluster = match &netns {
+                Some((at, ns)) if *at == i => etcd.config_at(ns.host_addr, lease_s),
+                _ => etcd.config(lease_s),
+            };
             fs::create_dir_all(c.join(".red")).unwrap();
             let config = format!(
                 "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\
@@ -147,7 +177,7 @@ impl Hosts {
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = {unblock_s}\n\n{}\n{extra}",
                 agent.display(),
-                etcd.config(lease_s)
+                cluster
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }
@@ -156,6 +186,7 @@ impl Hosts {
         Hosts {
             env,
             etcd,
+            netns,
             gh,
             clones,
             tag,
@@ -168,7 +199,8 @@ impl Hosts {
         format!("{}-h{i}", self.tag)
     }
 
-    /// Starts the supervisor of clone `i`; its agents run `agent_s` seconds.
+    /// Starts the supervisor of clone `i` (in its network namespace if it has one); its
+    /// agents run `agent_s` seconds.
     fn start(&mut self, i: usize, agent_s: u64) {
         let child = hosts::start_supervisor(
             &self.env,
@@ -177,11 +209,24 @@ impl Hosts {
             i,
             &self.clones[i],
             agent_s,
+            self.netns
+                .as_ref()
+                .filter(|(at, _)| *at == i)
+                .map(|(_, ns)| ns),
         );
         if self.sups.len() <= i {
             self.sups.resize_with(i + 1, || None);
         }
         self.sups[i] = Some(child);
+    }
+
+    /// The namespace the cut-off host runs in.
+    fn netns(&self) -> &Netns {
+        &self
+            .netns
+            .as_ref()
+            .expect("a host in a network namespace")
+            .1
     }
 
     /// SIGKILLs every process of host `i` (its supervisor, workers and agents).
@@ -377,6 +422,26 @@ fn running_on(h: &Hosts, host: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Starts host 0 with agents that run until stopped and waits until it runs two.
+fn host_0_busy(h: &mut Hosts) {
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+}
+
+/// The test's issues not in `these`.
+fn all_but(h: &Hosts, these: &[u64]) -> Vec<u64> {
+    (1..=h.issues).filter(|n| !these.contains(n)).collect()
+}
+
+/// Whether every issue of `these` is handed to a person (`ready-for-human`).
+fn with_a_person(h: &Hosts, these: &[u64]) -> bool {
+    these.iter().all(|&n| {
+        h.gh.issue(n)
+            .is_some_and(|i| i.labels == ["ready-for-human"])
+    })
+}
+
 /// For each issue in `lost`: ms from `fault_ms` to its give-back's first write (the restore
 /// comment), to the give-back's end (`ready-for-agent`), and to its next run's start.
 fn recovery(h: &Hosts, lost: &[u64], fault_ms: u64) -> Vec<(u64, u64, u64, u64)> {
@@ -414,19 +479,13 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
     // Host 0's agents run long enough to be killed mid-issue; the others' briefly, and
     // they are idle when host 0 dies, so its issues' restart measures the recovery, not
     // the queue.
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     h.start(1, 1);
     h.start(2, 1);
     let lost = running_on(&h, "h0");
-    let others_done = || {
-        (1..=h.issues).filter(|n| !lost.contains(n)).all(|n| {
-            h.gh.issue(n)
-                .is_some_and(|i| i.labels == ["ready-for-human"])
-        })
-    };
-    assert!(wait_until(DEADLINE, others_done), "{}", h.dump());
+    let others = all_but(&h, &lost);
+    let others_done = wait_until(DEADLINE, || with_a_person(&h, &others));
+    assert!(others_done, "{}", h.dump());
     let fault_ms = now_ms();
     h.kill_host(0);
     h.wait_done();
@@ -456,9 +515,7 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
 )]
 fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_starts() {
     let mut h = Hosts::new(3, 2, 6);
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     let lost = running_on(&h, "h0");
     h.start(1, 2);
     h.start(2, 2);
@@ -498,12 +555,113 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
     not(afk_has_etcd),
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
+#[cfg_attr(
+    not(afk_can_netns),
+    ignore = "a network namespace needs root and iproute2 (apt-get install iproute2)"
+)]
+fn a_host_cut_off_past_its_lease_stops_its_agents_its_issues_run_elsewhere_and_it_comes_back_by_itself()
+ {
+    // Host 0 reaches etcd only over its namespace's link; git's origin and the fake `gh`
+    // are files, so only etcd is cut off from it (GitHub is not: the fencing must hold).
+    let mut h = Hosts::with_host_in_netns(3, 2, 6, 0);
+    host_0_busy(&mut h);
+    let lost = running_on(&h, "h0");
+    // The others take the rest and are idle at the cut, so the lost issues' restart
+    // measures the recovery, not the queue.
+    h.start(1, 1);
+    h.start(2, 1);
+    let others = all_but(&h, &lost);
+    let others_done = wait_until(DEADLINE, || with_a_person(&h, &others));
+    assert!(others_done, "{}", h.dump());
+    let fault_ms = now_ms();
+    h.netns().cut();
+    // Its agents stop by themselves; the others give its issues back and finish them.
+    h.wait_done();
+    // Cut off for three lease lengths at least.
+    let cut_for = 3 * lease_s() * 1000;
+    std::thread::sleep(Duration::from_millis(
+        (fault_ms + cut_for).saturating_sub(now_ms()),
+    ));
+    // Host 0 alone is left to take new work: the others, idle and holding no claim, go.
+    h.kill_host(1);
+    h.kill_host(2);
+    h.agent_runs(1);
+    let restored_ms = now_ms();
+    h.netns().restore();
+    let open = || h.event_log(0).matches("claims are open").count();
+    let back = wait_until(DEADLINE, || open() >= 2);
+    assert!(back, "host 0 took no new lease\n{}", h.dump());
+    let back_ms = now_ms();
+    h.gh.add_issues(&[hosts::task(7), hosts::task(8)]);
+    h.issues = 8;
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let runs = h.runs();
+    for n in [7, 8] {
+        let hosts: Vec<&str> = (runs.iter().filter(|r| r.issue == n))
+            .map(|r| r.host.as_str())
+            .collect();
+        assert_eq!(hosts, ["h0"], "#{n} after the link came back\n{}", h.dump());
+    }
+    let mut stopped_after = Vec::new();
+    for &n in &lost {
+        let mine: Vec<&Run> = runs.iter().filter(|r| r.issue == n).collect();
+        // Stopped on host 0 by its lease's deadline (SPEC §11.23), whatever etcd said.
+        let cut_off = mine[0];
+        let stopped = (h.log().lines()).any(|l| {
+            l.starts_with(&format!("end {n} {} ", cut_off.pid)) && l.ends_with(" stopped")
+        });
+        assert!(
+            cut_off.host == "h0" && stopped,
+            "#{n}'s agent on host 0 was not stopped\n{}",
+            h.dump()
+        );
+        let after = cut_off.end_ms.unwrap() - fault_ms;
+        assert!(
+            after <= lease_s() * 1000,
+            "#{n}'s agent stopped {after} ms after the cut, past the lease\n{}",
+            h.dump()
+        );
+        stopped_after.push(after);
+        // Then run once more, on another host.
+        assert!(
+            mine.len() == 2 && mine[1].host != "h0",
+            "#{n}'s runs {mine:?}\n{}",
+            h.dump()
+        );
+    }
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "host 0's link cut for {} ms (lease {}s): its agents stopped {stopped_after:?} ms after the cut; \
+         (issue, ms to the give-back's comment, to ready-for-agent, to its next run) {figures:?}; \
+         lease granted again {} ms after the link came back; overlaps: 0",
+        restored_ms - fault_ms,
+        lease_s(),
+        back_ms - restored_ms
+    );
+    h.assert_recovery(&figures);
+    // One line for the outage (and one when its lease ran out), not one per tick.
+    let log = h.event_log(0);
+    let told: Vec<&str> = log.lines().filter(|l| l.contains("cluster: ")).collect();
+    eprintln!("host 0's event log on the cluster:\n{}", told.join("\n"));
+    let said = log.matches("cluster: etcd unavailable").count();
+    assert!(
+        (1..=2).contains(&said),
+        "host 0 said it {said} times\n{log}"
+    );
+    let stopping = log.matches("running agents stop in").count();
+    assert_eq!(stopping, 1, "host 0 said it {stopping} times\n{log}");
+}
+
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
 fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_fleet_resumes_by_itself()
  {
     let mut h = Hosts::new(2, 2, 4);
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     h.start(1, 600);
     let ok = wait_until(DEADLINE, || running_on(&h, "h1").len() == 2);
     assert!(ok, "host 1 never ran two agents\n{}", h.dump());
@@ -966,6 +1124,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
         "max_writes_per_min = 600\n",
         COMMITTING_AGENT,
         "[landing]\nmerge = \"auto\"\nwatch_interval_s = 1\n",
+        None,
     );
     for c in &h.clones {
         fs::write(c.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();

@@ -1,8 +1,10 @@
 //! A real 3-member etcd cluster for the `[cluster]` tests: Debian's `etcd-server`, each
 //! member on free loopback ports with its data in the test's temp dir, `--pre-vote=true`
 //! (a member back from a partition does not disrupt the leader). Started with a deadline,
-//! killed and its data removed on drop.
+//! killed and its data removed on drop. A cluster for a host in a network namespace
+//! (`support::netns`) listens for clients on the namespace link's root end too.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -21,6 +23,8 @@ pub struct Member {
 pub struct EtcdCluster {
     pub dir: PathBuf,
     pub members: Vec<Member>,
+    /// Addresses besides loopback every member answers clients on.
+    also_on: Vec<Ipv4Addr>,
 }
 
 /// A loopback port nothing listens on now (the listener is dropped at once; the member binds
@@ -35,6 +39,12 @@ pub fn free_port() -> u16 {
 impl EtcdCluster {
     /// Three members under `dir/etcd`, answering within the deadline.
     pub fn start(dir: &Path) -> EtcdCluster {
+        EtcdCluster::start_reachable_from(dir, &[])
+    }
+
+    /// [`EtcdCluster::start`], the members answering clients also on each of `also_on`
+    /// (a namespace link's root end, [`super::netns::Netns::host_addr`]), on the same port.
+    pub fn start_reachable_from(dir: &Path, also_on: &[Ipv4Addr]) -> EtcdCluster {
         let dir = dir.join("etcd");
         std::fs::create_dir_all(&dir).unwrap();
         let members: Vec<Member> = (0..3)
@@ -45,7 +55,11 @@ impl EtcdCluster {
                 child: None,
             })
             .collect();
-        let mut c = EtcdCluster { dir, members };
+        let mut c = EtcdCluster {
+            dir,
+            members,
+            also_on: also_on.to_vec(),
+        };
         for i in 0..3 {
             c.start_member(i, "new");
         }
@@ -66,6 +80,10 @@ impl EtcdCluster {
         let initial = self.initial_cluster();
         let m = &self.members[i];
         let data = self.dir.join(&m.name);
+        let listen: Vec<String> = std::iter::once(Ipv4Addr::LOCALHOST)
+            .chain(self.also_on.iter().copied())
+            .map(|a| format!("http://{a}:{}", m.client))
+            .collect();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -77,7 +95,7 @@ impl EtcdCluster {
             .arg(&data)
             .args([
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{}", m.client),
+                &listen.join(","),
                 "--advertise-client-urls",
                 &format!("http://127.0.0.1:{}", m.client),
                 "--listen-peer-urls",
@@ -105,15 +123,28 @@ impl EtcdCluster {
 
     /// `http://127.0.0.1:<port>` of every member, for `cluster.endpoints`.
     pub fn endpoints(&self) -> Vec<String> {
+        self.endpoints_at(Ipv4Addr::LOCALHOST)
+    }
+
+    /// `http://<addr>:<port>` of every member: `addr` is loopback or one of the addresses
+    /// the cluster was started reachable from.
+    pub fn endpoints_at(&self, addr: Ipv4Addr) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("http://{addr}:{}", m.client))
             .collect()
     }
 
     /// The `[cluster]` table of a fleet on this cluster with a `lease_s` lease.
     pub fn config(&self, lease_s: u64) -> String {
-        let eps: Vec<String> = self.endpoints().iter().map(|e| format!("{e:?}")).collect();
+        self.config_at(Ipv4Addr::LOCALHOST, lease_s)
+    }
+
+    /// [`EtcdCluster::config`] for a host that reaches the members at `addr`.
+    pub fn config_at(&self, addr: Ipv4Addr, lease_s: u64) -> String {
+        let eps: Vec<String> = (self.endpoints_at(addr).iter())
+            .map(|e| format!("{e:?}"))
+            .collect();
         format!(
             "[cluster]\nengine = \"etcd\"\nendpoints = [{}]\nlease_s = {lease_s}\n",
             eps.join(", ")

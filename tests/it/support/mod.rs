@@ -1,7 +1,7 @@
 //! Shared test scaffolding: an isolated environment (HOME, git identity and config) and
 //! real git repositories with a local bare `origin`; the fleet fixture, the fake `gh`, the
-//! `.red/tmp` tree builders, the binary's runners and the MCP venv beside it. Every test
-//! module has them as `crate::support`.
+//! `.red/tmp` tree builders, the binary's runners, the MCP venv beside it, and the network
+//! namespaces that cut a host off. Every test module has them as `crate::support`.
 
 pub mod agent_clis;
 pub mod cli;
@@ -11,6 +11,7 @@ pub mod fake_gh;
 pub mod fleet;
 pub mod hosts;
 pub mod model_server;
+pub mod netns;
 pub mod python;
 pub mod receiver;
 pub mod sweep_fixtures;
