@@ -1,8 +1,8 @@
 //! `[cluster]` (`docs/SPEC.md` §11.23): three supervisors on three clones of one origin,
 //! two built-in workers each, one fake `gh` shared by all, claims in a real 3-member etcd
-//! with a 2 s lease. Each fault in its own test (a host cut off runs in a network namespace,
-//! `support::netns`, whose link the test takes down); the properties are read from what the
-//! runs and the tracker recorded:
+//! with a 2 s lease. Each fault in its own test (a host or an etcd member cut off runs in a
+//! network namespace, `support::netns`, whose link the test takes down); the properties are
+//! read from what the runs and the tracker recorded:
 //! - no two agents ever work one issue at once (each run's start and end, in epoch ms,
 //!   checked for overlap; and each run looks for a live run of its issue as it starts),
 //! - every issue is handed off once,
@@ -71,6 +71,15 @@ struct Run {
     end_ms: Option<u64>,
 }
 
+/// What a test runs in a network namespace of its own, to cut it off the network.
+enum CutOff {
+    Nothing,
+    /// Host `.0`, in namespace `.1`: it reaches the etcd members on the link's root end.
+    Host(usize, Netns),
+    /// etcd member `.0` (`EtcdCluster::start_with_member_in_netns`).
+    EtcdMember(usize),
+}
+
 struct Hosts {
     /// Dropped (killed) before the temp dir that holds its data.
     etcd: EtcdCluster,
@@ -119,30 +128,29 @@ impl Hosts {
         tracker: &str,
     ) -> Hosts {
         Hosts::with_agent(
-            hosts, workers, issues, lease_s, unblock_s, tracker, AGENT, "", None,
-        )
-    }
-
-    /// [`Hosts::new`] with host `cut_off` in a network namespace of its own: it reaches
-    /// etcd only over its link, which the test can cut ([`Hosts::netns`]).
-    fn with_host_in_netns(hosts: usize, workers: usize, issues: u64, cut_off: usize) -> Hosts {
-        let netns = Some((cut_off, Netns::new()));
-        let (tracker, agent) = ("max_writes_per_min = 600\n", AGENT);
-        Hosts::with_agent(
             hosts,
             workers,
             issues,
-            lease_s(),
-            3600,
+            lease_s,
+            unblock_s,
             tracker,
-            agent,
+            AGENT,
             "",
-            netns,
+            CutOff::Nothing,
+        )
+    }
+
+    /// [`Hosts::new`] with `cut_off` (a host, or an etcd member) in a network namespace of
+    /// its own, whose link the test can cut ([`Hosts::netns`], [`EtcdCluster::cut`]).
+    fn cut_off(hosts: usize, workers: usize, issues: u64, lease_s: u64, cut_off: CutOff) -> Hosts {
+        let (tracker, agent) = ("max_writes_per_min = 600\n", AGENT);
+        Hosts::with_agent(
+            hosts, workers, issues, lease_s, 3600, tracker, agent, "", cut_off,
         )
     }
 
     /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others;
-    /// `netns`: a host in a network namespace, and that namespace.
+    /// `cut_off`: what runs in a network namespace of its own.
     #[allow(clippy::too_many_arguments)]
     fn with_agent(
         hosts: usize,
@@ -153,11 +161,18 @@ impl Hosts {
         tracker: &str,
         agent_text: &str,
         extra: &str,
-        netns: Option<(usize, Netns)>,
+        cut_off: CutOff,
     ) -> Hosts {
         let env = TestEnv::new();
-        let reachable: Vec<_> = netns.iter().map(|(_, ns)| ns.host_addr).collect();
-        let etcd = EtcdCluster::start_reachable_from(env.path(), &reachable);
+        let etcd = match &cut_off {
+            CutOff::Nothing => EtcdCluster::start(env.path()),
+            CutOff::Host(_, ns) => EtcdCluster::start_reachable_from(env.path(), &[ns.host_addr]),
+            CutOff::EtcdMember(i) => EtcdCluster::start_with_member_in_netns(env.path(), *i),
+        };
+        let netns = match cut_off {
+            CutOff::Host(i, ns) => Some((i, ns)),
+            _ => None,
+        };
         let clones = hosts::clones(&env, hosts);
         let agent = env.path().join("agent.sh");
         fs::write(&agent, agent_text).unwrap();
@@ -552,18 +567,14 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
 
 #[test]
 #[cfg_attr(
-    not(afk_has_etcd),
-    ignore = "etcd not installed (apt-get install etcd-server)"
-)]
-#[cfg_attr(
-    not(afk_can_netns),
-    ignore = "a network namespace needs root and iproute2 (apt-get install iproute2)"
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
 )]
 fn a_host_cut_off_past_its_lease_stops_its_agents_its_issues_run_elsewhere_and_it_comes_back_by_itself()
  {
     // Host 0 reaches etcd only over its namespace's link; git's origin and the fake `gh`
     // are files, so only etcd is cut off from it (GitHub is not: the fencing must hold).
-    let mut h = Hosts::with_host_in_netns(3, 2, 6, 0);
+    let mut h = Hosts::cut_off(3, 2, 6, lease_s(), CutOff::Host(0, Netns::new()));
     host_0_busy(&mut h);
     let lost = running_on(&h, "h0");
     // The others take the rest and are idle at the cut, so the lost issues' restart
@@ -748,6 +759,89 @@ fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
     let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
     assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
     assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+}
+
+/// Cuts etcd member 0 off the network (its peers and every host) for two leases mid-run,
+/// having made it the raft leader when `leader`, a follower otherwise. The two others keep
+/// the quorum (electing a new leader when it led); the hosts, whose calls went to it first
+/// (it is first in `endpoints`), go on through the others: no agent stops, no lease is lost,
+/// every issue runs once; and the member is back in the cluster once its link is.
+fn an_etcd_member_cut_off_stops_no_agent(leader: bool) {
+    // A 5 s lease, as with the leader killed: its deadline (3.75 s after a renewal)
+    // outlasts a call to the cut member (a third of the lease) and an election.
+    let lease_s = 5;
+    let mut h = Hosts::cut_off(2, 2, 6, lease_s, CutOff::EtcdMember(0));
+    match (leader, h.etcd.leader()) {
+        (true, _) => h.etcd.move_leader(0),
+        (false, Some(0)) => h.etcd.move_leader(1),
+        (false, _) => {}
+    }
+    let was = h.etcd.leader();
+    h.start(0, 8);
+    h.start(1, 8);
+    let ok = wait_until(DEADLINE, || h.runs().len() >= 3);
+    assert!(ok, "no agents ran\n{}", h.dump());
+    let cut_ms = now_ms();
+    h.etcd.cut();
+    let led = wait_until(DEADLINE, || matches!(h.etcd.leader(), Some(1 | 2)));
+    assert!(led, "no etcd leader among the two others");
+    let led_ms = now_ms() - cut_ms;
+    let cut_for = 2 * lease_s * 1000;
+    std::thread::sleep(Duration::from_millis(
+        (cut_ms + cut_for).saturating_sub(now_ms()),
+    ));
+    h.etcd.restore();
+    let back_ms = now_ms();
+    let ping = || h.etcd.member_client(0).put("afk-test/ping", "2", 0).is_ok();
+    let rejoined = wait_until(DEADLINE, ping);
+    assert!(rejoined, "member 0 did not come back\n{}", h.dump());
+    let rejoined_ms = now_ms() - back_ms;
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
+    assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
+    assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+    let said: Vec<(usize, usize)> = (0..2)
+        .map(|i| {
+            let log = h.event_log(i);
+            (
+                log.matches("cluster: etcd unavailable").count(),
+                log.matches("cluster: lease lost").count(),
+            )
+        })
+        .collect();
+    assert!(
+        said.iter().all(|&(_, lost)| lost == 0),
+        "a host lost its lease: {said:?}\n{}",
+        h.dump()
+    );
+    eprintln!(
+        "etcd member 0 ({}) cut off for {cut_for} ms (lease {lease_s}s; leader before {was:?}): \
+         leader among the others {led_ms} ms after the cut, now {:?}; member 0 answering again \
+         {rejoined_ms} ms after the link came back; agents stopped: {stopped}; runs: {}; \
+         per host (etcd-unavailable notes, leases lost): {said:?}; overlaps: 0",
+        if leader { "the leader" } else { "a follower" },
+        h.etcd.leader(),
+        h.runs().len()
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
+)]
+fn an_etcd_follower_cut_off_from_its_peers_and_the_hosts_stops_no_agent() {
+    an_etcd_member_cut_off_stops_no_agent(false);
+}
+
+#[test]
+#[cfg_attr(
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
+)]
+fn the_etcd_leader_cut_off_from_its_peers_and_the_hosts_is_replaced_and_stops_no_agent() {
+    an_etcd_member_cut_off_stops_no_agent(true);
 }
 
 /// The epoch ms of the first record of `kind` in an event log whose message contains
@@ -1124,7 +1218,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
         "max_writes_per_min = 600\n",
         COMMITTING_AGENT,
         "[landing]\nmerge = \"auto\"\nwatch_interval_s = 1\n",
-        None,
+        CutOff::Nothing,
     );
     for c in &h.clones {
         fs::write(c.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();

@@ -92,7 +92,11 @@ pub fn start_supervisor(
         .unwrap();
     match netns {
         None => env.bin(),
-        Some(ns) => ns.command(env, env!("CARGO_BIN_EXE_afk-supervisor")),
+        Some(ns) => {
+            let mut c = ns.command(env!("CARGO_BIN_EXE_afk-supervisor"));
+            env.isolate(&mut c);
+            c
+        }
     }
     .env("PATH", gh.path_env())
     .env("AFK_TEST_TAG", tag)

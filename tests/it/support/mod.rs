@@ -86,6 +86,12 @@ impl TestEnv {
     /// variable removed.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
+        self.isolate(&mut c);
+        c
+    }
+
+    /// Gives `c` the isolated environment [`TestEnv::command`] does.
+    pub fn isolate(&self, c: &mut Command) {
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("RED_AFK_")
                 || k.to_string_lossy().starts_with("GIT_")
@@ -94,7 +100,6 @@ impl TestEnv {
             }
         }
         c.envs(self.vars());
-        c
     }
 
     /// Runs git in `dir` and panics with its stderr on failure.

@@ -18,8 +18,6 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::TestEnv;
-
 /// The test prefix of every namespace made here (`afk-<pid>-<n>`).
 const PREFIX: &str = "afk-";
 /// `10.231.0.0/16`, split into /30 links.
@@ -35,6 +33,8 @@ pub struct Netns {
     host_if: String,
     /// The root end's address: what the namespace reaches the rest of the machine by.
     pub host_addr: Ipv4Addr,
+    /// The inner end's: what the rest of the machine reaches the namespace by.
+    pub inner_addr: Ipv4Addr,
 }
 
 /// Runs `ip args`, panicking with what it said and what the test needs when it fails.
@@ -132,6 +132,7 @@ impl Netns {
             name,
             host_if,
             host_addr,
+            inner_addr,
         };
         let name = ns.name.as_str();
         ip(&[
@@ -176,9 +177,9 @@ impl Netns {
     }
 
     /// `program` run inside the namespace (`ip netns exec <name> program`, which execs it:
-    /// the child's pid is the program's), with the test's isolated environment.
-    pub fn command(&self, env: &TestEnv, program: impl AsRef<OsStr>) -> Command {
-        let mut c = env.command("ip");
+    /// the child's pid is the program's).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name]).arg(program);
         c
     }
