@@ -1,10 +1,10 @@
 //! A network namespace joined to the root namespace by one veth pair, for the fault tests
-//! that cut a host off (`ip netns`, iproute2, root): the root end holds `10.231.<k>.1/30`
-//! (an etcd member listens there too, `EtcdCluster::start_reachable_from`), the inner end
-//! `10.231.<k>.2/30`, and a process started through [`Netns::command`] reaches the root
-//! namespace only over that link, so taking the root end down is a real network cut: its
-//! packets go nowhere, its connections hang until their timeouts. Deleted on drop, also
-//! when the test panics.
+//! that cut a host or an etcd member off (`ip netns`, iproute2, root): the root end holds
+//! the first address of a free `/30` in `10.231.0.0/16` (the etcd members listen there
+//! too, `EtcdCluster`), the inner end the second, and a process started through
+//! [`Netns::command`] reaches the root namespace only over that link, so taking the root
+//! end down is a real network cut: its packets go nowhere, its calls time out (or find no
+//! route once the neighbour entry is gone). Deleted on drop, also when the test panics.
 //!
 //! Tests run in parallel, in this process and in others (other checkouts' suites): the
 //! names carry the pid and a counter, and the subnet is chosen under a host-wide lock
