@@ -662,6 +662,8 @@ fn a_host_cut_off_past_its_lease_stops_its_agents_its_issues_run_elsewhere_and_i
     );
     let stopping = log.matches("running agents stop in").count();
     assert_eq!(stopping, 1, "host 0 said it {stopping} times\n{log}");
+    let paused = log.matches(Kind::FleetPaused.as_str()).count();
+    assert!(paused <= 3, "host 0 paused {paused} times\n{log}");
 }
 
 #[test]
