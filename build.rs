@@ -146,6 +146,8 @@ fn main() {
     found.push(("afk_can_bind_mount", ci || can_bind_mount()));
     // A test that hands a fleet to an unprivileged user needs root (CI runs as root).
     found.push(("afk_is_root", ci || is_root()));
+    // The network-cut tests put a host or an etcd member in a network namespace (`ip netns`).
+    found.push(("afk_can_netns", ci || (is_root() && runs("ip", "-V"))));
     found.push(("afk_has_cgroup_v2", ci || cgroup_v2_writable()));
     // Not assumed under CI: its v2 hierarchy has no memory controller, so the tests that
     // need one stay ignored there rather than fail.

@@ -94,6 +94,7 @@ impl Hosts {
             i,
             &self.clones[i],
             agent_s,
+            None,
         );
         self.sups.push(child);
     }

@@ -1,7 +1,8 @@
 //! `[cluster]` (`docs/SPEC.md` §11.23): three supervisors on three clones of one origin,
 //! two built-in workers each, one fake `gh` shared by all, claims in a real 3-member etcd
-//! with a 2 s lease. Each fault in its own test; the properties are read from what the
-//! runs and the tracker recorded:
+//! with a 2 s lease. Each fault in its own test (a host or an etcd member cut off runs in a
+//! network namespace, `support::netns`, whose link the test takes down); the properties are
+//! read from what the runs and the tracker recorded:
 //! - no two agents ever work one issue at once (each run's start and end, in epoch ms,
 //!   checked for overlap; and each run looks for a live run of its issue as it starts),
 //! - every issue is handed off once,
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use crate::support::etcd::EtcdCluster;
 use crate::support::fake_gh::FakeGh;
+use crate::support::netns::Netns;
 use crate::support::{TestEnv, hosts, wait_until};
 use afk_supervisor::event_log::Kind;
 
@@ -69,9 +71,21 @@ struct Run {
     end_ms: Option<u64>,
 }
 
+/// What a test runs in a network namespace of its own, to cut it off the network.
+enum CutOff {
+    Nothing,
+    /// Host `.0`, in namespace `.1`: it reaches the etcd members on the link's root end.
+    Host(usize, Netns),
+    /// etcd member `.0` (`EtcdCluster::start_with_member_in_netns`).
+    EtcdMember(usize),
+}
+
 struct Hosts {
     /// Dropped (killed) before the temp dir that holds its data.
     etcd: EtcdCluster,
+    /// The host in a network namespace, if one is: deleted after etcd's members, which
+    /// listen on its link too, and after every host's processes (`Drop for Hosts`).
+    netns: Option<(usize, Netns)>,
     env: TestEnv,
     gh: FakeGh,
     clones: Vec<PathBuf>,
@@ -114,11 +128,29 @@ impl Hosts {
         tracker: &str,
     ) -> Hosts {
         Hosts::with_agent(
-            hosts, workers, issues, lease_s, unblock_s, tracker, AGENT, "",
+            hosts,
+            workers,
+            issues,
+            lease_s,
+            unblock_s,
+            tracker,
+            AGENT,
+            "",
+            CutOff::Nothing,
         )
     }
 
-    /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others.
+    /// [`Hosts::new`] with `cut_off` (a host, or an etcd member) in a network namespace of
+    /// its own, whose link the test can cut ([`Hosts::netns`], [`EtcdCluster::cut`]).
+    fn cut_off(hosts: usize, workers: usize, issues: u64, lease_s: u64, cut_off: CutOff) -> Hosts {
+        let (tracker, agent) = ("max_writes_per_min = 600\n", AGENT);
+        Hosts::with_agent(
+            hosts, workers, issues, lease_s, 3600, tracker, agent, "", cut_off,
+        )
+    }
+
+    /// `agent`: the stand-in agent's shell text; `extra`: config tables after the others;
+    /// `cut_off`: what runs in a network namespace of its own.
     #[allow(clippy::too_many_arguments)]
     fn with_agent(
         hosts: usize,
@@ -129,14 +161,27 @@ impl Hosts {
         tracker: &str,
         agent_text: &str,
         extra: &str,
+        cut_off: CutOff,
     ) -> Hosts {
         let env = TestEnv::new();
-        let etcd = EtcdCluster::start(env.path());
+        let etcd = match &cut_off {
+            CutOff::Nothing => EtcdCluster::start(env.path()),
+            CutOff::Host(_, ns) => EtcdCluster::start_reachable_from(env.path(), &[ns.host_addr]),
+            CutOff::EtcdMember(i) => EtcdCluster::start_with_member_in_netns(env.path(), *i),
+        };
+        let netns = match cut_off {
+            CutOff::Host(i, ns) => Some((i, ns)),
+            _ => None,
+        };
         let clones = hosts::clones(&env, hosts);
         let agent = env.path().join("agent.sh");
         fs::write(&agent, agent_text).unwrap();
         fs::create_dir_all(env.path().join("runs")).unwrap();
-        for c in &clones {
+        for (i, c) in clones.iter().enumerate() {
+            let cluster = match &netns {
+                Some((at, ns)) if *at == i => etcd.config_at(ns.host_addr, lease_s),
+                _ => etcd.config(lease_s),
+            };
             fs::create_dir_all(c.join(".red")).unwrap();
             let config = format!(
                 "[fleet]\nworkers = {workers}\n\n[agent]\ncommand = [\"sh\", \"{}\"]\n\
@@ -147,7 +192,7 @@ impl Hosts {
                  half_open_base_s = 1\nhalf_open_cap_s = 2\nstop_grace_s = 2\n\
                  unblock_interval_s = {unblock_s}\n\n{}\n{extra}",
                 agent.display(),
-                etcd.config(lease_s)
+                cluster
             );
             fs::write(c.join(".red/afk-supervisor.toml"), config).unwrap();
         }
@@ -156,6 +201,7 @@ impl Hosts {
         Hosts {
             env,
             etcd,
+            netns,
             gh,
             clones,
             tag,
@@ -168,7 +214,8 @@ impl Hosts {
         format!("{}-h{i}", self.tag)
     }
 
-    /// Starts the supervisor of clone `i`; its agents run `agent_s` seconds.
+    /// Starts the supervisor of clone `i` (in its network namespace if it has one); its
+    /// agents run `agent_s` seconds.
     fn start(&mut self, i: usize, agent_s: u64) {
         let child = hosts::start_supervisor(
             &self.env,
@@ -177,11 +224,24 @@ impl Hosts {
             i,
             &self.clones[i],
             agent_s,
+            self.netns
+                .as_ref()
+                .filter(|(at, _)| *at == i)
+                .map(|(_, ns)| ns),
         );
         if self.sups.len() <= i {
             self.sups.resize_with(i + 1, || None);
         }
         self.sups[i] = Some(child);
+    }
+
+    /// The namespace the cut-off host runs in.
+    fn netns(&self) -> &Netns {
+        &self
+            .netns
+            .as_ref()
+            .expect("a host in a network namespace")
+            .1
     }
 
     /// SIGKILLs every process of host `i` (its supervisor, workers and agents).
@@ -377,6 +437,26 @@ fn running_on(h: &Hosts, host: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Starts host 0 with agents that run until stopped and waits until it runs two.
+fn host_0_busy(h: &mut Hosts) {
+    h.start(0, 600);
+    let ok = wait_until(DEADLINE, || running_on(h, "h0").len() == 2);
+    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+}
+
+/// The test's issues not in `these`.
+fn all_but(h: &Hosts, these: &[u64]) -> Vec<u64> {
+    (1..=h.issues).filter(|n| !these.contains(n)).collect()
+}
+
+/// Whether every issue of `these` is handed to a person (`ready-for-human`).
+fn with_a_person(h: &Hosts, these: &[u64]) -> bool {
+    these.iter().all(|&n| {
+        h.gh.issue(n)
+            .is_some_and(|i| i.labels == ["ready-for-human"])
+    })
+}
+
 /// For each issue in `lost`: ms from `fault_ms` to its give-back's first write (the restore
 /// comment), to the give-back's end (`ready-for-agent`), and to its next run's start.
 fn recovery(h: &Hosts, lost: &[u64], fault_ms: u64) -> Vec<(u64, u64, u64, u64)> {
@@ -414,19 +494,13 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
     // Host 0's agents run long enough to be killed mid-issue; the others' briefly, and
     // they are idle when host 0 dies, so its issues' restart measures the recovery, not
     // the queue.
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     h.start(1, 1);
     h.start(2, 1);
     let lost = running_on(&h, "h0");
-    let others_done = || {
-        (1..=h.issues).filter(|n| !lost.contains(n)).all(|n| {
-            h.gh.issue(n)
-                .is_some_and(|i| i.labels == ["ready-for-human"])
-        })
-    };
-    assert!(wait_until(DEADLINE, others_done), "{}", h.dump());
+    let others = all_but(&h, &lost);
+    let others_done = wait_until(DEADLINE, || with_a_person(&h, &others));
+    assert!(others_done, "{}", h.dump());
     let fault_ms = now_ms();
     h.kill_host(0);
     h.wait_done();
@@ -456,9 +530,7 @@ fn a_killed_hosts_issues_are_back_within_the_lease_and_none_runs_twice_at_once()
 )]
 fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_starts() {
     let mut h = Hosts::new(3, 2, 6);
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     let lost = running_on(&h, "h0");
     h.start(1, 2);
     h.start(2, 2);
@@ -466,6 +538,9 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
     let fault_ms = now_ms();
     h.signal_supervisor(0, nix::sys::signal::Signal::SIGSTOP);
     std::thread::sleep(Duration::from_secs(2 * lease_s()));
+    // Back, host 0 may take its own issues again before the others do (they are busy with
+    // the rest of the queue): every run from now on is short, wherever it runs.
+    h.agent_runs(2);
     h.signal_supervisor(0, nix::sys::signal::Signal::SIGCONT);
     h.wait_done();
     h.assert_once_each_no_overlap(&BTreeMap::new());
@@ -495,15 +570,114 @@ fn a_supervisor_stopped_past_its_lease_stops_its_own_agents_before_another_host_
 
 #[test]
 #[cfg_attr(
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
+)]
+fn a_host_cut_off_past_its_lease_stops_its_agents_its_issues_run_elsewhere_and_it_comes_back_by_itself()
+ {
+    // Host 0 reaches etcd only over its namespace's link; git's origin and the fake `gh`
+    // are files, so only etcd is cut off from it (GitHub is not: the fencing must hold).
+    let mut h = Hosts::cut_off(3, 2, 6, lease_s(), CutOff::Host(0, Netns::new()));
+    host_0_busy(&mut h);
+    let lost = running_on(&h, "h0");
+    // The others take the rest and are idle at the cut, so the lost issues' restart
+    // measures the recovery, not the queue.
+    h.start(1, 1);
+    h.start(2, 1);
+    let others = all_but(&h, &lost);
+    let others_done = wait_until(DEADLINE, || with_a_person(&h, &others));
+    assert!(others_done, "{}", h.dump());
+    let fault_ms = now_ms();
+    h.netns().cut();
+    // Its agents stop by themselves; the others give its issues back and finish them.
+    h.wait_done();
+    // Cut off for three lease lengths at least.
+    let cut_for = 3 * lease_s() * 1000;
+    std::thread::sleep(Duration::from_millis(
+        (fault_ms + cut_for).saturating_sub(now_ms()),
+    ));
+    // Host 0 alone is left to take new work: the others, idle and holding no claim, go.
+    h.kill_host(1);
+    h.kill_host(2);
+    h.agent_runs(1);
+    let restored_ms = now_ms();
+    h.netns().restore();
+    let open = || h.event_log(0).matches("claims are open").count();
+    let back = wait_until(DEADLINE, || open() >= 2);
+    assert!(back, "host 0 took no new lease\n{}", h.dump());
+    let back_ms = now_ms();
+    h.gh.add_issues(&[hosts::task(7), hosts::task(8)]);
+    h.issues = 8;
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let runs = h.runs();
+    for n in [7, 8] {
+        let hosts: Vec<&str> = (runs.iter().filter(|r| r.issue == n))
+            .map(|r| r.host.as_str())
+            .collect();
+        assert_eq!(hosts, ["h0"], "#{n} after the link came back\n{}", h.dump());
+    }
+    let mut stopped_after = Vec::new();
+    for &n in &lost {
+        let mine: Vec<&Run> = runs.iter().filter(|r| r.issue == n).collect();
+        // Stopped on host 0 by its lease's deadline (SPEC §11.23), whatever etcd said.
+        let cut_off = mine[0];
+        let stopped = (h.log().lines()).any(|l| {
+            l.starts_with(&format!("end {n} {} ", cut_off.pid)) && l.ends_with(" stopped")
+        });
+        assert!(
+            cut_off.host == "h0" && stopped,
+            "#{n}'s agent on host 0 was not stopped\n{}",
+            h.dump()
+        );
+        let after = cut_off.end_ms.unwrap() - fault_ms;
+        assert!(
+            after <= lease_s() * 1000,
+            "#{n}'s agent stopped {after} ms after the cut, past the lease\n{}",
+            h.dump()
+        );
+        stopped_after.push(after);
+        // Then run once more, on another host.
+        assert!(
+            mine.len() == 2 && mine[1].host != "h0",
+            "#{n}'s runs {mine:?}\n{}",
+            h.dump()
+        );
+    }
+    let figures = recovery(&h, &lost, fault_ms);
+    eprintln!(
+        "host 0's link cut for {} ms (lease {}s): its agents stopped {stopped_after:?} ms after the cut; \
+         (issue, ms to the give-back's comment, to ready-for-agent, to its next run) {figures:?}; \
+         lease granted again {} ms after the link came back; overlaps: 0",
+        restored_ms - fault_ms,
+        lease_s(),
+        back_ms - restored_ms
+    );
+    h.assert_recovery(&figures);
+    // One line for the outage (and one when its lease ran out), not one per tick.
+    let log = h.event_log(0);
+    let told: Vec<&str> = log.lines().filter(|l| l.contains("cluster: ")).collect();
+    eprintln!("host 0's event log on the cluster:\n{}", told.join("\n"));
+    let said = log.matches("cluster: etcd unavailable").count();
+    assert!(
+        (1..=2).contains(&said),
+        "host 0 said it {said} times\n{log}"
+    );
+    let stopping = log.matches("running agents stop in").count();
+    assert_eq!(stopping, 1, "host 0 said it {stopping} times\n{log}");
+    let paused = log.matches(Kind::FleetPaused.as_str()).count();
+    assert!(paused <= 3, "host 0 paused {paused} times\n{log}");
+}
+
+#[test]
+#[cfg_attr(
     not(afk_has_etcd),
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn with_all_of_etcd_down_agents_stop_at_the_deadline_nothing_is_claimed_and_the_fleet_resumes_by_itself()
  {
     let mut h = Hosts::new(2, 2, 4);
-    h.start(0, 600);
-    let ok = wait_until(DEADLINE, || running_on(&h, "h0").len() == 2);
-    assert!(ok, "host 0 never ran two agents\n{}", h.dump());
+    host_0_busy(&mut h);
     h.start(1, 600);
     let ok = wait_until(DEADLINE, || running_on(&h, "h1").len() == 2);
     assert!(ok, "host 1 never ran two agents\n{}", h.dump());
@@ -590,6 +764,89 @@ fn the_etcd_leader_killed_and_restarted_stops_no_agent() {
     let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
     assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
     assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+}
+
+/// Cuts etcd member 0 off the network (its peers and every host) for two leases mid-run,
+/// having made it the raft leader when `leader`, a follower otherwise. The two others keep
+/// the quorum (electing a new leader when it led); the hosts, whose calls went to it first
+/// (it is first in `endpoints`), go on through the others: no agent stops, no lease is lost,
+/// every issue runs once; and the member is back in the cluster once its link is.
+fn an_etcd_member_cut_off_stops_no_agent(leader: bool) {
+    // A 5 s lease, as with the leader killed: its deadline (3.75 s after a renewal)
+    // outlasts a call to the cut member (a third of the lease) and an election.
+    let lease_s = 5;
+    let mut h = Hosts::cut_off(2, 2, 6, lease_s, CutOff::EtcdMember(0));
+    match (leader, h.etcd.leader()) {
+        (true, _) => h.etcd.move_leader(0),
+        (false, Some(0)) => h.etcd.move_leader(1),
+        (false, _) => {}
+    }
+    let was = h.etcd.leader();
+    h.start(0, 8);
+    h.start(1, 8);
+    let ok = wait_until(DEADLINE, || h.runs().len() >= 3);
+    assert!(ok, "no agents ran\n{}", h.dump());
+    let cut_ms = now_ms();
+    h.etcd.cut();
+    let led = wait_until(DEADLINE, || matches!(h.etcd.leader(), Some(1 | 2)));
+    assert!(led, "no etcd leader among the two others");
+    let led_ms = now_ms() - cut_ms;
+    let cut_for = 2 * lease_s * 1000;
+    std::thread::sleep(Duration::from_millis(
+        (cut_ms + cut_for).saturating_sub(now_ms()),
+    ));
+    h.etcd.restore();
+    let back_ms = now_ms();
+    let ping = || h.etcd.member_client(0).put("afk-test/ping", "2", 0).is_ok();
+    let rejoined = wait_until(DEADLINE, ping);
+    assert!(rejoined, "member 0 did not come back\n{}", h.dump());
+    let rejoined_ms = now_ms() - back_ms;
+    h.wait_done();
+    h.assert_once_each_no_overlap(&BTreeMap::new());
+    let stopped = h.log().lines().filter(|l| l.ends_with(" stopped")).count();
+    assert_eq!(stopped, 0, "an agent was stopped\n{}", h.dump());
+    assert_eq!(h.runs().len(), 6, "each issue ran once\n{}", h.dump());
+    let said: Vec<(usize, usize)> = (0..2)
+        .map(|i| {
+            let log = h.event_log(i);
+            (
+                log.matches("cluster: etcd unavailable").count(),
+                log.matches("cluster: lease lost").count(),
+            )
+        })
+        .collect();
+    assert!(
+        said.iter().all(|&(_, lost)| lost == 0),
+        "a host lost its lease: {said:?}\n{}",
+        h.dump()
+    );
+    eprintln!(
+        "etcd member 0 ({}) cut off for {cut_for} ms (lease {lease_s}s; leader before {was:?}): \
+         leader among the others {led_ms} ms after the cut, now {:?}; member 0 answering again \
+         {rejoined_ms} ms after the link came back; agents stopped: {stopped}; runs: {}; \
+         per host (etcd-unavailable notes, leases lost): {said:?}; overlaps: 0",
+        if leader { "the leader" } else { "a follower" },
+        h.etcd.leader(),
+        h.runs().len()
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
+)]
+fn an_etcd_follower_cut_off_from_its_peers_and_the_hosts_stops_no_agent() {
+    an_etcd_member_cut_off_stops_no_agent(false);
+}
+
+#[test]
+#[cfg_attr(
+    not(all(afk_has_etcd, afk_can_netns)),
+    ignore = "needs etcd (apt-get install etcd-server), root and iproute2 (a network namespace)"
+)]
+fn the_etcd_leader_cut_off_from_its_peers_and_the_hosts_is_replaced_and_stops_no_agent() {
+    an_etcd_member_cut_off_stops_no_agent(true);
 }
 
 /// The epoch ms of the first record of `kind` in an event log whose message contains
@@ -1064,6 +1321,7 @@ fn a_dead_hosts_pull_request_is_followed_fixed_on_another_host_and_merged_once()
         "max_writes_per_min = 600\n",
         COMMITTING_AGENT,
         "[landing]\nmerge = \"auto\"\nwatch_interval_s = 1\n",
+        CutOff::Nothing,
     );
     for c in &h.clones {
         fs::write(c.join(".git/info/exclude"), ".red/tmp/\n.red/state/\n").unwrap();

@@ -291,6 +291,18 @@ impl FakeGh {
         self.edit(|s| s["issues"] = serde_json::to_value(issues).expect("issues"));
     }
 
+    /// Files `issues` beside the ones the fake holds, as a person adds work mid-run.
+    pub fn add_issues(&self, issues: &[FakeIssue]) {
+        self.edit(|s| {
+            let list = s["issues"].as_array_mut().expect("issues in state.json");
+            list.extend(
+                issues
+                    .iter()
+                    .map(|i| serde_json::to_value(i).expect("issue")),
+            );
+        });
+    }
+
     /// Every issue, as the fake now holds it.
     pub fn issues(&self) -> Vec<FakeIssue> {
         serde_json::from_value(self.state()["issues"].clone()).expect("issues in state.json")

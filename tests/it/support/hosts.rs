@@ -7,7 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::fake_gh::FakeGh;
+use super::fake_gh::{FakeGh, FakeIssue};
+use super::netns::Netns;
 use super::{TestEnv, fleet};
 
 /// `n` checkouts of one repository with a bare `origin`: the first made by
@@ -72,7 +73,9 @@ pub fn dump(dir: &Path, runs: &str, gh: &FakeGh, clones: &[PathBuf]) -> String {
 /// Starts `run` in checkout `clone` as host `h<i>` of the test tagged `tag`: its stderr
 /// appended to `sup-<i>.err`, the fake `gh` first on `PATH`, and the stand-in agent told
 /// where to log (`AFK_TEST_RUNS`), which host it is (`AFK_HOST`) and how long to run
-/// (`AFK_AGENT_S`).
+/// (`AFK_AGENT_S`). In network namespace `netns` when one is given: the supervisor, its
+/// workers and their agents reach the rest of the machine only over its link (the files,
+/// git's origin and the fake `gh` among them, are all on disk).
 pub fn start_supervisor(
     env: &TestEnv,
     gh: &FakeGh,
@@ -80,42 +83,50 @@ pub fn start_supervisor(
     i: usize,
     clone: &Path,
     agent_s: u64,
+    netns: Option<&Netns>,
 ) -> std::process::Child {
     let err = fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(env.path().join(format!("sup-{i}.err")))
         .unwrap();
-    env.bin()
-        .env("PATH", gh.path_env())
-        .env("AFK_TEST_TAG", tag)
-        .env("AFK_TEST_RUNS", env.path().join("runs"))
-        .env("AFK_HOST", format!("h{i}"))
-        // A state directory of its own, as on a machine of its own: what the hosts share
-        // goes through etcd, never through a file one of them keeps.
-        .env("XDG_STATE_HOME", env.path().join(format!("state-h{i}")))
-        .env("AFK_AGENT_S", agent_s.to_string())
-        .arg("--repo")
-        .arg(clone)
-        .arg("run")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(err)
-        .spawn()
-        .unwrap()
+    match netns {
+        None => env.bin(),
+        Some(ns) => {
+            let mut c = ns.command(env!("CARGO_BIN_EXE_afk-supervisor"));
+            env.isolate(&mut c);
+            c
+        }
+    }
+    .env("PATH", gh.path_env())
+    .env("AFK_TEST_TAG", tag)
+    .env("AFK_TEST_RUNS", env.path().join("runs"))
+    .env("AFK_HOST", format!("h{i}"))
+    // A state directory of its own, as on a machine of its own: what the hosts share
+    // goes through etcd, never through a file one of them keeps.
+    .env("XDG_STATE_HOME", env.path().join(format!("state-h{i}")))
+    .env("AFK_AGENT_S", agent_s.to_string())
+    .arg("--repo")
+    .arg(clone)
+    .arg("run")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(err)
+    .spawn()
+    .unwrap()
 }
 
 /// The fake `gh` every host shares, with issues `1..=n` ready (`# task N` bodies).
 pub fn gh_with_tasks(env: &TestEnv, n: u64) -> FakeGh {
     let gh = FakeGh::install(env);
-    let list: Vec<super::fake_gh::FakeIssue> = (1..=n)
-        .map(|k| {
-            super::fake_gh::FakeIssue::open(k, &["ready-for-agent"])
-                .with_body(&format!("# task {k}\n"))
-        })
-        .collect();
+    let list: Vec<FakeIssue> = (1..=n).map(task).collect();
     gh.set_issues(&list);
     gh
+}
+
+/// Issue `k`, ready for an agent, its body `# task k`.
+pub fn task(k: u64) -> FakeIssue {
+    FakeIssue::open(k, &["ready-for-agent"]).with_body(&format!("# task {k}\n"))
 }
 
 /// A tag unique to this test run (`AFK_TEST_TAG`, `-h<i>` appended per host).

@@ -1,7 +1,7 @@
 //! Shared test scaffolding: an isolated environment (HOME, git identity and config) and
 //! real git repositories with a local bare `origin`; the fleet fixture, the fake `gh`, the
-//! `.red/tmp` tree builders, the binary's runners and the MCP venv beside it. Every test
-//! module has them as `crate::support`.
+//! `.red/tmp` tree builders, the binary's runners, the MCP venv beside it, and the network
+//! namespaces that cut a host off. Every test module has them as `crate::support`.
 
 pub mod agent_clis;
 pub mod cli;
@@ -11,6 +11,7 @@ pub mod fake_gh;
 pub mod fleet;
 pub mod hosts;
 pub mod model_server;
+pub mod netns;
 pub mod python;
 pub mod receiver;
 pub mod sweep_fixtures;
@@ -85,6 +86,12 @@ impl TestEnv {
     /// variable removed.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
+        self.isolate(&mut c);
+        c
+    }
+
+    /// Gives `c` the isolated environment [`TestEnv::command`] does.
+    pub fn isolate(&self, c: &mut Command) {
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("RED_AFK_")
                 || k.to_string_lossy().starts_with("GIT_")
@@ -93,7 +100,6 @@ impl TestEnv {
             }
         }
         c.envs(self.vars());
-        c
     }
 
     /// Runs git in `dir` and panics with its stderr on failure.
