@@ -56,7 +56,11 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             eprintln!("afk-supervisor: budget reservations not read: {e}");
             Vec::new()
         });
-    let reserved = budget::reserve::Reserved::of(&live);
+    let mut reserved = budget::reserve::Reserved::of(&live);
+    let fleet = fleet_today(ctx, &config.budget, &all);
+    if let Some(f) = &fleet {
+        reserved = f.reserved;
+    }
     if args.json {
         let out = serde_json::json!({
             "by": match by { By::Day => "day", By::Issue => "issue" },
@@ -64,6 +68,12 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "rows": rows,
             "total": total,
             "reserved": reserved.json(),
+            "fleet_today": fleet.map(|f| serde_json::json!({
+                "usd": f.spend.usd,
+                "tokens": f.spend.tokens,
+                "runs": f.spend.runs,
+                "hosts": f.hosts,
+            })),
         });
         outln!("{out}");
         return Ok(exit_code::OK);
@@ -89,6 +99,14 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             r.attempts
         );
     }
+    if let Some(f) = &fleet {
+        outln!(
+            "fleet: {} over {} host{} (the rows are this host's ledger)",
+            budget::spend_words(&config.budget, &f.spend),
+            f.hosts,
+            if f.hosts == 1 { "" } else { "s" }
+        );
+    }
     if reserved.attempts > 0 {
         outln!(
             "{} (not in the rows until they end)",
@@ -104,4 +122,24 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
         );
     }
     Ok(exit_code::OK)
+}
+
+/// `[cluster]` with a daily budget: the fleet's day from its etcd key, which the rows (this
+/// host's ledger) are only a part of; `None` without one, or when etcd does not answer
+/// (said in one line).
+fn fleet_today(
+    ctx: &Ctx,
+    b: &crate::config::Budget,
+    all: &[(u64, Vec<crate::ledger::Record>)],
+) -> Option<crate::cluster::budget::FleetDay> {
+    let c = crate::cluster::active()?;
+    if !b.daily() {
+        return None;
+    }
+    let now = crate::timeutil::now_epoch();
+    let own = budget::spend_today(all, now, b.utc_offset_s);
+    use crate::cluster::budget::{Publish, fleet_day};
+    fleet_day(c, &ctx.layout, &own, b, now, Publish::Nothing)
+        .inspect_err(|e| eprintln!("afk-supervisor: the fleet's spend not read: {e}"))
+        .ok()
 }

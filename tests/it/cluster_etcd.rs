@@ -377,3 +377,113 @@ fn https_members_are_reached_by_the_fleets_ca_and_this_hosts_certificate() {
         "{e}"
     );
 }
+
+/// Issue 49, item 4: the day's budget is one key of the fleet, changed by compare-and-swap.
+/// Two hosts' workers check and reserve at the same moment (a barrier, 20 rounds) when the
+/// fleet's spend leaves room for one attempt only: each round exactly one goes and the other
+/// waits, never both. Released, the reservation is gone and the host's spend is in its entry.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
+    use afk_supervisor::budget::reserve::{Decision, Holder};
+    use afk_supervisor::cluster::budget::{DayDoc, HostSpend, check_and_reserve};
+    use afk_supervisor::config::{Budget, Usd};
+    let env = TestEnv::new();
+    let etcd = EtcdCluster::start(env.path());
+    let c: &'static Cluster = Box::leak(Box::new(cluster(&etcd, 2)));
+    let budget = Budget {
+        usd_per_day: Some(Usd::from_f64(1.0)),
+        estimate_usd: Some(Usd::from_f64(0.4)),
+        ..Budget::default()
+    };
+    // Two checkouts, two host names; each host's status key says its lease is live.
+    let layouts: Vec<afk_supervisor::layout::Layout> = (0..2)
+        .map(|i| {
+            let d = env.path().join(format!("host{i}"));
+            std::fs::create_dir_all(d.join(".red/state")).unwrap();
+            afk_supervisor::layout::Layout::new(&d)
+        })
+        .collect();
+    let lease = c.etcd.grant(60).unwrap();
+    for l in &layouts {
+        let host = afk_supervisor::claim::tracked::this_host(l);
+        c.etcd.put(&c.host_key(&host), "{}", lease).unwrap();
+    }
+    let now = afk_supervisor::timeutil::now_epoch();
+    let key = c.budget_key(&afk_supervisor::budget::day_of(now, 0));
+    // A host gone since spent $0.70 today: room for one $0.40 attempt, not two.
+    let mut seed = DayDoc::default();
+    seed.set_spend(
+        "gone",
+        HostSpend {
+            usd_micros: 700_000,
+            tokens: 0,
+            runs: 2,
+        },
+    );
+    let (mut went, mut waited) = (0, 0);
+    for round in 0..20 {
+        c.etcd.put(&key, &seed.to_value().unwrap(), 0).unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        let decisions: Vec<Decision> = std::thread::scope(|s| {
+            let handles: Vec<_> = layouts
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let (barrier, budget) = (&barrier, &budget);
+                    s.spawn(move || {
+                        let holder = Holder::this(&format!("w{i}-{round}")).unwrap();
+                        barrier.wait();
+                        check_and_reserve(c, l, budget, &holder, 3600, now).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let goes = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Go(Some(_))))
+            .count();
+        let waits = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Wait(w) if w.contains("reserved $0.40 for 1 running attempt")))
+            .count();
+        assert_eq!((goes, waits), (1, 1), "round {round}: {decisions:?}");
+        let doc = DayDoc::parse(c.etcd.get(&key).unwrap().map(|kv| kv.value).as_deref()).unwrap();
+        assert_eq!(doc.reservations.len(), 1, "round {round}: {doc:?}");
+        assert_eq!(doc.hosts.len(), 3, "both hosts' entries and the gone one's");
+        went += goes;
+        waited += waits;
+        // The attempt ends: its guard's release takes the reservation out.
+        drop(decisions);
+        let doc = DayDoc::parse(c.etcd.get(&key).unwrap().map(|kv| kv.value).as_deref()).unwrap();
+        assert!(doc.reservations.is_empty(), "round {round}: {doc:?}");
+    }
+    eprintln!("20 rounds of two racing hosts: {went} went, {waited} waited");
+
+    // etcd not answering: no decision, and the error says so.
+    let dead = afk_supervisor::cluster::Cluster::new(
+        &afk_supervisor::config::ClusterCfg {
+            engine: Engine::Etcd,
+            endpoints: vec![format!(
+                "http://127.0.0.1:{}",
+                crate::support::etcd::free_port()
+            )],
+            lease_s: 2,
+            prefix: None,
+            username: None,
+            password_file: None,
+            tls: None,
+        },
+        "o/r",
+    )
+    .unwrap();
+    let dead: &'static Cluster = Box::leak(Box::new(dead));
+    let holder = Holder::this("w9").unwrap();
+    let e = check_and_reserve(dead, &layouts[0], &budget, &holder, 3600, now).unwrap_err();
+    assert!(e.unavailable(), "{e}");
+    assert!(e.to_string().contains("etcd unavailable"), "{e}");
+}
