@@ -22,6 +22,7 @@ pub mod budget;
 pub mod cas;
 pub mod etcd;
 mod http;
+pub mod issue_spend;
 pub mod keeper;
 pub mod lease;
 pub mod shared;

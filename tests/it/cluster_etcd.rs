@@ -487,3 +487,62 @@ fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
     assert!(e.unavailable(), "{e}");
     assert!(e.to_string().contains("etcd unavailable"), "{e}");
 }
+
+/// Issue 49, item 4: one issue's spend is weighed over every host's ledger. Two hosts ran
+/// issue 3 ($0.50 and $0.25 + $0.25); each publishes its entry to `P/spend/3` and each sees
+/// the fleet's $1.00 over three runs; after one host hands it to a person over its budget,
+/// the spend counts afresh on every host (the records' ends set around the hand-off).
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn an_issues_spend_is_every_hosts_and_counts_afresh_after_an_over_budget_hand_off() {
+    use afk_supervisor::cluster::issue_spend::{publish, reset, spent_in};
+    use afk_supervisor::ledger::{self, Outcome, Record};
+    let env = TestEnv::new();
+    let etcd = EtcdCluster::start(env.path());
+    let c = cluster(&etcd, 2);
+    let layouts: Vec<afk_supervisor::layout::Layout> = (0..2)
+        .map(|i| {
+            let d = env.path().join(format!("host{i}"));
+            std::fs::create_dir_all(d.join(".red/state")).unwrap();
+            afk_supervisor::layout::Layout::new(&d)
+        })
+        .collect();
+    // Records ending at `t0 + dt`: the runs before the hand-off at `t0`, the last after.
+    let t0 = afk_supervisor::timeutil::now_epoch() - 50;
+    let ended = |dt: i64, outcome: Outcome| {
+        let mut r = Record::now(Some("w1"), None, outcome);
+        r.end = afk_supervisor::timeutil::rfc3339(
+            std::time::UNIX_EPOCH + Duration::from_secs((t0 as i64 + dt) as u64),
+        );
+        r
+    };
+    let run = |l: &afk_supervisor::layout::Layout, cost: f64, dt: i64| {
+        let mut r = ended(dt, Outcome::AgentFailed(1));
+        r.usage.cost_usd = Some(cost);
+        ledger::append(l, 3, &r).unwrap();
+        publish(&c, l, 3, &ledger::read(l, 3).unwrap()).unwrap();
+    };
+    run(&layouts[0], 0.5, -30);
+    run(&layouts[1], 0.25, -20);
+    run(&layouts[1], 0.25, -10);
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (1.0, 3), "{s:?}");
+    }
+    // Host 0 hands it to a person at t0: its ledger's marker, the fleet's reset.
+    ledger::append(&layouts[0], 3, &ended(0, Outcome::OverBudget)).unwrap();
+    reset(&c, 3, t0).unwrap();
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (0.0, 0), "{s:?}");
+    }
+    // A later run on host 1 counts alone, on either host.
+    run(&layouts[1], 0.25, 10);
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (0.25, 1), "{s:?}");
+    }
+}
