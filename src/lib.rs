@@ -47,7 +47,9 @@
 //!   `fleets` (the checkouts whose supervisors this user ran, for `list`).
 //! - `cluster` (the fleet's shared state in etcd when `[cluster]` is set: the client of
 //!   etcd's JSON gateway, the claim transactions and their fencing tokens, the host's lease
-//!   and its keeper, the lease file the workers stop by).
+//!   and its keeper, the lease file the workers stop by; `cluster::cas`, the one
+//!   compare-and-swap every shared record changes by; `cluster::budget` and
+//!   `cluster::issue_spend`, the day's budget and an issue's spend kept for every host).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
 //!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call; `tracker::gh_output`, the error of every parser of gh's output),

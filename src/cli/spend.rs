@@ -62,19 +62,21 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
         reserved = f.reserved;
     }
     if args.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "by": match by { By::Day => "day", By::Issue => "issue" },
             "timezone": budget::offset_words(config.budget.utc_offset_s),
             "rows": rows,
             "total": total,
             "reserved": reserved.json(),
-            "fleet_today": fleet.map(|f| serde_json::json!({
+        });
+        if let Some(f) = fleet {
+            out["fleet_today"] = serde_json::json!({
                 "usd": f.spend.usd,
                 "tokens": f.spend.tokens,
                 "runs": f.spend.runs,
                 "hosts": f.hosts,
-            })),
-        });
+            });
+        }
         outln!("{out}");
         return Ok(exit_code::OK);
     }
