@@ -83,15 +83,7 @@ impl DayDoc {
     /// The document a key holds; no key is an empty day. A value that is no document is
     /// refused (money is at stake: no host claims on a guess).
     pub fn parse(value: Option<&str>) -> Result<DayDoc, String> {
-        match value {
-            None => Ok(DayDoc::default()),
-            Some(v) => serde_json::from_str(v).map_err(|e| {
-                format!(
-                    "not a day's budget document: {}",
-                    crate::text::clip_quoted(&e.to_string())
-                )
-            }),
-        }
+        cas::parse_doc(value, "a day's budget document")
     }
 
     pub fn to_value(&self) -> Result<String, String> {

@@ -97,3 +97,16 @@ pub fn update<T>(
         key: key.to_string(),
     })
 }
+
+/// A JSON document as a key holds it: no key is `T::default()`; a value that is not one is
+/// refused in words naming `what` it must be.
+pub fn parse_doc<T: Default + serde::de::DeserializeOwned>(
+    value: Option<&str>,
+    what: &str,
+) -> Result<T, String> {
+    match value {
+        None => Ok(T::default()),
+        Some(v) => serde_json::from_str(v)
+            .map_err(|e| format!("not {what}: {}", crate::text::clip_quoted(&e.to_string()))),
+    }
+}

@@ -30,15 +30,7 @@ pub struct IssueDoc {
 
 impl IssueDoc {
     pub fn parse(value: Option<&str>) -> Result<IssueDoc, String> {
-        match value {
-            None => Ok(IssueDoc::default()),
-            Some(v) => serde_json::from_str(v).map_err(|e| {
-                format!(
-                    "not an issue's spend document: {}",
-                    crate::text::clip_quoted(&e.to_string())
-                )
-            }),
-        }
+        cas::parse_doc(value, "an issue's spend document")
     }
 
     /// What one host's `records` of the issue spent since the last hand-off over budget,

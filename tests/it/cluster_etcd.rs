@@ -11,9 +11,13 @@ use crate::support::etcd::EtcdCluster;
 use crate::support::{TestEnv, wait_until};
 
 fn cluster(etcd: &EtcdCluster, lease_s: u64) -> Cluster {
+    cluster_at(etcd.endpoints(), lease_s)
+}
+
+fn cluster_at(endpoints: Vec<String>, lease_s: u64) -> Cluster {
     let cfg = ClusterCfg {
         engine: Engine::Etcd,
-        endpoints: etcd.endpoints(),
+        endpoints,
         lease_s,
         prefix: None,
         username: None,
@@ -400,13 +404,7 @@ fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
         ..Budget::default()
     };
     // Two checkouts, two host names; each host's status key says its lease is live.
-    let layouts: Vec<afk_supervisor::layout::Layout> = (0..2)
-        .map(|i| {
-            let d = env.path().join(format!("host{i}"));
-            std::fs::create_dir_all(d.join(".red/state")).unwrap();
-            afk_supervisor::layout::Layout::new(&d)
-        })
-        .collect();
+    let layouts = host_layouts(&env, 2);
     let lease = c.etcd.grant(60).unwrap();
     for l in &layouts {
         let host = afk_supervisor::claim::tracked::this_host(l);
@@ -465,22 +463,13 @@ fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
     eprintln!("20 rounds of two racing hosts: {went} went, {waited} waited");
 
     // etcd not answering: no decision, and the error says so.
-    let dead = afk_supervisor::cluster::Cluster::new(
-        &afk_supervisor::config::ClusterCfg {
-            engine: Engine::Etcd,
-            endpoints: vec![format!(
-                "http://127.0.0.1:{}",
-                crate::support::etcd::free_port()
-            )],
-            lease_s: 2,
-            prefix: None,
-            username: None,
-            password_file: None,
-            tls: None,
-        },
-        "o/r",
-    )
-    .unwrap();
+    let dead = cluster_at(
+        vec![format!(
+            "http://127.0.0.1:{}",
+            crate::support::etcd::free_port()
+        )],
+        2,
+    );
     let dead: &'static Cluster = Box::leak(Box::new(dead));
     let holder = Holder::this("w9").unwrap();
     let e = check_and_reserve(dead, &layouts[0], &budget, &holder, 3600, now).unwrap_err();
@@ -503,13 +492,7 @@ fn an_issues_spend_is_every_hosts_and_counts_afresh_after_an_over_budget_hand_of
     let env = TestEnv::new();
     let etcd = EtcdCluster::start(env.path());
     let c = cluster(&etcd, 2);
-    let layouts: Vec<afk_supervisor::layout::Layout> = (0..2)
-        .map(|i| {
-            let d = env.path().join(format!("host{i}"));
-            std::fs::create_dir_all(d.join(".red/state")).unwrap();
-            afk_supervisor::layout::Layout::new(&d)
-        })
-        .collect();
+    let layouts = host_layouts(&env, 2);
     // Records ending at `t0 + dt`: the runs before the hand-off at `t0`, the last after.
     let t0 = afk_supervisor::timeutil::now_epoch() - 50;
     let ended = |dt: i64, outcome: Outcome| {
@@ -545,4 +528,15 @@ fn an_issues_spend_is_every_hosts_and_counts_afresh_after_an_over_budget_hand_of
         let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
         assert_eq!((s.usd, s.runs), (0.25, 1), "{s:?}");
     }
+}
+
+/// `n` checkouts' layouts under `env`, each its own host name (`this_host`).
+fn host_layouts(env: &TestEnv, n: usize) -> Vec<afk_supervisor::layout::Layout> {
+    (0..n)
+        .map(|i| {
+            let d = env.path().join(format!("host{i}"));
+            std::fs::create_dir_all(d.join(".red/state")).unwrap();
+            afk_supervisor::layout::Layout::new(&d)
+        })
+        .collect()
 }
