@@ -61,9 +61,10 @@ pub struct DayDoc {
 /// Whether a day's key is changed or only read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Publish {
-    /// This host's entry is brought up to date with its ledger when it differs (the
-    /// supervisor, each queue check).
-    OwnSpend,
+    /// This host's entry is brought up to date with its ledger, and the reservations that
+    /// hold nothing (a crashed worker's, whose release never came) dropped, when either
+    /// changes the document (the supervisor, each queue check).
+    Tidy,
     /// Nothing is written (`status`, `spend`).
     Nothing,
 }
@@ -252,8 +253,8 @@ pub fn check_and_reserve(
 }
 
 /// The fleet's day at `now` as this host sees it: every host's entry, this host's replaced
-/// by its ledger's `own`, and the live reservations; `publish` says whether this host's
-/// entry is written when it differs.
+/// by its ledger's `own`, and the live reservations; `publish` says whether what differs
+/// is written.
 pub fn fleet_day(
     c: &Cluster,
     layout: &Layout,
@@ -267,7 +268,6 @@ pub fn fleet_day(
     let key = c.budget_key(&day_of(now, budget.utc_offset_s));
     let own = HostSpend::of(own);
     cas::update(&c.etcd, &key, |value| {
-        let entry_differs = DayDoc::parse(value)?.hosts.get(&host) != Some(&own);
         let change = put_if_changed(value, |doc| {
             doc.set_spend(&host, own);
             doc.prune(&live_hosts, &host, now, |r| reserve::live(r, now));
@@ -277,11 +277,9 @@ pub fn fleet_day(
                 hosts: doc.hosts.len(),
             }
         })?;
-        Ok(match change {
-            Change::Put(v, day) if publish == Publish::OwnSpend && entry_differs => {
-                Change::Put(v, day)
-            }
-            Change::Put(_, day) | Change::Keep(day) => Change::Keep(day),
+        Ok(match (change, publish) {
+            (Change::Put(v, day), Publish::Tidy) => Change::Put(v, day),
+            (Change::Put(_, day) | Change::Keep(day), _) => Change::Keep(day),
         })
     })
 }
