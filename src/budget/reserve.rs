@@ -403,11 +403,11 @@ pub fn release(state_dir: &Path, pid: i32, start: u64) -> Result<(), ReserveErro
 /// An attempt's reservation: released when dropped, i.e. when the attempt has ended and
 /// its cost is in the ledger (or when no issue was claimed after all), on every path out
 /// of the worker's loop, errors included. Kept in this host's file, or on a cluster in the
-/// fleet's day key (`crate::cluster::budget`).
+/// fleet's day key (`crate::budget::fleet_day`).
 #[derive(Debug)]
 pub enum Guard {
     File(FileGuard),
-    Fleet(crate::cluster::budget::FleetGuard),
+    Fleet(crate::budget::fleet_day::FleetGuard),
 }
 
 /// A reservation in this host's file.

@@ -133,14 +133,14 @@ fn fleet_today(
     ctx: &Ctx,
     b: &crate::config::Budget,
     all: &[(u64, Vec<crate::ledger::Record>)],
-) -> Option<crate::cluster::budget::FleetDay> {
+) -> Option<crate::budget::fleet_day::FleetDay> {
     let c = crate::cluster::active()?;
     if !b.daily() {
         return None;
     }
     let now = crate::timeutil::now_epoch();
     let own = budget::spend_today(all, now, b.utc_offset_s);
-    use crate::cluster::budget::{Publish, fleet_day};
+    use crate::budget::fleet_day::{Publish, fleet_day};
     fleet_day(c, &ctx.layout, &own, b, now, Publish::Nothing)
         .inspect_err(|e| eprintln!("afk-supervisor: the fleet's spend not read: {e}"))
         .ok()

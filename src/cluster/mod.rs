@@ -18,11 +18,9 @@
 //! Without `[cluster]` nothing here runs: [`active`] is `None` and the fleet coordinates
 //! through the tracker as before.
 
-pub mod budget;
 pub mod cas;
 pub mod etcd;
 mod http;
-pub mod issue_spend;
 pub mod keeper;
 pub mod lease;
 pub mod shared;

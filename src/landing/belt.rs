@@ -480,8 +480,8 @@ impl Belt {
             return false;
         };
         let records = crate::ledger::read(&self.layout, n).unwrap_or_default();
-        // On a cluster, every host's spend of the issue (`cluster::issue_spend`).
-        let spent = crate::cluster::issue_spend::spent(&self.layout, n, &records);
+        // On a cluster, every host's spend of the issue (`budget::fleet_issue`).
+        let spent = crate::budget::fleet_issue::spent(&self.layout, n, &records);
         crate::config::Usd::from_f64(spent.usd) >= limit
     }
 

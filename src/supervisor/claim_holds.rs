@@ -36,7 +36,7 @@ pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option
     // published on the way); etcd not answering leaves this host's own figures, and its
     // workers, which cannot reserve then, claim nothing.
     if let Some(c) = crate::cluster::active() {
-        use crate::cluster::budget::{Publish, fleet_day};
+        use crate::budget::fleet_day::{Publish, fleet_day};
         if let Ok(day) = fleet_day(c, layout, &today, budget, now, Publish::Tidy) {
             today = day.spend;
             reserved = Some(day.reserved);

@@ -118,7 +118,7 @@ impl Worker<'_> {
         // On a cluster the fleet's spend of the issue counts afresh too.
         if marker == ledger::Outcome::OverBudget
             && let Some(c) = crate::cluster::active()
-            && let Err(e) = crate::cluster::issue_spend::reset(c, n, crate::timeutil::now_epoch())
+            && let Err(e) = crate::budget::fleet_issue::reset(c, n, crate::timeutil::now_epoch())
         {
             eprintln!("worker {}: issue spend: {e}", self.wenv.worker_id);
         }
@@ -135,7 +135,7 @@ impl Worker<'_> {
             return;
         }
         let records = ledger::read(self.layout, n).unwrap_or_default();
-        if let Err(e) = crate::cluster::issue_spend::publish(c, self.layout, n, &records) {
+        if let Err(e) = crate::budget::fleet_issue::publish(c, self.layout, n, &records) {
             eprintln!("worker {}: issue spend: {e}", self.wenv.worker_id);
         }
     }
@@ -906,7 +906,7 @@ impl Worker<'_> {
         };
         // The rounds already recorded are in the ledger file, not in `records`.
         let now = ledger::read(self.layout, n).unwrap_or_else(|_| records.to_vec());
-        let spent = crate::cluster::issue_spend::spent(self.layout, n, &now).usd
+        let spent = crate::budget::fleet_issue::spent(self.layout, n, &now).usd
             + usage.cost_usd.unwrap_or(0.0);
         crate::config::Usd::from_f64(spent) >= limit
     }
@@ -940,7 +940,7 @@ impl Worker<'_> {
         let Some(limit) = self.config.budget.usd_per_issue else {
             return Ok(false);
         };
-        let spent = crate::cluster::issue_spend::spent(self.layout, n, records);
+        let spent = crate::budget::fleet_issue::spent(self.layout, n, records);
         if crate::config::Usd::from_f64(spent.usd) < limit {
             return Ok(false);
         }

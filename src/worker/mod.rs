@@ -211,7 +211,7 @@ impl Worker<'_> {
             let max_age_s = self.config.timing.attempt_max_s;
             // On a cluster the day's budget is the fleet's: one key in etcd, every host's.
             let decision = match crate::cluster::active() {
-                Some(c) => crate::cluster::budget::check_and_reserve(
+                Some(c) => crate::budget::fleet_day::check_and_reserve(
                     c,
                     self.layout,
                     budget,

@@ -392,8 +392,8 @@ fn https_members_are_reached_by_the_fleets_ca_and_this_hosts_certificate() {
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
+    use afk_supervisor::budget::fleet_day::{DayDoc, HostSpend, check_and_reserve};
     use afk_supervisor::budget::reserve::{Decision, Holder};
-    use afk_supervisor::cluster::budget::{DayDoc, HostSpend, check_and_reserve};
     use afk_supervisor::config::{Budget, Usd};
     let env = TestEnv::new();
     let etcd = EtcdCluster::start(env.path());
@@ -411,7 +411,7 @@ fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
         c.etcd.put(&c.host_key(&host), "{}", lease).unwrap();
     }
     let now = afk_supervisor::timeutil::now_epoch();
-    let key = c.budget_key(&afk_supervisor::budget::day_of(now, 0));
+    let key = afk_supervisor::budget::fleet_day::key(c, &afk_supervisor::budget::day_of(now, 0));
     // A host gone since spent $0.70 today: room for one $0.40 attempt, not two.
     let mut seed = DayDoc::default();
     seed.set_spend(
@@ -487,7 +487,7 @@ fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
     ignore = "etcd not installed (apt-get install etcd-server)"
 )]
 fn an_issues_spend_is_every_hosts_and_counts_afresh_after_an_over_budget_hand_off() {
-    use afk_supervisor::cluster::issue_spend::{publish, reset, spent_in};
+    use afk_supervisor::budget::fleet_issue::{publish, reset, spent_in};
     use afk_supervisor::ledger::{self, Outcome, Record};
     let env = TestEnv::new();
     let etcd = EtcdCluster::start(env.path());

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Cluster;
-use super::budget::HostSpend;
-use super::cas::{self, CasError, Change};
-use crate::budget::{Spend, issue_spend};
+use super::fleet_day::HostSpend;
+use super::{Spend, issue_spend};
+use crate::cluster::Cluster;
+use crate::cluster::cas::{self, CasError, Change};
 use crate::config::Usd;
 use crate::layout::Layout;
 use crate::ledger::Record;
@@ -61,18 +61,16 @@ impl IssueDoc {
     }
 }
 
-impl Cluster {
-    /// The key of issue `n`'s spend.
-    pub fn issue_spend_key(&self, n: u64) -> String {
-        format!("{}spend/{n}", self.prefix())
-    }
+/// The key of issue `n`'s spend: `P/spend/<n>`.
+pub fn key(c: &Cluster, n: u64) -> String {
+    format!("{}spend/{n}", c.prefix())
 }
 
 /// Writes this host's entry of issue `n` from its ledger's `records` of it (after an
 /// attempt was recorded).
 pub fn publish(c: &Cluster, layout: &Layout, n: u64, records: &[Record]) -> Result<(), CasError> {
     let host = crate::claim::tracked::this_host(layout);
-    cas::update(&c.etcd, &c.issue_spend_key(n), |value| {
+    cas::update(&c.etcd, &key(c, n), |value| {
         let mut doc = IssueDoc::parse(value)?;
         let own = HostSpend::of(&doc.own(records));
         if doc.hosts.get(&host) == Some(&own) {
@@ -92,19 +90,17 @@ pub fn reset(c: &Cluster, n: u64, at: u64) -> Result<(), CasError> {
         hosts: BTreeMap::new(),
     };
     let v = serde_json::to_string(&doc).map_err(|e| CasError::Value {
-        key: c.issue_spend_key(n),
+        key: key(c, n),
         why: format!("cannot encode: {e}"),
     })?;
-    cas::update(&c.etcd, &c.issue_spend_key(n), |_| {
-        Ok(Change::Put(v.clone(), ()))
-    })
+    cas::update(&c.etcd, &key(c, n), |_| Ok(Change::Put(v.clone(), ())))
 }
 
 /// What issue `n` spent since its last hand-off over budget: on a cluster every host's
 /// spend (this host's from `records`, its ledger's), else the ledger's alone. etcd not
 /// answering leaves this host's ledger's figure, said in one line.
 pub fn spent(layout: &Layout, n: u64, records: &[Record]) -> Spend {
-    match super::active() {
+    match crate::cluster::active() {
         Some(c) => spent_in(c, layout, n, records),
         None => issue_spend(records),
     }
@@ -115,7 +111,7 @@ pub fn spent_in(c: &Cluster, layout: &Layout, n: u64, records: &[Record]) -> Spe
     let here = crate::claim::tracked::this_host(layout);
     let doc = c
         .etcd
-        .get(&c.issue_spend_key(n))
+        .get(&key(c, n))
         .map_err(|e| e.to_string())
         .and_then(|kv| IssueDoc::parse(kv.as_ref().map(|kv| kv.value.as_str())));
     match doc {
@@ -123,7 +119,7 @@ pub fn spent_in(c: &Cluster, layout: &Layout, n: u64, records: &[Record]) -> Spe
         Err(why) => {
             eprintln!(
                 "afk-supervisor: issue #{n}'s spend on other hosts not read ({}: {why}); weighing this host's",
-                c.issue_spend_key(n)
+                key(c, n)
             );
             issue_spend(records)
         }

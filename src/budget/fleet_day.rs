@@ -4,7 +4,7 @@
 //! holds a JSON document: each host's spend of the day as its ledger sums it (each host
 //! rewrites only its own entry) and the live reservations of every host. A worker about to
 //! claim checks the fleet's spend and reservations and reserves its attempt in one
-//! compare-and-swap of that key ([`super::cas`]), which takes the place of the reservation
+//! compare-and-swap of that key ([`crate::cluster::cas`]), which takes the place of the reservation
 //! file's flock; its release, when the attempt has ended, removes the reservation and
 //! writes the host's spend with the attempt's cost in the same swap, so the fleet's figure
 //! never counts the attempt twice or not at all. The rule (spend, reservations, the
@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::Cluster;
-use super::cas::{self, CasError, Change};
-use crate::budget::reserve::{self, Decision, Expected, Guard, Holder, Reservation, Reserved};
-use crate::budget::{Spend, day_of, spend_today};
+use super::reserve::{self, Decision, Expected, Guard, Holder, Reservation, Reserved};
+use super::{Spend, day_of, spend_today};
+use crate::cluster::Cluster;
+use crate::cluster::cas::{self, CasError, Change};
 use crate::config::{Budget, Usd};
 use crate::layout::Layout;
 
@@ -171,25 +171,23 @@ pub struct Ask<'a> {
     pub max_age_s: u64,
 }
 
-impl Cluster {
-    /// The key of budget day `day` (`yyyy-mm-dd`).
-    pub fn budget_key(&self, day: &str) -> String {
-        format!("{}budget/{day}", self.prefix())
-    }
+/// The key of budget day `day` (`yyyy-mm-dd`): `P/budget/<day>`.
+pub fn key(c: &Cluster, day: &str) -> String {
+    format!("{}budget/{day}", c.prefix())
+}
 
-    /// The hosts holding a lease now: those whose status key (`P/hosts/<host>`, bound to
-    /// the lease) exists.
-    fn live_hosts(&self) -> Result<BTreeSet<String>, CasError> {
-        let p = format!("{}hosts/", self.prefix());
-        let kvs = self.etcd.get_prefix(&p).map_err(|source| CasError::Etcd {
-            key: p.clone(),
-            source,
-        })?;
-        Ok(kvs
-            .iter()
-            .filter_map(|kv| kv.key.strip_prefix(&p).map(str::to_string))
-            .collect())
-    }
+/// The hosts holding a lease now: those whose status key (`P/hosts/<host>`, bound to the
+/// lease) exists.
+fn live_hosts(c: &Cluster) -> Result<BTreeSet<String>, CasError> {
+    let p = c.host_key("");
+    let kvs = c.etcd.get_prefix(&p).map_err(|source| CasError::Etcd {
+        key: p.clone(),
+        source,
+    })?;
+    Ok(kvs
+        .iter()
+        .filter_map(|kv| kv.key.strip_prefix(&p).map(str::to_string))
+        .collect())
 }
 
 /// `value` changed by `edit` as a compare-and-swap answer: put when the text differs.
@@ -222,8 +220,8 @@ pub fn check_and_reserve(
     let own = HostSpend::of(&spend_today(&all, now, budget.utc_offset_s));
     let e = reserve::expected(&all, budget);
     let host = crate::claim::tracked::this_host(layout);
-    let live_hosts = c.live_hosts()?;
-    let key = c.budget_key(&day_of(now, budget.utc_offset_s));
+    let live_hosts = live_hosts(c)?;
+    let key = key(c, &day_of(now, budget.utc_offset_s));
     let verdict = cas::update(&c.etcd, &key, |value| {
         put_if_changed(value, |doc| {
             doc.prune(&live_hosts, &host, now, |r| reserve::live(r, now));
@@ -264,8 +262,8 @@ pub fn fleet_day(
     publish: Publish,
 ) -> Result<FleetDay, CasError> {
     let host = crate::claim::tracked::this_host(layout);
-    let live_hosts = c.live_hosts()?;
-    let key = c.budget_key(&day_of(now, budget.utc_offset_s));
+    let live_hosts = live_hosts(c)?;
+    let key = key(c, &day_of(now, budget.utc_offset_s));
     let own = HostSpend::of(own);
     cas::update(&c.etcd, &key, |value| {
         let change = put_if_changed(value, |doc| {
@@ -296,7 +294,7 @@ fn release(g: &FleetGuard) -> Result<(), CasError> {
     }
     for at in days {
         let own = HostSpend::of(&spend_today(&all, at, g.offset_s));
-        let key = g.cluster.budget_key(&day_of(at, g.offset_s));
+        let key = key(g.cluster, &day_of(at, g.offset_s));
         cas::update(&g.cluster.etcd, &key, |value| {
             put_if_changed(value, |doc| {
                 doc.release(&g.host, g.pid, g.start);
