@@ -540,3 +540,41 @@ fn host_layouts(env: &TestEnv, n: usize) -> Vec<afk_supervisor::layout::Layout> 
         })
         .collect()
 }
+
+/// Issue 49, item 4: with a daily budget on a cluster, a worker about to claim checks and
+/// reserves in etcd; etcd not answering, it claims nothing and exits 75 (a transient hold,
+/// as without a live lease) with one line naming the key it could not read, and the issue
+/// stays ready.
+#[test]
+fn a_worker_that_cannot_reach_etcd_for_the_days_budget_claims_nothing_and_exits_75() {
+    let dead = format!("http://127.0.0.1:{}", crate::support::etcd::free_port());
+    let f = crate::agents_spend::agent_fleet(
+        "agent",
+        "echo ran >> \"$AFK_TEST_DIR/ran\"\n",
+        1,
+        1,
+        &format!(
+            "[budget]\nusd_per_day = 1.0\nestimate_usd = 0.25\n\n\
+             [cluster]\nengine = \"etcd\"\nendpoints = [\"{dead}\"]\nlease_s = 2\n"
+        ),
+    );
+    let out = f.run_cmd(&["worker", "--once"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("the fleet's day's budget cannot be checked"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("etcd unavailable") && said[0].ends_with("; not claiming"),
+        "{err}"
+    );
+    // Read from the store itself: `issue show` on a cluster asks etcd too.
+    let t = f.env.local_tracker(&f.repo);
+    assert_eq!(
+        crate::support::local_labels(&t, 1),
+        vec!["ready-for-agent".to_string()]
+    );
+    assert!(!f.file("ran").exists(), "no agent ran");
+}
