@@ -282,6 +282,34 @@ pub fn fleet_day(
     })
 }
 
+/// `[cluster]` with a daily budget: the fleet's day now, as `spend` and the MCP `spend`
+/// show it beside this host's ledger `all` (nothing written); `None` without one.
+pub fn for_report(
+    layout: &Layout,
+    budget: &Budget,
+    all: &[(u64, Vec<crate::ledger::Record>)],
+) -> Option<Result<FleetDay, CasError>> {
+    let c = crate::cluster::active()?;
+    if !budget.daily() {
+        return None;
+    }
+    let now = crate::timeutil::now_epoch();
+    let own = spend_today(all, now, budget.utc_offset_s);
+    Some(fleet_day(c, layout, &own, budget, now, Publish::Nothing))
+}
+
+/// As `spend --json` and the MCP `spend` give it.
+impl FleetDay {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "usd": self.spend.usd,
+            "tokens": self.spend.tokens,
+            "runs": self.spend.runs,
+            "hosts": self.hosts,
+        })
+    }
+}
+
 /// Releases the reservation of the process `pid` started at `start` taken on the day
 /// `since_epoch` fell on, and writes this host's spend of that day (and of today, when the
 /// day turned meanwhile) from its ledger, which now holds the attempt's cost.

@@ -57,7 +57,15 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             Vec::new()
         });
     let mut reserved = budget::reserve::Reserved::of(&live);
-    let fleet = fleet_today(ctx, &config.budget, &all);
+    // On a cluster the day's figure is the fleet's, of which the rows are this host's part.
+    let fleet = match budget::fleet_day::for_report(&ctx.layout, &config.budget, &all) {
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("afk-supervisor: the fleet's spend not read: {e}");
+            None
+        }
+        None => None,
+    };
     if let Some(f) = &fleet {
         reserved = f.reserved;
     }
@@ -69,13 +77,8 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             "total": total,
             "reserved": reserved.json(),
         });
-        if let Some(f) = fleet {
-            out["fleet_today"] = serde_json::json!({
-                "usd": f.spend.usd,
-                "tokens": f.spend.tokens,
-                "runs": f.spend.runs,
-                "hosts": f.hosts,
-            });
+        if let Some(f) = &fleet {
+            out["fleet_today"] = f.json();
         }
         outln!("{out}");
         return Ok(exit_code::OK);
@@ -124,24 +127,4 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
         );
     }
     Ok(exit_code::OK)
-}
-
-/// `[cluster]` with a daily budget: the fleet's day from its etcd key, which the rows (this
-/// host's ledger) are only a part of; `None` without one, or when etcd does not answer
-/// (said in one line).
-fn fleet_today(
-    ctx: &Ctx,
-    b: &crate::config::Budget,
-    all: &[(u64, Vec<crate::ledger::Record>)],
-) -> Option<crate::budget::fleet_day::FleetDay> {
-    let c = crate::cluster::active()?;
-    if !b.daily() {
-        return None;
-    }
-    let now = crate::timeutil::now_epoch();
-    let own = budget::spend_today(all, now, b.utc_offset_s);
-    use crate::budget::fleet_day::{Publish, fleet_day};
-    fleet_day(c, &ctx.layout, &own, b, now, Publish::Nothing)
-        .inspect_err(|e| eprintln!("afk-supervisor: the fleet's spend not read: {e}"))
-        .ok()
 }

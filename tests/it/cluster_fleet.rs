@@ -1164,7 +1164,8 @@ fn cli(h: &Hosts, i: usize, args: &[&str]) -> String {
 /// workers each, twelve issues, runs of $0.25 and `budget.usd_per_day = 1.00` (with
 /// `estimate_usd = 0.25`, so the first runs reserve too): four runs in all, not four per
 /// host (at most one more by the reservation rule); every host logs
-/// `fleet.budget-reached`, and `spend` and `status` on every host show the fleet's $1.00.
+/// `fleet.budget-reached`, and `spend` and `status` on every host (and the MCP `spend`)
+/// show the fleet's $1.00.
 #[test]
 #[cfg_attr(
     not(afk_has_etcd),
@@ -1241,4 +1242,13 @@ fn the_days_budget_holds_for_the_whole_fleet_not_per_host() {
         });
         assert!(shown, "host {i}: {}", cli(&h, i, &["status"]));
     }
+    // The MCP `spend`, asked by the official SDK, carries the same figure.
+    let mcp = h.mcp_read_session(1);
+    let spend = mcp["calls"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["label"] == "spend"))
+        .unwrap_or_else(|| panic!("no spend call: {mcp}"));
+    let f = &spend["structured"]["fleet_today"];
+    assert_eq!(f["usd"].as_f64(), Some(fleet_usd), "MCP spend: {spend}");
+    assert_eq!(f["hosts"].as_u64(), Some(3), "MCP spend: {spend}");
 }
