@@ -72,7 +72,7 @@ pub enum Publish {
 /// The fleet's day as one host sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FleetDay {
-    /// Every host's spend, this host's as its ledger has it now.
+    /// Every host's spend, this host's brought up to what its ledger has now.
     pub spend: Spend,
     /// The live reservations of every host.
     pub reserved: Reserved,
@@ -108,9 +108,14 @@ impl DayDoc {
         });
     }
 
-    /// Host `host`'s entry replaced by `spend`.
+    /// Host `host`'s entry brought up to `spend`. A host's spend of a day only grows (its
+    /// ledger is appended to), so a figure a worker read before another worker's release
+    /// wrote a larger one never lowers the entry.
     pub fn set_spend(&mut self, host: &str, spend: HostSpend) {
-        self.hosts.insert(host.to_string(), spend);
+        let e = self.hosts.entry(host.to_string()).or_default();
+        e.usd_micros = e.usd_micros.max(spend.usd_micros);
+        e.tokens = e.tokens.max(spend.tokens);
+        e.runs = e.runs.max(spend.runs);
     }
 
     /// Removes the reservations of the process `pid` started at `start` on `host`.
@@ -454,6 +459,16 @@ mod tests {
             doc.reservations.is_empty(),
             "a reached budget reserves nothing"
         );
+    }
+
+    #[test]
+    fn a_stale_ledger_reading_never_lowers_a_hosts_entry() {
+        let mut doc = DayDoc::default();
+        doc.set_spend("a", spent(0.5));
+        doc.set_spend("a", spent(0.25));
+        assert_eq!(doc.hosts["a"], spent(0.5));
+        doc.set_spend("a", spent(0.75));
+        assert_eq!(doc.hosts["a"], spent(0.75));
     }
 
     #[test]
