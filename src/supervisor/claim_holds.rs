@@ -3,7 +3,8 @@
 //! agent's hold (`crate::lanes::pause_file`) and the day's budget (`crate::budget` over the
 //! attempt ledger), as the events the fleet takes them by; and which issues a worker would
 //! try to claim. The fleet (`core/fleet/holds.rs`) decides what they mean; this reads files
-//! only.
+//! only, and on a cluster with a daily budget the fleet's day key in etcd
+//! (`budget::fleet_day`), always off the loop.
 
 use std::collections::BTreeSet;
 
