@@ -3,6 +3,8 @@
 //! one issue's dollars, and the rows of `afk-supervisor spend`. The clock is a parameter
 //! everywhere, so a test can turn the day.
 
+pub mod fleet_day;
+pub mod fleet_issue;
 pub mod reserve;
 
 use std::collections::BTreeMap;

@@ -37,7 +37,9 @@
 //!   it, its texts and events, and the belt that watches it until it is merged).
 //! - `bootstrap` (`.red/` and its `.gitignore` lines), `exit_code` (the codes, in one table),
 //!   `slot_log_view` (the slot logs for people), `budget` (spend per day and per issue, from the ledger,
-//!   and the reservations a claim takes against the day's budget).
+//!   and the reservations a claim takes against the day's budget; on a cluster
+//!   `budget::fleet_day` and `budget::fleet_issue`, the day's budget and an issue's spend
+//!   kept in etcd for every host).
 //! - `sweeps`: one module per sweep, and `suite`, which runs them at boot and folds their
 //!   reports (no sweep imports it); `transition` (a tracker label change with its comment);
 //!   `base_fetch` (the one fetch of `origin/<base>` a suite run's sweeps share).
@@ -49,7 +51,8 @@
 //! - `cluster` (the fleet's shared state in etcd when `[cluster]` is set: the client of
 //!   etcd's JSON gateway, the claim transactions and their fencing tokens, the host's lease
 //!   and its keeper, the lease file the workers stop by, the pauses and write windows
-//!   shared, the steward that publishes the ready queue).
+//!   shared, the steward that publishes the ready queue; `cluster::cas`, the one
+//!   compare-and-swap every shared record changes by).
 //! - `tracker` (gh and the local store; `tracker::pace`, the write budget per account;
 //!   `tracker::trust`, whose hands count; `tracker::provenance`, whether an issue's text may
 //!   reach an agent, judged from `tracker::gh_provenance`'s one GraphQL call; `tracker::gh_queue`, the

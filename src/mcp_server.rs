@@ -166,9 +166,24 @@ pub struct SpendReport {
     pub timezone: String,
     pub rows: Vec<SpendRow>,
     pub total: SpendRow,
-    /// What the running attempts of this host hold reserved against the day's budget, not
-    /// in the rows until they end (`docs/SPEC.md` §11.13).
+    /// What the running attempts of this host (on a cluster with a daily budget: of the
+    /// fleet) hold reserved against the day's budget, not in the rows until they end
+    /// (`docs/SPEC.md` §11.13).
     pub reserved: SpendReserved,
+    /// On a cluster with a daily budget: the fleet's spend today, every host's (the rows
+    /// are this host's ledger) (`docs/SPEC.md` §11.23).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_today: Option<FleetToday>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FleetToday {
+    pub usd: f64,
+    pub tokens: u64,
+    /// Attempts that reported a cost or tokens, on every host.
+    pub runs: u64,
+    /// Hosts with an entry in the day's key.
+    pub hosts: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -327,6 +342,8 @@ pub enum ToolError {
     Cluster(#[from] crate::cluster::etcd::EtcdError),
     #[error("budget reservations: {0}")]
     Reservations(#[source] crate::budget::reserve::ReserveError),
+    #[error("the fleet's spend: {0}")]
+    FleetSpend(#[source] crate::cluster::cas::CasError),
     #[error(transparent)]
     Ledger(#[from] crate::toonl::LogError),
     #[error(transparent)]
@@ -573,7 +590,14 @@ impl AfkMcp {
                 crate::timeutil::now_epoch(),
             )
             .map_err(ToolError::Reservations)?;
-            let held = crate::budget::reserve::Reserved::of(&live);
+            let mut held = crate::budget::reserve::Reserved::of(&live);
+            let fleet =
+                crate::budget::fleet_day::for_report(&this.layout, &this.config.budget, &all)
+                    .transpose()
+                    .map_err(ToolError::FleetSpend)?;
+            if let Some(f) = &fleet {
+                held = f.reserved;
+            }
             let row = |r: crate::budget::Row| SpendRow {
                 key: r.key,
                 usd: r.usd,
@@ -594,6 +618,12 @@ impl AfkMcp {
                     tokens: held.tokens,
                     attempts: held.attempts,
                 },
+                fleet_today: fleet.map(|f| FleetToday {
+                    usd: f.spend.usd,
+                    tokens: f.spend.tokens,
+                    runs: f.spend.runs,
+                    hosts: f.hosts as u64,
+                }),
             }))
         })
         .await

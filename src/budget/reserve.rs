@@ -203,7 +203,7 @@ fn read_book(state_dir: &Path) -> Result<Book, ReserveError> {
 
 /// Whether `r` still holds the budget at `now`: its process runs (the same one: pid and
 /// start time) and it has not lapsed.
-fn live(r: &Reservation, now: u64) -> bool {
+pub(crate) fn live(r: &Reservation, now: u64) -> bool {
     now < r.until_epoch && crate::pidfile::process_start_time(r.pid) == Some(r.start)
 }
 
@@ -267,6 +267,19 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// Its reservation of `e` at `now`, lapsing at the attempt cap `max_age_s` and a minute.
+    pub fn reserve(&self, e: Expected, max_age_s: u64, now: u64) -> Reservation {
+        Reservation {
+            worker: self.worker.clone(),
+            pid: self.pid,
+            start: self.start,
+            since_epoch: now,
+            until_epoch: now.saturating_add(max_age_s.saturating_add(STALE_SLACK_S)),
+            usd_micros: e.usd_micros,
+            tokens: e.tokens,
+        }
+    }
+
     /// This process, with `worker` its id; `None` when its start time cannot be read.
     pub fn this(worker: &str) -> Option<Holder> {
         let pid = i32::try_from(std::process::id()).ok()?;
@@ -299,43 +312,67 @@ pub fn check_and_reserve(
     book.reservations
         .retain(|r| live(r, now) && !(r.pid == holder.pid && r.start == holder.start));
     let reserved = Reserved::of(&book.reservations);
-    if reserved.attempts > 0 && with_reserved_reached(budget, &today, &reserved) {
-        return Ok(Decision::Wait(format!(
-            "daily budget held by running attempts: {}, {}",
-            super::spend_words(budget, &today),
-            reserved.words(budget)
-        )));
-    }
-    let e = expected(&all, budget);
-    let usd_micros = if budget.usd_per_day.is_some() {
-        e.usd_micros
-    } else {
-        0
+    let e = match judge(budget, &today, &reserved, expected(&all, budget), now) {
+        Verdict::Reached(r) => return Ok(Decision::Reached(r)),
+        Verdict::Wait(why) => return Ok(Decision::Wait(why)),
+        Verdict::Reserve(e) => e,
     };
-    let tokens = if budget.tokens_per_day.is_some() {
-        e.tokens
-    } else {
-        0
-    };
-    if usd_micros == 0 && tokens == 0 {
+    if e == Expected::default() {
         write_book(&state, &book)?;
         return Ok(Decision::Go(None));
     }
-    book.reservations.push(Reservation {
-        worker: holder.worker.clone(),
-        pid: holder.pid,
-        start: holder.start,
-        since_epoch: now,
-        until_epoch: now.saturating_add(max_age_s.saturating_add(STALE_SLACK_S)),
-        usd_micros,
-        tokens,
-    });
+    book.reservations.push(holder.reserve(e, max_age_s, now));
     write_book(&state, &book)?;
-    Ok(Decision::Go(Some(Guard {
+    Ok(Decision::Go(Some(Guard::File(FileGuard {
         state_dir: state,
         pid: holder.pid,
         start: holder.start,
-    })))
+    }))))
+}
+
+/// What the day's budget says to a worker about to claim.
+#[derive(Debug)]
+pub enum Verdict {
+    /// The day's spend alone reached it.
+    Reached(Reached),
+    /// Spend and the others' reservations reach it: wait for them (the words say why).
+    Wait(String),
+    /// Claim, reserving this much (nothing of a limit not set).
+    Reserve(Expected),
+}
+
+/// The check every reservation makes, wherever the reservations are kept: `today` is the
+/// day's spend, `reserved` what the other live reservations hold, `e` what the asker's
+/// attempt is expected to cost.
+pub fn judge(
+    budget: &Budget,
+    today: &Spend,
+    reserved: &Reserved,
+    e: Expected,
+    now: u64,
+) -> Verdict {
+    if let Some(r) = daily_reached(budget, today, now) {
+        return Verdict::Reached(r);
+    }
+    if reserved.attempts > 0 && with_reserved_reached(budget, today, reserved) {
+        return Verdict::Wait(format!(
+            "daily budget held by running attempts: {}, {}",
+            super::spend_words(budget, today),
+            reserved.words(budget)
+        ));
+    }
+    Verdict::Reserve(Expected {
+        usd_micros: if budget.usd_per_day.is_some() {
+            e.usd_micros
+        } else {
+            0
+        },
+        tokens: if budget.tokens_per_day.is_some() {
+            e.tokens
+        } else {
+            0
+        },
+    })
 }
 
 /// Whether spend and reservations together reach a daily limit.
@@ -365,15 +402,23 @@ pub fn release(state_dir: &Path, pid: i32, start: u64) -> Result<(), ReserveErro
 
 /// An attempt's reservation: released when dropped, i.e. when the attempt has ended and
 /// its cost is in the ledger (or when no issue was claimed after all), on every path out
-/// of the worker's loop, errors included.
+/// of the worker's loop, errors included. Kept in this host's file, or on a cluster in the
+/// fleet's day key (`crate::budget::fleet_day`).
 #[derive(Debug)]
-pub struct Guard {
+pub enum Guard {
+    File(FileGuard),
+    Fleet(crate::budget::fleet_day::FleetGuard),
+}
+
+/// A reservation in this host's file.
+#[derive(Debug)]
+pub struct FileGuard {
     state_dir: PathBuf,
     pid: i32,
     start: u64,
 }
 
-impl Drop for Guard {
+impl Drop for FileGuard {
     fn drop(&mut self) {
         if let Err(e) = release(&self.state_dir, self.pid, self.start) {
             // A reservation not released lapses when this process ends or at the cap.

@@ -56,15 +56,30 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             eprintln!("afk-supervisor: budget reservations not read: {e}");
             Vec::new()
         });
-    let reserved = budget::reserve::Reserved::of(&live);
+    let mut reserved = budget::reserve::Reserved::of(&live);
+    // On a cluster the day's figure is the fleet's, of which the rows are this host's part.
+    let fleet = match budget::fleet_day::for_report(&ctx.layout, &config.budget, &all) {
+        Some(Ok(f)) => Some(f),
+        Some(Err(e)) => {
+            eprintln!("afk-supervisor: the fleet's spend not read: {e}");
+            None
+        }
+        None => None,
+    };
+    if let Some(f) = &fleet {
+        reserved = f.reserved;
+    }
     if args.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "by": match by { By::Day => "day", By::Issue => "issue" },
             "timezone": budget::offset_words(config.budget.utc_offset_s),
             "rows": rows,
             "total": total,
             "reserved": reserved.json(),
         });
+        if let Some(f) = &fleet {
+            out["fleet_today"] = f.json();
+        }
         outln!("{out}");
         return Ok(exit_code::OK);
     }
@@ -87,6 +102,14 @@ pub fn run(ctx: &Ctx, args: &SpendArgs) -> Result<i32, Failure> {
             r.tokens,
             r.runs,
             r.attempts
+        );
+    }
+    if let Some(f) = &fleet {
+        outln!(
+            "fleet: {} over {} host{} (the rows are this host's ledger)",
+            budget::spend_words(&config.budget, &f.spend),
+            f.hosts,
+            if f.hosts == 1 { "" } else { "s" }
         );
     }
     if reserved.attempts > 0 {

@@ -18,6 +18,7 @@
 //! Without `[cluster]` nothing here runs: [`active`] is `None` and the fleet coordinates
 //! through the tracker as before.
 
+pub mod cas;
 pub mod etcd;
 mod http;
 pub mod keeper;

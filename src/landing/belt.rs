@@ -483,7 +483,9 @@ impl Belt {
             return false;
         };
         let records = crate::ledger::read(&self.layout, n).unwrap_or_default();
-        crate::config::Usd::from_f64(crate::budget::issue_spend(&records).usd) >= limit
+        // On a cluster, every host's spend of the issue (`budget::fleet_issue`).
+        let spent = crate::budget::fleet_issue::spent(&self.layout, n, &records);
+        crate::config::Usd::from_f64(spent.usd) >= limit
     }
 
     /// One locked change (on a cluster, a compare-and-swap) of issue `n`'s record; a failure

@@ -8,11 +8,8 @@
 //! one box.
 
 use super::{PrRecord, RecordError};
-use crate::cluster::{Cluster, Cmp, EtcdError, Op};
-
-/// How many conflicting writers in a row a change outlasts before it gives up (each lost
-/// race means another writer's change landed: the fleet moved on, this one tries again).
-const CAS_TRIES: usize = 32;
+use crate::cluster::cas::{self, CAS_TRIES, CasError, Change};
+use crate::cluster::{Cluster, EtcdError};
 
 /// Issue `n`'s key.
 pub fn key(c: &Cluster, n: u64) -> String {
@@ -31,12 +28,18 @@ fn etcd_error(key: &str, e: &EtcdError) -> RecordError {
 }
 
 fn decode(key: &str, value: &str) -> Result<PrRecord, RecordError> {
-    serde_json::from_str(value).map_err(|e| RecordError::Etcd {
+    parse(value).map_err(|why| RecordError::Etcd {
         key: key.to_string(),
-        why: format!(
+        why,
+    })
+}
+
+fn parse(value: &str) -> Result<PrRecord, String> {
+    serde_json::from_str(value).map_err(|e| {
+        format!(
             "not a landing record: {}",
             crate::text::clip_quoted(&e.to_string())
-        ),
+        )
     })
 }
 
@@ -71,54 +74,34 @@ pub fn list(c: &Cluster) -> (Vec<PrRecord>, Vec<RecordError>) {
     (out, errors)
 }
 
-/// One compare-and-swap read-modify-write of issue `n`'s record (see [`super::update`]):
-/// `change` sees the record as etcd holds it and runs again when another writer changed
-/// it in between. A put whose answer was lost (a member gone mid-call) is looked for
-/// before anything is said to have failed, so a change is never applied twice.
+/// One compare-and-swap read-modify-write of issue `n`'s record (see [`super::update`],
+/// [`crate::cluster::cas`]): `change` sees the record as etcd holds it and runs again when
+/// another writer changed it in between; a change is never applied twice.
 pub fn update(
     c: &Cluster,
     n: u64,
     mut change: impl FnMut(Option<PrRecord>) -> Option<PrRecord>,
 ) -> Result<Option<PrRecord>, RecordError> {
     let k = key(c, n);
-    for _ in 0..CAS_TRIES {
-        let (before, revision) = match get(c, &k)? {
-            Some((r, rev)) => (Some(r), Some(rev)),
-            None => (None, None),
+    cas::update(&c.etcd, &k, |value| {
+        let before = match value {
+            Some(v) => Some(parse(v)?),
+            None => None,
         };
         let Some(mut after) = change(before.clone()) else {
-            return Ok(before);
+            return Ok(Change::Keep(before));
         };
+        // The value is ours to the second, so a put whose answer was lost is recognised.
         after.updated_epoch = crate::timeutil::now_epoch();
-        let value = serde_json::to_string(&after).map_err(|e| RecordError::Etcd {
-            key: k.clone(),
-            why: format!("cannot encode: {e}"),
-        })?;
-        let cmp = match revision {
-            Some(rev) => Cmp::ModifiedAt(k.clone(), rev),
-            None => Cmp::Absent(k.clone()),
-        };
-        let put = Op::Put {
-            key: k.clone(),
-            value: value.clone(),
-            lease: 0,
-        };
-        match c.etcd.txn(&[cmp], &[put], &[]) {
-            Ok(t) if t.succeeded => return Ok(Some(after)),
-            Ok(_) => continue,
-            Err(e @ EtcdError::Unavailable(_)) => {
-                // Applied after all? The value is ours to the second (`updated_epoch`).
-                let there = c.etcd.get(&k).map_err(|e| etcd_error(&k, &e))?;
-                if there.is_some_and(|kv| kv.value == value) {
-                    return Ok(Some(after));
-                }
-                return Err(etcd_error(&k, &e));
-            }
-            Err(e) => return Err(etcd_error(&k, &e)),
-        }
-    }
-    Err(RecordError::Etcd {
-        key: k,
-        why: format!("changed by another writer at each of {CAS_TRIES} tries"),
+        let value = serde_json::to_string(&after).map_err(|e| format!("cannot encode: {e}"))?;
+        Ok(Change::Put(value, Some(after)))
+    })
+    .map_err(|e| match e {
+        CasError::Etcd { key, source } => etcd_error(&key, &source),
+        CasError::Value { key, why } => RecordError::Etcd { key, why },
+        CasError::Contended { key } => RecordError::Etcd {
+            key,
+            why: format!("changed by another writer at each of {CAS_TRIES} tries"),
+        },
     })
 }

@@ -3,7 +3,8 @@
 //! agent's hold (`crate::lanes::pause_file`) and the day's budget (`crate::budget` over the
 //! attempt ledger), as the events the fleet takes them by; and which issues a worker would
 //! try to claim. The fleet (`core/fleet/holds.rs`) decides what they mean; this reads files
-//! only.
+//! only, and on a cluster with a daily budget the fleet's day key in etcd
+//! (`budget::fleet_day`), always off the loop.
 
 use std::collections::BTreeSet;
 
@@ -30,14 +31,31 @@ pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option
         return (None, None);
     }
     let (all, _) = crate::ledger::read_all(layout);
-    let today = budget::spend_today(&all, now, budget.utc_offset_s);
-    let spend = SpendToday {
+    let mut today = budget::spend_today(&all, now, budget.utc_offset_s);
+    let mut reserved = None;
+    // On a cluster the day's spend and reservations are the fleet's (this host's entry
+    // published on the way); etcd not answering leaves this host's own figures, and its
+    // workers, which cannot reserve then, claim nothing.
+    if let Some(c) = crate::cluster::active() {
+        use crate::budget::fleet_day::{Publish, fleet_day};
+        if let Ok(day) = fleet_day(c, layout, &today, budget, now, Publish::Tidy) {
+            today = day.spend;
+            reserved = Some(day.reserved);
+        }
+    }
+    let reserved = reserved.unwrap_or_else(|| reserved_here(layout, now));
+    let mut spend = SpendToday {
         words: budget::spend_words(budget, &today),
         usd_micros: crate::config::Usd::from_f64(today.usd).0,
         tokens: today.tokens,
         ..SpendToday::default()
     };
-    let spend = with_reserved(spend, layout, budget, now);
+    if reserved.attempts > 0 {
+        spend.reserved = Some(reserved.words(budget));
+        spend.reserved_usd_micros = reserved.usd_micros;
+        spend.reserved_tokens = reserved.tokens;
+        spend.reserved_attempts = reserved.attempts;
+    }
     let hold = budget::daily_reached(budget, &today, now).map(|r| Hold {
         kind: HoldKind::Budget,
         words: r.reason,
@@ -47,21 +65,13 @@ pub fn read(layout: &Layout, budget: &Budget, now: u64) -> (Option<Hold>, Option
     (hold, Some(spend))
 }
 
-/// `spend` with the live budget reservations of this host, when any: read without the lock, a figure
-/// a moment old is fine for `status`. An unreadable file shows none (the worker that
-/// meets it refuses to claim and says why).
-fn with_reserved(mut spend: SpendToday, layout: &Layout, budget: &Budget, now: u64) -> SpendToday {
-    let Ok(live) = budget::reserve::read_live(&layout.state(), now) else {
-        return spend;
-    };
-    let r = budget::reserve::Reserved::of(&live);
-    if r.attempts > 0 {
-        spend.reserved = Some(r.words(budget));
-        spend.reserved_usd_micros = r.usd_micros;
-        spend.reserved_tokens = r.tokens;
-        spend.reserved_attempts = r.attempts;
-    }
-    spend
+/// The live budget reservations of this host: read without the lock, a figure a moment
+/// old is fine for `status`. An unreadable file shows none (the worker that meets it
+/// refuses to claim and says why).
+fn reserved_here(layout: &Layout, now: u64) -> budget::reserve::Reserved {
+    budget::reserve::read_live(&layout.state(), now)
+        .map(|live| budget::reserve::Reserved::of(&live))
+        .unwrap_or_default()
 }
 
 /// What holds the fleet, as the events the fleet takes it by ([`read_holds`]).

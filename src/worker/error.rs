@@ -102,6 +102,9 @@ pub enum ClusterLost {
     NoneHeld { why: String },
     #[error("the host's cluster lease file is gone")]
     LeaseFileGone,
+    /// The fleet's day's budget key could not be checked before a claim.
+    #[error("the fleet's day's budget cannot be checked: {0}; not claiming")]
+    Budget(#[source] crate::cluster::cas::CasError),
 }
 
 impl WorkerError {

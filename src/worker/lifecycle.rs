@@ -116,7 +116,29 @@ impl Worker<'_> {
         if let Err(e) = ledger::append(self.layout, n, &record) {
             eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
         }
+        // On a cluster the fleet's spend of the issue counts afresh too.
+        if marker == ledger::Outcome::OverBudget
+            && let Some(c) = crate::cluster::active()
+            && let Err(e) = crate::budget::fleet_issue::reset(c, n, crate::timeutil::now_epoch())
+        {
+            eprintln!("worker {}: issue spend: {e}", self.wenv.worker_id);
+        }
         Ok(())
+    }
+
+    /// On a cluster: this host's spend of issue `n`, its ledger's now, published for the
+    /// fleet's weighing of `budget.usd_per_issue` (one line when etcd does not take it).
+    fn publish_issue_spend(&self, n: u64) {
+        let Some(c) = crate::cluster::active() else {
+            return;
+        };
+        if self.config.budget.usd_per_issue.is_none() {
+            return;
+        }
+        let records = ledger::read(self.layout, n).unwrap_or_default();
+        if let Err(e) = crate::budget::fleet_issue::publish(c, self.layout, n, &records) {
+            eprintln!("worker {}: issue spend: {e}", self.wenv.worker_id);
+        }
     }
 
     pub(super) fn work_issue(
@@ -820,6 +842,7 @@ impl Worker<'_> {
             eprintln!("worker {}: attempt ledger: {e}", self.wenv.worker_id);
         }
         records.push(record);
+        self.publish_issue_spend(a.n);
         records
     }
 
@@ -884,7 +907,8 @@ impl Worker<'_> {
         };
         // The rounds already recorded are in the ledger file, not in `records`.
         let now = ledger::read(self.layout, n).unwrap_or_else(|_| records.to_vec());
-        let spent = crate::budget::issue_spend(&now).usd + usage.cost_usd.unwrap_or(0.0);
+        let spent = crate::budget::fleet_issue::spent(self.layout, n, &now).usd
+            + usage.cost_usd.unwrap_or(0.0);
         crate::config::Usd::from_f64(spent) >= limit
     }
 
@@ -917,7 +941,7 @@ impl Worker<'_> {
         let Some(limit) = self.config.budget.usd_per_issue else {
             return Ok(false);
         };
-        let spent = crate::budget::issue_spend(records);
+        let spent = crate::budget::fleet_issue::spent(self.layout, n, records);
         if crate::config::Usd::from_f64(spent.usd) < limit {
             return Ok(false);
         }

@@ -183,6 +183,10 @@ enum Held {
     Budget(String),
     #[error("budget reservations: {0}")]
     Reservations(#[source] crate::budget::reserve::ReserveError),
+    /// `[cluster]`: the fleet's day key could not be checked (etcd unavailable, or the
+    /// key holds no budget document): no claim, as without a live lease.
+    #[error("{0}")]
+    Fleet(#[source] crate::cluster::cas::CasError),
 }
 
 impl Worker<'_> {
@@ -206,18 +210,26 @@ impl Worker<'_> {
                 return Ok(None);
             }
             let holder = reserve::Holder::this(&self.wenv.worker_id).ok_or(Held::NoStartTime)?;
-            let decision = reserve::check_and_reserve(
-                self.layout,
-                budget,
-                &holder,
-                self.config.timing.attempt_max_s,
-                now,
-            );
+            let max_age_s = self.config.timing.attempt_max_s;
+            // On a cluster the day's budget is the fleet's: one key in etcd, every host's.
+            let decision = match crate::cluster::active() {
+                Some(c) => crate::budget::fleet_day::check_and_reserve(
+                    c,
+                    self.layout,
+                    budget,
+                    &holder,
+                    max_age_s,
+                    now,
+                )
+                .map_err(Held::Fleet),
+                None => reserve::check_and_reserve(self.layout, budget, &holder, max_age_s, now)
+                    .map_err(Held::Reservations),
+            };
             match decision {
                 Ok(Decision::Go(guard)) => return Ok(guard),
                 Ok(Decision::Reached(r)) => return Err(Held::Budget(r.reason)),
                 // Money is at stake: a reservation that cannot be checked is no claim.
-                Err(e) => return Err(Held::Reservations(e)),
+                Err(e) => return Err(e),
                 Ok(Decision::Wait(why)) => {
                     if !said {
                         eprintln!("worker {}: {why}; waiting", self.wenv.worker_id);
@@ -248,6 +260,8 @@ impl Worker<'_> {
             // Held until this iteration ends: the attempt's cost is then in the ledger.
             let _reservation = match self.held() {
                 Ok(guard) => guard,
+                // As for a claim with etcd down: the exit of a transient hold, not a death.
+                Err(Held::Fleet(e)) => return Err(ClusterLost::Budget(e).into()),
                 Err(why) => {
                     eprintln!("worker {}: {why}; not claiming", self.wenv.worker_id);
                     return Ok(WorkerOutcome::AgentPaused);

@@ -11,9 +11,13 @@ use crate::support::etcd::EtcdCluster;
 use crate::support::{TestEnv, wait_until};
 
 fn cluster(etcd: &EtcdCluster, lease_s: u64) -> Cluster {
+    cluster_at(etcd.endpoints(), lease_s)
+}
+
+fn cluster_at(endpoints: Vec<String>, lease_s: u64) -> Cluster {
     let cfg = ClusterCfg {
         engine: Engine::Etcd,
-        endpoints: etcd.endpoints(),
+        endpoints,
         lease_s,
         prefix: None,
         username: None,
@@ -458,4 +462,201 @@ fn https_members_are_reached_by_the_fleets_ca_and_this_hosts_certificate() {
         e.starts_with("cluster.ca_file ") && e.contains("no PEM certificate"),
         "{e}"
     );
+}
+
+/// Issue 49, item 4: the day's budget is one key of the fleet, changed by compare-and-swap.
+/// Two hosts' workers check and reserve at the same moment (a barrier, 20 rounds) when the
+/// fleet's spend leaves room for one attempt only: each round exactly one goes and the other
+/// waits, never both. Released, the reservation is gone and the host's spend is in its entry.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn racing_reservations_of_two_hosts_never_both_pass_when_one_fits() {
+    use afk_supervisor::budget::fleet_day::{DayDoc, HostSpend, check_and_reserve};
+    use afk_supervisor::budget::reserve::{Decision, Holder};
+    use afk_supervisor::config::{Budget, Usd};
+    let env = TestEnv::new();
+    let etcd = EtcdCluster::start(env.path());
+    let c: &'static Cluster = Box::leak(Box::new(cluster(&etcd, 2)));
+    let budget = Budget {
+        usd_per_day: Some(Usd::from_f64(1.0)),
+        estimate_usd: Some(Usd::from_f64(0.4)),
+        ..Budget::default()
+    };
+    // Two checkouts, two host names; each host's status key says its lease is live.
+    let layouts = host_layouts(&env, 2);
+    let lease = c.etcd.grant(60).unwrap();
+    for l in &layouts {
+        let host = afk_supervisor::claim::tracked::this_host(l);
+        c.etcd.put(&c.host_key(&host), "{}", lease).unwrap();
+    }
+    let now = afk_supervisor::timeutil::now_epoch();
+    let key = afk_supervisor::budget::fleet_day::key(c, &afk_supervisor::budget::day_of(now, 0));
+    // A host gone since spent $0.70 today: room for one $0.40 attempt, not two.
+    let mut seed = DayDoc::default();
+    seed.set_spend(
+        "gone",
+        HostSpend {
+            usd_micros: 700_000,
+            tokens: 0,
+            runs: 2,
+        },
+    );
+    let (mut went, mut waited) = (0, 0);
+    for round in 0..20 {
+        c.etcd.put(&key, &seed.to_value().unwrap(), 0).unwrap();
+        let barrier = std::sync::Barrier::new(2);
+        let decisions: Vec<Decision> = std::thread::scope(|s| {
+            let handles: Vec<_> = layouts
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let (barrier, budget) = (&barrier, &budget);
+                    s.spawn(move || {
+                        let holder = Holder::this(&format!("w{i}-{round}")).unwrap();
+                        barrier.wait();
+                        check_and_reserve(c, l, budget, &holder, 3600, now).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let goes = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Go(Some(_))))
+            .count();
+        let waits = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Wait(w) if w.contains("reserved $0.40 for 1 running attempt")))
+            .count();
+        assert_eq!((goes, waits), (1, 1), "round {round}: {decisions:?}");
+        let doc = DayDoc::parse(c.etcd.get(&key).unwrap().map(|kv| kv.value).as_deref()).unwrap();
+        assert_eq!(doc.reservations.len(), 1, "round {round}: {doc:?}");
+        assert_eq!(doc.hosts.len(), 3, "both hosts' entries and the gone one's");
+        went += goes;
+        waited += waits;
+        // The attempt ends: its guard's release takes the reservation out.
+        drop(decisions);
+        let doc = DayDoc::parse(c.etcd.get(&key).unwrap().map(|kv| kv.value).as_deref()).unwrap();
+        assert!(doc.reservations.is_empty(), "round {round}: {doc:?}");
+    }
+    eprintln!("20 rounds of two racing hosts: {went} went, {waited} waited");
+
+    // etcd not answering: no decision, and the error says so.
+    let dead = cluster_at(
+        vec![format!(
+            "http://127.0.0.1:{}",
+            crate::support::etcd::free_port()
+        )],
+        2,
+    );
+    let dead: &'static Cluster = Box::leak(Box::new(dead));
+    let holder = Holder::this("w9").unwrap();
+    let e = check_and_reserve(dead, &layouts[0], &budget, &holder, 3600, now).unwrap_err();
+    assert!(e.unavailable(), "{e}");
+    assert!(e.to_string().contains("etcd unavailable"), "{e}");
+}
+
+/// Issue 49, item 4: one issue's spend is weighed over every host's ledger. Two hosts ran
+/// issue 3 ($0.50 and $0.25 + $0.25); each publishes its entry to `P/spend/3` and each sees
+/// the fleet's $1.00 over three runs; after one host hands it to a person over its budget,
+/// the spend counts afresh on every host (the records' ends set around the hand-off).
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn an_issues_spend_is_every_hosts_and_counts_afresh_after_an_over_budget_hand_off() {
+    use afk_supervisor::budget::fleet_issue::{publish, reset, spent_in};
+    use afk_supervisor::ledger::{self, Outcome, Record};
+    let env = TestEnv::new();
+    let etcd = EtcdCluster::start(env.path());
+    let c = cluster(&etcd, 2);
+    let layouts = host_layouts(&env, 2);
+    // Records ending at `t0 + dt`: the runs before the hand-off at `t0`, the last after.
+    let t0 = afk_supervisor::timeutil::now_epoch() - 50;
+    let ended = |dt: i64, outcome: Outcome| {
+        let mut r = Record::now(Some("w1"), None, outcome);
+        r.end = afk_supervisor::timeutil::rfc3339(
+            std::time::UNIX_EPOCH + Duration::from_secs((t0 as i64 + dt) as u64),
+        );
+        r
+    };
+    let run = |l: &afk_supervisor::layout::Layout, cost: f64, dt: i64| {
+        let mut r = ended(dt, Outcome::AgentFailed(1));
+        r.usage.cost_usd = Some(cost);
+        ledger::append(l, 3, &r).unwrap();
+        publish(&c, l, 3, &ledger::read(l, 3).unwrap()).unwrap();
+    };
+    run(&layouts[0], 0.5, -30);
+    run(&layouts[1], 0.25, -20);
+    run(&layouts[1], 0.25, -10);
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (1.0, 3), "{s:?}");
+    }
+    // Host 0 hands it to a person at t0: its ledger's marker, the fleet's reset.
+    ledger::append(&layouts[0], 3, &ended(0, Outcome::OverBudget)).unwrap();
+    reset(&c, 3, t0).unwrap();
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (0.0, 0), "{s:?}");
+    }
+    // A later run on host 1 counts alone, on either host.
+    run(&layouts[1], 0.25, 10);
+    for l in &layouts {
+        let s = spent_in(&c, l, 3, &ledger::read(l, 3).unwrap());
+        assert_eq!((s.usd, s.runs), (0.25, 1), "{s:?}");
+    }
+}
+
+/// `n` checkouts' layouts under `env`, each its own host name (`this_host`).
+fn host_layouts(env: &TestEnv, n: usize) -> Vec<afk_supervisor::layout::Layout> {
+    (0..n)
+        .map(|i| {
+            let d = env.path().join(format!("host{i}"));
+            std::fs::create_dir_all(d.join(".red/state")).unwrap();
+            afk_supervisor::layout::Layout::new(&d)
+        })
+        .collect()
+}
+
+/// Issue 49, item 4: with a daily budget on a cluster, a worker about to claim checks and
+/// reserves in etcd; etcd not answering, it claims nothing and exits 75 (a transient hold,
+/// as without a live lease) with one line naming the key it could not read, and the issue
+/// stays ready.
+#[test]
+fn a_worker_that_cannot_reach_etcd_for_the_days_budget_claims_nothing_and_exits_75() {
+    let dead = format!("http://127.0.0.1:{}", crate::support::etcd::free_port());
+    let f = crate::agents_spend::agent_fleet(
+        "agent",
+        "echo ran >> \"$AFK_TEST_DIR/ran\"\n",
+        1,
+        1,
+        &format!(
+            "[budget]\nusd_per_day = 1.0\nestimate_usd = 0.25\n\n\
+             [cluster]\nengine = \"etcd\"\nendpoints = [\"{dead}\"]\nlease_s = 2\n"
+        ),
+    );
+    let out = f.run_cmd(&["worker", "--once"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("the fleet's day's budget cannot be checked"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("etcd unavailable") && said[0].ends_with("; not claiming"),
+        "{err}"
+    );
+    // Read from the store itself: `issue show` on a cluster asks etcd too.
+    let t = f.env.local_tracker(&f.repo);
+    assert_eq!(
+        crate::support::local_labels(&t, 1),
+        vec!["ready-for-agent".to_string()]
+    );
+    assert!(!f.file("ran").exists(), "no agent ran");
 }

@@ -1489,3 +1489,123 @@ fn three_hosts_keep_one_identitys_hourly_write_budget_through_etcd() {
         "{v}"
     );
 }
+
+/// A stand-in agent whose every run costs $0.25 (its result file says so, as the generic
+/// profile reads it) and lasts `AFK_AGENT_S`, logging its start and end as [`AGENT`] does.
+const PRICED_AGENT: &str = r#"
+d="$AFK_TEST_RUNS"; n="$RED_AFK_ISSUE"
+echo "start $n $$ $(date +%s%3N) $AFK_HOST" >> "$d/log"
+sleep "${AFK_AGENT_S:-1}" &
+wait $!
+echo '{"cost_usd": 0.25}' > "$RED_AFK_RESULT_FILE"
+echo "end $n $$ $(date +%s%3N) done" >> "$d/log"
+"#;
+
+/// `afk-supervisor <args>` in clone `i`: its stdout, whatever its exit (`status` exits 1
+/// while the budget holds the fleet).
+fn cli(h: &Hosts, i: usize, args: &[&str]) -> String {
+    let out = h
+        .env
+        .bin()
+        .env("PATH", h.gh.path_env())
+        .arg("--repo")
+        .arg(&h.clones[i])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 49, item 4: on a cluster the day's budget is the fleet's. Three hosts of two
+/// workers each, twelve issues, runs of $0.25 and `budget.usd_per_day = 1.00` (with
+/// `estimate_usd = 0.25`, so the first runs reserve too): four runs in all, not four per
+/// host (at most one more by the reservation rule); every host logs
+/// `fleet.budget-reached`, and `spend` and `status` on every host (and the MCP `spend`)
+/// show the fleet's $1.00.
+#[test]
+#[cfg_attr(
+    not(afk_has_etcd),
+    ignore = "etcd not installed (apt-get install etcd-server)"
+)]
+fn the_days_budget_holds_for_the_whole_fleet_not_per_host() {
+    let mut h = Hosts::with_agent(
+        3,
+        2,
+        12,
+        lease_s(),
+        3600,
+        "max_writes_per_min = 600\n",
+        PRICED_AGENT,
+        "[budget]\nusd_per_day = 1.0\nestimate_usd = 0.25\n",
+        CutOff::Nothing,
+    );
+    for i in 0..3 {
+        h.start(i, 3);
+    }
+    let reached =
+        |i: usize| first_event_ms(&h.event_log(i), Kind::FleetBudgetReached, "").is_some();
+    assert!(
+        wait_until(DEADLINE, || (0..3).all(reached)),
+        "not every host reached the fleet's budget\n{}",
+        h.dump()
+    );
+    let runs = h.runs();
+    let per_host: Vec<usize> = (0..3)
+        .map(|i| runs.iter().filter(|r| r.host == format!("h{i}")).count())
+        .collect();
+    eprintln!(
+        "fleet budget $1.00, runs of $0.25: per host {per_host:?}, total {} (without sharing: up to 4 per host)",
+        runs.len()
+    );
+    assert!(
+        (4..=5).contains(&runs.len()),
+        "{} runs for a budget of four\n{}",
+        runs.len(),
+        h.dump()
+    );
+    assert!(
+        runs.iter().all(|r| r.end_ms.is_some()),
+        "every run ended\n{}",
+        h.dump()
+    );
+    let fleet_usd = 0.25 * runs.len() as f64;
+    for (i, mine) in per_host.iter().enumerate() {
+        let spent = format!("spend today ${fleet_usd:.2} of $1.00");
+        let log = h.event_log(i);
+        assert!(
+            log.lines()
+                .any(|l| l.contains(",fleet.budget-reached,") && l.contains(&spent)),
+            "host {i}: {spent}\n{log}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&cli(&h, i, &["spend", "--json"])).unwrap();
+        let f = &v["fleet_today"];
+        assert_eq!(f["usd"].as_f64(), Some(fleet_usd), "host {i}: {v}");
+        assert_eq!(f["runs"].as_u64(), Some(runs.len() as u64), "host {i}: {v}");
+        assert_eq!(f["hosts"].as_u64(), Some(3), "host {i}: {v}");
+        // This host's own rows: its runs only.
+        assert_eq!(
+            v["total"]["runs"].as_u64(),
+            Some(*mine as u64),
+            "host {i}: {v}"
+        );
+        let plain = cli(&h, i, &["spend"]);
+        assert!(
+            plain.contains(&format!("fleet: {spent} over 3 hosts")),
+            "host {i}: {plain}"
+        );
+        // The state file follows the event log within a tick.
+        let shown = wait_until(DEADLINE, || {
+            cli(&h, i, &["status"]).contains(&format!("budget reached: {spent}"))
+        });
+        assert!(shown, "host {i}: {}", cli(&h, i, &["status"]));
+    }
+    // The MCP `spend`, asked by the official SDK, carries the same figure.
+    let mcp = h.mcp_read_session(1);
+    let spend = mcp["calls"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["label"] == "spend"))
+        .unwrap_or_else(|| panic!("no spend call: {mcp}"));
+    let f = &spend["structured"]["fleet_today"];
+    assert_eq!(f["usd"].as_f64(), Some(fleet_usd), "MCP spend: {spend}");
+    assert_eq!(f["hosts"].as_u64(), Some(3), "MCP spend: {spend}");
+}
