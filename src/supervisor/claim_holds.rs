@@ -12,7 +12,7 @@ use crate::budget;
 use crate::config::Budget;
 use crate::lanes::state_file::SpendToday;
 use crate::layout::Layout;
-use crate::supervisor::core::event::{Event, Hold, HoldKind};
+use crate::supervisor::core::event::{Event, Hold, HoldKind, PauseCause};
 use crate::timeutil::now_epoch;
 use crate::tracker::{self, LabeledIssue};
 
@@ -85,7 +85,7 @@ impl HoldsRead {
     pub fn held(&self) -> bool {
         self.events
             .iter()
-            .any(|e| matches!(e, Event::Paused(_) | Event::Hold(..)))
+            .any(|e| matches!(e, Event::Paused(..) | Event::Hold(..)))
     }
 }
 
@@ -110,12 +110,12 @@ pub fn read_tracker_holds(
     let state_dir = layout.state();
     let mut events = Vec::new();
     if let Some(p) = cluster_hold(layout, tick_s) {
-        events.push(Event::Paused(p));
+        events.push(Event::Paused(p, PauseCause::NoClusterLease));
         return HoldsRead { events };
     }
     match crate::lanes::pause_file::read(&state_dir) {
         Ok(Some(p)) if p.active_at(now_epoch()) => {
-            events.push(Event::Paused(p));
+            events.push(Event::Paused(p, PauseCause::RateLimit));
             return HoldsRead { events };
         }
         Ok(_) => {}
@@ -173,7 +173,13 @@ fn cluster_hold(layout: &Layout, tick_s: u64) -> Option<crate::lanes::pause_file
     if rec.as_ref().is_some_and(|r| r.live()) {
         return None;
     }
-    let why = rec.map_or("no lease yet".to_string(), |r| r.why);
+    // The keeper writes why once a renewal failed; a deadline passed before that (the
+    // keeper's call still waiting on etcd) has no words of its own yet.
+    let why = match rec {
+        None => "no lease yet".to_string(),
+        Some(r) if r.why.is_empty() => "its lease was not renewed in time".to_string(),
+        Some(r) => r.why,
+    };
     let now = now_epoch();
     Some(crate::lanes::pause_file::Pause {
         reason: format!("cluster: no live lease of this host ({why})"),

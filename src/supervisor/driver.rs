@@ -26,8 +26,8 @@ use crate::process;
 use crate::supervisor::claim_holds;
 use crate::supervisor::core::effect::Effect;
 use crate::supervisor::core::event::{
-    Adopted, Adoptee, ControlFiles, Event, Now, QueueError, TickFacts, TrackerUnavailable,
-    WorkerFiles,
+    Adopted, Adoptee, ControlFiles, Event, Now, PauseCause, QueueError, TickFacts,
+    TrackerUnavailable, WorkerFiles,
 };
 use crate::supervisor::core::fleet::Fleet;
 use crate::supervisor::core::fleet_circuit;
@@ -715,7 +715,7 @@ impl Driver {
             if r.is_err()
                 && let Some(p) = crate::lanes::pause_file::active(&layout.state())
             {
-                let _ = tx.send(Event::Paused(p));
+                let _ = tx.send(Event::Paused(p, PauseCause::RateLimit));
                 return;
             }
             let _ = tx.send(Event::Queue(r));

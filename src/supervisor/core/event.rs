@@ -37,9 +37,9 @@ pub enum Event {
     NotStarted { pid: i32, start: u64, error: String },
     /// The claimable `ready-for-agent` issues, or why the tracker could not say.
     Queue(Result<BTreeSet<u64>, QueueError>),
-    /// The fleet is paused for a rate limit (read from the pause file): the queue check
-    /// that found it did not call the tracker.
-    Paused(Pause),
+    /// The fleet is held, for a rate limit (read from the pause file) or for want of a
+    /// live cluster lease: the queue check that found it did not call the tracker.
+    Paused(Pause, PauseCause),
     /// The pause file could not be read (it pauses nothing): reported once.
     PauseFile(PauseFileError),
     /// Open issues labelled `afk:quarantined`, counted beside a queue check.
@@ -286,4 +286,13 @@ pub struct Hold {
     /// The agent's own words (empty for a budget).
     pub reason: String,
     pub until_epoch: u64,
+}
+
+/// What holds the fleet in an [`Event::Paused`]: the words of its `fleet.resumed` differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseCause {
+    /// GitHub's rate limit, until its reset (`docs/SPEC.md` §11.11).
+    RateLimit,
+    /// `[cluster]`: this host holds no live lease (`docs/SPEC.md` §11.23).
+    NoClusterLease,
 }

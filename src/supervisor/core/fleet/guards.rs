@@ -5,14 +5,16 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::event_log::Kind;
+use crate::supervisor::core::event::PauseCause;
 use crate::supervisor::core::fleet_circuit::{self, ProbeEnd};
 
 /// What holds every slot back at once: the rate-limit pause in force and the fleet-wide
 /// circuit with what it reports. One part because a spawn, a slot's probe and a wake-up all
 /// ask the same question of both: may the fleet start anything now?
 pub(super) struct Guards {
-    /// The fleet-wide rate-limit pause in force and when it ends (`crate::lanes::pause_file`).
-    pub(super) paused: Option<(crate::lanes::pause_file::Pause, Instant)>,
+    /// The fleet-wide pause in force (the rate limit's, `crate::lanes::pause_file`, or the
+    /// cluster's hold), what caused it, and when it ends.
+    pub(super) paused: Option<(crate::lanes::pause_file::Pause, PauseCause, Instant)>,
     /// The operator's pause in force (`crate::lanes::pause_file::OperatorPause`), as the last queue
     /// check or control signal read it.
     pub(super) operator: Option<crate::lanes::pause_file::OperatorPause>,
@@ -39,14 +41,16 @@ impl Guards {
 
     /// When the pause in force ends.
     pub(super) fn pause_deadline(&self) -> Option<Instant> {
-        self.paused.as_ref().map(|(_, at)| *at)
+        self.paused.as_ref().map(|(_, _, at)| *at)
     }
 
     pub(super) fn pause_snapshot(&self) -> Option<state_file::FleetPause> {
-        self.paused.as_ref().map(|(p, _)| state_file::FleetPause {
-            reason: p.reason.clone(),
-            until_epoch: Some(p.until_epoch),
-        })
+        self.paused
+            .as_ref()
+            .map(|(p, _, _)| state_file::FleetPause {
+                reason: p.reason.clone(),
+                until_epoch: Some(p.until_epoch),
+            })
     }
 
     /// When the fleet circuit next needs the loop; a pause holds its probe (not one that
@@ -75,15 +79,21 @@ impl Fleet {
     /// A queue check found the pause file in force: the fleet holds every spawn, wake-up
     /// and queue check until its end. Logged once per pause; a longer one found later
     /// only moves the resume time.
-    pub fn on_paused(&mut self, p: crate::lanes::pause_file::Pause, now: Instant) {
+    pub fn on_paused(
+        &mut self,
+        p: crate::lanes::pause_file::Pause,
+        cause: PauseCause,
+        now: Instant,
+    ) {
         self.view.queue_inflight = false;
         self.view.queue_again = false;
         let left = Duration::from_secs(p.until_epoch.saturating_sub(self.epoch()));
         let resume_at = crate::timeutil::deadline(now, left);
         match &mut self.guards.paused {
-            Some((cur, at)) => {
+            Some((cur, cur_cause, at)) => {
                 if p.until_epoch > cur.until_epoch {
                     *cur = p;
+                    *cur_cause = cause;
                     *at = resume_at;
                     self.record.dirty = true;
                 }
@@ -95,7 +105,7 @@ impl Fleet {
                 );
                 self.log(line(Kind::FleetPaused, msg));
                 self.view.unidle_backlog = (0, self.view.unidle_backlog.1);
-                self.guards.paused = Some((p, resume_at));
+                self.guards.paused = Some((p, cause, resume_at));
             }
         }
     }
@@ -114,13 +124,21 @@ impl Fleet {
     /// The reset has passed: the fleet resumes by itself, and the queue check that
     /// follows wakes the idle slots (or finds a newer pause).
     pub(super) fn resume_if_due(&mut self, now: Instant) {
-        let Some((p, at)) = &self.guards.paused else {
+        let Some((p, cause, at)) = &self.guards.paused else {
             return;
         };
         if now < *at {
             return;
         }
-        let msg = format!("fleet resumed: the rate-limit reset passed ({})", p.reason);
+        let msg = match cause {
+            PauseCause::RateLimit => {
+                format!("fleet resumed: the rate-limit reset passed ({})", p.reason)
+            }
+            PauseCause::NoClusterLease => format!(
+                "fleet resumed: this host holds a live cluster lease again (held: {})",
+                p.reason
+            ),
+        };
         self.guards.paused = None;
         self.log(line(Kind::FleetResumed, msg));
         self.request_queue();

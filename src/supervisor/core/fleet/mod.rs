@@ -192,7 +192,7 @@ impl Fleet {
             Event::Exited { pid, start, kind } => self.on_exit(pid, start, kind, now),
             Event::NotStarted { pid, start, error } => self.on_not_started(pid, start, error, now),
             Event::Queue(r) => self.on_queue(r, now),
-            Event::Paused(p) => self.on_paused(p, now),
+            Event::Paused(p, cause) => self.on_paused(p, cause, now),
             Event::Hold(h, spend) => self.on_hold(h, spend, now),
             Event::Spend(spend) => self.on_spend(spend),
             Event::PauseFile(e) => self.on_pause_file(e),

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 
 use crate::event_log::Kind;
 use crate::lanes::slot_control;
-use crate::supervisor::core::event::{ControlFiles, TickFacts, WorkerFiles};
+use crate::supervisor::core::event::{ControlFiles, PauseCause, TickFacts, WorkerFiles};
 use crate::supervisor::core::progress::Usage;
 use crate::supervisor::core::reaper::{Order, Stop};
 use crate::supervisor::os::signals::{Heard, heard};
@@ -1013,6 +1013,48 @@ fn a_fleet_probe_that_meets_the_tracker_keeps_its_step() {
     assert_eq!(b.count(Kind::FleetCircuitProbe), 2);
 }
 
+/// Each pause ends in its own words: a rate limit's reset, or a cluster host's lease
+/// back; a longer pause of the other cause found meanwhile takes its place.
+#[test]
+fn a_pause_resumes_in_the_words_of_its_cause() {
+    let mut b = Bench::new(1);
+    b.start();
+    let wall0 = epoch_secs(b.wall0);
+    let pause = |reason: &str, s: u64| crate::lanes::pause_file::Pause {
+        reason: reason.into(),
+        until_epoch: wall0 + s,
+        since_epoch: wall0,
+    };
+    let held = pause(
+        "cluster: no live lease of this host (its lease was not renewed in time)",
+        4,
+    );
+    b.feed(Event::Paused(held, PauseCause::NoClusterLease), 1.0);
+    b.turn(6.0);
+    let resumed = b.records(Kind::FleetResumed);
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(
+        resumed[0].msg,
+        "fleet resumed: this host holds a live cluster lease again (held: cluster: no live lease of this host (its lease was not renewed in time))"
+    );
+    let limited = pause("rate limited: API rate limit exceeded", 20);
+    b.feed(
+        Event::Paused(
+            pause("cluster: no live lease of this host (x)", 10),
+            PauseCause::NoClusterLease,
+        ),
+        7.0,
+    );
+    b.feed(Event::Paused(limited, PauseCause::RateLimit), 7.5);
+    b.turn(22.0);
+    let resumed = b.records(Kind::FleetResumed);
+    assert_eq!(resumed.len(), 2, "{:?}", b.kinds());
+    assert_eq!(
+        resumed[1].msg,
+        "fleet resumed: the rate-limit reset passed (rate limited: API rate limit exceeded)"
+    );
+}
+
 /// A rate-limit pause holds every spawn and wake-up (a death is not respawned, a queue
 /// with work wakes nothing), counts no death against any circuit, is logged once however
 /// often it is seen, and ends by itself at the reset.
@@ -1025,8 +1067,8 @@ fn a_pause_holds_spawns_until_the_reset_and_is_logged_once() {
         until_epoch: epoch_secs(b.wall0) + 100,
         since_epoch: epoch_secs(b.wall0),
     };
-    b.feed(Event::Paused(pause.clone()), 1.0);
-    b.feed(Event::Paused(pause.clone()), 2.0);
+    b.feed(Event::Paused(pause.clone(), PauseCause::RateLimit), 1.0);
+    b.feed(Event::Paused(pause.clone(), PauseCause::RateLimit), 2.0);
     assert_eq!(b.count(Kind::FleetPaused), 1);
     let snap = b.fleet.snapshot(b.at(2.0));
     assert_eq!(
