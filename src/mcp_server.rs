@@ -476,7 +476,13 @@ impl AfkMcp {
         // On a cluster, every host too: what `status --fleet --json` shows.
         if let Some(c) = crate::cluster::active() {
             let budgets = self.config.tracker.write_budgets();
-            v["cluster"] = blocking(move || Ok(c.fleet_view(budgets)?)).await?;
+            let (layout, budget) = (self.layout.clone(), self.config.budget.clone());
+            v["cluster"] = blocking(move || {
+                let mut view = c.fleet_view(budgets)?;
+                view["budget"] = crate::budget::fleet_day::view(&layout, &budget);
+                Ok(view)
+            })
+            .await?;
         }
         Ok(CallToolResult::structured(v))
     }

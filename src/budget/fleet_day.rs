@@ -303,6 +303,24 @@ pub fn for_report(
     Some(fleet_day(c, layout, &own, budget, now, Publish::Nothing))
 }
 
+/// The fleet's day beside its budget, for `status --fleet` and the MCP `fleet_status`:
+/// null without a daily budget; `{"error"}` when etcd did not answer.
+pub fn view(layout: &Layout, budget: &Budget) -> serde_json::Value {
+    let (all, _) = crate::ledger::read_all(layout);
+    match for_report(layout, budget, &all) {
+        None => serde_json::Value::Null,
+        Some(Err(e)) => serde_json::json!({"error": e.to_string()}),
+        Some(Ok(day)) => {
+            let mut v = day.json();
+            v["usd_per_day"] = serde_json::json!(budget.usd_per_day.map(Usd::get));
+            v["tokens_per_day"] = serde_json::json!(budget.tokens_per_day);
+            v["reserved_usd"] = serde_json::json!(Usd(day.reserved.usd_micros).get());
+            v["reserved_attempts"] = serde_json::json!(day.reserved.attempts);
+            v
+        }
+    }
+}
+
 /// As `spend --json` and the MCP `spend` give it.
 impl FleetDay {
     pub fn json(&self) -> serde_json::Value {

@@ -87,9 +87,10 @@ fn fleet(ctx: &Ctx, json: bool) -> Result<i32, Failure> {
             "status --fleet: no [cluster] in the config: this fleet is one box (`status` shows it)",
         ));
     };
-    let v = c
+    let mut v = c
         .fleet_view(cfg.tracker.write_budgets())
         .map_err(|e| Failure::about(exit_code::FAILED, "status --fleet", &e))?;
+    v["budget"] = crate::budget::fleet_day::view(&ctx.layout, &cfg.budget);
     if json {
         outln!("{}", encode(&v)?);
         return Ok(exit_code::OK);
@@ -116,6 +117,34 @@ fn render_fleet(v: &serde_json::Value) -> String {
                 v[key]["reason"].as_str().unwrap_or(""),
                 v[key]["until_epoch"]
             );
+        }
+    }
+    if let Some(b) = v["budget"].as_object() {
+        match b.get("error") {
+            Some(e) => out += &format!("budget: {}\n", e.as_str().unwrap_or("?")),
+            None => {
+                let limit = |k: &str| {
+                    b.get(k)
+                        .filter(|x| !x.is_null())
+                        .map_or("no limit".to_string(), |x| x.to_string())
+                };
+                out += &format!(
+                    "budget today: ${:.2} of {} and {} tokens of {} over {} hosts; reserved ${:.2} for {} attempts\n",
+                    b.get("usd").and_then(|x| x.as_f64()).unwrap_or(0.0),
+                    b.get("usd_per_day")
+                        .and_then(|x| x.as_f64())
+                        .map_or("no limit".to_string(), |x| format!("${x:.2}")),
+                    b.get("tokens").and_then(|x| x.as_u64()).unwrap_or(0),
+                    limit("tokens_per_day"),
+                    b.get("hosts").and_then(|x| x.as_u64()).unwrap_or(0),
+                    b.get("reserved_usd")
+                        .and_then(|x| x.as_f64())
+                        .unwrap_or(0.0),
+                    b.get("reserved_attempts")
+                        .and_then(|x| x.as_u64())
+                        .unwrap_or(0),
+                );
+            }
         }
     }
     if let Some(q) = v["queue"].as_object() {

@@ -1598,6 +1598,16 @@ fn the_days_budget_holds_for_the_whole_fleet_not_per_host() {
             cli(&h, i, &["status"]).contains(&format!("budget reached: {spent}"))
         });
         assert!(shown, "host {i}: {}", cli(&h, i, &["status"]));
+        // `status --fleet`, from any host: the fleet's day beside its budget.
+        let b = &h.fleet_status(i)["budget"];
+        assert_eq!(b["usd"].as_f64(), Some(fleet_usd), "host {i}: {b}");
+        assert_eq!(b["usd_per_day"].as_f64(), Some(1.0), "host {i}: {b}");
+        assert_eq!(b["hosts"].as_u64(), Some(3), "host {i}: {b}");
+        let plain = cli(&h, i, &["status", "--fleet"]);
+        assert!(
+            plain.contains(&format!("budget today: ${fleet_usd:.2} of $1.00 and ")),
+            "host {i}: {plain}"
+        );
     }
     // The MCP `spend`, asked by the official SDK, carries the same figure.
     let mcp = h.mcp_read_session(1);
