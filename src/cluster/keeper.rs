@@ -14,13 +14,24 @@ use std::time::Duration;
 use super::Cluster;
 use super::lease::{self, LeaseRecord, boot_ms};
 
+/// When a host's running agents stop, as an outage is first said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentsStop {
+    /// No lease was held: no agent runs under one.
+    NoLease,
+    /// At the lease's deadline, this many milliseconds from now, unless etcd answers.
+    In(u64),
+    /// The deadline passed while the renewal waited on etcd: the workers stopped them.
+    Passed,
+}
+
 /// What the keeper has to say, once per change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
     /// A lease was granted (at start, or after one was lost).
     Granted { lease: i64, ttl_s: u64 },
     /// etcd stopped answering; the agents stop at the deadline unless it answers before.
-    Unavailable { why: String, stop_in_ms: u64 },
+    Unavailable { why: String, agents: AgentsStop },
     /// etcd answers again and the lease held.
     Back { after_ms: u64 },
     /// The lease is gone (its deadline passed, or etcd says so): no claims until a new one.
@@ -113,7 +124,7 @@ pub fn run(
                             write(&none(&e.to_string()), &mut report);
                             report(Note::Unavailable {
                                 why: e.to_string(),
-                                stop_in_ms: 0,
+                                agents: AgentsStop::NoLease,
                             });
                             no_lease_said = true;
                         }
@@ -174,7 +185,12 @@ pub fn run(
                             failing_since = Some(sent);
                             report(Note::Unavailable {
                                 why: e.to_string(),
-                                stop_in_ms: rec.stop_at_boot_ms().saturating_sub(sent),
+                                // Said once the call failed, which may have taken a
+                                // while: counted from now, not from when it was sent.
+                                agents: match rec.stop_at_boot_ms().checked_sub(boot_ms()) {
+                                    Some(ms) if ms > 0 => AgentsStop::In(ms),
+                                    _ => AgentsStop::Passed,
+                                },
                             });
                         }
                         next_try = boot_ms() + retry_ms;
@@ -209,12 +225,21 @@ impl Note {
             Note::Granted { lease, ttl_s } => {
                 format!("cluster: lease {lease:x} granted ({ttl_s}s); claims are open")
             }
-            Note::Unavailable { why, stop_in_ms: 0 } => {
-                format!("cluster: etcd unavailable ({why}); no claims until it answers")
-            }
-            Note::Unavailable { why, stop_in_ms } => format!(
-                "cluster: etcd unavailable ({why}); no new claims, running agents stop in {}ms unless it answers",
-                stop_in_ms
+            Note::Unavailable {
+                why,
+                agents: AgentsStop::NoLease,
+            } => format!("cluster: etcd unavailable ({why}); no claims until it answers"),
+            Note::Unavailable {
+                why,
+                agents: AgentsStop::In(ms),
+            } => format!(
+                "cluster: etcd unavailable ({why}); no new claims, running agents stop in {ms}ms unless it answers"
+            ),
+            Note::Unavailable {
+                why,
+                agents: AgentsStop::Passed,
+            } => format!(
+                "cluster: etcd unavailable ({why}); no new claims, running agents stopped at the lease's deadline"
             ),
             Note::Back { after_ms } => {
                 format!("cluster: etcd answers again after {after_ms}ms; the lease held")
