@@ -267,47 +267,36 @@ impl Cluster {
         format!("{}queue-polled", self.prefix())
     }
 
-    /// The published queue when its stamp is younger than [`FRESH_MS`] at `now_ms`; one
+    /// What the steward put: its stamp and its queue, each when there and readable; one
     /// etcd range for both keys.
-    pub fn published_queue(&self, now_ms: u64) -> Result<Option<QueueDoc>, EtcdError> {
+    fn published(&self) -> Result<(Option<PolledDoc>, Option<QueueDoc>), EtcdError> {
         let kvs = self.etcd.get_prefix(&self.queue_key())?;
         let find = |k: &str| {
             kvs.iter()
                 .find(|kv| kv.key == k)
                 .map(|kv| kv.value.as_str())
         };
-        let Some(polled) =
-            find(&self.queue_polled_key()).and_then(|v| serde_json::from_str::<PolledDoc>(v).ok())
-        else {
-            return Ok(None);
-        };
-        if now_ms.saturating_sub(polled.epoch_ms) > FRESH_MS {
-            return Ok(None);
-        }
-        Ok(find(&self.queue_key()).and_then(|v| serde_json::from_str::<QueueDoc>(v).ok()))
+        Ok((
+            find(&self.queue_polled_key()).and_then(|v| serde_json::from_str(v).ok()),
+            find(&self.queue_key()).and_then(|v| serde_json::from_str(v).ok()),
+        ))
     }
-}
 
-impl Cluster {
+    /// The published queue when its stamp is younger than [`FRESH_MS`] at `now_ms`.
+    pub fn published_queue(&self, now_ms: u64) -> Result<Option<QueueDoc>, EtcdError> {
+        let (polled, queue) = self.published()?;
+        Ok(queue.filter(|_| polled.is_some_and(|p| now_ms.saturating_sub(p.epoch_ms) <= FRESH_MS)))
+    }
+
     /// The steward's work as `status --fleet` shows it: who looked, how long ago, how
     /// many issues it published and whether the hosts read them (fresh); null when no
     /// steward published.
     pub fn queue_view(&self, now_ms: u64) -> Result<serde_json::Value, EtcdError> {
-        let kvs = self.etcd.get_prefix(&self.queue_key())?;
-        let find = |k: &str| {
-            kvs.iter()
-                .find(|kv| kv.key == k)
-                .map(|kv| kv.value.as_str())
-        };
-        let Some(polled) =
-            find(&self.queue_polled_key()).and_then(|v| serde_json::from_str::<PolledDoc>(v).ok())
-        else {
+        let (Some(polled), queue) = self.published()? else {
             return Ok(serde_json::Value::Null);
         };
         let age_ms = now_ms.saturating_sub(polled.epoch_ms);
-        let issues = find(&self.queue_key())
-            .and_then(|v| serde_json::from_str::<QueueDoc>(v).ok())
-            .map(|d| d.issues.len());
+        let issues = queue.map(|d| d.issues.len());
         Ok(serde_json::json!({
             "steward": polled.host,
             "looked_ms_ago": age_ms,

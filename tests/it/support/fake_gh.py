@@ -227,15 +227,21 @@ def provenance(state, issue):
     }
 
 
-def graphql_argv(rest):
-    """`api [--hostname H] graphql -f query=Q -F owner=O -F repo=R -F number=N` -> N."""
+def api_tail(rest):
+    """What follows `api [--hostname H]`, or None for another command."""
     if rest[:1] != ["api"]:
         return None
     tail = rest[1:]
     if tail[:1] == ["--hostname"]:
-        tail = tail[2:] if len(tail) > 2 and tail[1] else None
-        if tail is None:
-            return None
+        return tail[2:] if len(tail) > 2 and tail[1] else None
+    return tail
+
+
+def graphql_argv(rest):
+    """`api [--hostname H] graphql -f query=Q -F owner=O -F repo=R -F number=N` -> N."""
+    tail = api_tail(rest)
+    if tail is None:
+        return None
     v = match(
         tail,
         ["graphql", "-f", "query=" + PROVENANCE_QUERY, "-F", anything, "-F", anything, "-F", anything],
@@ -255,14 +261,8 @@ QUEUE_QUERY = "labels=ready-for-agent&state=open&sort=created&direction=asc&per_
 def queue_argv(rest, state):
     """`api [--hostname H] -i [-H "If-None-Match: E"] repos/O/R/issues?<QUEUE_QUERY>P`
     (SPEC section 11.23's steward) -> (page, etag or None)."""
-    if rest[:1] != ["api"]:
-        return None
-    tail = rest[1:]
-    if tail[:1] == ["--hostname"]:
-        tail = tail[2:] if len(tail) > 2 and tail[1] else None
-        if tail is None:
-            return None
-    if tail[:1] != ["-i"]:
+    tail = api_tail(rest)
+    if tail is None or tail[:1] != ["-i"]:
         return None
     tail = tail[1:]
     etag = None
