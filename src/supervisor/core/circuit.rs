@@ -280,13 +280,19 @@ mod tests {
         assert_eq!(c.state(), State::Closed);
     }
 
-    #[test]
-    fn probe_that_dies_fast_reparks_with_the_next_step() {
+    /// A circuit tripped by three fast deaths a second apart, and when they began.
+    fn tripped() -> (Instant, Circuit) {
         let t0 = Instant::now();
         let mut c = Circuit::new(params());
         for i in 0..3 {
             c.on_death(t0 + s(i + 1), t0 + s(i));
         }
+        (t0, c)
+    }
+
+    #[test]
+    fn probe_that_dies_fast_reparks_with_the_next_step() {
+        let (t0, mut c) = tripped();
         let probe = t0 + s(63);
         assert_eq!(c.start_probe(probe), Some((s(60), 0)));
         assert_eq!(c.check_probe(probe + s(10)), None);
@@ -309,11 +315,7 @@ mod tests {
 
     #[test]
     fn probe_that_lives_closes_and_resets() {
-        let t0 = Instant::now();
-        let mut c = Circuit::new(params());
-        for i in 0..3 {
-            c.on_death(t0 + s(i + 1), t0 + s(i));
-        }
+        let (t0, mut c) = tripped();
         let probe = t0 + s(70);
         c.start_probe(probe);
         assert_eq!(c.next_deadline(), Some(probe + s(30)));
@@ -331,11 +333,7 @@ mod tests {
 
     #[test]
     fn probe_dying_slowly_before_the_check_counts_as_success() {
-        let t0 = Instant::now();
-        let mut c = Circuit::new(params());
-        for i in 0..3 {
-            c.on_death(t0 + s(i + 1), t0 + s(i));
-        }
+        let (t0, mut c) = tripped();
         let probe = t0 + s(70);
         c.start_probe(probe);
         assert_eq!(
