@@ -7,6 +7,7 @@ use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
 
 mod civil;
+pub use civil::civil_from_days;
 
 /// About a century: where a deadline lands when `now + d` does not fit in an `Instant`.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

@@ -165,13 +165,15 @@ fn relative_reset(lower: &str, now_epoch: u64) -> Option<u64> {
 /// text names (`UTC`, `GMT`, `UTC+2`, `+05:30`), else in the host's (its `TZ`, which the
 /// agent inherits, so both read the clock alike).
 fn wall_clock_reset(lower: &str, now_epoch: u64) -> Option<u64> {
-    let at = ["try again at ", "resets at ", "resets ", "reset at "]
+    let (at, date) = ["try again at ", "resets at ", "resets ", "reset at "]
         .iter()
         .find_map(|p| {
             let i = lower.find(p)? + p.len();
-            lower[i..]
-                .starts_with(|c: char| c.is_ascii_digit())
-                .then_some(i)
+            if lower[i..].starts_with(|c: char| c.is_ascii_digit()) {
+                return Some((i, None));
+            }
+            let (month, day, n) = date_prefix(&lower[i..])?;
+            Some((i + n, Some((month, day))))
         })?;
     let rest = &lower[at..];
     let digits = |s: &str| -> (u32, usize) {
@@ -214,7 +216,50 @@ fn wall_clock_reset(lower: &str, now_epoch: u64) -> Option<u64> {
     if at <= now {
         at += day;
     }
+    // A reset on another day names its date (`Dec 8th, 2026 12:10 AM`): the first such
+    // time of day on that date, within a year.
+    if let Some((month, mday)) = date {
+        let on_date = |t: i64| {
+            let (_, m, d) = crate::timeutil::civil_from_days((t + offset).div_euclid(day));
+            (m, d) == (month, mday)
+        };
+        let days = (0..=366).find(|k| on_date(at + k * day))?;
+        at += days * day;
+    }
     u64::try_from(at).ok()
+}
+
+/// The date Codex puts before the time of a reset on another day: `dec 8th, 2026 ` (the
+/// text already lower-cased). Its month and day, and the bytes it takes.
+fn date_prefix(s: &str) -> Option<(i64, i64, usize)> {
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let month = MONTHS.iter().position(|m| s.starts_with(m))? as i64 + 1;
+    let mut i = s.find(|c: char| !c.is_ascii_alphabetic())?;
+    i += s[i..].len() - s[i..].trim_start_matches('.').trim_start().len();
+    let n = s[i..].bytes().take_while(u8::is_ascii_digit).count();
+    let mday: i64 = s[i..i + n].parse().ok()?;
+    if !(1..=31).contains(&mday) {
+        return None;
+    }
+    i += n;
+    for suffix in ["st", "nd", "rd", "th"] {
+        if s[i..].starts_with(suffix) {
+            i += 2;
+            break;
+        }
+    }
+    i += s[i..].len() - s[i..].trim_start_matches(',').trim_start().len();
+    // The year, when the date gives one: not the hour that follows (no colon after it).
+    let y = s[i..].bytes().take_while(u8::is_ascii_digit).count();
+    if y == 4 && !s[i + y..].starts_with(':') {
+        i += y;
+        i += s[i..].len() - s[i..].trim_start_matches(',').trim_start().len();
+    }
+    s[i..]
+        .starts_with(|c: char| c.is_ascii_digit())
+        .then_some((month, mday, i))
 }
 
 /// The zone the text after a time names, as seconds east of UTC: `(utc)`, `utc`, `gmt`,
@@ -306,6 +351,13 @@ mod tests {
             account_wide("You've hit your session limit · resets 9:54am (UTC)", now),
             Some((AccountWide::UsageLimit, at(9, 54, 0)))
         );
+        // A reset on another day, as Codex names it: that date's 12:10 AM.
+        let dated = account_wide(
+            "You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at Jan 17th, 2027 12:10 AM.",
+            now,
+        );
+        let want = 1_800_000_000 - 8 * 3600 + 2 * 86_400 + 10 * 60 - host;
+        assert_eq!(dated, Some((AccountWide::UsageLimit, Some(want as u64))));
         // Earlier in the day than now: tomorrow's.
         assert_eq!(
             account_wide("You've hit your weekly limit · resets 7am (UTC+1)", now),
